@@ -1,0 +1,151 @@
+/*
+ * ckpt/storage.h - locations and the storage operations every backend
+ * provides (SPEC "Locations" and "Storage operations").
+ *
+ * A location is what the user typed: a local path, file://PATH,
+ * s3://BUCKET/KEY, r2://BUCKET/KEY or gs://BUCKET/KEY. A storage handle is
+ * one backend instance (local filesystem, or one bucket of one service with
+ * its credentials). Keys are '/'-separated: for local storage a key is a
+ * filesystem path (absolute or relative to the cwd); for object storage it
+ * is the object key within the bucket.
+ *
+ * Every operation is thread-safe on a shared handle: pool workers call them
+ * concurrently. Missing things fail with CKPT_ENOTFOUND, except deletes,
+ * where "already gone" is success (a concurrent deleter must not fail us).
+ */
+#ifndef CKPT_STORAGE_H
+#define CKPT_STORAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/err.h"
+
+enum ckpt_scheme {
+    CKPT_SCHEME_LOCAL = 0,
+    CKPT_SCHEME_S3,
+    CKPT_SCHEME_R2,
+    CKPT_SCHEME_GS
+};
+
+struct ckpt_loc {
+    enum ckpt_scheme scheme;
+    char *bucket;   /* owned; NULL for local */
+    char *key;      /* owned; path (local) or key, no leading '/', may be "" */
+    char *display;  /* owned; the location as the user wrote it */
+};
+
+/* Parse s into loc. Trailing slashes of the key are kept off ("a/b/" is
+ * "a/b") except for the local root "/". Returns 0 or -1 (CKPT_EUSAGE). */
+int ckpt_loc_parse(struct ckpt_loc *loc, const char *s, struct ckpt_err *err);
+void ckpt_loc_release(struct ckpt_loc *loc);
+/* "s3://bkt/KEY" or the plain local path for key in loc's storage.
+ * Malloced. */
+char *ckpt_loc_format(const struct ckpt_loc *loc, const char *key);
+/* Scheme prefix: "", "s3://", "r2://", "gs://". */
+const char *ckpt_scheme_prefix(enum ckpt_scheme s);
+
+/* Settings shared by every backend, from the global options. */
+struct ckpt_storage_cfg {
+    int insecure;       /* skip TLS verification */
+    int retries;        /* attempts for idempotent requests; <=0 default */
+    int verbose;
+    int jobs;           /* expected concurrency (connection pool size) */
+};
+
+struct ckpt_storage;
+
+enum ckpt_entry_type {
+    CKPT_ENTRY_FILE = 0,
+    CKPT_ENTRY_DIR,
+    CKPT_ENTRY_LINK,    /* local only; never followed */
+    CKPT_ENTRY_OTHER
+};
+
+struct ckpt_stat {
+    uint64_t size;
+    int64_t mtime;              /* seconds since epoch, or 0 */
+    enum ckpt_entry_type type;
+    char etag[80];              /* object storage ETag without quotes, or "" */
+};
+
+/* One listed entry; pointers are borrowed for the duration of the callback. */
+struct ckpt_entry {
+    const char *name;           /* relative to the listed prefix, '/'-separated */
+    uint64_t size;
+    int64_t mtime;
+    enum ckpt_entry_type type;
+    const char *etag;           /* "" when unknown */
+};
+
+/* Return 0 to continue, non-zero to stop the listing (returned as-is). */
+typedef int (*ckpt_list_fn)(void *ud, const struct ckpt_entry *e);
+
+#define CKPT_LIST_RECURSIVE 1u  /* every file below; else one level (dirs too) */
+
+/* Open the storage that serves loc (credentials and endpoint from the
+ * environment and profile files). Free with ckpt_storage_close. */
+int ckpt_storage_open(struct ckpt_storage **out, const struct ckpt_loc *loc,
+                      const struct ckpt_storage_cfg *cfg, struct ckpt_err *err);
+void ckpt_storage_close(struct ckpt_storage *st);
+int ckpt_storage_is_local(const struct ckpt_storage *st);
+
+/* A file/object, or a directory/prefix (type DIR, size 0). */
+int ckpt_storage_stat(struct ckpt_storage *st, const char *key,
+                      struct ckpt_stat *out, struct ckpt_err *err);
+
+/* List below directory/prefix `dir` (treated as a directory: "a" lists
+ * "a/..."). Recursive listings report files (and local symlinks, as LINK,
+ * not followed); one-level listings report subdirectories as DIR too.
+ * Order is unspecified. */
+int ckpt_storage_list(struct ckpt_storage *st, const char *dir, unsigned flags,
+                      ckpt_list_fn fn, void *ud, struct ckpt_err *err);
+
+/* Read up to len bytes at off into buf; *nread < len only at end of file.
+ * Reading at or past the end gives *nread == 0. */
+int ckpt_storage_read(struct ckpt_storage *st, const char *key, uint64_t off,
+                      void *buf, size_t len, size_t *nread,
+                      struct ckpt_err *err);
+
+/* Read a whole small file into a malloced buffer (NUL-terminated; *len
+ * excludes it). Fails with CKPT_EFORMAT if it is larger than max. */
+int ckpt_storage_read_all(struct ckpt_storage *st, const char *key,
+                          size_t max, char **data, size_t *len,
+                          struct ckpt_err *err);
+
+/* Streaming write: bytes become visible at key only on commit (local: temp
+ * file + rename; objects: PUT or multipart completed). abort discards.
+ * size_hint is the expected total (or UINT64_MAX if unknown). */
+struct ckpt_writer;
+int ckpt_storage_writer_open(struct ckpt_storage *st, const char *key,
+                             uint64_t size_hint, struct ckpt_writer **out,
+                             struct ckpt_err *err);
+int ckpt_writer_write(struct ckpt_writer *w, const void *data, size_t len,
+                      struct ckpt_err *err);
+/* Commit and free w (also on failure). */
+int ckpt_writer_commit(struct ckpt_writer *w, struct ckpt_err *err);
+/* Discard and free w. NULL-safe. */
+void ckpt_writer_abort(struct ckpt_writer *w);
+
+/* Write a small object in one call (atomic as above). */
+int ckpt_storage_put(struct ckpt_storage *st, const char *key,
+                     const void *data, size_t len, struct ckpt_err *err);
+/* Create key only if it does not exist: CKPT_EEXIST if it does.
+ * CKPT_EUNSUPPORTED where the service cannot do it atomically. */
+int ckpt_storage_put_if_absent(struct ckpt_storage *st, const char *key,
+                               const void *data, size_t len,
+                               struct ckpt_err *err);
+
+/* Delete one file/object. Missing is success. */
+int ckpt_storage_delete(struct ckpt_storage *st, const char *key,
+                        struct ckpt_err *err);
+/* Delete a directory tree / every object under prefix `dir` + "/", and
+ * the file/object `dir` itself if it exists. Local: never follows symlinks
+ * (unlinks them), survives concurrent deleters. Remote: batched. */
+int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
+                             struct ckpt_err *err);
+
+/* Bytes fetched from the backend so far (for benchmarks and tests). */
+uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st);
+
+#endif

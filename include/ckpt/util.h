@@ -1,0 +1,47 @@
+/*
+ * ckpt/util.h - small helpers shared by every module: allocation that
+ * aborts on OOM (for metadata-sized allocations), sizes, paths, time.
+ */
+#ifndef CKPT_UTIL_H
+#define CKPT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/err.h"
+
+void *ckpt_xmalloc(size_t n);
+void *ckpt_xcalloc(size_t n, size_t size);
+void *ckpt_xrealloc(void *p, size_t n);
+/* realloc for an array of n elements of size, overflow-checked. */
+void *ckpt_xreallocarray(void *p, size_t n, size_t size);
+char *ckpt_xstrdup(const char *s);
+char *ckpt_xstrndup(const char *s, size_t n);
+char *ckpt_xasprintf(const char *fmt, ...) CKPT_PRINTF(1, 2);
+
+/* Overflow-checked arithmetic: return 0 on success, -1 on overflow. */
+int ckpt_add_u64(uint64_t a, uint64_t b, uint64_t *out);
+int ckpt_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
+
+/* Parse "5G", "512M", "100k", "42" (binary units, K/M/G/T/P, optional
+ * trailing B or iB). Returns 0 or -1 with err. */
+int ckpt_parse_size(const char *s, uint64_t *out, struct ckpt_err *err);
+/* Parse a non-negative decimal integer that fits in int64. 0 or -1. */
+int ckpt_parse_u64(const char *s, uint64_t *out);
+/* Human size "1.5 GiB" into buf. */
+const char *ckpt_fmt_size(uint64_t n, char *buf, size_t len);
+
+/* Path helpers on '/'-separated strings. Results are malloced. */
+char *ckpt_path_join(const char *a, const char *b);
+/* Last component ("a/b/" -> "b"), malloced. */
+char *ckpt_path_basename(const char *p);
+/* Everything before the last component ("a/b/c" -> "a/b", "c" -> ""). */
+char *ckpt_path_dirname(const char *p);
+/* 1 if s ends with suffix. */
+int ckpt_str_endswith(const char *s, const char *suffix);
+int ckpt_str_startswith(const char *s, const char *prefix);
+
+/* Monotonic seconds. */
+double ckpt_now(void);
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * cli.h - shared by the subcommands in src/cli: global options, the option
+ * parser, and output (result rows, log lines, progress). Only cli/ prints
+ * and picks exit codes.
+ */
+#ifndef CKPT_CLI_H
+#define CKPT_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ckpt/err.h"
+#include "ckpt/storage.h"
+
+struct cJSON;
+
+/* Exit codes (SPEC). */
+#define EXIT_OK 0
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+
+/* Global options, parsed by every command; const once parsed. */
+struct ckpt_opts {
+    int dry_run;
+    int jobs;          /* 0: command's default */
+    int json;
+    int quiet;
+    int verbose;
+    int no_progress;
+    int insecure;
+    int retries;       /* 0: default */
+    const char *tmp_dir;
+};
+
+enum opt_type { OPT_END = 0, OPT_BOOL, OPT_INT, OPT_STR, OPT_SIZE, OPT_LIST };
+
+/* One option. value points at: int (BOOL, INT), const char * (STR),
+ * uint64_t (SIZE), struct opt_list (LIST: repeatable string). */
+struct option {
+    enum opt_type type;
+    int short_name;        /* 0 if none */
+    const char *long_name;
+    void *value;
+    const char *argh;      /* argument name in help, e.g. "N" */
+    const char *help;
+};
+
+struct opt_list {
+    const char **items;    /* owned array, borrowed strings */
+    int n;
+};
+
+#define OPT_BOOL_(s, l, v, h) { OPT_BOOL, s, l, v, NULL, h }
+#define OPT_INT_(s, l, v, a, h) { OPT_INT, s, l, v, a, h }
+#define OPT_STR_(s, l, v, a, h) { OPT_STR, s, l, v, a, h }
+#define OPT_SIZE_(s, l, v, a, h) { OPT_SIZE, s, l, v, a, h }
+#define OPT_LIST_(s, l, v, a, h) { OPT_LIST, s, l, v, a, h }
+#define OPT_END_() { OPT_END, 0, NULL, NULL, NULL, NULL }
+
+/* Parse argv (argv[0] is the command name) against the command's options
+ * plus the global ones. Non-option arguments are moved to argv[0..n-1] and
+ * n is returned. Returns -1 after printing a usage error, -2 after printing
+ * help (the command then exits EXIT_OK). usage[0] is the synopsis line(s),
+ * a NULL-terminated array whose remaining lines describe the command. */
+int parse_options(int argc, char **argv, const struct option *opts,
+                  const char *const *usage, struct ckpt_opts *g);
+void print_usage(FILE *f, const struct option *opts, const char *const *usage);
+void opt_list_release(struct opt_list *l);
+
+/* Storage settings derived from the global options. */
+struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g);
+
+/* Messages to stderr: "ckpt: error: ...", warnings hidden by -q, info
+ * shown unless -q, debug only with -v. When stderr is not a terminal each
+ * line starts with an ISO-8601 timestamp. */
+void cli_init_output(const struct ckpt_opts *g);
+void errorf(const char *fmt, ...) CKPT_PRINTF(1, 2);
+void warnf(const char *fmt, ...) CKPT_PRINTF(1, 2);
+void infof(const char *fmt, ...) CKPT_PRINTF(1, 2);
+void debugf(const char *fmt, ...) CKPT_PRINTF(1, 2);
+
+/* Print one JSON object as a single line on stdout and free it. */
+void out_json(struct cJSON *obj);
+/* Print fields joined by TAB, newline-terminated, on stdout. Tabs and
+ * newlines inside fields are replaced by spaces (one row per item). */
+void out_tsv(int n, const char *const *fields);
+
+/* Progress: a bar on a terminal (unless --no-progress/-q), periodic plain
+ * lines otherwise. Counters are atomic; any thread may add. */
+struct progress;
+struct progress *progress_new(const struct ckpt_opts *g, const char *what,
+                              uint64_t total_items, uint64_t total_bytes);
+void progress_add(struct progress *p, uint64_t items, uint64_t bytes);
+void progress_done(struct progress *p); /* prints the final line, frees */
+
+/* Subcommands: argc/argv start at the command name. */
+int cmd_clean(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+
+#endif

@@ -1,0 +1,86 @@
+/*
+ * main.c - the ckpt command: a table of subcommands, git style.
+ * `ckpt help CMD` is `ckpt CMD --help`.
+ */
+#include <curl/curl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+struct cmd_struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct cmd_struct commands[] = {
+    { "version", NULL, "print the version" },
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ckpt [--version] [--help] <command> [<args>]\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "    %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'ckpt help <command>' or 'ckpt <command> --help' shows a "
+               "command's options.\n");
+}
+
+static const struct cmd_struct *find(const char *name)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (!strcmp(commands[i].name, name))
+            return &commands[i];
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    /* A closed pipe (ckpt ls | head) must not kill us mid-delete. */
+    signal(SIGPIPE, SIG_IGN);
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
+        usage(stdout);
+        return EXIT_OK;
+    }
+    if (!strcmp(name, "--version") || !strcmp(name, "version")) {
+        printf("ckpt %s\n", CKPT_VERSION);
+        return EXIT_OK;
+    }
+    if (!strcmp(name, "help")) {
+        if (argc < 3) {
+            usage(stdout);
+            return EXIT_OK;
+        }
+        const struct cmd_struct *c = find(argv[2]);
+        if (!c || !c->fn) {
+            fprintf(stderr, "ckpt: '%s' is not a ckpt command\n", argv[2]);
+            return EXIT_USAGE;
+        }
+        char *av[] = { (char *)c->name, "--help", NULL };
+        return c->fn(2, av);
+    }
+    const struct cmd_struct *c = find(name);
+    if (!c || !c->fn) {
+        fprintf(stderr, "ckpt: '%s' is not a ckpt command. See 'ckpt "
+                        "--help'.\n", name);
+        return EXIT_USAGE;
+    }
+    /* Once, before any thread exists (curl_global_init is not
+     * thread-safe). */
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = c->fn(argc - 1, argv + 1);
+    curl_global_cleanup();
+    if (fflush(stdout) != 0 && rc == EXIT_OK)
+        rc = EXIT_FAILED;
+    return rc;
+}

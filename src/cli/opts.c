@@ -1,0 +1,231 @@
+/*
+ * opts.c - a small parse-options: each command has a usage array and an
+ * option table; the global options are appended to every table.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ckpt/util.h"
+
+static int want_help, want_version;
+
+static const struct option *global_opts(struct ckpt_opts *g)
+{
+    static struct option t[11];
+    struct option tmp[] = {
+        OPT_BOOL_('n', "dry-run", &g->dry_run,
+                  "say what would happen, change nothing"),
+        OPT_INT_('j', "jobs", &g->jobs, "N", "parallelism"),
+        OPT_BOOL_(0, "json", &g->json, "one JSON object per line on stdout"),
+        OPT_BOOL_('q', "quiet", &g->quiet, "only errors on stderr"),
+        OPT_BOOL_('v', "verbose", &g->verbose, "more detail on stderr"),
+        OPT_STR_(0, "tmp-dir", &g->tmp_dir, "DIR", "directory for spooling"),
+        OPT_BOOL_(0, "no-progress", &g->no_progress, "no progress output"),
+        OPT_BOOL_(0, "insecure", &g->insecure, "do not verify TLS"),
+        OPT_INT_(0, "retries", &g->retries, "N",
+                 "attempts for transient failures"),
+        OPT_BOOL_(0, "version", &want_version, "print the version"),
+        OPT_END_(),
+    };
+    memcpy(t, tmp, sizeof(tmp));
+    return t;
+}
+
+void opt_list_release(struct opt_list *l)
+{
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+}
+
+static void print_table(FILE *f, const struct option *o)
+{
+    for (; o->type != OPT_END; o++) {
+        char left[64];
+        char sh[8] = "";
+        if (o->short_name)
+            snprintf(sh, sizeof(sh), "-%c, ", o->short_name);
+        snprintf(left, sizeof(left), "%s--%s%s%s", sh, o->long_name,
+                 o->argh ? " " : "", o->argh ? o->argh : "");
+        fprintf(f, "    %-28s %s\n", left, o->help);
+    }
+}
+
+void print_usage(FILE *f, const struct option *opts, const char *const *usage)
+{
+    fprintf(f, "usage: %s\n", usage[0]);
+    for (int i = 1; usage[i]; i++)
+        fprintf(f, "%s%s\n", usage[i][0] ? "    " : "", usage[i]);
+    fprintf(f, "\n");
+    print_table(f, opts);
+    fprintf(f, "\nglobal options:\n");
+    struct ckpt_opts dummy;
+    print_table(f, global_opts(&dummy));
+    fprintf(f, "    %-28s %s\n", "-h, --help", "show this help");
+}
+
+static const struct option *find_long(const struct option *a,
+                                      const struct option *b, const char *n,
+                                      size_t len)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (const struct option *o = pass ? b : a; o->type != OPT_END; o++)
+            if (strlen(o->long_name) == len &&
+                !strncmp(o->long_name, n, len))
+                return o;
+    return NULL;
+}
+
+static const struct option *find_short(const struct option *a,
+                                       const struct option *b, int c)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (const struct option *o = pass ? b : a; o->type != OPT_END; o++)
+            if (o->short_name == c)
+                return o;
+    return NULL;
+}
+
+/* Store arg into o. Returns 0 or -1 after printing an error. */
+static int set_value(const struct option *o, const char *arg, const char *cmd)
+{
+    struct ckpt_err err;
+    uint64_t v;
+    switch (o->type) {
+    case OPT_BOOL:
+        *(int *)o->value = 1;
+        return 0;
+    case OPT_INT:
+        if (ckpt_parse_u64(arg, &v) != 0 || v > 1000000) {
+            fprintf(stderr, "ckpt %s: error: --%s needs a number, got '%s'\n",
+                    cmd, o->long_name, arg);
+            return -1;
+        }
+        *(int *)o->value = (int)v;
+        return 0;
+    case OPT_STR:
+        *(const char **)o->value = arg;
+        return 0;
+    case OPT_SIZE:
+        if (ckpt_parse_size(arg, (uint64_t *)o->value, &err) != 0) {
+            fprintf(stderr, "ckpt %s: error: --%s: %s\n", cmd, o->long_name,
+                    err.msg);
+            return -1;
+        }
+        return 0;
+    case OPT_LIST: {
+        struct opt_list *l = o->value;
+        l->items = ckpt_xreallocarray(l->items, (size_t)l->n + 1,
+                                      sizeof(*l->items));
+        l->items[l->n++] = arg;
+        return 0;
+    }
+    default:
+        return -1;
+    }
+}
+
+static int usage_error(const char *cmd, const struct option *opts,
+                       const char *const *usage, const char *fmt,
+                       const char *what)
+{
+    fprintf(stderr, "ckpt %s: error: ", cmd);
+    fprintf(stderr, fmt, what);
+    fprintf(stderr, "\n");
+    fprintf(stderr, "usage: %s\n(see 'ckpt %s --help')\n", usage[0], cmd);
+    (void)opts;
+    return -1;
+}
+
+int parse_options(int argc, char **argv, const struct option *opts,
+                  const char *const *usage, struct ckpt_opts *g)
+{
+    const char *cmd = argv[0];
+    want_help = want_version = 0;
+    const struct option *glob = global_opts(g);
+    int nargs = 0;
+    int only_args = 0;
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (only_args || a[0] != '-' || a[1] == '\0') {
+            argv[nargs++] = a;
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            only_args = 1;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            want_help = 1;
+            continue;
+        }
+        const struct option *o;
+        const char *val = NULL;
+        if (a[1] == '-') {
+            const char *name = a + 2;
+            const char *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            o = find_long(opts, glob, name, len);
+            if (!o)
+                return usage_error(cmd, opts, usage, "unknown option '%s'", a);
+            if (eq) {
+                if (o->type == OPT_BOOL)
+                    return usage_error(cmd, opts, usage,
+                                       "option '%s' takes no value", a);
+                val = eq + 1;
+            }
+        } else {
+            o = find_short(opts, glob, a[1]);
+            if (!o)
+                return usage_error(cmd, opts, usage, "unknown option '%s'", a);
+            if (a[2]) {
+                if (o->type == OPT_BOOL) {
+                    /* bundled flags: -nq */
+                    for (const char *c = a + 1; *c; c++) {
+                        const struct option *b = find_short(opts, glob, *c);
+                        if (!b || b->type != OPT_BOOL)
+                            return usage_error(cmd, opts, usage,
+                                               "unknown option in '%s'", a);
+                        *(int *)b->value = 1;
+                    }
+                    continue;
+                }
+                val = a + 2;
+            }
+        }
+        if (o->type != OPT_BOOL && !val) {
+            if (i + 1 >= argc)
+                return usage_error(cmd, opts, usage,
+                                   "option '%s' needs a value", a);
+            val = argv[++i];
+        }
+        if (set_value(o, val, cmd) != 0)
+            return -1;
+    }
+    argv[nargs] = NULL;
+    if (want_help) {
+        print_usage(stdout, opts, usage);
+        return -2;
+    }
+    if (want_version) {
+        printf("ckpt %s\n", CKPT_VERSION);
+        return -2;
+    }
+    if (g->quiet && g->verbose)
+        return usage_error(cmd, opts, usage, "%s",
+                           "--quiet and --verbose exclude each other");
+    return nargs;
+}
+
+struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g)
+{
+    struct ckpt_storage_cfg c = {
+        .insecure = g->insecure,
+        .retries = g->retries,
+        .verbose = g->verbose,
+        .jobs = g->jobs,
+    };
+    return c;
+}

@@ -1,0 +1,391 @@
+/*
+ * local.c - the local filesystem as a storage backend.
+ *
+ * Keys are paths. Listing and deleting walk with openat()/fdopendir() and
+ * O_NOFOLLOW, so a symlink inside a tree is reported (or unlinked), never
+ * followed out of it. Writes go to a temporary sibling and are renamed into
+ * place on commit, so a reader never sees a half-written file.
+ */
+#include "storage_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/buf.h"
+#include "ckpt/util.h"
+
+static enum ckpt_entry_type mode_type(mode_t m)
+{
+    if (S_ISREG(m))
+        return CKPT_ENTRY_FILE;
+    if (S_ISDIR(m))
+        return CKPT_ENTRY_DIR;
+    if (S_ISLNK(m))
+        return CKPT_ENTRY_LINK;
+    return CKPT_ENTRY_OTHER;
+}
+
+static int local_stat(struct ckpt_storage *st, const char *key,
+                      struct ckpt_stat *out, struct ckpt_err *err)
+{
+    struct stat sb;
+    /* Follow a symlink named by the user (a run given as a link is fine);
+     * links found while walking are never followed. */
+    if (stat(key, &sb) != 0)
+        return ckpt_err_sys(err, "stat '%s'", key);
+    out->size = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
+    out->mtime = sb.st_mtime;
+    out->type = mode_type(sb.st_mode);
+    return 0;
+}
+
+struct walk {
+    ckpt_list_fn fn;
+    void *ud;
+    unsigned flags;
+    struct ckpt_buf rel;     /* path relative to the listed dir */
+    const char *top;         /* for messages */
+    struct ckpt_err *err;
+};
+
+/* Walk the directory open at dfd (consumed). Returns 0, -1 on error (err
+ * set), or the callback's non-zero stop value. */
+static int walk_dir(struct walk *w, int dfd)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return ckpt_err_sys(w->err, "open directory '%s/%s'", w->top,
+                            w->rel.ptr);
+    }
+    int rc = 0;
+    size_t base = w->rel.len;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            if (errno)
+                rc = ckpt_err_sys(w->err, "read directory '%s/%s'", w->top,
+                                  w->rel.ptr);
+            break;
+        }
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT)
+                continue; /* removed while we walked */
+            rc = ckpt_err_sys(w->err, "stat '%s/%s%s'", w->top, w->rel.ptr,
+                              de->d_name);
+            break;
+        }
+        ckpt_buf_setlen(&w->rel, base);
+        ckpt_buf_addstr(&w->rel, de->d_name);
+        enum ckpt_entry_type t = mode_type(sb.st_mode);
+        if (t == CKPT_ENTRY_DIR && (w->flags & CKPT_LIST_RECURSIVE)) {
+            int sub = openat(dirfd(d), de->d_name,
+                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0) {
+                if (errno == ENOENT)
+                    continue;
+                rc = ckpt_err_sys(w->err, "open directory '%s/%s'", w->top,
+                                  w->rel.ptr);
+                break;
+            }
+            ckpt_buf_addch(&w->rel, '/');
+            rc = walk_dir(w, sub);
+            if (rc)
+                break;
+            continue;
+        }
+        struct ckpt_entry e = {
+            .name = w->rel.ptr,
+            .size = t == CKPT_ENTRY_FILE ? (uint64_t)sb.st_size : 0,
+            .mtime = sb.st_mtime,
+            .type = t,
+            .etag = "",
+        };
+        rc = w->fn(w->ud, &e);
+        if (rc)
+            break;
+    }
+    ckpt_buf_setlen(&w->rel, base);
+    closedir(d);
+    return rc;
+}
+
+static int local_list(struct ckpt_storage *st, const char *dir, unsigned flags,
+                      ckpt_list_fn fn, void *ud, struct ckpt_err *err)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return ckpt_err_sys(err, "open directory '%s'", dir);
+    struct walk w = { fn, ud, flags, CKPT_BUF_INIT, dir, err };
+    int rc = walk_dir(&w, dfd);
+    ckpt_buf_release(&w.rel);
+    return rc;
+}
+
+static int local_read(struct ckpt_storage *st, const char *key, uint64_t off,
+                      void *buf, size_t len, size_t *nread,
+                      struct ckpt_err *err)
+{
+    int fd = open(key, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_err_sys(err, "open '%s'", key);
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(fd, (char *)buf + done, len - done,
+                          (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            int rc = ckpt_err_sys(err, "read '%s'", key);
+            close(fd);
+            return rc;
+        }
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    close(fd);
+    *nread = done;
+    return 0;
+}
+
+/* mkdir -p of the parent directories of path. */
+static int make_parents(const char *path, struct ckpt_err *err)
+{
+    char *dir = ckpt_path_dirname(path);
+    int rc = 0;
+    for (char *p = dir + 1; *dir && rc == 0; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+            rc = ckpt_err_sys(err, "create directory '%s'", dir);
+        *p = c;
+        if (!c)
+            break;
+    }
+    free(dir);
+    return rc;
+}
+
+struct local_writer {
+    struct ckpt_writer base;
+    int fd;
+    char *path;    /* owned: final name */
+    char *tmp;     /* owned: temporary name */
+    int exclusive; /* commit with link() so an existing file wins */
+};
+
+static int lw_write(struct ckpt_writer *w_, const void *data, size_t len,
+                    struct ckpt_err *err)
+{
+    struct local_writer *w = (struct local_writer *)w_;
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(w->fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return ckpt_err_sys(err, "write '%s'", w->tmp);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void lw_free(struct local_writer *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    free(w->path);
+    free(w->tmp);
+    free(w);
+}
+
+static void lw_abort(struct ckpt_writer *w_)
+{
+    struct local_writer *w = (struct local_writer *)w_;
+    unlink(w->tmp);
+    lw_free(w);
+}
+
+static int lw_commit(struct ckpt_writer *w_, struct ckpt_err *err)
+{
+    struct local_writer *w = (struct local_writer *)w_;
+    int rc = 0;
+    if (close(w->fd) != 0) {
+        w->fd = -1;
+        rc = ckpt_err_sys(err, "close '%s'", w->tmp);
+    }
+    w->fd = -1;
+    if (rc == 0 && w->exclusive) {
+        /* link() fails with EEXIST atomically: the conditional create. */
+        if (link(w->tmp, w->path) != 0)
+            rc = errno == EEXIST
+                ? ckpt_err_set(err, CKPT_EEXIST, "'%s' already exists",
+                               w->path)
+                : ckpt_err_sys(err, "create '%s'", w->path);
+        unlink(w->tmp);
+    } else if (rc == 0 && rename(w->tmp, w->path) != 0) {
+        rc = ckpt_err_sys(err, "rename '%s' to '%s'", w->tmp, w->path);
+    }
+    if (rc != 0)
+        unlink(w->tmp);
+    lw_free(w);
+    return rc;
+}
+
+static const struct ckpt_writer_ops local_writer_ops = {
+    lw_write, lw_commit, lw_abort
+};
+
+static int open_writer(const char *key, int exclusive,
+                       struct ckpt_writer **out, struct ckpt_err *err)
+{
+    static _Atomic unsigned long seq;
+    if (make_parents(key, err) != 0)
+        return -1;
+    struct local_writer *w = ckpt_xcalloc(1, sizeof(*w));
+    w->base.ops = &local_writer_ops;
+    w->path = ckpt_xstrdup(key);
+    char *dir = ckpt_path_dirname(key);
+    char *base = ckpt_path_basename(key);
+    w->tmp = ckpt_xasprintf("%s%s.%s.ckpt-tmp-%ld-%lu", dir,
+                            *dir ? "/" : "", base, (long)getpid(),
+                            (unsigned long)atomic_fetch_add(&seq, 1));
+    free(dir);
+    free(base);
+    w->exclusive = exclusive;
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (w->fd < 0) {
+        int rc = ckpt_err_sys(err, "create '%s'", w->tmp);
+        lw_free(w);
+        return rc;
+    }
+    *out = &w->base;
+    return 0;
+}
+
+static int local_writer_open(struct ckpt_storage *st, const char *key,
+                             uint64_t size_hint, struct ckpt_writer **out,
+                             struct ckpt_err *err)
+{
+    return open_writer(key, 0, out, err);
+}
+
+static int local_put_if_absent(struct ckpt_storage *st, const char *key,
+                               const void *data, size_t len,
+                               struct ckpt_err *err)
+{
+    struct ckpt_writer *w;
+    if (open_writer(key, 1, &w, err) != 0)
+        return -1;
+    if (lw_write(w, data, len, err) != 0) {
+        lw_abort(w);
+        return -1;
+    }
+    return lw_commit(w, err);
+}
+
+static int local_del(struct ckpt_storage *st, const char *key,
+                     struct ckpt_err *err)
+{
+    if (unlink(key) != 0 && errno != ENOENT)
+        return ckpt_err_sys(err, "delete '%s'", key);
+    return 0;
+}
+
+/* Remove everything inside the directory open at dfd (consumed). */
+static int rm_contents(int dfd, struct ckpt_buf *path, struct ckpt_err *err)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return ckpt_err_sys(err, "open directory '%s'", path->ptr);
+    }
+    int rc = 0;
+    size_t base = path->len;
+    struct dirent *de;
+    while (rc == 0 && (errno = 0, de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        ckpt_buf_setlen(path, base);
+        ckpt_buf_addf(path, "/%s", de->d_name);
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT)
+            continue;
+        if (errno != EISDIR && errno != EPERM) {
+            rc = ckpt_err_sys(err, "delete '%s'", path->ptr);
+            break;
+        }
+        /* A directory: O_NOFOLLOW|O_DIRECTORY refuses a symlink swapped in
+         * meanwhile, so we never descend outside the tree. */
+        int sub = openat(dirfd(d), de->d_name,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) {
+            if (errno == ENOENT)
+                continue;
+            rc = ckpt_err_sys(err, "open directory '%s'", path->ptr);
+            break;
+        }
+        rc = rm_contents(sub, path, err);
+        if (rc == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
+            errno != ENOENT)
+            rc = ckpt_err_sys(err, "delete directory '%s'", path->ptr);
+    }
+    if (rc == 0 && errno != 0 && !de)
+        rc = ckpt_err_sys(err, "read directory '%s'", path->ptr);
+    ckpt_buf_setlen(path, base);
+    closedir(d);
+    return rc;
+}
+
+static int local_delete_tree(struct ckpt_storage *st, const char *dir,
+                             struct ckpt_err *err)
+{
+    struct stat sb;
+    if (lstat(dir, &sb) != 0)
+        return errno == ENOENT ? 0 : ckpt_err_sys(err, "stat '%s'", dir);
+    if (!S_ISDIR(sb.st_mode))
+        return local_del(st, dir, err);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0
+                               : ckpt_err_sys(err, "open directory '%s'", dir);
+    struct ckpt_buf path = CKPT_BUF_INIT;
+    ckpt_buf_addstr(&path, dir);
+    int rc = rm_contents(dfd, &path, err);
+    ckpt_buf_release(&path);
+    if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT)
+        rc = ckpt_err_sys(err, "delete directory '%s'", dir);
+    return rc;
+}
+
+static const struct ckpt_storage_ops local_ops = {
+    .name = "local",
+    .stat = local_stat,
+    .list = local_list,
+    .read = local_read,
+    .writer_open = local_writer_open,
+    .put_if_absent = local_put_if_absent,
+    .del = local_del,
+    .delete_tree = local_delete_tree,
+    .close = NULL,
+};
+
+int ckpt_local_open(struct ckpt_storage *st, struct ckpt_err *err)
+{
+    st->ops = &local_ops;
+    return 0;
+}

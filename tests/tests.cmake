@@ -1,0 +1,54 @@
+# Unit tests: tests/unit/test_<module>.c, one executable each. Each case is
+# registered with ctest as <module>/<case> so it runs by name.
+file(GLOB CKPT_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/test_*.c)
+foreach(src ${CKPT_UNIT_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src
+                                             ${CMAKE_SOURCE_DIR}/tests/support)
+  target_link_libraries(${name} PRIVATE ckpt_core)
+  add_test(NAME unit/${name} COMMAND ${name}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+  set_tests_properties(unit/${name} PROPERTIES LABELS unit TIMEOUT 300)
+endforeach()
+
+# Integration tests: shell or Python scripts run against build/ckpt.
+file(GLOB CKPT_INT_TESTS CONFIGURE_DEPENDS
+     ${CMAKE_SOURCE_DIR}/tests/integration/*.sh
+     ${CMAKE_SOURCE_DIR}/tests/integration/*.py)
+foreach(script ${CKPT_INT_TESTS})
+  get_filename_component(name ${script} NAME_WE)
+  get_filename_component(ext ${script} EXT)
+  if(ext STREQUAL ".py")
+    set(cmd /usr/bin/python3 ${script})
+  else()
+    set(cmd bash ${script})
+  endif()
+  add_test(NAME integration/${name} COMMAND ${cmd}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(integration/${name} PROPERTIES LABELS integration
+    TIMEOUT 900
+    ENVIRONMENT "CKPT=$<TARGET_FILE:ckpt>;CKPT_SRC=${CMAKE_SOURCE_DIR};CKPT_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
+
+# Fuzz targets: tests/fuzz/<target>_fuzz.c. Always built as a replay driver
+# over tests/fuzz/corpus/<target>/ (run under ctest); with CKPT_FUZZ also as
+# a libFuzzer binary.
+file(GLOB CKPT_FUZZ_TARGETS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/*_fuzz.c)
+foreach(src ${CKPT_FUZZ_TARGETS})
+  get_filename_component(name ${src} NAME_WE)
+  string(REGEX REPLACE "_fuzz$" "" target ${name})
+  add_executable(${name}_replay ${src} ${CMAKE_SOURCE_DIR}/tests/fuzz/replay.c)
+  target_include_directories(${name}_replay PRIVATE ${CMAKE_SOURCE_DIR}/src)
+  target_link_libraries(${name}_replay PRIVATE ckpt_core)
+  add_test(NAME fuzz/${target} COMMAND ${name}_replay
+           ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${target})
+  set_tests_properties(fuzz/${target} PROPERTIES LABELS fuzz TIMEOUT 300)
+  if(CKPT_FUZZ)
+    add_executable(${name} ${src})
+    target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src)
+    target_compile_options(${name} PRIVATE -fsanitize=fuzzer)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+    target_link_libraries(${name} PRIVATE ckpt_core)
+  endif()
+endforeach()
