@@ -20,8 +20,9 @@ static long find_open(const char *xml, size_t len, size_t pos,
         size_t at = (size_t)(lt - xml);
         if (at + tl + 2 > len)
             return -1;
+        char after = lt[tl + 1];
         if (!memcmp(lt + 1, tag, tl) &&
-            (lt[tl + 1] == '>' || lt[tl + 1] == ' ')) {
+            (after == '>' || after == ' ' || after == '/')) {
             const char *gt = memchr(lt, '>', len - at);
             if (!gt)
                 return -1;

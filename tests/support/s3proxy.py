@@ -14,7 +14,9 @@ It also emulates what s3rver lacks (so tests can exercise those paths):
   * PUT with If-None-Match: * answers 412 PreconditionFailed when the
     object exists (s3rver ignores conditional PUT headers); atomic only
     among requests through this proxy;
-  * AbortMultipartUpload (DELETE ?uploadId=) answers 204 (s3rver: 405).
+  * AbortMultipartUpload (DELETE ?uploadId=) answers 204 (s3rver: 405);
+  * a ranged GET of an empty object answers 416 InvalidRange, as S3 does
+    (s3rver sends 206 with Content-Length: 1 and no body, then hangs).
 
 Faults, chosen per request at random (seeded):
   slowdown  fraction answered 503 SlowDown
@@ -86,7 +88,8 @@ class State:
                           "get_bytes": 0, "faults": {"slowdown": 0,
                           "r2_429": 0, "reset": 0}, "sig_ok": 0,
                           "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
-                          "emulated": {"if_none_match": 0, "abort": 0}}
+                          "emulated": {"if_none_match": 0, "abort": 0,
+                                       "empty_range": 0}}
 
     def count(self, key, n=1, sub=None):
         with self.lock:
@@ -261,6 +264,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             conn.request(method, path, body=body or None, headers=headers)
             r = conn.getresponse()
+            if r.status == 206 and (r.getheader("Content-Range") or "") \
+                    .endswith("/0"):
+                self.st.count("emulated", sub="empty_range")
+                return 416, [("Content-Type", "application/xml")], \
+                    error_xml("InvalidRange", "The requested range is not "
+                              "satisfiable")
             data = r.read()
             return r.status, r.getheaders(), data
         finally:
