@@ -65,7 +65,7 @@ def odd_keys(c, env, tmp):
 
 def ranged(c, env, tmp):
     rnd = random.Random(7)
-    data = bytes(rnd.getrandbits(8) for _ in range(3 * 1024 * 1024 + 17))
+    data = rnd.randbytes(3 * 1024 * 1024 + 17)
     tool(env, "put", "-", "s3://%s/r/blob" % B, input=data)
     for off, ln in [(0, 1), (5, 10), (1048575, 2), (len(data) - 3, 100),
                     (len(data), 5), (len(data) + 10, 5), (0, len(data))]:
@@ -81,7 +81,7 @@ def ranged(c, env, tmp):
 
 def multipart(c, s3, env, tmp):
     rnd = random.Random(1)
-    data = bytes(rnd.getrandbits(8) for _ in range(19 * 1024 * 1024 + 5))
+    data = rnd.randbytes(19 * 1024 * 1024 + 5)
     s3.reset_stats()
     tool(env, "put", "-", "s3://%s/mp/big.bin" % B, input=data)
     st = s3.stats()

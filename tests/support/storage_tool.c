@@ -2,7 +2,7 @@
  * storage_tool.c - drive the storage API from scripts (integration tests,
  * benchmarks): every operation of include/ckpt/storage.h on any location.
  *
- *   storage_tool [-j N] [-s] CMD ARGS
+ *   storage_tool [-j N] [-r ATTEMPTS] [-s] CMD ARGS
  *     ls [-r] LOC          one "TYPE<TAB>SIZE<TAB>NAME" line per entry,
  *                          sorted by name (TYPE f, d, l, o)
  *     stat LOC             "file SIZE ETAG" or "dir"
@@ -226,10 +226,12 @@ static int run(struct ckpt_storage *st, const char *key, int argc,
 
 int main(int argc, char **argv)
 {
-    int jobs = 16, stats = 0, opt;
-    while ((opt = getopt(argc, argv, "+j:s")) != -1) {
+    int jobs = 16, stats = 0, attempts = 0, opt;
+    while ((opt = getopt(argc, argv, "+j:r:s")) != -1) {
         if (opt == 'j')
             jobs = (int)strtol(optarg, NULL, 10);
+        else if (opt == 'r')
+            attempts = (int)strtol(optarg, NULL, 10);
         else if (opt == 's')
             stats = 1;
         else
@@ -251,7 +253,7 @@ int main(int argc, char **argv)
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_loc loc;
     struct ckpt_storage *st = NULL;
-    struct ckpt_storage_cfg cfg = { 0, 0, 0, jobs };
+    struct ckpt_storage_cfg cfg = { 0, attempts, 0, jobs };
     int rc = ckpt_loc_parse(&loc, where, &err);
     if (rc == 0)
         rc = ckpt_storage_open(&st, &loc, &cfg, &err);
