@@ -196,8 +196,13 @@ def _args(argv):
     p.add_argument("--max-seconds", type=float, default=1800)
     p.add_argument("--proxy-arg", action="append", default=[],
                    help="extra s3proxy.py argument (repeatable)")
-    p.add_argument("cmd", nargs=argparse.REMAINDER)
-    return p.parse_args(argv)
+    cmd = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, cmd = argv[:i], argv[i + 1:]
+    a = p.parse_args(argv)
+    a.cmd = cmd
+    return a
 
 
 def main(argv):
@@ -206,9 +211,8 @@ def main(argv):
                 max_seconds=a.max_seconds, proxy_args=a.proxy_arg)
     with env:
         if a.mode == "run":
-            cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
             try:
-                return subprocess.run(cmd, env=env.env(),
+                return subprocess.run(a.cmd, env=env.env(),
                                       timeout=a.max_seconds).returncode
             except subprocess.TimeoutExpired:
                 return 124
