@@ -24,7 +24,7 @@ secs() { # run "$@", print elapsed seconds
     t0=$(date +%s.%N)
     "$@" >/dev/null
     t1=$(date +%s.%N)
-    echo "$t1 - $t0" | bc -l
+    python3 -c "print($t1 - $t0)"
 }
 
 count() {
@@ -70,5 +70,5 @@ echo "| --- | --- | --- |"
 for t in ckpt aws rclone; do
     [ -f "$tmp/$t" ] || continue
     v=$(cat "$tmp/$t")
-    printf '| %s | %.2f | %.1fx |\n' "$t" "$v" "$(echo "$v / $c" | bc -l)"
+    printf '| %s | %.2f | %.1fx |\n' "$t" "$v" "$(python3 -c "print($v / $c)")"
 done
