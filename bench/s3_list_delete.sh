@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # s3_list_delete.sh - list + delete a prefix of N small objects (default
-# 20,000) on a local s3rver, connected directly (no proxy: the Python proxy
-# would be the bottleneck for every tool alike). ckpt (storage_tool
+# 20,000, 100 bytes each, 100 to a directory like the shards of checkpoint
+# steps) on a local s3rver, connected directly (no proxy: the Python proxy
+# would be the bottleneck for every tool alike). s3rver scans an object's
+# directory on every delete, so a flat prefix of 20,000 keys would measure
+# only that scan. ckpt (storage_tool
 # rm-tree: ListObjectsV2 + DeleteObjects batches of 1,000, 4 in flight)
 # against `aws s3 rm --recursive` and, when installed, rclone's `delete`,
 # in the same run; median of R rounds (default 3). The objects are
@@ -16,7 +19,7 @@ T=${CKPT_BUILD:-build}/storage_tool
 s3env_start --no-proxy --bucket bench --max-seconds 3600
 
 populate() {
-    "$T" -j 32 put-many s3://bench/p "$N" 100
+    "$T" -j 32 put-many s3://bench/p "$N" 100 100
 }
 
 secs() { # run "$@", print elapsed seconds

@@ -260,9 +260,6 @@ int s3_judge(struct s3 *s3, const struct http_resp *resp, int attempt,
     int retry = http_retryable(&shown, code.ptr, msg.ptr) &&
                 attempt < s3->attempts;
     if (retry) {
-        if (getenv("CKPT_DEBUG_RETRY"))
-            fprintf(stderr, "retry %d %s: %ld %s %s %s\n", attempt, what,
-                    resp->status, code.ptr, msg.ptr, resp->curl_msg);
         *delay = http_backoff(attempt, resp->retry_after);
         atomic_fetch_add(&s3->hc.stats.retries, 1);
     } else {

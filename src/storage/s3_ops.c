@@ -275,6 +275,9 @@ static int read_attempt(struct ckpt_storage *st, const char *key,
                      resp.etag);
         if (resp.status == 416 && resp.curl == CURLE_OK)
             v = 0;  /* at or past the end */
+        else if (resp.status == 412 && resp.curl == CURLE_OK)
+            v = ckpt_err_set(err, CKPT_EHTTP, "%s: changed while being "
+                             "read (HTTP 412 on resume)", what);
         else
             v = s3_judge(s3, &resp, attempt, what, delay, err);
     }

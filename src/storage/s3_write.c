@@ -71,6 +71,10 @@ static int put_object(struct ckpt_storage *st, const char *key,
     s3_req_header(&r, "Content-MD5", md5);
     if (hdr)
         s3_req_header(&r, hdr, val);
+    /* GCS's own spelling of "create only" (XML API preconditions). */
+    struct s3 *s3 = st->impl;
+    if (hdr && s3->scheme == CKPT_SCHEME_GS)
+        s3_req_header(&r, "x-goog-if-generation-match", "0");
     r.body = body;
     r.body_len = len;
     r.unsigned_payload = len > SIGNED_BODY_MAX;

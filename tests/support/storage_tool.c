@@ -10,8 +10,10 @@
  *     put FILE LOC         streaming write of FILE ("-": stdin)
  *     put-if-absent FILE LOC
  *     rm LOC | rm-tree LOC
- *     put-many LOC N SIZE  N objects LOC/obj-000000.. of SIZE bytes, -j
- *                          at a time
+ *     put-many LOC N SIZE [PER_DIR]
+ *                          N objects LOC/obj-000000.. of SIZE bytes, -j
+ *                          at a time; with PER_DIR, PER_DIR objects to a
+ *                          directory: LOC/d0000/obj-000000..
  *   -s prints the storage's counters to stderr at the end:
  *     "requests=N retries=N bytes_in=N bytes_out=N bytes_read=N".
  * Failure: "storage_tool: CODE: MESSAGE" on stderr, exit 1.
@@ -165,8 +167,17 @@ static void put_one(void *arg)
     t->rc = ckpt_storage_put(t->st, t->key, t->data, t->len, &t->err);
 }
 
+static char *many_key(const char *prefix, size_t i, size_t per_dir)
+{
+    const char *sep = *prefix ? "/" : "";
+    if (per_dir)
+        return ckpt_xasprintf("%s%sd%04zu/obj-%06zu", prefix, sep,
+                              i / per_dir, i);
+    return ckpt_xasprintf("%s%sobj-%06zu", prefix, sep, i);
+}
+
 static int cmd_put_many(struct ckpt_storage *st, const char *prefix,
-                        size_t n, size_t size, int jobs,
+                        size_t n, size_t size, size_t per_dir, int jobs,
                         struct ckpt_err *err)
 {
     char *data = ckpt_xmalloc(size ? size : 1);
@@ -175,9 +186,8 @@ static int cmd_put_many(struct ckpt_storage *st, const char *prefix,
     struct put_task *t = ckpt_xcalloc(n ? n : 1, sizeof(*t));
     struct ckpt_pool *pool = ckpt_pool_new(jobs, 256);
     for (size_t i = 0; i < n; i++) {
-        t[i] = (struct put_task){ st, ckpt_xasprintf("%s%sobj-%06zu", prefix,
-                                  *prefix ? "/" : "", i), data, size, 0,
-                                  CKPT_ERR_INIT };
+        t[i] = (struct put_task){ st, many_key(prefix, i, per_dir), data,
+                                  size, 0, CKPT_ERR_INIT };
         ckpt_pool_submit(pool, put_one, &t[i]);
     }
     ckpt_pool_free(pool);
@@ -216,10 +226,14 @@ static int run(struct ckpt_storage *st, const char *key, int argc,
     if (!strcmp(cmd, "rm-tree"))
         return ckpt_storage_delete_tree(st, key, err);
     if (!strcmp(cmd, "put-many")) {
-        if (argc != 4 || ckpt_parse_u64(argv[2], &a) != 0 ||
-            ckpt_parse_u64(argv[3], &b) != 0)
-            return ckpt_err_set(err, CKPT_EUSAGE, "put-many LOC N SIZE");
-        return cmd_put_many(st, key, (size_t)a, (size_t)b, jobs, err);
+        uint64_t per = 0;
+        if (argc < 4 || argc > 5 || ckpt_parse_u64(argv[2], &a) != 0 ||
+            ckpt_parse_u64(argv[3], &b) != 0 ||
+            (argc == 5 && ckpt_parse_u64(argv[4], &per) != 0))
+            return ckpt_err_set(err, CKPT_EUSAGE,
+                                "put-many LOC N SIZE [PER_DIR]");
+        return cmd_put_many(st, key, (size_t)a, (size_t)b, (size_t)per,
+                            jobs, err);
     }
     return ckpt_err_set(err, CKPT_EUSAGE, "unknown command '%s'", cmd);
 }

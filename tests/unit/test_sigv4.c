@@ -1,7 +1,8 @@
 /*
  * test_sigv4.c - SigV4 against AWS's published vectors: the signing test
- * suite (tests/data/sigv4/, files *.req, see its README) and the five examples of
- * the S3 API reference (sig-v4-header-based-auth, sigv4-query-string-auth).
+ * suite (tests/data/sigv4/, files *.req, see its README) and the five
+ * examples of the S3 API reference (sig-v4-header-based-auth,
+ * sigv4-query-string-auth).
  */
 #include <ctype.h>
 #include <dirent.h>
