@@ -25,6 +25,10 @@ void http_client_init(struct http_client *hc, int insecure, int verbose)
     pthread_mutex_init(&hc->mu, NULL);
     hc->insecure = insecure;
     hc->verbose = verbose;
+    /* aws-cli's variable for a private CA (on-prem, TLS-inspecting
+     * proxies); libcurl itself reads no environment for this. */
+    const char *ca = getenv("AWS_CA_BUNDLE");
+    hc->ca_bundle = ca && *ca ? ckpt_xstrdup(ca) : NULL;
 }
 
 void http_client_release(struct http_client *hc)
@@ -32,6 +36,7 @@ void http_client_release(struct http_client *hc)
     for (size_t i = 0; i < hc->nidle; i++)
         curl_easy_cleanup(hc->idle[i]);
     free(hc->idle);
+    free(hc->ca_bundle);
     pthread_mutex_destroy(&hc->mu);
 }
 
@@ -243,6 +248,8 @@ void http_setup(struct http_client *hc, CURL *h, const struct http_req *req,
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     if (req->timeout_s > 0)
         curl_easy_setopt(h, CURLOPT_TIMEOUT, req->timeout_s);
+    if (hc->ca_bundle)
+        curl_easy_setopt(h, CURLOPT_CAINFO, hc->ca_bundle);
     if (hc->insecure) {
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);

@@ -412,10 +412,17 @@ void s3_batch_wait(struct s3_batch *b, size_t left)
         int running = 0;
         curl_multi_perform(b->m, &running);
         CURLMsg *msg;
-        int q;
-        while ((msg = curl_multi_info_read(b->m, &q)) != NULL)
-            if (msg->msg == CURLMSG_DONE)
+        int q, got = 0;
+        while ((msg = curl_multi_info_read(b->m, &q)) != NULL) {
+            if (msg->msg == CURLMSG_DONE) {
                 finished(b, msg->easy_handle, msg->data.result);
+                got = 1;
+            }
+        }
+        /* Something finished: re-sweep before sleeping, or a retry due
+         * now (or a caller waiting for this job) would wait a poll. */
+        if (got)
+            continue;
         int ms = (int)(next * 1000) + 1;
         curl_multi_poll(b->m, NULL, 0, ms > 1000 ? 1000 : ms, NULL);
     }

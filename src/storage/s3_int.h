@@ -71,6 +71,7 @@ struct http_client {
     size_t nidle, cap;
     int insecure;
     int verbose;
+    char *ca_bundle;      /* owned: AWS_CA_BUNDLE, or NULL (system CAs) */
     struct http_stats stats;
 };
 

@@ -126,6 +126,21 @@ def pagination(c, s3, env):
     c.eq("all deleted", rc, 1)
 
 
+def no_batch_delete(c, s3, env):
+    """A service without DeleteObjects (GCS answered 501): one refused
+    batch, then single DELETEs for every key."""
+    tool(env, "-j", "8", "put-many", "s3://%s/nb" % B, "30", "1", "10")
+    s3.configure(no_batch_delete=True)
+    s3.reset_stats()
+    tool(env, "rm-tree", "s3://%s/nb" % B)
+    st = s3.stats()
+    s3.configure(no_batch_delete=False)
+    c.eq("fallback to single deletes", (st["methods"].get("POST"),
+         st["methods"].get("DELETE")), (1, 31))
+    rc, _, _ = tool(env, "ls", "-r", "s3://%s/nb" % B, check=False)
+    c.eq("all deleted singly", rc, 1)
+
+
 def conditional(c, env):
     rc, _, _ = tool(env, "put-if-absent", "-", "s3://%s/lease/x" % B,
                     input=b"mine")
@@ -204,6 +219,7 @@ def main():
         multipart(c, s3, env, tmp)
         pagination(c, s3, env)
         conditional(c, env)
+        no_batch_delete(c, s3, env)
         auth(c, s3, env, tmp)
         profiles(c, s3, env, tmp)
         st = s3.stats()

@@ -25,6 +25,9 @@ Faults, chosen per request at random (seeded):
   reset     fraction of GET responses cut mid-body (TCP reset)
   slow_ms   delay before each 64 KiB of a response body
   methods   only requests with these methods get faults ("" = all)
+  complete_error  the next N CompleteMultipartUpload requests are answered
+            200 with an <Error> body (InternalError), as S3 may
+  no_batch_delete  answer DeleteObjects 501 NotImplemented, as GCS did
 Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
 Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them.
 
@@ -74,7 +77,8 @@ class State:
         self.require_auth = not args.allow_anonymous
         self.config = {"slowdown": args.slowdown, "r2_429": args.r2_429,
                        "reset": args.reset, "slow_ms": args.slow_ms,
-                       "methods": args.fault_methods, "token_ttl": 3600}
+                       "methods": args.fault_methods, "token_ttl": 3600,
+                       "complete_error": 0, "no_batch_delete": False}
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
@@ -86,7 +90,8 @@ class State:
             self.stats = {"requests": 0, "methods": {}, "statuses": {},
                           "bytes_in": 0, "bytes_out": 0, "get_requests": 0,
                           "get_bytes": 0, "faults": {"slowdown": 0,
-                          "r2_429": 0, "reset": 0}, "sig_ok": 0,
+                          "r2_429": 0, "reset": 0, "complete_error": 0,
+                          "no_batch_delete": 0}, "sig_ok": 0,
                           "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
                           "emulated": {"if_none_match": 0, "abort": 0,
                                        "empty_range": 0}}
@@ -228,6 +233,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if fault == "r2_429":
             st.count("faults", sub="r2_429")
             return self.reply(429, error_xml("TooManyRequests", R2_MSG))
+        special = self.special_fault(path)
+        if special:
+            return self.reply(*special)
         cond = (self.command == "PUT" and
                 self.headers.get("If-None-Match", "").strip() == "*")
         # A conditional create is HEAD + PUT under one lock.
@@ -240,6 +248,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
             st.count("faults", sub="reset")
             return self.reset_mid_body(status, headers, rbody)
         self.reply(status, rbody, headers)
+
+    def special_fault(self, path):
+        params = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query,
+                                       keep_blank_values=True)
+        if self.command != "POST":
+            return None
+        with self.st.lock:
+            c = self.st.config
+            if "uploadId" in params and c["complete_error"] > 0:
+                c["complete_error"] -= 1
+                hit = "complete_error"
+            elif "delete" in params and c["no_batch_delete"]:
+                hit = "no_batch_delete"
+            else:
+                return None
+            self.st.stats["faults"][hit] += 1
+        if hit == "complete_error":
+            return (200, error_xml("InternalError", "We encountered an "
+                    "internal error. Please try again."))
+        return (501, error_xml("NotImplemented", "POST ?delete is not "
+                "implemented for objects."))
 
     def emulate(self, path):
         q = urllib.parse.urlsplit(path).query
