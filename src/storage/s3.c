@@ -240,32 +240,44 @@ static int fail(const struct http_resp *resp, int attempt, const char *what,
     return -1;
 }
 
+/* 1 if the document's root element is <Error>: a 2xx can carry one
+ * (CompleteMultipartUpload, after whitespace keep-alives), while a
+ * DeleteResult's per-key <Error> elements are not a failed request. */
+static int root_is_error(const struct ckpt_buf *body)
+{
+    const char *p = body->ptr, *end = body->ptr + body->len;
+    for (;;) {
+        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' ||
+                           *p == '\t'))
+            p++;
+        if (end - p >= 2 && p[0] == '<' && p[1] == '?') {
+            const char *q = memchr(p, '>', (size_t)(end - p));
+            if (!q)
+                return 0;
+            p = q + 1;
+            continue;
+        }
+        return end - p >= 7 && !memcmp(p, "<Error>", 7);
+    }
+}
+
 int s3_judge(struct s3 *s3, const struct http_resp *resp, int attempt,
              const char *what, double *delay, struct ckpt_err *err)
 {
     int ok = resp->curl == CURLE_OK && resp->status >= 200 &&
              resp->status < 300;
-    struct ckpt_buf code = CKPT_BUF_INIT, msg = CKPT_BUF_INIT;
-    if (!ok || (resp->body.len && memmem(resp->body.ptr, resp->body.len,
-                                         "<Error>", 7)))
-        s3_error_fields(&resp->body, &code, &msg);
-    /* A 2xx can still carry an <Error> (CompleteMultipartUpload). */
-    if (ok && !code.len) {
-        ckpt_buf_release(&msg);
+    if (ok && !root_is_error(&resp->body))
         return 0;
-    }
-    struct http_resp shown = *resp;
-    if (ok)
-        shown.status = 500;
-    int retry = http_retryable(&shown, code.ptr, msg.ptr) &&
+    struct ckpt_buf code = CKPT_BUF_INIT, msg = CKPT_BUF_INIT;
+    s3_error_fields(&resp->body, &code, &msg);
+    /* A 2xx <Error> is retried on its code alone (InternalError...). */
+    int retry = http_retryable(resp, code.ptr, msg.ptr) &&
                 attempt < s3->attempts;
     if (retry) {
         *delay = http_backoff(attempt, resp->retry_after);
         atomic_fetch_add(&s3->hc.stats.retries, 1);
     } else {
         fail(resp, attempt, what, code.ptr, err);
-        if (ok)
-            err->code = CKPT_EHTTP;
     }
     ckpt_buf_release(&code);
     ckpt_buf_release(&msg);

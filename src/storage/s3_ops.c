@@ -517,8 +517,6 @@ int s3_op_delete_tree(struct ckpt_storage *st, const char *dir,
     /* Deleting while listing is safe: the continuation token names the
      * last key returned, not a position. */
     int rc = list_objects(st, prefix, 0, NULL, tree_key, &t, err);
-    if (rc == -1)
-        t.failed = 0; /* err already holds the listing failure */
     flush(&t);
     s3_batch_wait(&t.batch, 0);
     for (size_t i = 0; i < t.nsent; i++) {

@@ -135,10 +135,29 @@ def no_batch_delete(c, s3, env):
     tool(env, "rm-tree", "s3://%s/nb" % B)
     st = s3.stats()
     s3.configure(no_batch_delete=False)
+    # (s3rver may answer 500 when two deletes race to remove the directory
+    # they empty; those attempts are retried and not counted.)
     c.eq("fallback to single deletes", (st["methods"].get("POST"),
-         st["methods"].get("DELETE")), (1, 31))
+         st["methods"].get("DELETE") - st["statuses"].get("500", 0)),
+         (1, 31))
     rc, _, _ = tool(env, "ls", "-r", "s3://%s/nb" % B, check=False)
     c.eq("all deleted singly", rc, 1)
+
+
+def key_errors(c, s3, env):
+    """DeleteObjects answers 200 but lists some keys under <Error>: those
+    are deleted one by one, and the tree is gone."""
+    # One directory: the kept keys stop s3rver's empty-directory race.
+    tool(env, "-j", "8", "put-many", "s3://%s/ke" % B, "40", "1")
+    s3.configure(delete_key_errors=3)
+    s3.reset_stats()
+    tool(env, "rm-tree", "s3://%s/ke" % B)
+    st = s3.stats()
+    c.eq("per-key errors retried singly", (st["faults"]["delete_key_errors"],
+         st["methods"].get("DELETE") - st["statuses"].get("500", 0)),
+         (3, 4))
+    rc, _, _ = tool(env, "ls", "-r", "s3://%s/ke" % B, check=False)
+    c.eq("tree gone despite key errors", rc, 1)
 
 
 def conditional(c, env):
@@ -220,6 +239,7 @@ def main():
         pagination(c, s3, env)
         conditional(c, env)
         no_batch_delete(c, s3, env)
+        key_errors(c, s3, env)
         auth(c, s3, env, tmp)
         profiles(c, s3, env, tmp)
         st = s3.stats()

@@ -28,6 +28,8 @@ Faults, chosen per request at random (seeded):
   complete_error  the next N CompleteMultipartUpload requests are answered
             200 with an <Error> body (InternalError), as S3 may
   no_batch_delete  answer DeleteObjects 501 NotImplemented, as GCS did
+  delete_key_errors  in the next DeleteObjects, report this many keys as
+            <Error> InternalError (and do not delete them), as S3 may
 Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
 Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them.
 
@@ -78,7 +80,8 @@ class State:
         self.config = {"slowdown": args.slowdown, "r2_429": args.r2_429,
                        "reset": args.reset, "slow_ms": args.slow_ms,
                        "methods": args.fault_methods, "token_ttl": 3600,
-                       "complete_error": 0, "no_batch_delete": False}
+                       "complete_error": 0, "no_batch_delete": False,
+                       "delete_key_errors": 0}
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
@@ -91,7 +94,8 @@ class State:
                           "bytes_in": 0, "bytes_out": 0, "get_requests": 0,
                           "get_bytes": 0, "faults": {"slowdown": 0,
                           "r2_429": 0, "reset": 0, "complete_error": 0,
-                          "no_batch_delete": 0}, "sig_ok": 0,
+                          "no_batch_delete": 0, "delete_key_errors": 0},
+                          "sig_ok": 0,
                           "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
                           "emulated": {"if_none_match": 0, "abort": 0,
                                        "empty_range": 0}}
@@ -243,7 +247,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             emulated = self.emulate(path)
             if emulated:
                 return self.reply(*emulated)
+            failed_keys = self.drop_delete_keys(path, body)
+            if failed_keys:
+                body = failed_keys[0]
             status, headers, rbody = self.forward(body)
+            if failed_keys:
+                rbody = self.add_key_errors(rbody, failed_keys[1])
+                headers["Content-Length"] = str(len(rbody))
         if fault == "reset" and self.command == "GET" and len(rbody) > 1:
             st.count("faults", sub="reset")
             return self.reset_mid_body(status, headers, rbody)
@@ -269,6 +279,38 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "internal error. Please try again."))
         return (501, error_xml("NotImplemented", "POST ?delete is not "
                 "implemented for objects."))
+
+    def drop_delete_keys(self, path, body):
+        """delete_key_errors: take keys out of a DeleteObjects body.
+        Returns (new body, dropped keys) or None."""
+        if self.command != "POST" or "delete" not in \
+                urllib.parse.parse_qs(urllib.parse.urlsplit(path).query,
+                                      keep_blank_values=True):
+            return None
+        with self.st.lock:
+            n = self.st.config["delete_key_errors"]
+            self.st.config["delete_key_errors"] = 0
+            if n:
+                self.st.stats["faults"]["delete_key_errors"] += n
+        if not n:
+            return None
+        parts = body.split(b"<Object>")
+        keep, dropped = parts[:1], []
+        for p in parts[1:]:
+            if len(dropped) < n:
+                dropped.append(p.split(b"<Key>")[1].split(b"</Key>")[0])
+            else:
+                keep.append(p)
+        new = b"<Object>".join(keep)
+        if b"</Delete>" not in new:
+            new += b"</Delete>"
+        return new, dropped
+
+    def add_key_errors(self, rbody, keys):
+        errs = b"".join(b"<Error><Key>" + k + b"</Key><Code>InternalError"
+                        b"</Code><Message>We encountered an internal error."
+                        b"</Message></Error>" for k in keys)
+        return rbody.replace(b"</DeleteResult>", errs + b"</DeleteResult>")
 
     def emulate(self, path):
         q = urllib.parse.urlsplit(path).query
