@@ -1,0 +1,56 @@
+/*
+ * s3xml_fuzz.c - the object-storage client's readers of untrusted bytes:
+ * S3 reply XML (element search, entity decoding, error fields), and the
+ * AWS INI files. Property: never crashes, never leaks, never reads out of
+ * bounds, whatever the server or the file says.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/buf.h"
+#include "storage/s3_int.h"
+
+static void walk(const char *x, size_t n)
+{
+    static const char *const tags[] = {
+        "Contents", "Key", "Size", "ETag", "CommonPrefixes", "Prefix",
+        "Error", "Code", "Message", "IsTruncated", "NextContinuationToken",
+        "UploadId",
+    };
+    for (size_t t = 0; t < sizeof(tags) / sizeof(tags[0]); t++) {
+        size_t pos = 0, len;
+        const char *in;
+        int guard = 0;
+        while (guard++ < 10000 &&
+               xml_next(x, n, &pos, tags[t], &in, &len) == 0) {
+            struct ckpt_buf b = CKPT_BUF_INIT;
+            xml_text(in, len, "Key", &b);
+            ckpt_buf_release(&b);
+        }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    /* Exactly size bytes, not NUL-terminated: the XML reader takes a
+     * length and must respect it. */
+    char *x = malloc(size ? size : 1);
+    if (!x)
+        return 0;
+    memcpy(x, data, size);
+    walk(x, size);
+    struct ckpt_buf body = CKPT_BUF_INIT, code = CKPT_BUF_INIT;
+    struct ckpt_buf msg = CKPT_BUF_INIT;
+    ckpt_buf_add(&body, x, size);
+    s3_error_fields(&body, &code, &msg);
+    struct ini *ini = ini_parse(body.ptr);
+    ini_get(ini, "default", NULL, "region");
+    ini_get(ini, "services s", "s3", "endpoint_url");
+    ini_free(ini);
+    ckpt_buf_release(&body);
+    ckpt_buf_release(&code);
+    ckpt_buf_release(&msg);
+    free(x);
+    return 0;
+}
