@@ -16,7 +16,7 @@ struct cmd_struct {
 };
 
 static const struct cmd_struct commands[] = {
-    { "version", NULL, "print the version" },
+    { "clean", cmd_clean, "delete runs that never produced a checkpoint" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
