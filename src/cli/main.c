@@ -17,6 +17,7 @@ struct cmd_struct {
 
 static const struct cmd_struct commands[] = {
     { "clean", cmd_clean, "delete runs that never produced a checkpoint" },
+    { "ls", cmd_ls, "list runs and their checkpoints" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -165,7 +165,7 @@ static int judge_dcp(const struct view *v, struct ckpt_checkpoint *c,
         size_t n;
         rc = ckpt_dcp_required_sizes(data, len, &req, &n, err);
         if (rc != 0)
-            ckpt_err_prefix(err, "%s", mpath);
+            ckpt_err_prefix(err, "%s", full);
         for (size_t i = 0; rc == 0 && i < n; i++) {
             char *rel = ckpt_path_join(mdir, req[i].relative_path);
             const struct ckpt_tree_file *f = get(v, rel);

@@ -66,6 +66,12 @@ int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded)
     return 0;
 }
 
+static int is_bare(const char *name)
+{
+    int64_t v;
+    return all_digits(name, strlen(name), &v);
+}
+
 static int cmp_ckpt(const void *a, const void *b)
 {
     const struct ckpt_checkpoint *x = a, *y = b;
@@ -148,13 +154,26 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
         run->nfiles += t->files[i].type != CKPT_ENTRY_DIR;
     }
     find_ckpts(run, t);
+    size_t w = 0;
     for (size_t i = 0; i < run->n; i++) {
-        if (ckpt_judge_checkpoint(t, &run->ckpts[i], err) != 0) {
-            ckpt_err_prefix(err, "%s", run->ckpts[i].dir);
+        struct ckpt_checkpoint *c = &run->ckpts[i];
+        if (ckpt_judge_checkpoint(t, c, err) != 0) {
+            ckpt_err_prefix(err, "%s", t->display);
             ckpt_run_release(run);
             return -1;
         }
+        /* A bare integer is also how Slurm names runs: such a directory is
+         * a checkpoint only if it holds one. Otherwise a directory of runs
+         * would look like a run full of incomplete checkpoints. */
+        if (is_bare(c->name) && c->format == CKPT_FMT_UNKNOWN) {
+            free(c->name);
+            free(c->dir);
+            free(c->why);
+            continue;
+        }
+        run->ckpts[w++] = *c;
     }
+    run->n = w;
     qsort(run->ckpts, run->n, sizeof(*run->ckpts), cmp_ckpt);
     return 0;
 }

@@ -131,9 +131,36 @@ static int load_archive(struct builder *b, ckpt_tree_want_fn want,
     return rc;
 }
 
-/* Step into a single redundant top-level directory (SPEC "Locations"),
- * unless that directory is itself a checkpoint or a part of a run: then the
- * archive was made from inside the run. */
+/* Does top/ hold a run (config.yaml, wandb/, train_data/ or a checkpoint
+ * directory) rather than being a checkpoint itself? */
+static int holds_run(const struct ckpt_tree *t, size_t len)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        const char *rest = t->files[i].path + len;
+        if (*rest != '/')
+            continue;
+        rest++;
+        const char *slash = strchr(rest, '/');
+        size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+        char *child = ckpt_xstrndup(rest, n);
+        int64_t step;
+        int uns;
+        int dir = slash || t->files[i].type == CKPT_ENTRY_DIR;
+        int hit = !strcmp(child, "config.yaml") ||
+                  (dir && (!strcmp(child, "wandb") ||
+                           !strcmp(child, "train_data") ||
+                           ckpt_checkpoint_name(child, &step, &uns)));
+        free(child);
+        if (hit)
+            return 1;
+    }
+    return 0;
+}
+
+/* Step into a single redundant top-level directory (SPEC "Locations").
+ * Runs are often named by Slurm job id, a bare integer like Orbax steps,
+ * so the name alone cannot tell: a top directory named like a checkpoint
+ * (or wandb/, train_data/) is kept unless it holds a run. */
 static void strip_top(struct ckpt_tree *t)
 {
     if (!t->n)
@@ -150,12 +177,14 @@ static void strip_top(struct ckpt_tree *t)
             return;
         below |= p[len] == '/';
     }
+    if (!below)
+        return;
     char *top = ckpt_xstrndup(first, len);
     int64_t step;
     int uns;
-    int keep = !below || ckpt_checkpoint_name(top, &step, &uns) ||
-               !strcmp(top, "wandb") || !strcmp(top, "train_data");
-    if (keep) {
+    int special = ckpt_checkpoint_name(top, &step, &uns) ||
+                  !strcmp(top, "wandb") || !strcmp(top, "train_data");
+    if (special && !holds_run(t, len)) {
         free(top);
         return;
     }
