@@ -165,6 +165,10 @@ static void judge(void *arg)
         return;
     }
     it->scanned = 1;
+    if (tree->archive != CKPT_ARCHIVE_NONE)
+        debugf("%s: read %llu of %llu archive bytes", it->arg,
+               (unsigned long long)tree->fetched,
+               (unsigned long long)tree->archive_size);
     ckpt_tree_free(tree);
     if (!ckpt_run_looks_like_run(&it->run) && !it->co->force) {
         it->action = "skip";
