@@ -321,18 +321,31 @@ static int judge_unsharded(const struct view *v, struct ckpt_checkpoint *c)
     return 0;
 }
 
-static int has_prefix_file(const struct view *v, const char *sub,
-                           const char *prefix, const char *suffix)
+/* A file directly in sub ("" = top) named prefix<N>suffix (ranked: N is a
+ * number) or prefix*suffix. */
+static int has_file_like(const struct view *v, const char *sub,
+                         const char *prefix, const char *suffix, int ranked)
 {
+    size_t sl = strlen(sub);
     for (size_t i = v->lo; i < v->hi; i++) {
         const char *r = rel_of(v, i);
-        size_t sl = strlen(sub);
         if (sl && (strncmp(r, sub, sl) != 0 || r[sl] != '/'))
             continue;
-        if (rank_of(sl ? r + sl + 1 : r, prefix, suffix) >= 0)
+        const char *name = sl ? r + sl + 1 : r;
+        if (strchr(name, '/'))
+            continue;
+        if (ranked ? rank_of(name, prefix, suffix) >= 0
+                   : ckpt_str_startswith(name, prefix) &&
+                         ckpt_str_endswith(name, suffix))
             return 1;
     }
     return 0;
+}
+
+static int has_prefix_file(const struct view *v, const char *sub,
+                           const char *prefix, const char *suffix)
+{
+    return has_file_like(v, sub, prefix, suffix, 1);
 }
 
 static enum ckpt_format detect(const struct view *v, const char **mdir)
@@ -356,8 +369,8 @@ static enum ckpt_format detect(const struct view *v, const char **mdir)
         char *m = ckpt_path_join(dcpdirs[d], ".metadata");
         int has = get(v, m) != NULL;
         free(m);
-        if (has || has_prefix_file(v, dcpdirs[d], "__", ".distcp") ||
-            has_prefix_file(v, dcpdirs[d], "__", ".metadata"))
+        if (has || has_file_like(v, dcpdirs[d], "__", ".distcp", 0) ||
+            has_file_like(v, dcpdirs[d], "__", ".metadata", 0))
             return CKPT_FMT_DCP;
     }
     if (get(v, ".zgroup"))
