@@ -174,7 +174,8 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
         run->ckpts[w++] = *c;
     }
     run->n = w;
-    qsort(run->ckpts, run->n, sizeof(*run->ckpts), cmp_ckpt);
+    if (run->n)
+        qsort(run->ckpts, run->n, sizeof(*run->ckpts), cmp_ckpt);
     return 0;
 }
 

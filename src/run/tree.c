@@ -246,7 +246,8 @@ int ckpt_tree_load(struct ckpt_tree **out, struct ckpt_storage *st,
         ckpt_tree_free(t);
         return -1;
     }
-    qsort(t->files, t->n, sizeof(*t->files), cmp_path);
+    if (t->n)
+        qsort(t->files, t->n, sizeof(*t->files), cmp_path);
     dedupe(t);
     if (t->archive != CKPT_ARCHIVE_NONE)
         strip_top(t);
