@@ -188,8 +188,10 @@ static void judge(void *arg)
                   ckpt_format_name(best->format));
 }
 
-/* Re-read the run right before deleting it: it must still be bad and hold
- * exactly what we judged (a trainer may have written a checkpoint since). */
+/* Re-read the run right before deleting it: it must still be bad and must
+ * not have grown (a trainer may have written a checkpoint since). It may
+ * have shrunk, or vanished: another `ckpt clean` deleting the same run.
+ * Returns 1 when the run is already gone, 0 to go ahead, -1 to refuse. */
 static int verify_still_bad(struct item *it, struct ckpt_err *err)
 {
     struct ckpt_stat sb;
@@ -198,39 +200,51 @@ static int verify_still_bad(struct item *it, struct ckpt_err *err)
     struct ckpt_run run;
     if (ckpt_run_load(it->st, it->loc.key, 0, &sb, &status, &tree, &run,
                       err) != 0)
-        return -1;
-    int same = status == CKPT_LOAD_OK && !ckpt_run_best(&run) &&
-               run.nfiles == it->run.nfiles && run.size == it->run.size &&
-               (!it->is_archive || (sb.size == it->sb.size &&
-                                    sb.mtime == it->sb.mtime));
+        return err->code == CKPT_ENOTFOUND ? 1 : -1;
+    int ok = status == CKPT_LOAD_OK && !ckpt_run_best(&run) &&
+             run.nfiles <= it->run.nfiles && run.size <= it->run.size &&
+             (!it->is_archive || (sb.size == it->sb.size &&
+                                  sb.mtime == it->sb.mtime));
     ckpt_tree_free(tree);
-    ckpt_run_release(&run);
-    if (!same)
+    if (status == CKPT_LOAD_OK)
+        ckpt_run_release(&run);
+    if (!ok)
         return ckpt_err_set(err, CKPT_EUNSAFE, "run changed while it was "
                             "checked; not deleted");
     return 0;
 }
 
-static int delete_run(struct item *it, struct ckpt_err *err)
+/* Checks that hold whatever the run holds: never through a symlink, never
+ * "/", $HOME, the cwd or its parents, never a whole bucket. */
+static int refuse_path(struct item *it, struct ckpt_err *err)
 {
     const char *key = it->loc.key;
-    if (ckpt_storage_is_local(it->st)) {
-        struct stat lsb;
-        if (lstat(key, &lsb) == 0 && S_ISLNK(lsb.st_mode))
-            return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is a symbolic link; "
-                                "not deleting through it (give the real "
-                                "path)", key);
-        if (unsafe_local(key, err) != 0)
-            return -1;
-    } else if (!*key) {
-        return ckpt_err_set(err, CKPT_EUNSAFE, "refusing to delete a whole "
-                            "bucket ('%s')", it->arg);
+    if (!ckpt_storage_is_local(it->st))
+        return *key ? 0 : ckpt_err_set(err, CKPT_EUNSAFE, "refusing to delete"
+                                       " a whole bucket ('%s')", it->arg);
+    struct stat lsb;
+    if (lstat(key, &lsb) == 0 && S_ISLNK(lsb.st_mode))
+        return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is a symbolic link; not "
+                            "deleting through it (give the real path)", key);
+    return unsafe_local(key, err);
+}
+
+static int delete_run(struct item *it, struct ckpt_err *err)
+{
+    int v = verify_still_bad(it, err);
+    if (v == 0 && refuse_path(it, err) != 0)
+        v = err->code == CKPT_ENOTFOUND ? 1 : -1;
+    if (v != 0) {
+        /* Gone already: another cleaner got there first, which is what we
+         * wanted. */
+        if (v == 1)
+            ckpt_buf_addstr(&it->reason, " (already deleted by another "
+                            "process)");
+        return v < 0 ? -1 : 0;
     }
-    if (verify_still_bad(it, err) != 0)
-        return -1;
     if (it->is_archive)
-        return ckpt_storage_delete(it->st, key, err);
-    return ckpt_storage_delete_tree(it->st, key, err);
+        return ckpt_storage_delete(it->st, it->loc.key, err);
+    return ckpt_storage_delete_tree(it->st, it->loc.key, err);
 }
 
 static int prune_run(struct item *it, struct ckpt_err *err)

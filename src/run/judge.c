@@ -167,7 +167,7 @@ static int judge_dcp(const struct view *v, struct ckpt_checkpoint *c,
         if (rc != 0)
             ckpt_err_prefix(err, "%s", full);
         for (size_t i = 0; rc == 0 && i < n; i++) {
-            char *rel = ckpt_path_join(mdir, req[i].relative_path);
+            char *rel = ckpt_path_join(mdir, req[i].name);
             const struct ckpt_tree_file *f = get(v, rel);
             if (!f)
                 set_why(c, "%s missing", rel);

@@ -66,9 +66,9 @@ keep	2871101.tar	$R1
 keep	2871105.zip	$R5" "$out"
 check "what is left" "d ./2871001
 d ./2871005
+d ./notes
 f ./2871101.tar 501760
-f ./2871105.zip 25197
-d ./notes" "$(cd "$T/s" && find . -mindepth 1 -maxdepth 1 -printf '%y %p %s\n' | sed 's/^d \(.*\) [0-9]*$/d \1/' | LC_ALL=C sort)"
+f ./2871105.zip 25197" "$(cd "$T/s" && find . -mindepth 1 -maxdepth 1 -printf '%y %p %s\n' | sed 's/^d \(.*\) [0-9]*$/d \1/' | LC_ALL=C sort)"
 check "kept runs untouched" "$keep_before" "$(tree 2871001; tree 2871005)"
 
 # --- --force cleans a non-run
@@ -126,7 +126,7 @@ check "keep-every" "keep ['step100-unsharded', 'step300-unsharded']" "$out"
 check "pruned state" "step0-unsharded step200-unsharded step400-unsharded step500-unsharded step600" "$(ls "$P" | grep step | tr '\n' ' ' | sed 's/ $//')"
 
 # --- two cleaners on the same runs at once (GNU parallel): never both fail
-for i in $(seq 10); do
+for i in $(seq 15); do
     python3 "$SRC/tests/support/gen_runs.py" "$T/c$i" >/dev/null
     ( "$CKPT" clean "$T/c$i/2871002" "$T/c$i/2871003" >/dev/null 2>&1; echo $? > "$T/c$i.a" ) &
     ( "$CKPT" clean "$T/c$i/2871002" "$T/c$i/2871003" >/dev/null 2>&1; echo $? > "$T/c$i.b" ) &
