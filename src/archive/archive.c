@@ -172,6 +172,8 @@ static void sniff(struct ckpt_archive *a)
     ssize_t n = fetch(a, sizeof(m));
     a->pos = save;
     if (n > 0)
+        a->fetched -= (uint64_t)n; /* read again by libarchive */
+    if (n > 0)
         memcpy(m, a->buf, (size_t)n < sizeof(m) ? (size_t)n : sizeof(m));
     int gz = m[0] == 0x1f && m[1] == 0x8b;
     int bz = m[0] == 'B' && m[1] == 'Z' && m[2] == 'h';
@@ -337,6 +339,8 @@ int ckpt_archive_next(struct ckpt_archive *a, struct ckpt_archive_entry *e,
         return 0;
     if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN)
         return ar_fail(a, err);
+    /* main() selects a UTF-8 ctype, so the multibyte name is the UTF-8
+     * name and needs no conversion. */
     const char *p = archive_entry_pathname(ae);
     if (!p)
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: member without a name",
