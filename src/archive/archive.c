@@ -226,9 +226,14 @@ int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
             return -1;
         }
     }
-    a->block_cap = a->fd >= 0 ? STREAM_BLOCK_LOCAL : STREAM_BLOCK_REMOTE;
+    a->block_cap = 64;
     a->buf = ckpt_xmalloc(a->block_cap);
     sniff(a);
+    /* Size the buffer for the largest read this archive will make; the
+     * kernel zeroes every page we touch, so do not over-allocate. */
+    free(a->buf);
+    a->block_cap = a->plain_tar ? TAR_BLOCK_MAX : a->block;
+    a->buf = ckpt_xmalloc(a->block_cap);
     if (a->io_failed) {
         *err = a->io_err;
         ckpt_archive_close(a);
