@@ -4,7 +4,7 @@
     /usr/bin/python3 tests/support/selftest.py [--cases rows,dtypes,...]
 
 Checks that
-  * make_dcp.py writes every case (each run verifies itself by loading the
+  * make_dcp.py writes every case, make_olmo_legacy.py its rank files (each run verifies itself by loading the
     checkpoint back with torch's DCP reader and comparing with expected.pt);
   * check_unshard.py accepts expected.pt against itself and rejects tampered
     copies (one flipped bit, a NaN payload, dtype, shape, a missing key,
@@ -96,6 +96,15 @@ def main():
                             "--case", case], capture_output=True, text=True, timeout=180)
         check(p.returncode == 0 and "verified" in p.stdout,
               f"make_dcp --case {case}: {(p.stdout + p.stderr).strip().splitlines()[-1:]}")
+
+    out = os.path.join(tmp, "olmo-legacy")
+    p = subprocess.run([PY, "-W", "ignore", os.path.join(HERE, "make_olmo_legacy.py"), out],
+                       capture_output=True, text=True, timeout=180)
+    check(p.returncode == 0 and "verified" in p.stdout,
+          f"make_olmo_legacy: {(p.stdout + p.stderr).strip().splitlines()[-1:]}")
+    if p.returncode == 0:
+        rc, msg = run_check(os.path.join(out, "expected"), os.path.join(out, "expected"))
+        check(rc == 0, f"check_unshard OLMo dir vs dir: {msg}")
 
     # 2. checker accepts / rejects
     base = os.path.join(tmp, "dtypes", "expected.pt")
