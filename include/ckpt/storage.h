@@ -151,4 +151,14 @@ int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
 /* Bytes fetched from the backend so far (for benchmarks and tests). */
 uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st);
 
+/* Transport counters of a remote storage (all zero for local storage). */
+struct ckpt_storage_stats {
+    uint64_t requests;   /* HTTP requests sent, retries included */
+    uint64_t retries;    /* attempts that repeated a failed one */
+    uint64_t bytes_in;   /* response body bytes received */
+    uint64_t bytes_out;  /* request body bytes sent */
+};
+void ckpt_storage_stats(const struct ckpt_storage *st,
+                        struct ckpt_storage_stats *out);
+
 #endif

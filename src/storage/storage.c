@@ -267,3 +267,11 @@ uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st)
 {
     return atomic_load(&st->bytes_read);
 }
+
+void ckpt_storage_stats(const struct ckpt_storage *st,
+                        struct ckpt_storage_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (st->ops->stats)
+        st->ops->stats(st, out);
+}
