@@ -226,21 +226,7 @@ static void test_storage__concurrent_deleters(void)
     ckpt_storage_close(st);
 }
 
-static void test_storage__remote_not_yet(void)
-{
-    struct ckpt_loc l;
-    struct ckpt_storage *st;
-    struct ckpt_err err;
-    CHECK(ckpt_loc_parse(&l, "s3://bkt/run", &err) == 0);
-    int rc = ckpt_storage_open(&st, &l, NULL, &err);
-    if (rc == 0)
-        ckpt_storage_close(st);
-    else
-        CHECK(strstr(err.msg, "s3://bkt/run") != NULL);
-    ckpt_loc_release(&l);
-}
-
 TEST_MAIN(T(test_storage__loc_parse), T(test_storage__local_ops),
           T(test_storage__writer_atomic),
           T(test_storage__delete_tree_never_follows_links),
-          T(test_storage__concurrent_deleters), T(test_storage__remote_not_yet))
+          T(test_storage__concurrent_deleters))
