@@ -138,6 +138,25 @@ for i in $(seq 15); do
     check "concurrent $i: one succeeds, runs gone" "1 yes" "$ok $gone"
 done
 
+# --- an unreadable directory is an error, never a verdict (as an
+# unprivileged user: root reads everything)
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+    U=$(mktemp -d /tmp/ckpt-unreadable-XXXXXX)
+    chmod 755 "$U"
+    python3 "$SRC/tests/support/gen_runs.py" "$U/g" >/dev/null
+    chmod -R a+rX "$U/g"
+    chmod 000 "$U/g/2871003/step500"
+    # the checkout may sit in a private directory: run a copy of the binary
+    cp "$CKPT" "$U/ckpt" && chmod 755 "$U/ckpt"
+    before=$(tree "$U/g")
+    out=$(cd "$U/g" && setpriv --reuid=65534 --regid=65534 --clear-groups \
+          "$U/ckpt" clean 2871003 2>/dev/null)
+    check "unreadable exit" 1 $?
+    check "unreadable dir" "error	2871003	open directory '2871003/step500': Permission denied" "$out"
+    check "unreadable: nothing deleted" "$before" "$(tree "$U/g")"
+    chmod -R u+rwx "$U"; rm -rf "$U"
+fi
+
 # --- usage errors
 "$CKPT" clean >/dev/null 2>&1; check "no args" 2 $?
 "$CKPT" clean --bogus x >/dev/null 2>&1; check "bad option" 2 $?
