@@ -259,6 +259,8 @@ int ckpt_wandb_config_match(const struct cJSON *local,
  * skipped; a later line for the same run replaces an earlier one.
  */
 struct ckpt_wandb_map_entry {
+    char *line;            /* owned; the line as read or written, without
+                            * "\n"; NULL: formatted from the fields */
     char *run;             /* owned; RUN_ID */
     char *path;            /* owned; NULL when unmapped */
     char *evidence;        /* owned; "" if none */
@@ -288,7 +290,7 @@ ckpt_wandb_map_find(const struct ckpt_wandb_map *m, const char *run);
  * NULL when unmapped. Borrowed from m. */
 const char *ckpt_wandb_map_path(const struct ckpt_wandb_map *m,
                                 const char *run, int64_t step);
-/* Add or replace (by run) a copy of e. */
+/* Add or replace (by run) a copy of e, line included. */
 void ckpt_wandb_map_put(struct ckpt_wandb_map *m,
                         const struct ckpt_wandb_map_entry *e);
 /* An empty map. */
@@ -297,9 +299,17 @@ struct ckpt_wandb_map *ckpt_wandb_map_new(void);
 /* The JSON line object of a result (caller frees with cJSON_Delete). */
 struct cJSON *ckpt_wandb_result_json(const char *run,
                                      const struct ckpt_wandb_result *r);
-/* One mapping-file line (with '\n') for e, TSV or JSON; malloced. */
+/* One mapping-file line (with '\n') for e, TSV or JSON; malloced. e->line
+ * is used as is when it has the requested kind. */
 char *ckpt_wandb_map_format(const struct ckpt_wandb_map_entry *e, int json);
-/* A 1 when path looks like entity/project/run_id. */
+/* The whole file: every entry's line, in order; malloced. */
+char *ckpt_wandb_map_text(const struct ckpt_wandb_map *m, int json);
+/* The map entry of a result (TSV line unless json), for ckpt_wandb_map_put
+ * and printing; release with ckpt_wandb_map_entry_release. */
+void ckpt_wandb_map_entry_of(struct ckpt_wandb_map_entry *e, const char *run,
+                             const struct ckpt_wandb_result *r, int json);
+void ckpt_wandb_map_entry_release(struct ckpt_wandb_map_entry *e);
+/* 1 when path looks like entity/project/run_id. */
 int ckpt_wandb_path_valid(const char *path);
 
 #endif

@@ -16,6 +16,7 @@ struct cmd_struct {
 };
 
 static const struct cmd_struct commands[] = {
+    { "map-wandb", cmd_map_wandb, "find each run's W&B run path" },
     { "version", NULL, "print the version" },
 };
 

@@ -30,10 +30,10 @@ int ckpt_yaml_parse(const char *text, size_t len, const char *name,
 /* ---- gql.c: GraphQL response parsing (pure; the fuzz target's entry) --- */
 
 /*
- * Turn an HTTP response into the GraphQL `data` object. Fails with
- * CKPT_EFORMAT on malformed JSON and CKPT_EHTTP when the body has
- * `errors` (even with status 200) or no `data`. *data is detached from the
- * document; *doc keeps the rest and must be deleted after *data.
+ * Turn a 2xx response body into the GraphQL `data` object. Fails with
+ * CKPT_EFORMAT on malformed JSON or a missing `data`, and CKPT_EHTTP when
+ * the body has `errors` (servers send them with status 200 too). *doc is
+ * the parsed document (caller deletes); *data is borrowed from it.
  */
 int ckpt_gql_parse_response(const char *body, size_t len,
                             struct cJSON **doc, struct cJSON **data,
