@@ -149,6 +149,10 @@ uint64_t ckpt_wandb_client_requests(const struct ckpt_wandb_client *c)
 
 struct exchange {
     struct ckpt_buf body;
+    double timeout;          /* seconds without progress before giving up */
+    double last_progress;    /* ckpt_now() of the last byte either way */
+    curl_off_t last_dl, last_ul;
+    int stalled;
     long status;
     double retry_after;      /* seconds, or -1 */
     double rl_reset;         /* RateLimit-Reset seconds, or -1 */
@@ -222,6 +226,25 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
     return len;
 }
 
+/* A read timeout, as Python's requests has: no byte in either direction
+ * for `timeout` seconds. (CURLOPT_LOW_SPEED_TIME averages over a window,
+ * so the request body just sent keeps a silent server "fast" for a while.)
+ */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
+                       curl_off_t ultotal, curl_off_t ulnow)
+{
+    struct exchange *x = ud;
+    double now = ckpt_now();
+    if (dlnow != x->last_dl || ulnow != x->last_ul || !x->last_progress) {
+        x->last_dl = dlnow;
+        x->last_ul = ulnow;
+        x->last_progress = now;
+        return 0;
+    }
+    x->stalled = now - x->last_progress > x->timeout;
+    return x->stalled;
+}
+
 static CURLcode perform(struct ckpt_wandb_client *c, const char *body,
                         struct exchange *x)
 {
@@ -247,9 +270,14 @@ static CURLcode perform(struct ckpt_wandb_client *c, const char *body,
     curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->timeout * 1000));
-    /* A stalled server is a timeout (retried), a slow big page is not. */
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)ceil(c->timeout));
+    /* A stalled server is a timeout (retried); a slow big page is not. */
+    x->timeout = c->timeout;
+    x->last_progress = 0;
+    x->last_dl = x->last_ul = 0;
+    x->stalled = 0;
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
     if (c->insecure) {
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -378,7 +406,9 @@ static int post(struct ckpt_wandb_client *c, const char *body,
                                     "larger than %u MiB", MAX_BODY >> 20);
             if (last || !retryable_curl(rc))
                 return ckpt_err_set(err, CKPT_ENET, "W&B API %s: %s%s",
-                                    c->endpoint, curl_easy_strerror(rc),
+                                    c->endpoint, x->stalled
+                                    ? "no response (timeout)"
+                                    : curl_easy_strerror(rc),
                                     attempt > 1 ? " (gave up after retries)"
                                                 : "");
         } else if (last || !retryable_status(x->status)) {
@@ -404,7 +434,7 @@ static int query(struct ckpt_wandb_client *c, const char *q, cJSON *vars,
     cJSON_AddItemToObject(req, "variables", vars);
     char *body = cJSON_PrintUnformatted(req);
     cJSON_Delete(req);
-    struct exchange x = { CKPT_BUF_INIT, 0, -1, -1, -1, 0 };
+    struct exchange x = { .body = CKPT_BUF_INIT };
     int rc = body ? post(c, body, &x, err)
                   : ckpt_err_set(err, CKPT_ENOMEM, "W&B API: no memory");
     free(body);

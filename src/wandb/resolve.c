@@ -495,7 +495,9 @@ static void finish_rest(struct resolver *r)
         struct job *j = &r->jobs[i];
         if (j->done)
             continue;
-        if (atomic_load(&r->auth_failed)) {
+        /* Runs that had something to look up failed with the key; the
+         * others are unknown whatever the API says. */
+        if (atomic_load(&r->auth_failed) && j->entity && j->project) {
             finish(j, CKPT_WANDB_ERROR, NULL,
                    ckpt_xstrdup(r->auth_err.msg));
             continue;

@@ -12,7 +12,7 @@ strings of {"k": {"value": v, "desc": null}}.
 
 Control endpoints (no auth):
   GET  /_stats         {"requests": N, "ops": {...}, "filters": [...]}
-  POST /_reset         zero the counters
+  POST /_reset         zero the counters, drop pending faults
   POST /_fault         {"kind": K, "count": N[, "seconds": S]}: the next N
                        GraphQL requests fail: "429" (Retry-After: 1,
                        RateLimit-Remaining: 0, RateLimit-Reset: 1),
@@ -136,9 +136,9 @@ class State:
         for lst in self.runs.values():
             lst.sort(key=lambda r: (r.get("createdAt") or "", r["name"]))
         self.reset()
-        self.faults = []
 
     def reset(self):
+        self.faults = []
         self.requests = 0
         self.ops = {}
         self.filters = []
