@@ -299,8 +299,9 @@ struct ckpt_wandb_map *ckpt_wandb_map_new(void);
 /* The JSON line object of a result (caller frees with cJSON_Delete). */
 struct cJSON *ckpt_wandb_result_json(const char *run,
                                      const struct ckpt_wandb_result *r);
-/* One mapping-file line (with '\n') for e, TSV or JSON; malloced. e->line
- * is used as is when it has the requested kind. */
+/* One mapping-file line (with '\n') for e, malloced: e->line as it is
+ * (lines read from a file are kept byte for byte, whatever their kind),
+ * else formatted as TSV or JSON. */
 char *ckpt_wandb_map_format(const struct ckpt_wandb_map_entry *e, int json);
 /* The whole file: every entry's line, in order; malloced. */
 char *ckpt_wandb_map_text(const struct ckpt_wandb_map *m, int json);

@@ -357,7 +357,7 @@ void ckpt_wandb_map_entry_of(struct ckpt_wandb_map_entry *e, const char *run,
 char *ckpt_wandb_map_format(const struct ckpt_wandb_map_entry *e, int json)
 {
     char *line;
-    if (e->line && (e->line[0] == '{') == !!json)
+    if (e->line)
         line = ckpt_xstrdup(e->line);
     else if (!json)
         line = tsv_line(e->run, e->path, e->evidence);
