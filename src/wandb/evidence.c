@@ -556,7 +556,8 @@ static void read_config(struct gather *g)
     }
     /* OLMo writes config.yaml into every checkpoint too; try the newest
      * few (older ones hold the same config). */
-    qsort(g->stepdirs, g->nstepdirs, sizeof(*g->stepdirs), cmp_stepdir);
+    if (g->nstepdirs)
+        qsort(g->stepdirs, g->nstepdirs, sizeof(*g->stepdirs), cmp_stepdir);
     for (size_t i = 0; i < g->nstepdirs && i < 3 && !ev->config; i++) {
         char *rel = ckpt_path_join(g->stepdirs[i].name, "config.yaml");
         cfg = read_yaml(g, rel);
