@@ -266,6 +266,26 @@ static int write_map(const char *output, const struct ckpt_wandb_map *m,
     return rc;
 }
 
+static struct item *new_items(char **argv, int n,
+                              const struct ckpt_wandb_map *old,
+                              const struct mw_opts *o,
+                              const struct ckpt_opts *g)
+{
+    struct item *items = ckpt_xcalloc((size_t)n, sizeof(*items));
+    for (int i = 0; i < n; i++) {
+        items[i].arg = argv[i];
+        items[i].run_id = run_id_of(argv[i]);
+        items[i].scfg = cli_storage_cfg(g);
+        const struct ckpt_wandb_map_entry *e =
+            ckpt_wandb_map_find(old, items[i].run_id);
+        /* Mapped runs are not looked up again; unmapped ones are. */
+        items[i].skip = e && e->path;
+        if (items[i].skip)
+            debugf("%s: already mapped in %s", argv[i], o->output);
+    }
+    return items;
+}
+
 int cmd_map_wandb(int argc, char **argv)
 {
     struct ckpt_opts g = { 0 };
@@ -300,17 +320,7 @@ int cmd_map_wandb(int argc, char **argv)
         opt_list_release(&o.ignore);
         return EXIT_FAILED;
     }
-    struct item *items = ckpt_xcalloc((size_t)n, sizeof(*items));
-    for (int i = 0; i < n; i++) {
-        items[i].arg = argv[i];
-        items[i].run_id = run_id_of(argv[i]);
-        items[i].scfg = cli_storage_cfg(&g);
-        const struct ckpt_wandb_map_entry *e =
-            ckpt_wandb_map_find(old, items[i].run_id);
-        items[i].skip = e && e->path;
-        if (items[i].skip)
-            debugf("%s: already mapped in %s", argv[i], o.output);
-    }
+    struct item *items = new_items(argv, n, old, &o, &g);
     gather_all(items, n, g.jobs > 0 ? g.jobs : 16);
     resolve_all(items, n, &o, &g);
     struct ckpt_wandb_map *out = old;

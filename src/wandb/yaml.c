@@ -46,6 +46,25 @@ int yaml_is_ws(char c)
     return c == ' ' || c == '\t' || c == '\n';
 }
 
+/* The text of a mapping key node. Collections as keys (YAML allows them,
+ * JSON does not) are refused: printing them into keys of keys grows
+ * exponentially with nesting. */
+char *yaml_key_text(struct yp *p, const cJSON *k, int lineno)
+{
+    if (cJSON_IsArray(k) || cJSON_IsObject(k)) {
+        yaml_fail(p, lineno, "complex mapping keys are not supported");
+        return NULL;
+    }
+    if (cJSON_IsString(k))
+        return ckpt_xstrdup(k->valuestring);
+    char *s = cJSON_PrintUnformatted(k);
+    if (!s) {
+        fputs("ckpt: out of memory printing a YAML key\n", stderr);
+        abort();
+    }
+    return s;
+}
+
 /* ---- lines ---- */
 
 static int is_doc_marker(const char *s, size_t len, char c)
@@ -233,7 +252,8 @@ static cJSON *parse_inline(struct yp *p, int parent, int seq_ok)
         j = yaml_parse_flow(p);
         if (j && !yaml_blank(yaml_cur(p))) {
             cJSON_Delete(j);
-            j = yaml_fail(p, yaml_cur(p)->lineno, "text after a flow collection");
+            j = yaml_fail(p, yaml_cur(p)->lineno,
+                          "text after a flow collection");
         }
         if (j)
             p->i++;
@@ -302,8 +322,7 @@ static char *entry_key(struct yp *p, int ind, int *explicit_key)
         cJSON *k = node_after_indicator(p, ind, 0);
         if (!k)
             return NULL;
-        char *key = cJSON_IsString(k) ? ckpt_xstrdup(k->valuestring)
-                                      : cJSON_PrintUnformatted(k);
+        char *key = yaml_key_text(p, k, y->lineno);
         cJSON_Delete(k);
         return key;
     }
@@ -372,7 +391,8 @@ static cJSON *parse_seq(struct yp *p, int ind)
             return arr;
         if (y->indent > ind) {
             cJSON_Delete(arr);
-            return yaml_fail(p, y->lineno, "bad indentation of a sequence entry");
+            return yaml_fail(p, y->lineno,
+                             "bad indentation of a sequence entry");
         }
         yaml_narrow(y, 1);
         cJSON *v = yaml_blank(y) ? block_child(p, ind, 0)

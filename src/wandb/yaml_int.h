@@ -53,6 +53,8 @@ struct cJSON *yaml_jcheck(struct cJSON *j);
 /* Set err to "name:lineno: msg"; returns NULL. */
 struct cJSON *yaml_fail(struct yp *p, int lineno, const char *msg);
 int yaml_is_ws(char c);
+/* A key node's text, malloced; NULL (err set) for a collection. */
+char *yaml_key_text(struct yp *p, const struct cJSON *k, int lineno);
 void yaml_narrow(struct yline *y, size_t off);
 void yaml_split_lines(struct yp *p, const char *text, size_t len);
 int yaml_blank(const struct yline *y);

@@ -223,51 +223,59 @@ static int dq_escape(const char *s, size_t len, size_t *i,
  * several lines (line breaks fold to a space, empty lines to "\n"). On
  * return the current line is narrowed to what follows the closing quote.
  */
+enum { Q_CLOSED, Q_EOL, Q_JOIN, Q_BAD };
+
+/* Scan one line of a quoted scalar from s[*i] into b. Q_CLOSED leaves *i
+ * at the closing quote; Q_JOIN is an escaped line break. *keep is the
+ * length of b no trailing-space trim may cut (escapes). */
+static int quoted_line(char q, const char *s, size_t len, size_t *i,
+                       struct ckpt_buf *b, size_t *keep)
+{
+    for (; *i < len; (*i)++) {
+        char c = s[*i];
+        if (q == '\'' && c == '\'' && *i + 1 < len && s[*i + 1] == '\'') {
+            ckpt_buf_addch(b, '\'');
+            (*i)++;
+        } else if (c == q) {
+            return Q_CLOSED;
+        } else if (q == '"' && c == '\\') {
+            if (*i + 1 == len)
+                return Q_JOIN;
+            (*i)++;
+            if (dq_escape(s, len, i, b) != 0)
+                return Q_BAD;
+            *keep = b->len;
+            (*i)--;
+        } else {
+            ckpt_buf_addch(b, c);
+        }
+    }
+    return Q_EOL;
+}
+
 cJSON *yaml_parse_quoted(struct yp *p)
 {
     struct yline *y = yaml_cur(p);
     char q = y->s[0];
     struct ckpt_buf b = CKPT_BUF_INIT;
-    size_t i = 1, keep = 0; /* keep: escaped text never trimmed */
+    size_t i = 1, keep = 0;
     int startline = y->lineno;
     for (;;) {
-        const char *s = y->s;
-        size_t len = y->len;
-        int cont = 0;
-        for (; i < len; i++) {
-            if (q == '\'' && s[i] == '\'') {
-                if (i + 1 < len && s[i + 1] == '\'') {
-                    ckpt_buf_addch(&b, '\'');
-                    i++;
-                    continue;
-                }
-                break;
+        int st = quoted_line(q, y->s, y->len, &i, &b, &keep);
+        if (st == Q_CLOSED || st == Q_BAD) {
+            cJSON *j = NULL;
+            if (st == Q_CLOSED) {
+                yaml_narrow(y, i + 1);
+                j = make_string(&b);
+            } else {
+                yaml_fail(p, y->lineno, "bad escape in quoted scalar");
             }
-            if (q == '"' && s[i] == '"')
-                break;
-            if (q == '"' && s[i] == '\\') {
-                if (i + 1 == len) {
-                    cont = 1; /* escaped line break: join, no space */
-                    break;
-                }
-                i++;
-                if (dq_escape(s, len, &i, &b) != 0) {
-                    ckpt_buf_release(&b);
-                    return yaml_fail(p, y->lineno, "bad escape in quoted scalar");
-                }
-                keep = b.len;
-                i--;
-                continue;
-            }
-            ckpt_buf_addch(&b, s[i]);
-        }
-        if (i < len && !cont) {
-            yaml_narrow(y, i + 1);
-            cJSON *j = make_string(&b);
             ckpt_buf_release(&b);
             return j;
         }
-        if (!cont)
+        /* A line break folds to a space, n empty lines to n "\n";
+         * whitespace around the break goes. */
+        if (st == Q_EOL)
             while (b.len > keep && yaml_is_ws(b.ptr[b.len - 1]))
                 ckpt_buf_setlen(&b, b.len - 1);
         int empty = 0;
@@ -279,10 +287,9 @@ cJSON *yaml_parse_quoted(struct yp *p)
         }
         y = yaml_cur(p);
         yaml_narrow(y, 0);
-        if (empty)
-            for (int e = 0; e < empty; e++)
-                ckpt_buf_addch(&b, '\n');
-        else if (!cont)
+        for (int e = 0; e < empty; e++)
+            ckpt_buf_addch(&b, '\n');
+        if (!empty && st == Q_EOL)
             ckpt_buf_addch(&b, ' ');
         i = 0;
     }
@@ -585,12 +592,16 @@ static cJSON *flow_seq(struct yp *p, struct flow *f)
                 cJSON_Delete(pair);
                 break;
             }
-            char *key = cJSON_PrintUnformatted(v);
-            cJSON_AddItemToObject(pair, cJSON_IsString(v) ? v->valuestring
-                                                          : key, pv);
-            free(key);
+            char *key = yaml_key_text(p, v, f->lineno);
             cJSON_Delete(v);
             v = pair;
+            if (!key) {
+                cJSON_Delete(pv);
+                cJSON_Delete(pair);
+                break;
+            }
+            cJSON_AddItemToObject(pair, key, pv);
+            free(key);
             fskip(f);
         }
         cJSON_AddItemToArray(arr, v);
@@ -693,7 +704,8 @@ static cJSON *flow_value(struct yp *p, struct flow *f)
 
 /* Join the lines of a flow collection starting at the current line until
  * its brackets balance (quote-aware, comments dropped, line breaks kept
- * for quoted scalars to fold). The closing line is narrowed to what follows the bracket. */
+ * for quoted scalars to fold). The closing line is narrowed to what
+ * follows the bracket. */
 static int gather_flow(struct yp *p, struct ckpt_buf *b)
 {
     int depth = 0, startline = yaml_cur(p)->lineno;

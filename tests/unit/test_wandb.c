@@ -232,8 +232,8 @@ static void pb_len(struct ckpt_buf *b, int field, const void *d, size_t n)
 
 static void test_wandb__wandbfile(void)
 {
-    struct ckpt_buf rr = CKPT_BUF_INIT, rec = CKPT_BUF_INIT, pad = CKPT_BUF_INIT;
-    struct ckpt_buf log = CKPT_BUF_INIT;
+    struct ckpt_buf rr = CKPT_BUF_INIT, rec = CKPT_BUF_INIT;
+    struct ckpt_buf pad = CKPT_BUF_INIT, log = CKPT_BUF_INIT;
     pb_len(&rr, 1, "ab12cd34", 8);
     pb_len(&rr, 2, "ai2-llm", 7);
     pb_len(&rr, 3, "olmo", 4);
