@@ -217,10 +217,10 @@ static void problem(struct gather *g, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Read a small file; NULL if missing (silently) or unreadable/too large
- * (noted as a problem). */
+/* Read a small file (or, with prefix, the first max bytes of any); NULL
+ * if missing (silently) or unreadable or too large (noted as a problem). */
 static char *read_file(struct gather *g, const char *rel, size_t max,
-                       size_t *len)
+                       int prefix, size_t *len)
 {
     char *data = NULL;
     int trunc = 0;
@@ -230,7 +230,7 @@ static char *read_file(struct gather *g, const char *rel, size_t max,
             problem(g, "%s: %s", rel, err.msg);
         return NULL;
     }
-    if (trunc && max != WANDB_PREFIX) {
+    if (trunc && !prefix) {
         problem(g, "%s: larger than %zu bytes", rel, max);
         free(data);
         return NULL;
@@ -241,7 +241,7 @@ static char *read_file(struct gather *g, const char *rel, size_t max,
 static cJSON *read_json(struct gather *g, const char *rel)
 {
     size_t len;
-    char *s = read_file(g, rel, MAX_JSON, &len);
+    char *s = read_file(g, rel, MAX_JSON, 0, &len);
     if (!s)
         return NULL;
     cJSON *j = cJSON_ParseWithLength(s, len);
@@ -257,7 +257,7 @@ static cJSON *read_json(struct gather *g, const char *rel)
 static cJSON *read_yaml(struct gather *g, const char *rel)
 {
     size_t len;
-    char *s = read_file(g, rel, MAX_CONFIG, &len);
+    char *s = read_file(g, rel, MAX_CONFIG, 0, &len);
     if (!s)
         return NULL;
     cJSON *j = NULL;
@@ -307,7 +307,7 @@ static void read_runrecord(struct gather *g, struct ckpt_wandb_localrun *r,
 {
     char *rel = ckpt_path_join(r->dir, file);
     size_t len;
-    char *data = read_file(g, rel, WANDB_PREFIX, &len);
+    char *data = read_file(g, rel, WANDB_PREFIX, 1, &len);
     struct ckpt_wandb_runrecord rr;
     struct ckpt_err err = CKPT_ERR_INIT;
     if (data && ckpt_wandbfile_runrecord((unsigned char *)data, len, &rr,
@@ -374,7 +374,7 @@ static void add_localrun(struct gather *g, const char *dir, const char *name)
 static void read_settings(struct gather *g, const char *rel)
 {
     size_t len;
-    char *s = read_file(g, rel, MAX_JSON, &len);
+    char *s = read_file(g, rel, MAX_JSON, 0, &len);
     int in_default = 0;
     for (char *line = s, *next; line && *line; line = next) {
         next = strchr(line, '\n');

@@ -29,8 +29,6 @@
 #include "ckpt/pool.h"
 #include "ckpt/util.h"
 
-#define CHUNK 50  /* keys per query: one page of results for ids */
-
 /* ---- small helpers ---- */
 
 void strv_push(struct strv *s, const char *x)
@@ -177,7 +175,7 @@ char *path_of(const struct job *j, const char *id)
 }
 
 void finish(struct job *j, int status, const char *source,
-                   char *evidence /* owned */)
+            char *evidence /* owned */)
 {
     struct ckpt_wandb_result *res = j->res;
     static const char *const prefix[] = { "", "ambiguous: ", "unknown: ",
