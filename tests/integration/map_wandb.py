@@ -164,6 +164,14 @@ def build(tmp):
     wf.add_steps(d, [200, 400])
     wf.write_config(d, cfg, W(name="OLMo-ck"), rel="step400/config.yaml")
 
+    # 13. 120 same-named runs: the display-name search takes three pages.
+    for i in range(120):
+        db.add("pg%06d" % i, display="OLMo-many",
+               config=wf.olmo_config("OLMo-many", "/weka/many", seed=i))
+    d = rundir("many")
+    wf.write_config(d, wf.olmo_config("OLMo-many", "/weka/many", seed=77),
+                    W(name="OLMo-many"))
+
     db.write(os.path.join(tmp, "db.json"))
     return runs
 
@@ -225,6 +233,17 @@ def test_all(fake, runs):
         '8000008)$"}}',
         '{"$or":[{"display_name":"OLMo-1B-name","group":"grp-a"},'
         '{"display_name":"OLMo-dup"},{"display_name":"OLMo-gone"}]}']))
+
+
+def test_pagination(fake, runs):
+    fake.reset()
+    rc, out, err = ckpt([runs["many"]], fake.url)
+    check("pages: row", out, "many\tai2-llm/olmo-small/pg000077\tdisplay "
+          "name 'OLMo-many'; config matches\n")
+    st = fake.stats()
+    check("pages: requests", st["requests"], 3)
+    check("pages: same filter each page", st["filters"],
+          ['{"display_name":"OLMo-many"}'] * 3)
 
 
 def test_one_by_one(fake, runs):
@@ -356,6 +375,7 @@ def main():
         runs = build(tmp)
         with wf.FakeWandb(os.path.join(tmp, "db.json")) as fake:
             test_all(fake, runs)
+            test_pagination(fake, runs)
             test_one_by_one(fake, runs)
             test_json(fake, runs)
             test_offline(fake, runs)

@@ -306,6 +306,16 @@ class Handler(BaseHTTPRequestHandler):
                          "hasNextPage": more}}}}})
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that timed out on a "hang" fault has gone: not an error.
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError,
+                                               ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--db", required=True)
@@ -316,8 +326,7 @@ def main():
     with open(a.db) as f:
         db = json.load(f)
     Handler.state = State(db, a.key)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
+    srv = Server(("127.0.0.1", 0), Handler)
     port = srv.server_address[1]
     if a.port_file:
         with open(a.port_file, "w") as f:
