@@ -303,6 +303,9 @@ struct cJSON *ckpt_wandb_result_json(const char *run,
  * (lines read from a file are kept byte for byte, whatever their kind),
  * else formatted as TSV or JSON. */
 char *ckpt_wandb_map_format(const struct ckpt_wandb_map_entry *e, int json);
+/* e as a JSON line object (its own line when that is JSON); caller
+ * deletes. */
+struct cJSON *ckpt_wandb_map_entry_json(const struct ckpt_wandb_map_entry *e);
 /* The whole file: every entry's line, in order; malloced. */
 char *ckpt_wandb_map_text(const struct ckpt_wandb_map *m, int json);
 /* The map entry of a result (TSV line unless json), for ckpt_wandb_map_put

@@ -141,15 +141,17 @@ static int resolve_all(struct item *items, int n, const struct mw_opts *o,
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_wandb_client_cfg ccfg = { NULL, NULL, g->insecure,
                                           g->retries, 0, 0 };
-    int rc = 0;
+    int rc = 0, resolved = 0;
     if (m && !o->offline && ckpt_wandb_client_new(&c, &ccfg, &err) != 0)
         rc = -1;
     struct ckpt_wandb_resolve_opts ro = {
         o->entity, o->project, o->offline, g->jobs > 0 ? g->jobs : 4,
         o->ignore.items, (size_t)o->ignore.n,
     };
-    if (m && rc == 0 && ckpt_wandb_resolve(c, ev, m, &ro, res, &err) != 0)
-        rc = -1;
+    if (m && rc == 0) {
+        resolved = 1;
+        rc = ckpt_wandb_resolve(c, ev, m, &ro, res, &err);
+    }
     if (c)
         debugf("%llu W&B API requests",
                (unsigned long long)ckpt_wandb_client_requests(c));
@@ -159,11 +161,11 @@ static int resolve_all(struct item *items, int n, const struct mw_opts *o,
     for (int i = 0, k = 0; i < n; i++) {
         if (items[i].skip || items[i].failed)
             continue;
-        if (c || o->offline || rc == 0) {
+        if (resolved) {
             items[i].res = res[k++];
             continue;
         }
-        /* No client: every run fails with the same reason. */
+        /* No client (no key): every run fails with the same reason. */
         items[i].err = err;
         items[i].failed = 1;
         ckpt_wandb_result_release(&res[k++]);
@@ -184,13 +186,9 @@ static void emit_kept(const struct item *it, const struct ckpt_wandb_map *old,
         out_tsv(3, f);
         return;
     }
-    char *line = ckpt_wandb_map_format(o, 1);
-    cJSON *j = cJSON_Parse(line);
-    free(line);
-    if (j) {
-        cJSON_AddStringToObject(j, "location", it->arg);
-        out_json(j);
-    }
+    cJSON *j = ckpt_wandb_map_entry_json(o);
+    cJSON_AddStringToObject(j, "location", it->arg);
+    out_json(j);
 }
 
 /* Print one row and record it in the map. 1 if the run is not mapped. */

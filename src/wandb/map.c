@@ -354,6 +354,25 @@ void ckpt_wandb_map_entry_of(struct ckpt_wandb_map_entry *e, const char *run,
                    : tsv_line(run, r->path, r->evidence);
 }
 
+cJSON *ckpt_wandb_map_entry_json(const struct ckpt_wandb_map_entry *e)
+{
+    cJSON *o = e->line && e->line[0] == '{' ? cJSON_Parse(e->line) : NULL;
+    if (cJSON_IsObject(o))
+        return o;
+    cJSON_Delete(o);
+    o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "run", e->run);
+    if (e->path)
+        cJSON_AddStringToObject(o, "path", e->path);
+    else
+        cJSON_AddNullToObject(o, "path");
+    cJSON_AddStringToObject(o, "status", e->path ? "found" : "unknown");
+    cJSON_AddStringToObject(o, "evidence", e->evidence ? e->evidence : "");
+    if (e->nsteps)
+        cJSON_AddItemToObject(o, "steps", steps_json(e->steps, e->nsteps));
+    return o;
+}
+
 char *ckpt_wandb_map_format(const struct ckpt_wandb_map_entry *e, int json)
 {
     char *line;
@@ -361,19 +380,8 @@ char *ckpt_wandb_map_format(const struct ckpt_wandb_map_entry *e, int json)
         line = ckpt_xstrdup(e->line);
     else if (!json)
         line = tsv_line(e->run, e->path, e->evidence);
-    else {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "run", e->run);
-        if (e->path)
-            cJSON_AddStringToObject(o, "path", e->path);
-        else
-            cJSON_AddNullToObject(o, "path");
-        cJSON_AddStringToObject(o, "status", e->path ? "found" : "unknown");
-        cJSON_AddStringToObject(o, "evidence", e->evidence);
-        if (e->nsteps)
-            cJSON_AddItemToObject(o, "steps", steps_json(e->steps, e->nsteps));
-        line = json_text(o);
-    }
+    else
+        line = json_text(ckpt_wandb_map_entry_json(e));
     char *with_nl = ckpt_xasprintf("%s\n", line);
     free(line);
     return with_nl;

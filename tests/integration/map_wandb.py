@@ -344,6 +344,13 @@ def test_output(fake, runs, tmp):
     check("output: all mapped: rows", out3.splitlines(),
           [EXPECTED["local1"], EXPECTED["3000003"]])
 
+    # --json over a TSV map: kept rows become JSON objects too.
+    rc, out4, err = ckpt(["--json", "-o", m, runs["local1"]], fake.url)
+    row = json.loads(out4)
+    check("output: kept row as json", (row["run"], row["path"],
+                                        row["status"], row["location"]),
+          ("local1", "ai2-llm/olmo-small/ab12cd34", "found", runs["local1"]))
+
     j = os.path.join(tmp, "map.jsonl")
     rc, out, err = ckpt(["--json", "-o", j, runs["2000002"]], fake.url)
     with open(j) as f:
