@@ -19,6 +19,7 @@ struct cmd_struct {
 static const struct cmd_struct commands[] = {
     { "clean", cmd_clean, "delete runs that never produced a checkpoint" },
     { "ls", cmd_ls, "list runs and their checkpoints" },
+    { "map-wandb", cmd_map_wandb, "find each run's W&B run path" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
