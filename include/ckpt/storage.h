@@ -89,6 +89,9 @@ int ckpt_storage_open(struct ckpt_storage **out, const struct ckpt_loc *loc,
                       const struct ckpt_storage_cfg *cfg, struct ckpt_err *err);
 void ckpt_storage_close(struct ckpt_storage *st);
 int ckpt_storage_is_local(const struct ckpt_storage *st);
+/* How key in st is shown to the user: the path, or "s3://bkt/key".
+ * Malloced. */
+char *ckpt_storage_display(const struct ckpt_storage *st, const char *key);
 
 /* A file/object, or a directory/prefix (type DIR, size 0). */
 int ckpt_storage_stat(struct ckpt_storage *st, const char *key,

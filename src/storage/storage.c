@@ -132,6 +132,11 @@ int ckpt_storage_is_local(const struct ckpt_storage *st)
     return st->loc.scheme == CKPT_SCHEME_LOCAL;
 }
 
+char *ckpt_storage_display(const struct ckpt_storage *st, const char *key)
+{
+    return ckpt_loc_format(&st->loc, key);
+}
+
 int ckpt_storage_stat(struct ckpt_storage *st, const char *key,
                       struct ckpt_stat *out, struct ckpt_err *err)
 {

@@ -1,0 +1,161 @@
+/*
+ * ckpt/torchfmt.h - torch.save files without torch: dtypes, the zip
+ * container, tensors inside it, and the class allow-lists that decide what
+ * a pickle may name.
+ *
+ * Formats: see docs/formats/dcp.md and the fact sheet (torch.save zip:
+ * stored members, sizes only in the central directory, ZIP64, "FB" padding
+ * so data is 64-byte aligned, optional byteorder record).
+ */
+#ifndef CKPT_TORCHFMT_H
+#define CKPT_TORCHFMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/arena.h"
+#include "ckpt/err.h"
+#include "ckpt/pickle.h"
+
+/* torch allows up to 64 dimensions. */
+#define CKPT_MAX_DIMS 64
+
+/* --- dtypes ------------------------------------------------------------ */
+
+struct ckpt_dtype {
+    const char *name;      /* torch name without "torch.": "float32" */
+    const char *storage;   /* typed storage class ("FloatStorage") or NULL
+                              for dtypes saved only through
+                              _rebuild_tensor_v3 / UntypedStorage */
+    const char *st;        /* safetensors dtype ("F32") or NULL */
+    unsigned itemsize;     /* bytes per element */
+    unsigned swap;         /* byte-swap unit for big-endian input */
+};
+
+/* By torch name ("float32"; "torch.float32" is accepted too). NULL if
+ * unknown. */
+const struct ckpt_dtype *ckpt_dtype_by_name(const char *name);
+/* By typed storage class name ("FloatStorage"). NULL if unknown. */
+const struct ckpt_dtype *ckpt_dtype_by_storage(const char *cls);
+/* The dtype that a GLOBAL node names (torch.float32), or NULL. */
+const struct ckpt_dtype *ckpt_dtype_from_pv(const struct ckpt_pv *v);
+
+/* --- class allow-lists (ckpt_pickle_allow_fn, ud unused) ---------------- */
+
+/* Tensors: torch._utils rebuild functions, storages, dtypes, torch.Size,
+ * collections.OrderedDict, torch.serialization._get_layout. */
+int ckpt_torch_allow_tensor(void *ud, const char *module, const char *name);
+/* DCP .metadata: the tensor list plus the DCP dataclasses (by class name,
+ * any torch.distributed module), getattr for the memory-format enum,
+ * torch.device and pathlib paths (StorageMeta.checkpoint_id). */
+int ckpt_torch_allow_metadata(void *ud, const char *module,
+                              const char *name);
+/* Arbitrary pickled objects that are only passed through (DCP byte items):
+ * any class except those that reach code execution, the file system or
+ * the network (os, subprocess, builtins.eval, ...) and torch functions
+ * outside the tensor list. */
+int ckpt_torch_allow_object(void *ud, const char *module, const char *name);
+/* Post-parse check for ckpt_torch_allow_object graphs: builtins.getattr
+ * only on a class with a public attribute name (enum members). Returns 0,
+ * or -1 with err "NAME: class 'builtins.getattr' not allowed ...". */
+int ckpt_torch_check_object(const struct ckpt_pv *root, const char *name,
+                            struct ckpt_err *err);
+
+/* --- random-access input ------------------------------------------------ */
+
+/* Reads exactly len bytes at off (relative to the start of this input) or
+ * fails; shorter input is an error naming `name`. Thread-safe when ctx is. */
+struct ckpt_rd {
+    int (*read)(void *ctx, uint64_t off, void *buf, size_t len,
+                struct ckpt_err *err);
+    void *ctx;
+    uint64_t base;     /* added to every offset passed to read */
+    uint64_t size;     /* bytes available from base */
+    const char *name;  /* for messages */
+};
+
+/* Read from rd's range: checks off+len against size, then reads. */
+int ckpt_rd_read(const struct ckpt_rd *rd, uint64_t off, void *buf,
+                 size_t len, struct ckpt_err *err);
+/* An input over memory (borrowed). */
+void ckpt_rd_mem(struct ckpt_rd *rd, const void *data, size_t len,
+                 const char *name);
+
+/* --- torch.save zip ------------------------------------------------------ */
+
+struct ckpt_tzip_entry {
+    const char *name;      /* record name after the prefix ("data.pkl") */
+    uint64_t data_off;     /* offset of the data within the input */
+    uint64_t size;
+    uint32_t crc;          /* from the central directory (may be 0) */
+};
+
+struct ckpt_tzip {
+    struct ckpt_arena *arena;        /* owned; everything below lives here */
+    const char *prefix;              /* "archive", "consolidated", ... */
+    struct ckpt_tzip_entry *entries; /* sorted by name */
+    size_t n;
+    int big_endian;                  /* byteorder record says "big" */
+};
+
+/* Parse the zip in rd (torch.save's layout, any prefix, ZIP64, bytes
+ * before the archive). Only stored (uncompressed) records. */
+int ckpt_tzip_open(struct ckpt_tzip **out, const struct ckpt_rd *rd,
+                   struct ckpt_err *err);
+void ckpt_tzip_free(struct ckpt_tzip *z);
+/* Record by name after the prefix, or NULL. */
+const struct ckpt_tzip_entry *ckpt_tzip_find(const struct ckpt_tzip *z,
+                                             const char *name);
+/* Read a whole record (at most max bytes) into a malloced buffer. */
+int ckpt_tzip_read(const struct ckpt_tzip *z, const struct ckpt_rd *rd,
+                   const struct ckpt_tzip_entry *e, size_t max, char **data,
+                   size_t *len, struct ckpt_err *err);
+
+/* --- tensors ----------------------------------------------------------- */
+
+struct ckpt_tensor {
+    const struct ckpt_dtype *dtype;
+    int ndim;
+    int64_t size[CKPT_MAX_DIMS];
+    int64_t stride[CKPT_MAX_DIMS];
+    int64_t storage_offset;   /* in elements */
+    const char *key;          /* storage record key ("0"); borrowed */
+    uint64_t storage_nbytes;  /* from the persistent id */
+    int requires_grad;
+};
+
+/* Interpret v as a tensor: a call of torch._utils._rebuild_tensor(_v2,
+ * _v3) or _rebuild_parameter(_with_state) over a storage persistent id.
+ * Returns 1 if v is one (t filled), 0 if v is not a tensor call, -1 with
+ * err for a malformed or unsupported tensor (unknown dtype, conj/neg bit,
+ * quantized). `name` prefixes messages. */
+int ckpt_tensor_from_pv(const struct ckpt_pv *v, struct ckpt_tensor *t,
+                        const char *name, struct ckpt_err *err);
+/* Bytes of storage the tensor reaches: checks that offset and strides stay
+ * within storage_nbytes. 0 or -1. */
+int ckpt_tensor_check_bounds(const struct ckpt_tensor *t, const char *name,
+                             struct ckpt_err *err);
+/* Element count; 0 or -1 on overflow. */
+int ckpt_tensor_numel(const struct ckpt_tensor *t, uint64_t *out);
+
+/* A tensor stored as one torch.save zip (a DCP tensor item): where its
+ * elements are in rd. */
+struct ckpt_tensor_loc {
+    struct ckpt_tensor t;
+    char key[32];            /* t.key points here */
+    uint64_t data_off;       /* storage record offset within rd */
+    uint64_t data_size;      /* record size in bytes */
+    int big_endian;
+};
+
+/* Open the zip in rd, parse data.pkl (tensor allow-list) and locate the
+ * single tensor it holds. */
+int ckpt_tensor_item_load(const struct ckpt_rd *rd,
+                          struct ckpt_tensor_loc *out, struct ckpt_err *err);
+
+/* CRC-32 (zip / IEEE), incremental: crc = ckpt_crc32(crc, p, n) from 0. */
+uint32_t ckpt_crc32(uint32_t crc, const void *p, size_t n);
+/* CRC of A||B from crc(A), crc(B) and len(B). */
+uint32_t ckpt_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+#endif

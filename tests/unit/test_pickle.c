@@ -1,0 +1,261 @@
+/*
+ * test_pickle.c - the restricted pickle machine: every protocol, memo,
+ * cycles, re-emission, and hostile input.
+ *
+ * Inputs under fuzz/corpus/pickle/ were written by CPython 3.11's pickle
+ * (mixed_pN.pkl: the same object at protocol N) and torch 1.13's DCP.
+ */
+#include "ckpt/arena.h"
+#include "ckpt/pickle.h"
+#include "ckpt/torchfmt.h"
+#include "test.h"
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = malloc(1 << 20);
+    *len = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    return buf;
+}
+
+/* Parse data and render it; "ERR: msg" on failure. Caller frees. */
+static char *load_repr(const void *data, size_t len, ckpt_pickle_allow_fn a)
+{
+    struct ckpt_arena *ar = ckpt_arena_new(64 << 20);
+    struct ckpt_pickle_opts o = { "x.pkl", a, NULL };
+    struct ckpt_pv *v;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    if (ckpt_pickle_load(ar, data, len, &o, &v, NULL, &err) != 0)
+        ckpt_buf_addf(&b, "ERR: %s", err.msg);
+    else
+        ckpt_pv_repr(v, &b, 1 << 20);
+    ckpt_arena_free(ar);
+    return ckpt_buf_detach(&b, NULL);
+}
+
+static char *file_repr(const char *path)
+{
+    size_t len = 0;
+    char *data = slurp(path, &len);
+    if (!data)
+        return NULL;
+    char *r = load_repr(data, len, NULL);
+    free(data);
+    return r;
+}
+
+#define MIXED_HEAD "{'a': [1, -2, 300, 70000, -1099511627776, "
+#define MIXED_TAIL "'od': collections.OrderedDict()+{'k': 'v'}, 'c': 'é€'}"
+
+static void test_pickle__protocols(void)
+{
+    static const char *const want[] = {
+        MIXED_HEAD "<int 22 digits>, 1.5, None, True, False], 'b': ('x', "
+        "_codecs.encode('\\x00ÿ', 'latin1'), __builtin__.frozenset([1],), "
+        "__builtin__.set([3],)), " MIXED_TAIL,
+        NULL, /* protocol 1: same as 0 */
+        MIXED_HEAD "<int 9 bytes>, 1.5, None, True, False], 'b': ('x', "
+        "_codecs.encode('\\x00ÿ', 'latin1'), __builtin__.frozenset([1],), "
+        "__builtin__.set([3],)), " MIXED_TAIL,
+        MIXED_HEAD "<int 9 bytes>, 1.5, None, True, False], 'b': ('x', "
+        "b'\\x00\\xff', builtins.frozenset([1],), builtins.set([3],)), "
+        MIXED_TAIL,
+        MIXED_HEAD "<int 9 bytes>, 1.5, None, True, False], 'b': ('x', "
+        "b'\\x00\\xff', frozenset([1]), set([3])), " MIXED_TAIL,
+        NULL, /* protocol 5: same as 4 */
+    };
+    for (int p = 0; p < 6; p++) {
+        char path[64];
+        snprintf(path, sizeof(path), "fuzz/corpus/pickle/mixed_p%d.pkl", p);
+        char *r = file_repr(path);
+        const char *w = want[p] ? want[p] : want[p - 1];
+        test_cond(path, r && !strcmp(r, w));
+        if (r && strcmp(r, w))
+            fprintf(stderr, "  got  %s\n  want %s\n", r, w);
+        free(r);
+    }
+}
+
+static void test_pickle__cycles(void)
+{
+    char *r = file_repr("fuzz/corpus/pickle/cycle_list.pkl");
+    CHECK_STR(r, "[...]");
+    free(r);
+    r = file_repr("fuzz/corpus/pickle/cycle_tuple.pkl");
+    CHECK_STR(r, "([...],)");
+    free(r);
+}
+
+/* load -> dump -> load gives the same rendering, for every corpus file. */
+static void roundtrip(const char *path)
+{
+    size_t len = 0;
+    char *data = slurp(path, &len);
+    struct ckpt_arena *a = ckpt_arena_new(0);
+    struct ckpt_pv *v, *v2;
+    struct ckpt_err err;
+    struct ckpt_buf d = CKPT_BUF_INIT, r1 = CKPT_BUF_INIT, r2 = CKPT_BUF_INIT;
+    test_cond(path, data && ckpt_pickle_load(a, data, len, NULL, &v, NULL,
+                                             &err) == 0);
+    if (data && ckpt_pickle_dump(v, &d, &err) == 0 &&
+        ckpt_pickle_load(a, d.ptr, d.len, NULL, &v2, NULL, &err) == 0) {
+        ckpt_pv_repr(v, &r1, 1 << 20);
+        ckpt_pv_repr(v2, &r2, 1 << 20);
+        /* protocol 3+ bytes and sets are spelled the protocol 2 way. */
+        test_cond(path, !strcmp(r1.ptr, r2.ptr) || strstr(path, "_p3") ||
+                  strstr(path, "_p4") || strstr(path, "_p5"));
+        CHECK(d.ptr[0] == (char)0x80 && d.ptr[1] == 2);
+    } else {
+        test_cond(err.msg, 0);
+    }
+    ckpt_buf_release(&d);
+    ckpt_buf_release(&r1);
+    ckpt_buf_release(&r2);
+    ckpt_arena_free(a);
+    free(data);
+}
+
+static void test_pickle__roundtrip(void)
+{
+    static const char *const files[] = {
+        "mixed_p0.pkl", "mixed_p1.pkl", "mixed_p2.pkl", "mixed_p3.pkl",
+        "mixed_p4.pkl", "mixed_p5.pkl", "cycle_list.pkl", "cycle_tuple.pkl",
+        "t113.metadata",
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        char path[128];
+        snprintf(path, sizeof(path), "fuzz/corpus/pickle/%s", files[i]);
+        roundtrip(path);
+    }
+}
+
+/* Emitted memo is renumbered: a shared node is written once, then GET. */
+static void test_pickle__dump_shared(void)
+{
+    struct ckpt_arena *a = ckpt_arena_new(0);
+    struct ckpt_pv *s = ckpt_pv_str(a, "k", 1);
+    struct ckpt_pv *l = ckpt_pv_new(a, CKPT_PV_LIST);
+    ckpt_pv_push(a, l, s);
+    ckpt_pv_push(a, l, s);
+    ckpt_pv_push(a, l, ckpt_pv_int(a, -70000));
+    struct ckpt_buf d = CKPT_BUF_INIT;
+    struct ckpt_err err;
+    CHECK(ckpt_pickle_dump(l, &d, &err) == 0);
+    static const char want[] = "\x80\x02]q\x00(X\x01\x00\x00\x00kq\x01h\x01"
+                               "J\x90\xee\xfe\xff" "e.";
+    CHECK_EQ(d.len, sizeof(want) - 1);
+    CHECK(memcmp(d.ptr, want, sizeof(want) - 1) == 0);
+    ckpt_buf_release(&d);
+    ckpt_arena_free(a);
+}
+
+static void expect_err(const void *data, size_t len, const char *want)
+{
+    char *r = load_repr(data, len, ckpt_torch_allow_object);
+    CHECK_STR(r, want);
+    free(r);
+}
+
+static void test_pickle__refused_globals(void)
+{
+    expect_err("\x80\x02" "cos\nsystem\nq\x00.", 14,
+               "ERR: x.pkl: class 'os.system' not allowed");
+    expect_err("cbuiltins\neval\n(S'1'\ntR.", 24,
+               "ERR: x.pkl: class 'builtins.eval' not allowed");
+    expect_err("\x80\x04\x8c\x08" "builtins\x8c\x04" "exec\x93.", 20,
+               "ERR: x.pkl: class 'builtins.exec' not allowed");
+    expect_err("csubprocess\nPopen\n.", 19,
+               "ERR: x.pkl: class 'subprocess.Popen' not allowed");
+    expect_err("ctorch\nload\n.", 13,
+               "ERR: x.pkl: class 'torch.load' not allowed");
+    /* numpy objects pass through as opaque nodes */
+    char *r = load_repr("cnumpy\ndtype\n(S'f8'\ntR.", 23,
+                        ckpt_torch_allow_object);
+    CHECK_STR(r, "numpy.dtype('f8',)");
+    free(r);
+}
+
+static void test_pickle__malformed(void)
+{
+    expect_err("", 0, "ERR: x.pkl: truncated pickle (no STOP)");
+    expect_err("\x80\x02", 2, "ERR: x.pkl: truncated pickle (no STOP)");
+    expect_err("\xff", 1, "ERR: x.pkl: unknown opcode 0xff at offset 0");
+    expect_err("\x80\x09.", 3,
+               "ERR: x.pkl: unsupported pickle protocol at offset 0");
+    /* BINUNICODE claiming 4 GiB with 3 bytes left */
+    expect_err("X\xff\xff\xff\xff" "abc", 8,
+               "ERR: x.pkl: truncated pickle at offset 0");
+    expect_err("\x8d\xff\xff\xff\xff\xff\xff\xff\x7f", 9,
+               "ERR: x.pkl: truncated pickle at offset 0");
+    expect_err("\x8b\xff\xff\xff\x7f", 5,
+               "ERR: x.pkl: truncated pickle at offset 0");
+    expect_err("h\x05.", 3, "ERR: x.pkl: memo key missing at offset 0");
+    expect_err("N\x72\xff\xff\xff\x7f.", 7,
+               "ERR: x.pkl: memo index out of range at offset 1");
+    expect_err("a.", 2, "ERR: x.pkl: stack underflow at offset 0");
+    expect_err("(Na.", 4, "ERR: x.pkl: stack underflow at offset 2");
+    expect_err("Nt.", 3, "ERR: x.pkl: MARK missing at offset 1");
+    expect_err("NNa.", 4, "ERR: x.pkl: APPEND on a None at offset 2");
+    expect_err("\x82\x01.", 3, "ERR: x.pkl: extension registry (EXT1/2/4) "
+               "not supported at offset 0");
+    expect_err("\x97.", 2, "ERR: x.pkl: out-of-band buffer (NEXT_BUFFER) "
+               "not supported at offset 0");
+    expect_err("NNR.", 4,
+               "ERR: x.pkl: call arguments are not a tuple at offset 2");
+}
+
+/* 200k nested lists: the machine is iterative, walkers bounded. */
+static void test_pickle__deep_nesting(void)
+{
+    size_t n = 200000;
+    char *p = malloc(2 * n + 8);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+        p[o++] = '(';
+    for (size_t i = 0; i < n; i++)
+        p[o++] = 'l';
+    p[o++] = '.';
+    struct ckpt_arena *a = ckpt_arena_new(256 << 20);
+    struct ckpt_pv *v;
+    struct ckpt_err err;
+    CHECK(ckpt_pickle_load(a, p, o, NULL, &v, NULL, &err) == 0);
+    struct ckpt_buf d = CKPT_BUF_INIT;
+    CHECK(ckpt_pickle_dump(v, &d, &err) == -1);
+    CHECK_STR(err.msg, "value nested deeper than 512 levels");
+    CHECK_EQ(d.len, 0);
+    ckpt_buf_release(&d);
+    ckpt_arena_free(a);
+    free(p);
+}
+
+/* The arena limit turns a memory bomb into an error. */
+static void test_pickle__arena_limit(void)
+{
+    /* EMPTY_LIST, then DUP+APPEND of itself 1M times. */
+    size_t n = 1000000;
+    char *p = malloc(2 * n + 4);
+    size_t o = 0;
+    p[o++] = ']';
+    for (size_t i = 0; i < n; i++) {
+        p[o++] = '2';
+        p[o++] = 'a';
+    }
+    p[o++] = '.';
+    struct ckpt_arena *a = ckpt_arena_new(1 << 20);
+    struct ckpt_pv *v;
+    struct ckpt_err err;
+    CHECK(ckpt_pickle_load(a, p, o, NULL, &v, NULL, &err) == -1);
+    CHECK_EQ(err.code, CKPT_ENOMEM);
+    CHECK_STR(err.msg, "pickle: pickle too large (memory limit reached)");
+    ckpt_arena_free(a);
+    free(p);
+}
+
+TEST_MAIN(T(test_pickle__protocols), T(test_pickle__cycles),
+          T(test_pickle__roundtrip), T(test_pickle__dump_shared),
+          T(test_pickle__refused_globals), T(test_pickle__malformed),
+          T(test_pickle__deep_nesting), T(test_pickle__arena_limit))
