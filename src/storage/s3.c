@@ -106,8 +106,7 @@ static struct curl_slist *sign_v4(struct s3 *s3, struct s3_req *r,
 }
 
 /* Build URL and headers for one attempt. 0, or -1 (OAuth token failed). */
-static int build(struct s3 *s3, struct s3_req *r, struct ckpt_buf *url,
-                 struct curl_slist **hdrs, struct ckpt_err *err)
+void s3_url(struct s3 *s3, const struct s3_req *r, struct ckpt_buf *url)
 {
     struct ckpt_buf path = CKPT_BUF_INIT;
     raw_path(s3, r, &path);
@@ -118,6 +117,15 @@ static int build(struct s3 *s3, struct s3_req *r, struct ckpt_buf *url,
         ckpt_buf_addch(url, '?');
         ckpt_sigv4_query(url, r->q, r->nq);
     }
+    ckpt_buf_release(&path);
+}
+
+static int build(struct s3 *s3, struct s3_req *r, struct ckpt_buf *url,
+                 struct curl_slist **hdrs, struct ckpt_err *err)
+{
+    struct ckpt_buf path = CKPT_BUF_INIT;
+    raw_path(s3, r, &path);
+    s3_url(s3, r, url);
     struct curl_slist *l;
     if (s3->oauth) {
         struct ckpt_buf tok = CKPT_BUF_INIT;
@@ -443,8 +451,8 @@ void s3_batch_wait(struct s3_batch *b, size_t left)
 /* ---- open ---- */
 
 /* Split the endpoint into what curl is given and what Host it sends. */
-static int parse_endpoint(struct s3 *s3, const char *display,
-                          struct ckpt_err *err)
+int s3_parse_endpoint(struct s3 *s3, const char *display,
+                      struct ckpt_err *err)
 {
     const char *ep = s3->conf.endpoint;
     int https = !strncmp(ep, "https://", 8);
@@ -522,7 +530,7 @@ int ckpt_s3_open(struct ckpt_storage *st, struct ckpt_err *err)
     char *disp = s3_what(st, NULL);
     int rc = s3_conf_resolve(&s3->conf, s3->scheme, s3->bucket, disp, err);
     if (rc == 0)
-        rc = parse_endpoint(s3, disp, err);
+        rc = s3_parse_endpoint(s3, disp, err);
     if (rc == 0 && s3->conf.sa_key_file) {
         s3->oauth = ckpt_xcalloc(1, sizeof(*s3->oauth));
         rc = gcs_oauth_load(s3->oauth, s3->conf.sa_key_file, err);

@@ -214,6 +214,13 @@ void s3_req_init(struct s3_req *r, const char *method, const char *key);
 void s3_req_param(struct s3_req *r, const char *name, const char *value);
 void s3_req_header(struct s3_req *r, const char *name, const char *value);
 
+/* Derive scheme_host, host and base_path from conf.endpoint, bucket and
+ * conf.virtual_host. 0, or -1 (CKPT_EUSAGE). */
+int s3_parse_endpoint(struct s3 *s3, const char *display,
+                      struct ckpt_err *err);
+/* Append r's URL (encoded path, sorted query) to url. */
+void s3_url(struct s3 *s3, const struct s3_req *r, struct ckpt_buf *url);
+
 /* One attempt: sign, send, wait. resp must be initialised. */
 int s3_attempt(struct s3 *s3, struct s3_req *r, struct http_resp *resp,
                struct ckpt_err *err);

@@ -67,9 +67,12 @@ def _read_port(proc, marker, timeout=30.0):
 
 class S3Env:
     def __init__(self, buckets=("ckpt-test",), proxy=True, max_seconds=1800,
-                 proxy_args=(), keys=()):
+                 proxy_args=(), keys=(), tls=None):
+        """tls: (key.pem, cert.pem) to serve s3rver over HTTPS (then
+        without the proxy, which speaks plain HTTP)."""
         self.buckets = list(buckets)
-        self.use_proxy = proxy
+        self.tls = tls
+        self.use_proxy = proxy and not tls
         self.max_seconds = max_seconds
         self.proxy_args = list(proxy_args)
         for k in keys:
@@ -100,6 +103,8 @@ class S3Env:
                "-a", "127.0.0.1", "-p", "0", "--no-vhost-buckets"]
         for b in self.buckets:
             cmd += ["--configure-bucket", b]
+        if self.tls:
+            cmd += ["--key", self.tls[0], "--cert", self.tls[1]]
         log = open(os.path.join(self.tmp, "s3rver.log"), "wb")
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
                              env=env, preexec_fn=_die_with_parent)
@@ -130,13 +135,14 @@ class S3Env:
     @property
     def endpoint(self):
         port = self.proxy_port if self.use_proxy else self.s3rver_port
-        return "http://127.0.0.1:%d" % port
+        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http", port)
 
     def env(self, base=None):
         e = dict(os.environ if base is None else base)
         for k in ("AWS_PROFILE", "S3_PROFILE", "R2_PROFILE", "GCS_PROFILE",
                   "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3",
-                  "GOOGLE_APPLICATION_CREDENTIALS", "AWS_DEFAULT_REGION"):
+                  "GOOGLE_APPLICATION_CREDENTIALS", "AWS_DEFAULT_REGION",
+                  "AWS_CA_BUNDLE"):
             e.pop(k, None)
         e.update({
             "AWS_ACCESS_KEY_ID": "S3RVER",

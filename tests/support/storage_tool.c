@@ -2,7 +2,7 @@
  * storage_tool.c - drive the storage API from scripts (integration tests,
  * benchmarks): every operation of include/ckpt/storage.h on any location.
  *
- *   storage_tool [-j N] [-r ATTEMPTS] [-s] CMD ARGS
+ *   storage_tool [-j N] [-r ATTEMPTS] [-k] [-s] CMD ARGS
  *     ls [-r] LOC          one "TYPE<TAB>SIZE<TAB>NAME" line per entry,
  *                          sorted by name (TYPE f, d, l, o)
  *     stat LOC             "file SIZE ETAG" or "dir"
@@ -14,6 +14,7 @@
  *                          N objects LOC/obj-000000.. of SIZE bytes, -j
  *                          at a time; with PER_DIR, PER_DIR objects to a
  *                          directory: LOC/d0000/obj-000000..
+ *   -k skips TLS verification (--insecure).
  *   -s prints the storage's counters to stderr at the end:
  *     "requests=N retries=N bytes_in=N bytes_out=N bytes_read=N".
  * Failure: "storage_tool: CODE: MESSAGE" on stderr, exit 1.
@@ -240,14 +241,16 @@ static int run(struct ckpt_storage *st, const char *key, int argc,
 
 int main(int argc, char **argv)
 {
-    int jobs = 16, stats = 0, attempts = 0, opt;
-    while ((opt = getopt(argc, argv, "+j:r:s")) != -1) {
+    int jobs = 16, stats = 0, attempts = 0, insecure = 0, opt;
+    while ((opt = getopt(argc, argv, "+j:r:ks")) != -1) {
         if (opt == 'j')
             jobs = (int)strtol(optarg, NULL, 10);
         else if (opt == 'r')
             attempts = (int)strtol(optarg, NULL, 10);
         else if (opt == 's')
             stats = 1;
+        else if (opt == 'k')
+            insecure = 1;
         else
             return 2;
     }
@@ -267,7 +270,7 @@ int main(int argc, char **argv)
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_loc loc;
     struct ckpt_storage *st = NULL;
-    struct ckpt_storage_cfg cfg = { 0, attempts, 0, jobs };
+    struct ckpt_storage_cfg cfg = { insecure, attempts, 0, jobs };
     int rc = ckpt_loc_parse(&loc, where, &err);
     if (rc == 0)
         rc = ckpt_storage_open(&st, &loc, &cfg, &err);

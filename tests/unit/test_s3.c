@@ -272,7 +272,50 @@ static void test_s3__iso8601(void)
     CHECK_EQ(s3_parse_iso8601("garbage"), 0);
 }
 
-TEST_MAIN(T(test_s3__ini), T(test_s3__env_keys_default_profile),
+static void url_of(const char *endpoint, int vhost, const char *key,
+                   const char *want_host, const char *want_url)
+{
+    struct s3 s3;
+    memset(&s3, 0, sizeof(s3));
+    s3.conf.endpoint = (char *)endpoint;
+    s3.conf.virtual_host = vhost;
+    s3.bucket = "bkt";
+    struct ckpt_err err;
+    CHECK(s3_parse_endpoint(&s3, "s3://bkt", &err) == 0);
+    CHECK_STR(s3.host, want_host);
+    struct s3_req r;
+    s3_req_init(&r, "GET", key);
+    if (!key) {
+        s3_req_param(&r, "prefix", "a b/");
+        s3_req_param(&r, "list-type", "2");
+    }
+    struct ckpt_buf u = CKPT_BUF_INIT;
+    s3_url(&s3, &r, &u);
+    CHECK_STR(u.ptr, want_url);
+    ckpt_buf_release(&u);
+    free(s3.host);
+    free(s3.scheme_host);
+    free(s3.base_path);
+}
+
+static void test_s3__urls(void)
+{
+    /* Path-style, non-default port kept (and signed as Host). */
+    url_of("http://127.0.0.1:4568", 0, "run 1/a+b=c\xc3\xa9~",
+           "127.0.0.1:4568",
+           "http://127.0.0.1:4568/bkt/run%201/a%2Bb%3Dc%C3%A9~");
+    /* Default ports are left out, as curl leaves them out of Host. */
+    url_of("https://minio.local:443/base", 0, "k", "minio.local",
+           "https://minio.local/base/bkt/k");
+    url_of("http://h:80", 0, NULL, "h",
+           "http://h/bkt/?list-type=2&prefix=a%20b%2F");
+    /* Virtual-hosted: the bucket moves into the host name. */
+    url_of("https://s3.us-east-1.amazonaws.com", 1, "x//y",
+           "bkt.s3.us-east-1.amazonaws.com",
+           "https://bkt.s3.us-east-1.amazonaws.com/x//y");
+}
+
+TEST_MAIN(T(test_s3__urls), T(test_s3__ini), T(test_s3__env_keys_default_profile),
           T(test_s3__profiles_and_endpoints), T(test_s3__r2_and_gcs),
           T(test_s3__no_credentials), T(test_s3__xml), T(test_s3__part_size),
           T(test_s3__retry_policy), T(test_s3__iso8601))
