@@ -127,6 +127,11 @@ static void reap(struct s3_writer *w)
 /* Hand the filled buffer to the batch as the next part. */
 static int send_part(struct s3_writer *w, struct ckpt_err *err)
 {
+    if (w->nparts == MAX_PARTS)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: more than %llu "
+                            "parts of %llu bytes (the size announced was "
+                            "too small)", w->what, MAX_PARTS,
+                            (unsigned long long)w->part_size);
     if (!w->upload_id && start_multipart(w, err) != 0)
         return -1;
     struct part *p = ckpt_xcalloc(1, sizeof(*p));
