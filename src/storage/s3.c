@@ -213,6 +213,7 @@ static int status_code(long status)
 static const char *status_name(long status)
 {
     switch (status) {
+    case 301: return "PermanentRedirect";
     case 400: return "BadRequest";
     case 401: return "Unauthorized";
     case 403: return "Forbidden";
@@ -241,9 +242,16 @@ static int fail(const struct http_resp *resp, int attempt, const char *what,
                      tries);
         return -1;
     }
-    ckpt_err_set(err, status_code(resp->status), "%s: HTTP %ld %s%s", what,
-                 resp->status, *code ? code : status_name(resp->status),
-                 tries);
+    /* A bucket in another region (301, or 400 AuthorizationHeader-
+     * Malformed): say where it is, the one fix the user needs. */
+    char hint[96] = "";
+    if (resp->bucket_region[0] && (resp->status == 301 ||
+                                   resp->status == 400))
+        snprintf(hint, sizeof(hint), " (the bucket is in region %s: set "
+                 "AWS_REGION)", resp->bucket_region);
+    ckpt_err_set(err, status_code(resp->status), "%s: HTTP %ld %s%s%s",
+                 what, resp->status,
+                 *code ? code : status_name(resp->status), hint, tries);
     err->http_status = (int)resp->status;
     return -1;
 }

@@ -107,6 +107,7 @@ struct http_resp {
     int64_t mtime;                /* Last-Modified, or 0 */
     double retry_after;           /* seconds, or -1 */
     char etag[80];                /* unquoted, or "" */
+    char bucket_region[32];       /* x-amz-bucket-region, or "" */
     char curl_msg[CURL_ERROR_SIZE];
     /* Transfer state, private to http.c. */
     struct http_client *hc;

@@ -195,6 +195,20 @@ def auth(c, s3, env, tmp):
          "s3://ckpt-test/tok/a: HTTP 403 InvalidToken\n"))
 
 
+def wrong_region(c, s3, env):
+    """A bucket in another region: the error says which one."""
+    tool(env, "put", "-", "s3://%s/reg/a" % B, input=b"r")
+    s3.configure(region="eu-west-1")
+    rc, _, err = tool(env, "cat", "s3://%s/reg/a" % B, check=False)
+    rc2, _, _ = tool(dict(env, AWS_REGION="eu-west-1"), "cat",
+                     "s3://%s/reg/a" % B, check=False)
+    s3.configure(region="")
+    c.eq("wrong region named", (rc, err), (1, "storage_tool: http: "
+         "s3://ckpt-test/reg/a: HTTP 400 AuthorizationHeaderMalformed (the "
+         "bucket is in region eu-west-1: set AWS_REGION)\n"))
+    c.eq("right region works", rc2, 0)
+
+
 def profiles(c, s3, env, tmp):
     creds = os.path.join(tmp, "credentials")
     conf = os.path.join(tmp, "config")
@@ -242,6 +256,7 @@ def main():
         key_errors(c, s3, env)
         auth(c, s3, env, tmp)
         profiles(c, s3, env, tmp)
+        wrong_region(c, s3, env)
         st = s3.stats()
         # Since the last reset: the three deliberate failures in auth().
         c.eq("signature failures", st["sig_fail"], 3)

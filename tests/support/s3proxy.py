@@ -28,6 +28,8 @@ Faults, chosen per request at random (seeded):
   complete_error  the next N CompleteMultipartUpload requests are answered
             200 with an <Error> body (InternalError), as S3 may
   no_batch_delete  answer DeleteObjects 501 NotImplemented, as GCS did
+  region    the bucket's region: requests signed for another answer 400
+            AuthorizationHeaderMalformed with x-amz-bucket-region, as AWS
   delete_key_errors  in the next DeleteObjects, report this many keys as
             <Error> InternalError (and do not delete them), as S3 may
 Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
@@ -81,7 +83,7 @@ class State:
                        "reset": args.reset, "slow_ms": args.slow_ms,
                        "methods": args.fault_methods, "token_ttl": 3600,
                        "complete_error": 0, "no_batch_delete": False,
-                       "delete_key_errors": 0}
+                       "delete_key_errors": 0, "region": ""}
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
@@ -395,6 +397,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         akid, day, region, service = cred[0], cred[1], cred[2], cred[3]
         if akid not in self.st.keys:
             return (403, error_xml("InvalidAccessKeyId", "Unknown key"))
+        want_region = self.st.config["region"]
+        if want_region and region != want_region:
+            return (400, error_xml("AuthorizationHeaderMalformed", "the "
+                    "region '%s' is wrong; expecting '%s'" % (region,
+                    want_region), "<Region>%s</Region>" % want_region),
+                    {"x-amz-bucket-region": want_region})
         secret, token = self.st.keys[akid]
         signed = f["SignedHeaders"].split(";")
         amz_date = self.headers.get("X-Amz-Date", "")
