@@ -23,9 +23,9 @@ struct ckpt_tree_file {
     uint64_t size;
     enum ckpt_entry_type type;
     uint64_t data_offset;   /* plain tar member offset, or CKPT_NO_OFFSET */
-    char *content;          /* owned bytes captured from a compressed
-                               archive, or NULL */
-    size_t content_len;
+    char *content;          /* owned leading bytes captured from a
+                               compressed archive, or NULL */
+    size_t content_len;     /* < size when only a prefix was kept */
 };
 
 struct ckpt_tree {
@@ -41,11 +41,14 @@ struct ckpt_tree {
     uint64_t fetched;              /* archive bytes read to build the tree */
 };
 
-/* Decide whether to capture a member's bytes while streaming a compressed
- * archive (path as stored, before stepping into a top directory). */
-typedef int (*ckpt_tree_want_fn)(const char *path, uint64_t size);
-/* Captures what run classification reads. */
-int ckpt_tree_want_default(const char *path, uint64_t size);
+/* How many leading bytes of a member to keep while streaming a compressed
+ * archive (path as stored, before stepping into a top directory); 0 keeps
+ * none. */
+typedef size_t (*ckpt_tree_want_fn)(const char *path, uint64_t size);
+/* Keeps what run classification and W&B evidence read: config.yaml,
+ * .metadata, .zattrs, ... whole (up to 64 MiB), and the first 256 KiB of
+ * wandb run logs (run-ID.wandb). */
+size_t ckpt_tree_want_default(const char *path, uint64_t size);
 
 /* Snapshot the run at key: a directory, or an archive file when its name
  * has an archive extension. want may be NULL (default). */
@@ -61,9 +64,15 @@ void ckpt_tree_range(const struct ckpt_tree *t, const char *dir, size_t *lo,
                      size_t *hi);
 /* 1 if dir exists (has an entry or anything below it). */
 int ckpt_tree_has_dir(const struct ckpt_tree *t, const char *dir);
-/* Read a whole small file of the tree (malloced, NUL-terminated). */
+/* Read a whole small file of the tree (malloced, NUL-terminated); a file
+ * larger than max is an error. */
 int ckpt_tree_read(struct ckpt_tree *t, const char *path, size_t max,
                    char **data, size_t *len, struct ckpt_err *err);
+/* Read the first min(size, max) bytes of a file (malloced,
+ * NUL-terminated); *truncated tells whether the file is longer. */
+int ckpt_tree_read_head(struct ckpt_tree *t, const char *path, size_t max,
+                        char **data, size_t *len, int *truncated,
+                        struct ckpt_err *err);
 /* Storage key of a file of a directory tree (malloced); NULL for
  * archives. */
 char *ckpt_tree_key(const struct ckpt_tree *t, const char *path);

@@ -60,6 +60,10 @@ struct ckpt_wandb_src {
 void ckpt_wandb_src_storage(struct ckpt_wandb_src *src,
                             struct ckpt_storage *st, const char *dir);
 void ckpt_wandb_src_release(struct ckpt_wandb_src *src);
+/* A source over a run tree (a directory or an archive snapshot, see
+ * ckpt/run.h); tree is borrowed and must outlive src. */
+struct ckpt_tree;
+void ckpt_wandb_src_tree(struct ckpt_wandb_src *src, struct ckpt_tree *tree);
 
 /* ---- 2. local evidence -------------------------------------------------- */
 

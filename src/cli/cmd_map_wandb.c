@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "ckpt/pool.h"
 #include "ckpt/util.h"
+#include "ckpt/run.h"
 #include "ckpt/wandb.h"
 
 static const char *const map_wandb_usage[] = {
@@ -79,35 +80,33 @@ static char *run_id_of(const char *arg)
     return base;
 }
 
-/* Pool task: read one run's evidence. */
+/* Pool task: read one run's evidence from its tree (a directory, or an
+ * archive read in place). */
 static void gather_one(void *arg)
 {
     struct item *it = arg;
     struct ckpt_loc loc;
     struct ckpt_storage *st = NULL;
     struct ckpt_stat sb;
-    if (archive_suffix(it->arg)) {
-        /* The archive module's run source plugs in here. */
-        ckpt_err_set(&it->err, CKPT_EUNSUPPORTED, "%s: archives are not "
-                     "supported by map-wandb yet", it->arg);
-        it->failed = 1;
-        return;
-    }
+    struct ckpt_tree *tree = NULL;
     int rc = ckpt_loc_parse(&loc, it->arg, &it->err);
     if (rc == 0)
         rc = ckpt_storage_open(&st, &loc, &it->scfg, &it->err);
     if (rc == 0)
         rc = ckpt_storage_stat(st, loc.key, &sb, &it->err);
-    if (rc == 0 && sb.type != CKPT_ENTRY_DIR)
-        rc = ckpt_err_set(&it->err, CKPT_EUSAGE, "%s: not a run directory",
-                          it->arg);
+    if (rc == 0 && sb.type != CKPT_ENTRY_DIR && !archive_suffix(it->arg))
+        rc = ckpt_err_set(&it->err, CKPT_EUSAGE, "%s: not a run directory "
+                          "or archive", it->arg);
+    if (rc == 0)
+        rc = ckpt_tree_load(&tree, st, loc.key, NULL, &it->err);
     if (rc == 0) {
         struct ckpt_wandb_src src;
-        ckpt_wandb_src_storage(&src, st, loc.key);
+        ckpt_wandb_src_tree(&src, tree);
         rc = ckpt_wandb_evidence_gather(&it->ev, &src, &it->err);
         ckpt_wandb_src_release(&src);
     }
     it->failed = rc != 0;
+    ckpt_tree_free(tree);
     ckpt_storage_close(st);
     if (loc.key)
         ckpt_loc_release(&loc);

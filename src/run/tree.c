@@ -62,43 +62,46 @@ static const char *base_of(const char *path)
     return s ? s + 1 : path;
 }
 
-int ckpt_tree_want_default(const char *path, uint64_t size)
+size_t ckpt_tree_want_default(const char *path, uint64_t size)
 {
     static const char *names[] = {
         "config.yaml", ".metadata", ".zattrs", ".zgroup",
         "_CHECKPOINT_METADATA", "metadata.yaml", "metadata.json",
-        "wandb-metadata.json", "model.safetensors.index.json",
+        "wandb-metadata.json", "wandb-summary.json",
+        "model.safetensors.index.json",
     };
+    const char *b = base_of(path);
+    /* W&B run logs can be GBs; their run record is at the start. */
+    if (ckpt_str_startswith(b, "run-") && ckpt_str_endswith(b, ".wandb"))
+        return 256u << 10;
     if (size > CAPTURE_MAX)
         return 0;
-    const char *b = base_of(path);
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!strcmp(b, names[i]))
-            return 1;
+            return CAPTURE_MAX;
     /* Rank-local DCP metadata: __N.metadata */
-    return ckpt_str_startswith(b, "__") && ckpt_str_endswith(b, ".metadata");
+    if (ckpt_str_startswith(b, "__") && ckpt_str_endswith(b, ".metadata"))
+        return CAPTURE_MAX;
+    return 0;
 }
 
+/* Keep the first cap bytes of the current member; libarchive skips the
+ * rest when we move to the next header. */
 static int capture(struct ckpt_archive *a, struct ckpt_tree_file *f,
-                   struct ckpt_err *err)
+                   size_t cap, struct ckpt_err *err)
 {
     struct ckpt_buf buf = CKPT_BUF_INIT;
-    for (;;) {
-        ckpt_buf_grow(&buf, 65536);
+    while (buf.len < cap) {
+        size_t room = cap - buf.len < 65536 ? cap - buf.len : 65536;
+        ckpt_buf_grow(&buf, room);
         size_t n;
-        if (ckpt_archive_read(a, buf.ptr + buf.len, buf.cap - buf.len, &n,
-                              err) != 0) {
+        if (ckpt_archive_read(a, buf.ptr + buf.len, room, &n, err) != 0) {
             ckpt_buf_release(&buf);
             return -1;
         }
         if (n == 0)
             break;
         ckpt_buf_setlen(&buf, buf.len + n);
-        if (buf.len > CAPTURE_MAX) {
-            ckpt_buf_release(&buf);
-            return ckpt_err_set(err, CKPT_EFORMAT, "member '%s' too large",
-                                f->path);
-        }
     }
     f->content = ckpt_buf_detach(&buf, &f->content_len);
     return 0;
@@ -119,8 +122,9 @@ static int load_archive(struct builder *b, ckpt_tree_want_fn want,
             continue; /* "./" itself */
         struct ckpt_tree_file *f = add_file(b, e.path, e.size, e.type);
         f->data_offset = e.data_offset;
-        if (!plain && e.type == CKPT_ENTRY_FILE && want(e.path, e.size) &&
-            capture(a, f, err) != 0) {
+        size_t cap = !plain && e.type == CKPT_ENTRY_FILE
+                   ? want(e.path, e.size) : 0;
+        if (cap && capture(a, f, cap, err) != 0) {
             rc = -1;
             break;
         }
@@ -324,7 +328,8 @@ char *ckpt_tree_key(const struct ckpt_tree *t, const char *path)
     return ckpt_path_join(t->key, path);
 }
 
-/* Fetch a compressed-archive member that was not captured: stream again. */
+/* Fetch the head of a compressed-archive member that was not captured:
+ * stream the archive again. */
 static int restream(struct ckpt_tree *t, const char *path, size_t max,
                     char **data, size_t *len, struct ckpt_err *err)
 {
@@ -342,12 +347,8 @@ static int restream(struct ckpt_tree *t, const char *path, size_t max,
                           t->display, want);
     if (rc == 1) {
         struct ckpt_tree_file f = { .path = want };
-        rc = capture(a, &f, err);
-        if (rc == 0 && f.content_len > max) {
-            free(f.content);
-            rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: member '%s' too large",
-                              t->display, want);
-        } else if (rc == 0) {
+        rc = capture(a, &f, max, err);
+        if (rc == 0) {
             *data = f.content;
             *len = f.content_len;
         }
@@ -357,46 +358,61 @@ static int restream(struct ckpt_tree *t, const char *path, size_t max,
     return rc;
 }
 
-int ckpt_tree_read(struct ckpt_tree *t, const char *path, size_t max,
-                   char **data, size_t *len, struct ckpt_err *err)
+/* Read [0, n) of a plain tar member or a directory file. */
+static int read_range(struct ckpt_tree *t, const struct ckpt_tree_file *f,
+                      size_t n, char **data, size_t *len,
+                      struct ckpt_err *err)
 {
-    const struct ckpt_tree_file *f = ckpt_tree_find(t, path);
-    if (!f || f->type == CKPT_ENTRY_DIR)
-        return ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no file '%s'",
-                            t->display, path);
-    if (f->content) {
-        *data = ckpt_xmalloc(f->content_len + 1);
-        memcpy(*data, f->content, f->content_len);
-        (*data)[f->content_len] = '\0';
-        *len = f->content_len;
-        return 0;
-    }
-    if (f->size > max)
-        return ckpt_err_set(err, CKPT_EFORMAT, "%s: '%s' is too large (%llu "
-                            "bytes)", t->display, path,
-                            (unsigned long long)f->size);
-    if (t->archive == CKPT_ARCHIVE_NONE) {
-        char *key = ckpt_tree_key(t, path);
-        int rc = ckpt_storage_read_all(t->st, key, max, data, len, err);
-        free(key);
-        return rc;
-    }
-    if (f->data_offset == CKPT_NO_OFFSET)
-        return restream(t, path, max, data, len, err);
-    char *buf = ckpt_xmalloc((size_t)f->size + 1);
+    char *key = ckpt_tree_key(t, f->path);
+    uint64_t off = key ? 0 : f->data_offset;
+    char *buf = ckpt_xmalloc(n + 1);
     size_t got;
-    if (ckpt_storage_read(t->st, t->key, f->data_offset, buf, (size_t)f->size,
-                          &got, err) != 0) {
+    int rc = ckpt_storage_read(t->st, key ? key : t->key, off, buf, n, &got,
+                               err);
+    free(key);
+    if (rc == 0 && got != n && !key)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: member '%s' is truncated",
+                          t->display, f->path);
+    if (rc != 0) {
         free(buf);
         return -1;
-    }
-    if (got != f->size) {
-        free(buf);
-        return ckpt_err_set(err, CKPT_EFORMAT, "%s: member '%s' is truncated",
-                            t->display, path);
     }
     buf[got] = '\0';
     *data = buf;
     *len = got;
     return 0;
+}
+
+int ckpt_tree_read_head(struct ckpt_tree *t, const char *path, size_t max,
+                        char **data, size_t *len, int *truncated,
+                        struct ckpt_err *err)
+{
+    const struct ckpt_tree_file *f = ckpt_tree_find(t, path);
+    if (!f || f->type == CKPT_ENTRY_DIR)
+        return ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no file '%s'",
+                            t->display, path);
+    size_t n = f->size < max ? (size_t)f->size : max;
+    *truncated = f->size > n;
+    if (f->content && f->content_len >= n) {
+        *data = ckpt_xmalloc(n + 1);
+        memcpy(*data, f->content, n);
+        (*data)[n] = '\0';
+        *len = n;
+        return 0;
+    }
+    if (t->archive != CKPT_ARCHIVE_NONE && f->data_offset == CKPT_NO_OFFSET)
+        return restream(t, path, n, data, len, err);
+    return read_range(t, f, n, data, len, err);
+}
+
+int ckpt_tree_read(struct ckpt_tree *t, const char *path, size_t max,
+                   char **data, size_t *len, struct ckpt_err *err)
+{
+    const struct ckpt_tree_file *f = ckpt_tree_find(t, path);
+    if (f && f->type != CKPT_ENTRY_DIR && f->size > max)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: '%s' is too large (%llu "
+                            "bytes)", t->display, path,
+                            (unsigned long long)f->size);
+    int truncated;
+    return ckpt_tree_read_head(t, path, max, data, len, &truncated, err);
 }

@@ -376,6 +376,32 @@ def test_output(fake, runs, tmp):
               "run1\tnot-a-path\tx\n")
 
 
+def test_archives(fake, runs, tmp):
+    """The same runs packed as archives map exactly as their directories:
+    evidence is read in place (compressed ones in one pass)."""
+    import subprocess
+    kinds = [("local1", ".tar", ["tar", "-cf"]),
+             ("2000002", ".tar.gz", ["tar", "-czf"]),
+             ("offline1", ".tar.zst", ["tar", "--zstd", "-cf"]),
+             ("override", ".zip", ["zip", "-qry"]),
+             ("5000005", ".tar.xz", ["tar", "-cJf"]),
+             ("noentity", ".tar.bz2", ["tar", "-cjf"])]
+    adir = os.path.join(tmp, "archives")
+    os.makedirs(adir)
+    args, want = [], []
+    for name, ext, cmd in kinds:
+        src = runs[name]
+        path = os.path.join(adir, name + ext)
+        subprocess.run(cmd + [path, os.path.basename(src)],
+                       cwd=os.path.dirname(src), check=True)
+        args.append(path)
+        want.append(EXPECTED[name])
+    fake.reset()
+    rc, out, err = ckpt(args, fake.url)
+    check("archives: rows", out.splitlines(), want)
+    check("archives: exit", rc, 0)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-mapwandb-")
     try:
@@ -388,6 +414,7 @@ def main():
             test_offline(fake, runs)
             test_overrides(fake, runs)
             test_output(fake, runs, tmp)
+            test_archives(fake, runs, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d failed" % len(FAILS))

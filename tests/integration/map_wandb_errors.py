@@ -163,14 +163,14 @@ def test_bad_input(fake, tmp):
     rc, out, err = ckpt([f, os.path.join(tmp, "missing"), bad,
                          os.path.join(tmp, "run.tar.gz")], fake.url)
     check("bad input: rows", out.splitlines(), [
-        "afile\t-\terror: %s: not a run directory" % f,
+        "afile\t-\terror: %s: not a run directory or archive" % f,
         "missing\t-\terror: stat '%s/missing': No such file or directory"
         % tmp,
         "badyaml\t-\tunknown: no W&B evidence (no wandb/ run directory, no "
         "config.yaml) (unreadable evidence: config.yaml:3: bad indentation "
         "of a mapping entry)",
-        "run\t-\terror: %s/run.tar.gz: archives are not supported by "
-        "map-wandb yet" % tmp])
+        "run\t-\terror: stat '%s/run.tar.gz': No such file or directory"
+        % tmp])
     check("bad input: exit", rc, 1)
 
 
