@@ -41,6 +41,11 @@ char *ckpt_path_dirname(const char *p);
 int ckpt_str_endswith(const char *s, const char *suffix);
 int ckpt_str_startswith(const char *s, const char *prefix);
 
+/* Read at most max bytes of a small local file (credentials, netrc,
+ * profiles) into a malloced NUL-terminated string. NULL with errno set
+ * when it cannot be opened. */
+char *ckpt_read_small_file(const char *path, size_t max);
+
 /* Monotonic seconds. */
 double ckpt_now(void);
 

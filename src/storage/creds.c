@@ -116,17 +116,11 @@ struct ini *ini_parse(const char *text)
 
 struct ini *ini_load(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    char *text = ckpt_read_small_file(path, 1u << 22);
+    if (!text)
         return NULL;
-    struct ckpt_buf b = CKPT_BUF_INIT;
-    char tmp[4096];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0 && b.len < (1u << 22))
-        ckpt_buf_add(&b, tmp, n);
-    fclose(f);
-    struct ini *ini = ini_parse(b.ptr);
-    ckpt_buf_release(&b);
+    struct ini *ini = ini_parse(text);
+    free(text);
     return ini;
 }
 

@@ -19,20 +19,6 @@
 #define LIFETIME 3600      /* seconds a JWT asks for (the maximum) */
 #define EARLY 300          /* refresh this long before expiry */
 
-static char *read_small(const char *path, size_t max)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    struct ckpt_buf b = CKPT_BUF_INIT;
-    char tmp[4096];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0 && b.len <= max)
-        ckpt_buf_add(&b, tmp, n);
-    fclose(f);
-    return ckpt_buf_detach(&b, NULL);
-}
-
 static char *json_str(const cJSON *o, const char *name)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
@@ -45,7 +31,7 @@ int gcs_oauth_load(struct gcs_oauth *o, const char *path,
 {
     memset(o, 0, sizeof(*o));
     pthread_mutex_init(&o->mu, NULL);
-    char *text = read_small(path, 1 << 20);
+    char *text = ckpt_read_small_file(path, 1 << 20);
     if (!text)
         return ckpt_err_sys(err, "open '%s'", path);
     cJSON *j = cJSON_Parse(text);

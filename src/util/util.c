@@ -194,6 +194,18 @@ int ckpt_str_startswith(const char *s, const char *prefix)
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
+char *ckpt_read_small_file(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = ckpt_xmalloc(max + 1);
+    size_t n = fread(buf, 1, max, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
 double ckpt_now(void)
 {
     struct timespec ts;

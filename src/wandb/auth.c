@@ -153,20 +153,6 @@ static char *netrc_path(void)
     return p;
 }
 
-static char *read_small_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    struct ckpt_buf b = CKPT_BUF_INIT;
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0 && b.len < MAX_NETRC)
-        ckpt_buf_add(&b, chunk, n);
-    fclose(f);
-    return ckpt_buf_detach(&b, NULL);
-}
-
 static char *trimmed(const char *s)
 {
     while (isspace((unsigned char)*s))
@@ -189,7 +175,7 @@ int ckpt_wandb_find_api_key(const char *base_url, char **key, char **from,
     }
     char *machine = ckpt_url_netloc(base_url);
     char *path = netrc_path();
-    char *text = path ? read_small_file(path) : NULL;
+    char *text = path ? ckpt_read_small_file(path, MAX_NETRC) : NULL;
     char *pw = text ? ckpt_netrc_password(text, machine) : NULL;
     if (pw) {
         *key = trimmed(pw);

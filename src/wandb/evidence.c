@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/run.h"
 #include "ckpt/util.h"
 
 #define MAX_NEST 3                 /* wandb/wandb/wandb */
@@ -162,28 +163,12 @@ int ckpt_wandb_parse_rundir(const char *name, char **id, char stamp[16],
  * epoch_N excepted: an epoch is not a step. -1 if none. */
 static int64_t step_of(const char *name)
 {
-    static const char *const pre[] = { "global_step", "checkpoint-",
-                                       "step_", "step-", "iter_", "step",
-                                       "", NULL };
-    for (const char *const *p = pre; *p; p++) {
-        if (!ckpt_str_startswith(name, *p))
-            continue;
-        const char *d = name + strlen(*p);
-        size_t n = 0;
-        while (isdigit((unsigned char)d[n]))
-            n++;
-        if (n == 0 || n > 15)
-            continue;
-        if (d[n] && strcmp(d + n, "-unsharded") != 0)
-            continue;
-        uint64_t v;
-        char buf[16];
-        memcpy(buf, d, n);
-        buf[n] = '\0';
-        if (ckpt_parse_u64(buf, &v) == 0)
-            return (int64_t)v;
-    }
-    return -1;
+    int64_t step;
+    int unsharded;
+    if (ckpt_str_startswith(name, "epoch_") ||
+        !ckpt_checkpoint_name(name, &step, &unsharded))
+        return -1;
+    return step;
 }
 
 /* ---- gathering ---- */
