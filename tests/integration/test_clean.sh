@@ -66,6 +66,7 @@ keep	2871101.tar	$R1
 keep	2871105.zip	$R5" "$out"
 check "what is left" "d ./2871001
 d ./2871005
+d ./logs
 d ./notes
 f ./2871101.tar 501760
 f ./2871105.zip 25197" "$(cd "$T/s" && find . -mindepth 1 -maxdepth 1 -printf '%y %p %s\n' | sed 's/^d \(.*\) [0-9]*$/d \1/' | LC_ALL=C sort)"

@@ -17,6 +17,7 @@ Runs (named by Slurm job id, as OLMo's save_folder is):
   2871005  good: only step3000-unsharded
   2871006  bad: step1500 whose .distcp shard is truncated
   notes    not a run: a directory of text files
+  logs/    Slurm logs named by job id (2871001.out, 2871001.err, 2871005.out)
 With --archives also: 2871101.tar (copy of 2871001), 2871102.tar.gz
 (2871002), 2871103.tar.zst (2871003), 2871105.zip (2871005),
 2871106.tar.xz (2871006), 2871107.tar.bz2 (2871004), each holding its run
@@ -125,6 +126,9 @@ def generate(out):
     truncated_step(r, "step1500")
 
     write(os.path.join(out, "notes", "README.txt"), "not a run\n")
+    for name in ("2871001.out", "2871001.err", "2871005.out"):
+        write(os.path.join(out, "logs", "slurm-" + name),
+              "step 1000 loss 2.31\n")
     write(os.path.join(out, "notes", "todo.txt"), "clean scratch\n")
 
 
