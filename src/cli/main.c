@@ -16,6 +16,7 @@ struct cmd_struct {
 };
 
 static const struct cmd_struct commands[] = {
+    { "unshard", cmd_unshard, "merge checkpoint shards into whole tensors" },
     { "version", NULL, "print the version" },
 };
 
