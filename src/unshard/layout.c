@@ -24,11 +24,12 @@
 
 enum { F_MODEL = 0, F_OPTIM = 1, F_TRAIN = 2 };
 
-static const char *top_key(const struct ckpt_dcp_entry *e)
+/* The top-level key an entry lands under (see tree.c flat_path). */
+static const char *top_key(const struct ujob *j,
+                           const struct ckpt_dcp_entry *e)
 {
-    if (!e->path)
-        return e->fqn;
-    const struct ckpt_pv *k = e->path->u.seq.v[0];
+    const struct ckpt_pv *k = j->paths[e - j->meta->entries];
+    k = k->u.seq.v[0];
     return k->kind == CKPT_PV_STR ? k->u.s.p : NULL;
 }
 
@@ -105,9 +106,7 @@ int layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                   struct ckpt_err *err)
 {
     int map[3] = { 0, -1, -1 };
-    int olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
-               (j->o->layout == CKPT_LAYOUT_AUTO && j->olmo_step);
-    j->olmo = olmo;
+    int olmo = j->olmo;
     if (!olmo)
         add_file(j, j->o->format == CKPT_FORMAT_TORCH ? "checkpoint"
                                                       : "model", ext, root);
@@ -115,11 +114,11 @@ int layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
         return -1;
     int have_optim = ckpt_pv_dict_get(root, "optim") != NULL;
     for (size_t i = 0; i < j->ntensors; i++) {
-        const char *top = top_key(j->tensors[i].e);
+        const char *top = top_key(j, j->tensors[i].e);
         j->tensors[i].file = olmo ? map[olmo_part(top, have_optim)] : 0;
     }
     for (size_t i = 0; i < j->ncopies; i++)
-        j->copies[i].file = olmo ? map[olmo_part(top_key(j->copies[i].e),
+        j->copies[i].file = olmo ? map[olmo_part(top_key(j, j->copies[i].e),
                                                  have_optim)] : 0;
     return 0;
 }

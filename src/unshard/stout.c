@@ -160,7 +160,7 @@ static int extra_json(struct ujob *j, struct ckpt_err *err)
 static const char *st_name(struct ujob *j, const struct utensor *t,
                            int olmo)
 {
-    const struct ckpt_pv *p = t->e->path;
+    const struct ckpt_pv *p = j->paths[t->e - j->meta->entries];
     if (!olmo || !p || p->u.seq.n < 2)
         return t->e->fqn;
     struct ckpt_buf b = CKPT_BUF_INIT;

@@ -358,6 +358,27 @@ static struct ckpt_pv *entry_value(struct tree *tr, size_t i, size_t *ti,
     return v;
 }
 
+/* Without planner_data (torch 1.13) keys are flat; for the OLMo layout a
+ * flat "model.x" / "optim.x" still belongs to model.pt / optim.pt as key
+ * "x": the path becomes ("model", "x"). Other keys stay whole. */
+static const struct ckpt_pv *flat_path(struct tree *tr, const char *fqn)
+{
+    static const char *const parts[] = { "model", "optim", "optimizer" };
+    struct ckpt_pv *k[2] = { NULL, NULL };
+    size_t n = 1;
+    for (size_t i = 0; tr->j->olmo && i < 3 && n == 1; i++) {
+        size_t pl = strlen(parts[i]);
+        if (!strncmp(fqn, parts[i], pl) && fqn[pl] == '.' && fqn[pl + 1]) {
+            k[0] = ckpt_pv_str(tr->a, fqn, pl);
+            k[1] = ckpt_pv_str(tr->a, fqn + pl + 1, strlen(fqn + pl + 1));
+            n = 2;
+        }
+    }
+    if (n == 1)
+        k[0] = ckpt_pv_str(tr->a, fqn, strlen(fqn));
+    return tuple_of(tr->a, n, k);
+}
+
 int tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
 {
     struct tree tr;
@@ -367,6 +388,7 @@ int tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
                                                         CKPT_PV_DICT)))
         return oom(err);
     j->values = ckpt_xcalloc(j->meta->n + 1, sizeof(*j->values));
+    j->paths = ckpt_xcalloc(j->meta->n + 1, sizeof(*j->paths));
     for (size_t i = 0; rc == 0 && i < j->meta->n; i++) {
         const struct ckpt_dcp_entry *e = &j->meta->entries[i];
         struct ckpt_pv *v = entry_value(&tr, i, &ti, err);
@@ -376,15 +398,11 @@ int tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
             break;
         }
         j->values[i] = v;
-        if (!path) {
-            struct ckpt_pv *k = ckpt_pv_str(j->arena, e->fqn,
-                                            strlen(e->fqn));
-            path = k ? tuple_of(j->arena, 1, &k) : NULL;
-            if (!path) {
-                rc = oom(err);
-                break;
-            }
+        if (!path && !(path = flat_path(&tr, e->fqn))) {
+            rc = oom(err);
+            break;
         }
+        j->paths[i] = path;
         rc = set_element(&tr, *root, path, v, e->fqn, err);
     }
     strmap_release(&tr.keys);

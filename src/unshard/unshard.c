@@ -248,6 +248,7 @@ static void job_release(struct ujob *j)
     }
     free(j->files);
     free(j->values);
+    free(j->paths);
     src_close_all(j);
     ckpt_dcp_meta_free(j->meta);
     ckpt_arena_free(j->arena);
@@ -278,8 +279,11 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
 static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_pv *root;
-    if (src_open(j, src, err) != 0 || plan_tensors(j, err) != 0 ||
-        tree_build(j, &root, err) != 0)
+    if (src_open(j, src, err) != 0)
+        return -1;
+    j->olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
+              (j->o->layout == CKPT_LAYOUT_AUTO && j->olmo_step);
+    if (plan_tensors(j, err) != 0 || tree_build(j, &root, err) != 0)
         return -1;
     return layout_files(j, root, err);
 }

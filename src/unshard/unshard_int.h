@@ -121,6 +121,7 @@ struct ujob {
     size_t nfiles;
     int olmo;                       /* layout olmo chosen */
     struct ckpt_pv **values;        /* per metadata entry; malloced */
+    const struct ckpt_pv **paths;   /* per entry: where it was placed */
     struct ckpt_pool *pool;
     uint64_t band;                  /* band bytes */
     struct bufpool bufs;
