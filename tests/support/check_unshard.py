@@ -52,6 +52,12 @@ other global is an error naming it. --allow-pickle loads with full pickle
 (for files holding arbitrary objects, e.g. OLMo train.pt with pathlib and
 numpy RNG state).
 
+Tensors of dtypes the running torch lacks (torch 1.13 has no uint16/32/64 or
+float8: 2.x writes them with _rebuild_tensor_v3 and UntypedStorage) load, in
+ACTUAL and EXPECTED alike, as ForeignTensor (dtype name + the raw bits as a
+same-shaped int tensor) and are compared by name, shape and bits. So 1.13 can
+check every committed torch 2.x reference.pt.
+
 Output: "OK N tensors, M values" and exit 0; otherwise "DIFF <path>: <what>"
 (or "ERROR ...") on stderr and exit 1. Exit 2 on usage errors.
 
@@ -90,18 +96,66 @@ class Result:
         return False
 
 
-_BITVIEW = {torch.float64: torch.int64, torch.float32: torch.int32,
-            torch.float16: torch.int16, torch.bfloat16: torch.int16}
+_INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+# dtypes newer than the running torch may lack (torch 1.13 has none of them):
+# name -> bytes per element. Tensors of these load as ForeignTensor.
+FOREIGN_DTYPE_SIZES = {
+    "uint16": 2, "uint32": 4, "uint64": 8,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1, "complex32": 4, "bcomplex32": 4,
+    "bits8": 1, "bits16": 2, "bits1x8": 1, "bits2x4": 1, "bits4x2": 1,
+}
+
+
+class ForeignDtype:
+    def __init__(self, name):
+        self.name = name
+        self.itemsize = FOREIGN_DTYPE_SIZES[name]
+
+    def __repr__(self):
+        return f"torch.{self.name}"
+
+
+class ForeignTensor:
+    """A tensor of a dtype the running torch does not have: the dtype's name
+    and its bits as a same-shaped tensor of a same-sized int dtype."""
+
+    def __init__(self, dtype_name, bits):
+        self.dtype_name = dtype_name
+        self.bits = bits
+        self.shape = tuple(bits.shape)
+
+    def __repr__(self):
+        return f"ForeignTensor({self.dtype_name}, shape={self.shape})"
+
+
+def _is_tensorish(x):
+    return torch.is_tensor(x) or isinstance(x, ForeignTensor)
+
+
+def _foreign_eq(a, b, path, res):
+    an = a.dtype_name if isinstance(a, ForeignTensor) else str(a.dtype).replace("torch.", "")
+    bn = b.dtype_name if isinstance(b, ForeignTensor) else str(b.dtype).replace("torch.", "")
+    if an != bn:
+        return res.fail(path, f"dtype {an} != expected {bn}")
+    ab = a.bits if isinstance(a, ForeignTensor) else a
+    bb = b.bits if isinstance(b, ForeignTensor) else b
+    if tuple(ab.shape) != tuple(bb.shape):
+        return res.fail(path, f"shape {tuple(ab.shape)} != expected {tuple(bb.shape)}")
+    if ab.numel() and not torch.equal(_bits(ab), _bits(bb)):
+        diff = (_bits(ab) != _bits(bb)).nonzero()
+        return res.fail(path, f"{len(diff)} element(s) differ; first at "
+                              f"{_unravel(int(diff[0]), tuple(ab.shape))}")
+    return True
 
 
 def _bits(t):
-    t = t.detach().contiguous()
-    if t.dtype in _BITVIEW:
-        return t.view(_BITVIEW[t.dtype])
-    if t.is_complex():
-        r = torch.view_as_real(t).contiguous()
-        return r.view(_BITVIEW[r.dtype])
-    return t
+    """The raw bits of t as a 1-D signed-int tensor (so NaN payloads, -0.0,
+    float8 and unsigned dtypes all compare exactly)."""
+    flat = t.detach().contiguous().reshape(-1)
+    size = flat.element_size()
+    return flat.view(_INT_OF_SIZE.get(size, torch.int64))
 
 
 def _tensor_eq(a, b, path, res):
@@ -117,8 +171,9 @@ def _tensor_eq(a, b, path, res):
         return True
     ba, bb = _bits(a), _bits(b)
     if not torch.equal(ba, bb):
-        diff = (ba != bb).reshape(-1).nonzero()
-        i = int(diff[0]) if len(diff) else -1
+        diff = (ba != bb).nonzero()
+        per = ba.numel() // a.numel()
+        i = int(diff[0]) // per if len(diff) else -1
         idx = _unravel(i, tuple(a.shape)) if i >= 0 else "?"
         av = a.detach().reshape(-1)[i].item() if i >= 0 else "?"
         bv = b.detach().reshape(-1)[i].item() if i >= 0 else "?"
@@ -144,6 +199,11 @@ def _join(path, key):
 
 
 def _cmp(a, b, path, res, allow_objects):
+    if isinstance(a, ForeignTensor) or isinstance(b, ForeignTensor):
+        if not (_is_tensorish(a) and _is_tensorish(b)):
+            return res.fail(path, f"{type(a).__name__} where {type(b).__name__} was expected")
+        res.tensors += 1
+        return _foreign_eq(a, b, path, res)
     if torch.is_tensor(b):
         if not torch.is_tensor(a):
             return res.fail(path, f"{type(a).__name__} where a tensor was expected")
@@ -266,6 +326,10 @@ def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad,
                        backward_hooks, dtype, metadata=None):
     if metadata:
         raise pickle.UnpicklingError(f"tensor metadata flags {metadata!r} are not supported")
+    if isinstance(dtype, ForeignDtype):
+        it = _INT_OF_SIZE[dtype.itemsize]
+        flat = storage.view(it) if storage.numel() else torch.empty(0, dtype=it)
+        return ForeignTensor(dtype.name, _as_strided(flat, storage_offset, size, stride))
     flat = storage.view(dtype) if storage.numel() else torch.empty(0, dtype=dtype)
     return _as_strided(flat, storage_offset, size, stride)
 
@@ -304,6 +368,9 @@ def _allowed_globals():
         v = getattr(torch, name)
         if isinstance(v, torch.dtype):
             rc[("torch", name)] = v
+    for name in FOREIGN_DTYPE_SIZES:
+        if not isinstance(getattr(torch, name, None), torch.dtype):
+            rc[("torch", name)] = ForeignDtype(name)
     for name, dt in _STORAGE_DTYPES.items():
         rc[("torch", name)] = _StorageType(dt)
         rc[("torch.cuda", name)] = _StorageType(dt)
@@ -397,9 +464,18 @@ def load_any(path, allow_pickle):
 
 
 def load_trusted(path):
+    """EXPECTED files: full torch.load; if this torch cannot (e.g. torch 1.13
+    reading a 2.x reference.pt with uint16/float8 tensors), the restricted
+    loader, which represents such tensors as ForeignTensor."""
     if path.endswith(".safetensors") or path.endswith(".safetensors.index.json"):
         return load_safetensors(path)
-    return torch.load(path, map_location="cpu")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001
+        try:
+            return _zip_safe_load(path)
+        except Exception:  # noqa: BLE001
+            raise e from None
 
 
 # --------------------------------------------------------------------------
@@ -412,9 +488,10 @@ _ST_DTYPES = {
     "C64": torch.complex64, "C128": torch.complex128,
 }
 for _n, _a in (("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64"),
-               ("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2")):
-    if hasattr(torch, _a):
-        _ST_DTYPES[_n] = getattr(torch, _a)
+               ("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"),
+               ("F8_E8M0", "float8_e8m0fnu")):
+    _ST_DTYPES[_n] = getattr(torch, _a) if isinstance(getattr(torch, _a, None), torch.dtype) \
+        else ForeignDtype(_a)
 
 
 class SafetensorsError(Exception):
@@ -451,14 +528,17 @@ def read_safetensors(path):
         shape = [int(x) for x in info["shape"]]
         b, e = (int(x) for x in info["data_offsets"])
         n = math.prod(shape)
-        if not (0 <= b <= e <= len(data)) or e - b != n * dt.itemsize:
+        isz = dt.itemsize if isinstance(dt, ForeignDtype) else torch.empty(0, dtype=dt).element_size()
+        if not (0 <= b <= e <= len(data)) or e - b != n * isz:
             raise SafetensorsError(f"{path}: {name}: bad data_offsets {[b, e]} for "
                                    f"{info['dtype']}{shape}")
         spans.append((b, e, name))
+        real = _INT_OF_SIZE[dt.itemsize] if isinstance(dt, ForeignDtype) else dt
         if n == 0:
-            out[name] = torch.empty(shape, dtype=dt)
+            t = torch.empty(shape, dtype=real)
         else:
-            out[name] = torch.frombuffer(bytearray(data[b:e]), dtype=dt).reshape(shape)
+            t = torch.frombuffer(bytearray(data[b:e]), dtype=real).reshape(shape)
+        out[name] = ForeignTensor(dt.name, t) if isinstance(dt, ForeignDtype) else t
     pos = 0
     for b, e, name in sorted(spans):
         if b != pos:
@@ -513,13 +593,13 @@ def flatten(obj, prefix="", tensors=None, values=None):
     """Nested dict/list -> ({'a.b.0': tensor}, {'a.c': value})."""
     tensors = collections.OrderedDict() if tensors is None else tensors
     values = collections.OrderedDict() if values is None else values
-    if torch.is_tensor(obj):
+    if _is_tensorish(obj):
         tensors[prefix] = obj
     elif isinstance(obj, dict) and obj:
         for k, v in obj.items():
             flatten(v, f"{prefix}.{k}" if prefix else str(k), tensors, values)
     elif isinstance(obj, (list, tuple)) and obj and any(
-            torch.is_tensor(x) or isinstance(x, (dict, list, tuple)) for x in obj):
+            _is_tensorish(x) or isinstance(x, (dict, list, tuple)) for x in obj):
         for i, v in enumerate(obj):
             flatten(v, f"{prefix}.{i}" if prefix else str(i), tensors, values)
     else:

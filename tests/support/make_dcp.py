@@ -111,6 +111,7 @@ Exit status 0 on success; non-zero (with a message) on any failure or timeout.
 import argparse
 import collections
 import datetime
+import faulthandler
 import json
 import math
 import os
@@ -624,8 +625,10 @@ def _train_state(spec, rank):
     }
 
 
-def _worker(rank, spec, port, ckpt_dir, olmo):
+def _worker(rank, spec, port, ckpt_dir, olmo, timeout):
     torch.set_num_threads(1)
+    # on a hang, print every rank's stack shortly before the parent gives up
+    faulthandler.dump_traceback_later(max(1.0, timeout - 3), exit=True)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
                             rank=rank, world_size=spec.world,
                             timeout=datetime.timedelta(seconds=60))
@@ -655,7 +658,7 @@ def _free_port():
 def run_ranks(spec, ckpt_dir, timeout, olmo=False):
     os.makedirs(ckpt_dir, exist_ok=True)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    ctx = mp.start_processes(_worker, args=(spec, _free_port(), ckpt_dir, olmo),
+    ctx = mp.start_processes(_worker, args=(spec, _free_port(), ckpt_dir, olmo, timeout),
                              nprocs=spec.world, join=False, start_method="fork")
     deadline = time.monotonic() + timeout
     try:
