@@ -178,7 +178,7 @@ static int coverage(struct ujob *j, struct utensor *t, struct ckpt_err *err)
     for (size_t i = 0; i < n; i++)
         v[i] = &t->chunks[i];
     qsort_r(v, n, sizeof(*v), cmp_chunk, &nd);
-    int rc = check_overlaps(t, v, n, j->o->allow_replicas, err);
+    int rc = check_overlaps(t, v, n, j->allow_replicas, err);
     uint64_t covered = 0, total = volume(e->size, nd);
     for (size_t i = 0; rc == 0 && i < n; i++)
         if (!v[i]->skip)

@@ -207,6 +207,9 @@ static int rank_local(struct ujob *j, struct ckpt_err *err)
     }
     free(have);
     j->metaname = "__R.metadata";
+    /* Without collectives nothing deduplicates replicated tensors: every
+     * rank stores its copy, and identical boxes are expected. */
+    j->allow_replicas = 1;
     return rc;
 }
 

@@ -261,6 +261,7 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
 {
     memset(j, 0, sizeof(*j));
     j->o = o;
+    j->allow_replicas = o->allow_replicas;
     pthread_mutex_init(&j->mu, NULL);
     int jobs = o->jobs > 0 ? o->jobs : ckpt_ncpus();
     /* Two band-sized buffers per worker within the buffer budget: peak

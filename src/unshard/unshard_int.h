@@ -107,6 +107,7 @@ struct ujob {
     char *dest;
     char *tmpdir;                   /* temporary output directory */
     int olmo_step;                  /* src is an OLMo step */
+    int allow_replicas;             /* option, or rank-local metadata */
     const char *metaname;
     struct ckpt_dcp_meta *meta;
     struct ckpt_arena *arena;       /* output graph, plan arrays */
