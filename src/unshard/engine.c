@@ -13,8 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "ckpt/util.h"
 #include "unshard_int.h"
@@ -314,71 +312,6 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
     return 0;
 }
 
-/* The one chunk run that makes up band b of t entirely, if there is one
- * (row sharding, the common case): source offset in *off. */
-static int single_run(const struct utensor *t, uint64_t b, uint64_t *off)
-{
-    const struct ckpt_dcp_entry *e = t->e;
-    uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst, len;
-    struct box bx;
-    plan_band_box(t, b, lo, hi, &dst, &len);
-    bx.nd = e->ndim;
-    bx.base = (int64_t)(dst / e->dtype->itemsize);
-    int64_t s = 1;
-    for (int d = e->ndim - 1; d >= 0; d--) {
-        bx.gstride[d] = s;
-        s *= (int64_t)e->size[d];
-        bx.lo[d] = lo[d];
-        bx.e[d] = hi[d] - lo[d];
-    }
-    for (size_t i = 0; i < e->nchunks; i++) {
-        const struct uchunk *c = &t->chunks[i];
-        int inside = !c->skip && !c->big_endian;
-        for (int d = 0; d < bx.nd && inside; d++)
-            inside = c->meta->offsets[d] <= lo[d] &&
-                     hi[d] <= c->meta->offsets[d] + c->meta->sizes[d];
-        if (!inside)
-            continue;
-        struct runs r;
-        make_runs(&bx, c, &r);
-        if (r.nruns != 1)
-            return 0;
-        *off = c->data + (uint64_t)r.s0 * e->dtype->itemsize;
-        return (int)i + 1;
-    }
-    return 0;
-}
-
-/* Write path without the bounce buffer: map the source run (page cache,
- * no copy), checksum it there and pwrite it from there, so each byte is
- * copied once, as cp's copy_file_range does. 1 if done, 0 if the band
- * needs gathering, -1 on error. */
-static int direct_band(struct task *k, uint64_t *len, struct ckpt_err *err)
-{
-    struct ujob *j = k->j;
-    uint64_t src, lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
-    int ci = k->t ? single_run(k->t, k->band, &src) : 0;
-    if (!ci)
-        return 0;
-    const struct uchunk *c = &k->t->chunks[ci - 1];
-    struct ufile *f = &j->files[k->t->file];
-    plan_band_box(k->t, k->band, lo, hi, &dst, len);
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t base = src & ~(page - 1), skew = src - base;
-    void *m = mmap(NULL, *len + skew, PROT_READ, MAP_SHARED | MAP_POPULATE,
-                   c->src->fd, (off_t)base);
-    if (m == MAP_FAILED)
-        return 0;   /* not mappable (a pipe, a special file): gather */
-    const char *p = (const char *)m + skew;
-    if (j->o->format == CKPT_FORMAT_TORCH)
-        k->t->crcs[k->band] = ckpt_crc32(0, p, *len);
-    int rc = pwrite_all(f->fd, p, *len, out_off(j, k->t->file, k->t->rec,
-                                                k->t->out_off) + dst,
-                        f->tmp, err);
-    munmap(m, *len + skew);
-    return rc ? -1 : 1;
-}
-
 static void band_task(void *arg)
 {
     struct task *k = arg;
@@ -386,15 +319,6 @@ static void band_task(void *arg)
     struct ckpt_err err = CKPT_ERR_INIT;
     uint64_t at, len;
     if (j->failed) {
-        free(k);
-        return;
-    }
-    int direct = k->verify ? 0 : direct_band(k, &len, &err);
-    if (direct) {
-        if (direct < 0)
-            job_fail(j, &err);
-        else if (j->o->progress)
-            j->o->progress(j->o->progress_ud, len);
         free(k);
         return;
     }
