@@ -292,8 +292,10 @@ int plan_tensors(struct ujob *j, struct ckpt_err *err)
             continue;
         struct utensor *t = &j->tensors[j->ntensors++];
         if (init_tensor(j, t, &m->entries[i], err) != 0 ||
-            coverage(j, t, err) != 0)
+            coverage(j, t, err) != 0) {
+            ckpt_err_prefix(err, "%s", j->dir);
             return -1;
+        }
         cut_bands(t, j->band);
     }
     /* Coverage is checked on the metadata alone, so a bad plan fails
