@@ -22,7 +22,9 @@ EXPECTED may be
 When ACTUAL is an OLMo directory and EXPECTED a single file, EXPECTED is split
 the way `ckpt unshard --layout olmo` splits: model.pt = EXPECTED["model"],
 optim.pt = EXPECTED["optim"] (or ["optimizer"]), train.pt = every other
-top-level key. With --model-only only model.pt is compared.
+top-level key (when that is the single key "train", train.pt may hold
+either {"train": {...}} or the inner dict). With --model-only only model.pt
+is compared.
 
 When ACTUAL holds safetensors, EXPECTED's tensors are flattened to
 "a.b.0.c" keys (dict keys and list indices joined with "."); the sets of
@@ -692,7 +694,15 @@ def compare_dirs(actual_dir, expected, args):
             r = compare_safetensors(load_safetensors(af), exp, args.values_json)
         else:
             allow = args.allow_pickle or part == "train"
-            r = compare(load_any(af, allow), exp, allow_objects=allow)
+            got = load_any(af, allow)
+            r = compare(got, exp, allow_objects=allow)
+            if (not r.ok and part == "train" and isinstance(exp, dict)
+                    and list(exp) == ["train"] and isinstance(exp["train"], dict)):
+                # the only "other" key is "train": accept train.pt holding
+                # either {"train": {...}} or its contents
+                r2 = compare(got, exp["train"], allow_objects=allow)
+                if r2.ok:
+                    r = r2
         if not r.ok:
             r.path = f"{os.path.basename(af)}:{r.path}"
             return r

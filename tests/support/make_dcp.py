@@ -531,7 +531,7 @@ def case_big(world=8, size_mb=64):
         dt = torch.bfloat16 if i % 2 == 0 else torch.float32
         nbytes = max(64, int(weights[i] * scale))
         cols = rng.choice([64, 128, 256, 512, 1024])
-        rows = max(1, nbytes // (cols * dt.itemsize))
+        rows = max(1, nbytes // (cols * (2 if dt == torch.bfloat16 else 4)))
         shape = (rows, cols)
         kind = i % 6
         fqn = f"layers.{i // 6}.{['row', 'col', 'grid', 'rr', 'rep', 'uneven'][kind]}_{i}"
