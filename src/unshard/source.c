@@ -84,10 +84,15 @@ int src_get(struct ujob *j, const char *relpath, struct usrc **out,
             struct ckpt_err *err)
 {
     uint64_t i;
-    if (strmap_get(&j->srcmap, relpath, strlen(relpath), &i)) {
+    /* Probe tasks look files up while another may append a decompressed
+     * item to srcs (add_src), so reads of the array hold the lock too. */
+    pthread_mutex_lock(&j->mu);
+    int found = strmap_get(&j->srcmap, relpath, strlen(relpath), &i);
+    if (found)
         *out = j->srcs[i];
+    pthread_mutex_unlock(&j->mu);
+    if (found)
         return 0;
-    }
     char *path = ckpt_path_join(j->dir, relpath);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
@@ -99,10 +104,13 @@ int src_get(struct ujob *j, const char *relpath, struct usrc **out,
         return rc;
     }
     *out = add_src(j, path, fd, (uint64_t)sb.st_size);
-    /* Keys live as long as the metadata arena. */
-    if (strmap_put(&j->srcmap, relpath, strlen(relpath), j->nsrcs - 1))
-        return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-    return 0;
+    /* Keys live as long as the metadata arena. Every data file is opened
+     * by check_files before any task runs, so this insert is
+     * single-threaded. */
+    pthread_mutex_lock(&j->mu);
+    int rc = strmap_put(&j->srcmap, relpath, strlen(relpath), j->nsrcs - 1);
+    pthread_mutex_unlock(&j->mu);
+    return rc ? ckpt_err_set(err, CKPT_ENOMEM, "out of memory") : 0;
 }
 
 void src_close_all(struct ujob *j)
