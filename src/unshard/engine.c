@@ -26,8 +26,8 @@ int bufpool_init(struct bufpool *b, size_t size)
     return pthread_mutex_init(&b->mu, NULL) == 0 ? 0 : -1;
 }
 
-/* A buffer of 2 * size bytes (band + read space); reused across tasks so
- * large buffers are not mapped and unmapped per band. */
+/* A buffer of 3 * size bytes (band, read space, verify scratch); reused
+ * across tasks so buffers are not mapped and unmapped per band. */
 char *bufpool_get(struct bufpool *b)
 {
     char *p = NULL;
@@ -35,7 +35,7 @@ char *bufpool_get(struct bufpool *b)
     if (b->nfree)
         p = b->free_[--b->nfree];
     pthread_mutex_unlock(&b->mu);
-    return p ? p : ckpt_xmalloc(2 * b->size);
+    return p ? p : ckpt_xmalloc(3 * b->size);
 }
 
 void bufpool_put(struct bufpool *b, char *p)
@@ -211,9 +211,10 @@ static int copy_box(struct ujob *j, const struct utensor *t,
     return 0;
 }
 
-/* Fill buf with band `band` of t. */
+/* Fill buf with band `band` of t from its chunks, or (replicas = 1) lay
+ * the skipped replica chunks over buf. */
 static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
-                     char *buf, char *rbuf, uint64_t *len,
+                     char *buf, char *rbuf, uint64_t *len, int replicas,
                      struct ckpt_err *err)
 {
     const struct ckpt_dcp_entry *e = t->e;
@@ -229,7 +230,7 @@ static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
     }
     for (size_t i = 0; i < e->nchunks; i++) {
         const struct uchunk *c = &t->chunks[i];
-        int empty = c->skip;
+        int empty = c->skip != replicas;
         for (int d = 0; d < bx.nd && !empty; d++) {
             uint64_t clo = c->meta->offsets[d], chi = clo + c->meta->sizes[d];
             uint64_t a = lo[d] > clo ? lo[d] : clo;
@@ -271,7 +272,7 @@ static int task_fill(struct task *k, char *buf, char *rbuf, uint64_t *at,
         uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
         plan_band_box(k->t, k->band, lo, hi, &dst, len);
         *at = out_off(j, k->t->file, k->t->rec, k->t->out_off) + dst;
-        return fill_band(j, k->t, k->band, buf, rbuf, len, err);
+        return fill_band(j, k->t, k->band, buf, rbuf, len, 0, err);
     }
     uint64_t from = k->band * j->band;
     *len = k->c->nbytes - from < j->band ? k->c->nbytes - from : j->band;
@@ -288,6 +289,25 @@ static const char *task_what(struct task *k, char *tmp, size_t n)
     return tmp;
 }
 
+/* Replicas dropped by --allow-replicas must really be identical: laid
+ * over a copy of the band they must change nothing. */
+static int check_replicas(struct task *k, const char *buf, char *scratch,
+                          char *rbuf, uint64_t len, struct ckpt_err *err)
+{
+    int any = 0;
+    for (size_t i = 0; i < k->t->e->nchunks && !any; i++)
+        any = k->t->chunks[i].skip;
+    if (!any)
+        return 0;
+    memcpy(scratch, buf, len);
+    if (fill_band(k->j, k->t, k->band, scratch, rbuf, &len, 1, err) != 0)
+        return -1;
+    if (memcmp(scratch, buf, len) != 0)
+        return ckpt_err_set(err, CKPT_EFORMAT, "verify: tensor '%s': "
+                            "replicated chunks differ", k->t->e->fqn);
+    return 0;
+}
+
 static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
                        uint64_t len, struct ckpt_err *err)
 {
@@ -295,6 +315,8 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
     struct ufile *f = &j->files[k->t ? k->t->file : k->c->file];
     struct usrc out = { f->tmp, f->fd, f->size };
     char what[300];
+    if (k->t && check_replicas(k, buf, rbuf + j->band, rbuf, len, err) != 0)
+        return -1;
     if (src_read(&out, at, rbuf, len, err) != 0)
         return -1;
     if (memcmp(buf, rbuf, len) != 0)

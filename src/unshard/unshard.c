@@ -267,9 +267,9 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
     j->allow_replicas = o->allow_replicas;
     pthread_mutex_init(&j->mu, NULL);
     int jobs = o->jobs > 0 ? o->jobs : ckpt_ncpus();
-    /* Two band-sized buffers per worker within the buffer budget: peak
+    /* Three band-sized buffers per worker within the buffer budget: peak
      * memory stays flat whatever the checkpoint size. */
-    j->band = BUFFER_BUDGET / (2 * (uint64_t)jobs);
+    j->band = BUFFER_BUDGET / (3 * (uint64_t)jobs);
     j->band = j->band > BAND_MAX ? BAND_MAX : j->band;
     j->band = j->band < BAND_MIN ? BAND_MIN : j->band;
     j->arena = ckpt_arena_new(ARENA_LIMIT);

@@ -103,6 +103,28 @@ def rank_local(tmp):
         M.save_meta(d, rm, "__%d.metadata" % r)
     os.unlink(os.path.join(d, ".metadata"))
     unshard_and_compare(tmp, "rank_local", d)
+    diverged(tmp, d, plain, ranks[-1])
+
+
+def diverged(tmp, d, plain, rank):
+    """One rank's replica differs: --verify must catch it."""
+    name = "__%d.metadata" % rank
+    with open(os.path.join(d, name), "rb") as f:
+        m = M.pickle.load(f)
+    _, info = M.find(m, plain)
+    recs = M.zip_records(M.item_bytes(d, info))
+    key = next(n for n in recs if "/data/" in n)
+    recs[key] = bytes([recs[key][0] ^ 1]) + recs[key][1:]
+    M.put_item(d, info, M.make_zip(recs), "__diverged.distcp")
+    M.save_meta(d, m, name)
+    out = os.path.join(tmp, "out-diverged")
+    p = subprocess.run([CKPT, "unshard", "--verify", d, out],
+                       capture_output=True, text=True)
+    check("diverged replica: exit 1", p.returncode == 1, p.stderr)
+    check("diverged replica: message",
+          "verify: tensor '%s': replicated chunks differ" % plain in p.stderr,
+          p.stderr)
+    check("diverged replica: nothing at DEST", not os.path.exists(out))
 
 
 def bigendian(tmp):

@@ -99,4 +99,5 @@ def byteswap_item(data, itemsize):
 
 
 __all__ = ["load_meta", "save_meta", "item_bytes", "put_item", "find",
-           "zip_records", "make_zip", "zstd", "byteswap_item", "struct"]
+           "zip_records", "make_zip", "zstd", "byteswap_item", "struct",
+           "pickle"]
