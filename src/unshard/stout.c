@@ -57,19 +57,90 @@ static cJSON *base64(const struct ckpt_pv *v)
     return o;
 }
 
+/* Two's complement little-endian bytes -> decimal text (LONG1/LONG4). */
+static void big_decimal(const struct ckpt_pv *v, struct ckpt_buf *out)
+{
+    size_t n = v->u.s.len;
+    unsigned char *m = ckpt_xmalloc(n ? n : 1);
+    memcpy(m, v->u.s.p, n);
+    int neg = n && (m[n - 1] & 0x80);
+    for (size_t i = 0, carry = 1; neg && i < n; i++) {
+        unsigned x = (unsigned char)~m[i] + (unsigned)carry;
+        m[i] = (unsigned char)x;
+        carry = x >> 8;
+    }
+    struct ckpt_buf digits = CKPT_BUF_INIT;
+    for (;;) {
+        unsigned rem = 0;
+        int nonzero = 0;
+        for (size_t i = n; i-- > 0;) {   /* divide by 10, top byte first */
+            unsigned cur = (rem << 8) | m[i];
+            m[i] = (unsigned char)(cur / 10);
+            rem = cur % 10;
+            nonzero |= m[i] != 0;
+        }
+        ckpt_buf_addch(&digits, (char)('0' + rem));
+        if (!nonzero)
+            break;
+    }
+    if (neg)
+        ckpt_buf_addch(out, '-');
+    for (size_t i = digits.len; i-- > 0;)
+        ckpt_buf_addch(out, digits.ptr[i]);
+    ckpt_buf_release(&digits);
+    free(m);
+}
+
+/* Numbers as raw JSON tokens, the way Python's json writes them: ints
+ * exact at any size, floats in repr form (-0.0 stays a float), NaN and
+ * Infinity as Python's non-standard tokens. */
 static cJSON *json_number(const struct ckpt_pv *v)
 {
-    char tmp[40];
-    if (v->kind == CKPT_PV_INT) {
-        if (v->u.i > -(1LL << 53) && v->u.i < (1LL << 53))
-            return cJSON_CreateNumber((double)v->u.i);
-        snprintf(tmp, sizeof(tmp), "%lld", (long long)v->u.i);
-        return cJSON_CreateString(tmp);
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    if (v->kind == CKPT_PV_INT)
+        ckpt_buf_addf(&b, "%lld", (long long)v->u.i);
+    else if (v->kind == CKPT_PV_BIGINT && (v->flags & CKPT_PV_DECIMAL))
+        ckpt_buf_add(&b, v->u.s.p, v->u.s.len);
+    else if (v->kind == CKPT_PV_BIGINT)
+        big_decimal(v, &b);
+    else if (isnan(v->u.f))
+        ckpt_buf_addstr(&b, "NaN");
+    else if (isinf(v->u.f))
+        ckpt_buf_addstr(&b, v->u.f > 0 ? "Infinity" : "-Infinity");
+    else
+        ckpt_pv_repr(v, &b, 64);
+    cJSON *o = cJSON_CreateRaw(b.ptr);
+    ckpt_buf_release(&b);
+    return o;
+}
+
+/* _codecs.encode(text, 'latin1'): bytes as protocol 2 spells them. */
+static cJSON *latin1_bytes(const struct ckpt_pv *v)
+{
+    const struct ckpt_pv *g = ckpt_pv_call_global(v);
+    const struct ckpt_pv *t = ckpt_pv_item(v->u.call.args, 0);
+    const struct ckpt_pv *enc = ckpt_pv_item(v->u.call.args, 1);
+    if (!ckpt_pv_is_global(g, "_codecs", "encode") || !t ||
+        t->kind != CKPT_PV_STR || !(ckpt_pv_str_eq(enc, "latin1") ||
+                                    ckpt_pv_str_eq(enc, "latin-1")))
+        return NULL;
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    const unsigned char *p = (const unsigned char *)t->u.s.p;
+    for (size_t i = 0; i < t->u.s.len; i++) {
+        if (p[i] >= 0xc0 && i + 1 < t->u.s.len) {   /* U+0080..U+00FF */
+            ckpt_buf_addch(&b, (char)(((p[i] & 0x03) << 6) |
+                                      (p[i + 1] & 0x3f)));
+            i++;
+        } else {
+            ckpt_buf_addch(&b, (char)p[i]);
+        }
     }
-    if (isfinite(v->u.f))
-        return cJSON_CreateNumber(v->u.f);
-    return cJSON_CreateString(isnan(v->u.f) ? "nan" : v->u.f > 0 ? "inf"
-                                                                 : "-inf");
+    struct ckpt_pv tmp = { CKPT_PV_BYTES, 0, { 0 } };
+    tmp.u.s.p = b.ptr;
+    tmp.u.s.len = b.len;
+    cJSON *o = base64(&tmp);
+    ckpt_buf_release(&b);
+    return o;
 }
 
 static cJSON *json_dict(const struct ckpt_pv *d, int depth)
@@ -96,6 +167,7 @@ static cJSON *to_json(const struct ckpt_pv *v, int depth)
     case CKPT_PV_NONE: return cJSON_CreateNull();
     case CKPT_PV_BOOL: return cJSON_CreateBool(v->u.b);
     case CKPT_PV_INT:
+    case CKPT_PV_BIGINT:
     case CKPT_PV_FLOAT: return json_number(v);
     case CKPT_PV_STR: return cJSON_CreateString(v->u.s.p);
     case CKPT_PV_BYTES:
@@ -110,11 +182,17 @@ static cJSON *to_json(const struct ckpt_pv *v, int depth)
             cJSON_AddItemToArray(a, to_json(v->u.seq.v[i], depth + 1));
         return a;
     }
-    default:
+    default: {
+        cJSON *b = latin1_bytes(v);
+        if (b)
+            return b;
         if (ckpt_pv_is_global(ckpt_pv_call_global(v), "collections",
-                              "OrderedDict") && v->u.call.dictitems)
-            return json_dict(v->u.call.dictitems, depth);
+                              "OrderedDict"))
+            return v->u.call.dictitems ? json_dict(v->u.call.dictitems,
+                                                   depth)
+                                       : cJSON_CreateObject();
         return opaque(v);
+    }
     }
 }
 

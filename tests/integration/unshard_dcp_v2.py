@@ -45,6 +45,35 @@ def compare(name, actual, expected, *extra):
     check(name, p.returncode == 0, p.stdout + p.stderr)
 
 
+def compare_json(name, extra, ref):
+    """extra.json against the reference's non-tensor values, with
+    {"__bytes__": base64} turned back into bytes (JSON has no bytes)."""
+    code = r'''
+import base64, json, sys, torch
+sys.path.insert(0, sys.argv[3])
+import check_unshard as C
+def unb(v):
+    if isinstance(v, dict) and list(v) == ["__bytes__"]:
+        return base64.b64decode(v["__bytes__"])
+    if isinstance(v, dict):
+        return {k: unb(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [unb(x) for x in v]
+    return v
+got = unb(json.load(open(sys.argv[1])))
+_, want = C.flatten(torch.load(sys.argv[2], weights_only=False))
+_, got = C.flatten(got)
+want = {k: C._jsonable(v) for k, v in want.items()}
+r = C.compare(got, want)
+print("OK" if r.ok else "DIFF %s: %s" % (r.path, r.msg))
+sys.exit(0 if r.ok else 1)
+'''
+    p = subprocess.run([PY, "-c", code, extra, ref,
+                        os.path.join(SRC, "tests", "support")],
+                       capture_output=True, text=True)
+    check(name, p.returncode == 0, p.stdout + p.stderr)
+
+
 def manifest(case_dir):
     with open(os.path.join(case_dir, "manifest.json")) as f:
         return json.load(f)
@@ -73,6 +102,9 @@ def one_case(case_dir, tmp):
         st = os.path.join(out + "-st", "model.safetensors")
         if p.returncode == 0 and os.path.exists(st):
             compare(name + ": safetensors tensors", st, ref)
+        extra = os.path.join(out + "-st", "extra.json")
+        if p.returncode == 0 and os.path.exists(extra):
+            compare_json(name + ": extra.json values", extra, ref)
     if any(k.get("path", [""])[0] == "model" for k in m["keys"].values()):
         p = ckpt("unshard", "--layout", "olmo", "--verify",
                  os.path.join(case_dir, "ckpt"), out + "-olmo")
