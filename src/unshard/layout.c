@@ -56,10 +56,11 @@ static void add_file(struct ujob *j, const char *base, const char *ext,
     ckpt_buf_init(&f->head);
 }
 
-static int is_file(const char *p)
+static int is_file(struct ujob *j, const char *p)
 {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+    uint64_t size;
+    struct ckpt_err err;
+    return src_stat(j, p, &size, &err) == 0;
 }
 
 /* OLMo split of the root dict into three roots. map[i] is the file of
@@ -85,12 +86,12 @@ static int split_olmo(struct ujob *j, struct ckpt_pv *root, const char *ext,
     if (!parts[F_MODEL])
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: no top-level 'model' "
                             "entry for --layout olmo", j->dir);
-    char *rank0 = ckpt_xasprintf("%s/../train/rank0.pt", j->dir);
+    char *rank0 = ckpt_xasprintf("%s/train/rank0.pt", j->top);
     static const char *const names[] = { "model", "optim", "train" };
     for (int p = 0; p < 3; p++) {
         map[p] = -1;
         int copy = p == F_TRAIN && !parts[p]->u.dict.n && j->olmo_step &&
-                   is_file(rank0);
+                   is_file(j, rank0);
         if (!parts[p] || (p == F_TRAIN && !parts[p]->u.dict.n && !copy))
             continue;
         map[p] = (int)j->nfiles;

@@ -2,9 +2,11 @@
  * source.c - the checkpoint being read: metadata, data files, items.
  *
  * Local files are read with pread on descriptors opened once (the fast
- * path). Everything above this file sees a source only through src_read /
- * src_rd, so a ranged-read backend (ckpt_storage_read) can replace it for
- * remote checkpoints and archives.
+ * path). Any other location (s3://, gs://, r2://) goes through the
+ * storage API: stat, list, ranged reads (ckpt_storage_read), so unshard
+ * works on object storage once a backend serves it. Everything above this
+ * file sees a source only through src_read / src_rd / src_stat /
+ * src_copy.
  *
  * Items written through stream extensions (zstd, torch >= 2.7) are
  * decompressed once into unlinked temporary files in the output's
@@ -26,10 +28,27 @@
 
 #define MAX_METADATA (1536ULL << 20)
 
+/* Ranged reads from a storage backend (remote sources). */
+static int storage_read(struct usrc *s, uint64_t off, void *buf, size_t len,
+                        struct ckpt_err *err)
+{
+    size_t got;
+    if (ckpt_storage_read(s->st, s->key, off, buf, len, &got, err) != 0)
+        return -1;
+    if (got != len)
+        return ckpt_err_set(err, CKPT_EFORMAT,
+                            "%s: truncated (needs %llu bytes at offset "
+                            "%llu)", s->name, (unsigned long long)len,
+                            (unsigned long long)off);
+    return 0;
+}
+
 int src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
              struct ckpt_err *err)
 {
     size_t done = 0;
+    if (s->fd < 0 && s->st)
+        return storage_read(s, off, buf, len, err);
     while (done < len) {
         ssize_t n = pread(s->fd, (char *)buf + done, len - done,
                           (off_t)(off + done));
@@ -69,6 +88,10 @@ static struct usrc *add_src(struct ujob *j, char *name, int fd,
     s->name = name;
     s->fd = fd;
     s->size = size;
+    if (fd < 0) {
+        s->st = j->st;
+        s->key = name;
+    }
     pthread_mutex_lock(&j->mu);
     if (j->nsrcs == j->srccap) {
         j->srccap = j->srccap ? j->srccap * 2 : 16;
@@ -94,16 +117,26 @@ int src_get(struct ujob *j, const char *relpath, struct usrc **out,
     if (found)
         return 0;
     char *path = ckpt_path_join(j->dir, relpath);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        int rc = ckpt_err_sys(err, "open '%s'", path);
-        if (fd >= 0)
-            close(fd);
-        free(path);
-        return rc;
+    int fd = -1;
+    uint64_t size = 0;
+    if (j->st) {
+        if (src_stat(j, path, &size, err) != 0) {
+            free(path);
+            return -1;
+        }
+    } else {
+        struct stat sb;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            int rc = ckpt_err_sys(err, "open '%s'", path);
+            if (fd >= 0)
+                close(fd);
+            free(path);
+            return rc;
+        }
+        size = (uint64_t)sb.st_size;
     }
-    *out = add_src(j, path, fd, (uint64_t)sb.st_size);
+    *out = add_src(j, path, fd, size);
     /* Keys live as long as the metadata arena. Every data file is opened
      * by check_files before any task runs, so this insert is
      * single-threaded. */
@@ -127,9 +160,12 @@ void src_close_all(struct ujob *j)
     strmap_release(&j->srcmap);
 }
 
-static int read_file(const char *path, char **data, size_t *len,
-                     struct ckpt_err *err)
+static int read_file(struct ujob *j, const char *path, char **data,
+                     size_t *len, struct ckpt_err *err)
 {
+    if (j->st)
+        return ckpt_storage_read_all(j->st, path, MAX_METADATA, data, len,
+                                     err);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
@@ -142,7 +178,7 @@ static int read_file(const char *path, char **data, size_t *len,
         close(fd);
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: too large", path);
     }
-    struct usrc s = { (char *)path, fd, (uint64_t)sb.st_size };
+    struct usrc s = { (char *)path, fd, (uint64_t)sb.st_size, NULL, NULL };
     *len = (size_t)sb.st_size;
     *data = ckpt_xmalloc(*len + 1);
     int rc = src_read(&s, 0, *data, *len, err);
@@ -157,7 +193,7 @@ static int add_metadata(struct ujob *j, const char *path, const char *name,
 {
     char *data = NULL;
     size_t len = 0;
-    if (read_file(path, &data, &len, err) != 0)
+    if (read_file(j, path, &data, &len, err) != 0)
         return -1;
     int rc = ckpt_dcp_meta_add(j->meta, data, len, name, err);
     if (rc != 0)
@@ -182,38 +218,58 @@ static long rank_of(const char *name)
     return ckpt_parse_u64(tmp, &r) == 0 && r < 1000000 ? (long)r : -1;
 }
 
+struct ranks {
+    unsigned char *have;   /* 1000000 flags */
+    long max;
+};
+
+static int note_rank(void *ud, const struct ckpt_entry *e)
+{
+    struct ranks *r = ud;
+    long n = rank_of(e->name);
+    if (n >= 0 && e->type == CKPT_ENTRY_FILE) {
+        r->have[n] = 1;
+        r->max = n > r->max ? n : r->max;
+    }
+    return 0;
+}
+
+static int list_ranks(struct ujob *j, struct ranks *r, struct ckpt_err *err)
+{
+    if (j->st)
+        return ckpt_storage_list(j->st, j->dir, 0, note_rank, r, err);
+    DIR *d = opendir(j->dir);
+    if (!d)
+        return ckpt_err_sys(err, "open '%s'", j->dir);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        struct ckpt_entry e = { de->d_name, 0, 0, CKPT_ENTRY_FILE, "" };
+        note_rank(r, &e);
+    }
+    closedir(d);
+    return 0;
+}
+
 /* Rank-local checkpoints (torch >= 2.9, use_collectives=False): merge
  * __0.metadata, __1.metadata, ... in rank order. */
 static int rank_local(struct ujob *j, struct ckpt_err *err)
 {
-    DIR *d = opendir(j->dir);
-    if (!d)
-        return ckpt_err_sys(err, "open '%s'", j->dir);
-    long maxr = -1;
-    struct dirent *de;
-    unsigned char *have = ckpt_xcalloc(1000000, 1);
-    while ((de = readdir(d)) != NULL) {
-        long r = rank_of(de->d_name);
-        if (r >= 0) {
-            have[r] = 1;
-            maxr = r > maxr ? r : maxr;
-        }
-    }
-    closedir(d);
-    int rc = maxr < 0 ? ckpt_err_set(err, CKPT_ENOTFOUND,
-                                     "'%s': no .metadata (not a DCP "
-                                     "checkpoint)", j->dir) : 0;
-    for (long r = 0; rc == 0 && r <= maxr; r++) {
+    struct ranks r = { ckpt_xcalloc(1000000, 1), -1 };
+    int rc = list_ranks(j, &r, err);
+    if (rc == 0 && r.max < 0)
+        rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': no .metadata (not a "
+                          "DCP checkpoint)", j->dir);
+    for (long n = 0; rc == 0 && n <= r.max; n++) {
         char name[40];
-        snprintf(name, sizeof(name), "__%ld.metadata", r);
+        snprintf(name, sizeof(name), "__%ld.metadata", n);
         char *path = ckpt_path_join(j->dir, name);
-        rc = have[r] ? add_metadata(j, path, name, err)
-                     : ckpt_err_set(err, CKPT_ENOTFOUND,
-                                    "'%s': missing (rank-local metadata "
-                                    "goes up to rank %ld)", path, maxr);
+        rc = r.have[n] ? add_metadata(j, path, name, err)
+                       : ckpt_err_set(err, CKPT_ENOTFOUND,
+                                      "'%s': missing (rank-local metadata "
+                                      "goes up to rank %ld)", path, r.max);
         free(path);
     }
-    free(have);
+    free(r.have);
     j->metaname = "__R.metadata";
     /* Without collectives nothing deduplicates replicated tensors: every
      * rank stores its copy, and identical boxes are expected. */
@@ -221,10 +277,57 @@ static int rank_local(struct ujob *j, struct ckpt_err *err)
     return rc;
 }
 
-static int is_file(const char *path)
+int src_stat(struct ujob *j, const char *path, uint64_t *size,
+             struct ckpt_err *err)
 {
+    if (j->st) {
+        struct ckpt_stat sb;
+        if (ckpt_storage_stat(j->st, path, &sb, err) != 0)
+            return -1;
+        if (sb.type != CKPT_ENTRY_FILE)
+            return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': not a file",
+                                path);
+        *size = sb.size;
+        return 0;
+    }
     struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    if (stat(path, &sb) != 0)
+        return ckpt_err_sys(err, "open '%s'", path);
+    if (!S_ISREG(sb.st_mode))
+        return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': not a file", path);
+    *size = (uint64_t)sb.st_size;
+    return 0;
+}
+
+static int is_file(struct ujob *j, const char *path)
+{
+    uint64_t size;
+    struct ckpt_err err;
+    return src_stat(j, path, &size, &err) == 0;
+}
+
+int src_copy(struct ujob *j, const char *path, int fd, const char *to,
+             uint64_t *size, struct ckpt_err *err)
+{
+    struct usrc s = { (char *)path, -1, 0, j->st, (char *)path };
+    if (src_stat(j, path, &s.size, err) != 0)
+        return -1;
+    if (!j->st && (s.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return ckpt_err_sys(err, "open '%s'", path);
+    char *buf = ckpt_xmalloc(1 << 20);
+    int rc = 0;
+    for (uint64_t off = 0; rc == 0 && off < s.size; off += 1 << 20) {
+        size_t n = s.size - off < (1 << 20) ? (size_t)(s.size - off)
+                                            : 1 << 20;
+        rc = src_read(&s, off, buf, n, err);
+        if (rc == 0)
+            rc = pwrite_all(fd, buf, n, off, to, err);
+    }
+    free(buf);
+    if (s.fd >= 0)
+        close(s.fd);
+    *size = s.size;
+    return rc;
 }
 
 /* Every file the metadata names exists and is long enough. */
@@ -245,26 +348,58 @@ static int check_files(struct ujob *j, struct ckpt_err *err)
     return 0;
 }
 
+/* Local directories are read directly; other locations through their
+ * storage backend. */
+static int open_location(struct ujob *j, const char *src, char **dir,
+                         struct ckpt_err *err)
+{
+    struct ckpt_loc loc;
+    if (ckpt_loc_parse(&loc, src, err) != 0)
+        return -1;
+    int rc = 0;
+    /* CKPT_SOURCE_VIA_STORAGE=1 sends local sources through the storage
+     * API too: the tests exercise the remote read path with it. */
+    const char *via = getenv("CKPT_SOURCE_VIA_STORAGE");
+    if (loc.scheme != CKPT_SCHEME_LOCAL || (via && !strcmp(via, "1"))) {
+        struct ckpt_storage_cfg cfg = { 0, 0, 0, j->o->jobs };
+        rc = ckpt_storage_open(&j->st, &loc, &cfg, err);
+        *dir = ckpt_xstrdup(loc.key);
+    } else {
+        struct stat sb;
+        *dir = ckpt_xstrdup(loc.key);
+        if (stat(*dir, &sb) != 0)
+            rc = ckpt_err_sys(err, "open '%s'", src);
+        else if (!S_ISDIR(sb.st_mode))
+            rc = ckpt_err_set(err, CKPT_EUSAGE, "'%s': not a directory",
+                              src);
+    }
+    ckpt_loc_release(&loc);
+    return rc;
+}
+
 int src_open(struct ujob *j, const char *src, struct ckpt_err *err)
 {
-    struct stat sb;
-    if (stat(src, &sb) != 0)
-        return ckpt_err_sys(err, "open '%s'", src);
-    if (!S_ISDIR(sb.st_mode))
-        return ckpt_err_set(err, CKPT_EUSAGE, "'%s': not a directory", src);
+    char *top = NULL;
+    if (open_location(j, src, &top, err) != 0) {
+        free(top);
+        return -1;
+    }
     j->meta = ckpt_dcp_meta_new();
-    if (!j->meta)
+    if (!j->meta) {
+        free(top);
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-    char *sub = ckpt_path_join(src, "model_and_optim");
+    }
+    j->top = top;
+    char *sub = ckpt_path_join(top, "model_and_optim");
     char *p = ckpt_path_join(sub, ".metadata");
-    j->olmo_step = is_file(p);
-    j->dir = j->olmo_step ? sub : ckpt_xstrdup(src);
+    j->olmo_step = is_file(j, p);
+    j->dir = j->olmo_step ? sub : ckpt_xstrdup(top);
     if (!j->olmo_step)
         free(sub);
     free(p);
     p = ckpt_path_join(j->dir, ".metadata");
     int rc;
-    if (is_file(p)) {
+    if (is_file(j, p)) {
         j->metaname = ".metadata";
         rc = add_metadata(j, p, ".metadata", err);
     } else {

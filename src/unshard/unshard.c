@@ -102,29 +102,6 @@ static int commit(struct ujob *j, struct dest *d, const char *dest,
     return 0;
 }
 
-static int copy_file(int in, struct ufile *f, struct ckpt_err *err)
-{
-    char *buf = ckpt_xmalloc(1 << 20);
-    uint64_t off = 0;
-    int rc = 0;
-    for (;;) {
-        ssize_t n = pread(in, buf, 1 << 20, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            rc = ckpt_err_sys(err, "read '%s'", f->copy_from);
-        if (n <= 0)
-            break;
-        rc = pwrite_all(f->fd, buf, (size_t)n, off, f->tmp, err);
-        if (rc != 0)
-            break;
-        off += (uint64_t)n;
-    }
-    f->size = off;
-    free(buf);
-    return rc;
-}
-
 static int create_outputs(struct ujob *j, struct dest *d,
                           struct ckpt_err *err)
 {
@@ -143,12 +120,8 @@ static int create_outputs(struct ujob *j, struct dest *d,
                 continue;
         }
         if (f->copy_from) {
-            int in = open(f->copy_from, O_RDONLY | O_CLOEXEC);
-            if (in < 0)
-                return ckpt_err_sys(err, "open '%s'", f->copy_from);
-            int rc = copy_file(in, f, err);
-            close(in);
-            if (rc != 0)
+            if (src_copy(j, f->copy_from, f->fd, f->tmp, &f->size,
+                         err) != 0)
                 return -1;
             continue;
         }
@@ -179,14 +152,19 @@ static int sync_close(struct ujob *j, int sync, struct ckpt_err *err)
 }
 
 /* config.yaml of the checkpoint, else of the run, travels with it. */
-static int add_config(struct ujob *j, const char *src, struct ckpt_err *err)
+static int add_config(struct ujob *j, struct ckpt_err *err)
 {
-    char *own = ckpt_path_join(src, "config.yaml");
+    char *own = ckpt_path_join(j->top, "config.yaml");
+    uint64_t size;
+    struct ckpt_err e2;
+    const char *from = src_stat(j, own, &size, &e2) == 0 ? own : NULL;
     struct stat sb;
-    const char *from = stat(own, &sb) == 0 && S_ISREG(sb.st_mode) ? own :
-                       j->o->config_yaml;
-    if (from && !(stat(from, &sb) == 0 && S_ISREG(sb.st_mode)))
-        from = NULL;
+    /* The run's config.yaml (run mode) is a local file. */
+    if (!from && j->o->config_yaml && stat(j->o->config_yaml, &sb) == 0 &&
+        S_ISREG(sb.st_mode) && !j->st) {
+        from = j->o->config_yaml;
+        size = (uint64_t)sb.st_size;
+    }
     if (from) {
         j->files = ckpt_xreallocarray(j->files, j->nfiles + 1,
                                       sizeof(*j->files));
@@ -195,7 +173,7 @@ static int add_config(struct ujob *j, const char *src, struct ckpt_err *err)
         f->name = ckpt_xstrdup("config.yaml");
         f->prefix = ckpt_xstrdup("");
         f->fd = -1;
-        f->size = (uint64_t)sb.st_size;
+        f->size = size;
         f->copy_from = ckpt_xstrdup(from);
         ckpt_buf_init(&f->head);
     }
@@ -256,6 +234,8 @@ static void job_release(struct ujob *j)
     ckpt_dcp_meta_free(j->meta);
     ckpt_arena_free(j->arena);
     free(j->dir);
+    free(j->top);
+    ckpt_storage_close(j->st);
     pthread_mutex_destroy(&j->mu);
 }
 
@@ -320,7 +300,7 @@ int ckpt_unshard_dcp(const char *src, const char *dest,
     if (rc == 0)
         rc = plan(&j, src, err);
     if (rc == 0)
-        rc = add_config(&j, src, err);
+        rc = add_config(&j, err);
     if (rc == 0)
         fill_result(&j, res);
     if (rc == 0 && opts->planned)

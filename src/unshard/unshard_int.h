@@ -21,6 +21,7 @@
 #include "ckpt/dcp.h"
 #include "ckpt/pickle.h"
 #include "ckpt/pool.h"
+#include "ckpt/storage.h"
 #include "ckpt/torchfmt.h"
 #include "ckpt/unshard.h"
 #include "../pickle/ptrmap.h"
@@ -29,8 +30,10 @@
 /* One readable input: a data file, or a decompressed (zstd) item. */
 struct usrc {
     char *name;         /* for messages: the path as given; owned */
-    int fd;             /* -1 until opened */
+    int fd;             /* local descriptor, or -1: read through st */
     uint64_t size;
+    struct ckpt_storage *st;   /* borrowed; remote sources */
+    const char *key;           /* borrowed (name); remote sources */
 };
 
 /* A stored chunk: where its elements are and how they are laid out. */
@@ -103,7 +106,9 @@ struct bufpool {
 
 struct ujob {
     const struct ckpt_unshard_opts *o;
+    char *top;                      /* SRC as a path or key */
     char *dir;                      /* directory with metadata and data */
+    struct ckpt_storage *st;        /* remote SRC, or NULL (local) */
     char *dest;
     char *tmpdir;                   /* temporary output directory */
     int olmo_step;                  /* src is an OLMo step */
@@ -139,6 +144,12 @@ int src_get(struct ujob *j, const char *relpath, struct usrc **out,
             struct ckpt_err *err);
 int src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
              struct ckpt_err *err);
+/* Size of a file of the source (0), or -1 with err. */
+int src_stat(struct ujob *j, const char *path, uint64_t *size,
+             struct ckpt_err *err);
+/* Copy a whole source file into fd (named `to` in messages). */
+int src_copy(struct ujob *j, const char *path, int fd, const char *to,
+             uint64_t *size, struct ckpt_err *err);
 /* The bytes of an item: the data file range, or for transformed items
  * (zstd) a decompressed temporary copy of at most limit bytes. */
 int src_item(struct ujob *j, const struct ckpt_dcp_storage *st,

@@ -34,9 +34,9 @@ def check(name, cond, detail=""):
         failures.append(name)
 
 
-def ckpt(*args):
+def ckpt(*args, env=None):
     return subprocess.run([CKPT] + list(args), capture_output=True,
-                          text=True)
+                          text=True, env=env)
 
 
 def compare(name, actual, expected, *extra):
