@@ -94,6 +94,14 @@ def one_case(case_dir, tmp):
     if p.returncode == 0:
         compare(name + ": equals dcp_to_torch_save", os.path.join(
             out + "-pt", "checkpoint.pt"), ref, *objs)
+    # The same through the storage API (the remote read path).
+    env = dict(os.environ, CKPT_SOURCE_VIA_STORAGE="1")
+    p = ckpt("unshard", "--no-progress", os.path.join(case_dir, "ckpt"),
+             out + "-storage", env=env)
+    check(name + ": via storage exit 0", p.returncode == 0, p.stderr)
+    if p.returncode == 0:
+        compare(name + ": via storage equals dcp_to_torch_save",
+                os.path.join(out + "-storage", "checkpoint.pt"), ref, *objs)
     dtypes = {k.get("dtype") for k in m["keys"].values() if "dtype" in k}
     if dtypes <= ST_DTYPES:
         p = ckpt("unshard", "--format", "safetensors", "--verify",
