@@ -30,7 +30,8 @@ enum ckpt_unshard_format {
     CKPT_FORMAT_SAFETENSORS
 };
 
-/* Called from worker threads with bytes just written (sum it atomically). */
+/* Called from worker threads after each copy task (one piece of at most
+ * 1 MiB) with the bytes it wrote; sum atomically. */
 typedef void (*ckpt_unshard_progress_fn)(void *ud, uint64_t bytes);
 
 struct ckpt_unshard_result;
@@ -69,6 +70,7 @@ struct ckpt_unshard_result {
     uint64_t objects;          /* DCP byte items */
     uint64_t chunks;           /* stored chunks read */
     uint64_t bytes;            /* tensor bytes written */
+    uint64_t pieces;           /* copy tasks (progress calls) planned */
     const char *layout;        /* "single" / "olmo" (static) */
     const char *metadata;      /* which metadata was read (static name) */
 };

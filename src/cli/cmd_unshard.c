@@ -109,13 +109,13 @@ static void on_planned(void *ud, const struct ckpt_unshard_result *r)
 {
     struct cmd *c = ud;
     if (!c->g.dry_run)
-        c->prog = progress_new(&c->g, "unshard", r->tensors, r->bytes);
+        c->prog = progress_new(&c->g, "unshard", r->pieces, r->bytes);
 }
 
 static void on_progress(void *ud, uint64_t bytes)
 {
     struct cmd *c = ud;
-    progress_add(c->prog, 0, bytes);
+    progress_add(c->prog, 1, bytes);
 }
 
 /* --- reporting --------------------------------------------------------- */
@@ -293,10 +293,16 @@ static int unshard_step(struct cmd *c, const char *run, const char *dest,
     if (is_dir(at_src) || is_dir(out)) {
         const char *f[] = { "skip", src, is_dir(out) ? out : at_src,
                             "already unsharded" };
-        if (!c->g.json)
+        if (!c->g.json) {
             out_tsv(4, f);
-        else
-            infof("%s: already unsharded", src);
+        } else {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "src", f[1]);
+            cJSON_AddStringToObject(o, "dest", f[2]);
+            cJSON_AddStringToObject(o, "action", "skip");
+            cJSON_AddStringToObject(o, "reason", f[3]);
+            out_json(o);
+        }
     } else {
         rc = unshard_one(c, src, out);
         struct ckpt_err err = CKPT_ERR_INIT;

@@ -198,7 +198,11 @@ static void fill_result(struct ujob *j, struct ckpt_unshard_result *res)
     for (size_t i = 0; i < j->ntensors; i++) {
         res->chunks += j->tensors[i].e->nchunks;
         res->bytes += j->tensors[i].nbytes;
+        if (j->tensors[i].file >= 0)
+            res->pieces += j->tensors[i].nbands;
     }
+    for (size_t i = 0; i < j->ncopies; i++)
+        res->pieces += (j->copies[i].nbytes + j->band - 1) / j->band;
     res->layout = j->olmo ? "olmo" : "single";
     res->metadata = j->metaname;
 }
