@@ -49,6 +49,8 @@ struct ckpt_unshard_opts {
     int jobs;                   /* worker threads; <= 0: cores */
     int dry_run;                /* plan and check only; write nothing */
     int sync;                   /* fsync outputs before renaming */
+    const char *tmp_dir;        /* scratch for decompressed items in a
+                                   dry run; NULL: $TMPDIR or /tmp */
     const char *config_yaml;    /* copied in as config.yaml when the
                                    checkpoint has none; NULL: no copy */
     ckpt_unshard_planned_fn planned;

@@ -100,6 +100,7 @@ static int validate(struct cmd *c, int argc)
     o->jobs = c->g.jobs;
     o->dry_run = c->g.dry_run;
     o->sync = !c->no_sync;
+    o->tmp_dir = c->g.tmp_dir;
     return -1;
 }
 
@@ -108,6 +109,10 @@ static int validate(struct cmd *c, int argc)
 static void on_planned(void *ud, const struct ckpt_unshard_result *r)
 {
     struct cmd *c = ud;
+    debugf("plan (%s): %llu tensors in %llu chunks, %llu objects, %zu "
+           "files, %llu bytes", r->metadata, (unsigned long long)r->tensors,
+           (unsigned long long)r->chunks, (unsigned long long)r->objects,
+           r->nfiles, (unsigned long long)r->bytes);
     if (!c->g.dry_run)
         c->prog = progress_new(&c->g, "unshard", r->pieces, r->bytes);
 }

@@ -298,8 +298,8 @@ int ckpt_unshard_dcp(const char *src, const char *dest,
     int rc = job_init(&j, opts, err);
     if (rc == 0 && !opts->dry_run)
         rc = prepare_dest(dest, &d, err);
-    /* zstd items of a dry run decompress to the system temp dir. */
-    const char *tmp = getenv("TMPDIR");
+    /* zstd items of a dry run decompress to the scratch dir. */
+    const char *tmp = opts->tmp_dir ? opts->tmp_dir : getenv("TMPDIR");
     j.tmpdir = d.tmpdir ? d.tmpdir : (char *)(tmp ? tmp : "/tmp");
     if (rc == 0)
         rc = plan(&j, src, err);
