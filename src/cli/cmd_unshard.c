@@ -134,6 +134,13 @@ static void report(struct cmd *c, const char *src, const char *dest,
     char detail[600];
     if (err)
         snprintf(detail, sizeof(detail), "%s", err->msg);
+    else if (c->g.dry_run)
+        snprintf(detail, sizeof(detail), "%llu tensors, %llu objects, "
+                 "%llu chunks, %zu files, %llu bytes",
+                 (unsigned long long)r->tensors,
+                 (unsigned long long)r->objects,
+                 (unsigned long long)r->chunks, r->nfiles,
+                 (unsigned long long)r->bytes);
     else
         snprintf(detail, sizeof(detail), "%llu tensors, %llu objects, "
                  "%llu chunks, %zu files, %.1f MB/s",
