@@ -14,6 +14,7 @@
 #ifndef CKPT_UNSHARD_H
 #define CKPT_UNSHARD_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +54,10 @@ struct ckpt_unshard_opts {
                                    dry run; NULL: $TMPDIR or /tmp */
     const char *config_yaml;    /* copied in as config.yaml when the
                                    checkpoint has none; NULL: no copy */
+    /* Polled by the workers: non-zero stops the run, which then fails
+     * with "interrupted" and removes its temporary outputs (set it from a
+     * SIGINT/SIGTERM handler). NULL: never. */
+    volatile sig_atomic_t *cancel;
     ckpt_unshard_planned_fn planned;
     ckpt_unshard_progress_fn progress;
     void *progress_ud;          /* passed to planned and progress */

@@ -5,6 +5,7 @@
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,16 @@ struct cmd {
     struct ckpt_unshard_opts uo;
     struct progress *prog;
 };
+
+/* Ctrl-C / SIGTERM: the run stops at the next piece and removes its
+ * temporary outputs; a second signal kills as usual. */
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    interrupted = 1;
+    signal(sig, SIG_DFL);
+}
 
 static int parse(struct cmd *c, int *argc, char **argv)
 {
@@ -101,6 +112,7 @@ static int validate(struct cmd *c, int argc)
     o->dry_run = c->g.dry_run;
     o->sync = !c->no_sync;
     o->tmp_dir = c->g.tmp_dir;
+    o->cancel = &interrupted;
     return -1;
 }
 
@@ -343,7 +355,7 @@ static int unshard_run(struct cmd *c, const char *run, const char *dest)
     c->uo.config_yaml = config;
     if (!n)
         errorf("'%s': no DCP checkpoint and no sharded steps", run);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && !interrupted; i++) {
         if ((c->latest && i + 1 != n) ||
             (c->step && (uint64_t)steps[i].n != want))
             continue;
@@ -366,6 +378,8 @@ int cmd_unshard(int argc, char **argv)
     if ((rc = validate(&c, argc)) >= 0)
         return rc;
     cli_init_output(&c.g);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     const char *src = argv[0], *dest = argv[1];
     if (is_dir(src) && !is_dcp(src))
         return unshard_run(&c, src, dest);

@@ -340,6 +340,10 @@ static void band_task(void *arg)
     struct ujob *j = k->j;
     struct ckpt_err err = CKPT_ERR_INIT;
     uint64_t at, len;
+    if (j->o->cancel && *j->o->cancel && !j->failed) {
+        ckpt_err_set(&err, CKPT_EIO, "interrupted");
+        job_fail(j, &err);
+    }
     if (j->failed) {
         free(k);
         return;
