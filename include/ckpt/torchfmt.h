@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "ckpt/arena.h"
+#include "ckpt/buf.h"
 #include "ckpt/err.h"
 #include "ckpt/pickle.h"
 
@@ -152,6 +153,36 @@ struct ckpt_tensor_loc {
  * single tensor it holds. */
 int ckpt_tensor_item_load(const struct ckpt_rd *rd,
                           struct ckpt_tensor_loc *out, struct ckpt_err *err);
+
+/* --- zip writer (layout first, bytes later) ---------------------------- *
+ *
+ * Writers that place data with pwrite from many threads need every offset
+ * before any byte is written: ckpt_zipw_layout assigns them, the data is
+ * written at data_off, and once the CRCs are known the local headers and
+ * the central directory are serialised. Records are stored, their data
+ * 64-byte aligned through torch's "FB" padding extra field, with real
+ * sizes and CRC in the local header (no data descriptors), ZIP64 extras
+ * where a size or offset needs them, and the ZIP64 end records always, as
+ * torch writes them. */
+
+struct ckpt_zipw_rec {
+    const char *name;     /* full name with prefix ("checkpoint/data/0") */
+    uint64_t size;
+    uint32_t crc;         /* set before serialising headers */
+    uint64_t lho;         /* assigned: local header offset */
+    uint64_t data_off;    /* assigned: data offset (multiple of 64) */
+};
+
+/* Assign lho/data_off to recs in order starting at offset 0; *cd_off is
+ * where the central directory goes, *total the whole file size. */
+void ckpt_zipw_layout(struct ckpt_zipw_rec *recs, size_t n,
+                      uint64_t *cd_off, uint64_t *total);
+/* The local header of r (data_off - lho bytes) into out (appended). */
+void ckpt_zipw_local_header(const struct ckpt_zipw_rec *r,
+                            struct ckpt_buf *out);
+/* Central directory and end records (appended to out). */
+void ckpt_zipw_central(const struct ckpt_zipw_rec *recs, size_t n,
+                       uint64_t cd_off, struct ckpt_buf *out);
 
 /* CRC-32 (zip / IEEE), incremental: crc = ckpt_crc32(crc, p, n) from 0. */
 uint32_t ckpt_crc32(uint32_t crc, const void *p, size_t n);

@@ -97,5 +97,6 @@ void progress_done(struct progress *p); /* prints the final line, frees */
 int cmd_clean(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_map_wandb(int argc, char **argv);
+int cmd_unshard(int argc, char **argv);
 
 #endif

@@ -20,6 +20,7 @@ static const struct cmd_struct commands[] = {
     { "clean", cmd_clean, "delete runs that never produced a checkpoint" },
     { "ls", cmd_ls, "list runs and their checkpoints" },
     { "map-wandb", cmd_map_wandb, "find each run's W&B run path" },
+    { "unshard", cmd_unshard, "merge checkpoint shards into whole tensors" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

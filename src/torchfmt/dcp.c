@@ -72,12 +72,16 @@ int dcp_dims(struct ckpt_arena *a, const struct ckpt_pv *v,
     return (int)v->u.seq.n;
 }
 
-/* "fqn\0o1,o2" (tensor chunk) or "fqn\0-" (byte item): the storage_data
- * lookup key; MetadataIndex equality ignores `index`. */
-const char *dcp_key(struct ckpt_arena *a, const char *fqn,
+/* "P\0fqn\0o1,o2" (tensor chunk) or "P\0fqn\0-" (byte item): the
+ * storage_data lookup key; MetadataIndex equality ignores `index`. P is
+ * the metadata file it came from, so replicas listed by several rank-local
+ * files keep their own storage. */
+const char *dcp_key(struct ckpt_arena *a, unsigned part, const char *fqn,
                     const uint64_t *offs, int ndim, size_t *len)
 {
     struct ckpt_buf b = CKPT_BUF_INIT;
+    ckpt_buf_addf(&b, "%u", part);
+    ckpt_buf_addch(&b, '\0');
     ckpt_buf_add(&b, fqn, strlen(fqn) + 1);
     if (ndim < 0)
         ckpt_buf_addch(&b, '-');
@@ -156,11 +160,14 @@ static int parse(struct ckpt_dcp_meta *m, const void *data, size_t len,
         return -1;
     if (sizes_only)
         return 0;
+    int rc;
     const struct ckpt_pv *ver = dcp_field(root, "version");
     if (ver && ver->kind == CKPT_PV_STR && !m->version)
         m->version = ver->u.s.p;
-    return dcp_state_dict(m, dcp_field(root, "state_dict_metadata"),
-                          dcp_field(root, "planner_data"), name, err);
+    rc = dcp_state_dict(m, dcp_field(root, "state_dict_metadata"),
+                        dcp_field(root, "planner_data"), name, err);
+    ((struct dcp_index *)m->index)->part++;
+    return rc;
 }
 
 int ckpt_dcp_meta_add(struct ckpt_dcp_meta *m, const void *data, size_t len,

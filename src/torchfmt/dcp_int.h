@@ -15,6 +15,7 @@ struct dcp_index {
     struct ckpt_dcp_storage *sts;   /* arena */
     size_t nst, stcap;
     size_t filecap;
+    unsigned part;           /* metadata files parsed so far */
 };
 
 const struct ckpt_pv *dcp_field(const struct ckpt_pv *obj, const char *name);
@@ -22,7 +23,7 @@ const char *dcp_class(const struct ckpt_pv *v);
 int dcp_is_none(const struct ckpt_pv *v);
 int dcp_dims(struct ckpt_arena *a, const struct ckpt_pv *v,
              const uint64_t **out);
-const char *dcp_key(struct ckpt_arena *a, const char *fqn,
+const char *dcp_key(struct ckpt_arena *a, unsigned part, const char *fqn,
                     const uint64_t *offs, int ndim, size_t *len);
 
 int dcp_storage_data(struct ckpt_dcp_meta *m, const struct ckpt_pv *sd,

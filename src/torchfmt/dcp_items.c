@@ -100,8 +100,8 @@ static int storage_info(struct ckpt_arena *a, const struct ckpt_pv *v,
 }
 
 /* MetadataIndex -> lookup key; fqn and offsets from its state. */
-static const char *index_key(struct ckpt_arena *a, const struct ckpt_pv *k,
-                             size_t *len)
+static const char *index_key(struct ckpt_arena *a, unsigned part,
+                             const struct ckpt_pv *k, size_t *len)
 {
     const struct ckpt_pv *fqn = dcp_field(k, "fqn");
     const struct ckpt_pv *off = dcp_field(k, "offset");
@@ -113,7 +113,7 @@ static const char *index_key(struct ckpt_arena *a, const struct ckpt_pv *k,
         return NULL;
     if (!dcp_is_none(off) && (nd = dcp_dims(a, off, &offs)) < 0)
         return NULL;
-    return dcp_key(a, fqn->u.s.p, offs, nd, len);
+    return dcp_key(a, part, fqn->u.s.p, offs, nd, len);
 }
 
 int dcp_storage_data(struct ckpt_dcp_meta *m, const struct ckpt_pv *sd,
@@ -126,7 +126,8 @@ int dcp_storage_data(struct ckpt_dcp_meta *m, const struct ckpt_pv *sd,
     for (size_t i = 0; i < sd->u.dict.n; i++) {
         struct ckpt_dcp_storage st;
         size_t klen;
-        const char *key = index_key(m->arena, sd->u.dict.k[i], &klen);
+        const char *key = index_key(m->arena, ix->part, sd->u.dict.k[i],
+                                    &klen);
         if (!key || storage_info(m->arena, sd->u.dict.v[i], &st) != 0)
             return ckpt_err_set(err, CKPT_EFORMAT,
                                 "%s: malformed storage_data entry %zu",
@@ -134,7 +135,7 @@ int dcp_storage_data(struct ckpt_dcp_meta *m, const struct ckpt_pv *sd,
         if (add_filereq(m, st.file, st.offset + st.length, err) != 0)
             return -1;
         if (strmap_get(&ix->storage, key, klen, NULL))
-            continue;   /* a replica from another rank-local file */
+            continue;   /* duplicate key: the first entry stands */
         ix->sts = grow(m->arena, ix->sts, ix->nst, &ix->stcap,
                        sizeof(*ix->sts));
         if (!ix->sts || strmap_put(&ix->storage, key, klen, ix->nst) != 0)
@@ -151,7 +152,7 @@ static int find_storage(struct ckpt_dcp_meta *m, const char *fqn,
     struct dcp_index *ix = m->index;
     size_t klen;
     uint64_t i;
-    const char *key = dcp_key(m->arena, fqn, offs, nd, &klen);
+    const char *key = dcp_key(m->arena, ix->part, fqn, offs, nd, &klen);
     if (!key || !strmap_get(&ix->storage, key, klen, &i))
         return -1;
     *st = ix->sts[i];

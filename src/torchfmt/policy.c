@@ -24,6 +24,23 @@ static int is_builtins(const char *module)
     return !strcmp(module, "builtins") || !strcmp(module, "__builtin__");
 }
 
+/* A torch dtype name, known to ckpt or not (qint8, float6_e3m2, int4):
+ * a dtype family followed by a digit. Accepting unknown ones lets the
+ * interpreter say "unknown dtype" instead of "class not allowed". */
+static int dtype_like(const char *name)
+{
+    static const char *const fam[] = {
+        "float", "bfloat", "int", "uint", "qint", "quint", "complex",
+        "bcomplex", "bits", NULL
+    };
+    for (const char *const *f = fam; *f; f++) {
+        size_t n = strlen(*f);
+        if (!strncmp(name, *f, n) && name[n] >= '0' && name[n] <= '9')
+            return 1;
+    }
+    return 0;
+}
+
 int ckpt_torch_allow_tensor(void *ud, const char *module, const char *name)
 {
     static const char *const rebuild[] = {
@@ -35,7 +52,7 @@ int ckpt_torch_allow_tensor(void *ud, const char *module, const char *name)
         return in_list(name, rebuild) ? 0 : -1;
     if (!strcmp(module, "torch") || !strcmp(module, "torch.cuda"))
         return (!strcmp(name, "Size") || ckpt_dtype_by_storage(name) ||
-                ckpt_dtype_by_name(name)) ? 0 : -1;
+                ckpt_dtype_by_name(name) || dtype_like(name)) ? 0 : -1;
     if (!strcmp(module, "torch.storage"))
         return (!strcmp(name, "UntypedStorage") ||
                 !strcmp(name, "TypedStorage")) ? 0 : -1;

@@ -138,26 +138,31 @@ static int rebuild(const struct ckpt_pv *args, int version,
     return n > want ? check_flags(ckpt_pv_item(args, want), name, err) : 0;
 }
 
+static int rebuild_version(const struct ckpt_pv *g)
+{
+    if (!g || strcmp(g->u.global.module, "torch._utils"))
+        return 0;
+    const char *fn = g->u.global.name;
+    return !strcmp(fn, "_rebuild_tensor") ? 1 :
+           !strcmp(fn, "_rebuild_tensor_v2") ? 2 :
+           !strcmp(fn, "_rebuild_tensor_v3") ? 3 : 0;
+}
+
 int ckpt_tensor_from_pv(const struct ckpt_pv *v, struct ckpt_tensor *t,
                         const char *name, struct ckpt_err *err)
 {
     const struct ckpt_pv *g = ckpt_pv_call_global(v);
     if (!g || strcmp(g->u.global.module, "torch._utils"))
         return 0;
-    const char *fn = g->u.global.name;
     memset(t, 0, sizeof(*t));
-    if (!strcmp(fn, "_rebuild_parameter") ||
-        !strcmp(fn, "_rebuild_parameter_with_state")) {
-        const struct ckpt_pv *data = ckpt_pv_item(v->u.call.args, 0);
-        if (!data || ckpt_pv_call_global(data) == NULL ||
-            !strcmp(ckpt_pv_call_global(data)->u.global.name, fn))
+    if (!strcmp(g->u.global.name, "_rebuild_parameter") ||
+        !strcmp(g->u.global.name, "_rebuild_parameter_with_state")) {
+        /* One level: a Parameter wraps a tensor, never a Parameter. */
+        v = ckpt_pv_item(v->u.call.args, 0);
+        if (!rebuild_version(ckpt_pv_call_global(v)))
             return tbad(err, name, "malformed parameter");
-        int rc = ckpt_tensor_from_pv(data, t, name, err);
-        return rc == 0 ? tbad(err, name, "malformed parameter") : rc;
     }
-    int version = !strcmp(fn, "_rebuild_tensor") ? 1 :
-                  !strcmp(fn, "_rebuild_tensor_v2") ? 2 :
-                  !strcmp(fn, "_rebuild_tensor_v3") ? 3 : 0;
+    int version = rebuild_version(ckpt_pv_call_global(v));
     if (!version)
         return 0;
     return rebuild(v->u.call.args, version, t, name, err) ? -1 : 1;

@@ -107,12 +107,11 @@ static int read_eocd64(const struct ckpt_rd *rd, uint64_t loc_pos,
     return 0;
 }
 
-static int find_ends(const struct ckpt_rd *rd, struct ends *e,
+/* Look for the end records in the last `tail` bytes. 1 found, 0 not
+ * there, -1 error. */
+static int scan_tail(const struct ckpt_rd *rd, size_t tail, struct ends *e,
                      struct ckpt_err *err)
 {
-    if (rd->size < 22)
-        return bad(rd, err, "too short");
-    size_t tail = rd->size < MAX_TAIL ? (size_t)rd->size : MAX_TAIL;
     unsigned char *buf = malloc(tail);
     if (!buf)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
@@ -122,8 +121,10 @@ static int find_ends(const struct ckpt_rd *rd, struct ends *e,
     while (rc == 0 && i-- > 0)
         if (le(buf + i, 4) == SIG_EOCD)
             break;
-    if (rc == 0 && i == (size_t)-1)
-        rc = bad(rd, err, "no end of central directory");
+    if (rc == 0 && i == (size_t)-1) {
+        free(buf);
+        return 0;
+    }
     if (rc == 0 && i >= 20 && le(buf + i - 20, 4) == SIG_LOC64) {
         rc = read_eocd64(rd, start + i - 20, buf + i - 20, e, err);
     } else if (rc == 0) {
@@ -136,7 +137,25 @@ static int find_ends(const struct ckpt_rd *rd, struct ends *e,
             e->cd_pos = start + i - e->cd_size;
     }
     free(buf);
-    return rc;
+    return rc ? -1 : 1;
+}
+
+static int find_ends(const struct ckpt_rd *rd, struct ends *e,
+                     struct ckpt_err *err)
+{
+    if (rd->size < 22)
+        return bad(rd, err, "too short");
+    /* torch writes no archive comment: the end records are in the last
+     * 98 bytes. Read a little first, the 64 KiB comment window only if
+     * that fails (this runs once per DCP item). */
+    size_t small = rd->size < 1024 ? (size_t)rd->size : 1024;
+    int rc = scan_tail(rd, small, e, err);
+    if (rc == 0 && small < rd->size)
+        rc = scan_tail(rd, rd->size < MAX_TAIL ? (size_t)rd->size : MAX_TAIL,
+                       e, err);
+    if (rc == 0)
+        return bad(rd, err, "no end of central directory");
+    return rc < 0 ? -1 : 0;
 }
 
 /* Apply the ZIP64 extra (id 1) to the fields that were 0xffffffff. */

@@ -1,0 +1,98 @@
+/*
+ * ckpt/unshard.h - consolidate a sharded checkpoint into whole tensors.
+ *
+ * Plan first, then copy: the metadata gives every output tensor's place in
+ * the output files and, for every stored chunk, the slabs it contributes
+ * (any N-d box). Coverage is checked before a byte is written (every
+ * element exactly once; identical replicas only with allow_replicas).
+ * Pool workers then read chunk bytes with pread and write them with pwrite
+ * straight to their final offsets in preallocated output files, one
+ * bounded band of a tensor per task, so memory does not grow with the
+ * checkpoint. Outputs are written under temporary names and renamed only
+ * when complete.
+ */
+#ifndef CKPT_UNSHARD_H
+#define CKPT_UNSHARD_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/err.h"
+
+enum ckpt_unshard_layout {
+    CKPT_LAYOUT_AUTO = 0,   /* olmo for OLMo steps, else single */
+    CKPT_LAYOUT_SINGLE,     /* checkpoint.pt: the whole state dict */
+    CKPT_LAYOUT_OLMO        /* model.pt, optim.pt, train.pt */
+};
+
+enum ckpt_unshard_format {
+    CKPT_FORMAT_TORCH = 0,  /* torch.save zip files */
+    CKPT_FORMAT_SAFETENSORS
+};
+
+/* Called from worker threads after each copy task (one piece of at most
+ * 1 MiB) with the bytes it wrote; sum atomically. */
+typedef void (*ckpt_unshard_progress_fn)(void *ud, uint64_t bytes);
+
+struct ckpt_unshard_result;
+/* Called once on the calling thread when the plan is complete, before any
+ * output is written (res holds the planned files and totals). */
+typedef void (*ckpt_unshard_planned_fn)(void *ud,
+                                        const struct ckpt_unshard_result *res);
+
+struct ckpt_unshard_opts {
+    enum ckpt_unshard_layout layout;
+    enum ckpt_unshard_format format;
+    uint64_t max_shard_size;    /* safetensors split size; 0: 5 GiB */
+    int allow_replicas;         /* identical duplicate chunks are fine */
+    int verify;                 /* re-read outputs, compare with sources */
+    int jobs;                   /* worker threads; <= 0: cores */
+    int dry_run;                /* plan and check only; write nothing */
+    int sync;                   /* fsync outputs before renaming */
+    const char *tmp_dir;        /* scratch for decompressed items in a
+                                   dry run; NULL: $TMPDIR or /tmp */
+    const char *config_yaml;    /* copied in as config.yaml when the
+                                   checkpoint has none; NULL: no copy */
+    /* Polled by the workers: non-zero stops the run, which then fails
+     * with "interrupted" and removes its temporary outputs (set it from a
+     * SIGINT/SIGTERM handler). NULL: never. */
+    volatile sig_atomic_t *cancel;
+    ckpt_unshard_planned_fn planned;
+    ckpt_unshard_progress_fn progress;
+    void *progress_ud;          /* passed to planned and progress */
+};
+
+/* One output file. */
+struct ckpt_unshard_file {
+    char *name;         /* relative to DEST, e.g. "checkpoint.pt"; owned */
+    uint64_t size;
+    uint64_t tensors;   /* tensors stored in it */
+};
+
+struct ckpt_unshard_result {
+    struct ckpt_unshard_file *files;   /* owned array */
+    size_t nfiles;
+    uint64_t tensors;          /* DCP tensor entries */
+    uint64_t objects;          /* DCP byte items */
+    uint64_t chunks;           /* stored chunks read */
+    uint64_t bytes;            /* tensor bytes written */
+    uint64_t pieces;           /* copy tasks (progress calls) planned */
+    const char *layout;        /* "single" / "olmo" (static) */
+    const char *metadata;      /* which metadata was read (static name) */
+};
+
+/*
+ * Unshard the DCP checkpoint in local directory src (the directory with
+ * .metadata or __R.metadata files, or an OLMo step with model_and_optim/)
+ * into directory dest (created; existing files of the same names are
+ * replaced only at the end). On error nothing that looks complete is left
+ * at dest. Returns 0 or -1 with err naming the file.
+ */
+int ckpt_unshard_dcp(const char *src, const char *dest,
+                     const struct ckpt_unshard_opts *opts,
+                     struct ckpt_unshard_result *res, struct ckpt_err *err);
+/* Free what a result owns. NULL-safe. */
+void ckpt_unshard_result_release(struct ckpt_unshard_result *res);
+
+#endif

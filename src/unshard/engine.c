@@ -1,0 +1,409 @@
+/*
+ * engine.c - the copy: one pool task per band of an output tensor (or
+ * piece of a copied record). A task gathers its band from every chunk
+ * that intersects it into a buffer in output order, checksums it, and
+ * pwrites it at its final offset. With --verify the same task instead
+ * reads the band back from the output and compares.
+ *
+ * Reads: when a chunk's part of the band is contiguous in both source and
+ * output (row sharding, or column sharding of whole rows) it is one pread
+ * straight into the band buffer; otherwise the source span is read once
+ * and scattered, or, for sparse strided layouts, read run by run.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/util.h"
+#include "unshard_int.h"
+
+/* --- buffers ------------------------------------------------------------ */
+
+int bufpool_init(struct bufpool *b, size_t size)
+{
+    memset(b, 0, sizeof(*b));
+    b->size = size;
+    return pthread_mutex_init(&b->mu, NULL) == 0 ? 0 : -1;
+}
+
+/* A buffer of 3 * size bytes (band, read space, verify scratch); reused
+ * across tasks so buffers are not mapped and unmapped per band. */
+char *bufpool_get(struct bufpool *b)
+{
+    char *p = NULL;
+    pthread_mutex_lock(&b->mu);
+    if (b->nfree)
+        p = b->free_[--b->nfree];
+    pthread_mutex_unlock(&b->mu);
+    return p ? p : ckpt_xmalloc(3 * b->size);
+}
+
+void bufpool_put(struct bufpool *b, char *p)
+{
+    pthread_mutex_lock(&b->mu);
+    if (b->nfree == b->cap) {
+        b->cap = b->cap ? b->cap * 2 : 16;
+        b->free_ = ckpt_xreallocarray(b->free_, b->cap, sizeof(*b->free_));
+    }
+    b->free_[b->nfree++] = p;
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bufpool_release(struct bufpool *b)
+{
+    for (size_t i = 0; i < b->nfree; i++)
+        free(b->free_[i]);
+    free(b->free_);
+    pthread_mutex_destroy(&b->mu);
+}
+
+void job_fail(struct ujob *j, const struct ckpt_err *err)
+{
+    pthread_mutex_lock(&j->mu);
+    if (!j->failed) {
+        j->err = *err;
+        j->failed = 1;
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* --- gathering a band ------------------------------------------------ */
+
+struct box {
+    int nd;
+    uint64_t lo[CKPT_MAX_DIMS], e[CKPT_MAX_DIMS];  /* intersection */
+    int64_t gstride[CKPT_MAX_DIMS];                /* output, elements */
+    int64_t base;                                  /* band start, elems */
+};
+
+static void swap_elems(char *p, uint64_t n, unsigned size, unsigned unit)
+{
+    if (unit < 2)
+        return;
+    for (uint64_t i = 0; i < n * size; i += unit)
+        for (unsigned a = 0, z = unit - 1; a < z; a++, z--) {
+            char t = p[i + a];
+            p[i + a] = p[i + z];
+            p[i + z] = t;
+        }
+}
+
+/* Runs of one chunk's intersection: the innermost dimensions that are
+ * contiguous in both source and output merge into one run of `run`
+ * elements; dims 0..outer are iterated. */
+struct runs {
+    int outer;
+    uint64_t run, nruns;
+    int64_t s0, d0;           /* first run: source / output element */
+};
+
+static void make_runs(const struct box *bx, const struct uchunk *c,
+                      struct runs *r)
+{
+    int m = bx->nd - 1;
+    r->run = 1;
+    while (m >= 0 && (bx->e[m] == 1 || (bx->gstride[m] == (int64_t)r->run &&
+                                        c->stride[m] == (int64_t)r->run))) {
+        r->run *= bx->e[m];
+        m--;
+    }
+    r->outer = m;
+    r->nruns = 1;
+    r->s0 = c->soff;
+    r->d0 = -bx->base;
+    for (int d = 0; d < bx->nd; d++) {
+        if (d <= m)
+            r->nruns *= bx->e[d];
+        r->s0 += (int64_t)(bx->lo[d] - c->meta->offsets[d]) * c->stride[d];
+        r->d0 += (int64_t)bx->lo[d] * bx->gstride[d];
+    }
+}
+
+/* Source span of the intersection, in elements from s0. */
+static uint64_t src_span(const struct box *bx, const struct uchunk *c)
+{
+    uint64_t span = 1;
+    for (int d = 0; d < bx->nd; d++)
+        span += (bx->e[d] - 1) * (uint64_t)c->stride[d];
+    return span;
+}
+
+/* Visit every run: fn(ud, source element, output element). */
+static int each_run(const struct box *bx, const struct uchunk *c,
+                    const struct runs *r,
+                    int (*fn)(void *, int64_t, int64_t), void *ud)
+{
+    uint64_t idx[CKPT_MAX_DIMS] = { 0 };
+    int64_t s = r->s0, d = r->d0;
+    for (uint64_t n = 0; n < r->nruns; n++) {
+        if (fn(ud, s, d) != 0)
+            return -1;
+        for (int k = r->outer; k >= 0; k--) {
+            if (++idx[k] < bx->e[k]) {
+                s += c->stride[k];
+                d += bx->gstride[k];
+                break;
+            }
+            s -= (int64_t)(idx[k] - 1) * c->stride[k];
+            d -= (int64_t)(idx[k] - 1) * bx->gstride[k];
+            idx[k] = 0;
+        }
+    }
+    return 0;
+}
+
+struct gather {
+    const struct uchunk *c;
+    unsigned size;            /* itemsize */
+    unsigned unit;            /* byte-swap unit */
+    uint64_t run;
+    char *dst;                /* band buffer */
+    const char *span;         /* source span buffer, or NULL */
+    int64_t s0;
+    struct ckpt_err *err;
+};
+
+static int run_copy(void *ud, int64_t s, int64_t d)
+{
+    struct gather *g = ud;
+    char *out = g->dst + (uint64_t)d * g->size;
+    uint64_t n = g->run * g->size;
+    if (g->span)
+        memcpy(out, g->span + (uint64_t)(s - g->s0) * g->size, n);
+    else if (src_read(g->c->src, g->c->data + (uint64_t)s * g->size, out,
+                      n, g->err) != 0)
+        return -1;
+    return 0;
+}
+
+static int run_swap(void *ud, int64_t s, int64_t d)
+{
+    struct gather *g = ud;
+    (void)s;
+    swap_elems(g->dst + (uint64_t)d * g->size, g->run, g->size, g->unit);
+    return 0;
+}
+
+static int copy_box(struct ujob *j, const struct utensor *t,
+                    const struct uchunk *c, const struct box *bx, char *buf,
+                    char *rbuf, struct ckpt_err *err)
+{
+    struct runs r;
+    unsigned size = t->e->dtype->itemsize;
+    make_runs(bx, c, &r);
+    struct gather g = { c, size, t->e->dtype->swap, r.run, buf, NULL, r.s0,
+                        err };
+    uint64_t span = src_span(bx, c), vol = r.nruns * r.run;
+    if (r.nruns > 1 && span * size <= j->band &&
+        span <= 4 * vol + (65536 / size)) {
+        /* One read of the whole source span, then scatter. */
+        if (src_read(c->src, c->data + (uint64_t)r.s0 * size, rbuf,
+                     span * size, err) != 0)
+            return -1;
+        g.span = rbuf;
+    }
+    if (each_run(bx, c, &r, run_copy, &g) != 0)
+        return -1;
+    /* Big-endian writers: swap in place, per element (complex: per
+     * half), so the output is little-endian as its byteorder says. */
+    if (c->big_endian)
+        each_run(bx, c, &r, run_swap, &g);
+    return 0;
+}
+
+/* Fill buf with band `band` of t from its chunks, or (replicas = 1) lay
+ * the skipped replica chunks over buf. */
+static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
+                     char *buf, char *rbuf, uint64_t *len, int replicas,
+                     struct ckpt_err *err)
+{
+    const struct ckpt_dcp_entry *e = t->e;
+    uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
+    struct box bx;
+    plan_band_box(t, band, lo, hi, &dst, len);
+    bx.nd = e->ndim;
+    bx.base = (int64_t)(dst / e->dtype->itemsize);
+    int64_t s = 1;
+    for (int d = e->ndim - 1; d >= 0; d--) {
+        bx.gstride[d] = s;
+        s *= (int64_t)e->size[d];
+    }
+    for (size_t i = 0; i < e->nchunks; i++) {
+        const struct uchunk *c = &t->chunks[i];
+        int empty = c->skip != replicas;
+        for (int d = 0; d < bx.nd && !empty; d++) {
+            uint64_t clo = c->meta->offsets[d], chi = clo + c->meta->sizes[d];
+            uint64_t a = lo[d] > clo ? lo[d] : clo;
+            uint64_t b = hi[d] < chi ? hi[d] : chi;
+            empty = a >= b;
+            bx.lo[d] = a;
+            bx.e[d] = b - a;
+        }
+        if (!empty && copy_box(j, t, c, &bx, buf, rbuf, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* --- tasks ------------------------------------------------------------- */
+
+struct task {
+    struct ujob *j;
+    struct utensor *t;        /* a tensor band, or */
+    struct ucopy *c;          /* a piece of a copied record */
+    uint64_t band;
+    int verify;
+};
+
+static uint64_t out_off(struct ujob *j, int file, size_t rec, uint64_t off)
+{
+    struct ufile *f = &j->files[file];
+    if (j->o->format == CKPT_FORMAT_TORCH)
+        return f->recs[rec].data_off;
+    return off;
+}
+
+/* Output offset and source bytes of the task into buf. */
+static int task_fill(struct task *k, char *buf, char *rbuf, uint64_t *at,
+                     uint64_t *len, struct ckpt_err *err)
+{
+    struct ujob *j = k->j;
+    if (k->t) {
+        uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
+        plan_band_box(k->t, k->band, lo, hi, &dst, len);
+        *at = out_off(j, k->t->file, k->t->rec, k->t->out_off) + dst;
+        return fill_band(j, k->t, k->band, buf, rbuf, len, 0, err);
+    }
+    uint64_t from = k->band * j->band;
+    *len = k->c->nbytes - from < j->band ? k->c->nbytes - from : j->band;
+    *at = out_off(j, k->c->file, k->c->rec, k->c->out_off) + from;
+    return src_read(k->c->src, k->c->off + from, buf, *len, err);
+}
+
+static const char *task_what(struct task *k, char *tmp, size_t n)
+{
+    if (k->t)
+        snprintf(tmp, n, "tensor '%s'", k->t->e->fqn);
+    else
+        snprintf(tmp, n, "object '%s'", k->c->e->fqn);
+    return tmp;
+}
+
+/* Replicas dropped by --allow-replicas must really be identical: laid
+ * over a copy of the band they must change nothing. */
+static int check_replicas(struct task *k, const char *buf, char *scratch,
+                          char *rbuf, uint64_t len, struct ckpt_err *err)
+{
+    int any = 0;
+    for (size_t i = 0; i < k->t->e->nchunks && !any; i++)
+        any = k->t->chunks[i].skip;
+    if (!any)
+        return 0;
+    memcpy(scratch, buf, len);
+    if (fill_band(k->j, k->t, k->band, scratch, rbuf, &len, 1, err) != 0)
+        return -1;
+    if (memcmp(scratch, buf, len) != 0)
+        return ckpt_err_set(err, CKPT_EFORMAT, "verify: tensor '%s': "
+                            "replicated chunks differ", k->t->e->fqn);
+    return 0;
+}
+
+static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
+                       uint64_t len, struct ckpt_err *err)
+{
+    struct ujob *j = k->j;
+    struct ufile *f = &j->files[k->t ? k->t->file : k->c->file];
+    struct usrc out = { f->tmp, f->fd, f->size, NULL, NULL };
+    char what[300];
+    if (k->t && check_replicas(k, buf, rbuf + j->band, rbuf, len, err) != 0)
+        return -1;
+    if (src_read(&out, at, rbuf, len, err) != 0)
+        return -1;
+    if (memcmp(buf, rbuf, len) != 0)
+        return ckpt_err_set(err, CKPT_EFORMAT, "verify: %s: '%s' differs "
+                            "from the source at offset %llu",
+                            task_what(k, what, sizeof(what)), f->name,
+                            (unsigned long long)at);
+    uint32_t *crcs = k->t ? k->t->crcs : k->c->crcs;
+    if (j->o->format == CKPT_FORMAT_TORCH &&
+        ckpt_crc32(0, rbuf, len) != crcs[k->band])
+        return ckpt_err_set(err, CKPT_EFORMAT, "verify: %s: '%s' checksum "
+                            "mismatch at offset %llu",
+                            task_what(k, what, sizeof(what)), f->name,
+                            (unsigned long long)at);
+    return 0;
+}
+
+static void band_task(void *arg)
+{
+    struct task *k = arg;
+    struct ujob *j = k->j;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    uint64_t at, len;
+    if (j->o->cancel && *j->o->cancel && !j->failed) {
+        ckpt_err_set(&err, CKPT_EIO, "interrupted");
+        job_fail(j, &err);
+    }
+    if (j->failed) {
+        free(k);
+        return;
+    }
+    char *buf = bufpool_get(&j->bufs), *rbuf = buf + j->band;
+    int rc = task_fill(k, buf, rbuf, &at, &len, &err);
+    if (rc == 0 && k->verify) {
+        rc = task_verify(k, buf, rbuf, at, len, &err);
+    } else if (rc == 0) {
+        struct ufile *f = &j->files[k->t ? k->t->file : k->c->file];
+        uint32_t *crcs = k->t ? k->t->crcs : k->c->crcs;
+        if (j->o->format == CKPT_FORMAT_TORCH)
+            crcs[k->band] = ckpt_crc32(0, buf, len);
+        rc = pwrite_all(f->fd, buf, len, at, f->tmp, &err);
+    }
+    bufpool_put(&j->bufs, buf);
+    if (rc != 0)
+        job_fail(j, &err);
+    else if (j->o->progress)
+        j->o->progress(j->o->progress_ud, len);
+    free(k);
+}
+
+static void submit(struct ujob *j, struct utensor *t, struct ucopy *c,
+                   uint64_t band, int verify)
+{
+    struct task *k = ckpt_xmalloc(sizeof(*k));
+    k->j = j;
+    k->t = t;
+    k->c = c;
+    k->band = band;
+    k->verify = verify;
+    ckpt_pool_submit(j->pool, band_task, k);
+}
+
+int engine_run(struct ujob *j, int verify, struct ckpt_err *err)
+{
+    for (size_t i = 0; i < j->ntensors && !j->failed; i++) {
+        struct utensor *t = &j->tensors[i];
+        if (t->file < 0 || j->files[t->file].copy_from)
+            continue;
+        if (!verify)
+            t->crcs = ckpt_xcalloc(t->nbands ? t->nbands : 1, 4);
+        for (uint64_t b = 0; b < t->nbands && !j->failed; b++)
+            submit(j, t, NULL, b, verify);
+    }
+    for (size_t i = 0; i < j->ncopies && !j->failed; i++) {
+        struct ucopy *c = &j->copies[i];
+        if (c->file < 0 || j->files[c->file].copy_from)
+            continue;
+        c->nbands = (c->nbytes + j->band - 1) / j->band;
+        if (!verify)
+            c->crcs = ckpt_xcalloc(c->nbands ? c->nbands : 1, 4);
+        for (uint64_t b = 0; b < c->nbands && !j->failed; b++)
+            submit(j, NULL, c, b, verify);
+    }
+    ckpt_pool_wait(j->pool);
+    if (j->failed) {
+        *err = j->err;
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,300 @@
+/*
+ * layout.c - which output files exist, what each holds, and (torch
+ * format) where every record goes.
+ *
+ * --layout single: checkpoint.pt holds the whole state dict.
+ * --layout olmo: model.pt holds state["model"], optim.pt state["optim"]
+ * (or "optimizer"), train.pt a dict of every other top-level entry (or,
+ * for an OLMo step whose trainer state is in train/rank0.pt, a copy of
+ * that file, as OLMo's own unsharder does).
+ *
+ * Every offset is fixed here, before any data is written: workers pwrite
+ * straight to data_off of their record, and layout_finish writes the zip
+ * headers once the CRCs are known.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/util.h"
+#include "unshard_int.h"
+
+enum { F_MODEL = 0, F_OPTIM = 1, F_TRAIN = 2 };
+
+/* The top-level key an entry lands under (see tree.c flat_path). */
+static const char *top_key(const struct ujob *j,
+                           const struct ckpt_dcp_entry *e)
+{
+    const struct ckpt_pv *k = j->paths[e - j->meta->entries];
+    k = k->u.seq.v[0];
+    return k->kind == CKPT_PV_STR ? k->u.s.p : NULL;
+}
+
+static int olmo_part(const char *top, int have_optim_key)
+{
+    if (top && !strcmp(top, "model"))
+        return F_MODEL;
+    if (top && (!strcmp(top, "optim") ||
+                (!have_optim_key && !strcmp(top, "optimizer"))))
+        return F_OPTIM;
+    return F_TRAIN;
+}
+
+static void add_file(struct ujob *j, const char *base, const char *ext,
+                     struct ckpt_pv *root)
+{
+    j->files = ckpt_xreallocarray(j->files, j->nfiles + 1, sizeof(*j->files));
+    struct ufile *f = &j->files[j->nfiles++];
+    memset(f, 0, sizeof(*f));
+    f->name = ckpt_xasprintf("%s%s", base, ext);
+    f->prefix = ckpt_xstrdup(base);
+    f->root = root;
+    f->fd = -1;
+    ckpt_buf_init(&f->head);
+}
+
+static int is_file(struct ujob *j, const char *p)
+{
+    uint64_t size;
+    struct ckpt_err err;
+    return src_stat(j, p, &size, &err) == 0;
+}
+
+/* OLMo split of the root dict into three roots. map[i] is the file of
+ * part i, or -1. */
+static int split_olmo(struct ujob *j, struct ckpt_pv *root, const char *ext,
+                      int *map, struct ckpt_err *err)
+{
+    struct ckpt_pv *parts[3] = { NULL, NULL, NULL };
+    int have_optim = ckpt_pv_dict_get(root, "optim") != NULL;
+    parts[F_TRAIN] = ckpt_pv_new(j->arena, CKPT_PV_DICT);
+    if (!parts[F_TRAIN])
+        return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    for (size_t i = 0; i < root->u.dict.n; i++) {
+        const struct ckpt_pv *k = root->u.dict.k[i];
+        int p = olmo_part(k->kind == CKPT_PV_STR ? k->u.s.p : NULL,
+                          have_optim);
+        if (p == F_TRAIN)
+            ckpt_pv_dict_add(j->arena, parts[F_TRAIN], root->u.dict.k[i],
+                             root->u.dict.v[i]);
+        else
+            parts[p] = root->u.dict.v[i];
+    }
+    if (!parts[F_MODEL])
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: no top-level 'model' "
+                            "entry for --layout olmo", j->dir);
+    char *rank0 = ckpt_xasprintf("%s/train/rank0.pt", j->top);
+    static const char *const names[] = { "model", "optim", "train" };
+    for (int p = 0; p < 3; p++) {
+        map[p] = -1;
+        int copy = p == F_TRAIN && !parts[p]->u.dict.n && j->olmo_step &&
+                   is_file(j, rank0);
+        if (!parts[p] || (p == F_TRAIN && !parts[p]->u.dict.n && !copy))
+            continue;
+        map[p] = (int)j->nfiles;
+        add_file(j, names[p], ext, parts[p]);
+        if (copy)
+            j->files[j->nfiles - 1].copy_from = ckpt_xstrdup(rank0);
+    }
+    free(rank0);
+    return 0;
+}
+
+int layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
+                  struct ckpt_err *err)
+{
+    int map[3] = { 0, -1, -1 };
+    int olmo = j->olmo;
+    if (!olmo)
+        add_file(j, j->o->format == CKPT_FORMAT_TORCH ? "checkpoint"
+                                                      : "model", ext, root);
+    else if (split_olmo(j, root, ext, map, err) != 0)
+        return -1;
+    int have_optim = ckpt_pv_dict_get(root, "optim") != NULL;
+    for (size_t i = 0; i < j->ntensors; i++) {
+        const char *top = top_key(j, j->tensors[i].e);
+        j->tensors[i].file = olmo ? map[olmo_part(top, have_optim)] : 0;
+    }
+    for (size_t i = 0; i < j->ncopies; i++)
+        j->copies[i].file = olmo ? map[olmo_part(top_key(j, j->copies[i].e),
+                                                 have_optim)] : 0;
+    return 0;
+}
+
+/* --- torch format ------------------------------------------------------ */
+
+static size_t add_rec(struct ufile *f, char *name, uint64_t size)
+{
+    if (f->nrecs == f->reccap) {
+        f->reccap = f->reccap ? f->reccap * 2 : 16;
+        f->recs = ckpt_xreallocarray(f->recs, f->reccap, sizeof(*f->recs));
+        f->recnames = ckpt_xreallocarray(f->recnames, f->reccap,
+                                         sizeof(*f->recnames));
+    }
+    f->recnames[f->nrecs] = name;
+    memset(&f->recs[f->nrecs], 0, sizeof(f->recs[0]));
+    f->recs[f->nrecs].name = name;
+    f->recs[f->nrecs].size = size;
+    return f->nrecs++;
+}
+
+static int set_key(struct ujob *j, struct ckpt_pv *keystr, uint64_t k)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof(tmp), "%llu", (unsigned long long)k);
+    keystr->u.s.p = ckpt_arena_strndup(j->arena, tmp, (size_t)n);
+    keystr->u.s.len = (size_t)n;
+    return keystr->u.s.p ? 0 : -1;
+}
+
+/* Storage records of file fi: keys 0.. in metadata order. */
+static int torch_records(struct ujob *j, int fi, struct ckpt_err *err)
+{
+    struct ufile *f = &j->files[fi];
+    uint64_t k = 0;
+    add_rec(f, ckpt_xasprintf("%s/data.pkl", f->prefix), 0);
+    for (size_t i = 0; i < j->ntensors; i++) {
+        struct utensor *t = &j->tensors[i];
+        if (t->file != fi)
+            continue;
+        if (set_key(j, t->keystr, k) != 0)
+            return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+        t->rec = add_rec(f, ckpt_xasprintf("%s/data/%llu", f->prefix,
+                                           (unsigned long long)k++),
+                         t->nbytes);
+        f->ntensors++;
+    }
+    for (size_t i = 0; i < j->ncopies; i++) {
+        struct ucopy *c = &j->copies[i];
+        if (c->file != fi)
+            continue;
+        if (set_key(j, c->keystr, k) != 0)
+            return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+        c->rec = add_rec(f, ckpt_xasprintf("%s/data/%llu", f->prefix,
+                                           (unsigned long long)k++),
+                         c->nbytes);
+    }
+    add_rec(f, ckpt_xasprintf("%s/version", f->prefix), 2);
+    add_rec(f, ckpt_xasprintf("%s/byteorder", f->prefix), 6);
+    return 0;
+}
+
+static int torch_layout(struct ujob *j, struct ckpt_err *err)
+{
+    for (size_t fi = 0; fi < j->nfiles; fi++) {
+        struct ufile *f = &j->files[fi];
+        if (f->copy_from)
+            continue;
+        if (torch_records(j, (int)fi, err) != 0)
+            return -1;
+        if (ckpt_pickle_dump(f->root, &f->head, err) != 0) {
+            ckpt_err_prefix(err, "%s", f->name);
+            return -1;
+        }
+        f->recs[0].size = f->head.len;
+        ckpt_zipw_layout(f->recs, f->nrecs, &f->cd_off, &f->size);
+    }
+    return 0;
+}
+
+int layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
+{
+    if (j->o->format == CKPT_FORMAT_SAFETENSORS)
+        return st_layout(j, root, err);
+    if (layout_choose(j, root, ".pt", err) != 0)
+        return -1;
+    return torch_layout(j, err);
+}
+
+/* --- headers, once the data is in place ------------------------------- */
+
+static uint32_t band_crcs(const uint32_t *crcs, uint64_t nbands,
+                          uint64_t band, uint64_t total)
+{
+    uint32_t crc = 0;
+    for (uint64_t b = 0; b < nbands; b++) {
+        uint64_t len = b + 1 < nbands ? band : total - b * band;
+        crc = ckpt_crc32_combine(crc, crcs[b], len);
+    }
+    return crc;
+}
+
+static uint32_t tensor_crc(const struct utensor *t)
+{
+    uint32_t crc = 0;
+    uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], off, len;
+    for (uint64_t b = 0; b < t->nbands; b++) {
+        plan_band_box(t, b, lo, hi, &off, &len);
+        crc = ckpt_crc32_combine(crc, t->crcs[b], len);
+    }
+    return crc;
+}
+
+int pwrite_all(int fd, const void *p, size_t n, uint64_t off, const char *name,
+               struct ckpt_err *err)
+{
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return ckpt_err_sys(err, "write '%s'", name);
+        p = (const char *)p + w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+static int finish_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
+{
+    struct ckpt_zipw_rec *r = f->recs;
+    r[0].crc = ckpt_crc32(0, f->head.ptr, f->head.len);
+    r[f->nrecs - 2].crc = ckpt_crc32(0, "3\n", 2);
+    r[f->nrecs - 1].crc = ckpt_crc32(0, "little", 6);
+    for (size_t i = 0; i < j->ntensors; i++)
+        if (&j->files[j->tensors[i].file] == f)
+            r[j->tensors[i].rec].crc = tensor_crc(&j->tensors[i]);
+    for (size_t i = 0; i < j->ncopies; i++)
+        if (&j->files[j->copies[i].file] == f)
+            r[j->copies[i].rec].crc = band_crcs(j->copies[i].crcs,
+                                                j->copies[i].nbands, j->band,
+                                                j->copies[i].nbytes);
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < f->nrecs; i++) {
+        ckpt_buf_reset(&b);
+        ckpt_zipw_local_header(&r[i], &b);
+        rc = pwrite_all(f->fd, b.ptr, b.len, r[i].lho, f->tmp, err);
+    }
+    if (rc == 0)
+        rc = pwrite_all(f->fd, f->head.ptr, f->head.len, r[0].data_off,
+                        f->tmp, err);
+    if (rc == 0)
+        rc = pwrite_all(f->fd, "3\n", 2, r[f->nrecs - 2].data_off, f->tmp,
+                        err);
+    if (rc == 0)
+        rc = pwrite_all(f->fd, "little", 6, r[f->nrecs - 1].data_off, f->tmp,
+                        err);
+    ckpt_buf_reset(&b);
+    ckpt_zipw_central(r, f->nrecs, f->cd_off, &b);
+    if (rc == 0)
+        rc = pwrite_all(f->fd, b.ptr, b.len, f->cd_off, f->tmp, err);
+    ckpt_buf_release(&b);
+    return rc;
+}
+
+int layout_finish(struct ujob *j, struct ckpt_err *err)
+{
+    for (size_t i = 0; i < j->nfiles; i++) {
+        struct ufile *f = &j->files[i];
+        if (f->copy_from || f->raw || j->o->format != CKPT_FORMAT_TORCH)
+            continue;
+        if (finish_torch(j, f, err) != 0)
+            return -1;
+    }
+    return 0;
+}

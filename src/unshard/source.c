@@ -1,0 +1,526 @@
+/*
+ * source.c - the checkpoint being read: metadata, data files, items.
+ *
+ * Local files are read with pread on descriptors opened once (the fast
+ * path). Any other location (s3://, gs://, r2://) goes through the
+ * storage API: stat, list, ranged reads (ckpt_storage_read), so unshard
+ * works on object storage once a backend serves it. Everything above this
+ * file sees a source only through src_read / src_rd / src_stat /
+ * src_copy.
+ *
+ * Items written through stream extensions (zstd, torch >= 2.7) are
+ * decompressed once into unlinked temporary files in the output's
+ * temporary directory and read from there: torch itself buffers the
+ * whole item, but a consolidated checkpoint can have multi-GB chunks.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "ckpt/util.h"
+#include "unshard_int.h"
+
+#define MAX_METADATA (1536ULL << 20)
+
+/* Ranged reads from a storage backend (remote sources). */
+static int storage_read(struct usrc *s, uint64_t off, void *buf, size_t len,
+                        struct ckpt_err *err)
+{
+    size_t got;
+    if (ckpt_storage_read(s->st, s->key, off, buf, len, &got, err) != 0)
+        return -1;
+    if (got != len)
+        return ckpt_err_set(err, CKPT_EFORMAT,
+                            "%s: truncated (needs %llu bytes at offset "
+                            "%llu)", s->name, (unsigned long long)len,
+                            (unsigned long long)off);
+    return 0;
+}
+
+int src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
+             struct ckpt_err *err)
+{
+    size_t done = 0;
+    if (s->fd < 0 && s->st)
+        return storage_read(s, off, buf, len, err);
+    while (done < len) {
+        ssize_t n = pread(s->fd, (char *)buf + done, len - done,
+                          (off_t)(off + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return ckpt_err_sys(err, "read '%s'", s->name);
+        if (n == 0)
+            return ckpt_err_set(err, CKPT_EFORMAT,
+                                "%s: truncated (needs %llu bytes at offset "
+                                "%llu)", s->name, (unsigned long long)len,
+                                (unsigned long long)off);
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+static int rd_read(void *ctx, uint64_t off, void *buf, size_t len,
+                   struct ckpt_err *err)
+{
+    return src_read(ctx, off, buf, len, err);
+}
+
+void src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len)
+{
+    rd->read = rd_read;
+    rd->ctx = s;
+    rd->base = off;
+    rd->size = len;
+    rd->name = s->name;
+}
+
+static struct usrc *add_src(struct ujob *j, char *name, int fd,
+                            uint64_t size)
+{
+    struct usrc *s = ckpt_xcalloc(1, sizeof(*s));
+    s->name = name;
+    s->fd = fd;
+    s->size = size;
+    if (fd < 0) {
+        s->st = j->st;
+        s->key = name;
+    }
+    pthread_mutex_lock(&j->mu);
+    if (j->nsrcs == j->srccap) {
+        j->srccap = j->srccap ? j->srccap * 2 : 16;
+        j->srcs = ckpt_xreallocarray(j->srcs, j->srccap, sizeof(*j->srcs));
+    }
+    j->srcs[j->nsrcs++] = s;
+    pthread_mutex_unlock(&j->mu);
+    return s;
+}
+
+/* Open relpath (a name from the metadata) in the checkpoint directory. */
+int src_get(struct ujob *j, const char *relpath, struct usrc **out,
+            struct ckpt_err *err)
+{
+    uint64_t i;
+    /* Probe tasks look files up while another may append a decompressed
+     * item to srcs (add_src), so reads of the array hold the lock too. */
+    pthread_mutex_lock(&j->mu);
+    int found = strmap_get(&j->srcmap, relpath, strlen(relpath), &i);
+    if (found)
+        *out = j->srcs[i];
+    pthread_mutex_unlock(&j->mu);
+    if (found)
+        return 0;
+    char *path = ckpt_path_join(j->dir, relpath);
+    int fd = -1;
+    uint64_t size = 0;
+    if (j->st) {
+        if (src_stat(j, path, &size, err) != 0) {
+            free(path);
+            return -1;
+        }
+    } else {
+        struct stat sb;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            int rc = ckpt_err_sys(err, "open '%s'", path);
+            if (fd >= 0)
+                close(fd);
+            free(path);
+            return rc;
+        }
+        size = (uint64_t)sb.st_size;
+    }
+    *out = add_src(j, path, fd, size);
+    /* Keys live as long as the metadata arena. Every data file is opened
+     * by check_files before any task runs, so this insert is
+     * single-threaded. */
+    pthread_mutex_lock(&j->mu);
+    int rc = strmap_put(&j->srcmap, relpath, strlen(relpath), j->nsrcs - 1);
+    pthread_mutex_unlock(&j->mu);
+    return rc ? ckpt_err_set(err, CKPT_ENOMEM, "out of memory") : 0;
+}
+
+void src_close_all(struct ujob *j)
+{
+    for (size_t i = 0; i < j->nsrcs; i++) {
+        if (j->srcs[i]->fd >= 0)
+            close(j->srcs[i]->fd);
+        free(j->srcs[i]->name);
+        free(j->srcs[i]);
+    }
+    free(j->srcs);
+    j->srcs = NULL;
+    j->nsrcs = 0;
+    strmap_release(&j->srcmap);
+}
+
+static int read_file(struct ujob *j, const char *path, char **data,
+                     size_t *len, struct ckpt_err *err)
+{
+    if (j->st)
+        return ckpt_storage_read_all(j->st, path, MAX_METADATA, data, len,
+                                     err);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        int rc = ckpt_err_sys(err, "open '%s'", path);
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    if ((uint64_t)sb.st_size > MAX_METADATA) {
+        close(fd);
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: too large", path);
+    }
+    struct usrc s = { (char *)path, fd, (uint64_t)sb.st_size, NULL, NULL };
+    *len = (size_t)sb.st_size;
+    *data = ckpt_xmalloc(*len + 1);
+    int rc = src_read(&s, 0, *data, *len, err);
+    close(fd);
+    if (rc != 0)
+        free(*data);
+    return rc;
+}
+
+static int add_metadata(struct ujob *j, const char *path, const char *name,
+                        struct ckpt_err *err)
+{
+    char *data = NULL;
+    size_t len = 0;
+    if (read_file(j, path, &data, &len, err) != 0)
+        return -1;
+    int rc = ckpt_dcp_meta_add(j->meta, data, len, name, err);
+    if (rc != 0)
+        ckpt_err_prefix(err, "%s", j->dir);
+    /* The metadata graph points into the arena, not into data. */
+    free(data);
+    return rc;
+}
+
+/* "__12.metadata" -> 12; -1 if the name is not a rank-local metadata. */
+static long rank_of(const char *name)
+{
+    uint64_t r;
+    if (strncmp(name, "__", 2) || !ckpt_str_endswith(name, ".metadata"))
+        return -1;
+    size_t n = strlen(name) - 2 - 9;
+    char tmp[24];
+    if (!n || n >= sizeof(tmp))
+        return -1;
+    memcpy(tmp, name + 2, n);
+    tmp[n] = '\0';
+    return ckpt_parse_u64(tmp, &r) == 0 && r < 1000000 ? (long)r : -1;
+}
+
+struct ranks {
+    unsigned char *have;   /* 1000000 flags */
+    long max;
+};
+
+static int note_rank(void *ud, const struct ckpt_entry *e)
+{
+    struct ranks *r = ud;
+    long n = rank_of(e->name);
+    if (n >= 0 && e->type == CKPT_ENTRY_FILE) {
+        r->have[n] = 1;
+        r->max = n > r->max ? n : r->max;
+    }
+    return 0;
+}
+
+static int list_ranks(struct ujob *j, struct ranks *r, struct ckpt_err *err)
+{
+    if (j->st)
+        return ckpt_storage_list(j->st, j->dir, 0, note_rank, r, err);
+    DIR *d = opendir(j->dir);
+    if (!d)
+        return ckpt_err_sys(err, "open '%s'", j->dir);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        struct ckpt_entry e = { de->d_name, 0, 0, CKPT_ENTRY_FILE, "" };
+        note_rank(r, &e);
+    }
+    closedir(d);
+    return 0;
+}
+
+/* Rank-local checkpoints (torch >= 2.9, use_collectives=False): merge
+ * __0.metadata, __1.metadata, ... in rank order. */
+static int rank_local(struct ujob *j, struct ckpt_err *err)
+{
+    struct ranks r = { ckpt_xcalloc(1000000, 1), -1 };
+    int rc = list_ranks(j, &r, err);
+    if (rc == 0 && r.max < 0)
+        rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': no .metadata (not a "
+                          "DCP checkpoint)", j->dir);
+    for (long n = 0; rc == 0 && n <= r.max; n++) {
+        char name[40];
+        snprintf(name, sizeof(name), "__%ld.metadata", n);
+        char *path = ckpt_path_join(j->dir, name);
+        rc = r.have[n] ? add_metadata(j, path, name, err)
+                       : ckpt_err_set(err, CKPT_ENOTFOUND,
+                                      "'%s': missing (rank-local metadata "
+                                      "goes up to rank %ld)", path, r.max);
+        free(path);
+    }
+    free(r.have);
+    j->metaname = "__R.metadata";
+    /* Without collectives nothing deduplicates replicated tensors: every
+     * rank stores its copy, and identical boxes are expected. */
+    j->allow_replicas = 1;
+    return rc;
+}
+
+int src_stat(struct ujob *j, const char *path, uint64_t *size,
+             struct ckpt_err *err)
+{
+    if (j->st) {
+        struct ckpt_stat sb;
+        if (ckpt_storage_stat(j->st, path, &sb, err) != 0)
+            return -1;
+        if (sb.type != CKPT_ENTRY_FILE)
+            return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': not a file",
+                                path);
+        *size = sb.size;
+        return 0;
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return ckpt_err_sys(err, "open '%s'", path);
+    if (!S_ISREG(sb.st_mode))
+        return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': not a file", path);
+    *size = (uint64_t)sb.st_size;
+    return 0;
+}
+
+static int is_file(struct ujob *j, const char *path)
+{
+    uint64_t size;
+    struct ckpt_err err;
+    return src_stat(j, path, &size, &err) == 0;
+}
+
+int src_copy(struct ujob *j, const char *path, int fd, const char *to,
+             uint64_t *size, struct ckpt_err *err)
+{
+    struct usrc s = { (char *)path, -1, 0, j->st, (char *)path };
+    if (src_stat(j, path, &s.size, err) != 0)
+        return -1;
+    if (!j->st && (s.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return ckpt_err_sys(err, "open '%s'", path);
+    char *buf = ckpt_xmalloc(1 << 20);
+    int rc = 0;
+    for (uint64_t off = 0; rc == 0 && off < s.size; off += 1 << 20) {
+        size_t n = s.size - off < (1 << 20) ? (size_t)(s.size - off)
+                                            : 1 << 20;
+        rc = src_read(&s, off, buf, n, err);
+        if (rc == 0)
+            rc = pwrite_all(fd, buf, n, off, to, err);
+    }
+    free(buf);
+    if (s.fd >= 0)
+        close(s.fd);
+    *size = s.size;
+    return rc;
+}
+
+/* Every file the metadata names exists and is long enough. */
+static int check_files(struct ujob *j, struct ckpt_err *err)
+{
+    for (size_t i = 0; i < j->meta->nfiles; i++) {
+        struct usrc *s;
+        const struct ckpt_dcp_filereq *f = &j->meta->files[i];
+        if (src_get(j, f->name, &s, err) != 0)
+            return -1;
+        if (s->size < f->min_size)
+            return ckpt_err_set(err, CKPT_EFORMAT,
+                                "'%s' is truncated: %llu bytes, the "
+                                "metadata needs %llu", s->name,
+                                (unsigned long long)s->size,
+                                (unsigned long long)f->min_size);
+    }
+    return 0;
+}
+
+/* Local directories are read directly; other locations through their
+ * storage backend. */
+static int open_location(struct ujob *j, const char *src, char **dir,
+                         struct ckpt_err *err)
+{
+    struct ckpt_loc loc;
+    if (ckpt_loc_parse(&loc, src, err) != 0)
+        return -1;
+    int rc = 0;
+    /* CKPT_SOURCE_VIA_STORAGE=1 sends local sources through the storage
+     * API too: the tests exercise the remote read path with it. */
+    const char *via = getenv("CKPT_SOURCE_VIA_STORAGE");
+    if (loc.scheme != CKPT_SCHEME_LOCAL || (via && !strcmp(via, "1"))) {
+        struct ckpt_storage_cfg cfg = { 0, 0, 0, j->o->jobs };
+        rc = ckpt_storage_open(&j->st, &loc, &cfg, err);
+        *dir = ckpt_xstrdup(loc.key);
+    } else {
+        struct stat sb;
+        *dir = ckpt_xstrdup(loc.key);
+        if (stat(*dir, &sb) != 0)
+            rc = ckpt_err_sys(err, "open '%s'", src);
+        else if (!S_ISDIR(sb.st_mode))
+            rc = ckpt_err_set(err, CKPT_EUSAGE, "'%s': not a directory",
+                              src);
+    }
+    ckpt_loc_release(&loc);
+    return rc;
+}
+
+int src_open(struct ujob *j, const char *src, struct ckpt_err *err)
+{
+    char *top = NULL;
+    if (open_location(j, src, &top, err) != 0) {
+        free(top);
+        return -1;
+    }
+    j->meta = ckpt_dcp_meta_new();
+    if (!j->meta) {
+        free(top);
+        return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    }
+    j->top = top;
+    char *sub = ckpt_path_join(top, "model_and_optim");
+    char *p = ckpt_path_join(sub, ".metadata");
+    j->olmo_step = is_file(j, p);
+    j->dir = j->olmo_step ? sub : ckpt_xstrdup(top);
+    if (!j->olmo_step)
+        free(sub);
+    free(p);
+    p = ckpt_path_join(j->dir, ".metadata");
+    int rc;
+    if (is_file(j, p)) {
+        j->metaname = ".metadata";
+        rc = add_metadata(j, p, ".metadata", err);
+    } else {
+        rc = rank_local(j, err);
+    }
+    free(p);
+    return rc ? rc : check_files(j, err);
+}
+
+/* --- stream extensions ------------------------------------------------ */
+
+static int tmp_fd(struct ujob *j, char **name, struct ckpt_err *err)
+{
+    int fd = open(j->tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        char *t = ckpt_path_join(j->tmpdir, "item-XXXXXX");
+        fd = mkstemp(t);
+        if (fd >= 0)
+            unlink(t);
+        free(t);
+    }
+    if (fd < 0)
+        return ckpt_err_sys(err, "create temporary file in '%s'",
+                            j->tmpdir);
+    *name = ckpt_xasprintf("%s (decompressed)", *name);
+    return fd;
+}
+
+static int write_all(int fd, const void *p, size_t n, uint64_t off,
+                     struct ckpt_err *err)
+{
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return ckpt_err_sys(err, "write temporary file");
+        p = (const char *)p + w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* Decompress in[off, off+len) (one or more zstd frames) into fd; the
+ * output may not exceed limit. Returns the decompressed size or -1. */
+static int64_t unzstd(struct usrc *in, uint64_t off, uint64_t len, int fd,
+                      uint64_t limit, struct ckpt_err *err)
+{
+    size_t isz = ZSTD_DStreamInSize(), osz = ZSTD_DStreamOutSize();
+    char *ib = ckpt_xmalloc(isz), *ob = ckpt_xmalloc(osz);
+    ZSTD_DCtx *dc = ZSTD_createDCtx();
+    uint64_t done = 0, outn = 0;
+    size_t last = 0;
+    int rc = dc ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    while (rc == 0 && done < len) {
+        size_t n = len - done < isz ? (size_t)(len - done) : isz;
+        rc = src_read(in, off + done, ib, n, err);
+        ZSTD_inBuffer ibuf = { ib, n, 0 };
+        while (rc == 0 && ibuf.pos < ibuf.size) {
+            ZSTD_outBuffer obuf = { ob, osz, 0 };
+            last = ZSTD_decompressStream(dc, &obuf, &ibuf);
+            if (ZSTD_isError(last))
+                rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: bad zstd data at "
+                                  "offset %llu: %s", in->name,
+                                  (unsigned long long)off,
+                                  ZSTD_getErrorName(last));
+            else if (outn + obuf.pos > limit)
+                rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: zstd item at "
+                                  "offset %llu decompresses past %llu "
+                                  "bytes", in->name,
+                                  (unsigned long long)off,
+                                  (unsigned long long)limit);
+            else if (write_all(fd, ob, obuf.pos, outn, err) == 0)
+                outn += obuf.pos;
+            else
+                rc = -1;
+        }
+        done += n;
+    }
+    if (rc == 0 && last != 0)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: truncated zstd item at "
+                          "offset %llu", in->name, (unsigned long long)off);
+    ZSTD_freeDCtx(dc);
+    free(ib);
+    free(ob);
+    return rc ? -1 : (int64_t)outn;
+}
+
+int src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
+             uint64_t limit, struct usrc **out, uint64_t *off,
+             uint64_t *len, struct ckpt_err *err)
+{
+    struct usrc *s;
+    if (src_get(j, st->file, &s, err) != 0)
+        return -1;
+    *out = s;
+    *off = st->offset;
+    *len = st->length;
+    /* Descriptors are listed in the order to undo them. */
+    for (size_t i = 0; i < st->ntransforms; i++) {
+        if (strcmp(st->transforms[i], "stream.zstd/1"))
+            return ckpt_err_set(err, CKPT_EUNSUPPORTED,
+                                "%s: item at offset %llu uses stream "
+                                "extension '%s' (only stream.zstd/1 is "
+                                "supported)", s->name,
+                                (unsigned long long)st->offset,
+                                st->transforms[i]);
+        char *name = (*out)->name;
+        int fd = tmp_fd(j, &name, err);
+        if (fd < 0)
+            return -1;
+        int64_t n = unzstd(*out, *off, *len, fd, limit, err);
+        if (n < 0) {
+            free(name);
+            close(fd);
+            return -1;
+        }
+        *out = add_src(j, name, fd, (uint64_t)n);
+        *off = 0;
+        *len = (uint64_t)n;
+    }
+    return 0;
+}

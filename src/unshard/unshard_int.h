@@ -1,0 +1,192 @@
+/*
+ * unshard_int.h - state shared by the unshard phases. Private to
+ * src/unshard: do not expose.
+ *
+ *   source.c  open the checkpoint: metadata, data files, zstd items
+ *   plan.c    probe chunks, check coverage, cut tensors into bands
+ *   tree.c    the output value tree (planner_data nesting, byte items)
+ *   layout.c  split into output files, record/offset layout
+ *   engine.c  pool tasks: assemble bands, write, checksum, verify
+ *   stout.c   safetensors + JSON output
+ *   unshard.c orchestration, temporary names, rename
+ */
+#ifndef CKPT_UNSHARD_INT_H
+#define CKPT_UNSHARD_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "ckpt/arena.h"
+#include "ckpt/dcp.h"
+#include "ckpt/pickle.h"
+#include "ckpt/pool.h"
+#include "ckpt/storage.h"
+#include "ckpt/torchfmt.h"
+#include "ckpt/unshard.h"
+#include "../pickle/ptrmap.h"
+#include "../torchfmt/strmap.h"
+
+/* One readable input: a data file, or a decompressed (zstd) item. */
+struct usrc {
+    char *name;         /* for messages: the path as given; owned */
+    int fd;             /* local descriptor, or -1: read through st */
+    uint64_t size;
+    struct ckpt_storage *st;   /* borrowed; remote sources */
+    const char *key;           /* borrowed (name); remote sources */
+};
+
+/* A stored chunk: where its elements are and how they are laid out. */
+struct uchunk {
+    const struct ckpt_dcp_chunk *meta;  /* offsets/sizes in the tensor */
+    struct usrc *src;
+    uint64_t item_off;      /* start of the item (its zip) within src */
+    uint64_t data;          /* absolute offset of the storage data in src */
+    int64_t *stride;        /* arena, ndim; element strides in storage */
+    int64_t soff;           /* storage offset, elements */
+    int big_endian;
+    int skip;               /* identical replica of an earlier chunk */
+};
+
+/* One output tensor. */
+struct utensor {
+    const struct ckpt_dcp_entry *e;
+    struct uchunk *chunks;  /* arena; e->nchunks */
+    uint64_t nbytes;
+    struct ckpt_pv *keystr; /* the storage key node inside the pickle */
+    int file;               /* output file index, -1 unassigned */
+    size_t rec;             /* record index in that file (torch) */
+    uint64_t out_off;       /* data offset in the file (safetensors) */
+    const char *stname;     /* safetensors name */
+    /* bands: output order pieces of at most band bytes */
+    int bdim;               /* split dimension, -1 = one band */
+    uint64_t bk;            /* extent along bdim per band */
+    uint64_t per_prefix;    /* bands per index of the dims before bdim */
+    uint64_t nbands;
+    uint32_t *crcs;         /* malloced, nbands */
+};
+
+/* A storage record of a byte item, copied verbatim. */
+struct ucopy {
+    const struct ckpt_dcp_entry *e;   /* the byte item it belongs to */
+    struct usrc *src;
+    uint64_t off, nbytes;
+    struct ckpt_pv *keystr;
+    int file;
+    size_t rec;
+    uint64_t out_off;
+    uint64_t nbands;
+    uint32_t *crcs;
+};
+
+/* One output file. */
+struct ufile {
+    char *name;             /* "checkpoint.pt"; owned */
+    char *prefix;           /* archive prefix "checkpoint"; owned */
+    struct ckpt_pv *root;   /* value stored (torch format) */
+    struct ckpt_buf head;   /* data.pkl (torch) or header (safetensors) */
+    struct ckpt_zipw_rec *recs;  /* malloced; names owned in recnames */
+    char **recnames;
+    size_t nrecs, reccap;
+    uint64_t cd_off, size;
+    uint64_t data_start;    /* safetensors: first data byte */
+    uint64_t ntensors;
+    char *tmp;              /* temporary path while writing; owned */
+    int fd;
+    int raw;                /* content is exactly head (JSON files) */
+    char *copy_from;        /* train.pt copied from this file; owned */
+};
+
+struct bufpool {
+    pthread_mutex_t mu;
+    char **free_;           /* malloced buffers of size each */
+    size_t nfree, cap;
+    size_t size;
+};
+
+struct ujob {
+    const struct ckpt_unshard_opts *o;
+    char *top;                      /* SRC as a path or key */
+    char *dir;                      /* directory with metadata and data */
+    struct ckpt_storage *st;        /* remote SRC, or NULL (local) */
+    char *dest;
+    char *tmpdir;                   /* temporary output directory */
+    int olmo_step;                  /* src is an OLMo step */
+    int allow_replicas;             /* option, or rank-local metadata */
+    const char *metaname;
+    struct ckpt_dcp_meta *meta;
+    struct ckpt_arena *arena;       /* output graph, plan arrays */
+    struct usrc **srcs;             /* data files and temp items */
+    size_t nsrcs, srccap;
+    struct strmap srcmap;           /* relative_path -> srcs index */
+    struct utensor *tensors;
+    size_t ntensors;
+    struct ucopy *copies;
+    size_t ncopies, copycap;
+    struct ufile *files;
+    size_t nfiles;
+    int olmo;                       /* layout olmo chosen */
+    struct ckpt_pv **values;        /* per metadata entry; malloced */
+    const struct ckpt_pv **paths;   /* per entry: where it was placed */
+    struct ckpt_pool *pool;
+    uint64_t band;                  /* band bytes */
+    struct bufpool bufs;
+    pthread_mutex_t mu;
+    atomic_int failed;
+    struct ckpt_err err;            /* first worker error, under mu */
+    atomic_uint_fast64_t written;
+    uint64_t objects;
+};
+
+/* source.c */
+int src_open(struct ujob *j, const char *src, struct ckpt_err *err);
+int src_get(struct ujob *j, const char *relpath, struct usrc **out,
+            struct ckpt_err *err);
+int src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
+             struct ckpt_err *err);
+/* Size of a file of the source (0), or -1 with err. */
+int src_stat(struct ujob *j, const char *path, uint64_t *size,
+             struct ckpt_err *err);
+/* Copy a whole source file into fd (named `to` in messages). */
+int src_copy(struct ujob *j, const char *path, int fd, const char *to,
+             uint64_t *size, struct ckpt_err *err);
+/* The bytes of an item: the data file range, or for transformed items
+ * (zstd) a decompressed temporary copy of at most limit bytes. */
+int src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
+             uint64_t limit, struct usrc **out, uint64_t *off,
+             uint64_t *len, struct ckpt_err *err);
+void src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len);
+void src_close_all(struct ujob *j);
+
+/* plan.c */
+int plan_tensors(struct ujob *j, struct ckpt_err *err);
+void plan_band_box(const struct utensor *t, uint64_t band, uint64_t *lo,
+                   uint64_t *hi, uint64_t *dst_off, uint64_t *len);
+
+/* tree.c */
+int tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err);
+
+/* layout.c */
+int layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
+int layout_finish(struct ujob *j, struct ckpt_err *err);
+
+int layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
+                  struct ckpt_err *err);
+int pwrite_all(int fd, const void *p, size_t n, uint64_t off,
+               const char *name, struct ckpt_err *err);
+
+/* engine.c */
+void job_fail(struct ujob *j, const struct ckpt_err *err);
+int engine_run(struct ujob *j, int verify, struct ckpt_err *err);
+int bufpool_init(struct bufpool *b, size_t size);
+char *bufpool_get(struct bufpool *b);
+void bufpool_put(struct bufpool *b, char *p);
+void bufpool_release(struct bufpool *b);
+
+/* stout.c */
+int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
+
+/* verify.c: outputs read back through ckpt's own readers */
+int verify_outputs(struct ujob *j, struct ckpt_err *err);
+
+#endif

@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""unshard_dcp113.py: `ckpt unshard` against real torch 1.13 DCP checkpoints.
+
+Every case of tests/support/make_dcp.py is written by 2-4 real processes
+(gloo, ShardedTensor, save_state_dict), unsharded by $CKPT, and compared
+value for value (bit-exact tensors, equal objects) with the state dict the
+ranks saved, by tests/support/check_unshard.py. Also: --format safetensors,
+--verify, --dry-run, --json, the OLMo layout, run mode and the atomic
+rename. Needs Debian's torch 1.13 at /usr/bin/python3.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SRC = os.environ.get("CKPT_SRC", os.getcwd())
+CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
+PY = "/usr/bin/python3"
+MAKE = os.path.join(SRC, "tests", "support", "make_dcp.py")
+CHECK = os.path.join(SRC, "tests", "support", "check_unshard.py")
+CASES = ["rows", "cols", "blocks2d", "multi", "replicated", "dtypes",
+         "objects", "all", "olmo"]
+
+failures = []
+
+
+def run(*args, ok=True):
+    p = subprocess.run(list(args), capture_output=True, text=True)
+    if ok and p.returncode != 0:
+        raise AssertionError("%s failed (%d):\n%s%s" % (
+            " ".join(args), p.returncode, p.stdout, p.stderr))
+    return p
+
+
+def check(name, cond, detail=""):
+    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
+                       (": " + detail) if detail and not cond else ""))
+    if not cond:
+        failures.append(name)
+
+
+def compare(name, actual, expected, *extra):
+    p = run(PY, CHECK, actual, expected, *extra, ok=False)
+    check(name, p.returncode == 0, p.stdout + p.stderr)
+
+
+def case_torch(tmp, case):
+    d = os.path.join(tmp, case)
+    out = os.path.join(d, "out")
+    p = run(CKPT, "unshard", "--verify", "--no-progress",
+            os.path.join(d, "ckpt"), out, ok=False)
+    check(case + ": exit 0", p.returncode == 0, p.stderr)
+    if case == "olmo":
+        check("olmo: files", sorted(os.listdir(out)) == [
+            "config.yaml", "model.pt", "optim.pt", "train.pt"],
+            str(os.listdir(out)))
+        compare("olmo: model.pt and train.pt equal expected_olmo/", out,
+                os.path.join(d, "expected_olmo"), "--allow-pickle")
+        with open(os.path.join(out, "train.pt"), "rb") as a, \
+                open(os.path.join(d, "ckpt", "train", "rank0.pt"), "rb") as b:
+            check("olmo: train.pt is train/rank0.pt", a.read() == b.read())
+        return
+    check(case + ": only checkpoint.pt", os.listdir(out) == ["checkpoint.pt"],
+          str(os.listdir(out)))
+    compare(case + ": values equal", os.path.join(out, "checkpoint.pt"),
+            os.path.join(d, "expected.pt"))
+
+
+def case_safetensors(tmp, case):
+    d = os.path.join(tmp, case)
+    out = os.path.join(d, "st")
+    run(CKPT, "unshard", "--format", "safetensors", "--max-shard-size", "300",
+        "--verify", os.path.join(d, "ckpt"), out)
+    files = sorted(os.listdir(out))
+    check(case + ": safetensors shards + index",
+          "model.safetensors.index.json" in files and
+          any(f.startswith("model-00001-of-") for f in files), str(files))
+    compare(case + ": safetensors values",
+            os.path.join(out, "model.safetensors.index.json"),
+            os.path.join(d, "expected.pt"))
+
+
+def dry_run_and_json(tmp):
+    d = os.path.join(tmp, "rows")
+    out = os.path.join(d, "dry")
+    p = run(CKPT, "unshard", "-n", "--json", os.path.join(d, "ckpt"), out)
+    o = json.loads(p.stdout)
+    check("dry-run: nothing written", not os.path.exists(out))
+    check("dry-run: json", o["action"] == "would-unshard" and
+          o["tensors"] == 5 and o["files"][0]["name"] == "checkpoint.pt",
+          p.stdout)
+    p = run(CKPT, "unshard", os.path.join(d, "ckpt"), os.path.join(d, "tsv"))
+    f = p.stdout.rstrip("\n").split("\t")
+    check("tsv: one row", len(f) == 4 and f[0] == "unshard" and
+          f[2] == os.path.join(d, "tsv"), p.stdout)
+
+
+def run_mode(tmp):
+    """A run directory with two steps: each becomes stepN-unsharded/."""
+    run_dir = os.path.join(tmp, "run")
+    os.makedirs(run_dir)
+    shutil.copytree(os.path.join(tmp, "rows", "ckpt"),
+                    os.path.join(run_dir, "step10"))
+    shutil.copytree(os.path.join(tmp, "cols", "ckpt"),
+                    os.path.join(run_dir, "step20"))
+    with open(os.path.join(run_dir, "config.yaml"), "w") as f:
+        f.write("run: test\n")
+    dest = os.path.join(tmp, "run-out")
+    run(CKPT, "unshard", "--latest", run_dir, dest)
+    check("run --latest: only step20", os.listdir(dest) ==
+          ["step20-unsharded"], str(os.listdir(dest)))
+    check("run: config.yaml copied", sorted(os.listdir(os.path.join(
+        dest, "step20-unsharded"))) == ["checkpoint.pt", "config.yaml"])
+    p = run(CKPT, "unshard", "--delete-sharded", run_dir, dest)
+    check("run: step20 skipped", "skip\t" in p.stdout, p.stdout)
+    check("run: step10 unsharded and deleted",
+          os.path.isdir(os.path.join(dest, "step10-unsharded")) and
+          not os.path.exists(os.path.join(run_dir, "step10")))
+    compare("run: step10 values",
+            os.path.join(dest, "step10-unsharded", "checkpoint.pt"),
+            os.path.join(tmp, "rows", "expected.pt"))
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="ckpt-dcp113-")
+    try:
+        for case in CASES:
+            run(PY, MAKE, os.path.join(tmp, case), "--case", case,
+                "--no-verify")
+            case_torch(tmp, case)
+        for case in ["blocks2d", "multi"]:
+            case_safetensors(tmp, case)
+        dry_run_and_json(tmp)
+        run_mode(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d failures" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""unshard_dcp_v2.py: `ckpt unshard` against committed torch 2.x fixtures.
+
+Every tests/fixtures/dcp-v2.*/CASE/ holds ckpt/ (a DCP checkpoint written
+by real torch 2.x processes in a Debian chroot) and reference.pt (torch's
+own dcp_to_torch_save of it). ckpt's checkpoint.pt must equal the reference
+value for value (tensors bit-exact, nesting restored from planner_data),
+and, for cases whose dtypes safetensors has, so must --format safetensors.
+The OLMo layout must split the reference the way SPEC says.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SRC = os.environ.get("CKPT_SRC", os.getcwd())
+CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
+PY = "/usr/bin/python3"
+CHECK = os.path.join(SRC, "tests", "support", "check_unshard.py")
+ST_DTYPES = {"float64", "float32", "float16", "bfloat16", "int64", "int32",
+             "int16", "int8", "uint8", "bool", "complex64", "uint16",
+             "uint32", "uint64", "float8_e5m2", "float8_e4m3fn"}
+
+failures = []
+
+
+def check(name, cond, detail=""):
+    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
+                       (": " + detail.strip()) if detail and not cond else ""))
+    if not cond:
+        failures.append(name)
+
+
+def ckpt(*args, env=None):
+    return subprocess.run([CKPT] + list(args), capture_output=True,
+                          text=True, env=env)
+
+
+def compare(name, actual, expected, *extra):
+    p = subprocess.run([PY, CHECK, actual, expected] + list(extra),
+                       capture_output=True, text=True)
+    check(name, p.returncode == 0, p.stdout + p.stderr)
+
+
+def compare_json(name, extra, ref):
+    """extra.json against the reference's non-tensor values, with
+    {"__bytes__": base64} turned back into bytes (JSON has no bytes)."""
+    code = r'''
+import base64, json, sys, torch
+sys.path.insert(0, sys.argv[3])
+import check_unshard as C
+def unb(v):
+    if isinstance(v, dict) and list(v) == ["__bytes__"]:
+        return base64.b64decode(v["__bytes__"])
+    if isinstance(v, dict):
+        return {k: unb(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [unb(x) for x in v]
+    return v
+got = unb(json.load(open(sys.argv[1])))
+_, want = C.flatten(torch.load(sys.argv[2], weights_only=False))
+_, got = C.flatten(got)
+want = {k: C._jsonable(v) for k, v in want.items()}
+r = C.compare(got, want)
+print("OK" if r.ok else "DIFF %s: %s" % (r.path, r.msg))
+sys.exit(0 if r.ok else 1)
+'''
+    p = subprocess.run([PY, "-c", code, extra, ref,
+                        os.path.join(SRC, "tests", "support")],
+                       capture_output=True, text=True)
+    check(name, p.returncode == 0, p.stdout + p.stderr)
+
+
+def manifest(case_dir):
+    with open(os.path.join(case_dir, "manifest.json")) as f:
+        return json.load(f)
+
+
+def one_case(case_dir, tmp):
+    name = os.path.relpath(case_dir, os.path.join(SRC, "tests", "fixtures"))
+    out = os.path.join(tmp, name.replace("/", "_"))
+    ref = os.path.join(case_dir, "reference.pt")
+    m = manifest(case_dir)
+    # Full pickle only where objects need it: torch 1.13 cannot resolve
+    # _rebuild_tensor_v3, the checker's safe loader can.
+    objs = ["--allow-pickle"] if any(k["kind"] == "bytes"
+                                     for k in m["keys"].values()) else []
+    p = ckpt("unshard", "--verify", "--no-progress",
+             os.path.join(case_dir, "ckpt"), out + "-pt")
+    check(name + ": torch exit 0", p.returncode == 0, p.stderr)
+    if p.returncode == 0:
+        compare(name + ": equals dcp_to_torch_save", os.path.join(
+            out + "-pt", "checkpoint.pt"), ref, *objs)
+    # The same through the storage API (the remote read path).
+    env = dict(os.environ, CKPT_SOURCE_VIA_STORAGE="1")
+    p = ckpt("unshard", "--no-progress", os.path.join(case_dir, "ckpt"),
+             out + "-storage", env=env)
+    check(name + ": via storage exit 0", p.returncode == 0, p.stderr)
+    if p.returncode == 0:
+        compare(name + ": via storage equals dcp_to_torch_save",
+                os.path.join(out + "-storage", "checkpoint.pt"), ref, *objs)
+    dtypes = {k.get("dtype") for k in m["keys"].values() if "dtype" in k}
+    if dtypes <= ST_DTYPES:
+        p = ckpt("unshard", "--format", "safetensors", "--verify",
+                 os.path.join(case_dir, "ckpt"), out + "-st")
+        check(name + ": safetensors exit 0", p.returncode == 0, p.stderr)
+        st = os.path.join(out + "-st", "model.safetensors")
+        if p.returncode == 0 and os.path.exists(st):
+            compare(name + ": safetensors tensors", st, ref)
+        extra = os.path.join(out + "-st", "extra.json")
+        if p.returncode == 0 and os.path.exists(extra):
+            compare_json(name + ": extra.json values", extra, ref)
+    if any(k.get("path", [""])[0] == "model" for k in m["keys"].values()):
+        p = ckpt("unshard", "--layout", "olmo", "--verify",
+                 os.path.join(case_dir, "ckpt"), out + "-olmo")
+        check(name + ": olmo exit 0", p.returncode == 0, p.stderr)
+        if p.returncode == 0:
+            compare(name + ": olmo split equals reference", out + "-olmo",
+                    ref, *objs)
+
+
+def main():
+    cases = sorted(glob.glob(os.path.join(SRC, "tests", "fixtures",
+                                          "dcp-v2.*", "*", "ckpt")))
+    if not cases:
+        print("no torch 2.x fixtures")
+        return 0
+    tmp = tempfile.mkdtemp(prefix="ckpt-dcpv2-")
+    try:
+        for c in cases:
+            one_case(os.path.dirname(c), tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d failures" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
