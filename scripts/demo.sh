@@ -14,10 +14,21 @@ mkdir -p "$W/bucket"
 cd "$W/scratch"
 
 step() { printf '\n$ %s\n' "$*"; "$@" || true; }
-echo "sample runs in $W/scratch; bucket: $W/bucket"
+runs="2871001 2871002 2871003 2871004 2871005 2871006 notes 2871101.tar
+      2871102.tar.gz 2871103.tar.zst 2871105.zip 2871106.tar.xz 2871107.tar.bz2"
+echo "sample runs in $W/scratch; the bucket is $W/bucket"
 step "$CKPT" ls .
-step "$CKPT" clean --dry-run 2871001 2871002 2871003 2871004 2871005 2871006 notes 2871101.tar 2871102.tar.gz 2871103.tar.zst 2871105.zip 2871106.tar.xz 2871107.tar.bz2
-step "$CKPT" clean 2871001 2871002 2871003 2871004 2871005 2871006 notes 2871101.tar 2871102.tar.gz 2871103.tar.zst 2871105.zip 2871106.tar.xz 2871107.tar.bz2
-step "$CKPT" ls .
+# 1. delete the runs that never produced a checkpoint
+step "$CKPT" clean --dry-run $runs
+step "$CKPT" clean $runs
+# 2. merge a sharded step (3 ranks, written by torch) into whole tensors
+step "$CKPT" unshard 2871001/step1000 "$W/unsharded/2871001-step1000"
+step ls -l "$W/unsharded/2871001-step1000"
+# 3. find each kept run's W&B run path (local evidence; no network)
+step "$CKPT" map-wandb --offline -o "$W/wandb-map.tsv" 2871001 2871005 2871101.tar 2871105.zip
+# 4. upload the kept runs under ENTITY/PROJECT/RUN_ID/ with their logs
+step "$CKPT" upload --wandb-map "$W/wandb-map.tsv" --logs "$W/scratch/logs" 2871001 2871005 "$W/bucket"
+step "$CKPT" upload --extract --wandb-map "$W/wandb-map.tsv" 2871105.zip "$W/bucket"
 echo
-echo "left in $W/scratch:"; ls "$W/scratch"
+echo "the bucket now holds:"
+(cd "$W/bucket" && find . -maxdepth 5 | LC_ALL=C sort | head -40)
