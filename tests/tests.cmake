@@ -52,3 +52,8 @@ foreach(src ${CKPT_FUZZ_TARGETS})
     target_link_libraries(${name} PRIVATE ckpt_core)
   endif()
 endforeach()
+
+# storage_tool: the storage API for integration tests and benchmarks
+# (tests/support/storage_tool.c); scripts find it as $CKPT_BUILD/storage_tool.
+add_executable(storage_tool ${CMAKE_SOURCE_DIR}/tests/support/storage_tool.c)
+target_link_libraries(storage_tool PRIVATE ckpt_core)

@@ -89,6 +89,9 @@ int ckpt_storage_open(struct ckpt_storage **out, const struct ckpt_loc *loc,
                       const struct ckpt_storage_cfg *cfg, struct ckpt_err *err);
 void ckpt_storage_close(struct ckpt_storage *st);
 int ckpt_storage_is_local(const struct ckpt_storage *st);
+/* How key in st is shown to the user: the path, or "s3://bkt/key".
+ * Malloced. */
+char *ckpt_storage_display(const struct ckpt_storage *st, const char *key);
 
 /* A file/object, or a directory/prefix (type DIR, size 0). */
 int ckpt_storage_stat(struct ckpt_storage *st, const char *key,
@@ -147,5 +150,15 @@ int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
 
 /* Bytes fetched from the backend so far (for benchmarks and tests). */
 uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st);
+
+/* Transport counters of a remote storage (all zero for local storage). */
+struct ckpt_storage_stats {
+    uint64_t requests;   /* HTTP requests sent, retries included */
+    uint64_t retries;    /* attempts that repeated a failed one */
+    uint64_t bytes_in;   /* response body bytes received */
+    uint64_t bytes_out;  /* request body bytes sent */
+};
+void ckpt_storage_stats(const struct ckpt_storage *st,
+                        struct ckpt_storage_stats *out);
 
 #endif

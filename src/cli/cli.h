@@ -96,6 +96,7 @@ void progress_done(struct progress *p); /* prints the final line, frees */
 /* Subcommands: argc/argv start at the command name. */
 int cmd_clean(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
+int cmd_map_wandb(int argc, char **argv);
 int cmd_unshard(int argc, char **argv);
 
 #endif

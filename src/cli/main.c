@@ -3,6 +3,7 @@
  * `ckpt help CMD` is `ckpt CMD --help`.
  */
 #include <curl/curl.h>
+#include <locale.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,8 +17,10 @@ struct cmd_struct {
 };
 
 static const struct cmd_struct commands[] = {
+    { "clean", cmd_clean, "delete runs that never produced a checkpoint" },
+    { "ls", cmd_ls, "list runs and their checkpoints" },
+    { "map-wandb", cmd_map_wandb, "find each run's W&B run path" },
     { "unshard", cmd_unshard, "merge checkpoint shards into whole tensors" },
-    { "version", NULL, "print the version" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -42,6 +45,10 @@ static const struct cmd_struct *find(const char *name)
 
 int main(int argc, char **argv)
 {
+    /* Names in archives and objects are UTF-8: with a UTF-8 ctype,
+     * libarchive passes them through instead of converting each one. */
+    if (!setlocale(LC_CTYPE, "C.UTF-8"))
+        setlocale(LC_CTYPE, "");
     /* A closed pipe (ckpt ls | head) must not kill us mid-delete. */
     signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {

@@ -132,6 +132,11 @@ int ckpt_storage_is_local(const struct ckpt_storage *st)
     return st->loc.scheme == CKPT_SCHEME_LOCAL;
 }
 
+char *ckpt_storage_display(const struct ckpt_storage *st, const char *key)
+{
+    return ckpt_loc_format(&st->loc, key);
+}
+
 int ckpt_storage_stat(struct ckpt_storage *st, const char *key,
                       struct ckpt_stat *out, struct ckpt_err *err)
 {
@@ -261,4 +266,12 @@ int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
 uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st)
 {
     return atomic_load(&st->bytes_read);
+}
+
+void ckpt_storage_stats(const struct ckpt_storage *st,
+                        struct ckpt_storage_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (st->ops->stats)
+        st->ops->stats(st, out);
 }

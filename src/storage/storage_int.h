@@ -23,6 +23,8 @@ struct ckpt_storage_ops {
     int (*del)(struct ckpt_storage *, const char *, struct ckpt_err *);
     int (*delete_tree)(struct ckpt_storage *, const char *, struct ckpt_err *);
     void (*close)(struct ckpt_storage *);
+    /* Optional: transport counters (remote backends). */
+    void (*stats)(const struct ckpt_storage *, struct ckpt_storage_stats *);
 };
 
 struct ckpt_storage {

@@ -1,0 +1,75 @@
+/*
+ * ckpt/archive.h - read run archives (.tar, .tar.gz/.tgz, .tar.bz2,
+ * .tar.zst, .tar.xz, .zip) through libarchive, fed from any storage by
+ * ranged reads. Nothing is extracted to disk.
+ *
+ * Plain .tar is read header by header and member data is skipped by seeking,
+ * so classifying a remote tar fetches only the headers; each entry reports
+ * the offset of its data so callers can read members directly. Compressed
+ * archives stream once from start to end.
+ *
+ * Member names are checked as they are read: absolute paths, '..'
+ * components and links that point outside the archive are an error naming
+ * the member.
+ */
+#ifndef CKPT_ARCHIVE_H
+#define CKPT_ARCHIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/err.h"
+#include "ckpt/storage.h"
+
+enum ckpt_archive_kind {
+    CKPT_ARCHIVE_NONE = 0,
+    CKPT_ARCHIVE_TAR,
+    CKPT_ARCHIVE_TAR_GZ,
+    CKPT_ARCHIVE_TAR_BZ2,
+    CKPT_ARCHIVE_TAR_ZST,
+    CKPT_ARCHIVE_TAR_XZ,
+    CKPT_ARCHIVE_ZIP
+};
+
+/* The archive kind named by a file name's extension, or NONE. */
+enum ckpt_archive_kind ckpt_archive_kind_of(const char *name);
+/* The name without its archive extension ("run1.tar.gz" -> "run1"),
+ * malloced. */
+char *ckpt_archive_stem(const char *name);
+
+#define CKPT_NO_OFFSET UINT64_MAX
+
+struct ckpt_archive_entry {
+    const char *path;          /* borrowed until the next call; normalised:
+                                  no leading "./" or "/", no trailing "/" */
+    uint64_t size;
+    enum ckpt_entry_type type; /* FILE, DIR, LINK or OTHER */
+    uint64_t data_offset;      /* byte offset of the data in the archive
+                                  file (plain tar), else CKPT_NO_OFFSET */
+};
+
+struct ckpt_archive;
+
+/* Open the archive stored at key. The storage handle is borrowed and must
+ * outlive the archive. */
+int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
+                      const char *key, struct ckpt_err *err);
+/* Next member: returns 1 and fills e, 0 at the end, -1 on error. */
+int ckpt_archive_next(struct ckpt_archive *a, struct ckpt_archive_entry *e,
+                      struct ckpt_err *err);
+/* Read the current member's data sequentially; *n == 0 at its end. */
+int ckpt_archive_read(struct ckpt_archive *a, void *buf, size_t len,
+                      size_t *n, struct ckpt_err *err);
+/* Size of the archive file, and bytes fetched from storage so far. */
+uint64_t ckpt_archive_file_size(const struct ckpt_archive *a);
+uint64_t ckpt_archive_bytes_fetched(const struct ckpt_archive *a);
+enum ckpt_archive_kind ckpt_archive_kind(const struct ckpt_archive *a);
+void ckpt_archive_close(struct ckpt_archive *a);
+
+/* Check one member name (and link target, or NULL): 0, or -1 with a
+ * CKPT_EUNSAFE error naming the member. Exposed for tests and fuzzing. */
+int ckpt_archive_check_member(const char *archive, const char *path,
+                              const char *link, int hardlink,
+                              struct ckpt_err *err);
+
+#endif

@@ -1,0 +1,149 @@
+/*
+ * ckpt/run.h - run directories and the checkpoints inside them (SPEC "Run
+ * directories and checkpoints").
+ *
+ * A run is read into a tree: a sorted snapshot of its files, taken from a
+ * directory listing or from one pass over an archive. Small files that
+ * classification needs (config.yaml, .metadata, .zattrs, ...) are captured
+ * during that pass when the archive is compressed, so nothing is read
+ * twice; plain tar members and directory files are read on demand.
+ */
+#ifndef CKPT_RUN_H
+#define CKPT_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/archive.h"
+#include "ckpt/err.h"
+#include "ckpt/storage.h"
+
+struct ckpt_tree_file {
+    char *path;             /* owned; relative to the run root */
+    uint64_t size;
+    enum ckpt_entry_type type;
+    uint64_t data_offset;   /* plain tar member offset, or CKPT_NO_OFFSET */
+    char *content;          /* owned leading bytes captured from a
+                               compressed archive, or NULL */
+    size_t content_len;     /* < size when only a prefix was kept */
+};
+
+struct ckpt_tree {
+    struct ckpt_storage *st;       /* borrowed */
+    char *key;                     /* owned: run directory or archive */
+    char *display;                 /* owned: as shown to the user */
+    enum ckpt_archive_kind archive;/* NONE for a directory */
+    char *strip;                   /* owned: top directory stepped into
+                                      inside the archive ("run1/"), or "" */
+    struct ckpt_tree_file *files;  /* owned, sorted by path */
+    size_t n;
+    uint64_t archive_size;         /* archive file size, or 0 */
+    uint64_t fetched;              /* archive bytes read to build the tree */
+};
+
+/* How many leading bytes of a member to keep while streaming a compressed
+ * archive (path as stored, before stepping into a top directory); 0 keeps
+ * none. */
+typedef size_t (*ckpt_tree_want_fn)(const char *path, uint64_t size);
+/* Keeps what run classification and W&B evidence read: config.yaml,
+ * .metadata, .zattrs, ... whole (up to 64 MiB), and the first 256 KiB of
+ * wandb run logs (run-ID.wandb). */
+size_t ckpt_tree_want_default(const char *path, uint64_t size);
+
+/* Snapshot the run at key: a directory, or an archive file when its name
+ * has an archive extension. want may be NULL (default). */
+int ckpt_tree_load(struct ckpt_tree **out, struct ckpt_storage *st,
+                   const char *key, ckpt_tree_want_fn want,
+                   struct ckpt_err *err);
+void ckpt_tree_free(struct ckpt_tree *t);
+/* Exact path lookup (binary search). */
+const struct ckpt_tree_file *ckpt_tree_find(const struct ckpt_tree *t,
+                                            const char *path);
+/* Index range [*lo, *hi) of the files below directory dir ("" = all). */
+void ckpt_tree_range(const struct ckpt_tree *t, const char *dir, size_t *lo,
+                     size_t *hi);
+/* 1 if dir exists (has an entry or anything below it). */
+int ckpt_tree_has_dir(const struct ckpt_tree *t, const char *dir);
+/* Read a whole small file of the tree (malloced, NUL-terminated); a file
+ * larger than max is an error. */
+int ckpt_tree_read(struct ckpt_tree *t, const char *path, size_t max,
+                   char **data, size_t *len, struct ckpt_err *err);
+/* Read the first min(size, max) bytes of a file (malloced,
+ * NUL-terminated); *truncated tells whether the file is longer. */
+int ckpt_tree_read_head(struct ckpt_tree *t, const char *path, size_t max,
+                        char **data, size_t *len, int *truncated,
+                        struct ckpt_err *err);
+/* Storage key of a file of a directory tree (malloced); NULL for
+ * archives. */
+char *ckpt_tree_key(const struct ckpt_tree *t, const char *path);
+
+enum ckpt_format {
+    CKPT_FMT_UNKNOWN = 0,
+    CKPT_FMT_DCP,
+    CKPT_FMT_OLMO_LEGACY,
+    CKPT_FMT_OLMO_LOCAL,
+    CKPT_FMT_OLMO_CORE,
+    CKPT_FMT_ZARR,
+    CKPT_FMT_ORBAX,
+    CKPT_FMT_UNSHARDED
+};
+
+/* "dcp", "olmo-legacy", "olmo-local", "olmo-core", "zarr", "orbax",
+ * "unsharded", "unknown". */
+const char *ckpt_format_name(enum ckpt_format f);
+
+struct ckpt_checkpoint {
+    char *name;          /* owned: directory name, "step1000-unsharded" */
+    char *dir;           /* owned: path in the run, "step1000" */
+    int64_t step;
+    int unsharded_name;  /* name ends in "-unsharded" */
+    enum ckpt_format format;
+    int complete;
+    char *why;           /* owned: why not complete, or NULL */
+    uint64_t size;       /* bytes of its files */
+    uint64_t nfiles;
+};
+
+struct ckpt_run {
+    int has_config;      /* config.yaml at the root */
+    int has_wandb;       /* wandb/ directory */
+    int has_train_data;  /* train_data/ directory */
+    struct ckpt_checkpoint *ckpts; /* owned, sorted by step then name */
+    size_t n;
+    uint64_t size;       /* bytes of all files */
+    uint64_t nfiles;
+};
+
+/* Recognise a checkpoint directory name: stepN, stepN-unsharded, step_N,
+ * step-N, global_stepN, iter_NNNNNNN, checkpoint-N, epoch_N or a bare
+ * integer. Returns 1 and sets *step (and *unsharded), else 0. */
+int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded);
+
+/* Classify the run held by tree. I/O failures and checkpoint metadata that
+ * cannot be understood are errors (-1): a run is never judged on bytes we
+ * could not read. */
+int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *tree,
+                  struct ckpt_err *err);
+void ckpt_run_release(struct ckpt_run *run);
+/* config.yaml with wandb/ or train_data/, or at least one checkpoint. */
+int ckpt_run_looks_like_run(const struct ckpt_run *run);
+/* The newest complete checkpoint with step > 0, or NULL: a run without one
+ * is bad. */
+const struct ckpt_checkpoint *ckpt_run_best(const struct ckpt_run *run);
+
+enum ckpt_load_status {
+    CKPT_LOAD_OK = 0,
+    CKPT_LOAD_TOO_LARGE,   /* archive above the size limit: not opened */
+    CKPT_LOAD_NOT_RUN_FILE /* a file that is not an archive */
+};
+
+/* Stat key, snapshot it and scan it. An archive larger than max_archive
+ * (0: no limit) is not opened; st->size reports its size. On
+ * CKPT_LOAD_OK the caller owns *tree (ckpt_tree_free) and *run
+ * (ckpt_run_release). */
+int ckpt_run_load(struct ckpt_storage *st, const char *key,
+                  uint64_t max_archive, struct ckpt_stat *sb,
+                  enum ckpt_load_status *status, struct ckpt_tree **tree,
+                  struct ckpt_run *run, struct ckpt_err *err);
+
+#endif

@@ -1,0 +1,212 @@
+/*
+ * cmd_ls.c - `ckpt ls`: list runs and their checkpoints.
+ *
+ * A LOCATION that is a run (or a run archive) is listed itself; any other
+ * directory is listed one level down: each child directory or archive that
+ * looks like a run.
+ */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/buf.h"
+#include "ckpt/pool.h"
+#include "ckpt/util.h"
+#include "runs.h"
+
+static const char *const ls_usage[] = {
+    "ckpt ls [options] LOCATION...",
+    "",
+    "List runs and their checkpoints. One line per checkpoint:",
+    "RUN<TAB>CHECKPOINT<TAB>STEP<TAB>FORMAT<TAB>STATE<TAB>BYTES<TAB>FILES",
+    "(a run without checkpoints prints '-' for CHECKPOINT, STEP, FORMAT).",
+    "A LOCATION that is not itself a run is listed one level down.",
+    NULL
+};
+
+struct ls_item {
+    char *name;                  /* owned: RUN as shown */
+    char *key;                   /* owned */
+    struct ckpt_storage *st;     /* borrowed */
+    int ok;                      /* run loaded and looks like a run */
+    int explicit;                /* named on the command line */
+    struct ckpt_run run;
+    struct ckpt_err err;
+};
+
+static void load(void *arg)
+{
+    struct ls_item *it = arg;
+    struct ckpt_stat sb;
+    enum ckpt_load_status status;
+    struct ckpt_tree *tree;
+    if (ckpt_run_load(it->st, it->key, 0, &sb, &status, &tree, &it->run,
+                      &it->err) != 0)
+        return;
+    if (status != CKPT_LOAD_OK) {
+        ckpt_err_set(&it->err, CKPT_EFORMAT, "%s: not a directory or archive",
+                     it->name);
+        return;
+    }
+    ckpt_tree_free(tree);
+    it->ok = 1;
+}
+
+static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
+{
+    char step[32], bytes[32], files[32];
+    if (g->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "run", it->name);
+        cJSON_AddNumberToObject(o, "size", (double)it->run.size);
+        cJSON_AddNumberToObject(o, "files", (double)it->run.nfiles);
+        cJSON_AddItemToObject(o, "checkpoints", json_checkpoints(&it->run, 1));
+        out_json(o);
+        return;
+    }
+    if (!it->run.n) {
+        snprintf(bytes, sizeof(bytes), "%llu",
+                 (unsigned long long)it->run.size);
+        snprintf(files, sizeof(files), "%llu",
+                 (unsigned long long)it->run.nfiles);
+        const char *f[] = { it->name, "-", "-", "-", "no checkpoints", bytes,
+                            files };
+        out_tsv(7, f);
+        return;
+    }
+    for (size_t i = 0; i < it->run.n; i++) {
+        const struct ckpt_checkpoint *c = &it->run.ckpts[i];
+        struct ckpt_buf state = CKPT_BUF_INIT;
+        if (c->complete)
+            ckpt_buf_addstr(&state, "complete");
+        else
+            ckpt_buf_addf(&state, "incomplete: %s", c->why);
+        snprintf(step, sizeof(step), "%lld", (long long)c->step);
+        snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)c->size);
+        snprintf(files, sizeof(files), "%llu", (unsigned long long)c->nfiles);
+        const char *f[] = { it->name, c->name, step,
+                            ckpt_format_name(c->format), state.ptr, bytes,
+                            files };
+        out_tsv(7, f);
+        ckpt_buf_release(&state);
+    }
+}
+
+struct expand {
+    struct ls_item **items;
+    size_t *n;
+    const char *parent;           /* display prefix */
+    const char *key;
+    struct ckpt_storage *st;
+};
+
+static int child_cb(void *ud, const struct ckpt_entry *e)
+{
+    struct expand *x = ud;
+    if (e->type != CKPT_ENTRY_DIR &&
+        !(e->type == CKPT_ENTRY_FILE &&
+          ckpt_archive_kind_of(e->name) != CKPT_ARCHIVE_NONE))
+        return 0;
+    *x->items = ckpt_xreallocarray(*x->items, *x->n + 1, sizeof(**x->items));
+    struct ls_item *it = &(*x->items)[(*x->n)++];
+    memset(it, 0, sizeof(*it));
+    it->name = ckpt_path_join(x->parent, e->name);
+    it->key = ckpt_path_join(x->key, e->name);
+    it->st = x->st;
+    return 0;
+}
+
+static int cmp_item(const void *a, const void *b)
+{
+    return strcmp(((const struct ls_item *)a)->name,
+                  ((const struct ls_item *)b)->name);
+}
+
+static void load_all(struct ls_item *items, size_t n, int jobs)
+{
+    struct ckpt_pool *pool = jobs > 1 ? ckpt_pool_new(jobs, (size_t)jobs * 2)
+                                      : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (pool)
+            ckpt_pool_submit(pool, load, &items[i]);
+        else
+            load(&items[i]);
+    }
+    ckpt_pool_free(pool);
+}
+
+/* List one LOCATION. Returns 0, or 1 if something failed. */
+static int ls_one(const char *arg, struct storages *stores,
+                  const struct ckpt_opts *g)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
+    if (ckpt_loc_parse(&loc, arg, &err) != 0 ||
+        storages_get(stores, &loc, g, &st, &err) != 0) {
+        errorf("%s", err.msg);
+        ckpt_loc_release(&loc);
+        return 1;
+    }
+    struct ls_item top = { .name = (char *)arg, .key = loc.key, .st = st,
+                           .explicit = 1 };
+    load(&top);
+    int failed = 0;
+    if (top.ok && ckpt_run_looks_like_run(&top.run)) {
+        print_run(&top, g);
+    } else if (!top.ok && top.err.code == CKPT_ENOTFOUND) {
+        errorf("%s", top.err.msg);
+        failed = 1;
+    } else {
+        struct ls_item *items = NULL;
+        size_t n = 0;
+        struct expand x = { &items, &n, arg, loc.key, st };
+        if (ckpt_storage_list(st, loc.key, 0, child_cb, &x, &err) != 0) {
+            errorf("%s", top.ok ? err.msg : top.err.msg);
+            failed = 1;
+        }
+        if (n)
+            qsort(items, n, sizeof(*items), cmp_item);
+        load_all(items, n, default_jobs(g, (int)n, 8));
+        for (size_t i = 0; i < n; i++) {
+            if (items[i].ok && ckpt_run_looks_like_run(&items[i].run))
+                print_run(&items[i], g);
+            else if (!items[i].ok && items[i].err.code != CKPT_EFORMAT) {
+                errorf("%s", items[i].err.msg);
+                failed = 1;
+            }
+            if (items[i].ok)
+                ckpt_run_release(&items[i].run);
+            free(items[i].name);
+            free(items[i].key);
+        }
+        free(items);
+    }
+    if (top.ok)
+        ckpt_run_release(&top.run);
+    ckpt_loc_release(&loc);
+    return failed;
+}
+
+int cmd_ls(int argc, char **argv)
+{
+    struct ckpt_opts g = { 0 };
+    const struct option opts[] = { OPT_END_() };
+    int n = parse_options(argc, argv, opts, ls_usage, &g);
+    if (n == -2)
+        return EXIT_OK;
+    if (n < 0)
+        return EXIT_USAGE;
+    if (n == 0) {
+        fprintf(stderr, "ckpt ls: error: no LOCATION given\nusage: %s\n",
+                ls_usage[0]);
+        return EXIT_USAGE;
+    }
+    cli_init_output(&g);
+    struct storages stores = { 0 };
+    int failed = 0;
+    for (int i = 0; i < n; i++)
+        failed |= ls_one(argv[i], &stores, &g);
+    storages_release(&stores);
+    return failed ? EXIT_FAILED : EXIT_OK;
+}

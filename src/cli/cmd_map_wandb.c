@@ -1,0 +1,338 @@
+/*
+ * cmd_map_wandb.c - `ckpt map-wandb`: find each run's W&B run path.
+ *
+ * Phases: parse options; read the existing mapping file (--output), whose
+ * mapped runs are not looked up again; gather each remaining run's local
+ * evidence in parallel; resolve them all at once (the resolver batches
+ * the API queries per project); print one row per RUN in argument order;
+ * write the mapping file atomically.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ckpt/pool.h"
+#include "ckpt/util.h"
+#include "ckpt/run.h"
+#include "ckpt/wandb.h"
+
+static const char *const map_wandb_usage[] = {
+    "ckpt map-wandb [options] RUN...",
+    "",
+    "Find the W&B run path (ENTITY/PROJECT/RUN_ID) of each run directory.",
+    "Evidence, strongest first: wandb/run-*-ID directories (confirmed with",
+    "the W&B API), then W&B runs whose config.save_folder ends in the",
+    "run's Slurm job id, then runs with its wandb.name and wandb.group;",
+    "searched runs must match the run's config.yaml. Prints",
+    "RUN_ID<TAB>ENTITY/PROJECT/RUN_ID<TAB>EVIDENCE per run; an ambiguous or",
+    "unknown run gets '-' and the exit status is 1.",
+    "",
+    "API key: WANDB_API_KEY, else the ~/.netrc entry `wandb login` writes;",
+    "WANDB_BASE_URL selects another server. Docs: docs/commands/map-wandb.md",
+    NULL
+};
+
+struct mw_opts {
+    int offline;
+    const char *output;
+    const char *entity, *project;
+    struct opt_list ignore;
+};
+
+/* One RUN argument. */
+struct item {
+    const char *arg;                   /* borrowed from argv */
+    char *run_id;                      /* owned */
+    int skip;                          /* already mapped in --output */
+    struct ckpt_err err;               /* set when it cannot be read */
+    int failed;
+    struct ckpt_wandb_evidence *ev;    /* owned */
+    struct ckpt_wandb_result res;
+    struct ckpt_storage_cfg scfg;
+};
+
+static const char *const archive_ext[] = { ".tar.gz", ".tgz", ".tar.bz2",
+                                           ".tar.zst", ".tar.xz", ".tar",
+                                           ".zip", NULL };
+
+static const char *archive_suffix(const char *name)
+{
+    for (const char *const *e = archive_ext; *e; e++)
+        if (ckpt_str_endswith(name, *e) && strlen(name) > strlen(*e))
+            return *e;
+    return NULL;
+}
+
+/* RUN_ID: the directory's or archive's base name (archive suffix off). */
+static char *run_id_of(const char *arg)
+{
+    struct ckpt_loc loc;
+    struct ckpt_err err;
+    char *base = ckpt_loc_parse(&loc, arg, &err) == 0
+                     ? ckpt_path_basename(loc.key) : ckpt_path_basename(arg);
+    if (loc.key)
+        ckpt_loc_release(&loc);
+    const char *sfx = archive_suffix(base);
+    if (sfx)
+        base[strlen(base) - strlen(sfx)] = '\0';
+    return base;
+}
+
+/* Pool task: read one run's evidence from its tree (a directory, or an
+ * archive read in place). */
+static void gather_one(void *arg)
+{
+    struct item *it = arg;
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = NULL;
+    struct ckpt_stat sb;
+    struct ckpt_tree *tree = NULL;
+    int rc = ckpt_loc_parse(&loc, it->arg, &it->err);
+    if (rc == 0)
+        rc = ckpt_storage_open(&st, &loc, &it->scfg, &it->err);
+    if (rc == 0)
+        rc = ckpt_storage_stat(st, loc.key, &sb, &it->err);
+    if (rc == 0 && sb.type != CKPT_ENTRY_DIR && !archive_suffix(it->arg))
+        rc = ckpt_err_set(&it->err, CKPT_EUSAGE, "%s: not a run directory "
+                          "or archive", it->arg);
+    if (rc == 0)
+        rc = ckpt_tree_load(&tree, st, loc.key, NULL, &it->err);
+    if (rc == 0) {
+        struct ckpt_wandb_src src;
+        ckpt_wandb_src_tree(&src, tree);
+        rc = ckpt_wandb_evidence_gather(&it->ev, &src, &it->err);
+        ckpt_wandb_src_release(&src);
+    }
+    it->failed = rc != 0;
+    ckpt_tree_free(tree);
+    ckpt_storage_close(st);
+    if (loc.key)
+        ckpt_loc_release(&loc);
+}
+
+static void gather_all(struct item *items, int n, int jobs)
+{
+    struct ckpt_pool *pool = n > 1 ? ckpt_pool_new(jobs, (size_t)jobs * 2)
+                                   : NULL;
+    for (int i = 0; i < n; i++) {
+        if (items[i].skip)
+            continue;
+        if (!pool || ckpt_pool_submit(pool, gather_one, &items[i]) != 0)
+            gather_one(&items[i]);
+    }
+    ckpt_pool_free(pool);
+}
+
+/* Resolve every gathered run in one batch. Returns 0, or -1 after
+ * printing a fatal API error (no key, key rejected). */
+static int resolve_all(struct item *items, int n, const struct mw_opts *o,
+                       const struct ckpt_opts *g)
+{
+    struct ckpt_wandb_evidence **ev = ckpt_xcalloc((size_t)n, sizeof(*ev));
+    struct ckpt_wandb_result *res = ckpt_xcalloc((size_t)n, sizeof(*res));
+    size_t m = 0;
+    for (int i = 0; i < n; i++)
+        if (!items[i].skip && !items[i].failed)
+            ev[m++] = items[i].ev;
+    struct ckpt_wandb_client *c = NULL;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_wandb_client_cfg ccfg = { NULL, NULL, g->insecure,
+                                          g->retries, 0, 0 };
+    int rc = 0, resolved = 0;
+    if (m && !o->offline && ckpt_wandb_client_new(&c, &ccfg, &err) != 0)
+        rc = -1;
+    struct ckpt_wandb_resolve_opts ro = {
+        o->entity, o->project, o->offline, g->jobs > 0 ? g->jobs : 4,
+        o->ignore.items, (size_t)o->ignore.n,
+    };
+    if (m && rc == 0) {
+        resolved = 1;
+        rc = ckpt_wandb_resolve(c, ev, m, &ro, res, &err);
+    }
+    if (c)
+        debugf("%llu W&B API requests",
+               (unsigned long long)ckpt_wandb_client_requests(c));
+    ckpt_wandb_client_free(c);
+    if (rc != 0)
+        errorf("%s", err.msg);
+    for (int i = 0, k = 0; i < n; i++) {
+        if (items[i].skip || items[i].failed)
+            continue;
+        if (resolved) {
+            items[i].res = res[k++];
+            continue;
+        }
+        /* No client (no key): every run fails with the same reason. */
+        items[i].err = err;
+        items[i].failed = 1;
+        ckpt_wandb_result_release(&res[k++]);
+    }
+    free(ev);
+    free(res);
+    return rc;
+}
+
+/* An entry kept from the existing mapping file, printed as it was. */
+static void emit_kept(const struct item *it, const struct ckpt_wandb_map *old,
+                      int json)
+{
+    const struct ckpt_wandb_map_entry *o = ckpt_wandb_map_find(old,
+                                                               it->run_id);
+    if (!json) {
+        const char *f[3] = { o->run, o->path, o->evidence };
+        out_tsv(3, f);
+        return;
+    }
+    cJSON *j = ckpt_wandb_map_entry_json(o);
+    cJSON_AddStringToObject(j, "location", it->arg);
+    out_json(j);
+}
+
+/* Print one row and record it in the map. 1 if the run is not mapped. */
+static int emit(struct item *it, const struct ckpt_wandb_map *old,
+                struct ckpt_wandb_map *out, int json)
+{
+    if (it->skip) {
+        emit_kept(it, old, json);
+        return 0;
+    }
+    if (it->failed) {
+        ckpt_wandb_result_release(&it->res);
+        it->res.status = CKPT_WANDB_ERROR;
+        it->res.evidence = ckpt_xasprintf("error: %s", it->err.msg);
+    }
+    struct ckpt_wandb_map_entry e;
+    ckpt_wandb_map_entry_of(&e, it->run_id, &it->res, json);
+    if (json) {
+        cJSON *o = ckpt_wandb_result_json(it->run_id, &it->res);
+        cJSON_AddStringToObject(o, "location", it->arg);
+        out_json(o);
+    } else {
+        const char *f[3] = { it->run_id, it->res.path, it->res.evidence };
+        out_tsv(3, f);
+    }
+    ckpt_wandb_map_put(out, &e);
+    ckpt_wandb_map_entry_release(&e);
+    return it->res.status != CKPT_WANDB_FOUND;
+}
+
+/* The existing mapping file, or an empty map when there is none. NULL
+ * after printing an error: an unreadable map must not be overwritten. */
+static struct ckpt_wandb_map *load_old(const char *output,
+                                       const struct ckpt_opts *g)
+{
+    struct ckpt_wandb_map *m = NULL;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_storage_cfg scfg = cli_storage_cfg(g);
+    if (!output)
+        return ckpt_wandb_map_new();
+    if (ckpt_wandb_map_load(&m, output, &scfg, &err) == 0)
+        return m;
+    if (err.code == CKPT_ENOTFOUND)
+        return ckpt_wandb_map_new();
+    errorf("%s", err.msg);
+    return NULL;
+}
+
+static int write_map(const char *output, const struct ckpt_wandb_map *m,
+                     const struct ckpt_opts *g)
+{
+    if (g->dry_run) {
+        infof("would write %s (%zu runs)", output, m->n);
+        return 0;
+    }
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = NULL;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_storage_cfg scfg = cli_storage_cfg(g);
+    char *text = ckpt_wandb_map_text(m, g->json);
+    int rc = ckpt_loc_parse(&loc, output, &err);
+    if (rc == 0)
+        rc = ckpt_storage_open(&st, &loc, &scfg, &err);
+    /* put writes a temporary object and renames it: readers never see a
+     * half-written map. */
+    if (rc == 0)
+        rc = ckpt_storage_put(st, loc.key, text, strlen(text), &err);
+    if (rc != 0)
+        errorf("write %s: %s", output, err.msg);
+    ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    free(text);
+    return rc;
+}
+
+static struct item *new_items(char **argv, int n,
+                              const struct ckpt_wandb_map *old,
+                              const struct mw_opts *o,
+                              const struct ckpt_opts *g)
+{
+    struct item *items = ckpt_xcalloc((size_t)n, sizeof(*items));
+    for (int i = 0; i < n; i++) {
+        items[i].arg = argv[i];
+        items[i].run_id = run_id_of(argv[i]);
+        items[i].scfg = cli_storage_cfg(g);
+        const struct ckpt_wandb_map_entry *e =
+            ckpt_wandb_map_find(old, items[i].run_id);
+        /* Mapped runs are not looked up again; unmapped ones are. */
+        items[i].skip = e && e->path;
+        if (items[i].skip)
+            debugf("%s: already mapped in %s", argv[i], o->output);
+    }
+    return items;
+}
+
+int cmd_map_wandb(int argc, char **argv)
+{
+    struct ckpt_opts g = { 0 };
+    struct mw_opts o = { 0 };
+    const struct option opts[] = {
+        OPT_BOOL_(0, "offline", &o.offline,
+                  "local evidence only; no W&B API requests"),
+        OPT_STR_('o', "output", &o.output, "FILE",
+                 "write the mapping file (runs mapped there are skipped)"),
+        OPT_STR_(0, "entity", &o.entity, "ENTITY",
+                 "W&B entity, overriding the runs' own"),
+        OPT_STR_(0, "project", &o.project, "PROJECT",
+                 "W&B project, overriding the runs' own"),
+        OPT_LIST_(0, "ignore-key", &o.ignore, "KEY",
+                  "config key not compared (repeatable)"),
+        OPT_END_(),
+    };
+    int n = parse_options(argc, argv, opts, map_wandb_usage, &g);
+    if (n == -2)
+        return EXIT_OK;
+    if (n < 0)
+        return EXIT_USAGE;
+    cli_init_output(&g);
+    if (n == 0) {
+        fprintf(stderr, "ckpt map-wandb: error: no RUN given\nusage: %s\n",
+                map_wandb_usage[0]);
+        opt_list_release(&o.ignore);
+        return EXIT_USAGE;
+    }
+    struct ckpt_wandb_map *old = load_old(o.output, &g);
+    if (!old) {
+        opt_list_release(&o.ignore);
+        return EXIT_FAILED;
+    }
+    struct item *items = new_items(argv, n, old, &o, &g);
+    gather_all(items, n, g.jobs > 0 ? g.jobs : 16);
+    resolve_all(items, n, &o, &g);
+    struct ckpt_wandb_map *out = old;
+    int failed = 0;
+    for (int i = 0; i < n; i++)
+        failed |= emit(&items[i], old, out, g.json);
+    if (o.output && write_map(o.output, out, &g) != 0)
+        failed = 1;
+    for (int i = 0; i < n; i++) {
+        free(items[i].run_id);
+        ckpt_wandb_evidence_free(items[i].ev);
+        ckpt_wandb_result_release(&items[i].res);
+    }
+    free(items);
+    ckpt_wandb_map_free(old);
+    opt_list_release(&o.ignore);
+    return failed ? EXIT_FAILED : EXIT_OK;
+}

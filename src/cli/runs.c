@@ -1,0 +1,81 @@
+/*
+ * runs.c - helpers shared by the commands that take RUN arguments: one
+ * storage handle per (scheme, bucket), and JSON for checkpoints.
+ */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runs.h"
+#include "ckpt/util.h"
+
+int storages_get(struct storages *s, const struct ckpt_loc *loc,
+                 const struct ckpt_opts *g, struct ckpt_storage **out,
+                 struct ckpt_err *err)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const struct ckpt_loc *l = &s->locs[i];
+        if (l->scheme == loc->scheme &&
+            (l->scheme == CKPT_SCHEME_LOCAL || !strcmp(l->bucket, loc->bucket))) {
+            *out = s->handles[i];
+            return 0;
+        }
+    }
+    struct ckpt_storage_cfg cfg = cli_storage_cfg(g);
+    struct ckpt_storage *st;
+    if (ckpt_storage_open(&st, loc, &cfg, err) != 0)
+        return -1;
+    s->locs = ckpt_xreallocarray(s->locs, s->n + 1, sizeof(*s->locs));
+    s->handles = ckpt_xreallocarray(s->handles, s->n + 1,
+                                    sizeof(*s->handles));
+    s->locs[s->n] = (struct ckpt_loc){
+        loc->scheme, loc->bucket ? ckpt_xstrdup(loc->bucket) : NULL,
+        ckpt_xstrdup(""), ckpt_xstrdup("")
+    };
+    s->handles[s->n++] = st;
+    *out = st;
+    return 0;
+}
+
+void storages_release(struct storages *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        ckpt_loc_release(&s->locs[i]);
+        ckpt_storage_close(s->handles[i]);
+    }
+    free(s->locs);
+    free(s->handles);
+    memset(s, 0, sizeof(*s));
+}
+
+cJSON *json_checkpoint(const struct ckpt_checkpoint *c, int sizes)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", c->name);
+    cJSON_AddNumberToObject(o, "step", (double)c->step);
+    cJSON_AddStringToObject(o, "format", ckpt_format_name(c->format));
+    cJSON_AddBoolToObject(o, "complete", c->complete);
+    if (!c->complete && c->why)
+        cJSON_AddStringToObject(o, "reason", c->why);
+    if (sizes) {
+        cJSON_AddNumberToObject(o, "size", (double)c->size);
+        cJSON_AddNumberToObject(o, "files", (double)c->nfiles);
+    }
+    return o;
+}
+
+cJSON *json_checkpoints(const struct ckpt_run *run, int sizes)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < run->n; i++)
+        cJSON_AddItemToArray(a, json_checkpoint(&run->ckpts[i], sizes));
+    return a;
+}
+
+int default_jobs(const struct ckpt_opts *g, int items, int cap)
+{
+    int j = g->jobs > 0 ? g->jobs : cap;
+    if (j > items)
+        j = items;
+    return j < 1 ? 1 : j;
+}

@@ -1,0 +1,30 @@
+/* runs.h - shared by commands that take RUN arguments (cli only). */
+#ifndef CKPT_CLI_RUNS_H
+#define CKPT_CLI_RUNS_H
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "ckpt/run.h"
+
+/* One open storage per (scheme, bucket); opened on first use from the
+ * main thread, shared by workers. */
+struct storages {
+    struct ckpt_loc *locs;            /* owned */
+    struct ckpt_storage **handles;    /* owned */
+    size_t n;
+};
+
+int storages_get(struct storages *s, const struct ckpt_loc *loc,
+                 const struct ckpt_opts *g, struct ckpt_storage **out,
+                 struct ckpt_err *err);
+void storages_release(struct storages *s);
+
+/* {"name","step","format","complete"[,"reason"][,"size","files"]} */
+cJSON *json_checkpoint(const struct ckpt_checkpoint *c, int sizes);
+cJSON *json_checkpoints(const struct ckpt_run *run, int sizes);
+
+/* -j if given, else cap; never more than items, at least 1. */
+int default_jobs(const struct ckpt_opts *g, int items, int cap);
+
+#endif

@@ -1,0 +1,226 @@
+/*
+ * run.c - find the checkpoints of a run and judge them (SPEC table
+ * "Run directories and checkpoints").
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/run.h"
+#include "ckpt/util.h"
+#include "run_int.h"
+
+const char *ckpt_format_name(enum ckpt_format f)
+{
+    switch (f) {
+    case CKPT_FMT_DCP: return "dcp";
+    case CKPT_FMT_OLMO_LEGACY: return "olmo-legacy";
+    case CKPT_FMT_OLMO_LOCAL: return "olmo-local";
+    case CKPT_FMT_OLMO_CORE: return "olmo-core";
+    case CKPT_FMT_ZARR: return "zarr";
+    case CKPT_FMT_ORBAX: return "orbax";
+    case CKPT_FMT_UNSHARDED: return "unsharded";
+    default: return "unknown";
+    }
+}
+
+/* s is all digits (and non-empty, not absurdly long): *v = its value. */
+static int all_digits(const char *s, size_t n, int64_t *v)
+{
+    if (n == 0 || n > 18)
+        return 0;
+    int64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return 0;
+        x = x * 10 + (s[i] - '0');
+    }
+    *v = x;
+    return 1;
+}
+
+int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded)
+{
+    static const char *prefixes[] = {
+        "global_step", "step_", "step-", "step", "iter_", "checkpoint-",
+        "epoch_", "",
+    };
+    size_t len = strlen(name);
+    *unsharded = 0;
+    if (ckpt_str_endswith(name, "-unsharded") &&
+        ckpt_str_startswith(name, "step")) {
+        *unsharded = 1;
+        len -= strlen("-unsharded");
+    }
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+        size_t pl = strlen(prefixes[i]);
+        if (len <= pl || strncmp(name, prefixes[i], pl) != 0)
+            continue;
+        /* "-unsharded" belongs to OLMo's plain stepN only. */
+        if (*unsharded && strcmp(prefixes[i], "step") != 0)
+            continue;
+        if (all_digits(name + pl, len - pl, step))
+            return 1;
+    }
+    *unsharded = 0;
+    return 0;
+}
+
+static int is_bare(const char *name)
+{
+    int64_t v;
+    return all_digits(name, strlen(name), &v);
+}
+
+static int cmp_ckpt(const void *a, const void *b)
+{
+    const struct ckpt_checkpoint *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static void add_ckpt(struct ckpt_run *run, size_t *cap, const char *dir,
+                     const char *name, int64_t step, int uns)
+{
+    for (size_t i = 0; i < run->n; i++)
+        if (!strcmp(run->ckpts[i].dir, dir))
+            return;
+    if (run->n == *cap) {
+        *cap = *cap ? *cap * 2 : 8;
+        run->ckpts = ckpt_xreallocarray(run->ckpts, *cap,
+                                        sizeof(*run->ckpts));
+    }
+    struct ckpt_checkpoint *c = &run->ckpts[run->n++];
+    memset(c, 0, sizeof(*c));
+    c->name = ckpt_xstrdup(name);
+    c->dir = ckpt_xstrdup(dir);
+    c->step = step;
+    c->unsharded_name = uns;
+}
+
+/* Checkpoint directories sit at the top of the run, or one level down in
+ * checkpoints/ or checkpoint/ (torchtitan, HF trainers). */
+static void find_ckpts(struct ckpt_run *run, const struct ckpt_tree *t)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const char *p = t->files[i].path;
+        const char *dirpart = p;
+        size_t skip = 0;
+        if (ckpt_str_startswith(p, "checkpoints/"))
+            skip = strlen("checkpoints/");
+        else if (ckpt_str_startswith(p, "checkpoint/"))
+            skip = strlen("checkpoint/");
+        const char *rest = dirpart + skip;
+        const char *slash = strchr(rest, '/');
+        /* A file at this level is not a checkpoint directory. */
+        if (!slash && t->files[i].type != CKPT_ENTRY_DIR)
+            continue;
+        size_t nl = slash ? (size_t)(slash - rest) : strlen(rest);
+        char *name = ckpt_xstrndup(rest, nl);
+        int64_t step;
+        int uns;
+        if (ckpt_checkpoint_name(name, &step, &uns)) {
+            char *dir = ckpt_xstrndup(p, skip + nl);
+            add_ckpt(run, &cap, dir, name, step, uns);
+            free(dir);
+        }
+        free(name);
+    }
+}
+
+void ckpt_run_release(struct ckpt_run *run)
+{
+    for (size_t i = 0; i < run->n; i++) {
+        free(run->ckpts[i].name);
+        free(run->ckpts[i].dir);
+        free(run->ckpts[i].why);
+    }
+    free(run->ckpts);
+    memset(run, 0, sizeof(*run));
+}
+
+int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
+                  struct ckpt_err *err)
+{
+    memset(run, 0, sizeof(*run));
+    const struct ckpt_tree_file *cfg = ckpt_tree_find(t, "config.yaml");
+    run->has_config = cfg && cfg->type == CKPT_ENTRY_FILE;
+    run->has_wandb = ckpt_tree_has_dir(t, "wandb");
+    run->has_train_data = ckpt_tree_has_dir(t, "train_data");
+    for (size_t i = 0; i < t->n; i++) {
+        run->size += t->files[i].size;
+        run->nfiles += t->files[i].type != CKPT_ENTRY_DIR;
+    }
+    find_ckpts(run, t);
+    size_t w = 0;
+    for (size_t i = 0; i < run->n; i++) {
+        struct ckpt_checkpoint *c = &run->ckpts[i];
+        if (ckpt_judge_checkpoint(t, c, err) != 0) {
+            ckpt_err_prefix(err, "%s", t->display);
+            ckpt_run_release(run);
+            return -1;
+        }
+        /* A bare integer is also how Slurm names runs: such a directory is
+         * a checkpoint only if it holds one. Otherwise a directory of runs
+         * would look like a run full of incomplete checkpoints. */
+        if (is_bare(c->name) && c->format == CKPT_FMT_UNKNOWN) {
+            free(c->name);
+            free(c->dir);
+            free(c->why);
+            continue;
+        }
+        run->ckpts[w++] = *c;
+    }
+    run->n = w;
+    if (run->n)
+        qsort(run->ckpts, run->n, sizeof(*run->ckpts), cmp_ckpt);
+    return 0;
+}
+
+int ckpt_run_looks_like_run(const struct ckpt_run *run)
+{
+    return (run->has_config && (run->has_wandb || run->has_train_data)) ||
+           run->n > 0;
+}
+
+const struct ckpt_checkpoint *ckpt_run_best(const struct ckpt_run *run)
+{
+    for (size_t i = run->n; i-- > 0;)
+        if (run->ckpts[i].complete && run->ckpts[i].step > 0)
+            return &run->ckpts[i];
+    return NULL;
+}
+
+int ckpt_run_load(struct ckpt_storage *st, const char *key,
+                  uint64_t max_archive, struct ckpt_stat *sb,
+                  enum ckpt_load_status *status, struct ckpt_tree **tree,
+                  struct ckpt_run *run, struct ckpt_err *err)
+{
+    *tree = NULL;
+    *status = CKPT_LOAD_OK;
+    if (ckpt_storage_stat(st, key, sb, err) != 0)
+        return -1;
+    if (sb->type == CKPT_ENTRY_FILE) {
+        if (ckpt_archive_kind_of(key) == CKPT_ARCHIVE_NONE) {
+            *status = CKPT_LOAD_NOT_RUN_FILE;
+            return 0;
+        }
+        if (max_archive && sb->size > max_archive) {
+            *status = CKPT_LOAD_TOO_LARGE;
+            return 0;
+        }
+    } else if (sb->type != CKPT_ENTRY_DIR) {
+        *status = CKPT_LOAD_NOT_RUN_FILE;
+        return 0;
+    }
+    if (ckpt_tree_load(tree, st, key, NULL, err) != 0)
+        return -1;
+    if (ckpt_run_scan(run, *tree, err) != 0) {
+        ckpt_tree_free(*tree);
+        *tree = NULL;
+        return -1;
+    }
+    return 0;
+}

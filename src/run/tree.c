@@ -1,0 +1,418 @@
+/*
+ * tree.c - a sorted snapshot of the files of a run, from a directory
+ * listing or one pass over an archive.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/buf.h"
+#include "ckpt/run.h"
+#include "ckpt/util.h"
+
+#define CAPTURE_MAX (64u << 20)
+
+struct builder {
+    struct ckpt_tree *t;
+    size_t cap;
+};
+
+static struct ckpt_tree_file *add_file(struct builder *b, const char *path,
+                                       uint64_t size,
+                                       enum ckpt_entry_type type)
+{
+    struct ckpt_tree *t = b->t;
+    if (t->n == b->cap) {
+        b->cap = b->cap ? b->cap * 2 : 64;
+        t->files = ckpt_xreallocarray(t->files, b->cap, sizeof(*t->files));
+    }
+    struct ckpt_tree_file *f = &t->files[t->n++];
+    memset(f, 0, sizeof(*f));
+    f->path = ckpt_xstrdup(path);
+    f->size = size;
+    f->type = type;
+    f->data_offset = CKPT_NO_OFFSET;
+    return f;
+}
+
+static int list_cb(void *ud, const struct ckpt_entry *e)
+{
+    struct builder *b = ud;
+    add_file(b, e->name, e->size, e->type);
+    return 0;
+}
+
+static int dir_cb(void *ud, const struct ckpt_entry *e)
+{
+    /* One-level pass: recursive listings omit directories, and an empty
+     * wandb/ or step0/ still tells us something. */
+    if (e->type == CKPT_ENTRY_DIR)
+        list_cb(ud, e);
+    return 0;
+}
+
+static int cmp_path(const void *a, const void *b)
+{
+    const struct ckpt_tree_file *x = a, *y = b;
+    return strcmp(x->path, y->path);
+}
+
+static const char *base_of(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+size_t ckpt_tree_want_default(const char *path, uint64_t size)
+{
+    static const char *names[] = {
+        "config.yaml", ".metadata", ".zattrs", ".zgroup",
+        "_CHECKPOINT_METADATA", "metadata.yaml", "metadata.json",
+        "wandb-metadata.json", "wandb-summary.json",
+        "model.safetensors.index.json",
+    };
+    const char *b = base_of(path);
+    /* W&B run logs can be GBs; their run record is at the start. */
+    if (ckpt_str_startswith(b, "run-") && ckpt_str_endswith(b, ".wandb"))
+        return 256u << 10;
+    if (size > CAPTURE_MAX)
+        return 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcmp(b, names[i]))
+            return CAPTURE_MAX;
+    /* Rank-local DCP metadata: __N.metadata */
+    if (ckpt_str_startswith(b, "__") && ckpt_str_endswith(b, ".metadata"))
+        return CAPTURE_MAX;
+    return 0;
+}
+
+/* Keep the first cap bytes of the current member; libarchive skips the
+ * rest when we move to the next header. */
+static int capture(struct ckpt_archive *a, struct ckpt_tree_file *f,
+                   size_t cap, struct ckpt_err *err)
+{
+    struct ckpt_buf buf = CKPT_BUF_INIT;
+    while (buf.len < cap) {
+        size_t room = cap - buf.len < 65536 ? cap - buf.len : 65536;
+        ckpt_buf_grow(&buf, room);
+        size_t n;
+        if (ckpt_archive_read(a, buf.ptr + buf.len, room, &n, err) != 0) {
+            ckpt_buf_release(&buf);
+            return -1;
+        }
+        if (n == 0)
+            break;
+        ckpt_buf_setlen(&buf, buf.len + n);
+    }
+    f->content = ckpt_buf_detach(&buf, &f->content_len);
+    return 0;
+}
+
+static int load_archive(struct builder *b, ckpt_tree_want_fn want,
+                        struct ckpt_err *err)
+{
+    struct ckpt_tree *t = b->t;
+    struct ckpt_archive *a;
+    if (ckpt_archive_open(&a, t->st, t->key, err) != 0)
+        return -1;
+    int rc;
+    struct ckpt_archive_entry e;
+    int plain = ckpt_archive_kind(a) == CKPT_ARCHIVE_TAR;
+    while ((rc = ckpt_archive_next(a, &e, err)) == 1) {
+        if (!*e.path)
+            continue; /* "./" itself */
+        struct ckpt_tree_file *f = add_file(b, e.path, e.size, e.type);
+        f->data_offset = e.data_offset;
+        size_t cap = !plain && e.type == CKPT_ENTRY_FILE
+                   ? want(e.path, e.size) : 0;
+        if (cap && capture(a, f, cap, err) != 0) {
+            rc = -1;
+            break;
+        }
+    }
+    t->archive_size = ckpt_archive_file_size(a);
+    t->fetched = ckpt_archive_bytes_fetched(a);
+    ckpt_archive_close(a);
+    return rc;
+}
+
+/* Does top/ hold a run (config.yaml, wandb/, train_data/ or a checkpoint
+ * directory) rather than being a checkpoint itself? */
+static int holds_run(const struct ckpt_tree *t, size_t len)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        const char *rest = t->files[i].path + len;
+        if (*rest != '/')
+            continue;
+        rest++;
+        const char *slash = strchr(rest, '/');
+        size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+        char *child = ckpt_xstrndup(rest, n);
+        int64_t step;
+        int uns;
+        int dir = slash || t->files[i].type == CKPT_ENTRY_DIR;
+        int hit = !strcmp(child, "config.yaml") ||
+                  (dir && (!strcmp(child, "wandb") ||
+                           !strcmp(child, "train_data") ||
+                           ckpt_checkpoint_name(child, &step, &uns)));
+        free(child);
+        if (hit)
+            return 1;
+    }
+    return 0;
+}
+
+/* Step into a single redundant top-level directory (SPEC "Locations").
+ * Runs are often named by Slurm job id, a bare integer like Orbax steps,
+ * so the name alone cannot tell: a top directory named like a checkpoint
+ * (or wandb/, train_data/) is kept unless it holds a run. */
+static void strip_top(struct ckpt_tree *t)
+{
+    if (!t->n)
+        return;
+    const char *first = t->files[0].path;
+    const char *slash = strchr(first, '/');
+    size_t len = slash ? (size_t)(slash - first) : strlen(first);
+    int below = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const char *p = t->files[i].path;
+        if (strncmp(p, first, len) != 0 || (p[len] != '/' && p[len] != '\0'))
+            return;
+        if (p[len] == '\0' && t->files[i].type != CKPT_ENTRY_DIR)
+            return;
+        below |= p[len] == '/';
+    }
+    if (!below)
+        return;
+    char *top = ckpt_xstrndup(first, len);
+    int64_t step;
+    int uns;
+    int special = ckpt_checkpoint_name(top, &step, &uns) ||
+                  !strcmp(top, "wandb") || !strcmp(top, "train_data");
+    if (special && !holds_run(t, len)) {
+        free(top);
+        return;
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        struct ckpt_tree_file *f = &t->files[i];
+        if (f->path[len] == '\0') {
+            free(f->path);
+            free(f->content);
+            continue;
+        }
+        memmove(f->path, f->path + len + 1, strlen(f->path + len + 1) + 1);
+        t->files[w++] = *f;
+    }
+    t->n = w;
+    free(t->strip);
+    t->strip = ckpt_xasprintf("%s/", top);
+    free(top);
+}
+
+/* Archives may list a path twice (appended tars); qsort is not stable, so
+ * which copy survives is unspecified, but there is one entry per path. */
+static void dedupe(struct ckpt_tree *t)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        if (w && !strcmp(t->files[w - 1].path, t->files[i].path)) {
+            free(t->files[w - 1].path);
+            free(t->files[w - 1].content);
+            t->files[w - 1] = t->files[i];
+            continue;
+        }
+        t->files[w++] = t->files[i];
+    }
+    t->n = w;
+}
+
+int ckpt_tree_load(struct ckpt_tree **out, struct ckpt_storage *st,
+                   const char *key, ckpt_tree_want_fn want,
+                   struct ckpt_err *err)
+{
+    struct ckpt_tree *t = ckpt_xcalloc(1, sizeof(*t));
+    struct builder b = { t, 0 };
+    t->st = st;
+    t->key = ckpt_xstrdup(key);
+    t->display = ckpt_storage_display(st, key);
+    t->strip = ckpt_xstrdup("");
+    t->archive = ckpt_archive_kind_of(key);
+    int rc;
+    if (t->archive != CKPT_ARCHIVE_NONE) {
+        rc = load_archive(&b, want ? want : ckpt_tree_want_default, err);
+    } else {
+        rc = ckpt_storage_list(st, key, CKPT_LIST_RECURSIVE, list_cb, &b,
+                               err);
+        if (rc == 0)
+            rc = ckpt_storage_list(st, key, 0, dir_cb, &b, err);
+    }
+    if (rc != 0) {
+        ckpt_tree_free(t);
+        return -1;
+    }
+    if (t->n)
+        qsort(t->files, t->n, sizeof(*t->files), cmp_path);
+    dedupe(t);
+    if (t->archive != CKPT_ARCHIVE_NONE)
+        strip_top(t);
+    *out = t;
+    return 0;
+}
+
+void ckpt_tree_free(struct ckpt_tree *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n; i++) {
+        free(t->files[i].path);
+        free(t->files[i].content);
+    }
+    free(t->files);
+    free(t->key);
+    free(t->display);
+    free(t->strip);
+    free(t);
+}
+
+static size_t lower_bound(const struct ckpt_tree *t, const char *s)
+{
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(t->files[mid].path, s) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+const struct ckpt_tree_file *ckpt_tree_find(const struct ckpt_tree *t,
+                                            const char *path)
+{
+    size_t i = lower_bound(t, path);
+    return i < t->n && !strcmp(t->files[i].path, path) ? &t->files[i] : NULL;
+}
+
+void ckpt_tree_range(const struct ckpt_tree *t, const char *dir, size_t *lo,
+                     size_t *hi)
+{
+    if (!*dir) {
+        *lo = 0;
+        *hi = t->n;
+        return;
+    }
+    /* Paths below "d" sort between "d/" and "d0" ('0' follows '/'). */
+    char *a = ckpt_xasprintf("%s/", dir);
+    char *b = ckpt_xasprintf("%s0", dir);
+    *lo = lower_bound(t, a);
+    *hi = lower_bound(t, b);
+    free(a);
+    free(b);
+}
+
+int ckpt_tree_has_dir(const struct ckpt_tree *t, const char *dir)
+{
+    const struct ckpt_tree_file *f = ckpt_tree_find(t, dir);
+    if (f)
+        return f->type == CKPT_ENTRY_DIR;
+    size_t lo, hi;
+    ckpt_tree_range(t, dir, &lo, &hi);
+    return hi > lo;
+}
+
+char *ckpt_tree_key(const struct ckpt_tree *t, const char *path)
+{
+    if (t->archive != CKPT_ARCHIVE_NONE)
+        return NULL;
+    return ckpt_path_join(t->key, path);
+}
+
+/* Fetch the head of a compressed-archive member that was not captured:
+ * stream the archive again. */
+static int restream(struct ckpt_tree *t, const char *path, size_t max,
+                    char **data, size_t *len, struct ckpt_err *err)
+{
+    struct ckpt_archive *a;
+    if (ckpt_archive_open(&a, t->st, t->key, err) != 0)
+        return -1;
+    char *want = ckpt_xasprintf("%s%s", t->strip, path);
+    struct ckpt_archive_entry e;
+    int rc;
+    while ((rc = ckpt_archive_next(a, &e, err)) == 1)
+        if (!strcmp(e.path, want))
+            break;
+    if (rc == 0)
+        rc = ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no member '%s'",
+                          t->display, want);
+    if (rc == 1) {
+        struct ckpt_tree_file f = { .path = want };
+        rc = capture(a, &f, max, err);
+        if (rc == 0) {
+            *data = f.content;
+            *len = f.content_len;
+        }
+    }
+    free(want);
+    ckpt_archive_close(a);
+    return rc;
+}
+
+/* Read [0, n) of a plain tar member or a directory file. */
+static int read_range(struct ckpt_tree *t, const struct ckpt_tree_file *f,
+                      size_t n, char **data, size_t *len,
+                      struct ckpt_err *err)
+{
+    char *key = ckpt_tree_key(t, f->path);
+    uint64_t off = key ? 0 : f->data_offset;
+    char *buf = ckpt_xmalloc(n + 1);
+    size_t got;
+    int rc = ckpt_storage_read(t->st, key ? key : t->key, off, buf, n, &got,
+                               err);
+    free(key);
+    if (rc == 0 && got != n && !key)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: member '%s' is truncated",
+                          t->display, f->path);
+    if (rc != 0) {
+        free(buf);
+        return -1;
+    }
+    buf[got] = '\0';
+    *data = buf;
+    *len = got;
+    return 0;
+}
+
+int ckpt_tree_read_head(struct ckpt_tree *t, const char *path, size_t max,
+                        char **data, size_t *len, int *truncated,
+                        struct ckpt_err *err)
+{
+    const struct ckpt_tree_file *f = ckpt_tree_find(t, path);
+    if (!f || f->type == CKPT_ENTRY_DIR)
+        return ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no file '%s'",
+                            t->display, path);
+    size_t n = f->size < max ? (size_t)f->size : max;
+    *truncated = f->size > n;
+    if (f->content && f->content_len >= n) {
+        *data = ckpt_xmalloc(n + 1);
+        memcpy(*data, f->content, n);
+        (*data)[n] = '\0';
+        *len = n;
+        return 0;
+    }
+    if (t->archive != CKPT_ARCHIVE_NONE && f->data_offset == CKPT_NO_OFFSET)
+        return restream(t, path, n, data, len, err);
+    return read_range(t, f, n, data, len, err);
+}
+
+int ckpt_tree_read(struct ckpt_tree *t, const char *path, size_t max,
+                   char **data, size_t *len, struct ckpt_err *err)
+{
+    const struct ckpt_tree_file *f = ckpt_tree_find(t, path);
+    if (f && f->type != CKPT_ENTRY_DIR && f->size > max)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: '%s' is too large (%llu "
+                            "bytes)", t->display, path,
+                            (unsigned long long)f->size);
+    int truncated;
+    return ckpt_tree_read_head(t, path, max, data, len, &truncated, err);
+}

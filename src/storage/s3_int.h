@@ -1,0 +1,294 @@
+/*
+ * s3_int.h - the object-storage client's internals: configuration
+ * (creds.c), HTTP transport (http.c), GCS OAuth (gcs_oauth.c), and the
+ * small XML reader (s3xml.c). Private to src/storage: do not expose.
+ */
+#ifndef CKPT_S3_INT_H
+#define CKPT_S3_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <curl/curl.h>
+
+#include "ckpt/buf.h"
+#include "ckpt/err.h"
+#include "ckpt/storage.h"
+#include "sigv4.h"
+
+/* ---- configuration (creds.c) ---- */
+
+/* Where and as whom a storage talks. Secrets live only here and in the
+ * signer's stack frames; nothing formats them into a message. */
+struct s3_conf {
+    char *endpoint;      /* owned: "http[s]://host[:port][/base]", no '/' end */
+    char *region;        /* owned */
+    char *access_key;    /* owned, NULL when using OAuth */
+    char *secret_key;    /* owned, NULL when using OAuth */
+    char *session_token; /* owned, or NULL */
+    char *sa_key_file;   /* owned: GCS service-account JSON, or NULL */
+    int virtual_host;    /* bucket in the host name, not the path */
+};
+
+/* Resolve endpoint, region and credentials for a location of scheme in
+ * bucket from the environment and the ~/.aws files (SPEC "Credentials and
+ * endpoints"; docs/storage.md). display names the location in messages.
+ * Returns 0, or -1 with CKPT_EAUTH / CKPT_EUSAGE. */
+int s3_conf_resolve(struct s3_conf *c, enum ckpt_scheme scheme,
+                    const char *bucket, const char *display,
+                    struct ckpt_err *err);
+void s3_conf_release(struct s3_conf *c);
+
+/* An INI file as the AWS tools read it (sections, `key = value`, and one
+ * level of indented sub-keys below a `key =` line). */
+struct ini;
+/* NULL if the file cannot be read. */
+struct ini *ini_load(const char *path);
+struct ini *ini_parse(const char *text);
+void ini_free(struct ini *ini);
+/* Value of key in section (sub: the parent key of a nested block, or NULL).
+ * Borrowed; NULL if absent. */
+const char *ini_get(const struct ini *ini, const char *section,
+                    const char *sub, const char *key);
+int ini_has_section(const struct ini *ini, const char *section);
+
+/* ---- HTTP (http.c) ---- */
+
+struct http_stats {
+    _Atomic uint64_t requests;   /* attempts sent */
+    _Atomic uint64_t retries;    /* attempts that were retries */
+    _Atomic uint64_t bytes_in;   /* response body bytes received */
+    _Atomic uint64_t bytes_out;  /* request body bytes sent */
+};
+
+/* A pool of curl easy handles: each keeps its connections alive, so a
+ * handle taken again reuses them. Thread-safe. */
+struct http_client {
+    pthread_mutex_t mu;
+    CURL **idle;          /* owned handles not in use */
+    size_t nidle, cap;
+    int insecure;
+    int verbose;
+    char *ca_bundle;      /* owned: AWS_CA_BUNDLE, or NULL (system CAs) */
+    struct http_stats stats;
+};
+
+void http_client_init(struct http_client *hc, int insecure, int verbose);
+void http_client_release(struct http_client *hc);
+CURL *http_get_handle(struct http_client *hc);
+/* Give h back for reuse (keep != 0), or close it (after a transport error
+ * a connection may be poisoned). */
+void http_put_handle(struct http_client *hc, CURL *h, int keep);
+
+/* One request attempt. The caller owns every pointer. */
+struct http_req {
+    const char *method;
+    const char *url;              /* fully encoded */
+    struct curl_slist *headers;   /* borrowed */
+    const char *body;             /* request body, or NULL */
+    size_t body_len;
+    /* Response body: into sink[0..sink_cap) when sink is set (a ranged
+     * read), else appended to resp->body. */
+    char *sink;
+    size_t sink_cap;
+    size_t sink_skip;             /* bytes of a 200 body to drop first */
+    long timeout_s;               /* whole-request limit, 0: none */
+};
+
+struct http_resp {
+    long status;                  /* 0 when no response */
+    CURLcode curl;                /* transport result */
+    struct ckpt_buf body;         /* non-sink body (error XML, listings) */
+    size_t sink_len;              /* bytes written into req->sink */
+    uint64_t content_length;      /* Content-Length, or UINT64_MAX */
+    uint64_t total_size;          /* from Content-Range, or UINT64_MAX */
+    int64_t mtime;                /* Last-Modified, or 0 */
+    double retry_after;           /* seconds, or -1 */
+    char etag[80];                /* unquoted, or "" */
+    char curl_msg[CURL_ERROR_SIZE];
+    /* Transfer state, private to http.c. */
+    struct http_client *hc;
+    const struct http_req *req;
+    size_t up_off;                /* request body bytes handed to curl */
+    size_t skip_left;             /* sink bytes still to drop */
+    int sink_full;                /* stopped: the sink had no more room */
+};
+
+void http_resp_init(struct http_resp *r);
+void http_resp_release(struct http_resp *r);
+/* Prepare h for req/resp (resets h first). */
+void http_setup(struct http_client *hc, CURL *h, const struct http_req *req,
+                struct http_resp *resp);
+/* Collect the status after h finished with result cc. */
+void http_finish(CURL *h, CURLcode cc, struct http_resp *resp);
+/* Run one attempt synchronously on a pooled handle. */
+void http_perform(struct http_client *hc, const struct http_req *req,
+                  struct http_resp *resp);
+
+/* Retry policy (docs/storage.md "Retries"): 1 if an attempt with this
+ * outcome is worth repeating. code/message: from the error body or "". */
+int http_retryable(const struct http_resp *r, const char *code,
+                   const char *message);
+/* Seconds to wait before attempt n+1 (n >= 1): full jitter over
+ * min(cap, base * 2^(n-1)), or the server's Retry-After when larger. */
+double http_backoff(int attempt, double retry_after);
+void http_sleep(double seconds);
+
+/* ---- XML (s3xml.c) ---- */
+
+/* Find the next <tag>...</tag> at or after *pos in xml[0..len). On success
+ * returns 0, sets [*in, *in_len) to the element's content and *pos past it.
+ * Not a general parser: S3 replies are flat and never use CDATA. */
+int xml_next(const char *xml, size_t len, size_t *pos, const char *tag,
+             const char **in, size_t *in_len);
+/* Decoded text of the first <tag> in xml[0..len), appended to out.
+ * Returns 0, or -1 if absent. */
+int xml_text(const char *xml, size_t len, const char *tag,
+             struct ckpt_buf *out);
+/* Append s with XML's five special characters escaped. */
+void xml_escape(struct ckpt_buf *out, const char *s);
+
+/* ---- GCS OAuth (gcs_oauth.c) ---- */
+
+struct gcs_oauth {
+    pthread_mutex_t mu;
+    char *client_email;   /* owned */
+    char *private_key;    /* owned PEM */
+    char *token_uri;      /* owned */
+    char *token;          /* owned bearer token, or NULL */
+    double expires;       /* ckpt_now() when token stops being used */
+};
+
+/* Load a service-account JSON key file. 0 or -1 (CKPT_EAUTH). */
+int gcs_oauth_load(struct gcs_oauth *o, const char *path,
+                   struct ckpt_err *err);
+void gcs_oauth_release(struct gcs_oauth *o);
+/* A valid access token (fetched or cached) appended to out. */
+int gcs_oauth_token(struct gcs_oauth *o, struct http_client *hc,
+                    int retries, struct ckpt_buf *out, struct ckpt_err *err);
+/* The signed JWT assertion for o at time now (exposed for tests). */
+int gcs_oauth_jwt(const struct gcs_oauth *o, time_t now,
+                  struct ckpt_buf *out, struct ckpt_err *err);
+
+#endif
+
+/* ---- the client (s3.c) ---- */
+
+#define S3_MAX_PARAMS 8
+#define S3_MAX_HDRS 8
+
+struct s3 {
+    struct s3_conf conf;
+    struct http_client hc;
+    struct gcs_oauth *oauth;   /* owned, or NULL (SigV4) */
+    const char *bucket;        /* borrowed from the storage's loc */
+    enum ckpt_scheme scheme;
+    char *scheme_host;         /* owned: "http://host[:port]" as sent */
+    char *host;                /* owned: Host header value */
+    char *base_path;           /* owned: endpoint path ("" or "/base") */
+    int attempts;              /* per request, >= 1 */
+    uint64_t part_size;        /* 0: chosen per object */
+    _Atomic int no_batch_delete; /* learned: DeleteObjects refused */
+};
+
+/* One logical request; signed afresh for every attempt. */
+struct s3_req {
+    const char *method;
+    const char *key;           /* raw object key, or NULL: the bucket */
+    struct ckpt_sigv4_param q[S3_MAX_PARAMS];
+    size_t nq;
+    struct ckpt_sigv4_hdr h[S3_MAX_HDRS];
+    size_t nh;
+    const char *body;          /* borrowed */
+    size_t body_len;
+    int unsigned_payload;      /* large bodies: don't hash */
+    char *sink;                /* GET body destination (ranged read) */
+    size_t sink_cap;
+    size_t sink_skip;
+    char payload_hash[65];     /* computed on first use */
+};
+
+void s3_req_init(struct s3_req *r, const char *method, const char *key);
+void s3_req_param(struct s3_req *r, const char *name, const char *value);
+void s3_req_header(struct s3_req *r, const char *name, const char *value);
+
+/* One attempt: sign, send, wait. resp must be initialised. */
+int s3_attempt(struct s3 *s3, struct s3_req *r, struct http_resp *resp,
+               struct ckpt_err *err);
+/* Judge an attempt's outcome: 0 success, 1 retry after *delay seconds,
+ * -1 failed (err set, naming `what`). A 2xx whose body is an <Error>
+ * document (CompleteMultipartUpload) is a failure too. */
+int s3_judge(struct s3 *s3, const struct http_resp *resp, int attempt,
+             const char *what, double *delay, struct ckpt_err *err);
+/* Attempts with retries until success or failure. */
+int s3_exec(struct s3 *s3, struct s3_req *r, struct http_resp *resp,
+            const char *what, struct ckpt_err *err);
+/* "s3://bucket/key" for messages. Malloced. */
+char *s3_what(const struct ckpt_storage *st, const char *key);
+
+/* Many requests in flight on one thread (curl multi): parts of one
+ * upload, deletes of one tree. Jobs are owned by the caller. */
+struct s3_job {
+    struct s3_req req;
+    struct http_resp resp;
+    char *what;                /* owned */
+    int rc;                    /* valid when done: 0 or -1 */
+    struct ckpt_err err;
+    int done;
+    /* driver state */
+    int attempt;
+    double not_before;
+    CURL *h;
+    struct curl_slist *hdrs;
+    struct ckpt_buf url;
+    struct http_req hreq;      /* lives as long as the transfer */
+    void *ud;                  /* caller's */
+};
+
+struct s3_batch {
+    struct s3 *s3;
+    CURLM *m;
+    struct s3_job **jobs;      /* borrowed: not yet done */
+    size_t n, cap;
+};
+
+void s3_batch_init(struct s3_batch *b, struct s3 *s3);
+/* Wait for every job, then free the multi handle. */
+void s3_batch_release(struct s3_batch *b);
+/* Start j (owned by the caller until it is done). */
+void s3_batch_add(struct s3_batch *b, struct s3_job *j);
+/* Drive transfers until at most `left` jobs are unfinished. */
+void s3_batch_wait(struct s3_batch *b, size_t left);
+void s3_job_init(struct s3_job *j, const char *method, const char *key,
+                 char *what);
+void s3_job_release(struct s3_job *j);
+
+/* Error code and message of an S3 error document, appended to the bufs. */
+void s3_error_fields(const struct ckpt_buf *body, struct ckpt_buf *code,
+                     struct ckpt_buf *msg);
+
+/* Operations (s3_ops.c, s3_write.c), behind the storage vtable. */
+int s3_op_stat(struct ckpt_storage *st, const char *key,
+               struct ckpt_stat *out, struct ckpt_err *err);
+int s3_op_list(struct ckpt_storage *st, const char *dir, unsigned flags,
+               ckpt_list_fn fn, void *ud, struct ckpt_err *err);
+int s3_op_read(struct ckpt_storage *st, const char *key, uint64_t off,
+               void *buf, size_t len, size_t *nread, struct ckpt_err *err);
+int s3_op_del(struct ckpt_storage *st, const char *key,
+              struct ckpt_err *err);
+int s3_op_delete_tree(struct ckpt_storage *st, const char *dir,
+                      struct ckpt_err *err);
+int s3_op_writer_open(struct ckpt_storage *st, const char *key,
+                      uint64_t size_hint, struct ckpt_writer **out,
+                      struct ckpt_err *err);
+int s3_op_put_if_absent(struct ckpt_storage *st, const char *key,
+                        const void *data, size_t len, struct ckpt_err *err);
+
+/* Part size for an object of size_hint (UINT64_MAX: unknown) so that
+ * 5 TiB fits in 10,000 parts; cfg (0: auto) raises the floor. */
+uint64_t s3_part_size(uint64_t size_hint, uint64_t cfg);
+
+/* ISO 8601 "2024-01-02T03:04:05.000Z" to seconds since the epoch. */
+int64_t s3_parse_iso8601(const char *s);

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# ckpt clean on generated run trees (real torch 1.13 DCP bytes), as
+# directories and as every archive type; exact verdicts and the exact
+# filesystem state after each command.
+source "$(dirname "$0")/../support/lib.sh"
+
+python3 "$SRC/tests/support/gen_runs.py" "$T/s" --archives
+python3 "$SRC/tests/support/make_archives.py" "$T/bad"
+cd "$T/s"
+
+NOTRUN="does not look like a run (no config.yaml with wandb/ or train_data/, and no checkpoint directory); use --force to clean it"
+R1="complete checkpoint step1000-unsharded (unsharded)"
+R2="no complete checkpoint with step > 0 (step0: step 0)"
+R3="no complete checkpoint with step > 0 (step0: step 0; step500: model_and_optim/.metadata missing)"
+R4="no checkpoint"
+R5="complete checkpoint step3000-unsharded (unsharded)"
+R6="no complete checkpoint with step > 0 (step1500: model_and_optim/__1_0.distcp truncated)"
+
+# --- dry run: verdicts for every run and archive; nothing changes
+before=$(tree .)
+out=$("$CKPT" clean -n 2871001 2871002 2871003 2871004 2871005 2871006 notes \
+      2871101.tar 2871102.tar.gz 2871103.tar.zst 2871105.zip 2871106.tar.xz \
+      2871107.tar.bz2 2>/dev/null)
+check "dry-run exit" 0 $?
+check "dry-run verdicts" "keep	2871001	$R1
+would-delete	2871002	$R2
+would-delete	2871003	$R3
+would-delete	2871004	$R4
+keep	2871005	$R5
+would-delete	2871006	$R6
+skip	notes	$NOTRUN
+keep	2871101.tar	$R1
+would-delete	2871102.tar.gz	$R2
+would-delete	2871103.tar.zst	$R3
+keep	2871105.zip	$R5
+would-delete	2871106.tar.xz	$R6
+would-delete	2871107.tar.bz2	$R4" "$out"
+check "dry-run changes nothing" "$before" "$(tree .)"
+
+# --- JSON
+out=$("$CKPT" clean -n --json 2871003)
+check "json" '{"run":"2871003","action":"would-delete","reason":"'"$R3"'","checkpoints":[{"name":"step0","step":0,"format":"dcp","complete":true},{"name":"step500","step":500,"format":"dcp","complete":false,"reason":"model_and_optim/.metadata missing"}]}' "$out"
+
+# --- the warning for a skip goes to stderr
+err=$("$CKPT" clean -n notes 2>&1 >/dev/null)
+check "skip warning" "ckpt: warning: skipped notes: $NOTRUN" "$(sed 's/^[0-9TZ:-]* //' <<<"$err")"
+
+# --- real run: bad runs and archives go, the rest stays untouched
+keep_before=$(tree 2871001; tree 2871005)
+out=$("$CKPT" clean 2871002 2871003 2871004 2871006 2871001 2871005 notes \
+      2871102.tar.gz 2871103.tar.zst 2871106.tar.xz 2871107.tar.bz2 \
+      2871101.tar 2871105.zip 2>/dev/null)
+check "clean exit" 0 $?
+check "clean verdicts" "delete	2871002	$R2
+delete	2871003	$R3
+delete	2871004	$R4
+delete	2871006	$R6
+keep	2871001	$R1
+keep	2871005	$R5
+skip	notes	$NOTRUN
+delete	2871102.tar.gz	$R2
+delete	2871103.tar.zst	$R3
+delete	2871106.tar.xz	$R6
+delete	2871107.tar.bz2	$R4
+keep	2871101.tar	$R1
+keep	2871105.zip	$R5" "$out"
+check "what is left" "d ./2871001
+d ./2871005
+d ./notes
+f ./2871101.tar 501760
+f ./2871105.zip 25197" "$(cd "$T/s" && find . -mindepth 1 -maxdepth 1 -printf '%y %p %s\n' | sed 's/^d \(.*\) [0-9]*$/d \1/' | LC_ALL=C sort)"
+check "kept runs untouched" "$keep_before" "$(tree 2871001; tree 2871005)"
+
+# --- --force cleans a non-run
+out=$("$CKPT" clean -n --force notes)
+check "force" "would-delete	notes	no checkpoint" "$out"
+
+# --- bad input: a clear error naming the path, nothing deleted, others go on
+cp "$T/bad/"*.tar* .
+ln -s does-not-exist dangling
+before=$(tree .)
+out=$("$CKPT" clean truncated.tar.gz garbage.tar dotdot.tar absolute.tar \
+      symlink.tar missing dangling 2871005 2>/dev/null)
+rc=$?
+check "bad input exit" 1 $rc
+check "bad input rows" "$(printf '%s\n' \
+"error	truncated.tar.gz	truncated.tar.gz: Truncated input file (needed 4096 bytes, only 0 available)" \
+"error	garbage.tar	garbage.tar: Unrecognized archive format" \
+"error	dotdot.tar	dotdot.tar: member 'run/../evil' has a '..' component" \
+"error	absolute.tar	absolute.tar: member '/etc/evil' has an absolute path" \
+"error	symlink.tar	symlink.tar: link 'run/link' points outside the archive ('../../outside')" \
+"error	missing	stat 'missing': No such file or directory" \
+"error	dangling	stat 'dangling': No such file or directory" \
+"keep	2871005	$R5")" "$out"
+check "bad input deletes nothing" "$before" "$(tree .)"
+rm -f truncated.tar.gz garbage.tar dotdot.tar absolute.tar symlink.tar \
+      hardlink.tar okaylink.tar dangling
+
+# --- archives above --max-archive-size are skipped unopened
+out=$("$CKPT" clean -n --max-archive-size 100K 2871101.tar 2871105.zip 2>/dev/null)
+check "max archive size" "skip	2871101.tar	archive is 490.0 KiB, above --max-archive-size 100.0 KiB
+keep	2871105.zip	$R5" "$out"
+
+# --- a symlink to a bad run is judged but not deleted through
+python3 "$SRC/tests/support/gen_runs.py" "$T/g2" >/dev/null
+ln -s "$T/g2/2871002" linkrun
+out=$("$CKPT" clean linkrun 2>/dev/null)
+check "symlink run" "error	linkrun	'linkrun' is a symbolic link; not deleting through it (give the real path)" "$out"
+test -d "$T/g2/2871002/step0"; check "symlink target intact" 0 $?
+
+# --- refuse to delete the current directory
+out=$(cd "$T/g2/2871004" && "$CKPT" clean . 2>/dev/null)
+check "refuse cwd" "error	.	refusing to delete '.' ($T/g2/2871004)" "$out"
+
+# --- pruning inside kept runs
+mk() { mkdir -p "$1"; cp "$SRC/tests/fixtures/runs/olmo-torch-new-1.13/model.pt" "$1/"; }
+P="$T/p/run"
+mkdir -p "$P/wandb"; echo "run_name: p" > "$P/config.yaml"
+for s in 100 200 300 400 500; do mk "$P/step$s-unsharded"; done
+mk "$P/step0-unsharded"
+mkdir -p "$P/step600/model_and_optim"; echo x > "$P/step600/model_and_optim/__0_0.distcp"
+out=$("$CKPT" clean -n --keep-last 2 "$P" | cut -f1,3)
+check "keep-last dry" "keep	complete checkpoint step500-unsharded (unsharded); would prune step0-unsharded, step100-unsharded, step200-unsharded, step300-unsharded" "$out"
+out=$("$CKPT" clean --keep-last 1 --keep-every 200 --json "$P" | python3 -c 'import json,sys; o=json.load(sys.stdin); print(o["action"], o["pruned"])')
+check "keep-every" "keep ['step100-unsharded', 'step300-unsharded']" "$out"
+check "pruned state" "step0-unsharded step200-unsharded step400-unsharded step500-unsharded step600" "$(ls "$P" | grep step | tr '\n' ' ' | sed 's/ $//')"
+
+# --- two cleaners on the same runs at once (GNU parallel): never both fail
+for i in $(seq 15); do
+    python3 "$SRC/tests/support/gen_runs.py" "$T/c$i" >/dev/null
+    ( "$CKPT" clean "$T/c$i/2871002" "$T/c$i/2871003" >/dev/null 2>&1; echo $? > "$T/c$i.a" ) &
+    ( "$CKPT" clean "$T/c$i/2871002" "$T/c$i/2871003" >/dev/null 2>&1; echo $? > "$T/c$i.b" ) &
+    wait
+    ok=0
+    [ "$(cat "$T/c$i.a")" = 0 ] && ok=1
+    [ "$(cat "$T/c$i.b")" = 0 ] && ok=1
+    gone=$([ ! -e "$T/c$i/2871002" ] && [ ! -e "$T/c$i/2871003" ] && echo yes)
+    check "concurrent $i: one succeeds, runs gone" "1 yes" "$ok $gone"
+done
+
+# --- an unreadable directory is an error, never a verdict (as an
+# unprivileged user: root reads everything)
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+    U=$(mktemp -d /tmp/ckpt-unreadable-XXXXXX)
+    chmod 755 "$U"
+    python3 "$SRC/tests/support/gen_runs.py" "$U/g" >/dev/null
+    chmod -R a+rX "$U/g"
+    chmod 000 "$U/g/2871003/step500"
+    # the checkout may sit in a private directory: run a copy of the binary
+    cp "$CKPT" "$U/ckpt" && chmod 755 "$U/ckpt"
+    before=$(tree "$U/g")
+    out=$(cd "$U/g" && setpriv --reuid=65534 --regid=65534 --clear-groups \
+          "$U/ckpt" clean 2871003 2>/dev/null)
+    check "unreadable exit" 1 $?
+    check "unreadable dir" "error	2871003	open directory '2871003/step500': Permission denied" "$out"
+    check "unreadable: nothing deleted" "$before" "$(tree "$U/g")"
+    chmod -R u+rwx "$U"; rm -rf "$U"
+fi
+
+# --- usage errors
+"$CKPT" clean >/dev/null 2>&1; check "no args" 2 $?
+"$CKPT" clean --bogus x >/dev/null 2>&1; check "bad option" 2 $?
+"$CKPT" clean --max-archive-size 5Q x >/dev/null 2>&1; check "bad size" 2 $?
+"$CKPT" clean --help | head -1 > "$T/h"; check "help" "usage: ckpt clean [options] RUN..." "$(cat "$T/h")"
+check "help command" "$("$CKPT" clean --help)" "$("$CKPT" help clean)"
+
+finish

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# ckpt clean on runs stored in S3 (s3rver behind the signature-verifying
+# proxy): run prefixes and archive objects, exact verdicts, the exact objects
+# left afterwards; a remote plain tar is classified from its headers only
+# (bytes counted by the proxy).
+source "$(dirname "$0")/../support/lib.sh"
+source "$SRC/tests/support/s3env.sh"
+s3env_start --bucket runs || exit 1
+trap 's3env_stop; rm -rf "$T"' EXIT
+aws() { command aws --endpoint-url "$AWS_ENDPOINT_URL" "$@"; }
+
+python3 "$SRC/tests/support/gen_runs.py" "$T/s" --archives
+rm -f "$T/s/2871001/latest" # object stores have no symlinks
+aws s3 cp --quiet --recursive "$T/s" s3://runs/scratch/
+
+R1="complete checkpoint step1000-unsharded (unsharded)"
+R2="no complete checkpoint with step > 0 (step0: step 0)"
+R3="no complete checkpoint with step > 0 (step0: step 0; step500: model_and_optim/.metadata missing)"
+R4="no checkpoint"
+R5="complete checkpoint step3000-unsharded (unsharded)"
+R6="no complete checkpoint with step > 0 (step1500: model_and_optim/__1_0.distcp truncated)"
+NOTRUN="does not look like a run (no config.yaml with wandb/ or train_data/, and no checkpoint directory); use --force to clean it"
+
+u=s3://runs/scratch
+out=$("$CKPT" clean -n $u/2871001 $u/2871002/ $u/2871003 $u/2871004 $u/2871005 \
+      $u/2871006 $u/notes $u/2871101.tar $u/2871102.tar.gz $u/2871103.tar.zst \
+      $u/2871105.zip $u/2871106.tar.xz $u/2871107.tar.bz2 $u/missing 2>/dev/null)
+check "remote dry-run exit" 1 $?
+check "remote dry-run verdicts" "keep	$u/2871001	$R1
+would-delete	$u/2871002/	$R2
+would-delete	$u/2871003	$R3
+would-delete	$u/2871004	$R4
+keep	$u/2871005	$R5
+would-delete	$u/2871006	$R6
+skip	$u/notes	$NOTRUN
+keep	$u/2871101.tar	$R1
+would-delete	$u/2871102.tar.gz	$R2
+would-delete	$u/2871103.tar.zst	$R3
+keep	$u/2871105.zip	$R5
+would-delete	$u/2871106.tar.xz	$R6
+would-delete	$u/2871107.tar.bz2	$R4
+error	$u/missing	$u/missing: no such object or prefix" "$out"
+
+listing() { aws s3 ls --recursive s3://runs/scratch/ | awk '{print $4}' | LC_ALL=C sort; }
+before=$(listing)
+"$CKPT" clean $u/2871002 $u/2871003 $u/2871004 $u/2871006 $u/2871102.tar.gz \
+    $u/2871103.tar.zst $u/2871106.tar.xz $u/2871107.tar.bz2 $u/2871001 \
+    $u/2871101.tar >"$T/out" 2>/dev/null
+check "remote clean exit" 0 $?
+check "remote clean actions" "delete delete delete delete delete delete delete delete keep keep" \
+    "$(cut -f1 "$T/out" | tr '\n' ' ' | sed 's/ $//')"
+want=$(grep -v -e '^scratch/287100[2346]/' -e '^scratch/28711\(02\|03\|06\|07\)\.' <<<"$before")
+check "objects left" "$want" "$(listing)"
+check "kept run intact" "$(cd "$T/s" && find 2871001 -type f | LC_ALL=C sort)" \
+    "$(aws s3 ls --recursive s3://runs/scratch/2871001/ | awk '{print $4}' | sed 's|^scratch/||' | LC_ALL=C sort)"
+
+# --- a remote plain tar is judged from its member headers only
+mkdir -p "$T/big/r/step7/model_and_optim" "$T/big/r/wandb"
+cp "$T/s/2871001/config.yaml" "$T/big/r/"
+cp -r "$T/s/2871001/step1000/model_and_optim/." "$T/big/r/step7/model_and_optim/"
+for i in $(seq 40); do head -c 1000000 /dev/urandom > "$T/big/r/step7/blob$i"; done
+(cd "$T/big" && tar cf big.tar r)
+aws s3 cp --quiet "$T/big/big.tar" s3://runs/tars/big.tar
+size=$(stat -c %s "$T/big/big.tar")
+s3env_reset_stats >/dev/null
+out=$("$CKPT" clean -n s3://runs/tars/big.tar | cut -f1,3)
+check "remote tar verdict" "keep	complete checkpoint step7 (dcp)" "$out"
+fetched=$(s3env_stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["get_bytes"])')
+echo "remote tar: fetched $fetched of $size bytes"
+check "remote tar reads < 2% of the archive" 1 $((fetched * 50 < size))
+
+# --- refusing to delete a whole bucket
+out=$("$CKPT" clean --force s3://runs 2>/dev/null | cut -f1)
+check "no whole-bucket delete" "error" "$out"
+
+finish

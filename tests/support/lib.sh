@@ -1,0 +1,32 @@
+# lib.sh - helpers for integration tests (sourced by tests/integration/*.sh).
+# Provides: CKPT (binary), SRC (repo root), T (fresh temp dir, removed on
+# exit), check NAME EXPECTED ACTUAL, check_rc, pass/fail counters, finish.
+set -uo pipefail
+SRC=${CKPT_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+CKPT=${CKPT:-$SRC/build/ckpt}
+T=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-it-XXXXXX")
+trap 'chmod -R u+rwx "$T" 2>/dev/null; rm -rf "$T"' EXIT
+PASSED=0
+FAILED=0
+
+# check NAME EXPECTED ACTUAL: exact string comparison, diff on failure.
+check() {
+    if [ "$2" == "$3" ]; then
+        PASSED=$((PASSED + 1))
+    else
+        FAILED=$((FAILED + 1))
+        echo "FAIL: $1"
+        diff -u <(printf '%s\n' "$2") <(printf '%s\n' "$3") | sed 's/^/    /'
+    fi
+}
+
+# tree DIR: every path below DIR with its type and size, sorted; the exact
+# filesystem state tests compare.
+tree() {
+    (cd "$1" && find . -mindepth 1 -printf '%y %p %s\n' | sed 's/^d \(.*\) [0-9]*$/d \1/' | LC_ALL=C sort)
+}
+
+finish() {
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+}

@@ -1,0 +1,549 @@
+#!/usr/bin/python3
+"""s3proxy.py - a verifying, fault-injecting HTTP proxy in front of s3rver.
+
+s3rver 3.7.1 does not check SigV4 signatures, so every request is checked
+here first: the signature is recomputed with botocore's S3SigV4Auth from
+what arrived on the wire (decoded and re-encoded path and query, the
+SignedHeaders, x-amz-content-sha256 against the body) and a mismatch is
+answered 403 SignatureDoesNotMatch, as AWS would. Bearer tokens issued by
+the proxy's own OAuth token endpoint (/__proxy/token, which verifies the
+RS256 JWT assertion with the service account's public key) are accepted
+instead of SigV4 for the GCS OAuth tests.
+
+It also emulates what s3rver lacks (so tests can exercise those paths):
+  * PUT with If-None-Match: * answers 412 PreconditionFailed when the
+    object exists (s3rver ignores conditional PUT headers); atomic only
+    among requests through this proxy;
+  * AbortMultipartUpload (DELETE ?uploadId=) answers 204 (s3rver: 405);
+  * a ranged GET of an empty object answers 416 InvalidRange, as S3 does
+    (s3rver sends 206 with Content-Length: 1 and no body, then hangs).
+
+Faults, chosen per request at random (seeded):
+  slowdown  fraction answered 503 SlowDown
+  r2_429    fraction answered 429 with R2's "Reduce your concurrent request
+            rate for the same object."
+  reset     fraction of GET responses cut mid-body (TCP reset)
+  slow_ms   delay before each 64 KiB of a response body
+  methods   only requests with these methods get faults ("" = all)
+  complete_error  the next N CompleteMultipartUpload requests are answered
+            200 with an <Error> body (InternalError), as S3 may
+  no_batch_delete  answer DeleteObjects 501 NotImplemented, as GCS did
+Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
+Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them.
+
+Listens on 127.0.0.1 only; prints "s3proxy listening on 127.0.0.1:PORT".
+Exits by itself after --max-seconds.
+"""
+import argparse
+import base64
+import datetime
+import hashlib
+import http.client
+import http.server
+import json
+import os
+import random
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer",
+       "upgrade", "proxy-authorization", "proxy-authenticate", "expect"}
+AUTH_HEADERS = {"authorization", "x-amz-security-token", "x-amz-date",
+                "x-amz-content-sha256"}
+R2_MSG = "Reduce your concurrent request rate for the same object."
+
+
+class State:
+    def __init__(self, args):
+        self.lock = threading.Lock()
+        self.cond_lock = threading.Lock()
+        self.upstream = args.upstream
+        self.keys = {"S3RVER": ("S3RVER", None)}
+        for spec in args.key or []:
+            parts = spec.split(":")
+            self.keys[parts[0]] = (parts[1], parts[2] if len(parts) > 2
+                                   else None)
+        self.require_auth = not args.allow_anonymous
+        self.config = {"slowdown": args.slowdown, "r2_429": args.r2_429,
+                       "reset": args.reset, "slow_ms": args.slow_ms,
+                       "methods": args.fault_methods, "token_ttl": 3600,
+                       "complete_error": 0, "no_batch_delete": False}
+        self.rng = random.Random(args.seed)
+        self.sa_pubkey = args.sa_pubkey
+        self.sa_email = args.sa_email
+        self.tokens = set()
+        self.reset_stats()
+
+    def reset_stats(self):
+        with self.lock:
+            self.stats = {"requests": 0, "methods": {}, "statuses": {},
+                          "bytes_in": 0, "bytes_out": 0, "get_requests": 0,
+                          "get_bytes": 0, "faults": {"slowdown": 0,
+                          "r2_429": 0, "reset": 0, "complete_error": 0,
+                          "no_batch_delete": 0}, "sig_ok": 0,
+                          "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
+                          "emulated": {"if_none_match": 0, "abort": 0,
+                                       "empty_range": 0}}
+
+    def count(self, key, n=1, sub=None):
+        with self.lock:
+            if sub is None:
+                self.stats[key] += n
+            else:
+                d = self.stats[key]
+                d[sub] = d.get(sub, 0) + n
+
+    def draw(self, method):
+        """The fault (or None) for one request."""
+        with self.lock:
+            c = self.config
+            if c["methods"] and method not in c["methods"].split(","):
+                return None
+            x = self.rng.random()
+            for name in ("slowdown", "r2_429", "reset"):
+                if x < c[name]:
+                    return name
+                x -= c[name]
+        return None
+
+
+def error_xml(code, message, extra=""):
+    return ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s"
+            "</Code><Message>%s</Message>%s<RequestId>s3proxy</RequestId>"
+            "</Error>" % (code, message, extra)).encode()
+
+
+def parse_auth(value):
+    """AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., Signature=..."""
+    algo, _, rest = value.partition(" ")
+    fields = {}
+    for part in rest.split(","):
+        k, _, v = part.strip().partition("=")
+        fields[k] = v
+    return algo, fields
+
+
+def b64url_decode(s):
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "s3proxy"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    @property
+    def st(self):
+        return self.server.state
+
+    def do_GET(self):
+        self.handle_any()
+
+    do_PUT = do_POST = do_DELETE = do_HEAD = do_GET
+
+    # -- plumbing --------------------------------------------------------
+
+    def read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def reply(self, status, body=b"", headers=None, method=None):
+        self.send_response(status)
+        hdrs = dict(headers or {})
+        hdrs.setdefault("Content-Length", str(len(body)))
+        if body and "Content-Type" not in hdrs:
+            hdrs["Content-Type"] = "application/xml"
+        for k, v in hdrs.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if (method or self.command) != "HEAD" and body:
+            self.write_body(body)
+        self.st.count("statuses", sub=str(status))
+
+    def write_body(self, body):
+        slow = self.st.config["slow_ms"]
+        for i in range(0, len(body), 65536):
+            if slow:
+                time.sleep(slow / 1000.0)
+            chunk = body[i:i + 65536]
+            self.wfile.write(chunk)
+            self.st.count("bytes_out", len(chunk))
+            if self.command == "GET":
+                self.st.count("get_bytes", len(chunk))
+
+    def reset_mid_body(self, status, headers, body):
+        """Send the headers and half the body, then a TCP reset."""
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        half = body[:max(1, len(body) // 2)]
+        self.wfile.write(half)
+        self.wfile.flush()
+        self.st.count("bytes_out", len(half))
+        self.st.count("get_bytes", len(half))
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                   struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
+
+    # -- request handling ------------------------------------------------
+
+    def handle_any(self):
+        path = self.path
+        if path.startswith("/__proxy/"):
+            return self.control(path)
+        body = self.read_body()
+        st = self.st
+        st.count("requests")
+        st.count("methods", sub=self.command)
+        st.count("bytes_in", len(body))
+        if self.command == "GET":
+            st.count("get_requests")
+        denied = self.authenticate(body)
+        if denied:
+            return self.reply(*denied)
+        fault = st.draw(self.command)
+        if fault == "slowdown":
+            st.count("faults", sub="slowdown")
+            return self.reply(503, error_xml("SlowDown", "Please reduce "
+                              "your request rate."))
+        if fault == "r2_429":
+            st.count("faults", sub="r2_429")
+            return self.reply(429, error_xml("TooManyRequests", R2_MSG))
+        special = self.special_fault(path)
+        if special:
+            return self.reply(*special)
+        cond = (self.command == "PUT" and
+                self.headers.get("If-None-Match", "").strip() == "*")
+        # A conditional create is HEAD + PUT under one lock.
+        with st.cond_lock if cond else _NoLock():
+            emulated = self.emulate(path)
+            if emulated:
+                return self.reply(*emulated)
+            status, headers, rbody = self.forward(body)
+        if fault == "reset" and self.command == "GET" and len(rbody) > 1:
+            st.count("faults", sub="reset")
+            return self.reset_mid_body(status, headers, rbody)
+        self.reply(status, rbody, headers)
+
+    def special_fault(self, path):
+        params = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query,
+                                       keep_blank_values=True)
+        if self.command != "POST":
+            return None
+        with self.st.lock:
+            c = self.st.config
+            if "uploadId" in params and c["complete_error"] > 0:
+                c["complete_error"] -= 1
+                hit = "complete_error"
+            elif "delete" in params and c["no_batch_delete"]:
+                hit = "no_batch_delete"
+            else:
+                return None
+            self.st.stats["faults"][hit] += 1
+        if hit == "complete_error":
+            return (200, error_xml("InternalError", "We encountered an "
+                    "internal error. Please try again."))
+        return (501, error_xml("NotImplemented", "POST ?delete is not "
+                "implemented for objects."))
+
+    def emulate(self, path):
+        q = urllib.parse.urlsplit(path).query
+        params = urllib.parse.parse_qs(q, keep_blank_values=True)
+        if self.command == "DELETE" and "uploadId" in params:
+            self.st.count("emulated", sub="abort")
+            return (204, b"")
+        if (self.command == "PUT" and
+                self.headers.get("If-None-Match", "").strip() == "*" and
+                "uploadId" not in params):
+            status, _, _ = self.upstream_request("HEAD", path, {}, b"")
+            if status == 200:
+                self.st.count("emulated", sub="if_none_match")
+                return (412, error_xml("PreconditionFailed", "At least "
+                        "one of the pre-conditions you specified did "
+                        "not hold", "<Condition>If-None-Match"
+                        "</Condition>"))
+        return None
+
+    def upstream_request(self, method, path, headers, body):
+        conn = http.client.HTTPConnection(self.st.upstream, timeout=120)
+        try:
+            conn.request(method, path, body=body or None, headers=headers)
+            r = conn.getresponse()
+            if r.status == 206 and (r.getheader("Content-Range") or "") \
+                    .endswith("/0"):
+                self.st.count("emulated", sub="empty_range")
+                return 416, [("Content-Type", "application/xml")], \
+                    error_xml("InvalidRange", "The requested range is not "
+                              "satisfiable")
+            data = r.read()
+            return r.status, r.getheaders(), data
+        finally:
+            conn.close()
+
+    def forward(self, body):
+        headers = {}
+        for k, v in self.headers.items():
+            lk = k.lower()
+            if lk in HOP or lk in AUTH_HEADERS or lk == "host":
+                continue
+            if lk == "if-none-match" and self.command == "PUT":
+                continue
+            headers[k] = v
+        headers["Content-Length"] = str(len(body))
+        status, hdrs, data = self.upstream_request(self.command, self.path,
+                                                   headers, body)
+        out = {}
+        for k, v in hdrs:
+            if k.lower() not in HOP and k.lower() != "content-length":
+                out[k] = v
+        out["Content-Length"] = str(len(data))
+        if self.command == "HEAD":
+            out["Content-Length"] = dict((k.lower(), v) for k, v in hdrs) \
+                .get("content-length", "0")
+        return status, out, data
+
+    # -- authentication --------------------------------------------------
+
+    def authenticate(self, body):
+        auth = self.headers.get("Authorization")
+        if not auth:
+            if self.st.require_auth:
+                return (403, error_xml("AccessDenied", "Anonymous access "
+                        "is not allowed"))
+            return None
+        if auth.startswith("Bearer "):
+            if auth[7:] in self.st.tokens:
+                self.st.count("bearer_ok")
+                return None
+            return (401, error_xml("AuthenticationRequired", "Invalid "
+                    "bearer token"))
+        return self.verify_sigv4(auth, body)
+
+    def verify_sigv4(self, auth, body):
+        algo, f = parse_auth(auth)
+        if algo != "AWS4-HMAC-SHA256" or not {"Credential", "SignedHeaders",
+                                              "Signature"} <= set(f):
+            return (400, error_xml("AuthorizationHeaderMalformed",
+                    "Malformed Authorization header"))
+        cred = f["Credential"].split("/")
+        akid, day, region, service = cred[0], cred[1], cred[2], cred[3]
+        if akid not in self.st.keys:
+            return (403, error_xml("InvalidAccessKeyId", "Unknown key"))
+        secret, token = self.st.keys[akid]
+        signed = f["SignedHeaders"].split(";")
+        amz_date = self.headers.get("X-Amz-Date", "")
+        sha = self.headers.get("X-Amz-Content-SHA256")
+        problem = self.check_fields(signed, amz_date, day, service, sha,
+                                    token, body)
+        if problem:
+            return problem
+        want, creq = self.signature(signed, secret, token, akid, region,
+                                    amz_date)
+        if want != f["Signature"]:
+            self.st.count("sig_fail")
+            sys.stderr.write("s3proxy: signature mismatch; canonical "
+                             "request:\n%s\n" % creq)
+            return (403, error_xml("SignatureDoesNotMatch", "The request "
+                    "signature we calculated does not match the signature "
+                    "you provided.", "<CanonicalRequest>%s</CanonicalRequest>"
+                    % creq.replace("&", "&amp;").replace("<", "&lt;")))
+        self.st.count("sig_ok")
+        return None
+
+    def check_fields(self, signed, amz_date, day, service, sha, token, body):
+        def bad(code, msg, status=403):
+            self.st.count("sig_fail")
+            return (status, error_xml(code, msg))
+        if "host" not in signed or "x-amz-date" not in signed:
+            return bad("AccessDenied", "host and x-amz-date must be signed")
+        if service != "s3" or amz_date[:8] != day:
+            return bad("SignatureDoesNotMatch", "bad credential scope")
+        try:
+            t = datetime.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ")
+        except ValueError:
+            return bad("AccessDenied", "bad x-amz-date")
+        skew = abs((datetime.datetime.utcnow() - t).total_seconds())
+        if skew > 900:
+            return bad("RequestTimeTooSkewed", "time skew too large")
+        if token is not None:
+            if (self.headers.get("X-Amz-Security-Token") != token or
+                    "x-amz-security-token" not in signed):
+                return bad("InvalidToken", "bad or unsigned session token")
+        if not sha:
+            return bad("InvalidRequest", "missing x-amz-content-sha256", 400)
+        if sha != "UNSIGNED-PAYLOAD" and \
+                sha != hashlib.sha256(body).hexdigest():
+            return bad("XAmzContentSHA256Mismatch", "payload hash mismatch",
+                       400)
+        for h in signed:
+            if h not in self.headers:
+                return bad("AccessDenied", "signed header %s missing" % h)
+        return None
+
+    def signature(self, signed, secret, token, akid, region, amz_date):
+        """Recompute as a server does: decode, then re-encode."""
+        split = urllib.parse.urlsplit(self.path)
+        path = urllib.parse.quote(urllib.parse.unquote(split.path),
+                                  safe="/~")
+        params = []
+        for pair in split.query.split("&") if split.query else []:
+            k, _, v = pair.partition("=")
+            params.append((urllib.parse.unquote(k),
+                           urllib.parse.unquote(v)))
+        headers = {h: ",".join(self.headers.get_all(h)) for h in signed}
+        host = self.headers.get("Host")
+        req = AWSRequest(method=self.command, url="http://%s%s" % (host,
+                         path), headers=headers)
+        req.params = params
+        req.context["timestamp"] = amz_date
+        signer = S3SigV4Auth(Credentials(akid, secret, token), "s3", region)
+        creq = signer.canonical_request(req)
+        sts = signer.string_to_sign(req, creq)
+        return signer.signature(sts, req), creq
+
+    # -- control and OAuth -----------------------------------------------
+
+    def control(self, path):
+        body = self.read_body()
+        if path == "/__proxy/stats":
+            with self.st.lock:
+                data = json.dumps(self.st.stats).encode()
+            return self.reply(200, data, {"Content-Type":
+                                          "application/json"})
+        if path == "/__proxy/reset" and self.command == "POST":
+            self.st.reset_stats()
+            return self.reply(204)
+        if path == "/__proxy/config" and self.command == "POST":
+            with self.st.lock:
+                self.st.config.update(json.loads(body or b"{}"))
+                data = json.dumps(self.st.config).encode()
+            return self.reply(200, data, {"Content-Type":
+                                          "application/json"})
+        if path == "/__proxy/token" and self.command == "POST":
+            return self.token(body)
+        return self.reply(404, error_xml("NoSuchControl", path))
+
+    def token(self, body):
+        form = urllib.parse.parse_qs(body.decode())
+        grant = form.get("grant_type", [""])[0]
+        jwt = form.get("assertion", [""])[0]
+        err = None
+        if grant != "urn:ietf:params:oauth:grant-type:jwt-bearer":
+            err = "unsupported_grant_type"
+        else:
+            err = self.check_jwt(jwt)
+        if err:
+            return self.reply(400, json.dumps({"error": "invalid_grant",
+                              "error_description": err}).encode(),
+                              {"Content-Type": "application/json"})
+        tok = "ya29.test-%016x" % self.st.rng.getrandbits(64)
+        self.st.tokens.add(tok)
+        self.st.count("tokens_issued")
+        data = {"access_token": tok, "token_type": "Bearer",
+                "expires_in": self.st.config["token_ttl"]}
+        return self.reply(200, json.dumps(data).encode(),
+                          {"Content-Type": "application/json"})
+
+    def check_jwt(self, jwt):
+        parts = jwt.split(".")
+        if len(parts) != 3 or not self.st.sa_pubkey:
+            return "malformed assertion"
+        header = json.loads(b64url_decode(parts[0]))
+        claims = json.loads(b64url_decode(parts[1]))
+        if header.get("alg") != "RS256":
+            return "alg must be RS256"
+        with tempfile.NamedTemporaryFile() as sig:
+            sig.write(b64url_decode(parts[2]))
+            sig.flush()
+            r = subprocess.run(["openssl", "dgst", "-sha256", "-verify",
+                                self.st.sa_pubkey, "-signature", sig.name],
+                               input=("%s.%s" % (parts[0], parts[1]))
+                               .encode(), capture_output=True)
+        if r.returncode != 0:
+            return "bad signature"
+        now = time.time()
+        aud = "http://%s/__proxy/token" % self.headers.get("Host")
+        if claims.get("iss") != self.st.sa_email:
+            return "wrong iss"
+        if claims.get("aud") != aud:
+            return "wrong aud"
+        if "devstorage" not in claims.get("scope", ""):
+            return "wrong scope"
+        iat, exp = claims.get("iat", 0), claims.get("exp", 0)
+        if abs(iat - now) > 300 or exp <= iat or exp - iat > 3600:
+            return "bad iat/exp"
+        return None
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--upstream", required=True, help="HOST:PORT of s3rver")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--key", action="append",
+                   help="extra AKID:SECRET[:SESSION_TOKEN] accepted")
+    p.add_argument("--allow-anonymous", action="store_true")
+    p.add_argument("--slowdown", type=float, default=0.0)
+    p.add_argument("--r2-429", type=float, default=0.0)
+    p.add_argument("--reset", type=float, default=0.0)
+    p.add_argument("--slow-ms", type=int, default=0)
+    p.add_argument("--fault-methods", default="")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--sa-pubkey", help="PEM public key of the service "
+                   "account whose JWTs /__proxy/token accepts")
+    p.add_argument("--sa-email", default="ckpt-test@example.iam."
+                   "gserviceaccount.com")
+    p.add_argument("--max-seconds", type=float, default=3600)
+    args = p.parse_args()
+    srv = Server(("127.0.0.1", args.port), Handler)
+    srv.state = State(args)
+    print("s3proxy listening on 127.0.0.1:%d" % srv.server_address[1],
+          flush=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    deadline = time.time() + args.max_seconds
+    try:
+        while time.time() < deadline:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    srv.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+#include "ckpt/archive.h"
+#include "ckpt/buf.h"
+#include "ckpt/util.h"
+#include "test.h"
+
+static struct ckpt_storage *local(void)
+{
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = NULL;
+    ckpt_loc_parse(&loc, "/", NULL);
+    ckpt_storage_open(&st, &loc, NULL, NULL);
+    ckpt_loc_release(&loc);
+    return st;
+}
+
+static int sh(const char *fmt, const char *a)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), fmt, a, a, a, a);
+    return system(cmd);
+}
+
+/* A small run tree in TMP/src/run1 with known contents. */
+static const char *make_tree(void)
+{
+    static char dir[512];
+    snprintf(dir, sizeof(dir), "%s/src", test_tmpdir());
+    sh("mkdir -p %s/run1/step5 %s/run1/wandb && printf 'a: 1\\n' > "
+       "%s/run1/config.yaml && head -c 100000 /dev/urandom > "
+       "%s/run1/step5/model.pt", dir);
+    return dir;
+}
+
+/* List an archive; return "path:size;..." and check content of
+ * config.yaml when read through the archive. */
+static char *listing(const char *path, int *cfg_ok, int *offsets_ok,
+                     uint64_t *fetched, uint64_t *size)
+{
+    struct ckpt_storage *st = local();
+    struct ckpt_archive *a;
+    struct ckpt_err err;
+    struct ckpt_buf out = CKPT_BUF_INIT;
+    *cfg_ok = 0;
+    *offsets_ok = 1;
+    if (ckpt_archive_open(&a, st, path, &err) != 0) {
+        fprintf(stderr, "open: %s\n", err.msg);
+        ckpt_storage_close(st);
+        return ckpt_buf_detach(&out, NULL);
+    }
+    struct ckpt_archive_entry e;
+    int rc;
+    while ((rc = ckpt_archive_next(a, &e, &err)) == 1) {
+        if (e.type != CKPT_ENTRY_FILE)
+            continue;
+        ckpt_buf_addf(&out, "%s:%llu;", e.path, (unsigned long long)e.size);
+        if (e.data_offset != CKPT_NO_OFFSET) {
+            /* The offset must point at the member's bytes. */
+            char b[8];
+            size_t n;
+            ckpt_storage_read(st, path, e.data_offset, b, 5, &n, &err);
+            if (ckpt_str_endswith(e.path, "config.yaml") &&
+                (n != 5 || memcmp(b, "a: 1\n", 5) != 0))
+                *offsets_ok = 0;
+        }
+        if (ckpt_str_endswith(e.path, "config.yaml")) {
+            char b[64];
+            size_t n;
+            ckpt_archive_read(a, b, sizeof(b), &n, &err);
+            *cfg_ok = n == 5 && memcmp(b, "a: 1\n", 5) == 0;
+        }
+    }
+    CHECK_EQ(rc, 0);
+    *fetched = ckpt_archive_bytes_fetched(a);
+    *size = ckpt_archive_file_size(a);
+    ckpt_archive_close(a);
+    ckpt_storage_close(st);
+    return ckpt_buf_detach(&out, NULL);
+}
+
+static void check_kind(const char *ext, const char *cmd)
+{
+    const char *src = make_tree();
+    char path[600];
+    snprintf(path, sizeof(path), "%s/run1%s", test_tmpdir(), ext);
+    char full[1500];
+    snprintf(full, sizeof(full), "cd %s && %s %s run1 >/dev/null", src, cmd,
+             path);
+    CHECK(system(full) == 0);
+    int cfg_ok, off_ok;
+    uint64_t fetched, size;
+    char *l = listing(path, &cfg_ok, &off_ok, &fetched, &size);
+    /* zip lists in its own order; tar in insertion order (tar sorts?) */
+    CHECK(strstr(l, "run1/config.yaml:5;") != NULL);
+    CHECK(strstr(l, "run1/step5/model.pt:100000;") != NULL);
+    CHECK(cfg_ok);
+    CHECK(off_ok);
+    free(l);
+}
+
+static void test_archive__tar(void) { check_kind(".tar", "tar cf"); }
+static void test_archive__tar_gz(void) { check_kind(".tar.gz", "tar czf"); }
+static void test_archive__tar_bz2(void) { check_kind(".tar.bz2", "tar cjf"); }
+static void test_archive__tar_xz(void) { check_kind(".tar.xz", "tar cJf"); }
+static void test_archive__tar_zst(void)
+{
+    check_kind(".tar.zst", "tar --zstd -cf");
+}
+static void test_archive__zip(void)
+{
+    char cmd[600];
+    /* zip takes the archive name first. */
+    snprintf(cmd, sizeof(cmd), "zip -qr");
+    check_kind(".zip", cmd);
+}
+
+static void test_archive__plain_tar_skips_data(void)
+{
+    /* 40 members of 256 KiB: reading headers only must fetch a tiny
+     * fraction of the file. */
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "cd %s && mkdir -p big && for i in $(seq 40);"
+             " do head -c 262144 /dev/zero > big/f$i; done && tar cf big.tar"
+             " big", test_tmpdir());
+    CHECK(system(cmd) == 0);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/big.tar", test_tmpdir());
+    int cfg_ok, off_ok;
+    uint64_t fetched, size;
+    char *l = listing(path, &cfg_ok, &off_ok, &fetched, &size);
+    CHECK(strstr(l, "big/f40:262144;") != NULL);
+    CHECK(size > 40 * 262144);
+    fprintf(stderr, "  fetched %llu of %llu bytes\n",
+            (unsigned long long)fetched, (unsigned long long)size);
+    CHECK(fetched * 100 < size);
+    free(l);
+}
+
+static const char *evil_dir(void)
+{
+    static char dir[512];
+    if (!dir[0]) {
+        snprintf(dir, sizeof(dir), "%s/evil", test_tmpdir());
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd), "python3 ../tests/support/make_archives.py"
+                 " %s 2>/dev/null || python3 support/make_archives.py %s",
+                 dir, dir);
+        CHECK(system(cmd) == 0);
+    }
+    return dir;
+}
+
+/* Walk an archive to its end; return the error message or "". */
+static char *walk_error(const char *name, int *code)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", evil_dir(), name);
+    struct ckpt_storage *st = local();
+    struct ckpt_archive *a;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int rc = ckpt_archive_open(&a, st, path, &err);
+    if (rc == 0) {
+        struct ckpt_archive_entry e;
+        while ((rc = ckpt_archive_next(a, &e, &err)) == 1) {
+            char b[4096];
+            size_t n;
+            do {
+                if (ckpt_archive_read(a, b, sizeof(b), &n, &err) != 0) {
+                    rc = -1;
+                    break;
+                }
+            } while (n);
+            if (rc < 0)
+                break;
+        }
+        ckpt_archive_close(a);
+    }
+    ckpt_storage_close(st);
+    *code = err.code;
+    /* strip the directory from the message */
+    const char *m = strstr(err.msg, name);
+    return ckpt_xstrdup(rc < 0 ? (m ? m : err.msg) : "");
+}
+
+static void test_archive__unsafe_members(void)
+{
+    int code;
+    char *m;
+    m = walk_error("dotdot.tar", &code);
+    CHECK_STR(m, "dotdot.tar: member 'run/../evil' has a '..' component");
+    CHECK_EQ(code, CKPT_EUNSAFE);
+    free(m);
+    m = walk_error("absolute.tar", &code);
+    CHECK_STR(m, "absolute.tar: member '/etc/evil' has an absolute path");
+    free(m);
+    m = walk_error("symlink.tar", &code);
+    CHECK_STR(m, "symlink.tar: link 'run/link' points outside the archive "
+                 "('../../outside')");
+    free(m);
+    m = walk_error("hardlink.tar", &code);
+    CHECK_STR(m, "hardlink.tar: link 'run/hard' points outside the archive "
+                 "('../x')");
+    free(m);
+    m = walk_error("okaylink.tar", &code);
+    CHECK_STR(m, "");
+    free(m);
+}
+
+static void test_archive__corrupt(void)
+{
+    int code;
+    char *m = walk_error("truncated.tar.gz", &code);
+    CHECK(ckpt_str_startswith(m, "truncated.tar.gz: "));
+    CHECK_EQ(code, CKPT_EFORMAT);
+    free(m);
+    m = walk_error("garbage.tar", &code);
+    CHECK(ckpt_str_startswith(m, "garbage.tar: "));
+    CHECK_EQ(code, CKPT_EFORMAT);
+    free(m);
+}
+
+static void test_archive__names(void)
+{
+    CHECK_EQ(ckpt_archive_kind_of("a/run.tar.gz"), CKPT_ARCHIVE_TAR_GZ);
+    CHECK_EQ(ckpt_archive_kind_of("run.tgz"), CKPT_ARCHIVE_TAR_GZ);
+    CHECK_EQ(ckpt_archive_kind_of("run.tar"), CKPT_ARCHIVE_TAR);
+    CHECK_EQ(ckpt_archive_kind_of("run.tar.zst"), CKPT_ARCHIVE_TAR_ZST);
+    CHECK_EQ(ckpt_archive_kind_of("run.zip"), CKPT_ARCHIVE_ZIP);
+    CHECK_EQ(ckpt_archive_kind_of("run.gz"), CKPT_ARCHIVE_NONE);
+    CHECK_EQ(ckpt_archive_kind_of("run"), CKPT_ARCHIVE_NONE);
+    char *s = ckpt_archive_stem("x/123456.tar.zst");
+    CHECK_STR(s, "123456");
+    free(s);
+}
+
+TEST_MAIN(T(test_archive__tar), T(test_archive__tar_gz),
+          T(test_archive__tar_bz2), T(test_archive__tar_xz),
+          T(test_archive__tar_zst), T(test_archive__zip),
+          T(test_archive__plain_tar_skips_data), T(test_archive__unsafe_members),
+          T(test_archive__corrupt), T(test_archive__names))

@@ -1,0 +1,181 @@
+#include "ckpt/run.h"
+#include "ckpt/util.h"
+#include "test.h"
+
+static void test_run__checkpoint_names(void)
+{
+    static const struct {
+        const char *name;
+        int ok;
+        long long step;
+        int uns;
+    } cases[] = {
+        { "step1000", 1, 1000, 0 },       { "step1000-unsharded", 1, 1000, 1 },
+        { "step_5", 1, 5, 0 },            { "step-5", 1, 5, 0 },
+        { "global_step7", 1, 7, 0 },      { "iter_0001000", 1, 1000, 0 },
+        { "checkpoint-20", 1, 20, 0 },    { "epoch_3", 1, 3, 0 },
+        { "42", 1, 42, 0 },               { "0000000100", 1, 100, 0 },
+        { "stepX", 0, 0, 0 },             { "step", 0, 0, 0 },
+        { "latest", 0, 0, 0 },            { "step1000-tmp", 0, 0, 0 },
+        { "iter_1-unsharded", 0, 0, 0 },  { "step-unsharded", 0, 0, 0 },
+        { "", 0, 0, 0 },                  { "1234567890123456789012", 0, 0, 0 },
+        { "step10a", 0, 0, 0 },           { "-5", 0, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t step = -1;
+        int uns = -1;
+        int ok = ckpt_checkpoint_name(cases[i].name, &step, &uns);
+        test_cond(cases[i].name, ok == cases[i].ok);
+        if (ok && cases[i].ok) {
+            test_cond(cases[i].name, step == cases[i].step);
+            test_cond(cases[i].name, uns == cases[i].uns);
+        }
+    }
+}
+
+/* Create files under TMP/<run>: spec is "path=content;path=content". A
+ * path ending in '/' is an empty directory. */
+static char *make(const char *run, const char *spec)
+{
+    char *root = ckpt_path_join(test_tmpdir(), run);
+    char *s = ckpt_xstrdup(spec);
+    for (char *p = s; p && *p;) {
+        char *next = strchr(p, ';');
+        if (next)
+            *next++ = '\0';
+        char *eq = strchr(p, '=');
+        if (eq)
+            *eq = '\0';
+        char *path = ckpt_path_join(root, p);
+        char cmd[2048];
+        char *dir = ckpt_str_endswith(path, "/") ? ckpt_xstrdup(path)
+                                                 : ckpt_path_dirname(path);
+        snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+        CHECK(system(cmd) == 0);
+        if (!ckpt_str_endswith(p, "/"))
+            CHECK(test_write_file(path, eq ? eq + 1 : "",
+                                  eq ? strlen(eq + 1) : 0) == 0);
+        free(dir);
+        free(path);
+        p = next;
+    }
+    free(s);
+    return root;
+}
+
+/* Scan a run and render "name:format:complete[:why]|..." */
+static char *judge(const char *run, const char *spec)
+{
+    char *root = make(run, spec);
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
+    struct ckpt_err err;
+    ckpt_loc_parse(&loc, root, NULL);
+    ckpt_storage_open(&st, &loc, NULL, NULL);
+    struct ckpt_tree *t;
+    struct ckpt_run r;
+    char out[4096] = "";
+    if (ckpt_tree_load(&t, st, root, NULL, &err) != 0 ||
+        ckpt_run_scan(&r, t, &err) != 0) {
+        snprintf(out, sizeof(out), "error: %s", err.msg);
+    } else {
+        size_t len = 0;
+        for (size_t i = 0; i < r.n; i++) {
+            const struct ckpt_checkpoint *c = &r.ckpts[i];
+            len += (size_t)snprintf(out + len, sizeof(out) - len,
+                                    "%s%s:%s:%d%s%s", i ? "|" : "", c->name,
+                                    ckpt_format_name(c->format), c->complete,
+                                    c->why ? ":" : "", c->why ? c->why : "");
+        }
+        snprintf(out + len, sizeof(out) - len, "%s",
+                 ckpt_run_looks_like_run(&r) ? "" : " (not a run)");
+        ckpt_run_release(&r);
+        ckpt_tree_free(t);
+    }
+    ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    free(root);
+    return ckpt_xstrdup(out);
+}
+
+#define JUDGE(run, spec, want)                                             \
+    do {                                                                   \
+        char *got_ = judge(run, spec);                                     \
+        CHECK_STR(got_, want);                                             \
+        free(got_);                                                        \
+    } while (0)
+
+static void test_run__orbax(void)
+{
+    JUDGE("o1", "100/_CHECKPOINT_METADATA={\"commit_timestamp_nsecs\": 5};"
+                "100/default/manifest.ocdbt=x",
+          "100:orbax:1");
+    JUDGE("o2", "100/_CHECKPOINT_METADATA={\"init_timestamp_nsecs\": 5}",
+          "100:orbax:0:_CHECKPOINT_METADATA has no commit_timestamp_nsecs");
+    JUDGE("o3", "200/commit_success.txt=;200/state/ocdbt.process_0/d/x=1",
+          "200:orbax:0:state/manifest.ocdbt missing (per-process files not "
+          "merged)");
+    JUDGE("o4", "200/commit_success.txt=;200/state/manifest.ocdbt=m;"
+                "200/state/ocdbt.process_0/d/x=1",
+          "200:orbax:1");
+    JUDGE("o5", "step_7.orbax-checkpoint-tmp-123/x=1;"
+                "step_8/_CHECKPOINT_METADATA={\"commit_timestamp_nsecs\":1}",
+          "step_8:orbax:1");
+}
+
+static void test_run__zarr(void)
+{
+    JUDGE("z1", "0000000100/.zgroup={};0000000100/.zattrs="
+                "{\"write_completed\": true}",
+          "0000000100:zarr:1");
+    JUDGE("z2", "0000000100/.zgroup={};0000000100/.zattrs={}",
+          "0000000100:zarr:0:write_completed is not true in .zattrs");
+    JUDGE("z3", "0000000100/.zgroup={}",
+          "0000000100:zarr:0:.zattrs missing (write_completed not set)");
+}
+
+static void test_run__olmo(void)
+{
+    JUDGE("l1", "step10/rank0.pt=a;step10/rank1.pt=b;step10/rank2.pt=c",
+          "step10:olmo-legacy:1");
+    JUDGE("l2", "step10/rank0.pt=a;step10/rank2.pt=c",
+          "step10:olmo-legacy:0:rank*.pt: 2 of 3 ranks present");
+    JUDGE("l3", "step10/rank0.pt=a;step10/rank1.pt=",
+          "step10:olmo-legacy:0:rank1.pt is empty");
+    JUDGE("c1", "step5/model/rank0.pt=a;step5/optim/rank0.pt=a;"
+                "step5/train/rank0.pt=a;step5/metadata.yaml=world_size: 1\n",
+          "step5:olmo-local:1");
+    JUDGE("c2", "step5/model/rank0.pt=a;step5/optim/rank0.pt=a;"
+                "step5/train/rank0.pt=a;step5/metadata.yaml=world_size: 2\n",
+          "step5:olmo-local:0:1 of 2 ranks present");
+    JUDGE("c3", "step5/model/rank0.pt=a;step5/model/rank1.pt=a;"
+                "step5/optim/rank0.pt=a;step5/train/rank0.pt=a",
+          "step5:olmo-local:0:model/, optim/ and train/ rank counts differ");
+    JUDGE("k1", "step3/model/rank_0.safetensors=a;step3/model/metadata.json="
+                "{\"tensors\":{\"w\":{\"shard_spec_per_file\":"
+                "{\"rank_0.safetensors\":{},\"rank_1.safetensors\":{}}}}};"
+                "step3/optim/metadata.json={\"tensors\":{}}",
+          "step3:olmo-core:0:model/rank_1.safetensors missing");
+}
+
+static void test_run__unsharded_and_misc(void)
+{
+    JUDGE("u1", "config.yaml=a;wandb/;step0/;step7-unsharded/model.pt=w",
+          "step0:unknown:0:empty|step7-unsharded:unsharded:1");
+    JUDGE("u2", "step7-unsharded/model.pt=", "step7-unsharded:unsharded:0:"
+                                             "model.pt is empty");
+    JUDGE("u3", "step9/notes.txt=x", "step9:unknown:0:no model file");
+    JUDGE("n1", "step9/model.pt=x;step9-unfinished=",
+          "step9:unsharded:0:marked unfinished");
+    /* A directory of Slurm-named runs is not a run of Orbax steps. */
+    JUDGE("runs", "2871001/config.yaml=a;2871001/wandb/;"
+                  "2871001/step5/model.pt=x;2871002/config.yaml=b",
+          " (not a run)");
+    JUDGE("nested", "config.yaml=a;train_data/;checkpoints/step-40/model.pt=x",
+          "step-40:unsharded:1");
+    JUDGE("dcp1", "config.yaml=a;wandb/;step2/model_and_optim/__0_0.distcp=x",
+          "step2:dcp:0:model_and_optim/.metadata missing");
+}
+
+TEST_MAIN(T(test_run__checkpoint_names), T(test_run__orbax), T(test_run__zarr),
+          T(test_run__olmo), T(test_run__unsharded_and_misc))

@@ -1,0 +1,232 @@
+#include <pthread.h>
+
+#include "ckpt/buf.h"
+#include "ckpt/storage.h"
+#include "ckpt/util.h"
+#include "test.h"
+
+static struct ckpt_storage *local(void)
+{
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = NULL;
+    ckpt_loc_parse(&loc, "/", NULL);
+    ckpt_storage_open(&st, &loc, NULL, NULL);
+    ckpt_loc_release(&loc);
+    return st;
+}
+
+static void test_storage__loc_parse(void)
+{
+    struct ckpt_loc l;
+    struct ckpt_err err;
+    CHECK(ckpt_loc_parse(&l, "s3://bkt/a/b/", &err) == 0);
+    CHECK_EQ(l.scheme, CKPT_SCHEME_S3);
+    CHECK_STR(l.bucket, "bkt");
+    CHECK_STR(l.key, "a/b");
+    CHECK_STR(l.display, "s3://bkt/a/b/");
+    char *f = ckpt_loc_format(&l, "x/y");
+    CHECK_STR(f, "s3://bkt/x/y");
+    free(f);
+    ckpt_loc_release(&l);
+    CHECK(ckpt_loc_parse(&l, "gs://b", &err) == 0);
+    CHECK_EQ(l.scheme, CKPT_SCHEME_GS);
+    CHECK_STR(l.key, "");
+    ckpt_loc_release(&l);
+    CHECK(ckpt_loc_parse(&l, "r2://b//k", &err) == 0);
+    CHECK_STR(l.key, "k");
+    ckpt_loc_release(&l);
+    CHECK(ckpt_loc_parse(&l, "file:///tmp/x/", &err) == 0);
+    CHECK_EQ(l.scheme, CKPT_SCHEME_LOCAL);
+    CHECK_STR(l.key, "/tmp/x");
+    ckpt_loc_release(&l);
+    CHECK(ckpt_loc_parse(&l, "/", &err) == 0);
+    CHECK_STR(l.key, "/");
+    ckpt_loc_release(&l);
+    CHECK(ckpt_loc_parse(&l, "s3:///k", &err) == -1);
+    CHECK_STR(err.msg, "'s3:///k': missing bucket name");
+    CHECK(ckpt_loc_parse(&l, "ftp://x/y", &err) == -1);
+    CHECK_STR(err.msg, "'ftp://x/y': unknown scheme (use a path, file://, "
+                       "s3://, r2:// or gs://)");
+    CHECK(ckpt_loc_parse(&l, "", &err) == -1);
+}
+
+static struct ckpt_buf listed = CKPT_BUF_INIT;
+
+static int collect(void *ud, const struct ckpt_entry *e)
+{
+    ckpt_buf_addf(&listed, "%c:%s:%llu;",
+                  e->type == CKPT_ENTRY_DIR ? 'd' : e->type == CKPT_ENTRY_LINK
+                  ? 'l' : 'f', e->name, (unsigned long long)e->size);
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sort the ';'-separated records so listings compare independent of
+ * readdir order. */
+static const char *sorted_listing(void)
+{
+    static struct ckpt_buf out = CKPT_BUF_INIT;
+    char *items[64];
+    int n = 0;
+    for (char *p = listed.ptr; *p && n < 64;) {
+        char *e = strchr(p, ';');
+        *e = '\0';
+        items[n++] = p;
+        p = e + 1;
+    }
+    qsort(items, (size_t)n, sizeof(*items), cmp_str);
+    ckpt_buf_reset(&out);
+    for (int i = 0; i < n; i++)
+        ckpt_buf_addf(&out, "%s;", items[i]);
+    ckpt_buf_reset(&listed);
+    return out.ptr;
+}
+
+static void test_storage__local_ops(void)
+{
+    struct ckpt_storage *st = local();
+    struct ckpt_err err;
+    char *root = ckpt_path_join(test_tmpdir(), "ops");
+    char *a = ckpt_path_join(root, "d1/d2/a.txt");
+    CHECK(ckpt_storage_put(st, a, "hello", 5, &err) == 0);
+    char *b = ckpt_path_join(root, "b.bin");
+    CHECK(ckpt_storage_put(st, b, "0123456789", 10, &err) == 0);
+    char *l = ckpt_path_join(root, "link");
+    CHECK(symlink("/etc", l) == 0);
+    CHECK(ckpt_storage_list(st, root, CKPT_LIST_RECURSIVE, collect, NULL,
+                            &err) == 0);
+    CHECK_STR(sorted_listing(), "f:b.bin:10;f:d1/d2/a.txt:5;l:link:0;");
+    CHECK(ckpt_storage_list(st, root, 0, collect, NULL, &err) == 0);
+    CHECK_STR(sorted_listing(), "d:d1:0;f:b.bin:10;l:link:0;");
+    char buf[16];
+    size_t n;
+    CHECK(ckpt_storage_read(st, b, 3, buf, 4, &n, &err) == 0);
+    CHECK(n == 4 && memcmp(buf, "3456", 4) == 0);
+    CHECK(ckpt_storage_read(st, b, 8, buf, 10, &n, &err) == 0);
+    CHECK_EQ(n, 2);
+    CHECK(ckpt_storage_read(st, b, 20, buf, 10, &n, &err) == 0);
+    CHECK_EQ(n, 0);
+    struct ckpt_stat sb;
+    CHECK(ckpt_storage_stat(st, b, &sb, &err) == 0);
+    CHECK(sb.size == 10 && sb.type == CKPT_ENTRY_FILE);
+    CHECK(ckpt_storage_stat(st, root, &sb, &err) == 0);
+    CHECK_EQ(sb.type, CKPT_ENTRY_DIR);
+    char *missing = ckpt_path_join(root, "nope");
+    CHECK(ckpt_storage_stat(st, missing, &sb, &err) == -1);
+    CHECK_EQ(err.code, CKPT_ENOTFOUND);
+    CHECK(ckpt_storage_delete(st, missing, &err) == 0);
+    /* conditional create */
+    CHECK(ckpt_storage_put_if_absent(st, b, "x", 1, &err) == -1);
+    CHECK_EQ(err.code, CKPT_EEXIST);
+    char *c = ckpt_path_join(root, "lease");
+    CHECK(ckpt_storage_put_if_absent(st, c, "me", 2, &err) == 0);
+    char *data;
+    size_t len;
+    CHECK(ckpt_storage_read_all(st, c, 100, &data, &len, &err) == 0);
+    CHECK_STR(data, "me");
+    free(data);
+    CHECK(ckpt_storage_read_all(st, b, 5, &data, &len, &err) == -1);
+    CHECK_EQ(err.code, CKPT_EFORMAT);
+    ckpt_storage_close(st);
+    free(a); free(b); free(c); free(l); free(missing); free(root);
+}
+
+static void test_storage__writer_atomic(void)
+{
+    struct ckpt_storage *st = local();
+    struct ckpt_err err;
+    char *root = ckpt_path_join(test_tmpdir(), "atomic");
+    char *f = ckpt_path_join(root, "out.pt");
+    struct ckpt_writer *w;
+    CHECK(ckpt_storage_writer_open(st, f, 10, &w, &err) == 0);
+    CHECK(ckpt_writer_write(w, "abc", 3, &err) == 0);
+    struct ckpt_stat sb;
+    /* not visible before commit */
+    CHECK(ckpt_storage_stat(st, f, &sb, &err) == -1);
+    ckpt_writer_abort(w);
+    CHECK(ckpt_storage_list(st, root, CKPT_LIST_RECURSIVE, collect, NULL,
+                            &err) == 0);
+    CHECK_STR(sorted_listing(), ""); /* abort left nothing behind */
+    CHECK(ckpt_storage_writer_open(st, f, 10, &w, &err) == 0);
+    CHECK(ckpt_writer_write(w, "abc", 3, &err) == 0);
+    CHECK(ckpt_writer_commit(w, &err) == 0);
+    CHECK(ckpt_storage_stat(st, f, &sb, &err) == 0 && sb.size == 3);
+    ckpt_storage_close(st);
+    free(f);
+    free(root);
+}
+
+static void test_storage__delete_tree_never_follows_links(void)
+{
+    struct ckpt_storage *st = local();
+    struct ckpt_err err;
+    char cmd[2048];
+    const char *t = test_tmpdir();
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s/outside %s/run/sub/deep && "
+             "echo keep > %s/outside/precious && echo x > %s/run/sub/deep/f "
+             "&& ln -s %s/outside %s/run/sub/linkdir && ln -s "
+             "%s/outside/precious %s/run/linkfile", t, t, t, t, t, t, t, t);
+    CHECK(system(cmd) == 0);
+    char *run = ckpt_path_join(t, "run");
+    CHECK(ckpt_storage_delete_tree(st, run, &err) == 0);
+    struct ckpt_stat sb;
+    CHECK(ckpt_storage_stat(st, run, &sb, &err) == -1);
+    char *precious = ckpt_path_join(t, "outside/precious");
+    CHECK(ckpt_storage_stat(st, precious, &sb, &err) == 0);
+    /* deleting what is gone is success */
+    CHECK(ckpt_storage_delete_tree(st, run, &err) == 0);
+    ckpt_storage_close(st);
+    free(run);
+    free(precious);
+}
+
+struct deleter {
+    struct ckpt_storage *st;
+    const char *dir;
+    int rc;
+};
+
+static void *delete_thread(void *arg)
+{
+    struct deleter *d = arg;
+    struct ckpt_err err;
+    d->rc = ckpt_storage_delete_tree(d->st, d->dir, &err);
+    if (d->rc)
+        fprintf(stderr, "  deleter: %s\n", err.msg);
+    return NULL;
+}
+
+static void test_storage__concurrent_deleters(void)
+{
+    struct ckpt_storage *st = local();
+    for (int round = 0; round < 5; round++) {
+        char cmd[1024];
+        char dir[512];
+        snprintf(dir, sizeof(dir), "%s/cc%d", test_tmpdir(), round);
+        snprintf(cmd, sizeof(cmd), "for i in $(seq 30); do mkdir -p %s/d$i/e"
+                 " && touch %s/d$i/e/f1 %s/d$i/e/f2 %s/d$i/g; done", dir, dir,
+                 dir, dir);
+        CHECK(system(cmd) == 0);
+        pthread_t th[4];
+        struct deleter d[4];
+        for (int i = 0; i < 4; i++) {
+            d[i] = (struct deleter){ st, dir, -1 };
+            pthread_create(&th[i], NULL, delete_thread, &d[i]);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(th[i], NULL);
+            CHECK_EQ(d[i].rc, 0);
+        }
+        CHECK(access(dir, F_OK) != 0);
+    }
+    ckpt_storage_close(st);
+}
+
+TEST_MAIN(T(test_storage__loc_parse), T(test_storage__local_ops),
+          T(test_storage__writer_atomic),
+          T(test_storage__delete_tree_never_follows_links),
+          T(test_storage__concurrent_deleters))
