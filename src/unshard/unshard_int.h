@@ -131,6 +131,11 @@ struct ujob {
     struct ckpt_err err;            /* first worker error, under mu */
     atomic_uint_fast64_t written;
     uint64_t objects;
+    /* Formats whose chunks are located while planning (legacy.c): NULL
+     * means probe the DCP item. */
+    int (*locate)(struct ujob *j, struct utensor *t, struct uchunk *c,
+                  struct ckpt_err *err);
+    void *legacy;                   /* legacy.c plan state, or NULL */
 };
 
 /* source.c */
@@ -154,6 +159,18 @@ void plan_band_box(const struct utensor *t, uint64_t band, uint64_t *lo,
 
 /* tree.c */
 int tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err);
+
+/* tree.c, for formats that build their own graph (legacy.c): the output
+ * node of tensor t, and e's storages in v remapped to output records. */
+struct ckpt_pv *tree_tensor(struct ujob *j, struct utensor *t);
+int tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
+               struct ckpt_pv *v, const struct ckpt_tzip *z,
+               const struct ckpt_rd *rd, struct usrc *src,
+               struct ckpt_err *err);
+
+/* legacy.c: OLMo torch_legacy rank*.pt steps */
+int legacy_is_step(const char *dir);
+int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* layout.c */
 int layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
