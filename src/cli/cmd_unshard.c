@@ -173,6 +173,12 @@ static void report(struct cmd *c, const char *src, const char *dest,
     out_json(o);
 }
 
+static int supported(enum ckpt_format f)
+{
+    return f == CKPT_FMT_DCP || f == CKPT_FMT_OLMO_LEGACY ||
+           f == CKPT_FMT_ZARR;
+}
+
 static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
                        const char *dest, struct ckpt_unshard_result *r,
                        struct ckpt_err *err)
@@ -182,7 +188,7 @@ static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
     c->uo.progress_ud = c;
     c->prog = NULL;
     int rc;
-    if (f != CKPT_FMT_DCP && f != CKPT_FMT_OLMO_LEGACY)
+    if (!supported(f))
         rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': unsupported "
                           "checkpoint format '%s'", src,
                           ckpt_format_name(f));
@@ -255,7 +261,7 @@ static int is_run(const char *src)
         return 0;
     return !(is_file(src, ".metadata") || is_file(src, "__0.metadata") ||
              is_file(src, "model_and_optim/.metadata") ||
-             is_file(src, "rank0.pt"));
+             is_file(src, "rank0.pt") || is_file(src, ".zgroup"));
 }
 
 static void step_row(struct runctx *r, const char *action,
@@ -395,11 +401,6 @@ static int delete_step(const char *dir, struct ckpt_err *err)
     }
     ckpt_loc_release(&loc);
     return rc;
-}
-
-static int supported(enum ckpt_format f)
-{
-    return f == CKPT_FMT_DCP || f == CKPT_FMT_OLMO_LEGACY;
 }
 
 /* Why checkpoint k is not unsharded (a skip reason), or NULL. Sets *failed

@@ -704,7 +704,7 @@ static int make_entries(struct lplan *p, struct ckpt_err *err)
 static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err)
 {
-    struct lplan *p = j->legacy;
+    struct lplan *p = j->fmtplan;
     const struct lloc *l = &p->sts[t->e - j->meta->entries]
                                 .locs[c->meta - t->e->chunks];
     (void)err;
@@ -810,7 +810,7 @@ int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     j->olmo_step = 1;
     j->metaname = "rank*.pt";
     j->meta = ckpt_dcp_meta_new();
-    j->legacy = &p;
+    j->fmtplan = &p;
     j->locate = locate;
     j->olmo = j->o->layout != CKPT_LAYOUT_SINGLE;
     int rc = j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
@@ -844,6 +844,6 @@ int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
         free(p.sts[i].plain);
     free(p.sts);
     free(p.leaves);
-    j->legacy = NULL;
+    j->fmtplan = NULL;
     return rc;
 }

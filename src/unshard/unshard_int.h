@@ -135,7 +135,7 @@ struct ujob {
      * means probe the DCP item. */
     int (*locate)(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err);
-    void *legacy;                   /* legacy.c plan state, or NULL */
+    void *fmtplan;                  /* legacy.c, zarrplan.c plan state */
 };
 
 /* source.c */
@@ -151,6 +151,8 @@ int src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
              uint64_t *len, struct ckpt_err *err);
 void src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len);
 void src_close_all(struct ujob *j);
+/* Register an open file (name malloced, taken over) as a source. */
+struct usrc *src_add(struct ujob *j, char *name, int fd, uint64_t size);
 
 /* plan.c */
 int plan_tensors(struct ujob *j, struct ckpt_err *err);
@@ -171,6 +173,10 @@ int tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
 /* legacy.c: OLMo torch_legacy rank*.pt steps */
 int legacy_is_step(const char *dir);
 int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
+/* zarrplan.c: zarr v2 pytree checkpoints (.zgroup + one array per leaf) */
+int zarr_is_step(const char *dir);
+int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* layout.c */
 int layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);

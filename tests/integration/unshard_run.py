@@ -5,7 +5,8 @@ One run holds: step5 (DCP) with an existing step5-unsharded, step10 (OLMo
 torch_new: model_and_optim/ + train/rank*.pt + its own config.yaml),
 step15 (OLMo torch_legacy rank*.pt, 3 ranks), step20 (plain DCP, no config.yaml: the run's is copied), step30 (aborted:
 no .metadata), step40 (Orbax: unsupported, reported by name, exit 1, the
-others still proceed). The run is unsharded as a directory, a .tar and a
+others still proceed), 0000000050 (zarr, seqax naming) and 0000000060
+(zarr without write_completed: skipped). The run is unsharded as a directory, a .tar and a
 .tar.gz; output lines, files produced and deleted are asserted exactly and
 values through tests/support/check_unshard.py (real torch 1.13).
 """
@@ -83,6 +84,10 @@ def make_run(tmp, fx):
         f.write('{"commit_timestamp_nsecs": 1}')
     open(os.path.join(o, "commit_success.txt"), "w").close()
     open(os.path.join(o, "default", "manifest.ocdbt"), "wb").close()
+    shutil.copytree(os.path.join(fx, "zarr", "ckpt"),
+                    os.path.join(r, "0000000050"))
+    shutil.copytree(os.path.join(fx, "zarr-inc", "ckpt"),
+                    os.path.join(r, "0000000060"))
     return r
 
 
@@ -98,11 +103,16 @@ def expected_lines(dest, step10="step10", deleted=None):
         done("step20", "2 files", 5),
         "skip\tstep30\tincomplete: .metadata missing",
         "error\tstep40\tunsupported checkpoint format 'orbax'",
+        done("0000000050", "2 files", 10),
+        "skip\t0000000060\tincomplete: .zattrs missing (write_completed "
+        "not set)",
     ]
 
 
 def check_outputs(name, dest, fx):
     check(name + ": files", files(dest) == [
+        "0000000050-unsharded/checkpoint.pt",
+        "0000000050-unsharded/config.yaml",
         "step10-unsharded/config.yaml", "step10-unsharded/model.pt",
         "step10-unsharded/optim.pt", "step10-unsharded/train.pt",
         "step15-unsharded/config.yaml", "step15-unsharded/model.pt",
@@ -123,6 +133,9 @@ def check_outputs(name, dest, fx):
     compare(name + ": step15 (torch_legacy) values",
             os.path.join(dest, "step15-unsharded"),
             os.path.join(fx, "legacy", "expected"))
+    compare(name + ": zarr values",
+            os.path.join(dest, "0000000050-unsharded", "checkpoint.pt"),
+            os.path.join(fx, "zarr", "expected.pt"))
     with open(os.path.join(dest, "step20-unsharded", "config.yaml")) as f:
         check(name + ": step20 gets the run's config.yaml",
               f.read() == "run: test\n")
@@ -154,9 +167,10 @@ def case_dir(tmp, fx):
     check("delete: exit 1 (orbax)", rc == 1, err)
     check("delete: lines", lines == expected_lines(dest2, deleted=r),
           "\n".join(lines))
-    check("delete: exactly step10, step15 and step20 deleted", files(r) == [
+    check("delete: exactly the unsharded steps deleted", files(r) == [
         f for f in before
-        if not f.startswith(("step10/", "step15/", "step20/"))],
+        if not f.startswith(("step10/", "step15/", "step20/",
+                             "0000000050/"))],
         str(files(r)))
     check_outputs("delete", dest2, fx)
 
@@ -197,6 +211,9 @@ def main():
         for case in ("rows", "olmo"):
             run(PY, os.path.join(SUP, "make_dcp.py"), os.path.join(fx, case),
                 "--case", case, "--no-verify")
+        run(PY, os.path.join(SUP, "make_zarr.py"), os.path.join(fx, "zarr"))
+        run(PY, os.path.join(SUP, "make_zarr.py"),
+            os.path.join(fx, "zarr-inc"), "--incomplete", "--no-expected")
         run(PY, os.path.join(SUP, "make_olmo_legacy.py"),
             os.path.join(fx, "legacy"), "--ranks", "3", "--no-verify")
         case_dir(tmp, fx)
