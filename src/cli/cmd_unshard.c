@@ -1,7 +1,8 @@
 /*
  * cmd_unshard.c - `ckpt unshard [options] SRC DEST`: consolidate a sharded
- * PyTorch DCP checkpoint (or every sharded step of a run) into whole
- * tensors. Phases: parse, find checkpoints, unshard each, report.
+ * checkpoint (DCP, OLMo torch_legacy, zarr), or every sharded step of a
+ * run directory or archive, into whole tensors. Phases: parse, find
+ * checkpoints, unshard each, report.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -24,10 +25,11 @@
 static const char *const usage[] = {
     "ckpt unshard [options] SRC DEST",
     "",
-    "Merge the shards of a PyTorch distributed checkpoint (DCP: .metadata",
-    "and __R_N.distcp files, also model_and_optim/ of an OLMo step) into",
-    "whole tensors in directory DEST. If SRC is a run holding several",
-    "sharded steps, each stepN becomes DEST/stepN-unsharded/.",
+    "Merge the shards of a checkpoint into whole tensors in directory",
+    "DEST: PyTorch DCP (.metadata and __R_N.distcp files, also",
+    "model_and_optim/ of an OLMo step), OLMo torch_legacy (rank*.pt) and",
+    "zarr v2 (.zgroup). If SRC is a run (directory or archive), each",
+    "complete sharded stepN becomes DEST/stepN-unsharded/.",
     "Outputs appear atomically; nothing is executed from any pickle.",
     NULL
 };

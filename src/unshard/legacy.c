@@ -201,6 +201,10 @@ static int st_parts(const struct ckpt_pv *v, struct stparts *p,
     const struct ckpt_pv *state = ckpt_pv_item(a, 3);
     const struct ckpt_pv *md = attrs(ckpt_pv_item(state, 1));
     const struct ckpt_pv *size = ckpt_pv_item(inner, 2);
+    /* A tuple, or torch.Size(tuple). */
+    if (size && size->kind == CKPT_PV_CALL &&
+        ckpt_pv_is_global(ckpt_pv_call_global(size), "torch", "Size"))
+        size = ckpt_pv_item(size->u.call.args, 0);
     p->shards = ckpt_pv_item(state, 0);
     p->smeta = ckpt_pv_dict_get(md, "shards_metadata");
     p->dtype = ckpt_dtype_from_pv(ckpt_pv_item(inner, 1));
@@ -678,6 +682,21 @@ static int make_entries(struct lplan *p, struct ckpt_err *err)
         if (st_parts(*s->slot, &sp, s->fqn, err) != 0)
             return -1;
         size_t cap = sp.smeta->u.seq.n;
+        /* The last rank file missing looks like a smaller world: the
+         * metadata still names its shards. */
+        for (size_t k = 0; k < cap; k++) {
+            uint64_t o[CKPT_MAX_DIMS], z[CKPT_MAX_DIMS];
+            int64_t owner;
+            if (shard_box(sp.smeta->u.seq.v[k], sp.ndim, o, z, &owner) != 0)
+                return ckpt_err_set(err, CKPT_EFORMAT, "'%s': malformed "
+                                    "shards_metadata", s->fqn);
+            if (owner >= p->nranks)
+                return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/rank%lld.pt' "
+                                    "is missing (sharded tensor '%s' has a "
+                                    "shard on rank %lld)", p->j->dir,
+                                    (long long)owner, s->fqn,
+                                    (long long)owner);
+        }
         uint64_t *size = ckpt_arena_array(m->arena, (size_t)sp.ndim + 1, 8);
         e->chunks = ckpt_arena_array(m->arena, cap + 1, sizeof(*e->chunks));
         s->locs = ckpt_arena_array(m->arena, cap + 1, sizeof(*s->locs));

@@ -131,6 +131,10 @@ def main():
         bad(tmp, "missing-rank",
             lambda d: os.remove(os.path.join(d, "rank2.pt")),
             "'%(d)s/rank2.pt' is missing (rank files up to rank3.pt exist)")
+        bad(tmp, "missing-last-rank",
+            lambda d: os.remove(os.path.join(d, "rank3.pt")),
+            "'%(d)s/rank3.pt' is missing (sharded tensor "
+            "'model.transformer.wte.weight' has a shard on rank 3)")
         bad(tmp, "foreign-rank",
             lambda d: shutil.copy(os.path.join(tmp, "r2", "ckpt",
                                                "rank1.pt"),
