@@ -5,6 +5,7 @@
  * checkpoints, unshard each, report.
  */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -215,9 +216,8 @@ static int unshard_one(struct cmd *c, const char *src, const char *dest)
     struct ckpt_unshard_result r;
     struct ckpt_err err = CKPT_ERR_INIT;
     double t0 = ckpt_now();
-    enum ckpt_format f = is_file(src, "rank0.pt") && !is_file(src,
-                         ".metadata") ? CKPT_FMT_OLMO_LEGACY : CKPT_FMT_DCP;
-    int rc = run_unshard(c, f, src, dest, &r, &err);
+    /* ckpt_unshard_dcp recognises legacy and zarr steps itself. */
+    int rc = run_unshard(c, CKPT_FMT_DCP, src, dest, &r, &err);
     report(c, src, dest, &r, ckpt_now() - t0, rc ? &err : NULL);
     if (rc != 0)
         errorf("%s", err.msg);
@@ -253,6 +253,23 @@ static int is_dir(const char *p)
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+/* rank<N>.pt files directly in dir (an OLMo torch_legacy step). */
+static int has_rank_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int is = 0;
+    while (d && !is && (de = readdir(d)) != NULL) {
+        const char *s = de->d_name;
+        size_t l = strlen(s);
+        is = l > 7 && !strncmp(s, "rank", 4) && !strcmp(s + l - 3, ".pt") &&
+             s[4] >= '0' && s[4] <= '9';
+    }
+    if (d)
+        closedir(d);
+    return is;
+}
+
 /* SRC names a run (not one checkpoint): an archive, or a directory that
  * holds no checkpoint files of its own. */
 static int is_run(const char *src)
@@ -263,13 +280,15 @@ static int is_run(const char *src)
         return 0;
     return !(is_file(src, ".metadata") || is_file(src, "__0.metadata") ||
              is_file(src, "model_and_optim/.metadata") ||
-             is_file(src, "rank0.pt") || is_file(src, ".zgroup"));
+             has_rank_files(src) || is_file(src, ".zgroup"));
 }
 
 static void step_row(struct runctx *r, const char *action,
                      const struct ckpt_checkpoint *k, const char *detail,
                      const struct ckpt_unshard_result *res, const char *out)
 {
+    if (!strcmp(action, "error"))
+        errorf("%s: %s", k ? k->name : r->src, detail);
     if (!r->c->g.json) {
         const char *f[] = { action, k ? k->name : "-", detail };
         out_tsv(3, f);
@@ -559,7 +578,6 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest)
     r.dest = dest;
     if (open_run(&r, &sts, &err) != 0) {
         step_row(&r, "error", NULL, err.msg, NULL, NULL);
-        errorf("%s", err.msg);
         failed = 1;
         goto out;
     }
@@ -570,9 +588,13 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest)
         failed = 2;
         goto out;
     }
+    /* Scratch beside the outputs (same file system, cleaned with them);
+     * a dry run leaves DEST alone. */
+    const char *base = c->g.tmp_dir ? c->g.tmp_dir : dest;
+    if (c->g.dry_run && !c->g.tmp_dir)
+        base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     if (archive)
-        r.scratch = ckpt_xasprintf("%s/.ckpt-src-%ld",
-                                   c->g.tmp_dir ? c->g.tmp_dir : dest,
+        r.scratch = ckpt_xasprintf("%s/.ckpt-src-%ld", base,
                                    (long)getpid());
     else if (r.run.has_config)
         r.config = ckpt_path_join(r.tree->key, "config.yaml");

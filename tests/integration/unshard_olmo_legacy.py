@@ -131,6 +131,9 @@ def main():
         bad(tmp, "missing-rank",
             lambda d: os.remove(os.path.join(d, "rank2.pt")),
             "'%(d)s/rank2.pt' is missing (rank files up to rank3.pt exist)")
+        bad(tmp, "missing-rank0",
+            lambda d: os.remove(os.path.join(d, "rank0.pt")),
+            "'%(d)s/rank0.pt' is missing (rank files up to rank3.pt exist)")
         bad(tmp, "missing-last-rank",
             lambda d: os.remove(os.path.join(d, "rank3.pt")),
             "'%(d)s/rank3.pt' is missing (sharded tensor "
