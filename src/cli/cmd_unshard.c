@@ -433,6 +433,15 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
     int at_src = ckpt_tree_has_dir(r->tree, sib);
     free(sib);
     *failed = 0;
+    if (k->format == CKPT_FMT_UNSHARDED && k->complete)
+        return ckpt_xstrdup("not sharded");
+    if (k->format == CKPT_FMT_UNKNOWN && k->nfiles) {
+        /* A step directory holding files ckpt does not recognise (an
+         * empty one is an aborted save: skipped as incomplete). */
+        *failed = 1;
+        return ckpt_xstrdup("unsupported checkpoint format 'unknown' (no "
+                            "recognised checkpoint files)");
+    }
     if (!k->complete)
         return ckpt_xasprintf("incomplete: %s", k->why ? k->why : "?");
     if (at_src)
@@ -526,11 +535,10 @@ static size_t *choose(struct runctx *r, size_t *n)
         ckpt_parse_u64(c->step, &want);
     for (size_t i = 0; i < r->run.n; i++) {
         const struct ckpt_checkpoint *k = &r->run.ckpts[i];
-        if (k->unsharded_name || k->format == CKPT_FMT_UNSHARDED ||
-            (c->step && (uint64_t)k->step != want))
+        if (k->unsharded_name || (c->step && (uint64_t)k->step != want))
             continue;
         if (c->latest) {
-            if (k->complete)
+            if (k->complete && k->format != CKPT_FMT_UNSHARDED)
                 latest = i;
             continue;
         }

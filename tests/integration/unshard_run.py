@@ -6,7 +6,8 @@ torch_new: model_and_optim/ + train/rank*.pt + its own config.yaml),
 step15 (OLMo torch_legacy rank*.pt, 3 ranks), step20 (plain DCP, no config.yaml: the run's is copied), step30 (aborted:
 no .metadata), step40 (Orbax: unsupported, reported by name, exit 1, the
 others still proceed), 0000000050 (zarr, seqax naming) and 0000000060
-(zarr without write_completed: skipped). The run is unsharded as a directory, a .tar and a
+(zarr without write_completed: skipped), step70 (nothing recognisable:
+unsupported). The run is unsharded as a directory, a .tar and a
 .tar.gz; output lines, files produced and deleted are asserted exactly and
 values through tests/support/check_unshard.py (real torch 1.13).
 """
@@ -86,6 +87,9 @@ def make_run(tmp, fx):
     open(os.path.join(o, "default", "manifest.ocdbt"), "wb").close()
     shutil.copytree(os.path.join(fx, "zarr", "ckpt"),
                     os.path.join(r, "0000000050"))
+    os.makedirs(os.path.join(r, "step70"))
+    with open(os.path.join(r, "step70", "weights.bin"), "wb") as f:
+        f.write(b"?" * 64)
     shutil.copytree(os.path.join(fx, "zarr-inc", "ckpt"),
                     os.path.join(r, "0000000060"))
     return r
@@ -106,6 +110,8 @@ def expected_lines(dest, step10="step10", deleted=None):
         done("0000000050", "2 files", 10),
         "skip\t0000000060\tincomplete: .zattrs missing (write_completed "
         "not set)",
+        "error\tstep70\tunsupported checkpoint format 'unknown' (no "
+        "recognised checkpoint files)",
     ]
 
 
@@ -150,8 +156,9 @@ def case_dir(tmp, fx):
     dest = os.path.join(tmp, "out-dir")
     rc, lines, err = unshard(r, dest)
     check("dir: exit 1 (orbax)", rc == 1, err)
-    check("dir: the error on stderr too", err.strip().endswith(
-        "ckpt: error: step40: unsupported checkpoint format 'orbax'"), err)
+    check("dir: errors on stderr too", "ckpt: error: step40: unsupported "
+          "checkpoint format 'orbax'\n" in err and "ckpt: error: step70: "
+          "unsupported checkpoint format 'unknown'" in err, err)
     check("dir: lines", lines == expected_lines(dest), "\n".join(lines))
     check("dir: source untouched", files(r) == before)
     check_outputs("dir", dest, fx)
