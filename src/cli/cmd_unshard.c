@@ -607,9 +607,12 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest)
     else if (r.run.has_config)
         r.config = ckpt_path_join(r.tree->key, "config.yaml");
     size_t n, *pick = choose(&r, &n);
-    if (!n) {
+    if (!n && !c->step && r.run.n) {
+        /* Only unsharded checkpoints: a rerun after everything was done. */
+        step_row(&r, "skip", NULL, "no sharded checkpoint", NULL, NULL);
+    } else if (!n) {
         step_row(&r, "error", NULL, c->step ? "no sharded checkpoint with "
-                 "that step" : "no sharded checkpoint", NULL, NULL);
+                 "that step" : "no checkpoint", NULL, NULL);
         failed = 1;
     }
     for (size_t i = 0; i < n; i++)

@@ -176,6 +176,21 @@ def case_dir(tmp, fx):
     check("delete: exit 1 (orbax)", rc == 1, err)
     check("delete: lines", lines == expected_lines(dest2, deleted=r),
           "\n".join(lines))
+    # Everything left is unsharded or not ours: a rerun into the run itself
+    # has nothing to do.
+    done_run = os.path.join(tmp, "done-run")
+    os.makedirs(os.path.join(done_run, "step3-unsharded"))
+    with open(os.path.join(done_run, "step3-unsharded", "model.pt"),
+              "wb") as f:
+        f.write(b"x" * 8)
+    rc, lines, _ = unshard(done_run, done_run)
+    check("rerun: nothing sharded left", rc == 0 and lines == [
+        "skip\t-\tno sharded checkpoint"], "%d %s" % (rc, lines))
+    os.makedirs(os.path.join(tmp, "not-a-run"))
+    rc, lines, _ = unshard(os.path.join(tmp, "not-a-run"),
+                           os.path.join(tmp, "nothing"))
+    check("no checkpoints: error", rc == 1 and lines == [
+        "error\t-\tno checkpoint"], "%d %s" % (rc, lines))
     check("delete: exactly the unsharded steps deleted", files(r) == [
         f for f in before
         if not f.startswith(("step10/", "step15/", "step20/",
