@@ -84,7 +84,8 @@ struct ckpt_unshard_result {
 
 /*
  * Unshard the DCP checkpoint in local directory src (the directory with
- * .metadata or __R.metadata files, or an OLMo step with model_and_optim/)
+ * .metadata or __R.metadata files, or an OLMo step with model_and_optim/;
+ * also an OLMo torch_legacy step of rank*.pt ShardedTensor files)
  * into directory dest (created; existing files of the same names are
  * replaced only at the end). On error nothing that looks complete is left
  * at dest. Returns 0 or -1 with err naming the file.

@@ -1,28 +1,37 @@
 /*
  * cmd_unshard.c - `ckpt unshard [options] SRC DEST`: consolidate a sharded
- * PyTorch DCP checkpoint (or every sharded step of a run) into whole
- * tensors. Phases: parse, find checkpoints, unshard each, report.
+ * checkpoint (DCP, OLMo torch_legacy, zarr), or every sharded step of a
+ * run directory or archive, into whole tensors. Phases: parse, find
+ * checkpoints, unshard each, report.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "ckpt/archive.h"
+#include "ckpt/run.h"
 #include "ckpt/storage.h"
 #include "ckpt/unshard.h"
 #include "ckpt/util.h"
 #include "cli.h"
+#include "runs.h"
 
 static const char *const usage[] = {
     "ckpt unshard [options] SRC DEST",
     "",
-    "Merge the shards of a PyTorch distributed checkpoint (DCP: .metadata",
-    "and __R_N.distcp files, also model_and_optim/ of an OLMo step) into",
-    "whole tensors in directory DEST. If SRC is a run holding several",
-    "sharded steps, each stepN becomes DEST/stepN-unsharded/.",
+    "Merge the shards of a checkpoint into whole tensors in directory",
+    "DEST: PyTorch DCP (.metadata and __R_N.distcp files, also",
+    "model_and_optim/ of an OLMo step), OLMo torch_legacy (rank*.pt) and",
+    "zarr v2 (.zgroup). If SRC is a run (directory or archive), each",
+    "complete sharded stepN becomes DEST/stepN-unsharded/.",
     "Outputs appear atomically; nothing is executed from any pickle.",
     NULL
 };
@@ -191,26 +200,31 @@ static void report(struct cmd *c, const char *src, const char *dest,
     out_json(o);
 }
 
-static int unshard_one(struct cmd *c, const char *src, const char *dest)
+static int supported(enum ckpt_format f)
 {
-    struct ckpt_unshard_result r;
-    struct ckpt_err err = CKPT_ERR_INIT;
-    double t0 = ckpt_now();
+    return f == CKPT_FMT_DCP || f == CKPT_FMT_OLMO_LEGACY ||
+           f == CKPT_FMT_ZARR;
+}
+
+static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
+                       const char *dest, struct ckpt_unshard_result *r,
+                       struct ckpt_err *err)
+{
     c->uo.planned = on_planned;
     c->uo.progress = on_progress;
     c->uo.progress_ud = c;
     c->prog = NULL;
-    int rc = ckpt_unshard_dcp(src, dest, &c->uo, &r, &err);
+    int rc;
+    if (!supported(f))
+        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': unsupported "
+                          "checkpoint format '%s'", src,
+                          ckpt_format_name(f));
+    else
+        rc = ckpt_unshard_dcp(src, dest, &c->uo, r, err);
     progress_done(c->prog);
     c->prog = NULL;
-    report(c, src, dest, &r, ckpt_now() - t0, rc ? &err : NULL);
-    if (rc != 0)
-        errorf("%s", err.msg);
-    ckpt_unshard_result_release(&r);
     return rc;
 }
-
-/* --- runs ------------------------------------------------------------------ */
 
 static int is_file(const char *dir, const char *name)
 {
@@ -221,73 +235,201 @@ static int is_file(const char *dir, const char *name)
     return r;
 }
 
+static int unshard_one(struct cmd *c, const char *src, const char *dest)
+{
+    struct ckpt_unshard_result r;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    double t0 = ckpt_now();
+    /* ckpt_unshard_dcp recognises legacy and zarr steps itself. */
+    int rc = run_unshard(c, CKPT_FMT_DCP, src, dest, &r, &err);
+    report(c, src, dest, &r, ckpt_now() - t0, rc ? &err : NULL);
+    if (rc != 0)
+        errorf("%s", err.msg);
+    ckpt_unshard_result_release(&r);
+    return rc;
+}
+
+/* --- runs ---------------------------------------------------------------- */
+
+/*
+ * Run mode: SRC is a run directory or archive. The run is read into a tree
+ * and classified (ckpt_run_scan); every complete sharded checkpoint whose
+ * "-unsharded" sibling exists neither in the run nor at DEST becomes
+ * DEST/NAME-unsharded/. Steps of an archive are extracted one at a time
+ * into a scratch directory, so scratch space never exceeds one step.
+ */
+
+static const char *const msg_done[] = { "unsharded", "would-unshard" };
+
+struct runctx {
+    struct cmd *c;
+    struct ckpt_storage *st;    /* borrowed from storages */
+    struct ckpt_tree *tree;     /* owned */
+    struct ckpt_run run;
+    const char *src, *dest;     /* as given */
+    char *scratch;              /* owned: archive steps extracted here */
+    char *config;               /* owned: the run's config.yaml, or NULL */
+};
+
 static int is_dir(const char *p)
 {
     struct stat sb;
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* A DCP checkpoint directory (global or rank-local metadata, or OLMo). */
-static int is_dcp(const char *dir)
+/* rank<N>.pt files directly in dir (an OLMo torch_legacy step). */
+static int has_rank_files(const char *dir)
 {
-    if (is_file(dir, ".metadata") || is_file(dir, "__0.metadata") ||
-        is_file(dir, "model_and_optim/.metadata"))
-        return 1;
-    return 0;
-}
-
-/* Step number of a checkpoint directory name, or -1. */
-static long long step_of(const char *name)
-{
-    static const char *const prefixes[] = {
-        "global_step", "checkpoint-", "step_", "step-", "epoch_", "iter_",
-        "step", ""
-    };
-    uint64_t v;
-    if (ckpt_str_endswith(name, "-unsharded"))
-        return -1;
-    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
-        size_t n = strlen(prefixes[i]);
-        if (!strncmp(name, prefixes[i], n) && name[n] &&
-            ckpt_parse_u64(name + n, &v) == 0)
-            return (long long)v;
-    }
-    return -1;
-}
-
-struct step {
-    char *name;
-    long long n;
-};
-
-static int cmp_step(const void *a, const void *b)
-{
-    long long x = ((const struct step *)a)->n, y = ((const struct step *)b)->n;
-    return x < y ? -1 : x > y;
-}
-
-static struct step *list_steps(const char *run, size_t *n)
-{
-    DIR *d = opendir(run);
-    struct step *v = NULL;
-    *n = 0;
-    if (!d)
-        return NULL;
+    DIR *d = opendir(dir);
     struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        long long s = step_of(de->d_name);
-        char *p = ckpt_path_join(run, de->d_name);
-        if (s >= 0 && is_dir(p) && is_dcp(p)) {
-            v = ckpt_xreallocarray(v, *n + 1, sizeof(*v));
-            v[*n].name = ckpt_xstrdup(de->d_name);
-            v[(*n)++].n = s;
-        }
-        free(p);
+    int is = 0;
+    while (d && !is && (de = readdir(d)) != NULL) {
+        const char *s = de->d_name;
+        size_t l = strlen(s);
+        is = l > 7 && !strncmp(s, "rank", 4) && !strcmp(s + l - 3, ".pt") &&
+             s[4] >= '0' && s[4] <= '9';
     }
-    closedir(d);
-    if (*n)
-        qsort(v, *n, sizeof(*v), cmp_step);
-    return v;
+    if (d)
+        closedir(d);
+    return is;
+}
+
+/* SRC names a run (not one checkpoint): an archive, or a directory that
+ * holds no checkpoint files of its own. */
+static int is_run(const char *src)
+{
+    if (ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE)
+        return 1;
+    if (!is_dir(src))
+        return 0;
+    return !(is_file(src, ".metadata") || is_file(src, "__0.metadata") ||
+             is_file(src, "model_and_optim/.metadata") ||
+             has_rank_files(src) || is_file(src, ".zgroup"));
+}
+
+static void step_row(struct runctx *r, const char *action,
+                     const struct ckpt_checkpoint *k, const char *detail,
+                     const struct ckpt_unshard_result *res, const char *out)
+{
+    if (!strcmp(action, "error"))
+        errorf("%s: %s", k ? k->name : r->src, detail);
+    if (!r->c->g.json) {
+        const char *f[] = { action, k ? k->name : "-", detail };
+        out_tsv(3, f);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "run", r->src);
+    cJSON_AddStringToObject(o, "checkpoint", k ? k->name : "-");
+    if (k) {
+        cJSON_AddNumberToObject(o, "step", (double)k->step);
+        cJSON_AddStringToObject(o, "format", ckpt_format_name(k->format));
+    }
+    cJSON_AddStringToObject(o, "action", action);
+    cJSON_AddStringToObject(o, !strcmp(action, "error") ? "error" : "detail",
+                            detail);
+    if (out)
+        cJSON_AddStringToObject(o, "dest", out);
+    if (res) {
+        cJSON_AddStringToObject(o, "layout", res->layout);
+        cJSON_AddNumberToObject(o, "tensors", (double)res->tensors);
+        cJSON_AddNumberToObject(o, "bytes", (double)res->bytes);
+        cJSON *files = cJSON_AddArrayToObject(o, "files");
+        for (size_t i = 0; i < res->nfiles; i++)
+            cJSON_AddItemToArray(files,
+                                 cJSON_CreateString(res->files[i].name));
+    }
+    out_json(o);
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag,
+                 struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void rm_rf(const char *dir)
+{
+    if (dir && is_dir(dir))
+        nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int mkdirs(const char *dir, struct ckpt_err *err)
+{
+    if (!*dir || is_dir(dir))
+        return 0;
+    char *parent = ckpt_path_dirname(dir);
+    int rc = strcmp(parent, dir) ? mkdirs(parent, err) : 0;
+    free(parent);
+    if (rc == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
+        rc = ckpt_err_sys(err, "create directory '%s'", dir);
+    return rc;
+}
+
+static int extract_member(struct ckpt_archive *a, const char *to,
+                          const char *name, struct ckpt_err *err)
+{
+    char *parent = ckpt_path_dirname(to);
+    int rc = mkdirs(parent, err);
+    free(parent);
+    if (rc != 0)
+        return -1;
+    int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ckpt_err_sys(err, "create '%s'", to);
+    char *buf = ckpt_xmalloc(1 << 20);
+    for (;;) {
+        size_t n;
+        if ((rc = ckpt_archive_read(a, buf, 1 << 20, &n, err)) != 0) {
+            ckpt_err_prefix(err, "%s", name);
+            break;
+        }
+        if (n == 0)
+            break;
+        if (write(fd, buf, n) != (ssize_t)n) {
+            rc = ckpt_err_sys(err, "write '%s'", to);
+            break;
+        }
+    }
+    free(buf);
+    if (close(fd) != 0 && rc == 0)
+        rc = ckpt_err_sys(err, "close '%s'", to);
+    return rc;
+}
+
+/* Extract the files below dir (run-relative; "" for none) and, when want
+ * is set, the run's config.yaml, into the scratch directory. One pass. */
+static int extract(struct runctx *r, const char *dir, int want_config,
+                   struct ckpt_err *err)
+{
+    struct ckpt_archive *a;
+    struct ckpt_archive_entry e;
+    const char *strip = r->tree->strip;
+    size_t sl = strlen(strip), dl = strlen(dir);
+    int rc;
+    if (ckpt_archive_open(&a, r->st, r->tree->key, err) != 0)
+        return -1;
+    while ((rc = ckpt_archive_next(a, &e, err)) == 1) {
+        if (e.type != CKPT_ENTRY_FILE || strncmp(e.path, strip, sl) != 0)
+            continue;
+        const char *rel = e.path + sl;
+        int in_step = dl && !strncmp(rel, dir, dl) && rel[dl] == '/';
+        int cfg = want_config && !strcmp(rel, "config.yaml");
+        if (!in_step && !cfg)
+            continue;
+        char *to = ckpt_path_join(r->scratch, cfg ? ".run-config.yaml" : rel);
+        rc = extract_member(a, to, e.path, err);
+        free(to);
+        if (rc != 0)
+            break;
+    }
+    ckpt_archive_close(a);
+    if (rc < 0)
+        ckpt_err_prefix(err, "%s", r->src);
+    return rc < 0 ? -1 : 0;
 }
 
 static int delete_step(const char *dir, struct ckpt_err *err)
@@ -306,67 +448,210 @@ static int delete_step(const char *dir, struct ckpt_err *err)
     return rc;
 }
 
-static int unshard_step(struct cmd *c, const char *run, const char *dest,
-                        const char *name)
+/* Why checkpoint k is not unsharded (a skip reason), or NULL. Sets *failed
+ * for reasons that are errors. */
+static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
+                         const char *out, int *failed)
 {
-    char *src = ckpt_path_join(run, name);
-    char *outname = ckpt_xasprintf("%s-unsharded", name);
-    char *at_src = ckpt_path_join(run, outname);
-    char *out = ckpt_path_join(dest, outname);
-    int rc = 0;
-    if (is_dir(at_src) || is_dir(out)) {
-        const char *f[] = { "skip", src, is_dir(out) ? out : at_src,
-                            "already unsharded" };
-        if (!c->g.json) {
-            out_tsv(4, f);
-        } else {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "src", f[1]);
-            cJSON_AddStringToObject(o, "dest", f[2]);
-            cJSON_AddStringToObject(o, "action", "skip");
-            cJSON_AddStringToObject(o, "reason", f[3]);
-            out_json(o);
-        }
-    } else {
-        rc = unshard_one(c, src, out);
-        struct ckpt_err err = CKPT_ERR_INIT;
-        if (rc == 0 && c->delete_sharded && !c->g.dry_run &&
-            delete_step(src, &err) != 0) {
-            errorf("%s", err.msg);
-            rc = -1;
-        }
+    char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
+    int at_src = ckpt_tree_has_dir(r->tree, sib);
+    free(sib);
+    *failed = 0;
+    if (k->format == CKPT_FMT_UNSHARDED && k->complete)
+        return ckpt_xstrdup("not sharded");
+    if (k->format == CKPT_FMT_UNKNOWN && k->nfiles) {
+        /* A step directory holding files ckpt does not recognise (an
+         * empty one is an aborted save: skipped as incomplete). */
+        *failed = 1;
+        return ckpt_xstrdup("unsupported checkpoint format 'unknown' (no "
+                            "recognised checkpoint files)");
     }
-    free(src);
+    if (!k->complete)
+        return ckpt_xasprintf("incomplete: %s", k->why ? k->why : "?");
+    if (at_src)
+        return ckpt_xasprintf("already unsharded: %s-unsharded in the run",
+                              k->name);
+    if (is_dir(out))
+        return ckpt_xasprintf("already unsharded: %s exists", out);
+    if (!supported(k->format)) {
+        *failed = 1;
+        return ckpt_xasprintf("unsupported checkpoint format '%s'",
+                              ckpt_format_name(k->format));
+    }
+    return NULL;
+}
+
+/* Local directory of checkpoint k: in place, or extracted. */
+static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
+                      struct ckpt_err *err)
+{
+    if (r->tree->archive == CKPT_ARCHIVE_NONE)
+        return ckpt_path_join(r->tree->key, k->dir);
+    rm_rf(r->scratch);
+    if (mkdirs(r->scratch, err) != 0 ||
+        extract(r, k->dir, r->run.has_config, err) != 0)
+        return NULL;
+    free(r->config);
+    r->config = NULL;
+    if (r->run.has_config)
+        r->config = ckpt_path_join(r->scratch, ".run-config.yaml");
+    return ckpt_path_join(r->scratch, k->dir);
+}
+
+static int do_step(struct runctx *r, const struct ckpt_checkpoint *k)
+{
+    struct cmd *c = r->c;
+    char *outname = ckpt_xasprintf("%s-unsharded", k->name);
+    char *out = ckpt_path_join(r->dest, outname);
+    int failed;
+    char *why = skip_reason(r, k, out, &failed);
+    if (why) {
+        step_row(r, failed ? "error" : "skip", k, why, NULL, NULL);
+        goto out;
+    }
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_unshard_result res;
+    char *dir = step_dir(r, k, &err);
+    c->uo.config_yaml = r->config;
+    failed = !dir || run_unshard(c, k->format, dir, out, &res, &err) != 0;
+    if (failed) {
+        step_row(r, "error", k, err.msg, NULL, NULL);
+        goto out_dir;
+    }
+    why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", out, res.nfiles,
+                         res.nfiles == 1 ? "" : "s",
+                         (unsigned long long)res.tensors);
+    if (c->delete_sharded && !c->g.dry_run) {
+        char *sharded = ckpt_path_join(r->src, k->dir);
+        if (delete_step(sharded, &err) != 0) {
+            failed = 1;
+            step_row(r, "error", k, err.msg, &res, out);
+        } else {
+            char *w = ckpt_xasprintf("%s; deleted %s", why, sharded);
+            free(why);
+            why = w;
+        }
+        free(sharded);
+    }
+    if (!failed)
+        step_row(r, msg_done[c->g.dry_run], k, why, &res, out);
+    ckpt_unshard_result_release(&res);
+out_dir:
+    free(dir);
+    if (r->tree->archive != CKPT_ARCHIVE_NONE)
+        rm_rf(r->scratch);
+out:
+    free(why);
     free(outname);
-    free(at_src);
     free(out);
+    return failed ? -1 : 0;
+}
+
+/* Which checkpoints to act on: sharded ones, narrowed by --step and
+ * --latest (the newest complete one). Returns a malloced index array. */
+static size_t *choose(struct runctx *r, size_t *n)
+{
+    struct cmd *c = r->c;
+    uint64_t want = 0;
+    size_t *v = ckpt_xcalloc(r->run.n + 1, sizeof(*v)), latest = SIZE_MAX;
+    *n = 0;
+    if (c->step)
+        ckpt_parse_u64(c->step, &want);
+    for (size_t i = 0; i < r->run.n; i++) {
+        const struct ckpt_checkpoint *k = &r->run.ckpts[i];
+        if (k->unsharded_name || (c->step && (uint64_t)k->step != want))
+            continue;
+        if (c->latest) {
+            if (k->complete && k->format != CKPT_FMT_UNSHARDED)
+                latest = i;
+            continue;
+        }
+        v[(*n)++] = i;
+    }
+    if (c->latest && latest != SIZE_MAX)
+        v[(*n)++] = latest;
+    return v;
+}
+
+static int open_run(struct runctx *r, struct storages *sts,
+                    struct ckpt_err *err)
+{
+    struct ckpt_loc loc;
+    struct ckpt_stat sb;
+    enum ckpt_load_status status;
+    if (ckpt_loc_parse(&loc, r->src, err) != 0)
+        return -1;
+    int rc = storages_get(sts, &loc, &r->c->g, &r->st, err);
+    if (rc == 0)
+        rc = ckpt_run_load(r->st, loc.key, 0, &sb, &status, &r->tree,
+                           &r->run, err);
+    if (rc == 0 && status != CKPT_LOAD_OK)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': not a run directory "
+                          "or archive", r->src);
+    if (rc == 0 && r->tree->archive == CKPT_ARCHIVE_NONE &&
+        loc.scheme != CKPT_SCHEME_LOCAL)
+        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': remote run directories "
+                          "are not supported; unshard a local copy or an "
+                          "archive", r->src);
+    ckpt_loc_release(&loc);
     return rc;
 }
 
-static int unshard_run(struct cmd *c, const char *run, const char *dest)
+static int unshard_run(struct cmd *c, const char *src, const char *dest)
 {
-    size_t n;
-    struct step *steps = list_steps(run, &n);
-    char *config = ckpt_path_join(run, "config.yaml");
+    struct runctx r;
+    struct storages sts;
+    struct ckpt_err err = CKPT_ERR_INIT;
     int failed = 0;
-    uint64_t want = 0;
-    if (c->step)
-        ckpt_parse_u64(c->step, &want);
-    c->uo.config_yaml = config;
-    if (!n)
-        errorf("'%s': no DCP checkpoint and no sharded steps", run);
-    for (size_t i = 0; i < n && !interrupted; i++) {
-        if ((c->latest && i + 1 != n) ||
-            (c->step && (uint64_t)steps[i].n != want))
-            continue;
-        failed |= unshard_step(c, run, dest, steps[i].name) != 0;
+    memset(&r, 0, sizeof(r));
+    memset(&sts, 0, sizeof(sts));
+    r.c = c;
+    r.src = src;
+    r.dest = dest;
+    if (open_run(&r, &sts, &err) != 0) {
+        step_row(&r, "error", NULL, err.msg, NULL, NULL);
+        failed = 1;
+        goto out;
     }
-    for (size_t i = 0; i < n; i++)
-        free(steps[i].name);
-    free(steps);
-    free(config);
-    return !n || failed ? EXIT_FAILED : EXIT_OK;
+    int archive = r.tree->archive != CKPT_ARCHIVE_NONE;
+    if (archive && c->delete_sharded) {
+        errorf("'%s': --delete-sharded never deletes inside an archive; "
+               "nothing done", src);
+        failed = 2;
+        goto out;
+    }
+    /* Scratch beside the outputs (same file system, cleaned with them);
+     * a dry run leaves DEST alone. */
+    const char *base = c->g.tmp_dir ? c->g.tmp_dir : dest;
+    if (c->g.dry_run && !c->g.tmp_dir)
+        base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    if (archive)
+        r.scratch = ckpt_xasprintf("%s/.ckpt-src-%ld", base,
+                                   (long)getpid());
+    else if (r.run.has_config)
+        r.config = ckpt_path_join(r.tree->key, "config.yaml");
+    size_t n, *pick = choose(&r, &n);
+    if (!n && !c->step && r.run.n) {
+        /* Only unsharded checkpoints: a rerun after everything was done. */
+        step_row(&r, "skip", NULL, "no sharded checkpoint", NULL, NULL);
+    } else if (!n) {
+        step_row(&r, "error", NULL, c->step ? "no sharded checkpoint with "
+                 "that step" : "no checkpoint", NULL, NULL);
+        failed = 1;
+    }
+    for (size_t i = 0; i < n && !interrupted; i++)
+        failed |= do_step(&r, &r.run.ckpts[pick[i]]) != 0;
+    free(pick);
+out:
+    rm_rf(r.scratch);
+    free(r.scratch);
+    free(r.config);
+    ckpt_run_release(&r.run);
+    ckpt_tree_free(r.tree);
+    storages_release(&sts);
+    return failed == 2 ? EXIT_USAGE : failed ? EXIT_FAILED : EXIT_OK;
 }
+
 
 int cmd_unshard(int argc, char **argv)
 {
@@ -381,7 +666,7 @@ int cmd_unshard(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     const char *src = argv[0], *dest = argv[1];
-    if (is_dir(src) && !is_dcp(src))
+    if (is_run(src))
         return unshard_run(&c, src, dest);
     return unshard_one(&c, src, dest) ? EXIT_FAILED : EXIT_OK;
 }

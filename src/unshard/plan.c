@@ -46,6 +46,8 @@ static int probe_chunk(struct ujob *j, struct utensor *t, struct uchunk *c,
             return ckpt_err_set(err, CKPT_EFORMAT, "chunk size overflows");
     struct ckpt_tensor_loc loc;
     struct ckpt_rd rd;
+    if (j->locate)
+        return j->locate(j, t, c, err);
     if (src_item(j, &c->meta->st, bytes + (16u << 20), &c->src, &off, &len,
                  err) != 0)
         return -1;

@@ -102,6 +102,11 @@ static struct usrc *add_src(struct ujob *j, char *name, int fd,
     return s;
 }
 
+struct usrc *src_add(struct ujob *j, char *name, int fd, uint64_t size)
+{
+    return add_src(j, name, fd, size);
+}
+
 /* Open relpath (a name from the metadata) in the checkpoint directory. */
 int src_get(struct ujob *j, const char *relpath, struct usrc **out,
             struct ckpt_err *err)

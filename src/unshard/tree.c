@@ -408,3 +408,23 @@ int tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
     strmap_release(&tr.keys);
     return rc;
 }
+
+struct ckpt_pv *tree_tensor(struct ujob *j, struct utensor *t)
+{
+    struct tree tr;
+    return init_tree(&tr, j) == 0 ? tensor_node(&tr, t) : NULL;
+}
+
+int tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
+               struct ckpt_pv *v, const struct ckpt_tzip *z,
+               const struct ckpt_rd *rd, struct usrc *src,
+               struct ckpt_err *err)
+{
+    struct tree tr;
+    if (init_tree(&tr, j) != 0)
+        return oom(err);
+    tr.cur = e;
+    int rc = remap_all(&tr, v, z, rd, src, err);
+    strmap_release(&tr.keys);
+    return rc;
+}

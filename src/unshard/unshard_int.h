@@ -136,6 +136,11 @@ struct ujob {
     struct ckpt_err err;            /* first worker error, under mu */
     atomic_uint_fast64_t written;
     uint64_t objects;
+    /* Formats whose chunks are located while planning (legacy.c): NULL
+     * means probe the DCP item. */
+    int (*locate)(struct ujob *j, struct utensor *t, struct uchunk *c,
+                  struct ckpt_err *err);
+    void *fmtplan;                  /* legacy.c, zarrplan.c plan state */
 };
 
 /* source.c */
@@ -157,6 +162,8 @@ int src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
              uint64_t *len, struct ckpt_err *err);
 void src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len);
 void src_close_all(struct ujob *j);
+/* Register an open file (name malloced, taken over) as a source. */
+struct usrc *src_add(struct ujob *j, char *name, int fd, uint64_t size);
 
 /* plan.c */
 int plan_tensors(struct ujob *j, struct ckpt_err *err);
@@ -165,6 +172,22 @@ void plan_band_box(const struct utensor *t, uint64_t band, uint64_t *lo,
 
 /* tree.c */
 int tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err);
+
+/* tree.c, for formats that build their own graph (legacy.c): the output
+ * node of tensor t, and e's storages in v remapped to output records. */
+struct ckpt_pv *tree_tensor(struct ujob *j, struct utensor *t);
+int tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
+               struct ckpt_pv *v, const struct ckpt_tzip *z,
+               const struct ckpt_rd *rd, struct usrc *src,
+               struct ckpt_err *err);
+
+/* legacy.c: OLMo torch_legacy rank*.pt steps */
+int legacy_is_step(const char *dir);
+int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
+/* zarrplan.c: zarr v2 pytree checkpoints (.zgroup + one array per leaf) */
+int zarr_is_step(const char *dir);
+int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* layout.c */
 int layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
