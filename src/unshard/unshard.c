@@ -267,10 +267,12 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
 static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_pv *root;
-    if (legacy_is_step(src))
-        return legacy_plan(j, src, err);
-    if (zarr_is_step(src))
-        return zarr_plan(j, src, err);
+    if (legacy_is_step(src) || zarr_is_step(src)) {
+        /* Local step directories: their config.yaml travels too. */
+        j->top = ckpt_xstrdup(src);
+        return legacy_is_step(src) ? legacy_plan(j, src, err)
+                                   : zarr_plan(j, src, err);
+    }
     if (src_open(j, src, err) != 0)
         return -1;
     j->olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
