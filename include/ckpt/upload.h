@@ -96,6 +96,11 @@ int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
                     const char *skey, struct ckpt_storage *dst,
                     const char *dkey, unsigned flags, struct ckpt_err *err);
 
+/* Files and bytes planned so far (an archive counts as its size until
+ * it is read). */
+void ckpt_upload_planned(const struct ckpt_upload *u, uint64_t *files,
+                         uint64_t *bytes);
+
 /* Run every added copy; returns 0 when every file arrived (uploaded or
  * skipped) and every requested source deletion happened, else -1. */
 int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out);

@@ -96,5 +96,6 @@ void progress_done(struct progress *p); /* prints the final line, frees */
 /* Subcommands: argc/argv start at the command name. */
 int cmd_clean(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
+int cmd_upload(int argc, char **argv);
 
 #endif

@@ -19,6 +19,8 @@ struct cmd_struct {
 static const struct cmd_struct commands[] = {
     { "clean", cmd_clean, "delete runs that never produced a checkpoint" },
     { "ls", cmd_ls, "list runs and their checkpoints" },
+    { "upload", cmd_upload, "copy files, trees and archive contents "
+      "between locations" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -8,11 +8,14 @@
 #include "storage_int.h"
 #include "s3_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "ckpt/util.h"
+
+#include <openssl/evp.h>
 
 #define SIGNED_BODY_MAX (1u << 20)   /* hash bodies up to this size */
 
@@ -244,13 +247,109 @@ static void strip_quotes(char *s)
     }
 }
 
+/* md5(binary part MD5s)-N, from the parts' hex ETags; "" if one is no
+ * MD5 (then the service's own form cannot be predicted). */
+static void composite_of(int n, const char *const *etags, char out[48])
+{
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    unsigned char d[16], sum[16];
+    unsigned int len = 16;
+    int ok = c && EVP_DigestInit_ex(c, EVP_md5(), NULL) == 1;
+    for (int i = 0; i < n && ok; i++) {
+        ok = strlen(etags[i]) == 32;
+        for (int k = 0; k < 16 && ok; k++) {
+            unsigned v;
+            ok = sscanf(etags[i] + 2 * k, "%2x", &v) == 1;
+            d[k] = (unsigned char)v;
+        }
+        if (ok)
+            EVP_DigestUpdate(c, d, 16);
+    }
+    out[0] = '\0';
+    if (ok && EVP_DigestFinal_ex(c, sum, &len) == 1) {
+        for (int k = 0; k < 16; k++)
+            snprintf(out + 2 * k, 3, "%02x", sum[k]);
+        snprintf(out + 32, 16, "-%d", n);
+    }
+    EVP_MD_CTX_free(c);
+}
+
+/* After an attempt whose outcome we never saw, a repeated Complete is
+ * refused because the first one worked (S3: NoSuchUpload; s3rver: 500).
+ * The object decides: our size, and our composite ETag, or an ETag other
+ * than the one the key had before we started (services that answer a
+ * plain MD5 for multipart objects). */
+static int completed_earlier(struct ckpt_storage *st, const char *key,
+                             uint64_t size, const char *want,
+                             const struct ckpt_stat *before,
+                             struct ckpt_put_result *res)
+{
+    struct ckpt_stat sb;
+    struct ckpt_obj_meta meta;
+    struct ckpt_err e2;
+    if (s3_up_head(st, key, &sb, &meta, &e2) != 0 || sb.size != size)
+        return 0;
+    int ours = strchr(sb.etag, '-')
+             ? *want && !strcasecmp(sb.etag, want)
+             : !before->etag[0] || strcmp(sb.etag, before->etag);
+    if (ours && res)
+        snprintf(res->etag, sizeof(res->etag), "%s", sb.etag);
+    return ours;
+}
+
+struct complete {
+    struct ckpt_storage *st;
+    const char *key, *what;
+    uint64_t size;
+    char want[48];
+    struct ckpt_stat before;
+};
+
+static int complete_loop(struct complete *c, struct s3_req *r,
+                         struct http_resp *resp, struct ckpt_put_result *res,
+                         struct ckpt_err *err)
+{
+    struct s3 *s3 = c->st->impl;
+    int unseen = 0;
+    for (int attempt = 1;; attempt++) {
+        http_resp_release(resp);
+        http_resp_init(resp);
+        if (s3_attempt(s3, r, resp, err) != 0)
+            return -1;
+        int failed = resp->curl != CURLE_OK || resp->status >= 300 ||
+                     memmem(resp->body.ptr, resp->body.len, "<Error>", 7);
+        if (failed && unseen && (resp->status == 404 ||
+                                 resp->status >= 500) &&
+            completed_earlier(c->st, c->key, c->size, c->want, &c->before,
+                              res))
+            return 0;
+        double delay = 0;
+        int v = s3_judge(s3, resp, attempt, c->what, &delay, err);
+        if (v <= 0)
+            return v;
+        unseen |= resp->curl != CURLE_OK || resp->status >= 500;
+        http_sleep(delay);
+    }
+}
+
 int s3_up_finish(struct ckpt_storage *st, const char *key,
                  const char *upload_id, int nparts, const char *const *etags,
                  uint64_t size, struct ckpt_put_result *res,
                  struct ckpt_err *err)
 {
-    struct s3 *s3 = st->impl;
     struct ckpt_buf body = CKPT_BUF_INIT, etag = CKPT_BUF_INIT;
+    struct complete c;
+    struct ckpt_obj_meta meta;
+    struct ckpt_err e2;
+    memset(&c, 0, sizeof(c));
+    c.st = st;
+    c.key = key;
+    c.size = size;
+    composite_of(nparts, etags, c.want);
+    /* What the key held before, to recognise our own completed object
+     * if a reply is lost (see completed_earlier). */
+    if (s3_up_head(st, key, &c.before, &meta, &e2) != 0)
+        memset(&c.before, 0, sizeof(c.before));
     complete_xml(&body, nparts, etags);
     struct s3_req r;
     s3_req_init(&r, "POST", key);
@@ -262,16 +361,14 @@ int s3_up_finish(struct ckpt_storage *st, const char *key,
     struct http_resp resp;
     http_resp_init(&resp);
     char *what = s3_what(st, key);
-    int rc = s3_exec(s3, &r, &resp, what, err);
-    /* A retried Complete whose first try succeeded answers NoSuchUpload:
-     * the HEAD below decides (size, and the caller checks the ETag). */
-    int gone = rc != 0 && strstr(err->msg, "NoSuchUpload");
-    if (rc == 0 && res &&
+    c.what = what;
+    int rc = complete_loop(&c, &r, &resp, res, err);
+    if (rc == 0 && res && !res->etag[0] &&
         xml_text(resp.body.ptr, resp.body.len, "ETag", &etag) == 0) {
         snprintf(res->etag, sizeof(res->etag), "%s", etag.ptr);
         strip_quotes(res->etag);
     }
-    if (rc == 0 || gone)
+    if (rc == 0)
         rc = check_completed(st, key, size, what, res, err);
     free(what);
     ckpt_buf_release(&etag);

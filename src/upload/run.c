@@ -176,3 +176,13 @@ int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out)
         *out = u->t;
     return any_failure(u) ? -1 : 0;
 }
+
+void ckpt_upload_planned(const struct ckpt_upload *u, uint64_t *files,
+                         uint64_t *bytes)
+{
+    *files = u->t.files;
+    *bytes = u->t.bytes_total;
+    for (size_t i = 0; i < u->ngroups; i++)
+        if (u->groups[i]->kind == G_ARCHIVE)
+            *bytes += u->groups[i]->ssb.size;
+}
