@@ -32,7 +32,7 @@ static const char *const upload_usage[] = {
     NULL
 };
 
-#define DEFAULT_JOBS 16
+#define DEFAULT_JOBS 32
 
 struct up_opts {
     int extract, no_strip, delete_source, checksum, follow, wandb;

@@ -179,11 +179,12 @@ static const char *quick_skip(struct ckpt_upload *u, struct obj *o)
     const struct dentry *d = o->dest;
     struct group *g = o->g;
     int local = ckpt_storage_is_local(g->dst);
-    if (local && !u->cfg.checksum && !o->from_archive &&
-        d->mtime == o->mtime)
-        return "same size and modification time";
+    /* Before deleting a source, what is at DEST is compared byte for
+     * byte (by MD5), never trusted on metadata alone. */
     if (u->cfg.checksum || u->cfg.delete_source)
         return NULL;
+    if (local && !o->from_archive && d->mtime == o->mtime)
+        return "same size and modification time";
     const struct jr_done *jd = journal_find_done(g->jr, o->dkey);
     if (jd && jd->size == o->size && !strcmp(jd->srcsig, o->srcsig) &&
         !strcmp(jd->etag, d->etag))
@@ -211,8 +212,7 @@ void obj_route(struct ckpt_upload *u, struct obj *o)
         return;
     }
     /* Archive members are read once, in order: compared while sent. */
-    o->need_check = !o->from_archive &&
-                    (!ckpt_storage_is_local(o->g->dst) || u->cfg.checksum);
+    o->need_check = !o->from_archive;
     obj_ready(u, o);
 }
 

@@ -120,34 +120,47 @@ static struct jr_pending *find_id(struct journal *j, const char *id)
     return NULL;
 }
 
-static void add_pending(struct journal *j, char **f)
+static void pend_add(struct journal *j, const char *dkey, const char *id,
+                     uint64_t size, uint64_t ps, const char *sig)
 {
-    uint64_t size = 0, ps = 0;
-    if (ckpt_parse_u64(f[3], &size) != 0 || ckpt_parse_u64(f[4], &ps) != 0 ||
-        ps == 0 || size / ps >= MAX_PARTS + 1)
+    if (ps == 0 || size / ps >= MAX_PARTS + 1)
         return;
     j->pend = ckpt_xreallocarray(j->pend, j->npend + 1, sizeof(*j->pend));
     struct jr_pending *p = &j->pend[j->npend++];
     memset(p, 0, sizeof(*p));
-    p->dkey = ckpt_xstrdup(f[1]);
-    p->upload_id = ckpt_xstrdup(f[2]);
+    p->dkey = ckpt_xstrdup(dkey);
+    p->upload_id = ckpt_xstrdup(id);
     p->size = size;
     p->part_size = ps;
-    p->srcsig = ckpt_xstrdup(f[5]);
+    p->srcsig = ckpt_xstrdup(sig);
     p->nparts = parts_for(size, ps);
     p->md5 = ckpt_xcalloc((size_t)p->nparts, 16);
     p->have = ckpt_xcalloc((size_t)p->nparts, 1);
 }
 
+static void pend_part(struct journal *j, const char *id, uint64_t num,
+                      const unsigned char md5[16])
+{
+    struct jr_pending *p = find_id(j, id);
+    if (!p || num < 1 || num > (uint64_t)p->nparts)
+        return;
+    memcpy(p->md5[num - 1], md5, 16);
+    p->have[num - 1] = 1;
+}
+
+static void add_pending(struct journal *j, char **f)
+{
+    uint64_t size = 0, ps = 0;
+    if (ckpt_parse_u64(f[3], &size) == 0 && ckpt_parse_u64(f[4], &ps) == 0)
+        pend_add(j, f[1], f[2], size, ps, f[5]);
+}
+
 static void add_part(struct journal *j, char **f)
 {
-    struct jr_pending *p = find_id(j, f[1]);
     uint64_t num;
-    if (!p || ckpt_parse_u64(f[2], &num) != 0 || num < 1 ||
-        num > (uint64_t)p->nparts)
-        return;
-    if (hex_md5_parse(f[3], p->md5[num - 1]) == 0)
-        p->have[num - 1] = 1;
+    unsigned char md5[16];
+    if (ckpt_parse_u64(f[2], &num) == 0 && hex_md5_parse(f[3], md5) == 0)
+        pend_part(j, f[1], num, md5);
 }
 
 static void add_done(struct journal *j, const char *dkey, uint64_t size,
@@ -321,6 +334,12 @@ void journal_start(struct journal *j, const char *dkey, const char *id,
     esc(&b, srcsig);
     put_line(j, &b);
     ckpt_buf_release(&b);
+    if (j) {
+        /* Ours: not an unfinished upload for this run to take over. */
+        pend_add(j, dkey, id, size, part_size, srcsig);
+        if (j->npend && !strcmp(j->pend[j->npend - 1].upload_id, id))
+            j->pend[j->npend - 1].claimed = 1;
+    }
 }
 
 void journal_part(struct journal *j, const char *id, int num,
@@ -334,6 +353,8 @@ void journal_part(struct journal *j, const char *id, int num,
     ckpt_buf_addf(&b, "\t%d\t%s", num, hex);
     put_line(j, &b);
     ckpt_buf_release(&b);
+    if (j)
+        pend_part(j, id, (uint64_t)num, md5);
 }
 
 void journal_end(struct journal *j, const char *id)
@@ -498,4 +519,9 @@ void journal_close(struct journal *j)
     if (j->lock_fd >= 0)
         close(j->lock_fd);  /* releases the flock */
     free(j);
+}
+
+const char *journal_file(const struct journal *j)
+{
+    return j ? j->path : NULL;
 }

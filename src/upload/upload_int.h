@@ -89,6 +89,7 @@ struct jr_pending **journal_unclaimed(struct journal *j, size_t *n);
 const struct jr_done *journal_find_done(const struct journal *j,
                                         const char *dkey);
 int journal_failed(const struct journal *j);  /* writes failed */
+const char *journal_file(const struct journal *j);  /* for tests */
 /* Upload ids the journal knows (started by some run of this copy). */
 int journal_knows_upload(const struct journal *j, const char *id);
 
