@@ -293,6 +293,7 @@ static void on_put(struct ckpt_upload *u, struct unit *un)
     } else {
         journal_done(o->g->jr, o->dkey, o->size, o->srcsig,
                      un->res.etag[0] ? un->res.etag : un->whole);
+        snprintf(o->etag, sizeof(o->etag), "%s", un->res.etag);
         o->st = O_DONE;
         o->sent = o->size;
         u->t.bytes_sent += o->size;
@@ -435,6 +436,7 @@ static void on_finish(struct ckpt_upload *u, struct unit *un)
     }
     journal_end(o->g->jr, o->upload_id);
     journal_done(o->g->jr, o->dkey, o->size, o->srcsig, un->res.etag);
+    snprintf(o->etag, sizeof(o->etag), "%s", un->res.etag);
     o->st = O_DONE;
     char detail[96] = "";
     if (o->resumed_bytes)

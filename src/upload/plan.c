@@ -64,7 +64,8 @@ static int dmap_add(void *ud, const struct ckpt_entry *e)
     return 0;
 }
 
-static int list_dest(struct group *g, struct ckpt_err *err)
+/* List DEST (a file group: stat its one object) into m, sorted. */
+int dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err)
 {
     struct ckpt_stat sb;
     char *disp = ckpt_storage_display(g->dst, g->dkey);
@@ -73,17 +74,27 @@ static int list_dest(struct group *g, struct ckpt_err *err)
         free(disp);
         return 0;  /* nothing there yet */
     }
+    if (rc == 0 && g->kind == G_FILE) {
+        if (sb.type != CKPT_ENTRY_FILE)
+            rc = ckpt_err_set(err, CKPT_EUSAGE, "DEST '%s' is a directory",
+                              disp);
+        struct ckpt_entry e = { "", sb.size, sb.mtime, sb.type, sb.etag };
+        if (rc == 0)
+            dmap_add(m, &e);
+        free(disp);
+        return rc;
+    }
     if (rc == 0 && sb.type == CKPT_ENTRY_FILE)
         rc = ckpt_err_set(err, CKPT_EUSAGE, "DEST '%s' is a file, not a "
                           "directory", disp);
     if (rc == 0) {
         rc = ckpt_storage_list(g->dst, g->dkey, CKPT_LIST_RECURSIVE,
-                               dmap_add, &g->dmap, err);
+                               dmap_add, m, err);
         if (rc != 0 && err->code == CKPT_ENOTFOUND)
             rc = 0;
     }
-    if (rc == 0 && g->dmap.n)
-        qsort(g->dmap.v, g->dmap.n, sizeof(*g->dmap.v), by_name);
+    if (rc == 0 && m->n)
+        qsort(m->v, m->n, sizeof(*m->v), by_name);
     free(disp);
     return rc;
 }
@@ -362,26 +373,6 @@ static int list_source(struct group *g, struct ckpt_err *err)
     return 0;
 }
 
-/* ---- DEST of a single file ---- */
-
-static int stat_dest_file(struct group *g, struct ckpt_err *err)
-{
-    struct ckpt_stat sb;
-    int rc = ckpt_storage_stat(g->dst, g->dkey, &sb, err);
-    if (rc != 0)
-        return err->code == CKPT_ENOTFOUND ? 0 : -1;
-    if (sb.type != CKPT_ENTRY_FILE) {
-        char *disp = ckpt_storage_display(g->dst, g->dkey);
-        rc = ckpt_err_set(err, CKPT_EUSAGE, "DEST '%s' is a directory",
-                          disp);
-        free(disp);
-        return rc;
-    }
-    struct ckpt_entry e = { "", sb.size, sb.mtime, sb.type, sb.etag };
-    dmap_add(&g->dmap, &e);
-    return 0;
-}
-
 static int open_journal(struct group *g, struct ckpt_err *err)
 {
     struct ckpt_upload *u = g->u;
@@ -435,7 +426,7 @@ int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
     if (rc == 0)
         rc = group_kind(g, flags, err);
     if (rc == 0)
-        rc = g->kind == G_FILE ? stat_dest_file(g, err) : list_dest(g, err);
+        rc = dmap_load(g, &g->dmap, err);
     if (rc == 0)
         rc = open_journal(g, err);
     size_t before = u->nobjs;

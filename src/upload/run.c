@@ -71,6 +71,52 @@ static void find_foreign(struct ckpt_upload *u, struct group *g)
     free(f.keys);
 }
 
+/* ---- what arrived ---- */
+
+/* Every object reported uploaded must be listed at DEST with its size
+ * (and ETag): one listing per copy, after everything was acknowledged.
+ * Catches a service that acknowledged a write it then lost. */
+static void unarrived(struct ckpt_upload *u, struct obj *o, const char *why)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    ckpt_err_set(&err, CKPT_EHTTP, "%s: %s", o->ddisp, why);
+    u->t.uploaded--;
+    u->t.bytes -= o->size;
+    o->st = O_NEW;  /* so obj_fail reports it */
+    obj_fail(u, o, &err);
+}
+
+static void check_arrived(struct ckpt_upload *u, struct obj *o,
+                          const struct dentry *d)
+{
+    if (!d)
+        unarrived(u, o, "not at DEST after the upload was acknowledged");
+    else if (d->size != o->size)
+        unarrived(u, o, "DEST lists a different size than was uploaded");
+    else if (o->etag[0] && d->etag[0] && strcmp(o->etag, d->etag))
+        unarrived(u, o, "DEST lists a different ETag than the upload's");
+}
+
+static void verify_group(struct ckpt_upload *u, struct group *g)
+{
+    struct dmap m = { NULL, 0, 0 };
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int rc = dmap_load(g, &m, &err);
+    size_t root = *g->dkey ? strlen(g->dkey) + 1 : 0;
+    for (size_t i = 0; i < u->nobjs; i++) {
+        struct obj *o = u->objs[i];
+        if (o->g != g || o->st != O_DONE)
+            continue;
+        if (rc != 0) {
+            unarrived(u, o, err.msg);
+            continue;
+        }
+        const char *rel = g->kind == G_FILE ? "" : o->dkey + root;
+        check_arrived(u, o, dmap_find(&m, rel));
+    }
+    dmap_release(&m);
+}
+
 /* ---- deleting the sources ---- */
 
 static void queue_delete(struct ckpt_upload *u, struct group *g,
@@ -154,6 +200,8 @@ int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out)
     start_groups(u);
     engine_loop(u);
     if (!u->cfg.dry_run) {
+        for (size_t i = 0; i < u->ngroups; i++)
+            verify_group(u, u->groups[i]);
         for (size_t i = 0; i < u->ngroups; i++)
             if (!ckpt_storage_is_local(u->groups[i]->dst) &&
                 !u->groups[i]->plan_failed)

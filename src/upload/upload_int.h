@@ -108,6 +108,8 @@ struct dmap {
 };
 
 const struct dentry *dmap_find(const struct dmap *m, const char *name);
+struct group;
+int dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err);
 void dmap_release(struct dmap *m);
 
 /* ---- objects and groups ---- */
@@ -171,7 +173,7 @@ struct obj {
     struct unit *ready, *ready_tail;  /* archive: produced parts */
     struct unit *put;           /* archive: the produced PUT */
     const char *why_skip;       /* static */
-    char whole_md5[33];
+    char etag[80];              /* DEST's ETag once uploaded */
     struct obj *qnext;          /* queue link */
 };
 
