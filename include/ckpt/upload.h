@@ -96,6 +96,11 @@ int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
                     const char *skey, struct ckpt_storage *dst,
                     const char *dkey, unsigned flags, struct ckpt_err *err);
 
+/* Report a SRC the caller could not even plan (a failed event, counted):
+ * like any failure, it stops --delete-source. */
+void ckpt_upload_fail_src(struct ckpt_upload *u, const char *src,
+                          const char *dest, const char *msg);
+
 /* Files and bytes planned so far (an archive counts as its size until
  * it is read). */
 void ckpt_upload_planned(const struct ckpt_upload *u, uint64_t *files,

@@ -44,7 +44,6 @@ struct ui {
     const struct ckpt_opts *g;
     struct progress *prog;
     uint64_t items, bytes;        /* last progress seen */
-    int src_failed;               /* a SRC could not be planned */
 };
 
 /* ---- output ---- */
@@ -101,19 +100,18 @@ static void on_progress(void *ud, uint64_t items, uint64_t bytes)
     ui->bytes = bytes;
 }
 
-/* A SRC that cannot be copied at all: one row, like a failed file. */
-static void src_failed(struct ui *ui, const char *src, const char *dest,
-                       const char *msg)
+/* A SRC that cannot be copied at all: one row, like a failed file; the
+ * engine counts it, so --delete-source deletes nothing. */
+static void src_failed(struct ckpt_upload *u, const char *src,
+                       const char *dest, const char *msg)
 {
-    struct ckpt_upload_event ev = { CKPT_UP_FAILED, src, dest, 0, msg };
-    ui->src_failed++;
-    on_event(ui, &ev);
+    ckpt_upload_fail_src(u, src, dest, msg);
 }
 
 static void summary(const struct ui *ui, const struct ckpt_upload_totals *t)
 {
     const struct ckpt_opts *g = ui->g;
-    uint64_t failed = t->failed + (uint64_t)ui->src_failed;
+    uint64_t failed = t->failed;
     if (g->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "action", "summary");
@@ -201,7 +199,7 @@ static void logs_release(struct logs *l)
 }
 
 /* Add every log whose file name names the run (or its W&B id). */
-static void add_logs(struct ckpt_upload *u, struct ui *ui, struct logs *l,
+static void add_logs(struct ckpt_upload *u, struct logs *l,
                      const char *run, const char *wid,
                      struct ckpt_storage *dst, const char *dkey)
 {
@@ -218,7 +216,7 @@ static void add_logs(struct ckpt_upload *u, struct ui *ui, struct logs *l,
         if (ckpt_upload_add(u, l->st, skey, dst, key, CKPT_UPLOAD_KEEP_SRC,
                             &err) != 0) {
             char *disp = ckpt_storage_display(l->st, skey);
-            src_failed(ui, disp, NULL, err.msg);
+            src_failed(u, disp, NULL, err.msg);
             free(disp);
         }
         free(skey);
@@ -297,7 +295,7 @@ static void plan_src(struct plan *p, const char *arg)
         if (err.code == CKPT_ENOTFOUND)
             ckpt_err_set(&err, CKPT_ENOTFOUND, "SRC '%s' does not exist",
                          arg);
-        src_failed(p->ui, arg, NULL, err.msg);
+        src_failed(p->u, arg, NULL, err.msg);
         ckpt_loc_release(&loc);
         return;
     }
@@ -313,12 +311,12 @@ static void plan_src(struct plan *p, const char *arg)
         ckpt_buf_addstr(&msg, err.msg);
     if (msg.len) {
         char *d = key ? ckpt_storage_display(p->dest->st, key) : NULL;
-        src_failed(p->ui, arg, d, msg.ptr);
+        src_failed(p->u, arg, d, msg.ptr);
         free(d);
     } else if (p->logs) {
         char *run = src_name(loc.key, ckpt_archive_kind_of(loc.key) !=
                              CKPT_ARCHIVE_NONE);
-        add_logs(p->u, p->ui, p->logs, run, wid, p->dest->st, key);
+        add_logs(p->u, p->logs, run, wid, p->dest->st, key);
         free(run);
     }
     free(key);
@@ -426,7 +424,7 @@ static int run_all(struct plan *p, char **srcs, int nsrc, const char *sdir)
     if (!sdir && !ui->g->dry_run)
         warnf("no state directory (set CKPT_STATE_DIR or HOME): an "
               "interrupted upload restarts its large files from scratch");
-    return rc != 0 || ui->src_failed ? EXIT_FAILED : EXIT_OK;
+    return rc != 0 ? EXIT_FAILED : EXIT_OK;
 }
 
 int cmd_upload(int argc, char **argv)
@@ -466,7 +464,7 @@ int cmd_upload(int argc, char **argv)
         return EXIT_USAGE;
     cli_init_output(&g);
     struct storages stores = { 0 };
-    struct ui ui = { &g, NULL, 0, 0, 0 };
+    struct ui ui = { &g, NULL, 0, 0 };
     struct dest dest;
     struct logs logs;
     struct ckpt_err err = CKPT_ERR_INIT;

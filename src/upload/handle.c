@@ -143,9 +143,12 @@ static int try_resume(struct ckpt_upload *u, struct obj *o)
     if (!p)
         return 0;
     p->claimed = 1;
+    /* The source changed since, or DEST has the object already (a run
+     * killed between CompleteMultipartUpload and its journal line): that
+     * upload is garbage (aborting a completed one is a no-op). */
     if (!o->big || p->size != o->size || p->part_size != o->part_size ||
-        strcmp(p->srcsig, o->srcsig)) {
-        /* The source changed since: that upload is garbage. */
+        strcmp(p->srcsig, o->srcsig) || (o->dest &&
+                                         o->dest->size == o->size)) {
         queue_abort(u, g, g->dst, o->dkey, p->upload_id);
         return 0;
     }

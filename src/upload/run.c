@@ -234,3 +234,12 @@ void ckpt_upload_planned(const struct ckpt_upload *u, uint64_t *files,
         if (u->groups[i]->kind == G_ARCHIVE)
             *bytes += u->groups[i]->ssb.size;
 }
+
+void ckpt_upload_fail_src(struct ckpt_upload *u, const char *src,
+                          const char *dest, const char *msg)
+{
+    struct ckpt_upload_event ev = { CKPT_UP_FAILED, src, dest, 0, msg };
+    u->t.failed++;
+    if (u->cfg.on_event)
+        u->cfg.on_event(u->cfg.ud, &ev);
+}
