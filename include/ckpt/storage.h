@@ -161,4 +161,88 @@ struct ckpt_storage_stats {
 void ckpt_storage_stats(const struct ckpt_storage *st,
                         struct ckpt_storage_stats *out);
 
+/* ---- Uploads driven by the caller (`ckpt upload`) ----
+ *
+ * Lower level than the streaming writer: the caller reads the bytes,
+ * schedules single PUTs and the parts of multipart uploads over its own
+ * workers (one budget for files and parts), and records upload ids so a
+ * later process can resume an interrupted upload. Local storage implements
+ * the same calls with a temporary file written at offsets and renamed into
+ * place on finish (the "upload id" is the temporary file's path).
+ * Every call is thread-safe on a shared handle.
+ */
+
+/* What ckpt records with an object (object storage: metadata
+ * x-amz-meta-ckpt-md5 / -part-size / -mtime; local: the file's mtime). */
+struct ckpt_obj_meta {
+    char md5[33];          /* hex MD5 of the whole object, or "" */
+    uint64_t part_size;    /* part size of the multipart upload, or 0 */
+    int64_t mtime;         /* source modification time (s), or 0 */
+};
+
+struct ckpt_put_result {
+    char etag[80];         /* the service's ETag, unquoted; "" for local */
+    int throttled;         /* failed at once on a same-object throttle */
+    double retry_after;    /* seconds the service asked for, or -1 */
+};
+
+/* Flag for put_object/mpu_part: a same-object throttle (R2's 429 "Reduce
+ * your concurrent request rate for the same object", GCS's "too quickly")
+ * fails at once with res->throttled set, so the caller can back off that
+ * object and keep the others flowing; other faults are retried as usual. */
+#define CKPT_PUT_THROTTLE_RETURN 1u
+
+/* Local temporary files of unfinished copies are named
+ * "DIR/.BASE" CKPT_UPLOAD_TEMP_MARK "..." (never listed as copied data). */
+#define CKPT_UPLOAD_TEMP_MARK ".ckpt-up-"
+
+/* stat plus ckpt's metadata (all zero/"" when absent). */
+int ckpt_storage_head(struct ckpt_storage *st, const char *key,
+                      struct ckpt_stat *out, struct ckpt_obj_meta *meta,
+                      struct ckpt_err *err);
+/* One PUT of data (Content-MD5 from md5, metadata from meta, may be NULL).
+ * Atomic as the writer is. res may be NULL. */
+int ckpt_storage_put_object(struct ckpt_storage *st, const char *key,
+                            const void *data, size_t len,
+                            const unsigned char md5[16],
+                            const struct ckpt_obj_meta *meta, unsigned flags,
+                            struct ckpt_put_result *res,
+                            struct ckpt_err *err);
+/* Start a multipart upload of an object of size bytes; *upload_id is
+ * malloced. */
+int ckpt_storage_mpu_start(struct ckpt_storage *st, const char *key,
+                           uint64_t size, const struct ckpt_obj_meta *meta,
+                           char **upload_id, struct ckpt_err *err);
+/* Upload part num (1-based) holding the bytes at offset off. A missing
+ * upload (expired, aborted, temporary file gone) fails CKPT_ENOTFOUND. */
+int ckpt_storage_mpu_part(struct ckpt_storage *st, const char *key,
+                          const char *upload_id, int num, uint64_t off,
+                          const void *data, size_t len,
+                          const unsigned char md5[16], unsigned flags,
+                          struct ckpt_put_result *res, struct ckpt_err *err);
+/* Complete with the parts' ETags (etags[i] for part i + 1), then check the
+ * object has size bytes. res->etag: the object's ETag. meta: local mtime. */
+int ckpt_storage_mpu_finish(struct ckpt_storage *st, const char *key,
+                            const char *upload_id, int nparts,
+                            const char *const *etags, uint64_t size,
+                            const struct ckpt_obj_meta *meta,
+                            struct ckpt_put_result *res,
+                            struct ckpt_err *err);
+/* Abort (discard) an upload. Already gone is success. */
+int ckpt_storage_mpu_abort(struct ckpt_storage *st, const char *key,
+                           const char *upload_id, struct ckpt_err *err);
+/* Unfinished multipart uploads below prefix (ListMultipartUploads);
+ * initiated is seconds since the epoch or 0. CKPT_EUNSUPPORTED where the
+ * service cannot list them (s3rver: 501; local storage). fn returns 0 to
+ * go on. */
+typedef int (*ckpt_upload_list_fn)(void *ud, const char *key,
+                                   const char *upload_id, int64_t initiated);
+int ckpt_storage_mpu_list(struct ckpt_storage *st, const char *prefix,
+                          ckpt_upload_list_fn fn, void *ud,
+                          struct ckpt_err *err);
+/* Remove the empty directories at and below dir (local; never follows
+ * symlinks; non-empty ones stay). A no-op for object storage. */
+int ckpt_storage_prune_dirs(struct ckpt_storage *st, const char *dir,
+                            struct ckpt_err *err);
+
 #endif

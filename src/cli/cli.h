@@ -98,5 +98,6 @@ int cmd_clean(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_map_wandb(int argc, char **argv);
 int cmd_unshard(int argc, char **argv);
+int cmd_upload(int argc, char **argv);
 
 #endif

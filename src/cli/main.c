@@ -21,6 +21,8 @@ static const struct cmd_struct commands[] = {
     { "ls", cmd_ls, "list runs and their checkpoints" },
     { "map-wandb", cmd_map_wandb, "find each run's W&B run path" },
     { "unshard", cmd_unshard, "merge checkpoint shards into whole tensors" },
+    { "upload", cmd_upload, "copy files, trees and archive contents "
+      "between locations" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

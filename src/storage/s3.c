@@ -555,3 +555,12 @@ int ckpt_s3_open(struct ckpt_storage *st, struct ckpt_err *err)
     st->ops = &s3_ops;
     return 0;
 }
+
+/* For callers that drive a transfer themselves (s3_upload.c reads
+ * x-amz-meta-* response headers): the URL and signed headers of one
+ * attempt, exactly as s3_attempt would send them. */
+int s3_sign_request(struct s3 *s3, struct s3_req *r, struct ckpt_buf *url,
+                    struct curl_slist **hdrs, struct ckpt_err *err)
+{
+    return build(s3, r, url, hdrs, err);
+}

@@ -300,3 +300,33 @@ uint64_t s3_part_size(uint64_t size_hint, uint64_t cfg);
 
 /* ISO 8601 "2024-01-02T03:04:05.000Z" to seconds since the epoch. */
 int64_t s3_parse_iso8601(const char *s);
+
+/* URL and signed header list (caller frees) for one attempt of r, as
+ * s3_attempt sends them; for transfers driven by the caller. */
+int s3_sign_request(struct s3 *s3, struct s3_req *r, struct ckpt_buf *url,
+                    struct curl_slist **hdrs, struct ckpt_err *err);
+
+/* Uploads driven by the caller (s3_upload.c), behind storage.h's
+ * ckpt_storage_put_object / ckpt_storage_mpu_* (dispatched in upload.c). */
+int s3_up_head(struct ckpt_storage *st, const char *key,
+               struct ckpt_stat *out, struct ckpt_obj_meta *meta,
+               struct ckpt_err *err);
+int s3_up_put(struct ckpt_storage *st, const char *key, const void *data,
+              size_t len, const unsigned char md5[16],
+              const struct ckpt_obj_meta *meta, unsigned flags,
+              struct ckpt_put_result *res, struct ckpt_err *err);
+int s3_up_start(struct ckpt_storage *st, const char *key,
+                const struct ckpt_obj_meta *meta, char **upload_id,
+                struct ckpt_err *err);
+int s3_up_part(struct ckpt_storage *st, const char *key,
+               const char *upload_id, int num, const void *data, size_t len,
+               const unsigned char md5[16], unsigned flags,
+               struct ckpt_put_result *res, struct ckpt_err *err);
+int s3_up_finish(struct ckpt_storage *st, const char *key,
+                 const char *upload_id, int nparts, const char *const *etags,
+                 uint64_t size, struct ckpt_put_result *res,
+                 struct ckpt_err *err);
+int s3_up_abort(struct ckpt_storage *st, const char *key,
+                const char *upload_id, struct ckpt_err *err);
+int s3_up_list(struct ckpt_storage *st, const char *prefix,
+               ckpt_upload_list_fn fn, void *ud, struct ckpt_err *err);

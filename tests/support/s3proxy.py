@@ -32,6 +32,9 @@ Faults, chosen per request at random (seeded):
             AuthorizationHeaderMalformed with x-amz-bucket-region, as AWS
   delete_key_errors  in the next DeleteObjects, report this many keys as
             <Error> InternalError (and do not delete them), as S3 may
+  reset_writes  "reset" faults also hit PUT/POST: the request reaches
+            s3rver (it is stored), then the connection is reset before
+            any reply, so the client must repeat a request that succeeded
 Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
 Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them.
 
@@ -83,7 +86,8 @@ class State:
                        "reset": args.reset, "slow_ms": args.slow_ms,
                        "methods": args.fault_methods, "token_ttl": 3600,
                        "complete_error": 0, "no_batch_delete": False,
-                       "delete_key_errors": 0, "region": ""}
+                       "delete_key_errors": 0, "region": "",
+                       "reset_writes": False}
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
@@ -94,7 +98,8 @@ class State:
         with self.lock:
             self.stats = {"requests": 0, "methods": {}, "statuses": {},
                           "bytes_in": 0, "bytes_out": 0, "get_requests": 0,
-                          "get_bytes": 0, "faults": {"slowdown": 0,
+                          "get_bytes": 0, "put_bytes": 0,
+                          "faults": {"slowdown": 0,
                           "r2_429": 0, "reset": 0, "complete_error": 0,
                           "no_batch_delete": 0, "delete_key_errors": 0},
                           "sig_ok": 0,
@@ -215,6 +220,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         self.connection.close()
 
+    def reset_no_reply(self):
+        """The request was carried out; the reply is lost to a reset."""
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                   struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
+
     # -- request handling ------------------------------------------------
 
     def handle_any(self):
@@ -226,6 +238,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         st.count("requests")
         st.count("methods", sub=self.command)
         st.count("bytes_in", len(body))
+        if self.command == "PUT":
+            st.count("put_bytes", len(body))
         if self.command == "GET":
             st.count("get_requests")
         denied = self.authenticate(body)
@@ -259,6 +273,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if fault == "reset" and self.command == "GET" and len(rbody) > 1:
             st.count("faults", sub="reset")
             return self.reset_mid_body(status, headers, rbody)
+        if (fault == "reset" and self.command in ("PUT", "POST") and
+                st.config["reset_writes"]):
+            st.count("faults", sub="reset")
+            return self.reset_no_reply()
         self.reply(status, rbody, headers)
 
     def special_fault(self, path):

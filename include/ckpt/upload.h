@@ -1,0 +1,127 @@
+/*
+ * ckpt/upload.h - copy files, trees and archive contents between any two
+ * locations (SPEC "ckpt upload"), resumably.
+ *
+ * One engine runs every copy added to it over one pool of workers: whole
+ * small files and the parts of large ones share the same -j budget, and
+ * part buffers share one memory budget, so peak memory is bounded whatever
+ * the sizes. Each copy (a "group": one SRC to one DEST) keeps a journal of
+ * started multipart uploads, acknowledged parts and verified objects under
+ * the state directory, so a rerun after a crash resumes unfinished uploads
+ * part by part and skips what already arrived.
+ *
+ * Nothing is printed here: the caller gets events (one per file, on the
+ * thread that runs ckpt_upload_run) and totals.
+ */
+#ifndef CKPT_UPLOAD_H
+#define CKPT_UPLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/err.h"
+#include "ckpt/storage.h"
+
+enum ckpt_upload_action {
+    CKPT_UP_UPLOADED = 0,   /* copied and verified */
+    CKPT_UP_SKIPPED,        /* already at DEST with the same content */
+    CKPT_UP_FAILED,         /* did not arrive; detail says why */
+    CKPT_UP_WOULD_UPLOAD,   /* --dry-run */
+    CKPT_UP_WOULD_SKIP,
+    CKPT_UP_DELETED,        /* source deleted after verification */
+    CKPT_UP_WOULD_DELETE,
+    CKPT_UP_ABORTED,        /* a stale unfinished upload was discarded */
+    CKPT_UP_WARNING         /* not copied by design (symlink, special) */
+};
+
+/* Stable lowercase name: "uploaded", "would-skip", ... */
+const char *ckpt_upload_action_name(enum ckpt_upload_action a);
+
+struct ckpt_upload_event {
+    enum ckpt_upload_action action;
+    const char *src;        /* borrowed: source as shown to the user */
+    const char *dest;       /* borrowed: destination, or NULL */
+    uint64_t bytes;         /* size of the file */
+    const char *detail;     /* borrowed: reason or error, "" if none */
+};
+
+struct ckpt_upload_cfg {
+    int jobs;               /* workers (files and parts together), >= 1 */
+    int dry_run;
+    int checksum;           /* always compare content: local DEST by MD5
+                               instead of size + mtime; never trust the
+                               journal's record of an earlier copy alone */
+    int delete_source;      /* delete SRC after every object is verified,
+                               and only if nothing failed */
+    int follow_links;       /* follow symlinks inside local trees */
+    int strip;              /* --extract: step into a single top directory */
+    uint64_t part_size;     /* minimum part size; 0: 8 MiB */
+    uint64_t mem_budget;    /* bytes of data buffers; 0: 160 MiB */
+    const char *state_dir;  /* journal directory; NULL: no journal */
+    int max_throttles;      /* same-object throttles per request; 0: 30 */
+    void (*on_event)(void *ud, const struct ckpt_upload_event *ev);
+    void (*on_progress)(void *ud, uint64_t items, uint64_t bytes);
+    void *ud;
+};
+
+struct ckpt_upload_totals {
+    uint64_t files;         /* files planned (archive members counted as
+                               they are read) */
+    uint64_t bytes_total;   /* their bytes */
+    uint64_t uploaded, skipped, failed, deleted, aborted, warnings;
+    uint64_t bytes;         /* bytes of the files uploaded */
+    uint64_t bytes_sent;    /* data bytes sent (resumed parts excluded) */
+    uint64_t bytes_resumed; /* bytes of parts an earlier run had sent */
+    uint64_t throttled;     /* same-object throttles backed off */
+    double seconds;
+};
+
+/* Flags of ckpt_upload_add. */
+#define CKPT_UPLOAD_EXTRACT   1u  /* SRC is an archive: copy its members */
+#define CKPT_UPLOAD_KEEP_SRC  2u  /* never delete this SRC (logs) */
+
+struct ckpt_upload;
+
+/* The engine; cfg is copied (state_dir must outlive the engine). */
+struct ckpt_upload *ckpt_upload_new(const struct ckpt_upload_cfg *cfg);
+void ckpt_upload_free(struct ckpt_upload *u);
+
+/* Plan the copy of skey (a file, a directory, or with EXTRACT an archive)
+ * in sst to dkey in dst: a file becomes the object dkey, a directory's
+ * contents go below dkey/. Lists SRC and DEST now (a remote DEST with one
+ * listing, not a request per file). Storages are borrowed and must outlive
+ * the engine. Returns 0, or -1 when the copy cannot start at all (SRC
+ * missing, DEST a file, listing refused); nothing is then added. */
+int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
+                    const char *skey, struct ckpt_storage *dst,
+                    const char *dkey, unsigned flags, struct ckpt_err *err);
+
+/* Report a SRC the caller could not even plan (a failed event, counted):
+ * like any failure, it stops --delete-source. */
+void ckpt_upload_fail_src(struct ckpt_upload *u, const char *src,
+                          const char *dest, const char *msg);
+
+/* Files and bytes planned so far (an archive counts as its size until
+ * it is read). */
+void ckpt_upload_planned(const struct ckpt_upload *u, uint64_t *files,
+                         uint64_t *bytes);
+
+/* Run every added copy; returns 0 when every file arrived (uploaded or
+ * skipped) and every requested source deletion happened, else -1. */
+int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out);
+
+/* ---- W&B mapping files (`ckpt map-wandb --output`) ----
+ * One line per run: TSV "RUN_ID<TAB>ENTITY/PROJECT/RUN_ID<TAB>EVIDENCE"
+ * ("-" as path when unmapped) or JSON {"run":..., "path":...|null, ...}.
+ * Blank lines and '#' lines are skipped; a later line for a run replaces
+ * an earlier one. */
+struct ckpt_upload_map;
+int ckpt_upload_map_parse(struct ckpt_upload_map **out, const char *data,
+                          size_t len, const char *name, struct ckpt_err *err);
+void ckpt_upload_map_free(struct ckpt_upload_map *m);
+/* The W&B path of run ("entity/project/id"), borrowed; NULL when the run
+ * is absent or unmapped (*listed tells which). */
+const char *ckpt_upload_map_path(const struct ckpt_upload_map *m,
+                                 const char *run, int *listed);
+
+#endif

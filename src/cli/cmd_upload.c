@@ -1,0 +1,498 @@
+/*
+ * cmd_upload.c - `ckpt upload`: copy files, trees and archive contents
+ * from any location to any location, in parallel across files and parts,
+ * resumably (include/ckpt/upload.h does the work).
+ *
+ * Phases: parse options; resolve where each SRC goes (DEST, or
+ * DEST/ENTITY/PROJECT/RUN_ID with --wandb-map, plus its logs); plan every
+ * copy (SRC and DEST are listed); run them all on one pool; report.
+ */
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/archive.h"
+#include "ckpt/buf.h"
+#include "ckpt/upload.h"
+#include "ckpt/util.h"
+#include "runs.h"
+
+static const char *const upload_usage[] = {
+    "ckpt upload [options] SRC... DEST",
+    "",
+    "Copy SRC (a file, a directory tree, or with --extract an archive's",
+    "contents) from any location to DEST (a local path, s3://, r2://, gs://).",
+    "One SRC directory: its contents go below DEST/. Several SRC: each goes",
+    "to DEST/NAME/ (DEST/ENTITY/PROJECT/RUN_ID/ with --wandb-map). Files",
+    "already at DEST with the same size and checksum are skipped, so a rerun",
+    "resumes; an interrupted multipart upload is resumed part by part.",
+    "Prints one line per file that did not arrive (every file with -v) and a",
+    "summary on stderr.",
+    NULL
+};
+
+#define DEFAULT_JOBS 32
+
+struct up_opts {
+    int extract, no_strip, delete_source, checksum, follow, wandb;
+    uint64_t part_size, memory;
+    const char *wandb_map, *logs, *state_dir;
+};
+
+struct ui {
+    const struct ckpt_opts *g;
+    struct progress *prog;
+    uint64_t items, bytes;        /* last progress seen */
+};
+
+/* ---- output ---- */
+
+static int row_shown(const struct ckpt_opts *g, enum ckpt_upload_action a)
+{
+    switch (a) {
+    case CKPT_UP_FAILED:
+        return 1;
+    case CKPT_UP_WOULD_UPLOAD:
+    case CKPT_UP_WOULD_SKIP:
+    case CKPT_UP_WOULD_DELETE:
+        return 1;
+    case CKPT_UP_WARNING:
+        return 0;
+    default:
+        return g->verbose;
+    }
+}
+
+static void on_event(void *ud, const struct ckpt_upload_event *ev)
+{
+    struct ui *ui = ud;
+    const char *act = ckpt_upload_action_name(ev->action);
+    if (ev->action == CKPT_UP_WARNING)
+        warnf("%s: %s", ev->src, ev->detail);
+    else if (ev->action == CKPT_UP_ABORTED && !ui->g->verbose)
+        infof("%s: %s", ev->src, ev->detail);
+    if (!row_shown(ui->g, ev->action))
+        return;
+    if (!ui->g->json) {
+        const char *f[] = { act, ev->src, ev->dest ? ev->dest : "-",
+                            ev->detail };
+        out_tsv(*ev->detail ? 4 : 3, f);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "action", act);
+    cJSON_AddStringToObject(o, "src", ev->src);
+    if (ev->dest)
+        cJSON_AddStringToObject(o, "dest", ev->dest);
+    cJSON_AddNumberToObject(o, "bytes", (double)ev->bytes);
+    if (*ev->detail)
+        cJSON_AddStringToObject(o, ev->action == CKPT_UP_FAILED ? "error"
+                                : "reason", ev->detail);
+    out_json(o);
+}
+
+static void on_progress(void *ud, uint64_t items, uint64_t bytes)
+{
+    struct ui *ui = ud;
+    progress_add(ui->prog, items - ui->items, bytes - ui->bytes);
+    ui->items = items;
+    ui->bytes = bytes;
+}
+
+/* A SRC that cannot be copied at all: one row, like a failed file; the
+ * engine counts it, so --delete-source deletes nothing. */
+static void src_failed(struct ckpt_upload *u, const char *src,
+                       const char *dest, const char *msg)
+{
+    ckpt_upload_fail_src(u, src, dest, msg);
+}
+
+static void summary(const struct ui *ui, const struct ckpt_upload_totals *t)
+{
+    const struct ckpt_opts *g = ui->g;
+    uint64_t failed = t->failed;
+    if (g->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "action", "summary");
+        cJSON_AddBoolToObject(o, "dry_run", g->dry_run);
+        cJSON_AddNumberToObject(o, "uploaded", (double)t->uploaded);
+        cJSON_AddNumberToObject(o, "skipped", (double)t->skipped);
+        cJSON_AddNumberToObject(o, "failed", (double)failed);
+        cJSON_AddNumberToObject(o, "deleted", (double)t->deleted);
+        cJSON_AddNumberToObject(o, "aborted", (double)t->aborted);
+        cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
+        cJSON_AddNumberToObject(o, "bytes_sent", (double)t->bytes_sent);
+        cJSON_AddNumberToObject(o, "bytes_resumed",
+                                (double)t->bytes_resumed);
+        cJSON_AddNumberToObject(o, "throttled", (double)t->throttled);
+        cJSON_AddNumberToObject(o, "seconds", t->seconds);
+        out_json(o);
+    }
+    char b[32], r[32];
+    double rate = t->seconds > 0 ? (double)t->bytes_sent / t->seconds : 0;
+    infof("%s %llu file(s) (%s), skipped %llu, failed %llu, deleted %llu "
+          "in %.1f s (%s/s)", g->dry_run ? "would upload" : "uploaded",
+          (unsigned long long)t->uploaded, ckpt_fmt_size(t->bytes, b,
+          sizeof(b)), (unsigned long long)t->skipped,
+          (unsigned long long)failed, (unsigned long long)t->deleted,
+          t->seconds, ckpt_fmt_size((uint64_t)rate, r, sizeof(r)));
+    if (failed)
+        errorf("%llu file(s) or source(s) did not arrive: see the 'failed' "
+               "lines", (unsigned long long)failed);
+}
+
+/* ---- where things go ---- */
+
+struct dest {
+    const char *arg;
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
+    int is_dir;                   /* names a directory for file SRCs */
+};
+
+/* The name a SRC gets below DEST: its base name (an archive's stem with
+ * --extract, so run1.tar.gz becomes run1/). */
+static char *src_name(const char *key, int extract)
+{
+    return extract ? ckpt_archive_stem(key) : ckpt_path_basename(key);
+}
+
+/* Does `id` occur in name as a whole token (not inside a longer id)? */
+static int has_token(const char *name, const char *id)
+{
+    size_t n = strlen(id);
+    if (!n)
+        return 0;
+    for (const char *p = strstr(name, id); p; p = strstr(p + 1, id)) {
+        int before = p == name || !isalnum((unsigned char)p[-1]);
+        int after = !isalnum((unsigned char)p[n]);
+        if (before && after)
+            return 1;
+    }
+    return 0;
+}
+
+struct logs {
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
+    char **names;                 /* relative to the location, owned */
+    size_t n;
+};
+
+static int collect_log(void *ud, const struct ckpt_entry *e)
+{
+    struct logs *l = ud;
+    if (e->type != CKPT_ENTRY_FILE)
+        return 0;
+    l->names = ckpt_xreallocarray(l->names, l->n + 1, sizeof(char *));
+    l->names[l->n++] = ckpt_xstrdup(e->name);
+    return 0;
+}
+
+static void logs_release(struct logs *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->names[i]);
+    free(l->names);
+    ckpt_loc_release(&l->loc);
+}
+
+/* Add every log whose file name names the run (or its W&B id). */
+static void add_logs(struct ckpt_upload *u, struct logs *l,
+                     const char *run, const char *wid,
+                     struct ckpt_storage *dst, const char *dkey)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        char *base = ckpt_path_basename(l->names[i]);
+        int hit = has_token(base, run) || (wid && has_token(base, wid));
+        free(base);
+        if (!hit)
+            continue;
+        char *skey = ckpt_path_join(l->loc.key, l->names[i]);
+        char *sub = ckpt_path_join("logs", l->names[i]);
+        char *key = ckpt_path_join(dkey, sub);
+        struct ckpt_err err = CKPT_ERR_INIT;
+        if (ckpt_upload_add(u, l->st, skey, dst, key, CKPT_UPLOAD_KEEP_SRC,
+                            &err) != 0) {
+            char *disp = ckpt_storage_display(l->st, skey);
+            src_failed(u, disp, NULL, err.msg);
+            free(disp);
+        }
+        free(skey);
+        free(sub);
+        free(key);
+    }
+}
+
+/* ---- one SRC ---- */
+
+struct plan {
+    struct ckpt_upload *u;
+    struct ui *ui;
+    const struct up_opts *uo;
+    struct storages *stores;
+    struct dest *dest;
+    struct ckpt_upload_map *map;
+    struct logs *logs;
+    int nsrc;
+};
+
+/* DEST key for SRC: NULL (with msg) when it has no place. */
+static char *dest_key(struct plan *p, const struct ckpt_loc *src,
+                      const struct ckpt_stat *sb, const char **wid,
+                      struct ckpt_buf *msg)
+{
+    const struct up_opts *uo = p->uo;
+    const char *root = p->dest->loc.key;
+    int archive = uo->extract && sb->type == CKPT_ENTRY_FILE;
+    char *name = src_name(src->key, archive);
+    char *key = NULL;
+    *wid = NULL;
+    if (p->map) {
+        int listed;
+        const char *path = ckpt_upload_map_path(p->map, name, &listed);
+        if (!path)
+            ckpt_buf_addf(msg, "run '%s' is %s the W&B map '%s'", name,
+                          listed ? "unmapped in" : "not in", uo->wandb_map);
+        else
+            key = ckpt_path_join(root, path);
+        if (path)
+            *wid = strrchr(path, '/') + 1;
+    } else if (sb->type == CKPT_ENTRY_FILE && !archive) {
+        key = p->dest->is_dir || p->nsrc > 1 ? ckpt_path_join(root, name)
+                                              : ckpt_xstrdup(root);
+    } else {
+        key = p->nsrc > 1 ? ckpt_path_join(root, name) : ckpt_xstrdup(root);
+    }
+    free(name);
+    return key;
+}
+
+/* DEST inside SRC would copy a tree into itself. */
+static int overlaps(const struct ckpt_loc *s, const struct dest *d)
+{
+    if (s->scheme != d->loc.scheme || (s->bucket && strcmp(s->bucket,
+                                                           d->loc.bucket)))
+        return 0;
+    const char *a = s->key, *b = d->loc.key;
+    size_t n = strlen(a);
+    return !strcmp(a, b) || (!strncmp(a, b, n) && (b[n] == '/' || !n));
+}
+
+static void plan_src(struct plan *p, const char *arg)
+{
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
+    struct ckpt_stat sb;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_buf msg = CKPT_BUF_INIT;
+    const char *wid = NULL;
+    char *key = NULL;
+    if (ckpt_loc_parse(&loc, arg, &err) != 0 ||
+        storages_get(p->stores, &loc, p->ui->g, &st, &err) != 0 ||
+        ckpt_storage_stat(st, loc.key, &sb, &err) != 0) {
+        if (err.code == CKPT_ENOTFOUND)
+            ckpt_err_set(&err, CKPT_ENOTFOUND, "SRC '%s' does not exist",
+                         arg);
+        src_failed(p->u, arg, NULL, err.msg);
+        ckpt_loc_release(&loc);
+        return;
+    }
+    if (sb.type == CKPT_ENTRY_DIR && overlaps(&loc, p->dest))
+        ckpt_buf_addf(&msg, "DEST '%s' is inside SRC '%s'", p->dest->arg,
+                      arg);
+    else
+        key = dest_key(p, &loc, &sb, &wid, &msg);
+    unsigned flags = p->uo->extract && sb.type == CKPT_ENTRY_FILE
+                   ? CKPT_UPLOAD_EXTRACT : 0;
+    if (key && ckpt_upload_add(p->u, st, loc.key, p->dest->st, key, flags,
+                               &err) != 0)
+        ckpt_buf_addstr(&msg, err.msg);
+    if (msg.len) {
+        char *d = key ? ckpt_storage_display(p->dest->st, key) : NULL;
+        src_failed(p->u, arg, d, msg.ptr);
+        free(d);
+    } else if (p->logs) {
+        char *run = src_name(loc.key, ckpt_archive_kind_of(loc.key) !=
+                             CKPT_ARCHIVE_NONE);
+        add_logs(p->u, p->logs, run, wid, p->dest->st, key);
+        free(run);
+    }
+    free(key);
+    ckpt_buf_release(&msg);
+    ckpt_loc_release(&loc);
+}
+
+/* ---- setup ---- */
+
+static int open_dest(struct dest *d, const char *arg, struct storages *s,
+                     const struct ckpt_opts *g, struct ckpt_err *err)
+{
+    d->arg = arg;
+    if (ckpt_loc_parse(&d->loc, arg, err) != 0 ||
+        storages_get(s, &d->loc, g, &d->st, err) != 0)
+        return -1;
+    struct ckpt_stat sb;
+    size_t n = strlen(arg);
+    d->is_dir = (n && arg[n - 1] == '/') || !*d->loc.key ||
+                (ckpt_storage_stat(d->st, d->loc.key, &sb, err) == 0 &&
+                 sb.type == CKPT_ENTRY_DIR);
+    ckpt_err_clear(err);
+    return 0;
+}
+
+static int load_map(struct plan *p, const char *loc_s, struct ckpt_err *err)
+{
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
+    char *data = NULL;
+    size_t len = 0;
+    int rc = ckpt_loc_parse(&loc, loc_s, err);
+    if (rc == 0)
+        rc = storages_get(p->stores, &loc, p->ui->g, &st, err);
+    if (rc == 0)
+        rc = ckpt_storage_read_all(st, loc.key, 64u << 20, &data, &len, err);
+    if (rc == 0)
+        rc = ckpt_upload_map_parse(&p->map, data, len, loc_s, err);
+    free(data);
+    ckpt_loc_release(&loc);
+    return rc;
+}
+
+static int load_logs(struct plan *p, struct logs *l, const char *loc_s,
+                     struct ckpt_err *err)
+{
+    memset(l, 0, sizeof(*l));
+    if (ckpt_loc_parse(&l->loc, loc_s, err) != 0 ||
+        storages_get(p->stores, &l->loc, p->ui->g, &l->st, err) != 0 ||
+        ckpt_storage_list(l->st, l->loc.key, CKPT_LIST_RECURSIVE,
+                          collect_log, l, err) != 0)
+        return -1;
+    p->logs = l;
+    return 0;
+}
+
+/* $CKPT_STATE_DIR, $XDG_STATE_HOME/ckpt, ~/.local/state/ckpt. */
+static char *state_dir(const struct up_opts *uo)
+{
+    const char *e = getenv("CKPT_STATE_DIR");
+    if (uo->state_dir)
+        return ckpt_xstrdup(uo->state_dir);
+    if (e && *e)
+        return ckpt_xstrdup(e);
+    e = getenv("XDG_STATE_HOME");
+    if (e && *e)
+        return ckpt_xasprintf("%s/ckpt", e);
+    e = getenv("HOME");
+    return e && *e ? ckpt_xasprintf("%s/.local/state/ckpt", e) : NULL;
+}
+
+static int check_usage(int n, const struct up_opts *uo)
+{
+    const char *bad = NULL;
+    if (n < 2)
+        bad = "give SRC and DEST";
+    else if (uo->wandb)
+        bad = "--wandb (asking W&B directly) is not implemented yet; run "
+              "'ckpt map-wandb --output FILE' and pass --wandb-map FILE";
+    else if (uo->part_size && (uo->part_size < (5u << 20) ||
+                               uo->part_size > (5ull << 30)))
+        bad = "--part-size must be between 5M and 5G";
+    else if (uo->memory && uo->memory < (16u << 20))
+        bad = "--memory must be at least 16M";
+    if (!bad)
+        return 0;
+    fprintf(stderr, "ckpt upload: error: %s\nusage: %s\n", bad,
+            upload_usage[0]);
+    return -1;
+}
+
+static int run_all(struct plan *p, char **srcs, int nsrc, const char *sdir)
+{
+    struct ckpt_upload_totals t;
+    for (int i = 0; i < nsrc; i++)
+        plan_src(p, srcs[i]);
+    uint64_t files = 0, bytes = 0;
+    ckpt_upload_planned(p->u, &files, &bytes);
+    struct ui *ui = p->ui;
+    memset(&t, 0, sizeof(t));
+    ui->prog = progress_new(ui->g, "upload", files, bytes);
+    int rc = ckpt_upload_run(p->u, &t);
+    progress_done(ui->prog);
+    summary(ui, &t);
+    if (!sdir && !ui->g->dry_run)
+        warnf("no state directory (set CKPT_STATE_DIR or HOME): an "
+              "interrupted upload restarts its large files from scratch");
+    return rc != 0 ? EXIT_FAILED : EXIT_OK;
+}
+
+int cmd_upload(int argc, char **argv)
+{
+    struct ckpt_opts g = { 0 };
+    struct up_opts uo;
+    memset(&uo, 0, sizeof(uo));
+    const struct option opts[] = {
+        OPT_BOOL_(0, "extract", &uo.extract, "SRC archives: copy their "
+                  "members (streamed, uncompressed)"),
+        OPT_BOOL_(0, "no-strip", &uo.no_strip, "--extract: keep a single "
+                  "top-level directory"),
+        OPT_STR_(0, "wandb-map", &uo.wandb_map, "FILE", "place each run "
+                 "under DEST/ENTITY/PROJECT/RUN_ID/"),
+        OPT_BOOL_(0, "wandb", &uo.wandb, "ask W&B for the run path (not "
+                  "implemented yet)"),
+        OPT_STR_(0, "logs", &uo.logs, "LOCATION", "add log files naming "
+                 "the run under logs/"),
+        OPT_BOOL_(0, "delete-source", &uo.delete_source, "delete SRC once "
+                  "every file at DEST is verified"),
+        OPT_BOOL_(0, "checksum", &uo.checksum, "compare content even when "
+                  "size and time match"),
+        OPT_BOOL_('L', "follow-links", &uo.follow, "follow symbolic links "
+                  "in local trees"),
+        OPT_SIZE_(0, "part-size", &uo.part_size, "SIZE", "minimum "
+                  "multipart part size (default 8M)"),
+        OPT_SIZE_(0, "memory", &uo.memory, "SIZE", "data buffers in "
+                  "flight (default 160M)"),
+        OPT_STR_(0, "state-dir", &uo.state_dir, "DIR", "journals of "
+                 "unfinished copies"),
+        OPT_END_(),
+    };
+    int n = parse_options(argc, argv, opts, upload_usage, &g);
+    if (n == -2)
+        return EXIT_OK;
+    if (n < 0 || check_usage(n, &uo) != 0)
+        return EXIT_USAGE;
+    cli_init_output(&g);
+    struct storages stores = { 0 };
+    struct ui ui = { &g, NULL, 0, 0 };
+    struct dest dest;
+    struct logs logs;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    memset(&dest, 0, sizeof(dest));
+    memset(&logs, 0, sizeof(logs));
+    char *sdir = state_dir(&uo);
+    struct ckpt_upload_cfg cfg = {
+        .jobs = g.jobs > 0 ? g.jobs : DEFAULT_JOBS, .dry_run = g.dry_run,
+        .checksum = uo.checksum, .delete_source = uo.delete_source,
+        .follow_links = uo.follow, .strip = !uo.no_strip,
+        .part_size = uo.part_size, .mem_budget = uo.memory,
+        .state_dir = sdir, .on_event = on_event,
+        .on_progress = on_progress, .ud = &ui,
+    };
+    struct plan p = { ckpt_upload_new(&cfg), &ui, &uo, &stores, &dest,
+                      NULL, NULL, n - 1 };
+    int rc = EXIT_FAILED;
+    if (open_dest(&dest, argv[n - 1], &stores, &g, &err) != 0 ||
+        (uo.wandb_map && load_map(&p, uo.wandb_map, &err) != 0) ||
+        (uo.logs && load_logs(&p, &logs, uo.logs, &err) != 0))
+        errorf("%s", err.msg);
+    else
+        rc = run_all(&p, argv, n - 1, sdir);
+    ckpt_upload_free(p.u);
+    ckpt_upload_map_free(p.map);
+    logs_release(&logs);
+    ckpt_loc_release(&dest.loc);
+    storages_release(&stores);
+    free(sdir);
+    return rc;
+}

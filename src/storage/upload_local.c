@@ -1,0 +1,257 @@
+/*
+ * upload_local.c - the local flavour of the uploads driven by the caller
+ * (storage.h): a "multipart upload" is a temporary sibling file, sized up
+ * front, whose parts are written at their offsets by any thread, then
+ * renamed into place; its path is the upload id, so an interrupted copy
+ * can be resumed or discarded by a later process. A reader never sees a
+ * half-written file under the final name.
+ */
+#include "storage_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/util.h"
+#include "upload_int.h"
+
+/* mkdir -p of the directories above path. */
+static int make_parents(const char *path, struct ckpt_err *err)
+{
+    char *dir = ckpt_path_dirname(path);
+    int rc = 0;
+    for (char *p = dir + 1; *dir && rc == 0; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+            rc = ckpt_err_sys(err, "create directory '%s'", dir);
+        *p = c;
+        if (!c)
+            break;
+    }
+    free(dir);
+    if (rc == 0 && *path) {
+        struct stat sb;
+        char *d = ckpt_path_dirname(path);
+        if (*d && stat(d, &sb) == 0 && !S_ISDIR(sb.st_mode))
+            rc = ckpt_err_set(err, CKPT_EIO, "'%s' is not a directory", d);
+        free(d);
+    }
+    return rc;
+}
+
+/* "dir/.base.ckpt-up-PID-SEQ-RAND": hidden, unique across processes. */
+static char *temp_name(const char *key)
+{
+    static _Atomic unsigned long seq;
+    char *dir = ckpt_path_dirname(key);
+    char *base = ckpt_path_basename(key);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char *t = ckpt_xasprintf("%s%s.%s" CKPT_UPLOAD_TEMP_MARK "%ld-%lu-%lx",
+                             dir, *dir ? "/" : "", base, (long)getpid(),
+                             (unsigned long)atomic_fetch_add(&seq, 1),
+                             (unsigned long)ts.tv_nsec);
+    free(dir);
+    free(base);
+    return t;
+}
+
+static int write_all(int fd, const char *p, size_t len, uint64_t off,
+                     const char *name, struct ckpt_err *err)
+{
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return ckpt_err_sys(err, "write '%s'", name);
+        p += n;
+        off += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int set_mtime(int fd, const char *name, int64_t mtime,
+                     struct ckpt_err *err)
+{
+    if (!mtime)
+        return 0;
+    struct timespec ts[2] = { { 0, UTIME_OMIT }, { (time_t)mtime, 0 } };
+    if (futimens(fd, ts) != 0)
+        return ckpt_err_sys(err, "set modification time of '%s'", name);
+    return 0;
+}
+
+int local_up_head(struct ckpt_storage *st, const char *key,
+                  struct ckpt_stat *out, struct ckpt_obj_meta *meta,
+                  struct ckpt_err *err)
+{
+    memset(meta, 0, sizeof(*meta));
+    if (ckpt_storage_stat(st, key, out, err) != 0)
+        return -1;
+    meta->mtime = out->mtime;
+    return 0;
+}
+
+int local_up_put(struct ckpt_storage *st, const char *key, const void *data,
+                 size_t len, const struct ckpt_obj_meta *meta,
+                 struct ckpt_err *err)
+{
+    if (make_parents(key, err) != 0)
+        return -1;
+    char *tmp = temp_name(key);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    int rc = fd < 0 ? ckpt_err_sys(err, "create '%s'", tmp) : 0;
+    if (rc == 0)
+        rc = write_all(fd, data, len, 0, tmp, err);
+    if (rc == 0 && meta)
+        rc = set_mtime(fd, tmp, meta->mtime, err);
+    if (fd >= 0 && close(fd) != 0 && rc == 0)
+        rc = ckpt_err_sys(err, "close '%s'", tmp);
+    if (rc == 0 && rename(tmp, key) != 0)
+        rc = ckpt_err_sys(err, "rename '%s' to '%s'", tmp, key);
+    if (rc != 0 && fd >= 0)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+int local_up_start(struct ckpt_storage *st, const char *key, uint64_t size,
+                   char **upload_id, struct ckpt_err *err)
+{
+    if (make_parents(key, err) != 0)
+        return -1;
+    char *tmp = temp_name(key);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        int rc = ckpt_err_sys(err, "create '%s'", tmp);
+        free(tmp);
+        return rc;
+    }
+    /* Sized now, so parts can land at any offset in any order. */
+    int rc = 0;
+    if (ftruncate(fd, (off_t)size) != 0)
+        rc = ckpt_err_sys(err, "size '%s'", tmp);
+    close(fd);
+    if (rc != 0) {
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    *upload_id = tmp;
+    return 0;
+}
+
+int local_up_part(struct ckpt_storage *st, const char *upload_id,
+                  uint64_t off, const void *data, size_t len,
+                  struct ckpt_err *err)
+{
+    int fd = open(upload_id, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': temporary file "
+                                "of the copy is gone", upload_id);
+        return ckpt_err_sys(err, "open '%s'", upload_id);
+    }
+    int rc = write_all(fd, data, len, off, upload_id, err);
+    if (close(fd) != 0 && rc == 0)
+        rc = ckpt_err_sys(err, "close '%s'", upload_id);
+    return rc;
+}
+
+int local_up_finish(struct ckpt_storage *st, const char *key,
+                    const char *upload_id, uint64_t size,
+                    const struct ckpt_obj_meta *meta, struct ckpt_err *err)
+{
+    int fd = open(upload_id, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT
+            ? ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': temporary file of "
+                           "the copy is gone", upload_id)
+            : ckpt_err_sys(err, "open '%s'", upload_id);
+    struct stat sb;
+    int rc = 0;
+    if (fstat(fd, &sb) != 0)
+        rc = ckpt_err_sys(err, "stat '%s'", upload_id);
+    else if ((uint64_t)sb.st_size != size)
+        rc = ckpt_err_set(err, CKPT_EIO, "'%s' has %lld bytes, expected "
+                          "%llu", upload_id, (long long)sb.st_size,
+                          (unsigned long long)size);
+    if (rc == 0 && meta)
+        rc = set_mtime(fd, upload_id, meta->mtime, err);
+    close(fd);
+    if (rc == 0 && rename(upload_id, key) != 0)
+        rc = ckpt_err_sys(err, "rename '%s' to '%s'", upload_id, key);
+    return rc;
+}
+
+int local_up_abort(struct ckpt_storage *st, const char *upload_id,
+                   struct ckpt_err *err)
+{
+    if (unlink(upload_id) != 0 && errno != ENOENT)
+        return ckpt_err_sys(err, "delete '%s'", upload_id);
+    return 0;
+}
+
+/* Remove empty directories below the one open at dfd (consumed), then
+ * report whether it is empty now. */
+static int prune_fd(int dfd, const char *name, int *empty,
+                    struct ckpt_err *err)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return ckpt_err_sys(err, "open directory '%s'", name);
+    }
+    int rc = 0, left = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        int sub = openat(dirfd(d), de->d_name,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) {
+            left++;  /* a file, a symlink, or unreadable: it stays */
+            continue;
+        }
+        char *path = ckpt_path_join(name, de->d_name);
+        int sub_empty = 0;
+        rc = prune_fd(sub, path, &sub_empty, err);
+        if (rc == 0 && sub_empty &&
+            unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
+            errno != ENOENT && errno != ENOTEMPTY)
+            rc = ckpt_err_sys(err, "delete directory '%s'", path);
+        else if (rc == 0 && !sub_empty)
+            left++;
+        free(path);
+    }
+    closedir(d);
+    *empty = !left;
+    return rc;
+}
+
+int local_prune_dirs(struct ckpt_storage *st, const char *dir,
+                     struct ckpt_err *err)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0
+                               : ckpt_err_sys(err, "open directory '%s'", dir);
+    int empty = 0;
+    int rc = prune_fd(dfd, dir, &empty, err);
+    if (rc == 0 && empty && rmdir(dir) != 0 && errno != ENOENT &&
+        errno != ENOTEMPTY)
+        rc = ckpt_err_sys(err, "delete directory '%s'", dir);
+    return rc;
+}

@@ -1,0 +1,262 @@
+/*
+ * extract.c - `--extract`: an archive's members become objects, streamed
+ * from the archive straight into part buffers (nothing touches local
+ * disk). The archive is one sequential stream, so the main thread reads
+ * it, a part at a time and only while the memory budget has room; the
+ * workers send what it read. A member's multipart upload starts while its
+ * first parts are being read.
+ *
+ * A single top-level directory is stepped into (SPEC "Locations"). A
+ * stream cannot be listed before it is read, so the first member decides:
+ * "run1/..." means the top directory is "run1/"; a later member outside it
+ * is reported as not copied (use --no-strip).
+ */
+#include "upload_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/util.h"
+
+struct extract {
+    struct ckpt_archive *a;     /* owned */
+    char sig[96];               /* the archive's version, for srcsig */
+    char *strip;                /* owned: "top/", "", or NULL undecided */
+    struct obj *cur;            /* big member being read */
+    int cur_part;               /* next part of cur to read */
+    struct obj *small;          /* small member waiting for a buffer */
+};
+
+int extract_open(struct group *g, struct ckpt_err *err)
+{
+    struct extract *x = ckpt_xcalloc(1, sizeof(*x));
+    if (ckpt_archive_open(&x->a, g->sst, g->skey, err) != 0) {
+        free(x);
+        return -1;
+    }
+    if (g->ssb.etag[0])
+        snprintf(x->sig, sizeof(x->sig), "a%llu:e%s",
+                 (unsigned long long)g->ssb.size, g->ssb.etag);
+    else
+        snprintf(x->sig, sizeof(x->sig), "a%llu:m%lld",
+                 (unsigned long long)g->ssb.size, (long long)g->ssb.mtime);
+    g->x = x;
+    return 0;
+}
+
+void extract_close(struct group *g)
+{
+    struct extract *x = g->x;
+    if (!x)
+        return;
+    ckpt_archive_close(x->a);
+    free(x->strip);
+    free(x);
+    g->x = NULL;
+}
+
+/* The archive cannot be read on: what was not read did not arrive. */
+static int archive_failed(struct ckpt_upload *u, struct group *g,
+                          const struct ckpt_err *err)
+{
+    struct extract *x = g->x;
+    if (x && x->cur)
+        obj_abandon(u, x->cur, err);
+    if (x && x->small)
+        obj_fail(u, x->small, err);
+    emit(u, CKPT_UP_FAILED, NULL, g->sdisp, err->msg);
+    g->plan_failed = 1;
+    g->extracted = 1;
+    extract_close(g);
+    return -1;
+}
+
+/* Read exactly n member bytes into buf. */
+static int read_member(struct extract *x, struct obj *o, char *buf,
+                       size_t n, struct ckpt_err *err)
+{
+    size_t done = 0;
+    while (done < n) {
+        size_t got = 0;
+        if (ckpt_archive_read(x->a, buf + done, n - done, &got, err) != 0)
+            return -1;
+        if (got == 0)
+            return ckpt_err_set(err, CKPT_EFORMAT, "%s: member ends before "
+                                "the %llu bytes its header declares",
+                                o->sdisp, (unsigned long long)o->size);
+        done += got;
+    }
+    return 0;
+}
+
+/* After a member's declared bytes, nothing may follow. */
+static int member_end(struct extract *x, struct obj *o, struct ckpt_err *err)
+{
+    char c;
+    size_t got = 0;
+    if (ckpt_archive_read(x->a, &c, 1, &got, err) != 0)
+        return -1;
+    if (got)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: member is longer than "
+                            "its header declares", o->sdisp);
+    return 0;
+}
+
+static int produce_small(struct ckpt_upload *u, struct group *g)
+{
+    struct extract *x = g->x;
+    struct obj *o = x->small;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    size_t n = (size_t)o->size;
+    char *buf = buf_take(u, n ? n : 1, u->inflight == 0);
+    if (!buf)
+        return 0;
+    struct unit *un = unit_new(u, U_PUT, o);
+    un->buf = buf;
+    un->cap = n ? n : 1;
+    un->have_data = 1;
+    x->small = NULL;
+    if (read_member(x, o, buf, n, &err) != 0 ||
+        member_end(x, o, &err) != 0) {
+        unit_free(u, un);
+        x->small = o;
+        return archive_failed(u, g, &err);
+    }
+    o->put = un;
+    obj_route(u, o);
+    return 1;
+}
+
+static int produce_part(struct ckpt_upload *u, struct group *g)
+{
+    struct extract *x = g->x;
+    struct obj *o = x->cur;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    uint64_t off = (uint64_t)x->cur_part * o->part_size;
+    size_t len = (size_t)(o->size - off < o->part_size ? o->size - off
+                                                       : o->part_size);
+    char *buf = buf_take(u, len, u->inflight == 0);
+    if (!buf)
+        return 0;
+    struct unit *un = unit_new(u, U_PART, o);
+    un->buf = buf;
+    un->cap = len;
+    un->have_data = 1;
+    un->part = ++x->cur_part;
+    un->off = off;
+    un->len = len;
+    int rc = read_member(x, o, buf, len, &err);
+    if (rc == 0 && x->cur_part == o->nparts)
+        rc = member_end(x, o, &err);
+    if (rc != 0) {
+        unit_free(u, un);
+        return archive_failed(u, g, &err);
+    }
+    if (x->cur_part == o->nparts)
+        x->cur = NULL;
+    if (o->st == O_FAILED || o->st == O_SKIPPED) {
+        unit_free(u, un);  /* read past: the stream must move on */
+        return 1;
+    }
+    if (o->ready_tail)
+        o->ready_tail->next = un;
+    else
+        o->ready = un;
+    o->ready_tail = un;
+    return 1;
+}
+
+/* The member's path below the top directory, or NULL when outside it. */
+static const char *strip_path(struct ckpt_upload *u, struct extract *x,
+                              const struct ckpt_archive_entry *e)
+{
+    if (!x->strip) {
+        const char *slash = strchr(e->path, '/');
+        if (!u->cfg.strip || (!slash && e->type != CKPT_ENTRY_DIR))
+            x->strip = ckpt_xstrdup("");
+        else if (slash)
+            x->strip = ckpt_xstrndup(e->path, (size_t)(slash - e->path) + 1);
+        else
+            x->strip = ckpt_xasprintf("%s/", e->path);
+    }
+    size_t n = strlen(x->strip);
+    if (strncmp(e->path, x->strip, n))
+        return NULL;
+    return e->path + n;
+}
+
+static void new_member(struct ckpt_upload *u, struct group *g,
+                       const struct ckpt_archive_entry *e, const char *rel)
+{
+    struct extract *x = g->x;
+    struct obj *o = obj_new(g, e->path, rel, e->size, 0, x->sig);
+    o->from_archive = 1;
+    o->sdisp = ckpt_xasprintf("%s/%s", g->sdisp, e->path);
+    if (u->cfg.dry_run) {
+        obj_route(u, o);
+        return;
+    }
+    if (!o->big) {
+        x->small = o;
+        return;
+    }
+    /* Routed now, so its upload starts while its parts are read. */
+    obj_route(u, o);
+    if (o->st != O_SKIPPED && o->st != O_FAILED) {
+        x->cur = o;
+        x->cur_part = 0;
+    }
+}
+
+static void finished(struct ckpt_upload *u, struct group *g)
+{
+    size_t n;
+    struct jr_pending **p = journal_unclaimed(g->jr, &n);
+    for (size_t i = 0; i < n; i++) {
+        p[i]->claimed = 1;
+        queue_abort(u, g, g->dst, p[i]->dkey, p[i]->upload_id);
+    }
+    g->extracted = 1;
+    extract_close(g);
+}
+
+int extract_step(struct ckpt_upload *u, struct group *g)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (g->extracted)
+        return -1;
+    if (!g->x && extract_open(g, &err) != 0)
+        return archive_failed(u, g, &err);
+    struct extract *x = g->x;
+    if (x->small)
+        return produce_small(u, g);
+    if (x->cur)
+        return produce_part(u, g);
+    struct ckpt_archive_entry e;
+    int rc = ckpt_archive_next(x->a, &e, &err);
+    if (rc < 0)
+        return archive_failed(u, g, &err);
+    if (rc == 0) {
+        finished(u, g);
+        return -1;
+    }
+    char *disp = ckpt_xasprintf("%s/%s", g->sdisp, e.path);
+    const char *rel = strip_path(u, x, &e);
+    if (e.type == CKPT_ENTRY_DIR) {
+        /* Directories exist only through their files. */
+    } else if (e.type != CKPT_ENTRY_FILE) {
+        emit(u, CKPT_UP_WARNING, NULL, disp, e.type == CKPT_ENTRY_LINK
+             ? "link inside the archive; not copied"
+             : "not a regular file; not copied");
+    } else if (!rel || !*rel) {
+        ckpt_err_set(&err, CKPT_EUNSAFE, "outside '%s', the archive's top "
+                     "directory that was stepped into (use --no-strip)",
+                     x->strip);
+        emit(u, CKPT_UP_FAILED, NULL, disp, err.msg);
+        g->plan_failed = 1;
+    } else {
+        new_member(u, g, &e, rel);
+    }
+    free(disp);
+    return 1;
+}

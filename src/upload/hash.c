@@ -1,0 +1,97 @@
+/*
+ * hash.c - MD5 as S3 uses it (Content-MD5, ETags) and part sizing.
+ */
+#include "upload_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void md5c_init(struct md5c *m)
+{
+    m->c = EVP_MD_CTX_new();
+    if (!m->c || EVP_DigestInit_ex(m->c, EVP_md5(), NULL) != 1) {
+        fputs("ckpt: MD5 is not available\n", stderr);
+        abort();
+    }
+}
+
+void md5c_update(struct md5c *m, const void *p, size_t n)
+{
+    EVP_DigestUpdate(m->c, p, n);
+}
+
+void md5c_final(struct md5c *m, unsigned char out[16])
+{
+    unsigned int len = 16;
+    EVP_DigestFinal_ex(m->c, out, &len);
+    EVP_MD_CTX_free(m->c);
+    m->c = NULL;
+}
+
+void md5_buf(const void *p, size_t n, unsigned char out[16])
+{
+    struct md5c m;
+    md5c_init(&m);
+    md5c_update(&m, p, n);
+    md5c_final(&m, out);
+}
+
+void hex_of(const unsigned char *d, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[d[i] >> 4];
+        out[2 * i + 1] = digits[d[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int nibble(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int hex_md5_parse(const char *hex, unsigned char out[16])
+{
+    if (strlen(hex) != 32)
+        return -1;
+    for (int i = 0; i < 16; i++) {
+        int a = nibble(hex[2 * i]), b = nibble(hex[2 * i + 1]);
+        if (a < 0 || b < 0)
+            return -1;
+        out[i] = (unsigned char)(a << 4 | b);
+    }
+    return 0;
+}
+
+void composite_etag(const unsigned char (*md5)[16], int n, char out[48])
+{
+    unsigned char d[16];
+    md5_buf(md5, (size_t)n * 16, d);
+    hex_of(d, 16, out);
+    snprintf(out + 32, 16, "-%d", n);
+}
+
+uint64_t part_size_for(uint64_t size, uint64_t min)
+{
+    uint64_t p = min ? min : DEFAULT_PART;
+    uint64_t need = (size + MAX_PARTS - 1) / MAX_PARTS;
+    if (p < need)
+        p = need;
+    /* Whole MiB: every part but the last the same size (R2 insists). */
+    return (p + MIB - 1) / MIB * MIB;
+}
+
+int parts_for(uint64_t size, uint64_t part)
+{
+    if (size == 0)
+        return 1;
+    return (int)((size + part - 1) / part);
+}

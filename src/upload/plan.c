@@ -1,0 +1,449 @@
+/*
+ * plan.c - ckpt_upload_add: what a copy consists of. SRC is listed (a
+ * local tree one directory at a time, so an unreadable directory fails
+ * only its own files; an object-storage prefix in one recursive listing),
+ * DEST is listed once, and each file becomes an object to route.
+ */
+#include "upload_int.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/buf.h"
+#include "ckpt/util.h"
+
+#define MAX_DEPTH 256
+
+/* ---- DEST listing ---- */
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const struct dentry *)a)->name,
+                  ((const struct dentry *)b)->name);
+}
+
+const struct dentry *dmap_find(const struct dmap *m, const char *name)
+{
+    struct dentry key = { (char *)name, 0, 0, NULL };
+    if (!m->n)
+        return NULL;
+    return bsearch(&key, m->v, m->n, sizeof(*m->v), by_name);
+}
+
+void dmap_release(struct dmap *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        free(m->v[i].name);
+        free(m->v[i].etag);
+    }
+    free(m->v);
+    memset(m, 0, sizeof(*m));
+}
+
+/* Our own temporary files of unfinished local copies are not content. */
+static int is_temp(const char *name)
+{
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    return base[0] == '.' && (strstr(base, CKPT_UPLOAD_TEMP_MARK) ||
+                              strstr(base, ".ckpt-tmp-"));
+}
+
+static int dmap_add(void *ud, const struct ckpt_entry *e)
+{
+    struct dmap *m = ud;
+    if (e->type != CKPT_ENTRY_FILE || is_temp(e->name))
+        return 0;
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 64;
+        m->v = ckpt_xreallocarray(m->v, m->cap, sizeof(*m->v));
+    }
+    m->v[m->n++] = (struct dentry){ ckpt_xstrdup(e->name), e->size,
+                                    e->mtime, ckpt_xstrdup(e->etag) };
+    return 0;
+}
+
+/* List DEST (a file group: stat its one object) into m, sorted. */
+int dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err)
+{
+    struct ckpt_stat sb;
+    char *disp = ckpt_storage_display(g->dst, g->dkey);
+    int rc = ckpt_storage_stat(g->dst, g->dkey, &sb, err);
+    if (rc != 0 && err->code == CKPT_ENOTFOUND) {
+        free(disp);
+        return 0;  /* nothing there yet */
+    }
+    if (rc == 0 && g->kind == G_FILE) {
+        if (sb.type != CKPT_ENTRY_FILE)
+            rc = ckpt_err_set(err, CKPT_EUSAGE, "DEST '%s' is a directory",
+                              disp);
+        struct ckpt_entry e = { "", sb.size, sb.mtime, sb.type, sb.etag };
+        if (rc == 0)
+            dmap_add(m, &e);
+        free(disp);
+        return rc;
+    }
+    if (rc == 0 && sb.type == CKPT_ENTRY_FILE)
+        rc = ckpt_err_set(err, CKPT_EUSAGE, "DEST '%s' is a file, not a "
+                          "directory", disp);
+    if (rc == 0) {
+        rc = ckpt_storage_list(g->dst, g->dkey, CKPT_LIST_RECURSIVE,
+                               dmap_add, m, err);
+        if (rc != 0 && err->code == CKPT_ENOTFOUND)
+            rc = 0;
+    }
+    if (rc == 0 && m->n)
+        qsort(m->v, m->n, sizeof(*m->v), by_name);
+    free(disp);
+    return rc;
+}
+
+/* ---- objects ---- */
+
+static void sig_of(char *out, size_t n, struct ckpt_storage *st,
+                   int64_t mtime, const char *etag)
+{
+    if (ckpt_storage_is_local(st) || !etag || !*etag)
+        snprintf(out, n, "m%lld", (long long)mtime);
+    else
+        snprintf(out, n, "e%s", etag);
+}
+
+void obj_plan_dest(struct obj *o, const char *rel)
+{
+    struct group *g = o->g;
+    if (g->kind == G_FILE) {
+        o->dkey = ckpt_xstrdup(g->dkey);
+        o->dest = g->dmap.n ? &g->dmap.v[0] : NULL;
+    } else {
+        o->dkey = *g->dkey ? ckpt_path_join(g->dkey, rel)
+                           : ckpt_xstrdup(rel);
+        o->dest = dmap_find(&g->dmap, rel);
+    }
+    o->ddisp = ckpt_storage_display(g->dst, o->dkey);
+}
+
+struct obj *obj_new(struct group *g, const char *skey, const char *rel,
+                    uint64_t size, int64_t mtime, const char *sig)
+{
+    struct ckpt_upload *u = g->u;
+    struct obj *o = ckpt_xcalloc(1, sizeof(*o));
+    o->g = g;
+    o->skey = ckpt_xstrdup(skey);
+    o->size = size;
+    o->mtime = mtime;
+    snprintf(o->srcsig, sizeof(o->srcsig), "%s", sig);
+    o->part_size = part_size_for(size, u->cfg.part_size);
+    o->big = size > o->part_size;
+    o->nparts = parts_for(size, o->part_size);
+    o->cap = u->cfg.jobs;
+    obj_plan_dest(o, rel);
+    if (u->nobjs == u->capobjs) {
+        u->capobjs = u->capobjs ? 2 * u->capobjs : 256;
+        u->objs = ckpt_xreallocarray(u->objs, u->capobjs, sizeof(*u->objs));
+    }
+    u->objs[u->nobjs++] = o;
+    g->nobjs++;
+    u->t.files++;
+    u->t.bytes_total += size;
+    return o;
+}
+
+void obj_free(struct obj *o)
+{
+    if (!o)
+        return;
+    free(o->skey);
+    free(o->dkey);
+    free(o->sdisp);
+    free(o->ddisp);
+    free(o->upload_id);
+    free(o->pmd5);
+    free(o->known);
+    free(o->known_have);
+    free(o->pstate);
+    free(o->retry);
+    free(o);
+}
+
+void group_free(struct group *g)
+{
+    if (!g)
+        return;
+    extract_close(g);
+    journal_close(g->jr);
+    dmap_release(&g->dmap);
+    free(g->skey);
+    free(g->dkey);
+    free(g->sdisp);
+    free(g);
+}
+
+/* A planning failure: the files it hides did not arrive. */
+static void plan_fail(struct group *g, const char *what,
+                      const struct ckpt_err *err)
+{
+    struct ckpt_upload_event ev = { CKPT_UP_FAILED, what, NULL, 0,
+                                    err->msg };
+    g->plan_failed = 1;
+    g->u->t.failed++;
+    if (g->u->cfg.on_event)
+        g->u->cfg.on_event(g->u->cfg.ud, &ev);
+}
+
+static void plan_warn(struct group *g, const char *what, const char *msg)
+{
+    struct ckpt_upload_event ev = { CKPT_UP_WARNING, what, NULL, 0, msg };
+    g->u->t.warnings++;
+    if (g->u->cfg.on_event)
+        g->u->cfg.on_event(g->u->cfg.ud, &ev);
+}
+
+static void add_file(struct group *g, const char *skey, const char *rel,
+                     uint64_t size, int64_t mtime, const char *etag)
+{
+    char sig[96];
+    sig_of(sig, sizeof(sig), g->sst, mtime, etag);
+    struct obj *o = obj_new(g, skey, rel, size, mtime, sig);
+    o->sdisp = ckpt_storage_display(g->sst, skey);
+}
+
+/* ---- local trees ---- */
+
+struct lent {
+    char *name;
+    uint64_t size;
+    int64_t mtime;
+    enum ckpt_entry_type type;
+};
+
+struct lents {
+    struct lent *v;
+    size_t n;
+};
+
+static int collect(void *ud, const struct ckpt_entry *e)
+{
+    struct lents *l = ud;
+    if (l->n % 64 == 0)
+        l->v = ckpt_xreallocarray(l->v, l->n + 64, sizeof(*l->v));
+    l->v[l->n++] = (struct lent){ ckpt_xstrdup(e->name), e->size, e->mtime,
+                                  e->type };
+    return 0;
+}
+
+static int lent_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct lent *)a)->name,
+                  ((const struct lent *)b)->name);
+}
+
+struct walk {
+    struct group *g;
+    char **stack;       /* realpaths of the directories being walked */
+    int depth;
+};
+
+static void walk_dir(struct walk *w, const char *dir, const char *rel);
+
+/* A directory symlink that points at a directory being walked (or above
+ * one) would never end. */
+static int is_loop(struct walk *w, const char *real)
+{
+    size_t n = strlen(real);
+    for (int i = 0; i < w->depth; i++) {
+        const char *s = w->stack[i];
+        if (!strncmp(s, real, n) && (s[n] == '\0' || s[n] == '/' ||
+                                     n == 1))
+            return 1;
+    }
+    return 0;
+}
+
+static void follow_link(struct walk *w, const char *path, const char *rel)
+{
+    struct group *g = w->g;
+    struct ckpt_stat sb;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    char *disp = ckpt_storage_display(g->sst, path);
+    char real[PATH_MAX];
+    if (ckpt_storage_stat(g->sst, path, &sb, &err) != 0) {
+        ckpt_err_set(&err, CKPT_ENOTFOUND, "'%s': broken symbolic link",
+                     path);
+        plan_fail(g, disp, &err);
+    } else if (sb.type == CKPT_ENTRY_FILE) {
+        add_file(g, path, rel, sb.size, sb.mtime, NULL);
+    } else if (sb.type != CKPT_ENTRY_DIR) {
+        plan_warn(g, disp, "not a regular file; not copied");
+    } else if (!realpath(path, real)) {
+        ckpt_err_sys(&err, "resolve '%s'", path);
+        plan_fail(g, disp, &err);
+    } else if (is_loop(w, real)) {
+        ckpt_err_set(&err, CKPT_EUNSAFE, "'%s': symbolic link loop (points "
+                     "to '%s', which contains it)", path, real);
+        plan_fail(g, disp, &err);
+    } else {
+        walk_dir(w, path, rel);
+    }
+    free(disp);
+}
+
+static void walk_entry(struct walk *w, const char *dir, const char *rel,
+                       const struct lent *e)
+{
+    struct group *g = w->g;
+    char *path = ckpt_path_join(dir, e->name);
+    char *r = *rel ? ckpt_path_join(rel, e->name) : ckpt_xstrdup(e->name);
+    if (e->type == CKPT_ENTRY_FILE && !is_temp(e->name)) {
+        add_file(g, path, r, e->size, e->mtime, NULL);
+    } else if (e->type == CKPT_ENTRY_DIR) {
+        walk_dir(w, path, r);
+    } else if (e->type == CKPT_ENTRY_LINK && g->u->cfg.follow_links) {
+        follow_link(w, path, r);
+    } else if (e->type == CKPT_ENTRY_LINK || e->type == CKPT_ENTRY_OTHER) {
+        char *disp = ckpt_storage_display(g->sst, path);
+        plan_warn(g, disp, e->type == CKPT_ENTRY_LINK
+                  ? "symbolic link not followed (use --follow-links)"
+                  : "not a regular file; not copied");
+        free(disp);
+    }
+    free(path);
+    free(r);
+}
+
+static void walk_dir(struct walk *w, const char *dir, const char *rel)
+{
+    struct group *g = w->g;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct lents l = { NULL, 0 };
+    char real[PATH_MAX];
+    if (w->depth >= MAX_DEPTH) {
+        ckpt_err_set(&err, CKPT_EUNSAFE, "'%s': more than %d directories "
+                     "deep", dir, MAX_DEPTH);
+    } else if (!realpath(dir, real)) {
+        ckpt_err_sys(&err, "resolve '%s'", dir);
+    } else if (ckpt_storage_list(g->sst, dir, 0, collect, &l, &err) == 0) {
+        qsort(l.v, l.n, sizeof(*l.v), lent_cmp);
+        w->stack[w->depth++] = ckpt_xstrdup(real);
+        for (size_t i = 0; i < l.n; i++)
+            walk_entry(w, dir, rel, &l.v[i]);
+        free(w->stack[--w->depth]);
+    }
+    if (err.code) {
+        char *disp = ckpt_storage_display(g->sst, dir);
+        plan_fail(g, disp, &err);
+        free(disp);
+    }
+    for (size_t i = 0; i < l.n; i++)
+        free(l.v[i].name);
+    free(l.v);
+}
+
+/* ---- remote trees ---- */
+
+static int remote_entry(void *ud, const struct ckpt_entry *e)
+{
+    struct group *g = ud;
+    if (e->type != CKPT_ENTRY_FILE)
+        return 0;
+    char *key = *g->skey ? ckpt_path_join(g->skey, e->name)
+                         : ckpt_xstrdup(e->name);
+    add_file(g, key, e->name, e->size, e->mtime, e->etag);
+    free(key);
+    return 0;
+}
+
+static int list_source(struct group *g, struct ckpt_err *err)
+{
+    if (g->kind == G_FILE) {
+        const char *base = strrchr(g->skey, '/');
+        add_file(g, g->skey, base ? base + 1 : g->skey, g->ssb.size,
+                 g->ssb.mtime, g->ssb.etag);
+        return 0;
+    }
+    if (g->kind == G_ARCHIVE)
+        return 0;  /* members are read while copying */
+    if (!ckpt_storage_is_local(g->sst))
+        return ckpt_storage_list(g->sst, g->skey, CKPT_LIST_RECURSIVE,
+                                 remote_entry, g, err);
+    struct walk w = { g, ckpt_xcalloc(MAX_DEPTH + 1, sizeof(char *)), 0 };
+    walk_dir(&w, g->skey, "");
+    free(w.stack);
+    return 0;
+}
+
+static int open_journal(struct group *g, struct ckpt_err *err)
+{
+    struct ckpt_upload *u = g->u;
+    if (!u->cfg.state_dir || u->cfg.dry_run)
+        return 0;
+    char *ddisp = ckpt_storage_display(g->dst, g->dkey);
+    char *id = ckpt_xasprintf("v1\n%s\n%s\n%d", g->sdisp, ddisp,
+                              g->kind == G_ARCHIVE);
+    int rc = journal_open(&g->jr, u->cfg.state_dir, id, err);
+    free(id);
+    free(ddisp);
+    return rc;
+}
+
+static int group_kind(struct group *g, unsigned flags, struct ckpt_err *err)
+{
+    if (g->ssb.type == CKPT_ENTRY_DIR) {
+        g->kind = G_TREE;
+        return 0;
+    }
+    if (g->ssb.type != CKPT_ENTRY_FILE)
+        return ckpt_err_set(err, CKPT_EUSAGE, "SRC '%s' is not a file or "
+                            "directory", g->sdisp);
+    g->kind = G_FILE;
+    if (flags & CKPT_UPLOAD_EXTRACT) {
+        if (ckpt_archive_kind_of(g->skey) == CKPT_ARCHIVE_NONE)
+            return ckpt_err_set(err, CKPT_EUSAGE, "--extract: '%s' is not "
+                                "an archive (.tar, .tar.gz, .tar.zst, "
+                                ".zip, ...)", g->sdisp);
+        g->kind = G_ARCHIVE;
+    }
+    return 0;
+}
+
+int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
+                    const char *skey, struct ckpt_storage *dst,
+                    const char *dkey, unsigned flags, struct ckpt_err *err)
+{
+    struct group *g = ckpt_xcalloc(1, sizeof(*g));
+    g->u = u;
+    g->sst = sst;
+    g->dst = dst;
+    g->skey = ckpt_xstrdup(skey);
+    g->dkey = ckpt_xstrdup(dkey);
+    g->sdisp = ckpt_storage_display(sst, skey);
+    g->flags = flags;
+    int rc = ckpt_storage_stat(sst, skey, &g->ssb, err);
+    if (rc != 0 && err->code == CKPT_ENOTFOUND)
+        ckpt_err_set(err, CKPT_ENOTFOUND, "SRC '%s' does not exist",
+                     g->sdisp);
+    if (rc == 0)
+        rc = group_kind(g, flags, err);
+    if (rc == 0)
+        rc = dmap_load(g, &g->dmap, err);
+    if (rc == 0)
+        rc = open_journal(g, err);
+    size_t before = u->nobjs;
+    if (rc == 0)
+        rc = list_source(g, err);
+    if (rc != 0) {
+        while (u->nobjs > before) {
+            struct obj *o = u->objs[--u->nobjs];
+            u->t.files--;
+            u->t.bytes_total -= o->size;
+            obj_free(o);
+        }
+        group_free(g);
+        return -1;
+    }
+    u->groups = ckpt_xreallocarray(u->groups, u->ngroups + 1,
+                                   sizeof(*u->groups));
+    u->groups[u->ngroups++] = g;
+    return 0;
+}

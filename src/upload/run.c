@@ -1,0 +1,245 @@
+/*
+ * run.c - ckpt_upload_run: copy everything, then clean up after earlier
+ * crashes (unfinished uploads nobody will finish), then, when asked and
+ * only if every file arrived, delete the sources.
+ */
+#include "upload_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/util.h"
+
+/* ---- unfinished uploads the journal does not know ---- */
+
+struct foreign {
+    struct ckpt_upload *u;
+    struct group *g;
+    char **keys;                /* borrowed: this copy's DEST keys, sorted */
+    size_t nkeys;
+    size_t left_alone;
+};
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* An upload for one of our keys that our journal never recorded was
+ * started by a run of this copy that died before writing its S line:
+ * nobody will finish it. Others (other copies into the same prefix, maybe
+ * running now) are left alone, and counted. */
+static int foreign_upload(void *ud, const char *key, const char *id,
+                          int64_t initiated)
+{
+    struct foreign *f = ud;
+    if (journal_knows_upload(f->g->jr, id))
+        return 0;
+    if (bsearch(&key, f->keys, f->nkeys, sizeof(char *), cmp_str))
+        queue_abort(f->u, f->g, f->g->dst, key, id);
+    else
+        f->left_alone++;
+    return 0;
+}
+
+static void find_foreign(struct ckpt_upload *u, struct group *g)
+{
+    struct foreign f = { u, g, NULL, 0, 0 };
+    f.keys = ckpt_xcalloc(g->nobjs + 1, sizeof(char *));
+    for (size_t i = 0; i < u->nobjs; i++)
+        if (u->objs[i]->g == g && u->objs[i]->st != O_FAILED)
+            f.keys[f.nkeys++] = u->objs[i]->dkey;
+    qsort(f.keys, f.nkeys, sizeof(char *), cmp_str);
+    char *prefix = g->kind == G_FILE ? ckpt_xstrdup(g->dkey)
+                 : *g->dkey ? ckpt_xasprintf("%s/", g->dkey)
+                            : ckpt_xstrdup("");
+    struct ckpt_err err = CKPT_ERR_INIT;
+    /* CKPT_EUNSUPPORTED (s3rver, some gateways): the journal is all we
+     * have, which covers everything but a crash inside
+     * CreateMultipartUpload; a lifecycle rule covers that. */
+    ckpt_storage_mpu_list(g->dst, prefix, foreign_upload, &f, &err);
+    if (f.left_alone) {
+        char *disp = ckpt_storage_display(g->dst, g->dkey);
+        char *why = ckpt_xasprintf("%zu unfinished multipart upload(s) "
+                                   "under DEST were not started by this "
+                                   "copy; left alone", f.left_alone);
+        emit(u, CKPT_UP_WARNING, NULL, disp, why);
+        free(why);
+        free(disp);
+    }
+    free(prefix);
+    free(f.keys);
+}
+
+/* ---- what arrived ---- */
+
+/* Every object reported uploaded must be listed at DEST with its size
+ * (and ETag): one listing per copy, after everything was acknowledged.
+ * Catches a service that acknowledged a write it then lost. */
+static void unarrived(struct ckpt_upload *u, struct obj *o, const char *why)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    ckpt_err_set(&err, CKPT_EHTTP, "%s: %s", o->ddisp, why);
+    u->t.uploaded--;
+    u->t.bytes -= o->size;
+    o->st = O_NEW;  /* so obj_fail reports it */
+    obj_fail(u, o, &err);
+}
+
+static void check_arrived(struct ckpt_upload *u, struct obj *o,
+                          const struct dentry *d)
+{
+    if (!d)
+        unarrived(u, o, "not at DEST after the upload was acknowledged");
+    else if (d->size != o->size)
+        unarrived(u, o, "DEST lists a different size than was uploaded");
+    else if (o->etag[0] && d->etag[0] && strcmp(o->etag, d->etag))
+        unarrived(u, o, "DEST lists a different ETag than the upload's");
+}
+
+static void verify_group(struct ckpt_upload *u, struct group *g)
+{
+    struct dmap m = { NULL, 0, 0 };
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int rc = dmap_load(g, &m, &err);
+    size_t root = *g->dkey ? strlen(g->dkey) + 1 : 0;
+    for (size_t i = 0; i < u->nobjs; i++) {
+        struct obj *o = u->objs[i];
+        if (o->g != g || o->st != O_DONE)
+            continue;
+        if (rc != 0) {
+            unarrived(u, o, err.msg);
+            continue;
+        }
+        const char *rel = g->kind == G_FILE ? "" : o->dkey + root;
+        check_arrived(u, o, dmap_find(&m, rel));
+    }
+    dmap_release(&m);
+}
+
+/* ---- deleting the sources ---- */
+
+static void queue_delete(struct ckpt_upload *u, struct group *g,
+                         struct obj *o)
+{
+    if (u->cfg.dry_run) {
+        struct ckpt_upload_event ev = { CKPT_UP_WOULD_DELETE,
+                                        o ? o->sdisp : g->sdisp, NULL,
+                                        o ? o->size : g->ssb.size, "" };
+        u->t.deleted++;
+        if (u->cfg.on_event)
+            u->cfg.on_event(u->cfg.ud, &ev);
+        return;
+    }
+    struct unit *un = unit_new(u, U_DELETE, o);
+    un->ag = g;
+    ctl_push(u, un);
+}
+
+static int deletable(const struct group *g)
+{
+    return !(g->flags & CKPT_UPLOAD_KEEP_SRC);
+}
+
+static void delete_sources(struct ckpt_upload *u)
+{
+    for (size_t i = 0; i < u->ngroups; i++) {
+        struct group *g = u->groups[i];
+        if (!deletable(g))
+            continue;
+        if (g->kind == G_ARCHIVE) {
+            queue_delete(u, g, NULL);
+            continue;
+        }
+        for (size_t k = 0; k < u->nobjs; k++)
+            if (u->objs[k]->g == g)
+                queue_delete(u, g, u->objs[k]);
+    }
+    engine_loop(u);
+    for (size_t i = 0; i < u->ngroups && !u->cfg.dry_run; i++) {
+        struct group *g = u->groups[i];
+        struct ckpt_err err = CKPT_ERR_INIT;
+        if (deletable(g) && g->kind == G_TREE &&
+            ckpt_storage_prune_dirs(g->sst, g->skey, &err) != 0)
+            emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);
+    }
+}
+
+static int any_failure(const struct ckpt_upload *u)
+{
+    if (u->t.failed)
+        return 1;
+    for (size_t i = 0; i < u->ngroups; i++)
+        if (u->groups[i]->plan_failed || u->groups[i]->nfailed)
+            return 1;
+    return 0;
+}
+
+/* ---- the run ---- */
+
+static void start_groups(struct ckpt_upload *u)
+{
+    for (size_t i = 0; i < u->nobjs; i++)
+        obj_route(u, u->objs[i]);
+    for (size_t i = 0; i < u->ngroups; i++) {
+        struct group *g = u->groups[i];
+        if (g->kind == G_ARCHIVE)
+            continue;  /* its objects appear while it is read */
+        size_t n;
+        struct jr_pending **p = journal_unclaimed(g->jr, &n);
+        for (size_t k = 0; k < n; k++) {
+            p[k]->claimed = 1;
+            queue_abort(u, g, g->dst, p[k]->dkey, p[k]->upload_id);
+        }
+    }
+}
+
+int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out)
+{
+    engine_start(u);
+    start_groups(u);
+    engine_loop(u);
+    if (!u->cfg.dry_run) {
+        for (size_t i = 0; i < u->ngroups; i++)
+            verify_group(u, u->groups[i]);
+        for (size_t i = 0; i < u->ngroups; i++)
+            if (!ckpt_storage_is_local(u->groups[i]->dst) &&
+                !u->groups[i]->plan_failed)
+                find_foreign(u, u->groups[i]);
+        engine_loop(u);
+    }
+    int failed = any_failure(u);
+    if (u->cfg.delete_source && !failed)
+        delete_sources(u);
+    else if (u->cfg.delete_source)
+        emit(u, CKPT_UP_WARNING, NULL, "SRC", "not deleting any source: "
+             "some files did not arrive");
+    engine_stop(u);
+    for (size_t i = 0; i < u->ngroups; i++)
+        if (journal_failed(u->groups[i]->jr))
+            emit(u, CKPT_UP_WARNING, NULL, u->groups[i]->sdisp, "could not "
+                 "write the journal; a rerun may send more than needed");
+    u->t.seconds = ckpt_now() - u->start;
+    if (out)
+        *out = u->t;
+    return any_failure(u) ? -1 : 0;
+}
+
+void ckpt_upload_planned(const struct ckpt_upload *u, uint64_t *files,
+                         uint64_t *bytes)
+{
+    *files = u->t.files;
+    *bytes = u->t.bytes_total;
+    for (size_t i = 0; i < u->ngroups; i++)
+        if (u->groups[i]->kind == G_ARCHIVE)
+            *bytes += u->groups[i]->ssb.size;
+}
+
+void ckpt_upload_fail_src(struct ckpt_upload *u, const char *src,
+                          const char *dest, const char *msg)
+{
+    struct ckpt_upload_event ev = { CKPT_UP_FAILED, src, dest, 0, msg };
+    u->t.failed++;
+    if (u->cfg.on_event)
+        u->cfg.on_event(u->cfg.ud, &ev);
+}

@@ -1,0 +1,422 @@
+/*
+ * units.c - the work a pool worker does for one unit: read source bytes
+ * into the unit's buffer, hash them, send them, and check what DEST says
+ * it stored. Workers read their unit and the object's fixed fields; they
+ * write only the unit's results.
+ */
+#include "upload_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "ckpt/util.h"
+
+static int is_hex32(const char *s)
+{
+    unsigned char d[16];
+    return hex_md5_parse(s, d) == 0;
+}
+
+/* Read exactly len bytes at off; a short read means the source shrank. */
+static int read_exact(struct obj *o, uint64_t off, char *buf, size_t len,
+                      struct ckpt_err *err)
+{
+    size_t got = 0;
+    if (ckpt_storage_read(o->g->sst, o->skey, off, buf, len, &got,
+                          err) != 0)
+        return -1;
+    if (got != len)
+        return ckpt_err_set(err, CKPT_EIO, "%s: changed while being read "
+                            "(now shorter than %llu bytes)", o->sdisp,
+                            (unsigned long long)o->size);
+    return 0;
+}
+
+/* The source must still be what was listed before we commit to it. */
+static int source_unchanged(struct obj *o, struct ckpt_err *err)
+{
+    struct ckpt_stat sb;
+    if (o->from_archive)
+        return 0;
+    if (ckpt_storage_stat(o->g->sst, o->skey, &sb, err) != 0)
+        return -1;
+    int same = sb.type == CKPT_ENTRY_FILE && sb.size == o->size;
+    if (ckpt_storage_is_local(o->g->sst))
+        same = same && sb.mtime == o->mtime;
+    else if (sb.etag[0] && o->srcsig[0] == 'e')
+        same = same && !strcmp(sb.etag, o->srcsig + 1);
+    if (!same)
+        return ckpt_err_set(err, CKPT_EIO, "%s: changed while being "
+                            "copied (size or modification time differs)",
+                            o->sdisp);
+    return 0;
+}
+
+/* ---- CHECK: is DEST's object the same as the source? ---- */
+
+struct cand {
+    uint64_t part;              /* part size of this guess */
+    struct md5c outer, cur;
+    uint64_t in_part;
+    int n;
+    char etag[48];
+};
+
+static void cand_feed(struct cand *c, const char *p, size_t len)
+{
+    while (len > 0) {
+        size_t take = c->part - c->in_part < len ? c->part - c->in_part
+                                                 : len;
+        md5c_update(&c->cur, p, take);
+        c->in_part += take;
+        p += take;
+        len -= take;
+        if (c->in_part == c->part) {
+            unsigned char d[16];
+            md5c_final(&c->cur, d);
+            md5c_update(&c->outer, d, 16);
+            md5c_init(&c->cur);
+            c->in_part = 0;
+            c->n++;
+        }
+    }
+}
+
+static void cand_final(struct cand *c)
+{
+    unsigned char d[16];
+    if (c->in_part > 0 || c->n == 0) {
+        md5c_final(&c->cur, d);
+        md5c_update(&c->outer, d, 16);
+        c->n++;
+    } else {
+        md5c_final(&c->cur, d);
+    }
+    md5c_final(&c->outer, d);
+    hex_of(d, 16, c->etag);
+    snprintf(c->etag + 32, 16, "-%d", c->n);
+}
+
+/* Part sizes that could have made DEST's "-N" ETag: ours, the one ckpt
+ * recorded, aws-cli's 8 MiB and rclone's 5 MiB defaults. */
+static int guesses(const struct obj *o, int n, uint64_t meta_part,
+                   uint64_t *out)
+{
+    uint64_t try[4] = { o->part_size, meta_part, 8 * MIB, 5 * MIB };
+    int k = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!try[i] || parts_for(o->size, try[i]) != n)
+            continue;
+        int dup = 0;
+        for (int j = 0; j < k; j++)
+            dup |= out[j] == try[i];
+        if (!dup)
+            out[k++] = try[i];
+    }
+    return k;
+}
+
+/* Hash the source once: whole MD5 and the composite ETag for each guess. */
+static int hash_source(struct unit *un, struct cand *c, int nc,
+                       unsigned char whole[16])
+{
+    struct obj *o = un->o;
+    struct md5c w;
+    md5c_init(&w);
+    for (int i = 0; i < nc; i++) {
+        md5c_init(&c[i].outer);
+        md5c_init(&c[i].cur);
+    }
+    int rc = 0;
+    for (uint64_t off = 0; off < o->size && rc == 0;) {
+        size_t n = o->size - off < un->cap ? (size_t)(o->size - off)
+                                           : un->cap;
+        rc = read_exact(o, off, un->buf, n, &un->err);
+        if (rc == 0) {
+            md5c_update(&w, un->buf, n);
+            for (int i = 0; i < nc; i++)
+                cand_feed(&c[i], un->buf, n);
+        }
+        off += n;
+    }
+    md5c_final(&w, whole);
+    for (int i = 0; i < nc; i++)
+        cand_final(&c[i]);
+    return rc;
+}
+
+/* MD5 of DEST's copy (local DEST with --checksum). */
+static int hash_dest(struct unit *un, char hex[33])
+{
+    struct obj *o = un->o;
+    struct md5c w;
+    unsigned char d[16];
+    md5c_init(&w);
+    int rc = 0;
+    for (uint64_t off = 0; off < o->size && rc == 0;) {
+        size_t n = o->size - off < un->cap ? (size_t)(o->size - off)
+                                           : un->cap, got = 0;
+        rc = ckpt_storage_read(o->g->dst, o->dkey, off, un->buf, n, &got,
+                               &un->err);
+        if (rc == 0 && got != n)
+            rc = ckpt_err_set(&un->err, CKPT_EIO, "%s: shorter than "
+                              "listed", o->ddisp);
+        if (rc == 0)
+            md5c_update(&w, un->buf, n);
+        off += n;
+    }
+    md5c_final(&w, d);
+    hex_of(d, 16, hex);
+    return rc;
+}
+
+static void do_check(struct unit *un)
+{
+    struct obj *o = un->o;
+    const char *detag = o->dest->etag;
+    const char *dash = strchr(detag, '-');
+    int remote = !ckpt_storage_is_local(o->g->dst);
+    struct ckpt_stat sb;
+    struct ckpt_obj_meta meta;
+    int headed = 0;
+    memset(&meta, 0, sizeof(meta));
+    uint64_t parts[4];
+    int nc = 0;
+    if (remote && dash) {
+        int n = (int)strtol(dash + 1, NULL, 10);
+        nc = guesses(o, n, 0, parts);
+        if (!nc && ckpt_storage_head(o->g->dst, o->dkey, &sb, &meta,
+                                     &un->err) == 0) {
+            headed = 1;
+            nc = guesses(o, n, meta.part_size, parts);
+        }
+    }
+    struct cand c[4];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < nc; i++)
+        c[i].part = parts[i];
+    unsigned char whole[16];
+    if (hash_source(un, c, nc, whole) != 0) {
+        un->rc = -1;
+        return;
+    }
+    hex_of(whole, 16, un->whole);
+    if (!remote) {
+        char dh[33];
+        un->rc = hash_dest(un, dh);
+        un->same = un->rc == 0 && !strcmp(dh, un->whole);
+        return;
+    }
+    un->same = !strcasecmp(detag, un->whole);
+    for (int i = 0; i < nc && !un->same; i++)
+        un->same = !strcasecmp(detag, c[i].etag);
+    /* An ETag that is no MD5 (SSE, GCS composites): ckpt's own record. */
+    if (!un->same && !headed &&
+        ckpt_storage_head(o->g->dst, o->dkey, &sb, &meta, &un->err) == 0)
+        headed = 1;
+    if (!un->same && headed && meta.md5[0])
+        un->same = !strcmp(meta.md5, un->whole) && sb.size == o->size;
+    un->rc = 0;
+}
+
+/* ---- PUT: a whole object in one request ---- */
+
+/* Archive members at DEST with their size: equal bytes need no PUT. */
+static int same_as_dest(struct unit *un, const char *hex)
+{
+    struct obj *o = un->o;
+    if (!o->from_archive || !o->dest || o->dest->size != o->size)
+        return 0;
+    if (!ckpt_storage_is_local(o->g->dst))
+        return !strcasecmp(o->dest->etag, hex);
+    char *buf = ckpt_xmalloc(o->size ? o->size : 1);
+    size_t got = 0;
+    struct ckpt_err e2;
+    int same = ckpt_storage_read(o->g->dst, o->dkey, 0, buf, o->size, &got,
+                                 &e2) == 0 && got == o->size;
+    if (same) {
+        unsigned char d[16];
+        char dh[33];
+        md5_buf(buf, o->size, d);
+        hex_of(d, 16, dh);
+        same = !strcmp(dh, hex);
+    }
+    free(buf);
+    return same;
+}
+
+static void do_put(struct unit *un)
+{
+    struct obj *o = un->o;
+    char hex[33];
+    if (!un->have_data) {
+        /* One byte more than listed: a file that grew is caught too. */
+        size_t got = 0;
+        un->rc = ckpt_storage_read(o->g->sst, o->skey, 0, un->buf,
+                                   (size_t)o->size + 1, &got, &un->err);
+        if (un->rc == 0 && got != o->size)
+            un->rc = ckpt_err_set(&un->err, CKPT_EIO, "%s: changed while "
+                                  "being read (%zu bytes, listed as %llu)",
+                                  o->sdisp, got,
+                                  (unsigned long long)o->size);
+        if (un->rc != 0)
+            return;
+    }
+    md5_buf(un->buf, (size_t)o->size, un->md5);
+    hex_of(un->md5, 16, hex);
+    memcpy(un->whole, hex, 33);
+    if (same_as_dest(un, hex)) {
+        un->same = 1;
+        return;
+    }
+    struct ckpt_obj_meta meta;
+    memset(&meta, 0, sizeof(meta));
+    memcpy(meta.md5, hex, 33);
+    meta.mtime = o->mtime;
+    un->rc = ckpt_storage_put_object(o->g->dst, o->dkey, un->buf,
+                                     (size_t)o->size, un->md5, &meta,
+                                     CKPT_PUT_THROTTLE_RETURN, &un->res,
+                                     &un->err);
+    /* What DEST stored must hash to what we sent (single-PUT ETag is
+     * the MD5 unless the service encrypts with its own keys). */
+    if (un->rc == 0 && is_hex32(un->res.etag) &&
+        strcasecmp(un->res.etag, hex))
+        un->rc = ckpt_err_set(&un->err, CKPT_EHTTP, "%s: DEST reports ETag "
+                              "%s, but the bytes sent have MD5 %s",
+                              o->ddisp, un->res.etag, hex);
+}
+
+/* ---- multipart ---- */
+
+static void do_start(struct unit *un)
+{
+    struct obj *o = un->o;
+    struct ckpt_obj_meta meta;
+    memset(&meta, 0, sizeof(meta));
+    meta.part_size = o->part_size;
+    meta.mtime = o->mtime;
+    char *id = NULL;
+    un->rc = ckpt_storage_mpu_start(o->g->dst, o->dkey, o->size, &meta, &id,
+                                    &un->err);
+    un->upload_id = id;
+}
+
+static void do_part(struct unit *un)
+{
+    struct obj *o = un->o;
+    if (!un->have_data &&
+        read_exact(o, un->off, un->buf, un->len, &un->err) != 0) {
+        un->rc = -1;
+        return;
+    }
+    md5_buf(un->buf, un->len, un->md5);
+    int k = un->part - 1;
+    /* Sent by an earlier run and acknowledged: same bytes, nothing to do. */
+    if (o->known && o->known_have[k] && !memcmp(o->known[k], un->md5, 16)) {
+        un->resumed = 1;
+        un->rc = 0;
+        return;
+    }
+    un->rc = ckpt_storage_mpu_part(o->g->dst, o->dkey, o->upload_id,
+                                   un->part, un->off, un->buf, un->len,
+                                   un->md5, CKPT_PUT_THROTTLE_RETURN,
+                                   &un->res, &un->err);
+    char hex[33];
+    hex_of(un->md5, 16, hex);
+    if (un->rc == 0 && is_hex32(un->res.etag) &&
+        strcasecmp(un->res.etag, hex))
+        un->rc = ckpt_err_set(&un->err, CKPT_EHTTP, "%s: part %d: DEST "
+                              "reports ETag %s, but the bytes sent have "
+                              "MD5 %s", o->ddisp, un->part, un->res.etag,
+                              hex);
+}
+
+static void do_finish(struct unit *un)
+{
+    struct obj *o = un->o;
+    if (source_unchanged(o, &un->err) != 0) {
+        un->rc = -1;
+        return;
+    }
+    char (*hex)[33] = ckpt_xcalloc((size_t)o->nparts, 33);
+    const char **etags = ckpt_xcalloc((size_t)o->nparts, sizeof(char *));
+    for (int i = 0; i < o->nparts; i++) {
+        hex_of(o->pmd5[i], 16, hex[i]);
+        etags[i] = hex[i];
+    }
+    struct ckpt_obj_meta meta;
+    memset(&meta, 0, sizeof(meta));
+    meta.mtime = o->mtime;
+    un->rc = ckpt_storage_mpu_finish(o->g->dst, o->dkey, o->upload_id,
+                                     o->nparts, etags, o->size, &meta,
+                                     &un->res, &un->err);
+    char want[48];
+    composite_etag((const unsigned char (*)[16])o->pmd5, o->nparts, want);
+    /* S3 and R2 answer md5(part MD5s)-N, checked here; s3rver answers a
+     * plain MD5 and GCS an opaque value: the parts' ETags were checked
+     * one by one and finish checked the size. */
+    if (un->rc == 0 && strchr(un->res.etag, '-') &&
+        strcasecmp(un->res.etag, want))
+        un->rc = ckpt_err_set(&un->err, CKPT_EHTTP, "%s: DEST reports "
+                              "multipart ETag %s, expected %s", o->ddisp,
+                              un->res.etag, want);
+    free(hex);
+    free(etags);
+}
+
+/* An archive SRC (o == NULL) goes as a whole once every member arrived. */
+static int archive_unchanged(struct unit *un)
+{
+    struct group *g = un->ag;
+    struct ckpt_stat sb;
+    if (ckpt_storage_stat(g->sst, g->skey, &sb, &un->err) != 0)
+        return -1;
+    if (sb.size != g->ssb.size || sb.mtime != g->ssb.mtime ||
+        strcmp(sb.etag, g->ssb.etag))
+        return ckpt_err_set(&un->err, CKPT_EIO, "%s: changed while being "
+                            "copied", g->sdisp);
+    return 0;
+}
+
+static void do_delete(struct unit *un)
+{
+    struct obj *o = un->o;
+    int rc = o ? source_unchanged(o, &un->err) : archive_unchanged(un);
+    if (rc != 0) {
+        ckpt_err_prefix(&un->err, "not deleted");
+        un->rc = -1;
+        return;
+    }
+    un->rc = o ? ckpt_storage_delete(o->g->sst, o->skey, &un->err)
+               : ckpt_storage_delete(un->ag->sst, un->ag->skey, &un->err);
+}
+
+void unit_run(struct unit *un)
+{
+    un->rc = 0;
+    switch (un->kind) {
+    case U_CHECK:
+        do_check(un);
+        break;
+    case U_PUT:
+        do_put(un);
+        break;
+    case U_START:
+        do_start(un);
+        break;
+    case U_PART:
+        do_part(un);
+        break;
+    case U_FINISH:
+        do_finish(un);
+        break;
+    case U_ABORT:
+        un->rc = ckpt_storage_mpu_abort(un->st, un->key, un->upload_id,
+                                        &un->err);
+        break;
+    case U_DELETE:
+        do_delete(un);
+        break;
+    }
+}

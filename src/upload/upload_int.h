@@ -1,0 +1,291 @@
+/*
+ * upload_int.h - the upload engine's internals. Private to src/upload: do
+ * not expose.
+ *
+ * Threads: only the thread in ckpt_upload_run touches objects, groups,
+ * queues and journals. Workers run one unit each (a read, a request) on
+ * buffers the main thread allocated, and hand the unit back through the
+ * done list; the main thread then moves the object's state on.
+ */
+#ifndef CKPT_UPLOAD_INT_H
+#define CKPT_UPLOAD_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <openssl/evp.h>
+
+#include "ckpt/archive.h"
+#include "ckpt/pool.h"
+#include "ckpt/upload.h"
+
+#define MIB (1024ull * 1024)
+#define DEFAULT_PART (8 * MIB)
+#define MAX_PARTS 10000ull
+#define MAX_PART (5ull << 30)
+#define DEFAULT_BUDGET (160 * MIB)
+#define CHECK_CHUNK (4 * MIB)
+#define DEFAULT_THROTTLES 30
+
+/* ---- hashes (hash.c) ---- */
+
+struct md5c {
+    EVP_MD_CTX *c;
+};
+
+void md5c_init(struct md5c *m);
+void md5c_update(struct md5c *m, const void *p, size_t n);
+void md5c_final(struct md5c *m, unsigned char out[16]);  /* frees */
+void md5_buf(const void *p, size_t n, unsigned char out[16]);
+void hex_of(const unsigned char *d, size_t n, char *out);
+int hex_md5_parse(const char *hex, unsigned char out[16]);
+/* S3's multipart ETag: hex MD5 of the parts' binary MD5s, "-N". */
+void composite_etag(const unsigned char (*md5)[16], int n, char out[48]);
+/* Part size for an object of size: at least min (8 MiB by default), whole
+ * MiB, and large enough that it fits in 10,000 parts. */
+uint64_t part_size_for(uint64_t size, uint64_t min);
+int parts_for(uint64_t size, uint64_t part);
+
+/* ---- journal (journal.c) ---- */
+
+struct jr_pending {
+    char *dkey;                 /* owned: destination key */
+    char *upload_id;            /* owned */
+    uint64_t size, part_size;
+    char *srcsig;               /* owned */
+    int nparts;
+    unsigned char (*md5)[16];   /* owned, per part */
+    uint8_t *have;              /* owned, per part: acknowledged */
+    int ended;
+    int claimed;                /* taken over by an object of this run */
+};
+
+struct jr_done {
+    char *dkey, *srcsig, *etag; /* owned */
+    uint64_t size;
+    uint64_t seq;               /* record order: the later one wins */
+};
+
+struct journal;
+
+/* Open (creating dir) and lock the journal named by id; NULL dir: none.
+ * Fails with CKPT_EEXIST when another process holds the lock. */
+int journal_open(struct journal **out, const char *dir, const char *id,
+                 struct ckpt_err *err);
+/* Rewrite it compactly (verified objects, unfinished uploads), unlock,
+ * free. NULL-safe. */
+void journal_close(struct journal *j);
+void journal_start(struct journal *j, const char *dkey, const char *id,
+                   uint64_t size, uint64_t part_size, const char *srcsig);
+void journal_part(struct journal *j, const char *id, int num,
+                  const unsigned char md5[16]);
+void journal_end(struct journal *j, const char *id);
+void journal_done(struct journal *j, const char *dkey, uint64_t size,
+                  const char *srcsig, const char *etag);
+/* The unfinished upload recorded for dkey, or NULL. */
+struct jr_pending *journal_pending(struct journal *j, const char *dkey);
+/* Unfinished uploads no object of this run has claimed. */
+struct jr_pending **journal_unclaimed(struct journal *j, size_t *n);
+const struct jr_done *journal_find_done(const struct journal *j,
+                                        const char *dkey);
+int journal_failed(const struct journal *j);  /* writes failed */
+const char *journal_file(const struct journal *j);  /* for tests */
+/* Upload ids the journal knows (started by some run of this copy). */
+int journal_knows_upload(const struct journal *j, const char *id);
+
+/* ---- what is at DEST (plan.c) ---- */
+
+struct dentry {
+    char *name;                 /* owned: relative to the DEST root */
+    uint64_t size;
+    int64_t mtime;
+    char *etag;                 /* owned, "" for local */
+};
+
+struct dmap {
+    struct dentry *v;           /* owned, sorted by name */
+    size_t n, cap;
+};
+
+const struct dentry *dmap_find(const struct dmap *m, const char *name);
+struct group;
+int dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err);
+void dmap_release(struct dmap *m);
+
+/* ---- objects and groups ---- */
+
+enum group_kind { G_FILE, G_TREE, G_ARCHIVE };
+
+struct extract;
+
+struct group {
+    struct ckpt_upload *u;
+    struct ckpt_storage *sst, *dst;  /* borrowed */
+    char *skey, *dkey;               /* owned: roots as given */
+    char *sdisp;                     /* owned: SRC as displayed */
+    enum group_kind kind;
+    unsigned flags;
+    struct ckpt_stat ssb;            /* SRC when planned */
+    struct dmap dmap;                /* DEST listing (tree, archive) */
+    struct journal *jr;              /* owned, or NULL */
+    size_t nobjs, nfailed;
+    int plan_failed;                 /* part of SRC could not be listed */
+    struct extract *x;               /* owned while streaming */
+    int extracted;                   /* archive fully read */
+};
+
+enum obj_state {
+    O_NEW, O_CHECKING, O_READY, O_PUTTING, O_STARTING, O_PARTS,
+    O_FINISHING, O_DONE, O_SKIPPED, O_FAILED
+};
+
+struct unit;
+
+struct obj {
+    struct group *g;
+    char *skey;                 /* owned: source key (or archive member) */
+    char *dkey;                 /* owned: destination key */
+    char *sdisp, *ddisp;        /* owned: as shown in events */
+    uint64_t size;
+    int64_t mtime;
+    char srcsig[96];            /* identifies the source bytes' version */
+    const struct dentry *dest;  /* borrowed from g->dmap, or NULL */
+    struct dentry dfile;        /* DEST of a file group (dest points at) */
+    enum obj_state st;
+    int big;                    /* multipart */
+    int from_archive;
+    uint64_t part_size;
+    int nparts;
+    char *upload_id;            /* owned */
+    unsigned char (*pmd5)[16];  /* owned: MD5 of each part */
+    unsigned char (*known)[16]; /* owned: acknowledged before (resume) */
+    uint8_t *known_have;        /* owned */
+    uint8_t *pstate;            /* owned: 0 to send, 1 in flight, 2 done */
+    int next_part, ndone, inflight, cap;
+    int *retry;                 /* owned: parts to send again */
+    int nretry;
+    double not_before;          /* backing off until */
+    int throttles;              /* in a row */
+    int failing, restart, restarted, resumed;
+    int need_check;             /* compare with DEST before sending */
+    struct ckpt_err err;
+    uint64_t sent, resumed_bytes;
+    struct unit *ready, *ready_tail;  /* archive: produced parts */
+    struct unit *put;           /* archive: the produced PUT */
+    const char *why_skip;       /* static */
+    char etag[80];              /* DEST's ETag once uploaded */
+    struct obj *qnext;          /* queue link */
+};
+
+enum unit_kind { U_CHECK, U_PUT, U_START, U_PART, U_FINISH, U_ABORT,
+                 U_DELETE };
+
+struct unit {
+    enum unit_kind kind;
+    struct ckpt_upload *u;
+    struct obj *o;              /* borrowed, or NULL (abort of a stale
+                                   upload) */
+    int part;                   /* 1-based */
+    uint64_t off;
+    size_t len;
+    char *buf;                  /* owned by the main thread */
+    size_t cap;
+    int have_data;              /* buf holds the bytes already (archive) */
+    int dry;                    /* CHECK only decides */
+    int quiet;                  /* ABORT of our own failed upload */
+    int throttles;              /* same-object throttles of this unit */
+    struct ckpt_storage *st;    /* ABORT: borrowed */
+    char *key, *upload_id;      /* ABORT: owned */
+    struct group *ag;           /* ABORT: journal owner */
+    /* results, written by the worker */
+    int rc;
+    struct ckpt_err err;
+    struct ckpt_put_result res;
+    unsigned char md5[16];
+    int same;                   /* CHECK, PUT precheck: DEST equal */
+    int resumed;                /* PART: acknowledged before, not sent */
+    char whole[33];             /* CHECK: whole-object MD5 */
+    struct unit *next;
+};
+
+struct oq {
+    struct obj *head, *tail;
+};
+
+struct ckpt_upload {
+    struct ckpt_upload_cfg cfg;
+    struct group **groups;      /* owned */
+    size_t ngroups;
+    struct obj **objs;          /* owned */
+    size_t nobjs, capobjs;
+    struct ckpt_pool *pool;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct unit *done_head, *done_tail;  /* guarded by mu */
+    int inflight;               /* units submitted, not handled */
+    uint64_t budget, mem_used;
+    struct oq small, big;       /* objects waiting for a CHECK/PUT/START */
+    struct obj **active;        /* big objects being uploaded */
+    size_t nactive, capactive;
+    struct obj **delayed;       /* small objects backing off */
+    size_t ndelayed, capdelayed;
+    struct unit *ctl, *ctl_tail;  /* START/FINISH/ABORT/DELETE to run */
+    int turn;
+    size_t next_archive;        /* groups index of the next archive */
+    struct ckpt_upload_totals t;
+    uint64_t items_done, bytes_done;
+    double start;
+};
+
+/* plan.c */
+struct obj *obj_new(struct group *g, const char *skey, const char *rel,
+                    uint64_t size, int64_t mtime, const char *sig);
+void obj_free(struct obj *o);
+void group_free(struct group *g);
+void obj_plan_dest(struct obj *o, const char *rel);
+
+/* units.c: run in a worker */
+void unit_run(struct unit *un);
+
+/* engine.c */
+struct unit *unit_new(struct ckpt_upload *u, enum unit_kind k,
+                      struct obj *o);
+void unit_free(struct ckpt_upload *u, struct unit *un);
+/* Allocate a data buffer under the budget; NULL when it does not fit
+ * (force: fit anyway, when nothing is in flight). */
+char *buf_take(struct ckpt_upload *u, size_t n, int force);
+void ctl_push(struct ckpt_upload *u, struct unit *un);
+void oq_push(struct oq *q, struct obj *o);
+void oq_push_front(struct oq *q, struct obj *o);
+void active_add(struct ckpt_upload *u, struct obj *o);
+void emit(struct ckpt_upload *u, enum ckpt_upload_action a,
+          const struct obj *o, const char *src, const char *detail);
+void progress(struct ckpt_upload *u, uint64_t items, uint64_t bytes);
+
+void engine_start(struct ckpt_upload *u);
+void engine_loop(struct ckpt_upload *u);
+void engine_stop(struct ckpt_upload *u);
+void delayed_add(struct ckpt_upload *u, struct obj *o);
+
+/* handle.c: the main thread's side of a finished unit */
+void handle_unit(struct ckpt_upload *u, struct unit *un);
+/* Decide what an object needs (skip, check, upload) and queue it. */
+void obj_route(struct ckpt_upload *u, struct obj *o);
+void obj_fail(struct ckpt_upload *u, struct obj *o,
+              const struct ckpt_err *err);
+/* Stop o: no more parts; abort its upload once nothing is in flight. */
+void obj_abandon(struct ckpt_upload *u, struct obj *o,
+                 const struct ckpt_err *err);
+/* Queue the abort of an unfinished upload. */
+void queue_abort(struct ckpt_upload *u, struct group *g,
+                 struct ckpt_storage *st, const char *key, const char *id);
+void obj_restart_parts(struct obj *o);
+
+/* extract.c: the archive producer (main thread) */
+int extract_open(struct group *g, struct ckpt_err *err);
+/* Read on while the budget allows; returns 1 if it produced something,
+ * 0 if it is waiting for buffers, -1 when the archive is finished. */
+int extract_step(struct ckpt_upload *u, struct group *g);
+void extract_close(struct group *g);
+
+#endif

@@ -1,0 +1,172 @@
+/*
+ * test_upload.c - the upload engine's pure parts: part sizing, ETag forms,
+ * the journal (what survives a crash, what a rerun sees), the W&B map.
+ */
+#include <fcntl.h>
+
+#include "ckpt/upload.h"
+#include "ckpt/util.h"
+#include "test.h"
+#include "upload/upload_int.h"
+
+static void test_upload__part_size(void)
+{
+    CHECK_EQ(part_size_for(1, 0), 8 * MIB);
+    CHECK_EQ(part_size_for(100 * MIB, 0), 8 * MIB);
+    CHECK_EQ(part_size_for(100 * MIB, 5 * MIB), 5 * MIB);
+    /* 10,000 parts at most, whole MiB, so every part but the last is
+     * equal: 1 TiB needs 105 MiB parts (104.9 rounded up). */
+    CHECK_EQ(part_size_for(1ull << 40, 0), 105 * MIB);
+    CHECK_EQ(part_size_for(5ull << 40, 0), 525 * MIB);
+    CHECK(parts_for(5ull << 40, part_size_for(5ull << 40, 0)) <= 10000);
+    CHECK_EQ(parts_for(0, 8 * MIB), 1);
+    CHECK_EQ(parts_for(8 * MIB, 8 * MIB), 1);
+    CHECK_EQ(parts_for(8 * MIB + 1, 8 * MIB), 2);
+}
+
+static void test_upload__etags(void)
+{
+    unsigned char d[2][16];
+    char hex[33], comp[48];
+    md5_buf("", 0, d[0]);
+    hex_of(d[0], 16, hex);
+    CHECK_STR(hex, "d41d8cd98f00b204e9800998ecf8427e");
+    md5_buf("abc", 3, d[1]);
+    hex_of(d[1], 16, hex);
+    CHECK_STR(hex, "900150983cd24fb0d6963f7d28e17f72");
+    unsigned char back[16];
+    CHECK(hex_md5_parse(hex, back) == 0 && !memcmp(back, d[1], 16));
+    CHECK(hex_md5_parse("xyz", back) == -1);
+    /* md5(md5("") || md5("abc")) with the part count, as S3 computes it
+     * (python: hashlib.md5(bytes.fromhex(a) + bytes.fromhex(b))). */
+    composite_etag((const unsigned char (*)[16])d, 2, comp);
+    CHECK_STR(comp, "66027c6d92d43d01c4f2aa8759629be3-2");
+}
+
+static char *jdir(void)
+{
+    return ckpt_xasprintf("%s/journal", test_tmpdir());
+}
+
+static void test_upload__journal_roundtrip(void)
+{
+    char *dir = jdir();
+    struct journal *j;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    unsigned char m1[16], m3[16];
+    md5_buf("one", 3, m1);
+    md5_buf("three", 5, m3);
+    CHECK(journal_open(&j, dir, "copy-a", &err) == 0);
+    /* Keys with TABs and newlines survive the escaping. */
+    journal_start(j, "run/a\tb\nc", "UP1", 20 * MIB, 8 * MIB, "m17");
+    journal_part(j, "UP1", 1, m1);
+    journal_part(j, "UP1", 3, m3);
+    journal_start(j, "run/done", "UP2", 9 * MIB, 8 * MIB, "m5");
+    journal_end(j, "UP2");
+    journal_done(j, "run/done", 9 * MIB, "m5", "abc-2");
+    journal_done(j, "run/small", 3, "m1", "old");
+    journal_done(j, "run/small", 3, "m2", "new");
+    /* A second process on the same copy is refused while we hold it. */
+    struct journal *j2;
+    CHECK(journal_open(&j2, dir, "copy-a", &err) == -1);
+    CHECK_EQ(err.code, CKPT_EEXIST);
+    journal_close(j);
+
+    CHECK(journal_open(&j, dir, "copy-a", &err) == 0);
+    struct jr_pending *p = journal_pending(j, "run/a\tb\nc");
+    CHECK(p != NULL);
+    if (p) {
+        CHECK_STR(p->upload_id, "UP1");
+        CHECK_EQ(p->nparts, 3);
+        CHECK(p->have[0] && !p->have[1] && p->have[2]);
+        CHECK(!memcmp(p->md5[2], m3, 16));
+        CHECK_STR(p->srcsig, "m17");
+    }
+    CHECK(journal_pending(j, "run/done") == NULL);
+    const struct jr_done *d = journal_find_done(j, "run/small");
+    CHECK(d && !strcmp(d->srcsig, "m2") && !strcmp(d->etag, "new"));
+    d = journal_find_done(j, "run/done");
+    CHECK(d && d->size == 9 * MIB && !strcmp(d->etag, "abc-2"));
+    CHECK(journal_find_done(j, "run/none") == NULL);
+    CHECK(journal_knows_upload(j, "UP1"));
+    /* Finished uploads are dropped when the journal is compacted. */
+    CHECK(!journal_knows_upload(j, "UP2"));
+    size_t n;
+    struct jr_pending **un = journal_unclaimed(j, &n);
+    CHECK_EQ(n, 1);
+    CHECK(n == 1 && !strcmp(un[0]->upload_id, "UP1"));
+    journal_close(j);
+    free(dir);
+}
+
+/* kill -9 in the middle of a write leaves a torn last line: ignored. */
+static void test_upload__journal_torn_line(void)
+{
+    char *dir = jdir();
+    struct journal *j;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    unsigned char m[16];
+    md5_buf("x", 1, m);
+    CHECK(journal_open(&j, dir, "copy-torn", &err) == 0);
+    journal_start(j, "k", "UPT", 16 * MIB, 8 * MIB, "m1");
+    journal_part(j, "UPT", 1, m);
+    journal_close(j);
+    /* Append half a P line, as a process killed mid-write leaves. */
+    struct jr_pending *p;
+    CHECK(journal_open(&j, dir, "copy-torn", &err) == 0);
+    char *path = ckpt_xstrdup(journal_file(j));
+    journal_close(j);
+    FILE *f = fopen(path, "a");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("P\tUPT\t2\t0123", f);
+        fclose(f);
+    }
+    free(path);
+    CHECK(journal_open(&j, dir, "copy-torn", &err) == 0);
+    p = journal_pending(j, "k");
+    CHECK(p && p->have[0] && !p->have[1]);
+    journal_close(j);
+    free(dir);
+}
+
+static void test_upload__map(void)
+{
+    const char *text =
+        "# comment\n"
+        "\n"
+        "1234567\tai2-llm/olmo-small/ab12cd34\tslurm job\n"
+        "dup\t-\tambiguous: 2 W&B runs\n"
+        "{\"run\":\"local1\",\"path\":\"ai2-llm/olmo-small/ef56gh78\"}\n"
+        "{\"run\":\"gone\",\"path\":null,\"status\":\"unknown\"}\n"
+        "1234567\tai2-llm/olmo-big/zz99\tlater line wins\r\n";
+    struct ckpt_upload_map *m;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int listed;
+    CHECK(ckpt_upload_map_parse(&m, text, strlen(text), "map.tsv",
+                                &err) == 0);
+    CHECK_STR(ckpt_upload_map_path(m, "1234567", &listed),
+              "ai2-llm/olmo-big/zz99");
+    CHECK_STR(ckpt_upload_map_path(m, "local1", &listed),
+              "ai2-llm/olmo-small/ef56gh78");
+    CHECK(ckpt_upload_map_path(m, "dup", &listed) == NULL && listed);
+    CHECK(ckpt_upload_map_path(m, "gone", &listed) == NULL && listed);
+    CHECK(ckpt_upload_map_path(m, "nope", &listed) == NULL && !listed);
+    ckpt_upload_map_free(m);
+
+    const char *bad = "r1\tent/proj\tx\n";
+    CHECK(ckpt_upload_map_parse(&m, bad, strlen(bad), "map.tsv",
+                                &err) == -1);
+    CHECK_STR(err.msg, "map.tsv:1: W&B path 'ent/proj' is not "
+              "ENTITY/PROJECT/RUN_ID");
+    const char *esc = "r1\ta/../b\tx\n";
+    CHECK(ckpt_upload_map_parse(&m, esc, strlen(esc), "m", &err) == -1);
+    const char *junk = "\n\njust-one-field\n";
+    CHECK(ckpt_upload_map_parse(&m, junk, strlen(junk), "m", &err) == -1);
+    CHECK_STR(err.msg, "m:3: not a mapping line (RUN_ID<TAB>ENTITY/PROJECT/"
+              "RUN_ID<TAB>EVIDENCE or {\"run\":...,\"path\":...})");
+}
+
+TEST_MAIN(T(test_upload__part_size), T(test_upload__etags),
+          T(test_upload__journal_roundtrip),
+          T(test_upload__journal_torn_line), T(test_upload__map))
