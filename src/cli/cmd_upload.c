@@ -35,7 +35,7 @@ static const char *const upload_usage[] = {
 #define DEFAULT_JOBS 32
 
 struct up_opts {
-    int extract, no_strip, delete_source, checksum, follow, wandb;
+    int extract, no_strip, delete_source, checksum, follow;
     uint64_t part_size, memory;
     const char *wandb_map, *logs, *state_dir;
 };
@@ -393,9 +393,6 @@ static int check_usage(int n, const struct up_opts *uo)
     const char *bad = NULL;
     if (n < 2)
         bad = "give SRC and DEST";
-    else if (uo->wandb)
-        bad = "--wandb (asking W&B directly) is not implemented yet; run "
-              "'ckpt map-wandb --output FILE' and pass --wandb-map FILE";
     else if (uo->part_size && (uo->part_size < (5u << 20) ||
                                uo->part_size > (5ull << 30)))
         bad = "--part-size must be between 5M and 5G";
@@ -439,8 +436,6 @@ int cmd_upload(int argc, char **argv)
                   "top-level directory"),
         OPT_STR_(0, "wandb-map", &uo.wandb_map, "FILE", "place each run "
                  "under DEST/ENTITY/PROJECT/RUN_ID/"),
-        OPT_BOOL_(0, "wandb", &uo.wandb, "ask W&B for the run path (not "
-                  "implemented yet)"),
         OPT_STR_(0, "logs", &uo.logs, "LOCATION", "add log files naming "
                  "the run under logs/"),
         OPT_BOOL_(0, "delete-source", &uo.delete_source, "delete SRC once "
