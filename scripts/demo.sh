@@ -28,6 +28,8 @@ step ls -l "$W/unsharded/2871001-step1000"
 step "$CKPT" map-wandb --offline -o "$W/wandb-map.tsv" 2871001 2871005 2871101.tar 2871105.zip
 # 4. upload the kept runs under ENTITY/PROJECT/RUN_ID/ with their logs
 step "$CKPT" upload --wandb-map "$W/wandb-map.tsv" --logs "$W/scratch/logs" 2871001 2871005 "$W/bucket"
+# the same run archived: its members stream into the bucket; every file is
+# already there (same size and checksum), so all are skipped
 step "$CKPT" upload --extract --wandb-map "$W/wandb-map.tsv" 2871105.zip "$W/bucket"
 echo
 echo "the bucket now holds:"
