@@ -22,6 +22,8 @@
 
 #include "ckpt/util.h"
 
+static void cache_drop(struct ckpt_upload *u);
+
 /* ---- lifecycle ---- */
 
 struct ckpt_upload *ckpt_upload_new(const struct ckpt_upload_cfg *cfg)
@@ -59,6 +61,7 @@ void ckpt_upload_free(struct ckpt_upload *u)
     free(u->groups);
     free(u->active);
     free(u->delayed);
+    cache_drop(u);
     pthread_mutex_destroy(&u->mu);
     pthread_cond_destroy(&u->cv);
     free(u);
@@ -85,14 +88,37 @@ struct unit *unit_new(struct ckpt_upload *u, enum unit_kind k,
     return un;
 }
 
+/* Large buffers are kept for reuse (parts of one object are the same
+ * size): a fresh mapping per part costs a page fault per 4 KiB. Kept
+ * buffers still count against the budget. */
+#define CACHE_MIN (1u << 20)
+
+static void buf_give(struct ckpt_upload *u, char *p, size_t cap)
+{
+    if (cap >= CACHE_MIN && u->ncache < MAX_CACHE) {
+        u->cache[u->ncache].p = p;
+        u->cache[u->ncache++].cap = cap;
+        return;
+    }
+    u->mem_used -= cap;
+    free(p);
+}
+
+static void cache_drop(struct ckpt_upload *u)
+{
+    while (u->ncache) {
+        u->ncache--;
+        u->mem_used -= u->cache[u->ncache].cap;
+        free(u->cache[u->ncache].p);
+    }
+}
+
 void unit_free(struct ckpt_upload *u, struct unit *un)
 {
     if (!un)
         return;
-    if (un->buf) {
-        u->mem_used -= un->cap;
-        free(un->buf);
-    }
+    if (un->buf)
+        buf_give(u, un->buf, un->cap);
     free(un->key);
     free(un->upload_id);
     free(un);
@@ -100,6 +126,19 @@ void unit_free(struct ckpt_upload *u, struct unit *un)
 
 char *buf_take(struct ckpt_upload *u, size_t n, int force)
 {
+    for (size_t i = 0; n >= CACHE_MIN && i < u->ncache; i++) {
+        if (u->cache[i].cap != n)
+            continue;
+        char *p = u->cache[i].p;
+        u->cache[i] = u->cache[--u->ncache];
+        return p;
+    }
+    /* Make room by letting go of kept buffers of other sizes. */
+    while (u->ncache && u->mem_used + n > u->budget) {
+        u->ncache--;
+        u->mem_used -= u->cache[u->ncache].cap;
+        free(u->cache[u->ncache].p);
+    }
     if (u->mem_used + n > u->budget && !force)
         return NULL;
     u->mem_used += n;
@@ -488,4 +527,5 @@ void engine_stop(struct ckpt_upload *u)
 {
     ckpt_pool_free(u->pool);
     u->pool = NULL;
+    cache_drop(u);
 }

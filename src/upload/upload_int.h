@@ -26,6 +26,7 @@
 #define DEFAULT_BUDGET (160 * MIB)
 #define CHECK_CHUNK (4 * MIB)
 #define DEFAULT_THROTTLES 30
+#define MAX_CACHE 64
 
 /* ---- hashes (hash.c) ---- */
 
@@ -223,7 +224,12 @@ struct ckpt_upload {
     pthread_cond_t cv;
     struct unit *done_head, *done_tail;  /* guarded by mu */
     int inflight;               /* units submitted, not handled */
-    uint64_t budget, mem_used;
+    uint64_t budget, mem_used;  /* mem_used includes cache */
+    struct {
+        char *p;
+        size_t cap;
+    } cache[MAX_CACHE];         /* owned: idle large buffers */
+    size_t ncache;
     struct oq small, big;       /* objects waiting for a CHECK/PUT/START */
     struct obj **active;        /* big objects being uploaded */
     size_t nactive, capactive;
