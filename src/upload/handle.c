@@ -335,6 +335,7 @@ static void restart(struct ckpt_upload *u, struct obj *o)
         obj_fail(u, o, &err);
         return;
     }
+    free_ready(u, o);  /* throttled parts: sent again from scratch */
     free(o->upload_id);
     free(o->known);
     free(o->known_have);
