@@ -70,7 +70,7 @@ cmd_for() { # tool src prefix: sets cmd
 check_dest() { # prefix files bytes
     local got
     got=$("$TOOL" ls -r "s3://bench/$1" |
-          awk -F'\t' '{ n++; s += $2 } END { print n + 0, s + 0 }')
+          awk -F'\t' '{ n++; s += $2 } END { printf "%d %.0f\n", n, s }')
     [ "$got" = "$2 $3" ] || { echo "DEST $1: got $got, want $2 $3" >&2; exit 1; }
 }
 
@@ -96,7 +96,7 @@ for c in a b c; do
     src=$DATA/$c
     [ -d "$src" ] || { echo "case $c: no data (needs torch); skipped" >&2; continue; }
     files=$(find "$src" -type f | wc -l)
-    bytes=$(find "$src" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
+    bytes=$(find "$src" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f\n", s }')
     for r in $(seq 1 "$R"); do
         for t in "${tools[@]}"; do
             measure "$c" "$t" "$r" "$src" "$files" "$bytes"

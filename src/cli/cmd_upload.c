@@ -424,6 +424,44 @@ static int run_all(struct plan *p, char **srcs, int nsrc, const char *sdir)
     return rc != 0 ? EXIT_FAILED : EXIT_OK;
 }
 
+/* SRC... = argv[0..n-2], DEST = argv[n-1]. */
+static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
+                       char **argv, int n)
+{
+    struct storages stores = { 0 };
+    struct ui ui = { g, NULL, 0, 0 };
+    struct dest dest;
+    struct logs logs;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    memset(&dest, 0, sizeof(dest));
+    memset(&logs, 0, sizeof(logs));
+    char *sdir = state_dir(uo);
+    struct ckpt_upload_cfg cfg = {
+        .jobs = g->jobs > 0 ? g->jobs : DEFAULT_JOBS, .dry_run = g->dry_run,
+        .checksum = uo->checksum, .delete_source = uo->delete_source,
+        .follow_links = uo->follow, .strip = !uo->no_strip,
+        .part_size = uo->part_size, .mem_budget = uo->memory,
+        .state_dir = sdir, .on_event = on_event,
+        .on_progress = on_progress, .ud = &ui,
+    };
+    struct plan p = { ckpt_upload_new(&cfg), &ui, uo, &stores, &dest,
+                      NULL, NULL, n - 1 };
+    int rc = EXIT_FAILED;
+    if (open_dest(&dest, argv[n - 1], &stores, g, &err) != 0 ||
+        (uo->wandb_map && load_map(&p, uo->wandb_map, &err) != 0) ||
+        (uo->logs && load_logs(&p, &logs, uo->logs, &err) != 0))
+        errorf("%s", err.msg);
+    else
+        rc = run_all(&p, argv, n - 1, sdir);
+    ckpt_upload_free(p.u);
+    ckpt_upload_map_free(p.map);
+    logs_release(&logs);
+    ckpt_loc_release(&dest.loc);
+    storages_release(&stores);
+    free(sdir);
+    return rc;
+}
+
 int cmd_upload(int argc, char **argv)
 {
     struct ckpt_opts g = { 0 };
@@ -458,36 +496,5 @@ int cmd_upload(int argc, char **argv)
     if (n < 0 || check_usage(n, &uo) != 0)
         return EXIT_USAGE;
     cli_init_output(&g);
-    struct storages stores = { 0 };
-    struct ui ui = { &g, NULL, 0, 0 };
-    struct dest dest;
-    struct logs logs;
-    struct ckpt_err err = CKPT_ERR_INIT;
-    memset(&dest, 0, sizeof(dest));
-    memset(&logs, 0, sizeof(logs));
-    char *sdir = state_dir(&uo);
-    struct ckpt_upload_cfg cfg = {
-        .jobs = g.jobs > 0 ? g.jobs : DEFAULT_JOBS, .dry_run = g.dry_run,
-        .checksum = uo.checksum, .delete_source = uo.delete_source,
-        .follow_links = uo.follow, .strip = !uo.no_strip,
-        .part_size = uo.part_size, .mem_budget = uo.memory,
-        .state_dir = sdir, .on_event = on_event,
-        .on_progress = on_progress, .ud = &ui,
-    };
-    struct plan p = { ckpt_upload_new(&cfg), &ui, &uo, &stores, &dest,
-                      NULL, NULL, n - 1 };
-    int rc = EXIT_FAILED;
-    if (open_dest(&dest, argv[n - 1], &stores, &g, &err) != 0 ||
-        (uo.wandb_map && load_map(&p, uo.wandb_map, &err) != 0) ||
-        (uo.logs && load_logs(&p, &logs, uo.logs, &err) != 0))
-        errorf("%s", err.msg);
-    else
-        rc = run_all(&p, argv, n - 1, sdir);
-    ckpt_upload_free(p.u);
-    ckpt_upload_map_free(p.map);
-    logs_release(&logs);
-    ckpt_loc_release(&dest.loc);
-    storages_release(&stores);
-    free(sdir);
-    return rc;
+    return upload_main(&g, &uo, argv, n);
 }

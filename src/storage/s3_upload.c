@@ -247,6 +247,17 @@ static void strip_quotes(char *s)
     }
 }
 
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 /* md5(binary part MD5s)-N, from the parts' hex ETags; "" if one is no
  * MD5 (then the service's own form cannot be predicted). */
 static void composite_of(int n, const char *const *etags, char out[48])
@@ -258,9 +269,10 @@ static void composite_of(int n, const char *const *etags, char out[48])
     for (int i = 0; i < n && ok; i++) {
         ok = strlen(etags[i]) == 32;
         for (int k = 0; k < 16 && ok; k++) {
-            unsigned v;
-            ok = sscanf(etags[i] + 2 * k, "%2x", &v) == 1;
-            d[k] = (unsigned char)v;
+            const char *x = etags[i] + 2 * k;
+            int hi = hexval(x[0]), lo = hexval(x[1]);
+            ok = hi >= 0 && lo >= 0;
+            d[k] = (unsigned char)(hi << 4 | lo);
         }
         if (ok)
             EVP_DigestUpdate(c, d, 16);

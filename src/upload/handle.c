@@ -124,8 +124,11 @@ static void obj_ready(struct ckpt_upload *u, struct obj *o)
 {
     if (!o->need_check && u->cfg.dry_run) {
         o->st = O_DONE;
-        emit(u, CKPT_UP_WOULD_UPLOAD, o, NULL, o->dest ? "differs from "
-             "DEST" : "not at DEST");
+        emit(u, CKPT_UP_WOULD_UPLOAD, o, NULL, !o->dest ? "not at DEST"
+             : o->dest->size != o->size ? "differs from DEST"
+             : o->from_archive ? "at DEST with the same size (archive "
+               "members are compared while they are sent)"
+             : "differs from DEST");
         progress(u, 1, o->size);
         return;
     }
@@ -332,6 +335,7 @@ static void restart(struct ckpt_upload *u, struct obj *o)
         obj_fail(u, o, &err);
         return;
     }
+    free_ready(u, o);  /* throttled parts: sent again from scratch */
     free(o->upload_id);
     free(o->known);
     free(o->known_have);

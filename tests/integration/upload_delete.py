@@ -108,7 +108,7 @@ def succeeding(c, s3, env, src, files):
 def throttled(c, s3, env, src):
     rng = random.Random(5)
     files = make(src, rng, n=30)
-    s3.configure(r2_429=0.6, methods="PUT")
+    s3.configure(r2_429=0.4, methods="PUT")
     s3.reset_stats()
     rc, out, err = ckpt(env, "upload", "--json", src, "s3://%s/thr" % B)
     st = s3.stats()
