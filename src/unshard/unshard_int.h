@@ -185,6 +185,20 @@ int tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
 int legacy_is_step(const char *dir);
 int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
+/* flat.c: the range [start, start+count) of the row-major flattening of
+ * a tensor of shape size[ndim], cut into boxes (at most 2*ndim-1; a
+ * scalar is one box with no dims). Box b holds the elements of the range
+ * whose indices lie in off..off+len; 'first' is the flat index of its
+ * origin, so element i of the box sits at range position
+ * first - start + sum(i[k] * row-major stride[k]). Returns the number of
+ * boxes, or -1 if the range is out of bounds or needs more than cap. */
+struct flat_box {
+    uint64_t off[CKPT_MAX_DIMS], len[CKPT_MAX_DIMS];
+    uint64_t first;
+};
+int flat_boxes(int ndim, const uint64_t *size, uint64_t start,
+               uint64_t count, struct flat_box *out, int cap);
+
 /* zarrplan.c: zarr v2 pytree checkpoints (.zgroup + one array per leaf) */
 int zarr_is_step(const char *dir);
 int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
