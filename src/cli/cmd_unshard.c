@@ -20,6 +20,7 @@
 #include "ckpt/run.h"
 #include "ckpt/storage.h"
 #include "ckpt/unshard.h"
+#include "ckpt/upload.h"
 #include "ckpt/util.h"
 #include "cli.h"
 #include "runs.h"
@@ -263,11 +264,13 @@ static const char *const msg_done[] = { "unsharded", "would-unshard" };
 
 struct runctx {
     struct cmd *c;
+    struct storages *sts;
     struct ckpt_storage *st;    /* borrowed from storages */
+    int remote;                 /* a run directory in object storage */
     struct ckpt_tree *tree;     /* owned */
     struct ckpt_run run;
     const char *src, *dest;     /* as given */
-    char *scratch;              /* owned: archive steps extracted here */
+    char *scratch;              /* owned: archive and remote steps go here */
     char *config;               /* owned: the run's config.yaml, or NULL */
 };
 
@@ -277,6 +280,14 @@ static int is_dir(const char *p)
     return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+/* rank<N>.pt: an OLMo torch_legacy rank file. */
+static int rank_name(const char *s)
+{
+    size_t l = strlen(s);
+    return l > 7 && !strncmp(s, "rank", 4) && !strcmp(s + l - 3, ".pt") &&
+           s[4] >= '0' && s[4] <= '9';
+}
+
 /* rank<N>.pt files directly in dir (an OLMo torch_legacy step). */
 static int has_rank_files(const char *dir)
 {
@@ -284,22 +295,61 @@ static int has_rank_files(const char *dir)
     struct dirent *de;
     int is = 0;
     while (d && !is && (de = readdir(d)) != NULL) {
-        const char *s = de->d_name;
-        size_t l = strlen(s);
-        is = l > 7 && !strncmp(s, "rank", 4) && !strcmp(s + l - 3, ".pt") &&
-             s[4] >= '0' && s[4] <= '9';
+        is = rank_name(de->d_name);
     }
     if (d)
         closedir(d);
     return is;
 }
 
+static int note_ckpt_file(void *ud, const struct ckpt_entry *e)
+{
+    const char *s = e->name;
+    if (e->type == CKPT_ENTRY_FILE &&
+        (!strcmp(s, ".metadata") || !strcmp(s, "__0.metadata") ||
+         !strcmp(s, ".zgroup") || rank_name(s)))
+        *(int *)ud = 1;
+    return 0;
+}
+
+/* A prefix in object storage is one checkpoint if it holds checkpoint
+ * files of its own (one listing, one level), else a run. */
+static int is_remote_run(const struct ckpt_loc *loc, const struct cmd *c)
+{
+    struct ckpt_storage_cfg cfg = cli_storage_cfg(&c->g);
+    struct ckpt_storage *st;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_stat sb;
+    int ckpt = 0;
+    if (ckpt_storage_open(&st, loc, &cfg, &err) != 0)
+        return 0;   /* the single-checkpoint path reports it */
+    if (ckpt_storage_list(st, loc->key, 0, note_ckpt_file, &ckpt,
+                          &err) == 0 && !ckpt) {
+        char *m = ckpt_path_join(loc->key, "model_and_optim/.metadata");
+        ckpt = ckpt_storage_stat(st, m, &sb, &err) == 0;
+        free(m);
+        ckpt_storage_close(st);
+        return !ckpt;
+    }
+    ckpt_storage_close(st);
+    return 0;
+}
+
 /* SRC names a run (not one checkpoint): an archive, or a directory that
  * holds no checkpoint files of its own. */
-static int is_run(const char *src)
+static int is_run(const char *src, const struct cmd *c)
 {
+    struct ckpt_loc loc;
+    struct ckpt_err err = CKPT_ERR_INIT;
     if (ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE)
         return 1;
+    if (ckpt_loc_parse(&loc, src, &err) == 0) {
+        int remote = loc.scheme != CKPT_SCHEME_LOCAL;
+        int run = remote && is_remote_run(&loc, c);
+        ckpt_loc_release(&loc);
+        if (remote)
+            return run;
+    }
     if (!is_dir(src))
         return 0;
     return !(is_file(src, ".metadata") || is_file(src, "__0.metadata") ||
@@ -481,12 +531,89 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
     return NULL;
 }
 
-/* Local directory of checkpoint k: in place, or extracted. */
+struct fetch {
+    char *failed;       /* the first file that did not arrive; owned */
+};
+
+static void on_fetch(void *ud, const struct ckpt_upload_event *ev)
+{
+    struct fetch *f = ud;
+    if (ev->action == CKPT_UP_FAILED && !f->failed)
+        f->failed = ckpt_xasprintf("fetch '%s': %s", ev->src, ev->detail);
+}
+
+/* Copy every file below the remote key from into local directory to with
+ * the upload engine: parallel, each file verified on arrival. */
+static int fetch_tree(struct runctx *r, const char *from, const char *to,
+                      struct ckpt_err *err)
+{
+    struct ckpt_loc loc;
+    struct ckpt_storage *lst;
+    struct fetch f = { NULL };
+    struct ckpt_upload_cfg cfg = {
+        .jobs = default_jobs(&r->c->g, 64, 16), .on_event = on_fetch,
+        .ud = &f,
+    };
+    struct ckpt_upload_totals tot;
+    if (ckpt_loc_parse(&loc, to, err) != 0)
+        return -1;
+    int rc = storages_get(r->sts, &loc, &r->c->g, &lst, err);
+    struct ckpt_upload *u = rc ? NULL : ckpt_upload_new(&cfg);
+    if (u && ckpt_upload_add(u, r->st, from, lst, loc.key, 0, err) != 0)
+        rc = -1;
+    if (u && rc == 0 && ckpt_upload_run(u, &tot) != 0)
+        rc = ckpt_err_set(err, CKPT_EIO, "%s", f.failed ? f.failed :
+                          "fetch of the step failed");
+    ckpt_upload_free(u);
+    free(f.failed);
+    ckpt_loc_release(&loc);
+    return rc;
+}
+
+/* The run's config.yaml of a remote run, fetched once into the scratch
+ * directory: it travels into every output whose step has none. */
+static int fetch_config(struct runctx *r, struct ckpt_err *err)
+{
+    char *key = ckpt_path_join(r->tree->key, "config.yaml");
+    char *data = NULL;
+    size_t len;
+    int rc = ckpt_storage_read_all(r->st, key, 64u << 20, &data, &len, err);
+    free(key);
+    r->config = ckpt_path_join(r->scratch, "run-config.yaml");
+    if (rc == 0 && mkdirs(r->scratch, err) == 0) {
+        FILE *fp = fopen(r->config, "wb");
+        if (!fp || fwrite(data, 1, len, fp) != len || fclose(fp) != 0)
+            rc = ckpt_err_sys(err, "write '%s'", r->config);
+    } else {
+        rc = -1;
+    }
+    free(data);
+    return rc;
+}
+
+/* Where checkpoint k is read from: in place (a local run, or a DCP step
+ * of a remote run, read by ranged GETs), or a scratch copy (an archive's
+ * step, extracted; a remote step of another format, fetched). */
 static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
                       struct ckpt_err *err)
 {
-    if (r->tree->archive == CKPT_ARCHIVE_NONE)
+    if (r->tree->archive == CKPT_ARCHIVE_NONE && !r->remote)
         return ckpt_path_join(r->tree->key, k->dir);
+    if (r->remote && k->format == CKPT_FMT_DCP)
+        return ckpt_path_join(r->src, k->dir);
+    if (r->remote) {
+        char *from = ckpt_path_join(r->tree->key, k->dir);
+        char *to = ckpt_path_join(r->scratch, "step");
+        rm_rf(to);
+        int rc = fetch_tree(r, from, to, err);
+        free(from);
+        if (rc != 0) {
+            rm_rf(to);
+            free(to);
+            return NULL;
+        }
+        return to;
+    }
     rm_rf(r->scratch);
     if (mkdirs(r->scratch, err) != 0 ||
         extract(r, k->dir, r->run.has_config, err) != 0)
@@ -537,6 +664,8 @@ static int do_step(struct runctx *r, const struct ckpt_checkpoint *k)
         step_row(r, msg_done[c->g.dry_run], k, why, &res, out);
     ckpt_unshard_result_release(&res);
 out_dir:
+    if (r->remote && dir && k->format != CKPT_FMT_DCP)
+        rm_rf(dir);
     free(dir);
     if (r->tree->archive != CKPT_ARCHIVE_NONE)
         rm_rf(r->scratch);
@@ -588,11 +717,9 @@ static int open_run(struct runctx *r, struct storages *sts,
     if (rc == 0 && status != CKPT_LOAD_OK)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': not a run directory "
                           "or archive", r->src);
-    if (rc == 0 && r->tree->archive == CKPT_ARCHIVE_NONE &&
-        loc.scheme != CKPT_SCHEME_LOCAL)
-        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': remote run directories "
-                          "are not supported; unshard a local copy or an "
-                          "archive", r->src);
+    if (rc == 0)
+        r->remote = r->tree->archive == CKPT_ARCHIVE_NONE &&
+                    loc.scheme != CKPT_SCHEME_LOCAL;
     ckpt_loc_release(&loc);
     return rc;
 }
@@ -606,6 +733,7 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest)
     memset(&r, 0, sizeof(r));
     memset(&sts, 0, sizeof(sts));
     r.c = c;
+    r.sts = &sts;
     r.src = src;
     r.dest = dest;
     if (open_run(&r, &sts, &err) != 0) {
@@ -625,11 +753,16 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest)
     const char *base = c->g.tmp_dir ? c->g.tmp_dir : dest;
     if (c->g.dry_run && !c->g.tmp_dir)
         base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    if (archive)
+    if (archive || r.remote)
         r.scratch = ckpt_xasprintf("%s/.ckpt-src-%ld", base,
                                    (long)getpid());
-    else if (r.run.has_config)
+    if (r.remote && r.run.has_config && fetch_config(&r, &err) != 0) {
+        step_row(&r, "error", NULL, err.msg, NULL, NULL);
+        failed = 1;
+        goto out;
+    } else if (!archive && !r.remote && r.run.has_config) {
         r.config = ckpt_path_join(r.tree->key, "config.yaml");
+    }
     size_t n, *pick = choose(&r, &n);
     if (!n && !c->step && r.run.n) {
         /* Only unsharded checkpoints: a rerun after everything was done. */
@@ -666,7 +799,7 @@ int cmd_unshard(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     const char *src = argv[0], *dest = argv[1];
-    if (is_run(src))
+    if (is_run(src, &c))
         return unshard_run(&c, src, dest);
     return unshard_one(&c, src, dest) ? EXIT_FAILED : EXIT_OK;
 }

@@ -120,8 +120,8 @@ static int create_outputs(struct ujob *j, struct dest *d,
                 continue;
         }
         if (f->copy_from) {
-            if (src_copy(j, f->copy_from, f->fd, f->tmp, &f->size,
-                         err) != 0)
+            if (src_copy(j, f->copy_from, f->copy_local, f->fd, f->tmp,
+                         &f->size, err) != 0)
                 return -1;
             continue;
         }
@@ -159,11 +159,14 @@ static int add_config(struct ujob *j, struct ckpt_err *err)
     struct ckpt_err e2;
     const char *from = src_stat(j, own, &size, &e2) == 0 ? own : NULL;
     struct stat sb;
-    /* The run's config.yaml (run mode) is a local file. */
+    int local = !j->st;
+    /* The run's config.yaml (run mode) is a local file, even when the
+     * checkpoint is remote (run mode fetched it). */
     if (!from && j->o->config_yaml && stat(j->o->config_yaml, &sb) == 0 &&
-        S_ISREG(sb.st_mode) && !j->st) {
+        S_ISREG(sb.st_mode)) {
         from = j->o->config_yaml;
         size = (uint64_t)sb.st_size;
+        local = 1;
     }
     if (from) {
         j->files = ckpt_xreallocarray(j->files, j->nfiles + 1,
@@ -175,6 +178,7 @@ static int add_config(struct ujob *j, struct ckpt_err *err)
         f->fd = -1;
         f->size = size;
         f->copy_from = ckpt_xstrdup(from);
+        f->copy_local = local;
         ckpt_buf_init(&f->head);
     }
     free(own);

@@ -95,6 +95,7 @@ struct ufile {
     int fd;
     int raw;                /* content is exactly head (JSON files) */
     char *copy_from;        /* train.pt copied from this file; owned */
+    int copy_local;         /* copy_from is a local file, SRC or not */
 };
 
 struct bufpool {
@@ -153,7 +154,8 @@ int src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
 int src_stat(struct ujob *j, const char *path, uint64_t *size,
              struct ckpt_err *err);
 /* Copy a whole source file into fd (named `to` in messages). */
-int src_copy(struct ujob *j, const char *path, int fd, const char *to,
+int src_copy(struct ujob *j, const char *path, int local, int fd,
+             const char *to,
              uint64_t *size, struct ckpt_err *err);
 /* The bytes of an item: the data file range, or for transformed items
  * (zstd) a decompressed temporary copy of at most limit bytes. */
