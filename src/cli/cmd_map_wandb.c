@@ -190,6 +190,16 @@ static void emit_kept(const struct item *it, const struct ckpt_wandb_map *old,
     out_json(j);
 }
 
+/* A run that could not be read or resolved: an error result. */
+static void fail_result(struct item *it)
+{
+    if (it->failed) {
+        ckpt_wandb_result_release(&it->res);
+        it->res.status = CKPT_WANDB_ERROR;
+        it->res.evidence = ckpt_xasprintf("error: %s", it->err.msg);
+    }
+}
+
 /* Print one row and record it in the map. 1 if the run is not mapped. */
 static int emit(struct item *it, const struct ckpt_wandb_map *old,
                 struct ckpt_wandb_map *out, int json)
@@ -198,11 +208,7 @@ static int emit(struct item *it, const struct ckpt_wandb_map *old,
         emit_kept(it, old, json);
         return 0;
     }
-    if (it->failed) {
-        ckpt_wandb_result_release(&it->res);
-        it->res.status = CKPT_WANDB_ERROR;
-        it->res.evidence = ckpt_xasprintf("error: %s", it->err.msg);
-    }
+    fail_result(it);
     struct ckpt_wandb_map_entry e;
     ckpt_wandb_map_entry_of(&e, it->run_id, &it->res, json);
     if (json) {
@@ -283,6 +289,42 @@ static struct item *new_items(char **argv, int n,
     return items;
 }
 
+static void items_free(struct item *items, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(items[i].run_id);
+        ckpt_wandb_evidence_free(items[i].ev);
+        ckpt_wandb_result_release(&items[i].res);
+    }
+    free(items);
+}
+
+char *wandb_map_text(char **runs, int n, int offline,
+                     const struct ckpt_opts *g)
+{
+    struct mw_opts o = { 0 };
+    struct ckpt_wandb_map *m = ckpt_wandb_map_new();
+    o.offline = offline;
+    struct item *items = new_items(runs, n, m, &o, g);
+    char *text = NULL;
+    gather_all(items, n, g->jobs > 0 ? g->jobs : 16);
+    if (resolve_all(items, n, &o, g) == 0) {
+        for (int i = 0; i < n; i++) {
+            struct ckpt_wandb_map_entry e;
+            fail_result(&items[i]);
+            ckpt_wandb_map_entry_of(&e, items[i].run_id, &items[i].res, 0);
+            debugf("%s: %s (%s)", items[i].arg, e.path ? e.path : "-",
+                   e.evidence);
+            ckpt_wandb_map_put(m, &e);
+            ckpt_wandb_map_entry_release(&e);
+        }
+        text = ckpt_wandb_map_text(m, 0);
+    }
+    items_free(items, n);
+    ckpt_wandb_map_free(m);
+    return text;
+}
+
 int cmd_map_wandb(int argc, char **argv)
 {
     struct ckpt_opts g = { 0 };
@@ -326,12 +368,7 @@ int cmd_map_wandb(int argc, char **argv)
         failed |= emit(&items[i], old, out, g.json);
     if (o.output && write_map(o.output, out, &g) != 0)
         failed = 1;
-    for (int i = 0; i < n; i++) {
-        free(items[i].run_id);
-        ckpt_wandb_evidence_free(items[i].ev);
-        ckpt_wandb_result_release(&items[i].res);
-    }
-    free(items);
+    items_free(items, n);
     ckpt_wandb_map_free(old);
     opt_list_release(&o.ignore);
     return failed ? EXIT_FAILED : EXIT_OK;

@@ -24,9 +24,9 @@ static const char *const upload_usage[] = {
     "Copy SRC (a file, a directory tree, or with --extract an archive's",
     "contents) from any location to DEST (a local path, s3://, r2://, gs://).",
     "One SRC directory: its contents go below DEST/. Several SRC: each goes",
-    "to DEST/NAME/ (DEST/ENTITY/PROJECT/RUN_ID/ with --wandb-map). Files",
-    "already at DEST with the same size and checksum are skipped, so a rerun",
-    "resumes; an interrupted multipart upload is resumed part by part.",
+    "to DEST/NAME/ (DEST/ENTITY/PROJECT/RUN_ID/ with --wandb or --wandb-map).",
+    "Files already at DEST with the same size and checksum are skipped, so a",
+    "rerun resumes; an interrupted multipart upload is resumed part by part.",
     "Prints one line per file that did not arrive (every file with -v) and a",
     "summary on stderr.",
     NULL
@@ -35,7 +35,7 @@ static const char *const upload_usage[] = {
 #define DEFAULT_JOBS 32
 
 struct up_opts {
-    int extract, no_strip, delete_source, checksum, follow;
+    int extract, no_strip, delete_source, checksum, follow, wandb;
     uint64_t part_size, memory;
     const char *wandb_map, *logs, *state_dir;
 };
@@ -252,7 +252,10 @@ static char *dest_key(struct plan *p, const struct ckpt_loc *src,
     if (p->map) {
         int listed;
         const char *path = ckpt_upload_map_path(p->map, name, &listed);
-        if (!path)
+        if (!path && uo->wandb)
+            ckpt_buf_addf(msg, "no W&B run path for run '%s' (`ckpt "
+                          "map-wandb -v %s` says why)", name, name);
+        else if (!path)
             ckpt_buf_addf(msg, "run '%s' is %s the W&B map '%s'", name,
                           listed ? "unmapped in" : "not in", uo->wandb_map);
         else
@@ -360,6 +363,19 @@ static int load_map(struct plan *p, const char *loc_s, struct ckpt_err *err)
     return rc;
 }
 
+/* --wandb: map the SRC runs now, as `ckpt map-wandb` would. */
+static int ask_wandb(struct plan *p, char **srcs, int nsrc,
+                     struct ckpt_err *err)
+{
+    char *text = wandb_map_text(srcs, nsrc, 0, p->ui->g);
+    if (!text)
+        return ckpt_err_set(err, CKPT_EAUTH, "W&B lookup failed; nothing "
+                            "uploaded");
+    int rc = ckpt_upload_map_parse(&p->map, text, strlen(text), "W&B", err);
+    free(text);
+    return rc;
+}
+
 static int load_logs(struct plan *p, struct logs *l, const char *loc_s,
                      struct ckpt_err *err)
 {
@@ -398,6 +414,8 @@ static int check_usage(int n, const struct up_opts *uo)
         bad = "--part-size must be between 5M and 5G";
     else if (uo->memory && uo->memory < (16u << 20))
         bad = "--memory must be at least 16M";
+    else if (uo->wandb && uo->wandb_map)
+        bad = "--wandb and --wandb-map exclude each other";
     if (!bad)
         return 0;
     fprintf(stderr, "ckpt upload: error: %s\nusage: %s\n", bad,
@@ -449,6 +467,7 @@ static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
     int rc = EXIT_FAILED;
     if (open_dest(&dest, argv[n - 1], &stores, g, &err) != 0 ||
         (uo->wandb_map && load_map(&p, uo->wandb_map, &err) != 0) ||
+        (uo->wandb && ask_wandb(&p, argv, n - 1, &err) != 0) ||
         (uo->logs && load_logs(&p, &logs, uo->logs, &err) != 0))
         errorf("%s", err.msg);
     else
@@ -474,6 +493,8 @@ int cmd_upload(int argc, char **argv)
                   "top-level directory"),
         OPT_STR_(0, "wandb-map", &uo.wandb_map, "FILE", "place each run "
                  "under DEST/ENTITY/PROJECT/RUN_ID/"),
+        OPT_BOOL_(0, "wandb", &uo.wandb, "like --wandb-map, asking W&B "
+                  "now (as ckpt map-wandb does)"),
         OPT_STR_(0, "logs", &uo.logs, "LOCATION", "add log files naming "
                  "the run under logs/"),
         OPT_BOOL_(0, "delete-source", &uo.delete_source, "delete SRC once "

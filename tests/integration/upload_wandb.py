@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""upload_wandb.py - `ckpt upload --wandb`: the run paths are asked of W&B
+(the fake GraphQL server) during the upload, exactly as map-wandb finds
+them, and each run lands under DEST/ENTITY/PROJECT/RUN_ID/ with its logs:
+a run directory found by its local wandb run id, a run archive
+(--extract) found by its Slurm id, an ambiguous run (reported by name,
+exit 1, nothing of it copied), a 429 from W&B (retried), and no API key
+(nothing uploaded at all)."""
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
+                                "support"))
+import wandb_fixtures as wf  # noqa: E402
+
+CKPT = os.environ.get("CKPT", "build/ckpt")
+FAILS = []
+
+
+def check(what, got, want):
+    if got != want:
+        FAILS.append(what)
+        print("FAIL %s\n  got:  %r\n  want: %r" % (what, got, want))
+    else:
+        print("ok   %s" % what)
+
+
+def upload(args, url, key=wf.KEY, state=None):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("WANDB_") and k != "NETRC"}
+    e["WANDB_BASE_URL"] = url
+    e["HOME"] = state
+    e["CKPT_STATE_DIR"] = os.path.join(state, "state")
+    if key is not None:
+        e["WANDB_API_KEY"] = key
+    p = subprocess.run([CKPT, "upload"] + args, capture_output=True,
+                       text=True, env=e, timeout=300)
+    if wf.KEY in p.stdout or wf.KEY in p.stderr:
+        FAILS.append("key leaked")
+    return p.returncode, p.stdout, p.stderr
+
+
+def files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, _, fs in os.walk(root) for f in fs)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="ckpt-upload-wandb-")
+    try:
+        db = wf.DB()
+        runs = os.path.join(tmp, "runs")
+        W = wf.wandb_section
+        # A run directory with its wandb run dir: local id, confirmed.
+        cfg = wf.olmo_config("OLMo-1B-up", "/results/1000001")
+        db.add("ab12cd34", display="OLMo-1B-up", config=cfg, step=1000)
+        d = os.path.join(runs, "local1")
+        os.makedirs(d)
+        wf.write_config(d, cfg, W(name="OLMo-1B-up"))
+        wf.add_wandb_run(d, "ab12cd34", slurm="1000001", last_step=1000)
+        os.makedirs(os.path.join(d, "step1000"))
+        with open(os.path.join(d, "step1000", "model.pt"), "wb") as f:
+            f.write(b"weights" * 1000)
+        # A run archive found by the Slurm id in save_folder.
+        cfg = wf.olmo_config("OLMo-7B-arc", "/results/3000003")
+        db.add("sl000001", display="OLMo-7B-arc", config=cfg, step=100)
+        a = os.path.join(tmp, "a", "3000003")
+        os.makedirs(os.path.join(a, "step100"))
+        wf.write_config(a, cfg, W(name="OLMo-7B-arc"))
+        with open(os.path.join(a, "step100", "model.pt"), "wb") as f:
+            f.write(b"w" * 5000)
+        arc = os.path.join(runs, "3000003.tar.gz")
+        with tarfile.open(arc, "w:gz") as t:
+            t.add(a, arcname="3000003")
+        # Ambiguous: identical configs, no save_folder.
+        cfg = wf.olmo_config("OLMo-dup", None)
+        db.add("du000001", display="OLMo-dup", config=cfg)
+        db.add("du000002", display="OLMo-dup", config=cfg)
+        d = os.path.join(runs, "dup")
+        os.makedirs(d)
+        wf.write_config(d, cfg, W(name="OLMo-dup"))
+        logs = os.path.join(tmp, "logs")
+        os.makedirs(logs)
+        for name in ("slurm-3000003.out", "train-ab12cd34.log",
+                     "slurm-30000031.out"):
+            with open(os.path.join(logs, name), "w") as f:
+                f.write(name + "\n")
+        dbp = os.path.join(tmp, "db.json")
+        db.write(dbp)
+        dest = os.path.join(tmp, "bucket")
+        srcs = [os.path.join(runs, "local1"), arc, os.path.join(runs, "dup")]
+        with wf.FakeWandb(dbp) as fake:
+            # No key: W&B cannot be asked, so nothing is uploaded.
+            rc, out, err = upload(["--wandb", "--extract"] + srcs + [dest],
+                                  fake.url, key=None, state=tmp)
+            check("no key: exit", rc, 1)
+            check("no key: nothing at DEST", os.path.exists(dest), False)
+            check("no key: says how", "WANDB_API_KEY" in err, True)
+
+            fake.fault("429", count=1, seconds=0)
+            rc, out, err = upload(["--wandb", "--extract", "--logs", logs] +
+                                  srcs + [dest], fake.url, state=tmp)
+            check("exit 1 (the ambiguous run)", rc, 1)
+            check("rows", out.splitlines(), [
+                "failed\t%s\t-\tno W&B run path for run 'dup' (`ckpt "
+                "map-wandb -v dup` says why)" % srcs[2]])
+            p1, p2 = "ai2-llm/olmo-small/ab12cd34/", \
+                "ai2-llm/olmo-small/sl000001/"
+            check("placement", files(dest), sorted(
+                [p1 + f for f in files(srcs[0])] +
+                [p1 + "logs/train-ab12cd34.log"] +
+                [p2 + f for f in files(a)] + [p2 + "logs/slurm-3000003.out"]))
+            with open(os.path.join(dest, "ai2-llm/olmo-small/sl000001/"
+                                   "step100/model.pt"), "rb") as f:
+                check("archive member content", f.read(), b"w" * 5000)
+            # The first GraphQL request got a 429; the placement above
+            # needed the answers, so it was retried.
+            check("W&B asked in one batch after the 429",
+                  fake.stats()["ops"].get("Runs", 0) >= 1, True)
+            # Same answer as map-wandb --output + --wandb-map.
+            m = os.path.join(tmp, "map.tsv")
+            e = dict(os.environ, WANDB_BASE_URL=fake.url,
+                     WANDB_API_KEY=wf.KEY)
+            subprocess.run([CKPT, "map-wandb", "-o", m] + srcs, env=e,
+                           capture_output=True)
+            dest2 = os.path.join(tmp, "bucket2")
+            rc2, out2, _ = upload(["--wandb-map", m, "--extract", "--logs",
+                                   logs] + srcs + [dest2], fake.url,
+                                  state=tmp)
+            check("same placement as --wandb-map", files(dest2),
+                  files(dest))
+            rc, out, err = upload(["--wandb", "--wandb-map", m] + srcs +
+                                  [dest], fake.url, state=tmp)
+            check("--wandb with --wandb-map: usage", rc, 2)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d failures" % len(FAILS))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
