@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "ckpt/err.h"
 
@@ -48,5 +49,14 @@ char *ckpt_read_small_file(const char *path, size_t max);
 
 /* Monotonic seconds. */
 double ckpt_now(void);
+
+/* qsort that accepts an empty (NULL) array: qsort(NULL, 0, ...) is
+ * undefined behaviour, and empty listings are common. */
+static inline void ckpt_sort(void *base, size_t n, size_t size,
+                             int (*cmp)(const void *, const void *))
+{
+    if (n > 1)
+        qsort(base, n, size, cmp);
+}
 
 #endif

@@ -166,7 +166,7 @@ static int ls_one(const char *arg, struct storages *stores,
             failed = 1;
         }
         if (n)
-            qsort(items, n, sizeof(*items), cmp_item);
+            ckpt_sort(items, n, sizeof(*items), cmp_item);
         load_all(items, n, default_jobs(g, (int)n, 8));
         for (size_t i = 0; i < n; i++) {
             if (items[i].ok && ckpt_run_looks_like_run(&items[i].run))

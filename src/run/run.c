@@ -175,7 +175,7 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
     }
     run->n = w;
     if (run->n)
-        qsort(run->ckpts, run->n, sizeof(*run->ckpts), cmp_ckpt);
+        ckpt_sort(run->ckpts, run->n, sizeof(*run->ckpts), cmp_ckpt);
     return 0;
 }
 

@@ -251,7 +251,7 @@ int ckpt_tree_load(struct ckpt_tree **out, struct ckpt_storage *st,
         return -1;
     }
     if (t->n)
-        qsort(t->files, t->n, sizeof(*t->files), cmp_path);
+        ckpt_sort(t->files, t->n, sizeof(*t->files), cmp_path);
     dedupe(t);
     if (t->archive != CKPT_ARCHIVE_NONE)
         strip_top(t);

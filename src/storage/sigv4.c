@@ -66,7 +66,7 @@ void ckpt_sigv4_query(struct ckpt_buf *out,
         p[i].value = encode_str(q[i].value);
     }
     /* Sorted by encoded name, then value: byte order of the encoded form. */
-    qsort(p, n, sizeof(*p), pair_cmp);
+    ckpt_sort(p, n, sizeof(*p), pair_cmp);
     for (size_t i = 0; i < n; i++) {
         ckpt_buf_addf(out, "%s%s=%s", i ? "&" : "", p[i].name, p[i].value);
         free(p[i].name);
@@ -119,7 +119,7 @@ static struct canon_hdr *canon_headers(const struct ckpt_sigv4_req *req)
         trimall(&h[i].val, req->headers[i].value);
         h[i].order = i;
     }
-    qsort(h, n, sizeof(*h), hdr_cmp);
+    ckpt_sort(h, n, sizeof(*h), hdr_cmp);
     return h;
 }
 

@@ -365,7 +365,7 @@ static int cmp_req(const void *a, const void *b)
 void dcp_sort_files(struct ckpt_dcp_meta *m)
 {
     struct dcp_index *ix = m->index;
-    qsort(m->files, m->nfiles, sizeof(*m->files), cmp_req);
+    ckpt_sort(m->files, m->nfiles, sizeof(*m->files), cmp_req);
     strmap_release(&ix->files);
     for (size_t i = 0; i < m->nfiles; i++)
         if (strmap_put(&ix->files, m->files[i].name,

@@ -290,7 +290,7 @@ static int parse_cdir(struct ckpt_tzip *z, const struct ckpt_rd *rd,
             return -1;
         pos += used;
     }
-    qsort(z->entries, z->n, sizeof(*z->entries), cmp_entry);
+    ckpt_sort(z->entries, z->n, sizeof(*z->entries), cmp_entry);
     return 0;
 }
 

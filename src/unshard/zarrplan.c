@@ -400,7 +400,7 @@ int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': zarr group without "
                           "arrays", src);
     if (rc == 0) {
-        qsort(z.arrays, z.n, sizeof(*z.arrays), cmp_str);
+        ckpt_sort(z.arrays, z.n, sizeof(*z.arrays), cmp_str);
         j->meta->entries = ckpt_arena_array(j->meta->arena, z.n,
                                             sizeof(*j->meta->entries));
         z.locs = ckpt_xcalloc(z.n, sizeof(*z.locs));

@@ -218,7 +218,7 @@ static size_t sort_done(struct jr_done *d, size_t n)
 {
     if (!n)
         return 0;
-    qsort(d, n, sizeof(*d), by_dkey);
+    ckpt_sort(d, n, sizeof(*d), by_dkey);
     size_t w = 0;
     for (size_t i = 0; i < n; i++) {
         if (i + 1 < n && !strcmp(d[i].dkey, d[i + 1].dkey)) {

@@ -94,7 +94,7 @@ int dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err)
             rc = 0;
     }
     if (rc == 0 && m->n)
-        qsort(m->v, m->n, sizeof(*m->v), by_name);
+        ckpt_sort(m->v, m->n, sizeof(*m->v), by_name);
     free(disp);
     return rc;
 }
@@ -324,7 +324,7 @@ static void walk_dir(struct walk *w, const char *dir, const char *rel)
     } else if (!realpath(dir, real)) {
         ckpt_err_sys(&err, "resolve '%s'", dir);
     } else if (ckpt_storage_list(g->sst, dir, 0, collect, &l, &err) == 0) {
-        qsort(l.v, l.n, sizeof(*l.v), lent_cmp);
+        ckpt_sort(l.v, l.n, sizeof(*l.v), lent_cmp);
         w->stack[w->depth++] = ckpt_xstrdup(real);
         for (size_t i = 0; i < l.n; i++)
             walk_entry(w, dir, rel, &l.v[i]);

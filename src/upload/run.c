@@ -49,7 +49,7 @@ static void find_foreign(struct ckpt_upload *u, struct group *g)
     for (size_t i = 0; i < u->nobjs; i++)
         if (u->objs[i]->g == g && u->objs[i]->st != O_FAILED)
             f.keys[f.nkeys++] = u->objs[i]->dkey;
-    qsort(f.keys, f.nkeys, sizeof(char *), cmp_str);
+    ckpt_sort(f.keys, f.nkeys, sizeof(char *), cmp_str);
     char *prefix = g->kind == G_FILE ? ckpt_xstrdup(g->dkey)
                  : *g->dkey ? ckpt_xasprintf("%s/", g->dkey)
                             : ckpt_xstrdup("");

@@ -508,7 +508,7 @@ static void sort_unique_steps(struct ckpt_wandb_evidence *ev)
 {
     if (!ev->nsteps)
         return;
-    qsort(ev->steps, ev->nsteps, sizeof(*ev->steps), cmp_i64);
+    ckpt_sort(ev->steps, ev->nsteps, sizeof(*ev->steps), cmp_i64);
     size_t o = 1;
     for (size_t i = 1; i < ev->nsteps; i++)
         if (ev->steps[i] != ev->steps[o - 1])
@@ -542,7 +542,7 @@ static void read_config(struct gather *g)
     /* OLMo writes config.yaml into every checkpoint too; try the newest
      * few (older ones hold the same config). */
     if (g->nstepdirs)
-        qsort(g->stepdirs, g->nstepdirs, sizeof(*g->stepdirs), cmp_stepdir);
+        ckpt_sort(g->stepdirs, g->nstepdirs, sizeof(*g->stepdirs), cmp_stepdir);
     for (size_t i = 0; i < g->nstepdirs && i < 3 && !ev->config; i++) {
         char *rel = ckpt_path_join(g->stepdirs[i].name, "config.yaml");
         cfg = read_yaml(g, rel);
@@ -595,7 +595,7 @@ int ckpt_wandb_evidence_gather(struct ckpt_wandb_evidence **out,
     free_strv(g.wandb_dirs, g.nwandb);
     g.wandb_dirs = NULL;
     if (ev->nruns)
-        qsort(ev->runs, ev->nruns, sizeof(*ev->runs), cmp_localrun);
+        ckpt_sort(ev->runs, ev->nruns, sizeof(*ev->runs), cmp_localrun);
     read_config(&g);
     for (size_t i = 0; i < g.nstepdirs; i++)
         free(g.stepdirs[i].name);

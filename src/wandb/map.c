@@ -176,7 +176,7 @@ static int parse_steps(const cJSON *steps, struct ckpt_wandb_map_entry *e,
         e->steps[e->nsteps].step = (int64_t)v;
         e->steps[e->nsteps++].path = ckpt_xstrdup(s->valuestring);
     }
-    qsort(e->steps, e->nsteps, sizeof(*e->steps), cmp_step);
+    ckpt_sort(e->steps, e->nsteps, sizeof(*e->steps), cmp_step);
     return 0;
 }
 

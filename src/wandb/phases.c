@@ -92,7 +92,7 @@ static void local_eval(struct resolver *r, struct job *j)
         free(ids);
         return;
     }
-    qsort(hits, n, sizeof(*hits), cmp_created);
+    ckpt_sort(hits, n, sizeof(*hits), cmp_created);
     const char *dir = local_dir(j, hits[n - 1]->name);
     char *ev;
     if (n == 1 && j->ev->nruns == 1)
@@ -197,7 +197,7 @@ static void decide(struct resolver *r, struct job *j, fits_fn fits,
              n, n > 1 ? "s" : "", how, diff);
         goto out;
     }
-    qsort(c, m, sizeof(*c), cmp_created);
+    ckpt_sort(c, m, sizeof(*c), cmp_created);
     if (m == 1) {
         found(j, c, 1, source, ckpt_xasprintf("%s; config matches", how));
     } else if (same_job(c, m)) {

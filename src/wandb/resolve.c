@@ -325,7 +325,7 @@ static void sort_unique(struct strv *s)
 {
     if (s->n < 2)
         return;
-    qsort(s->v, s->n, sizeof(*s->v), cmp_str);
+    ckpt_sort(s->v, s->n, sizeof(*s->v), cmp_str);
     size_t o = 1;
     for (size_t i = 1; i < s->n; i++) {
         if (strcmp(s->v[i], s->v[o - 1]))
