@@ -450,10 +450,10 @@ static int extract_member(struct ckpt_archive *a, const char *to,
     return rc;
 }
 
-/* Extract the files below dir (run-relative; "" for none) and, when want
- * is set, the run's config.yaml, into the scratch directory. One pass. */
-static int extract(struct runctx *r, const char *dir, int want_config,
-                   struct ckpt_err *err)
+/* Extract the files below dir (run-relative) into the scratch directory.
+ * Plain tars and zips seek past the other members, so this reads little
+ * more than the step itself. */
+static int extract(struct runctx *r, const char *dir, struct ckpt_err *err)
 {
     struct ckpt_archive *a;
     struct ckpt_archive_entry e;
@@ -466,11 +466,9 @@ static int extract(struct runctx *r, const char *dir, int want_config,
         if (e.type != CKPT_ENTRY_FILE || strncmp(e.path, strip, sl) != 0)
             continue;
         const char *rel = e.path + sl;
-        int in_step = dl && !strncmp(rel, dir, dl) && rel[dl] == '/';
-        int cfg = want_config && !strcmp(rel, "config.yaml");
-        if (!in_step && !cfg)
+        if (strncmp(rel, dir, dl) || rel[dl] != '/')
             continue;
-        char *to = ckpt_path_join(r->scratch, cfg ? ".run-config.yaml" : rel);
+        char *to = ckpt_path_join(r->scratch, rel);
         rc = extract_member(a, to, e.path, err);
         free(to);
         if (rc != 0)
@@ -570,15 +568,16 @@ static int fetch_tree(struct runctx *r, const char *from, const char *to,
     return rc;
 }
 
-/* The run's config.yaml of a remote run, fetched once into the scratch
- * directory: it travels into every output whose step has none. */
-static int fetch_config(struct runctx *r, struct ckpt_err *err)
+/* The run's config.yaml, when the run is an archive or remote: copied
+ * once from the run tree (which kept it while indexing a compressed
+ * archive) into the scratch directory. It travels into every output
+ * whose step has none. */
+static int save_config(struct runctx *r, struct ckpt_err *err)
 {
-    char *key = ckpt_path_join(r->tree->key, "config.yaml");
     char *data = NULL;
     size_t len;
-    int rc = ckpt_storage_read_all(r->st, key, 64u << 20, &data, &len, err);
-    free(key);
+    int rc = ckpt_tree_read(r->tree, "config.yaml", 64u << 20, &data, &len,
+                            err);
     r->config = ckpt_path_join(r->scratch, "run-config.yaml");
     if (rc == 0 && mkdirs(r->scratch, err) == 0) {
         FILE *fp = fopen(r->config, "wb");
@@ -603,7 +602,7 @@ static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
         return ckpt_path_join(r->src, k->dir);
     if (r->remote) {
         char *from = ckpt_path_join(r->tree->key, k->dir);
-        char *to = ckpt_path_join(r->scratch, "step");
+        char *to = ckpt_path_join(r->scratch, k->dir);
         rm_rf(to);
         int rc = fetch_tree(r, from, to, err);
         free(from);
@@ -614,40 +613,34 @@ static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
         }
         return to;
     }
-    rm_rf(r->scratch);
-    if (mkdirs(r->scratch, err) != 0 ||
-        extract(r, k->dir, r->run.has_config, err) != 0)
+    char *to = ckpt_path_join(r->scratch, k->dir);
+    rm_rf(to);
+    if (mkdirs(r->scratch, err) != 0 || extract(r, k->dir, err) != 0) {
+        rm_rf(to);
+        free(to);
         return NULL;
-    free(r->config);
-    r->config = NULL;
-    if (r->run.has_config)
-        r->config = ckpt_path_join(r->scratch, ".run-config.yaml");
-    return ckpt_path_join(r->scratch, k->dir);
+    }
+    return to;
 }
 
-static int do_step(struct runctx *r, const struct ckpt_checkpoint *k)
+/* Unshard checkpoint k, read from dir (a local directory, or a location
+ * of a remote run), into out, then delete the sharded original when
+ * asked; one row either way. */
+static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
+                        const char *dir, const char *out)
 {
     struct cmd *c = r->c;
-    char *outname = ckpt_xasprintf("%s-unsharded", k->name);
-    char *out = ckpt_path_join(r->dest, outname);
-    int failed;
-    char *why = skip_reason(r, k, out, &failed);
-    if (why) {
-        step_row(r, failed ? "error" : "skip", k, why, NULL, NULL);
-        goto out;
-    }
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_unshard_result res;
-    char *dir = step_dir(r, k, &err);
     c->uo.config_yaml = r->config;
-    failed = !dir || run_unshard(c, k->format, dir, out, &res, &err) != 0;
-    if (failed) {
+    if (run_unshard(c, k->format, dir, out, &res, &err) != 0) {
         step_row(r, "error", k, err.msg, NULL, NULL);
-        goto out_dir;
+        return -1;
     }
-    why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", out, res.nfiles,
-                         res.nfiles == 1 ? "" : "s",
-                         (unsigned long long)res.tensors);
+    int failed = 0;
+    char *why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", out,
+                               res.nfiles, res.nfiles == 1 ? "" : "s",
+                               (unsigned long long)res.tensors);
     if (c->delete_sharded && !c->g.dry_run) {
         char *sharded = ckpt_path_join(r->src, k->dir);
         if (delete_step(sharded, &err) != 0) {
@@ -663,17 +656,164 @@ static int do_step(struct runctx *r, const struct ckpt_checkpoint *k)
     if (!failed)
         step_row(r, msg_done[c->g.dry_run], k, why, &res, out);
     ckpt_unshard_result_release(&res);
-out_dir:
-    if (r->remote && dir && k->format != CKPT_FMT_DCP)
+    free(why);
+    return failed ? -1 : 0;
+}
+
+static char *out_dir_of(struct runctx *r, const struct ckpt_checkpoint *k)
+{
+    char *name = ckpt_xasprintf("%s-unsharded", k->name);
+    char *out = ckpt_path_join(r->dest, name);
+    free(name);
+    return out;
+}
+
+/* Skip k with a row if it has nothing to do: 1 (skipped), or 0. */
+static int skip_step(struct runctx *r, const struct ckpt_checkpoint *k,
+                     const char *out, int *failed)
+{
+    char *why = skip_reason(r, k, out, failed);
+    if (why)
+        step_row(r, *failed ? "error" : "skip", k, why, NULL, NULL);
+    free(why);
+    return why != NULL;
+}
+
+static int do_step(struct runctx *r, const struct ckpt_checkpoint *k)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    char *out = out_dir_of(r, k);
+    int failed = 0;
+    if (skip_step(r, k, out, &failed)) {
+        free(out);
+        return failed ? -1 : 0;
+    }
+    char *dir = step_dir(r, k, &err);
+    if (!dir) {
+        step_row(r, "error", k, err.msg, NULL, NULL);
+        failed = 1;
+    } else {
+        failed = unshard_step(r, k, dir, out) != 0;
+    }
+    /* Scratch copies (fetched or extracted) go as soon as they are used. */
+    if (dir && (r->tree->archive != CKPT_ARCHIVE_NONE ||
+                (r->remote && k->format != CKPT_FMT_DCP)))
         rm_rf(dir);
     free(dir);
-    if (r->tree->archive != CKPT_ARCHIVE_NONE)
-        rm_rf(r->scratch);
-out:
-    free(why);
-    free(outname);
     free(out);
     return failed ? -1 : 0;
+}
+
+/* --- compressed archives: one streaming pass ----------------------------- */
+
+/*
+ * A .tar.gz/.zst/.bz2/.xz can only be read from the start. Rather than
+ * decompressing it once per step, one pass spools the members of every
+ * chosen step into the scratch directory and unshards a step (deleting
+ * its spool) as soon as its last file has arrived, so scratch holds one
+ * step at a time when steps are stored contiguously, as tar stores
+ * directories. Rows then come in archive order.
+ */
+struct spooled {
+    const struct ckpt_checkpoint *k;
+    char *out;              /* owned */
+    char *dir;              /* owned: scratch/<k->dir> */
+    size_t left;            /* files still to arrive */
+    int done;
+};
+
+static size_t step_files(const struct ckpt_tree *t, const char *dir)
+{
+    size_t n = 0, dl = strlen(dir);
+    for (size_t i = 0; i < t->n; i++)
+        n += t->files[i].type == CKPT_ENTRY_FILE &&
+             !strncmp(t->files[i].path, dir, dl) && t->files[i].path[dl] == '/';
+    return n;
+}
+
+static struct spooled *spool_of(struct spooled *v, size_t n, const char *rel)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t dl = strlen(v[i].k->dir);
+        if (!v[i].done && !strncmp(rel, v[i].k->dir, dl) && rel[dl] == '/')
+            return &v[i];
+    }
+    return NULL;
+}
+
+static int spool_pass(struct runctx *r, struct spooled *v, size_t n,
+                      struct ckpt_err *err)
+{
+    struct ckpt_archive *a;
+    struct ckpt_archive_entry e;
+    const char *strip = r->tree->strip;
+    size_t sl = strlen(strip);
+    int rc = 0, failed = 0;
+    if (ckpt_archive_open(&a, r->st, r->tree->key, err) != 0)
+        return -1;
+    while (!interrupted && (rc = ckpt_archive_next(a, &e, err)) == 1) {
+        if (e.type != CKPT_ENTRY_FILE || strncmp(e.path, strip, sl) != 0)
+            continue;
+        struct spooled *s = spool_of(v, n, e.path + sl);
+        if (!s)
+            continue;
+        char *to = ckpt_path_join(r->scratch, e.path + sl);
+        rc = extract_member(a, to, e.path, err);
+        free(to);
+        if (rc != 0)
+            break;
+        if (--s->left)
+            continue;
+        s->done = 1;
+        failed |= unshard_step(r, s->k, s->dir, s->out) != 0;
+        rm_rf(s->dir);
+    }
+    ckpt_archive_close(a);
+    if (rc < 0)
+        ckpt_err_prefix(err, "%s", r->src);
+    return rc < 0 ? -1 : failed;
+}
+
+static int spool_run(struct runctx *r, const size_t *pick, size_t n)
+{
+    struct spooled *v = ckpt_xcalloc(n + 1, sizeof(*v));
+    struct ckpt_err err = CKPT_ERR_INIT;
+    size_t m = 0;
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct ckpt_checkpoint *k = &r->run.ckpts[pick[i]];
+        char *out = out_dir_of(r, k);
+        int f = 0;
+        if (skip_step(r, k, out, &f)) {
+            failed |= f;
+            free(out);
+            continue;
+        }
+        v[m] = (struct spooled){ k, out, ckpt_path_join(r->scratch, k->dir),
+                                 step_files(r->tree, k->dir), 0 };
+        m++;
+    }
+    int rc = m ? spool_pass(r, v, m, &err) : 0;
+    if (rc < 0)
+        failed = 1;
+    for (size_t i = 0; i < m; i++) {
+        if (!v[i].done && !interrupted)
+            step_row(r, "error", v[i].k, rc < 0 ? err.msg : "the archive "
+                     "ended before all of the step's files were read",
+                     NULL, NULL);
+        failed |= !v[i].done;
+        rm_rf(v[i].dir);
+        free(v[i].dir);
+        free(v[i].out);
+    }
+    free(v);
+    return failed | rc;
+}
+
+static int stream_only(enum ckpt_archive_kind a)
+{
+    return a == CKPT_ARCHIVE_TAR_GZ || a == CKPT_ARCHIVE_TAR_BZ2 ||
+           a == CKPT_ARCHIVE_TAR_ZST || a == CKPT_ARCHIVE_TAR_XZ;
 }
 
 /* Which checkpoints to act on: sharded ones, narrowed by --step and
@@ -756,7 +896,8 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest)
     if (archive || r.remote)
         r.scratch = ckpt_xasprintf("%s/.ckpt-src-%ld", base,
                                    (long)getpid());
-    if (r.remote && r.run.has_config && fetch_config(&r, &err) != 0) {
+    if ((archive || r.remote) && r.run.has_config &&
+        save_config(&r, &err) != 0) {
         step_row(&r, "error", NULL, err.msg, NULL, NULL);
         failed = 1;
         goto out;
@@ -772,8 +913,11 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest)
                  "that step" : "no checkpoint", NULL, NULL);
         failed = 1;
     }
-    for (size_t i = 0; i < n && !interrupted; i++)
-        failed |= do_step(&r, &r.run.ckpts[pick[i]]) != 0;
+    if (n && stream_only(r.tree->archive))
+        failed |= spool_run(&r, pick, n) != 0;
+    else
+        for (size_t i = 0; i < n && !interrupted; i++)
+            failed |= do_step(&r, &r.run.ckpts[pick[i]]) != 0;
     free(pick);
 out:
     rm_rf(r.scratch);

@@ -208,8 +208,14 @@ def case_archives(tmp, fx):
         dest = os.path.join(tmp, "out" + ext)
         rc, lines, err = unshard(arc, dest)
         check(ext + ": exit 1 (orbax)", rc == 1, err)
-        check(ext + ": lines", lines == expected_lines(dest),
-              "\n".join(lines))
+        want = expected_lines(dest)
+        if ext != ".tar":
+            # One streaming pass: skips first, then each step as its last
+            # member is read (tarfile stores names sorted).
+            done = [l for l in want if l.startswith("unsharded")]
+            want = [l for l in want if l not in done] + sorted(
+                done, key=lambda l: l.split("\t")[1])
+        check(ext + ": lines", lines == want, "\n".join(lines))
         check_outputs(ext, dest, fx)
         rc, lines, err = unshard("--delete-sharded", arc, dest + "-del")
         check(ext + ": --delete-sharded refused", rc == 2 and lines == []
