@@ -130,6 +130,20 @@ int ckpt_writer_commit(struct ckpt_writer *w, struct ckpt_err *err);
 /* Discard and free w. NULL-safe. */
 void ckpt_writer_abort(struct ckpt_writer *w);
 
+/* A read-only storage over the members of a plain (uncompressed) tar:
+ * key "ARCHIVE/PATH" reads member PATH at its data offset in the archive
+ * at key ARCHIVE of under (borrowed; local or remote), so a checkpoint
+ * inside a tar is read in place. Members are copied. */
+struct ckpt_member {
+    const char *path;       /* member path, '/'-separated, no leading "/" */
+    uint64_t offset;        /* data offset in the archive */
+    uint64_t size;
+};
+int ckpt_storage_open_members(struct ckpt_storage **out,
+                              struct ckpt_storage *under, const char *archive,
+                              const struct ckpt_member *v, size_t n,
+                              struct ckpt_err *err);
+
 /* Write a small object in one call (atomic as above). */
 int ckpt_storage_put(struct ckpt_storage *st, const char *key,
                      const void *data, size_t len, struct ckpt_err *err);

@@ -20,6 +20,8 @@
 
 #include "ckpt/err.h"
 
+struct ckpt_storage;
+
 enum ckpt_unshard_layout {
     CKPT_LAYOUT_AUTO = 0,   /* olmo for OLMo steps, else single */
     CKPT_LAYOUT_SINGLE,     /* checkpoint.pt: the whole state dict */
@@ -54,6 +56,10 @@ struct ckpt_unshard_opts {
                                    dry run; NULL: $TMPDIR or /tmp */
     const char *config_yaml;    /* copied in as config.yaml when the
                                    checkpoint has none; NULL: no copy */
+    /* Read SRC (then a key, not a location) through this storage, e.g.
+     * the members of a plain tar read in place; borrowed. NULL: SRC is
+     * a location. DCP checkpoints only. */
+    struct ckpt_storage *storage;
     /* Polled by the workers: non-zero stops the run, which then fails
      * with "interrupted" and removes its temporary outputs (set it from a
      * SIGINT/SIGTERM handler). NULL: never. */

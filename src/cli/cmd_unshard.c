@@ -272,6 +272,7 @@ struct runctx {
     const char *src, *dest;     /* as given */
     char *scratch;              /* owned: archive and remote steps go here */
     char *config;               /* owned: the run's config.yaml, or NULL */
+    struct ckpt_storage *members;   /* owned: a plain tar's members */
 };
 
 static int is_dir(const char *p)
@@ -590,9 +591,39 @@ static int save_config(struct runctx *r, struct ckpt_err *err)
     return rc;
 }
 
-/* Where checkpoint k is read from: in place (a local run, or a DCP step
- * of a remote run, read by ranged GETs), or a scratch copy (an archive's
- * step, extracted; a remote step of another format, fetched). */
+/* DCP steps of a plain tar are read in place, through a storage over the
+ * archive's members (pread locally, ranged GETs remotely). */
+static int in_place(const struct runctx *r, const struct ckpt_checkpoint *k)
+{
+    return k->format == CKPT_FMT_DCP &&
+           (r->remote || r->tree->archive == CKPT_ARCHIVE_TAR);
+}
+
+/* Step k is read from a scratch copy, removed once it has been used. */
+static int copied(const struct runctx *r, const struct ckpt_checkpoint *k)
+{
+    return (r->remote || r->tree->archive != CKPT_ARCHIVE_NONE) &&
+           !in_place(r, k);
+}
+
+static int open_members(struct runctx *r, struct ckpt_err *err)
+{
+    struct ckpt_member *v = ckpt_xcalloc(r->tree->n + 1, sizeof(*v));
+    size_t n = 0;
+    for (size_t i = 0; i < r->tree->n; i++) {
+        const struct ckpt_tree_file *f = &r->tree->files[i];
+        if (f->type == CKPT_ENTRY_FILE && f->data_offset != CKPT_NO_OFFSET)
+            v[n++] = (struct ckpt_member){ f->path, f->data_offset, f->size };
+    }
+    int rc = ckpt_storage_open_members(&r->members, r->st, r->tree->key, v,
+                                       n, err);
+    free(v);
+    return rc;
+}
+
+/* Where checkpoint k is read from: in place (a local run; a DCP step of a
+ * remote run or of a plain tar), or a scratch copy (a step of another
+ * archive, extracted; a remote step of another format, fetched). */
 static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
                       struct ckpt_err *err)
 {
@@ -600,6 +631,13 @@ static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
         return ckpt_path_join(r->tree->key, k->dir);
     if (r->remote && k->format == CKPT_FMT_DCP)
         return ckpt_path_join(r->src, k->dir);
+    if (in_place(r, k)) {
+        if (!r->members && open_members(r, err) != 0)
+            return NULL;
+        debugf("%s: read in place from %s", k->name, r->src);
+        r->c->uo.storage = r->members;
+        return ckpt_path_join(r->tree->key, k->dir);
+    }
     if (r->remote) {
         char *from = ckpt_path_join(r->tree->key, k->dir);
         char *to = ckpt_path_join(r->scratch, k->dir);
@@ -695,9 +733,9 @@ static int do_step(struct runctx *r, const struct ckpt_checkpoint *k)
     } else {
         failed = unshard_step(r, k, dir, out) != 0;
     }
+    r->c->uo.storage = NULL;
     /* Scratch copies (fetched or extracted) go as soon as they are used. */
-    if (dir && (r->tree->archive != CKPT_ARCHIVE_NONE ||
-                (r->remote && k->format != CKPT_FMT_DCP)))
+    if (dir && copied(r, k))
         rm_rf(dir);
     free(dir);
     free(out);
@@ -923,6 +961,7 @@ out:
     rm_rf(r.scratch);
     free(r.scratch);
     free(r.config);
+    ckpt_storage_close(r.members);
     ckpt_run_release(&r.run);
     ckpt_tree_free(r.tree);
     storages_release(&sts);

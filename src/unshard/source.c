@@ -371,6 +371,12 @@ static int open_location(struct ujob *j, const char *src, char **dir,
                          struct ckpt_err *err)
 {
     struct ckpt_loc loc;
+    if (j->o->storage) {
+        j->st = j->o->storage;
+        j->st_borrowed = 1;
+        *dir = ckpt_xstrdup(src);
+        return 0;
+    }
     if (ckpt_loc_parse(&loc, src, err) != 0)
         return -1;
     int rc = 0;

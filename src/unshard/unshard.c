@@ -243,7 +243,8 @@ static void job_release(struct ujob *j)
     ckpt_arena_free(j->arena);
     free(j->dir);
     free(j->top);
-    ckpt_storage_close(j->st);
+    if (!j->st_borrowed)
+        ckpt_storage_close(j->st);
     pthread_mutex_destroy(&j->mu);
 }
 
@@ -271,7 +272,7 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
 static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_pv *root;
-    if (legacy_is_step(src) || zarr_is_step(src)) {
+    if (!j->o->storage && (legacy_is_step(src) || zarr_is_step(src))) {
         /* Local step directories: their config.yaml travels too. */
         j->top = ckpt_xstrdup(src);
         return legacy_is_step(src) ? legacy_plan(j, src, err)

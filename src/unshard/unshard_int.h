@@ -110,6 +110,7 @@ struct ujob {
     char *top;                      /* SRC as a path or key */
     char *dir;                      /* directory with metadata and data */
     struct ckpt_storage *st;        /* remote SRC, or NULL (local) */
+    int st_borrowed;                /* st is opts->storage */
     char *dest;
     char *tmpdir;                   /* temporary output directory */
     int olmo_step;                  /* src is an OLMo step */

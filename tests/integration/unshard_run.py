@@ -222,6 +222,14 @@ def case_archives(tmp, fx):
               and "never deletes inside an archive" in err and
               not os.path.exists(dest + "-del"), err)
     arc = os.path.join(tmp, "run1.tar")
+    rc, lines, err = unshard("-v", "--step", "20", arc,
+                             os.path.join(tmp, "out-in-place"))
+    check(".tar: a DCP step is read in place, not extracted",
+          rc == 0 and "step20: read in place from %s" % arc in err, err)
+    compare(".tar in place: step20 values",
+            os.path.join(tmp, "out-in-place", "step20-unsharded",
+                         "checkpoint.pt"),
+            os.path.join(fx, "rows", "expected.pt"))
     dest = os.path.join(tmp, "out-latest")
     rc, lines, _ = unshard("--json", "--step", "20", arc, dest)
     o = json.loads(lines[0]) if len(lines) == 1 else {}

@@ -226,7 +226,67 @@ static void test_storage__concurrent_deleters(void)
     ckpt_storage_close(st);
 }
 
+/* A plain tar's members read in place: stat, one-level and recursive
+ * listings, reads clipped to the member, writes refused. The "archive"
+ * is any file: only offsets matter. */
+static void test_storage__tar_members(void)
+{
+    char dir[] = "/tmp/ckpt-test-members-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char *arc = ckpt_path_join(dir, "run.tar");
+    FILE *f = fopen(arc, "wb");
+    fputs("hdrAAAAhdrBBBBBBhdrCC", f);
+    fclose(f);
+    const struct ckpt_member v[] = {
+        { "s/e/b", 10, 6 }, { "s/a", 3, 4 }, { "c", 19, 2 },
+    };
+    struct ckpt_storage *base = local(), *st = NULL;
+    struct ckpt_err err;
+    struct ckpt_stat sb;
+    CHECK(ckpt_storage_open_members(&st, base, arc, v, 3, &err) == 0);
+    char *k = ckpt_path_join(arc, "s/e/b");
+    CHECK(ckpt_storage_stat(st, k, &sb, &err) == 0);
+    CHECK_EQ(sb.type, CKPT_ENTRY_FILE);
+    CHECK_EQ(sb.size, 6);
+    char buf[16] = {0};
+    size_t got;
+    CHECK(ckpt_storage_read(st, k, 2, buf, sizeof(buf), &got, &err) == 0);
+    CHECK_EQ(got, 4);
+    CHECK(!memcmp(buf, "BBBB", 4));
+    CHECK(ckpt_storage_read(st, k, 6, buf, 4, &got, &err) == 0);
+    CHECK_EQ(got, 0);
+    free(k);
+    k = ckpt_path_join(arc, "s/e");
+    CHECK(ckpt_storage_stat(st, k, &sb, &err) == 0);
+    CHECK_EQ(sb.type, CKPT_ENTRY_DIR);
+    free(k);
+    k = ckpt_path_join(arc, "s/x");
+    CHECK(ckpt_storage_stat(st, k, &sb, &err) == -1);
+    CHECK_EQ(err.code, CKPT_ENOTFOUND);
+    CHECK(ckpt_storage_stat(st, "/elsewhere/s/a", &sb, &err) == -1);
+    ckpt_buf_release(&listed);
+    CHECK(ckpt_storage_list(st, arc, 0, collect, NULL, &err) == 0);
+    CHECK_STR(listed.ptr, "f:c:2;d:s:0;");
+    ckpt_buf_release(&listed);
+    free(k);
+    k = ckpt_path_join(arc, "s");
+    CHECK(ckpt_storage_list(st, k, CKPT_LIST_RECURSIVE, collect, NULL,
+                            &err) == 0);
+    CHECK_STR(listed.ptr, "f:a:4;f:e/b:6;");
+    ckpt_buf_release(&listed);
+    CHECK(ckpt_storage_put(st, k, "x", 1, &err) == -1);
+    CHECK_EQ(err.code, CKPT_EUNSUPPORTED);
+    CHECK(ckpt_storage_delete_tree(st, k, &err) == -1);
+    free(k);
+    ckpt_storage_close(st);
+    ckpt_storage_close(base);
+    unlink(arc);
+    rmdir(dir);
+    free(arc);
+}
+
 TEST_MAIN(T(test_storage__loc_parse), T(test_storage__local_ops),
+          T(test_storage__tar_members),
           T(test_storage__writer_atomic),
           T(test_storage__delete_tree_never_follows_links),
           T(test_storage__concurrent_deleters))
