@@ -50,6 +50,10 @@ char *ckpt_read_small_file(const char *path, size_t max);
 /* Monotonic seconds. */
 double ckpt_now(void);
 
+/* mkdir -p: create dir and its missing parents (mode 0777 & umask).
+ * 0, or -1 with err naming the directory that could not be made. */
+int ckpt_mkdirs(const char *dir, struct ckpt_err *err);
+
 /* qsort that accepts an empty (NULL) array: qsort(NULL, 0, ...) is
  * undefined behaviour, and empty listings are common. */
 static inline void ckpt_sort(void *base, size_t n, size_t size,

@@ -408,23 +408,11 @@ static void rm_rf(const char *dir)
         nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static int mkdirs(const char *dir, struct ckpt_err *err)
-{
-    if (!*dir || is_dir(dir))
-        return 0;
-    char *parent = ckpt_path_dirname(dir);
-    int rc = strcmp(parent, dir) ? mkdirs(parent, err) : 0;
-    free(parent);
-    if (rc == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
-        rc = ckpt_err_sys(err, "create directory '%s'", dir);
-    return rc;
-}
-
 static int extract_member(struct ckpt_archive *a, const char *to,
                           const char *name, struct ckpt_err *err)
 {
     char *parent = ckpt_path_dirname(to);
-    int rc = mkdirs(parent, err);
+    int rc = ckpt_mkdirs(parent, err);
     free(parent);
     if (rc != 0)
         return -1;
@@ -580,7 +568,7 @@ static int save_config(struct runctx *r, struct ckpt_err *err)
     int rc = ckpt_tree_read(r->tree, "config.yaml", 64u << 20, &data, &len,
                             err);
     r->config = ckpt_path_join(r->scratch, "run-config.yaml");
-    if (rc == 0 && mkdirs(r->scratch, err) == 0) {
+    if (rc == 0 && ckpt_mkdirs(r->scratch, err) == 0) {
         FILE *fp = fopen(r->config, "wb");
         if (!fp || fwrite(data, 1, len, fp) != len || fclose(fp) != 0)
             rc = ckpt_err_sys(err, "write '%s'", r->config);
@@ -653,7 +641,7 @@ static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
     }
     char *to = ckpt_path_join(r->scratch, k->dir);
     rm_rf(to);
-    if (mkdirs(r->scratch, err) != 0 || extract(r, k->dir, err) != 0) {
+    if (ckpt_mkdirs(r->scratch, err) != 0 || extract(r, k->dir, err) != 0) {
         rm_rf(to);
         free(to);
         return NULL;

@@ -163,18 +163,7 @@ static int local_read(struct ckpt_storage *st, const char *key, uint64_t off,
 static int make_parents(const char *path, struct ckpt_err *err)
 {
     char *dir = ckpt_path_dirname(path);
-    int rc = 0;
-    for (char *p = dir + 1; *dir && rc == 0; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-            rc = ckpt_err_sys(err, "create directory '%s'", dir);
-        *p = c;
-        if (!c)
-            break;
-    }
+    int rc = ckpt_mkdirs(dir, err);
     free(dir);
     return rc;
 }

@@ -434,7 +434,7 @@ int src_open(struct ujob *j, const char *src, struct ckpt_err *err)
 
 /* --- stream extensions ------------------------------------------------ */
 
-static int tmp_fd(struct ujob *j, char **name, struct ckpt_err *err)
+int src_tmp_fd(struct ujob *j, struct ckpt_err *err)
 {
     int fd = open(j->tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -447,7 +447,6 @@ static int tmp_fd(struct ujob *j, char **name, struct ckpt_err *err)
     if (fd < 0)
         return ckpt_err_sys(err, "create temporary file in '%s'",
                             j->tmpdir);
-    *name = ckpt_xasprintf("%s (decompressed)", *name);
     return fd;
 }
 
@@ -531,10 +530,10 @@ int src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
                                 "supported)", s->name,
                                 (unsigned long long)st->offset,
                                 st->transforms[i]);
-        char *name = (*out)->name;
-        int fd = tmp_fd(j, &name, err);
+        int fd = src_tmp_fd(j, err);
         if (fd < 0)
             return -1;
+        char *name = ckpt_xasprintf("%s (decompressed)", (*out)->name);
         int64_t n = unzstd(*out, *off, *len, fd, limit, err);
         if (n < 0) {
             free(name);

@@ -32,19 +32,6 @@ struct dest {
     int whole_dir;   /* rename tmpdir to dest (dest did not exist) */
 };
 
-static int mkdir_p(const char *dir, struct ckpt_err *err)
-{
-    struct stat sb;
-    if (!*dir || stat(dir, &sb) == 0)
-        return 0;
-    char *parent = ckpt_path_dirname(dir);
-    int rc = strcmp(parent, dir) ? mkdir_p(parent, err) : 0;
-    free(parent);
-    if (rc == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
-        rc = ckpt_err_sys(err, "create directory '%s'", dir);
-    return rc;
-}
-
 static int prepare_dest(const char *dest, struct dest *d,
                         struct ckpt_err *err)
 {
@@ -58,7 +45,7 @@ static int prepare_dest(const char *dest, struct dest *d,
     } else {
         char *parent = ckpt_path_dirname(dest);
         char *base = ckpt_path_basename(dest);
-        int rc = mkdir_p(parent, err);
+        int rc = ckpt_mkdirs(parent, err);
         d->tmpdir = ckpt_xasprintf("%s%s.ckpt-tmp-%s-%ld", parent,
                                    *parent ? "/" : "", base, (long)getpid());
         free(parent);

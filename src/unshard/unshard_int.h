@@ -155,6 +155,9 @@ int src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
 int src_stat(struct ujob *j, const char *path, uint64_t *size,
              struct ckpt_err *err);
 /* Copy a whole source file into fd (named `to` in messages). */
+/* An anonymous temporary file in the job's scratch directory (O_TMPFILE,
+ * else an unlinked mkstemp file): decoded data that is read back. */
+int src_tmp_fd(struct ujob *j, struct ckpt_err *err);
 int src_copy(struct ujob *j, const char *path, int local, int fd,
              const char *to,
              uint64_t *size, struct ckpt_err *err);

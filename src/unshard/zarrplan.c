@@ -362,17 +362,9 @@ static int zlocate(struct ujob *j, struct utensor *t, struct uchunk *c,
 static int open_tmp(struct zplan *z, struct ckpt_err *err)
 {
     struct ujob *j = z->j;
-    int fd = open(j->tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        char *t = ckpt_path_join(j->tmpdir, "zarr-XXXXXX");
-        fd = mkstemp(t);
-        if (fd >= 0)
-            unlink(t);
-        free(t);
-    }
+    int fd = src_tmp_fd(j, err);
     if (fd < 0)
-        return ckpt_err_sys(err, "create temporary file in '%s'",
-                            j->tmpdir);
+        return -1;
     z->fd = fd;
     z->tmp = src_add(j, ckpt_xasprintf("%s (decoded chunks)", j->dir), fd,
                      0);

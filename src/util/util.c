@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static void die_oom(size_t n)
@@ -211,4 +212,17 @@ double ckpt_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int ckpt_mkdirs(const char *dir, struct ckpt_err *err)
+{
+    struct stat sb;
+    if (!*dir || stat(dir, &sb) == 0)
+        return 0;
+    char *parent = ckpt_path_dirname(dir);
+    int rc = strcmp(parent, dir) ? ckpt_mkdirs(parent, err) : 0;
+    free(parent);
+    if (rc == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
+        rc = ckpt_err_sys(err, "create directory '%s'", dir);
+    return rc;
 }
