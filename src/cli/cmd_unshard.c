@@ -203,7 +203,7 @@ static void report(struct cmd *c, const char *src, const char *dest,
 static int supported(enum ckpt_format f)
 {
     return f == CKPT_FMT_DCP || f == CKPT_FMT_OLMO_LEGACY ||
-           f == CKPT_FMT_ZARR;
+           f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL;
 }
 
 static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
@@ -240,7 +240,7 @@ static int unshard_one(struct cmd *c, const char *src, const char *dest)
     struct ckpt_unshard_result r;
     struct ckpt_err err = CKPT_ERR_INIT;
     double t0 = ckpt_now();
-    /* ckpt_unshard_dcp recognises legacy and zarr steps itself. */
+    /* ckpt_unshard_dcp recognises legacy, local and zarr steps itself. */
     int rc = run_unshard(c, CKPT_FMT_DCP, src, dest, &r, &err);
     report(c, src, dest, &r, ckpt_now() - t0, rc ? &err : NULL);
     if (rc != 0)
@@ -304,7 +304,8 @@ static int is_run(const char *src)
         return 0;
     return !(is_file(src, ".metadata") || is_file(src, "__0.metadata") ||
              is_file(src, "model_and_optim/.metadata") ||
-             has_rank_files(src) || is_file(src, ".zgroup"));
+             has_rank_files(src) || is_file(src, ".zgroup") ||
+             is_file(src, "metadata.yaml") || is_file(src, "model/rank0.pt"));
 }
 
 static void step_row(struct runctx *r, const char *action,
