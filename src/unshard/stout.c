@@ -414,6 +414,11 @@ int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
     int rc = 0;
     uint64_t max = j->o->max_shard_size ? j->o->max_shard_size
                                         : DEFAULT_SHARD;
+    /* Each tensor's part, read before shard_part renumbers t->file to
+     * shard files whose indexes may equal later parts' indexes. */
+    int *part = ckpt_xcalloc(j->ntensors + 1, sizeof(*part));
+    for (size_t i = 0; i < j->ntensors; i++)
+        part[i] = j->tensors[i].file;
     for (size_t pi = 0; pi < nparts && rc == 0; pi++) {
         struct part p = { parts[pi].prefix, NULL, 0 };
         if (parts[pi].copy_from) {
@@ -424,7 +429,7 @@ int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
         p.tensors = ckpt_xcalloc(j->ntensors + 1, sizeof(*p.tensors));
         for (size_t i = 0; i < j->ntensors && rc == 0; i++) {
             struct utensor *t = &j->tensors[i];
-            if (t->file != (int)pi)
+            if (part[i] != (int)pi)
                 continue;
             t->stname = st_name(j, t, olmo);
             rc = check_tensor(t, &names, err);
@@ -435,6 +440,7 @@ int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
         free(p.tensors);
         strmap_release(&names);
     }
+    free(part);
     for (size_t pi = 0; pi < nparts; pi++) {
         free(parts[pi].name);
         free(parts[pi].prefix);
