@@ -1,8 +1,8 @@
 /*
  * cmd_unshard.c - `ckpt unshard [options] SRC DEST`: consolidate a sharded
- * checkpoint (DCP, OLMo torch_legacy, zarr), or every sharded step of a
- * run directory or archive, into whole tensors. Phases: parse, find
- * checkpoints, unshard each, report.
+ * checkpoint (DCP, OLMo torch_legacy and local, zarr), or every sharded
+ * step of a run directory or archive, into whole tensors. Phases: parse,
+ * find checkpoints, unshard each, report.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -29,8 +29,9 @@ static const char *const usage[] = {
     "",
     "Merge the shards of a checkpoint into whole tensors in directory",
     "DEST: PyTorch DCP (.metadata and __R_N.distcp files, also",
-    "model_and_optim/ of an OLMo step), OLMo torch_legacy (rank*.pt) and",
-    "zarr v2 (.zgroup). If SRC is a run (directory or archive), each",
+    "model_and_optim/ of an OLMo step), OLMo torch_legacy (rank*.pt), OLMo",
+    "local (model/, optim/, train/rank*.pt, metadata.yaml) and zarr v2",
+    "(.zgroup). If SRC is a run (directory or archive), each",
     "complete sharded stepN becomes DEST/stepN-unsharded/.",
     "Outputs appear atomically; nothing is executed from any pickle.",
     NULL
