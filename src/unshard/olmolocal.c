@@ -721,9 +721,9 @@ static int cmp_start(const void *a, const void *b)
 }
 
 /* Every element of a tensor of numel elements in exactly one slice; what
- * names the tensor. */
+ * names the tensor, dir the rank files ("model"). */
 static int cover(const struct lslices *sl, uint64_t numel, const char *what,
-                 struct ckpt_err *err)
+                 const char *dir, struct ckpt_err *err)
 {
     struct lslice *v = ckpt_xmalloc((sl->n + 1) * sizeof(*v));
     uint64_t pos = 0;
@@ -736,10 +736,10 @@ static int cover(const struct lslices *sl, uint64_t numel, const char *what,
         uint64_t end = v[i].start + v[i].count;
         if (v[i].start < pos && v[i].count)
             rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: elements [%llu, %llu) "
-                              "are in the shards of both rank %d and rank "
-                              "%d", what, (unsigned long long)v[i].start,
+                              "are in both %s/rank%d.pt and %s/rank%d.pt",
+                              what, (unsigned long long)v[i].start,
                               (unsigned long long)(pos < end ? pos : end),
-                              prev, v[i].rank);
+                              dir, prev, dir, v[i].rank);
         if (end > pos) {
             pos = end;
             prev = v[i].rank;
@@ -747,11 +747,11 @@ static int cover(const struct lslices *sl, uint64_t numel, const char *what,
     }
     if (rc == 0 && pos < numel)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: elements [%llu, %llu) of "
-                          "%llu are in no rank's shard", what,
+                          "%llu are in none of %s/rank*.pt", what,
                           (unsigned long long)pos,
                           (unsigned long long)(i < sl->n ? v[i].start
                                                          : numel),
-                          (unsigned long long)numel);
+                          (unsigned long long)numel, dir);
     free(v);
     return rc;
 }
@@ -762,7 +762,7 @@ static int cover_params(struct lplan *p, struct ckpt_err *err)
     for (size_t i = 0; i < p->m0.npieces; i++) {
         const struct lpiece *q = p->params[i].p;
         snprintf(what, sizeof(what), "parameter '%s'", q->fqn);
-        if (cover(&p->params[i].sl, q->numel, what, err) != 0)
+        if (cover(&p->params[i].sl, q->numel, what, "model", err) != 0)
             return -1;
     }
     return 0;
@@ -779,7 +779,8 @@ static int cover_values(struct lplan *p, struct ckpt_err *err)
                 continue;
             snprintf(what, sizeof(what), "'%s' of optimizer state %lld "
                      "('%s')", x->key, (long long)s->id, s->fqn);
-            if (cover(&x->sl, p->params[s->param].p->numel, what, err) != 0)
+            if (cover(&x->sl, p->params[s->param].p->numel, what, "optim",
+                      err) != 0)
                 return -1;
         }
     }

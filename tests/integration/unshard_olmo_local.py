@@ -204,11 +204,11 @@ def case_bad(fx, tmp):
         put("model/rank1.pt", "model/rank1.pt",
             os.path.join(fx, "w2-21", "ckpt")),
         "%(d)s: parameter 'transformer.wte.weight': elements [19, 37) of 60 "
-        "are in no rank's shard")
+        "are in none of model/rank*.pt")
     bad(fx, tmp, "held-twice", put("model/rank0.pt", "model/rank1.pt",
                                    os.path.join(fx, "w4-21fp", "ckpt")),
         "%(d)s: parameter 'transformer.wte.weight': elements [0, 19) are "
-        "in the shards of both rank 0 and rank 1")
+        "in both model/rank0.pt and model/rank1.pt")
     bad(fx, tmp, "out-of-bounds", put("model-oob.pt", "model/rank1.pt"),
         "%(d)s: 'model/rank1.pt': parameter 'transformer.wte.weight' would "
         "lie at elements [1000, 1019) of flat_param.data, which holds 19 "
@@ -219,15 +219,15 @@ def case_bad(fx, tmp):
         "outside its %d elements" % (r[0], r[1], ids["oob20-fqn"],
                                      ids["oob20-numel"]), base="w4-20")
     bad(fx, tmp, "uncovered", put("model-gap.pt", "model/rank1.pt"),
-        "%%(d)s: parameter '%s': elements [38, 72) of 72 are in no rank's "
-        "shard" % ids["gap-fqn"])
+        "%%(d)s: parameter '%s': elements [38, 72) of 72 are in none of "
+        "model/rank*.pt" % ids["gap-fqn"])
     bad(fx, tmp, "step-differs", put("optim-step.pt", "optim/rank2.pt"),
         "%%(d)s: ranks 0 and 2 disagree on the value of 'step' of "
         "optimizer state %d (optim/rank2.pt)" % ids["optim-step"])
     r = ids["optim-missing-range"]
     bad(fx, tmp, "optim-uncovered", put("optim-missing.pt", "optim/rank1.pt"),
         "%%(d)s: 'exp_avg_sq' of optimizer state %d ('%s'): elements [%d, "
-        "%d) of %d are in no rank's shard" % (
+        "%d) of %d are in none of optim/rank*.pt" % (
             ids["optim-missing"], ids["optim-missing-fqn"], r[0], r[1] + 1,
             ids["optim-missing-numel"]))
     bad(fx, tmp, "groups-differ", put("optim-groups.pt", "optim/rank1.pt"),
