@@ -6,18 +6,15 @@
  * olmo/checkpoint.py LocalShardedCheckpointer.unshard_checkpoint).
  *
  * The plan is built from the pickles alone, one rank file at a time, each
- * parsed in an arena freed before the next (rank 0's optimizer graph is
- * kept: its param_groups are the output's). Every piece of a parameter a
- * rank holds is a range of the parameter's row-major flattening; flat.c
- * cuts it into boxes, which become chunks located in the rank file (its
- * storage record, the full tensor's strides), so the DCP engine copies the
- * bytes straight from the rank files to the output.
- *
- * Optimizer state is keyed by the ids of param_groups[*]["params"], named
- * by "param_names" (original parameters: OLMo trains with
- * use_orig_params). A 0-d value (step) must be equal on every rank that
- * has it; any other tensor is 1-D and holds the same range of its
- * parameter as that rank's model shard. Output, as OLMo's unsharder:
+ * parsed in an arena freed before the next (rank 0's graphs are kept: its
+ * model file names the parameters, its param_groups are the output's).
+ * Every piece of a parameter a rank holds is a range of the parameter's
+ * row-major flattening; flat.c cuts it into boxes, which become chunks
+ * located in the rank file (its storage record, the full tensor's
+ * strides), so the DCP engine copies the bytes straight from the rank
+ * files to the output. Optimizer state (olmooptim.c) lands on the same
+ * ranges. Every element must be held exactly once. Output, as OLMo's
+ * unsharder:
  * model.pt {fqn: tensor}, optim.pt {"state": {id: {...}}, "param_groups":
  * rank 0's, "_fsdp_wrapped_module." removed from the names}, train.pt a
  * byte copy of train/rank0.pt (layout.c), config.yaml (unshard.c).
@@ -31,81 +28,11 @@
 
 #include "ckpt/util.h"
 #include "../wandb/wandb_int.h"
-#include "olmoflat.h"
-#include "unshard_int.h"
+#include "olmolocal_int.h"
 
 #define MAX_PKL (512u << 20)
 #define MAX_RANKS 65536
 #define MAX_META (1u << 20)
-
-/* A rank's piece of a full tensor: elements [start, start+count) of its
- * flattening, at element soff of the storage record at data, every step
- * elements. */
-struct lslice {
-    int rank;
-    uint64_t start, count;
-    struct usrc *src;
-    uint64_t data;
-    int64_t soff, step;
-    int big_endian;
-};
-
-struct lslices {
-    struct lslice *v;       /* malloced */
-    size_t n, cap;
-};
-
-/* One original parameter: one tensor of model.pt. */
-struct lparam {
-    const struct lpiece *p; /* rank 0's piece: fqn, shape */
-    const struct ckpt_dtype *dtype;
-    struct lslices sl;      /* in rank order */
-};
-
-enum { V_SHARDED, V_SCALAR, V_PLAIN };
-
-/* One value of an optimizer state. */
-struct lvalue {
-    const char *key;        /* j->arena */
-    int kind;
-    const struct ckpt_dtype *dtype;
-    int first;              /* rank it was first seen on */
-    unsigned char bytes[16];/* V_SCALAR: the element */
-    struct lslices sl;      /* V_SHARDED; V_SCALAR: one slice */
-    struct ckpt_pv *plain;  /* V_PLAIN: rank 0's value */
-    size_t entry;
-};
-
-struct lstate {
-    int64_t id;
-    long param;             /* index into params, -1: none */
-    const char *fqn;        /* cleaned param_names entry */
-    struct lvalue *v;       /* malloced */
-    size_t n, cap;
-};
-
-/* Where the chunks of one tensor entry are. */
-struct lloc {
-    struct lslice *loc;     /* malloced; per chunk, soff at its origin */
-    int64_t *stride;        /* meta arena; per chunk, ndim + 1 */
-};
-
-struct lplan {
-    struct ujob *j;
-    int nranks;
-    struct lmodel m0;       /* rank 0's model file (graph in j->arena) */
-    struct lparam *params;  /* malloced; parallel to m0.pieces */
-    struct strmap byfqn;    /* fqn -> param */
-    struct lstate *states;  /* malloced */
-    size_t nstates, statecap;
-    struct strmap byid;     /* id (8 bytes) -> state */
-    const char **gfqn;      /* param_groups: id -> name, malloced */
-    struct strmap gbyid;    /* id -> index into gfqn */
-    struct ckpt_pv *groups; /* rank 0's param_groups (j->arena) */
-    struct ckpt_tzip *oz0;
-    struct usrc *osrc0;
-    struct lloc *locs;      /* per entry, malloced */
-};
 
 /* --- files ------------------------------------------------------------- */
 
@@ -192,12 +119,11 @@ static int check_ranks(struct lplan *p, struct ckpt_err *err)
     return 0;
 }
 
-/* Open rank file rel ("model/rank1.pt", name kept in the metadata arena
- * for src_get) and parse its data.pkl into arena a. */
-static int load(struct lplan *p, const char *dir, int r,
-                struct ckpt_arena *a, ckpt_pickle_allow_fn allow,
-                const char **rel, struct usrc **src, struct ckpt_tzip **z,
-                struct ckpt_pv **root, struct ckpt_err *err)
+/* The name stays in the metadata arena: src_get keeps it as a key. */
+int olmolocal_load(struct lplan *p, const char *dir, int r,
+                   struct ckpt_arena *a, ckpt_pickle_allow_fn allow,
+                   const char **rel, struct usrc **src, struct ckpt_tzip **z,
+                   struct ckpt_pv **root, struct ckpt_err *err)
 {
     char name[64];
     struct ckpt_rd rd;
@@ -226,10 +152,10 @@ static int load(struct lplan *p, const char *dir, int r,
     return rc;
 }
 
-/* The storage record of tensor t in z, checked to hold it. */
-static int record(const struct ckpt_tzip *z, const struct ckpt_tensor *t,
-                  const char *rel, const char *what,
-                  const struct ckpt_tzip_entry **out, struct ckpt_err *err)
+int olmolocal_record(const struct ckpt_tzip *z, const struct ckpt_tensor *t,
+                     const char *rel, const char *what,
+                     const struct ckpt_tzip_entry **out,
+                     struct ckpt_err *err)
 {
     char rec[64];
     snprintf(rec, sizeof(rec), "data/%s", t->key);
@@ -241,7 +167,7 @@ static int record(const struct ckpt_tzip *z, const struct ckpt_tensor *t,
     return 0;
 }
 
-static struct lslice *add_slice(struct lslices *s)
+struct lslice *olmolocal_add_slice(struct lslices *s)
 {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 4;
@@ -313,13 +239,13 @@ static int add_pieces(struct lplan *p, const struct lmodel *m, int r,
         char what[160];
         snprintf(what, sizeof(what), "flat parameter of module '%s'",
                  f->module);
-        if (record(z, &f->data, rel, what, &ze, err) != 0)
+        if (olmolocal_record(z, &f->data, rel, what, &ze, err) != 0)
             return -1;
         for (size_t k = f->first; k < f->first + f->n; k++) {
             const struct lpiece *q = &m->pieces[k];
             if (!q->held)
                 continue;
-            struct lslice *s = add_slice(&p->params[k].sl);
+            struct lslice *s = olmolocal_add_slice(&p->params[k].sl);
             s->rank = r;
             s->start = q->start;
             s->count = q->count;
@@ -364,8 +290,8 @@ static int model_rank(struct lplan *p, int r, struct ckpt_err *err)
     struct ckpt_pv *root;
     int rc = a ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = load(p, "model", r, a, olmoflat_allow, &rel, &src, &z, &root,
-                  err);
+        rc = olmolocal_load(p, "model", r, a, olmoflat_allow, &rel, &src, &z,
+                            &root, err);
     if (rc == 0)
         rc = olmoflat_read(a, root, rel, mp, err);
     if (rc == 0)
@@ -376,337 +302,6 @@ static int model_rank(struct lplan *p, int r, struct ckpt_err *err)
     olmoflat_release(&m);
     if (r)
         ckpt_arena_free(a);
-    return rc;
-}
-
-/* --- optimizer files ---------------------------------------------------- */
-
-static struct ckpt_pv *dict_of(struct ckpt_pv *v)
-{
-    if (v && v->kind == CKPT_PV_DICT)
-        return v;
-    if (v && v->kind == CKPT_PV_CALL && v->u.call.dictitems &&
-        ckpt_pv_is_global(ckpt_pv_call_global(v), "collections",
-                          "OrderedDict"))
-        return v->u.call.dictitems;
-    return NULL;
-}
-
-static const char *id_key(struct ckpt_arena *a, int64_t id)
-{
-    char *k = ckpt_arena_alloc(a, sizeof(id));
-    if (k)
-        memcpy(k, &id, sizeof(id));
-    return k;
-}
-
-/* Rank 0's param_groups: which parameter each state id is, by the
- * cleaned "param_names" (OLMo's fqn_to_id). */
-static int read_groups(struct lplan *p, struct ckpt_err *err)
-{
-    struct ckpt_arena *a = p->j->meta->arena;
-    const struct ckpt_pv *gs = p->groups;
-    size_t cap = 0, n = 0;
-    if (!gs || gs->kind != CKPT_PV_LIST)
-        return ckpt_err_set(err, CKPT_EFORMAT, "'optim/rank0.pt': no "
-                            "param_groups list");
-    for (size_t g = 0; g < gs->u.seq.n; g++) {
-        struct ckpt_pv *d = dict_of(gs->u.seq.v[g]);
-        const struct ckpt_pv *ids = ckpt_pv_dict_get(d, "params");
-        const struct ckpt_pv *names = ckpt_pv_dict_get(d, "param_names");
-        if (!ids || !names || ckpt_pv_len(ids) != ckpt_pv_len(names) ||
-            (ids->kind != CKPT_PV_LIST && ids->kind != CKPT_PV_TUPLE) ||
-            (names->kind != CKPT_PV_LIST && names->kind != CKPT_PV_TUPLE))
-            return ckpt_err_set(err, CKPT_EFORMAT, "'optim/rank0.pt': "
-                                "param group %zu lacks matching \"params\" "
-                                "and \"param_names\"", g);
-        for (size_t i = 0; i < ids->u.seq.n; i++) {
-            const struct ckpt_pv *nm = names->u.seq.v[i];
-            int64_t id;
-            if (ckpt_pv_get_int(ids->u.seq.v[i], &id) != 0 ||
-                nm->kind != CKPT_PV_STR)
-                return ckpt_err_set(err, CKPT_EFORMAT, "'optim/rank0.pt': "
-                                    "param group %zu: malformed id or "
-                                    "name %zu", g, i);
-            if (n == cap) {
-                cap = cap ? 2 * cap : 64;
-                p->gfqn = ckpt_xreallocarray(p->gfqn, cap, sizeof(*p->gfqn));
-            }
-            const char *k = id_key(a, id);
-            p->gfqn[n] = olmoflat_strip(a, nm->u.s.p);
-            if (!k || !p->gfqn[n] ||
-                strmap_put(&p->gbyid, k, sizeof(id), n++) != 0)
-                return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-        }
-    }
-    return 0;
-}
-
-static struct lstate *state_of(struct lplan *p, int64_t id, const char *rel,
-                               struct ckpt_err *err)
-{
-    uint64_t i;
-    if (strmap_get(&p->byid, (const char *)&id, sizeof(id), &i))
-        return &p->states[i];
-    if (!strmap_get(&p->gbyid, (const char *)&id, sizeof(id), &i)) {
-        ckpt_err_set(err, CKPT_EFORMAT, "'%s': state %lld is in no param "
-                     "group", rel, (long long)id);
-        return NULL;
-    }
-    if (p->nstates == p->statecap) {
-        p->statecap = p->statecap ? 2 * p->statecap : 64;
-        p->states = ckpt_xreallocarray(p->states, p->statecap,
-                                       sizeof(*p->states));
-    }
-    struct lstate *s = &p->states[p->nstates];
-    uint64_t pi;
-    const char *k = id_key(p->j->meta->arena, id);
-    memset(s, 0, sizeof(*s));
-    s->id = id;
-    s->fqn = p->gfqn[i];
-    s->param = strmap_get(&p->byfqn, s->fqn, strlen(s->fqn), &pi)
-               ? (long)pi : -1;
-    if (!k || strmap_put(&p->byid, k, sizeof(id), p->nstates) != 0) {
-        ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-        return NULL;
-    }
-    p->nstates++;
-    return s;
-}
-
-/* What one rank file says about one value. */
-struct oval {
-    struct lplan *p;
-    int rank;
-    const char *rel;
-    struct usrc *src;
-    struct ckpt_tzip *z;
-    struct lstate *s;
-    const char *key;
-    struct ckpt_pv *v;
-    struct ckpt_tensor t;
-};
-
-static int disagree(const struct oval *o, const struct lvalue *x,
-                    const char *what, struct ckpt_err *err)
-{
-    return ckpt_err_set(err, CKPT_EFORMAT, "ranks %d and %d disagree on %s "
-                        "of '%s' of optimizer state %lld (%s)", x->first,
-                        o->rank, what, o->key, (long long)o->s->id, o->rel);
-}
-
-/* A 0-d tensor: equal on every rank that has it (OLMo: step,
- * grad_norm_exp_avg). */
-static int scalar(const struct oval *o, struct lvalue *x,
-                  const struct ckpt_tzip_entry *ze, struct ckpt_err *err)
-{
-    unsigned char b[16];
-    unsigned size = o->t.dtype->itemsize;
-    if (size > sizeof(b))
-        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': dtype %s of "
-                            "'%s'", o->rel, o->t.dtype->name, o->key);
-    if (src_read(o->src, ze->data_off + (uint64_t)o->t.storage_offset *
-                 size, b, size, err) != 0)
-        return -1;
-    if (x->sl.n)
-        return x->dtype != o->t.dtype || memcmp(x->bytes, b, size)
-               ? disagree(o, x, "the value", err) : 0;
-    x->dtype = o->t.dtype;
-    memcpy(x->bytes, b, size);
-    struct lslice *s = add_slice(&x->sl);
-    s->rank = o->rank;
-    s->count = 1;
-    s->src = o->src;
-    s->data = ze->data_off;
-    s->soff = o->t.storage_offset;
-    s->big_endian = o->z->big_endian;
-    return 0;
-}
-
-/* This rank's slice of parameter pi, or NULL. Slices are in rank order. */
-static const struct lslice *slice_of(const struct lslices *sl, int rank)
-{
-    size_t lo = 0, hi = sl->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (sl->v[mid].rank < rank)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < sl->n && sl->v[lo].rank == rank ? &sl->v[lo] : NULL;
-}
-
-/* Any other tensor: this rank's range of the parameter, 1-D. */
-static int sharded(const struct oval *o, struct lvalue *x,
-                   const struct ckpt_tzip_entry *ze, struct ckpt_err *err)
-{
-    const struct lstate *s = o->s;
-    const struct lslice *ms = s->param >= 0
-        ? slice_of(&o->p->params[s->param].sl, o->rank) : NULL;
-    uint64_t n;
-    if (ckpt_tensor_numel(&o->t, &n) != 0)
-        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': '%s' is too large",
-                            o->rel, o->key);
-    if (s->param < 0)
-        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': '%s' of optimizer "
-                            "state %lld: '%s' is no parameter of the model "
-                            "files", o->rel, o->key, (long long)s->id,
-                            s->fqn);
-    if (x->dtype && x->dtype != o->t.dtype)
-        return disagree(o, x, "the dtype", err);
-    x->dtype = o->t.dtype;
-    if (!ms && n == 0)      /* nothing of it here, nothing to place */
-        return 0;
-    if (!ms)
-        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': '%s' of optimizer "
-                            "state %lld ('%s') has elements, but "
-                            "model/rank%d.pt holds no part of the "
-                            "parameter", o->rel, o->key, (long long)s->id,
-                            s->fqn, o->rank);
-    if (o->t.ndim != 1)
-        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': '%s' of optimizer "
-                            "state %lld ('%s') is not 1-D", o->rel, o->key,
-                            (long long)s->id, s->fqn);
-    if (n != ms->count)
-        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': '%s' of optimizer "
-                            "state %lld ('%s') has %llu elements, but "
-                            "model/rank%d.pt holds %llu of the parameter",
-                            o->rel, o->key, (long long)s->id, s->fqn,
-                            (unsigned long long)n, o->rank,
-                            (unsigned long long)ms->count);
-    struct lslice *c = add_slice(&x->sl);
-    c->rank = o->rank;
-    c->start = ms->start;
-    c->count = ms->count;
-    c->src = o->src;
-    c->data = ze->data_off;
-    c->step = o->t.stride[0];
-    c->soff = o->t.storage_offset;
-    c->big_endian = o->z->big_endian;
-    return 0;
-}
-
-/* Not a tensor: rank 0's value is re-emitted; the others must equal it. */
-static int plain(const struct oval *o, struct lvalue *x,
-                 struct ckpt_err *err)
-{
-    if (o->rank == 0) {
-        x->plain = o->v;
-        return 0;
-    }
-    if (!x->plain)
-        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': '%s' of "
-                            "optimizer state %lld is not a tensor and not "
-                            "in optim/rank0.pt", o->rel, o->key,
-                            (long long)o->s->id);
-    return legacy_same(o->p->oz0, x->plain, o->z, o->v)
-           ? 0 : disagree(o, x, "the value", err);
-}
-
-static struct lvalue *value_of(struct lstate *s, const struct oval *o,
-                               int kind)
-{
-    for (size_t i = 0; i < s->n; i++)
-        if (!strcmp(s->v[i].key, o->key))
-            return &s->v[i];
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 4;
-        s->v = ckpt_xreallocarray(s->v, s->cap, sizeof(*s->v));
-    }
-    struct lvalue *x = &s->v[s->n];
-    memset(x, 0, sizeof(*x));
-    x->key = ckpt_arena_strdup(o->p->j->arena, o->key);
-    if (!x->key)
-        return NULL;
-    x->kind = kind;
-    x->first = o->rank;
-    s->n++;
-    return x;
-}
-
-static int one_value(struct oval *o, struct ckpt_err *err)
-{
-    const struct ckpt_tzip_entry *ze = NULL;
-    int t = ckpt_tensor_from_pv(o->v, &o->t, o->rel, err);
-    if (t < 0)
-        return -1;
-    int kind = !t ? V_PLAIN : o->t.ndim == 0 ? V_SCALAR : V_SHARDED;
-    struct lvalue *x = value_of(o->s, o, kind);
-    char what[128];
-    if (!x)
-        return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-    if (x->kind != kind)
-        return disagree(o, x, "the kind (0-d, sharded tensor or other)",
-                        err);
-    snprintf(what, sizeof(what), "'%s' of optimizer state %lld", o->key,
-             (long long)o->s->id);
-    if (t && record(o->z, &o->t, o->rel, what, &ze, err) != 0)
-        return -1;
-    if (kind == V_SCALAR)
-        return scalar(o, x, ze, err);
-    return kind == V_SHARDED ? sharded(o, x, ze, err) : plain(o, x, err);
-}
-
-static int read_state(struct lplan *p, struct oval *o, struct ckpt_pv *root,
-                      struct ckpt_err *err)
-{
-    struct ckpt_pv *st = dict_of(ckpt_pv_dict_get(dict_of(root), "state"));
-    if (!st)
-        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': no \"state\" dict "
-                            "(not an optimizer state_dict)", o->rel);
-    for (size_t i = 0; i < st->u.dict.n; i++) {
-        int64_t id;
-        struct ckpt_pv *vals = dict_of(st->u.dict.v[i]);
-        if (ckpt_pv_get_int(st->u.dict.k[i], &id) != 0 || !vals)
-            return ckpt_err_set(err, CKPT_EFORMAT, "'%s': state %zu is not "
-                                "an id with a dict", o->rel, i);
-        if (!(o->s = state_of(p, id, o->rel, err)))
-            return -1;
-        for (size_t k = 0; k < vals->u.dict.n; k++) {
-            const struct ckpt_pv *key = vals->u.dict.k[k];
-            if (key->kind != CKPT_PV_STR)
-                return ckpt_err_set(err, CKPT_EFORMAT, "'%s': state %lld "
-                                    "has a key that is not a string",
-                                    o->rel, (long long)id);
-            o->key = key->u.s.p;
-            o->v = vals->u.dict.v[k];
-            if (one_value(o, err) != 0)
-                return -1;
-        }
-    }
-    return 0;
-}
-
-static int optim_rank(struct lplan *p, int r, struct ckpt_err *err)
-{
-    struct ckpt_arena *a = r ? ckpt_arena_new(2048ULL << 20) : p->j->arena;
-    struct oval o = { .p = p, .rank = r };
-    struct ckpt_pv *root = NULL;
-    int rc = a ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = load(p, "optim", r, a, ckpt_torch_allow_object, &o.rel, &o.src,
-                  &o.z, &root, err);
-    if (rc == 0)
-        rc = ckpt_torch_check_object(root, o.rel, err);
-    struct ckpt_pv *groups = ckpt_pv_dict_get(dict_of(root), "param_groups");
-    if (rc == 0 && r == 0) {
-        p->groups = groups;
-        p->oz0 = o.z;
-        p->osrc0 = o.src;
-        rc = read_groups(p, err);
-    } else if (rc == 0 && !legacy_same(p->oz0, p->groups, o.z, groups)) {
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "ranks 0 and %d disagree on "
-                          "param_groups (%s)", r, o.rel);
-    }
-    if (rc == 0)
-        rc = read_state(p, &o, root, err);
-    if (r) {
-        ckpt_tzip_free(o.z);
-        ckpt_arena_free(a);
-    } else if (rc != 0 && !p->oz0) {
-        ckpt_tzip_free(o.z);
-    }
     return rc;
 }
 
@@ -944,25 +539,6 @@ static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
 
 /* --- output graph -------------------------------------------------------- */
 
-/* OLMo's unsharder writes param_names without "_fsdp_wrapped_module.". */
-static int clean_names(struct lplan *p, struct ckpt_err *err)
-{
-    struct ckpt_arena *a = p->j->arena;
-    for (size_t g = 0; g < p->groups->u.seq.n; g++) {
-        struct ckpt_pv *names =
-            ckpt_pv_dict_get(dict_of(p->groups->u.seq.v[g]), "param_names");
-        for (size_t i = 0; i < names->u.seq.n; i++) {
-            const char *s = names->u.seq.v[i]->u.s.p;
-            if (!strstr(s, OLMOFLAT_WRAPPED))
-                continue;
-            char *c = olmoflat_strip(a, s);
-            if (!c || !(names->u.seq.v[i] = ckpt_pv_str(a, c, strlen(c))))
-                return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-        }
-    }
-    return 0;
-}
-
 static int put(struct ckpt_arena *a, struct ckpt_pv *d, struct ckpt_pv *k,
                struct ckpt_pv *v)
 {
@@ -1081,11 +657,11 @@ int olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = cover_params(&p, err);
     for (int r = 0; rc == 0 && r < p.nranks; r++)
-        rc = optim_rank(&p, r, err);
+        rc = olmooptim_rank(&p, r, err);
     if (rc == 0)
         rc = cover_values(&p, err);
     if (rc == 0)
-        rc = clean_names(&p, err);
+        rc = olmooptim_clean_names(&p, err);
     if (rc == 0)
         rc = make_entries(&p, err);
     if (rc == 0)
