@@ -435,6 +435,13 @@ static int equal(const struct eqctx *q, const struct ckpt_pv *a,
     return 0;
 }
 
+int legacy_same(const struct ckpt_tzip *za, const struct ckpt_pv *a,
+                const struct ckpt_tzip *zb, const struct ckpt_pv *b)
+{
+    struct eqctx q = { za, zb };
+    return equal(&q, a, b, 0);
+}
+
 /* Top-level values of rank r (sharded tensors already None) against rank
  * 0's. "rng" differs per rank by design and is dropped. */
 static int compare_plain(struct lplan *p, struct ckpt_pv *root0,

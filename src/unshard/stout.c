@@ -382,6 +382,22 @@ static int check_tensor(struct utensor *t, struct strmap *names,
            ckpt_err_set(err, CKPT_ENOMEM, "out of memory") : 0;
 }
 
+/* A part copied whole (train.pt = train/rank0.pt of an OLMo step) stays
+ * that torch file: OLMo's unsharder writes train.pt with --safe-tensors
+ * too. Takes over part->copy_from. */
+static void keep_copy(struct ujob *j, struct ufile *part)
+{
+    j->files = ckpt_xreallocarray(j->files, j->nfiles + 1, sizeof(*j->files));
+    struct ufile *f = &j->files[j->nfiles++];
+    memset(f, 0, sizeof(*f));
+    f->name = ckpt_xasprintf("%s.pt", part->prefix);
+    f->prefix = ckpt_xstrdup(part->prefix);
+    f->fd = -1;
+    f->copy_from = part->copy_from;
+    part->copy_from = NULL;
+    ckpt_buf_init(&f->head);
+}
+
 int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
 {
     if (j->ncopies)
@@ -398,13 +414,22 @@ int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
     int rc = 0;
     uint64_t max = j->o->max_shard_size ? j->o->max_shard_size
                                         : DEFAULT_SHARD;
+    /* Each tensor's part, read before shard_part renumbers t->file to
+     * shard files whose indexes may equal later parts' indexes. */
+    int *part = ckpt_xcalloc(j->ntensors + 1, sizeof(*part));
+    for (size_t i = 0; i < j->ntensors; i++)
+        part[i] = j->tensors[i].file;
     for (size_t pi = 0; pi < nparts && rc == 0; pi++) {
         struct part p = { parts[pi].prefix, NULL, 0 };
+        if (parts[pi].copy_from) {
+            keep_copy(j, &parts[pi]);
+            continue;
+        }
         struct strmap names = STRMAP_INIT;
         p.tensors = ckpt_xcalloc(j->ntensors + 1, sizeof(*p.tensors));
         for (size_t i = 0; i < j->ntensors && rc == 0; i++) {
             struct utensor *t = &j->tensors[i];
-            if (t->file != (int)pi)
+            if (part[i] != (int)pi)
                 continue;
             t->stname = st_name(j, t, olmo);
             rc = check_tensor(t, &names, err);
@@ -415,6 +440,7 @@ int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
         free(p.tensors);
         strmap_release(&names);
     }
+    free(part);
     for (size_t pi = 0; pi < nparts; pi++) {
         free(parts[pi].name);
         free(parts[pi].prefix);

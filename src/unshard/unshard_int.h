@@ -190,6 +190,10 @@ int tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
 /* legacy.c: OLMo torch_legacy rank*.pt steps */
 int legacy_is_step(const char *dir);
 int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+/* Structural equality of two values from the rank files za and zb
+ * (storages by record size and CRC), as legacy steps compare ranks. */
+int legacy_same(const struct ckpt_tzip *za, const struct ckpt_pv *a,
+                const struct ckpt_tzip *zb, const struct ckpt_pv *b);
 
 /* flat.c: the range [start, start+count) of the row-major flattening of
  * a tensor of shape size[ndim], cut into boxes (at most 2*ndim-1; a
@@ -208,6 +212,10 @@ int flat_boxes(int ndim, const uint64_t *size, uint64_t start,
 /* zarrplan.c: zarr v2 pytree checkpoints (.zgroup + one array per leaf) */
 int zarr_is_step(const char *dir);
 int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
+/* olmolocal.c: OLMo local steps ({model,optim,train}/rank{R}.pt) */
+int olmolocal_is_step(const char *dir);
+int olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* layout.c */
 int layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);

@@ -1,5 +1,6 @@
 /* test_unshard.c - internal geometry of the unshard module. */
 #include "test.h"
+#include "unshard/olmoflat.h"
 #include "unshard/unshard_int.h"
 
 /* Every range of every small shape: the boxes cover exactly the range,
@@ -74,5 +75,103 @@ static void test_unshard__flat_boxes_bad_ranges(void)
     CHECK_EQ(flat_boxes(0, size, 0, 2, boxes, 1), -1);
 }
 
+static void test_unshard__olmoflat_strip(void)
+{
+    struct ckpt_arena *a = ckpt_arena_new(1u << 20);
+    CHECK_STR(olmoflat_strip(a, "_fsdp_wrapped_module.transformer.blocks.1."
+                             "_fsdp_wrapped_module.ff"),
+              "transformer.blocks.1.ff");
+    CHECK_STR(olmoflat_strip(a, ""), "");
+    CHECK_STR(olmoflat_strip(a, "_fsdp_wrapped_module"),
+              "_fsdp_wrapped_module");
+    ckpt_arena_free(a);
+}
+
+/* The data.pkl of a model file written by make_olmo_local.py, read. */
+static int read_model(const char *path, struct ckpt_arena *a,
+                      struct lmodel *m)
+{
+    static char buf[1 << 16];
+    struct ckpt_pickle_opts o = { "data.pkl", olmoflat_allow, NULL };
+    struct ckpt_pv *v;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, sizeof(buf), f) : 0;
+    if (f)
+        fclose(f);
+    int rc = ckpt_pickle_load(a, buf, n, &o, &v, NULL, &err);
+    if (rc == 0)
+        rc = olmoflat_read(a, v, "model/rank3.pt", m, &err);
+    if (rc != 0)
+        fprintf(stderr, "  %s: %s\n", path, err.msg);
+    return rc;
+}
+
+#define HELD(p, start_, count_, at_)                                        \
+    do {                                                                    \
+        CHECK((p)->held);                                                   \
+        CHECK_EQ((p)->start, start_);                                       \
+        CHECK_EQ((p)->count, count_);                                       \
+        CHECK_EQ((p)->at, at_);                                             \
+    } while (0)
+
+/* torch >= 2.1 layout, 4 ranks, rank 3: alignment padding between
+ * parameters, padding at the end, a flat parameter it holds none of. */
+static void test_unshard__olmoflat_shard_param_infos(void)
+{
+    struct ckpt_arena *a = ckpt_arena_new(16u << 20);
+    struct lmodel m = { 0 };
+    CHECK_EQ(read_model("fuzz/corpus/olmoflat/w4-21fp_rank3.pkl", a, &m), 0);
+    CHECK_EQ(m.nflats, 4);
+    CHECK_EQ(m.npieces, 12);
+    if (m.nflats == 4 && m.npieces == 12) {
+        CHECK_STR(m.flats[0].module, "");
+        CHECK_EQ(m.flats[0].numel, 19);
+        CHECK_EQ(m.flats[0].padded, 2);
+        CHECK_STR(m.pieces[0].fqn, "transformer.wte.weight");
+        HELD(&m.pieces[0], 57, 3, 0);
+        HELD(&m.pieces[1], 0, 6, 3);
+        HELD(&m.pieces[2], 0, 6, 11);
+        CHECK_STR(m.pieces[5].fqn, "transformer.blocks.0.ff_proj.weight");
+        CHECK_EQ(m.pieces[5].ndim, 3);
+        HELD(&m.pieces[5], 30, 30, 0);
+        CHECK(!m.pieces[7].held);
+        CHECK_EQ(m.pieces[8].ndim, 0);     /* "scale", a 0-d parameter */
+        HELD(&m.pieces[9], 13, 17, 0);
+        HELD(&m.pieces[10], 0, 1, 19);
+        CHECK_STR(m.pieces[11].fqn, "transformer.blocks.1.ff.weight");
+        CHECK(!m.pieces[11].held);
+        CHECK_EQ(m.flats[3].padded, 2);
+    }
+    olmoflat_release(&m);
+    ckpt_arena_free(a);
+}
+
+/* torch <= 2.0.1 layout, 3 ranks, rank 1: consecutive slices. */
+static void test_unshard__olmoflat_shard_indices(void)
+{
+    struct ckpt_arena *a = ckpt_arena_new(16u << 20);
+    struct lmodel m = { 0 };
+    CHECK_EQ(read_model("fuzz/corpus/olmoflat/w3-20_rank1.pkl", a, &m), 0);
+    CHECK_EQ(m.npieces, 12);
+    if (m.npieces == 12) {
+        HELD(&m.pieces[0], 24, 24, 0);
+        CHECK(!m.pieces[1].held);
+        HELD(&m.pieces[3], 50, 22, 0);
+        HELD(&m.pieces[4], 0, 12, 22);
+        HELD(&m.pieces[5], 0, 16, 34);
+        CHECK(!m.pieces[6].held);
+        HELD(&m.pieces[7], 25, 17, 0);
+        HELD(&m.pieces[8], 0, 1, 17);
+        HELD(&m.pieces[9], 0, 7, 18);
+        HELD(&m.pieces[11], 2, 2, 0);
+    }
+    olmoflat_release(&m);
+    ckpt_arena_free(a);
+}
+
 TEST_MAIN(T(test_unshard__flat_boxes_cover_ranges),
-          T(test_unshard__flat_boxes_bad_ranges))
+          T(test_unshard__flat_boxes_bad_ranges),
+          T(test_unshard__olmoflat_strip),
+          T(test_unshard__olmoflat_shard_param_infos),
+          T(test_unshard__olmoflat_shard_indices))
