@@ -312,7 +312,13 @@ def case_run(fx, tmp):
         p = unshard(arc, dest)
         lines = p.stdout.splitlines()
         check(ext + ": exit 0", p.returncode == 0, p.stderr)
-        check(ext + ": lines", lines == run_lines(dest), "\n".join(lines))
+        want = run_lines(dest)
+        if ext != ".tar":
+            # One streaming pass: skipped steps first, then each step as
+            # its last member arrives (tarfile stores names sorted).
+            want = [ln for ln in want if ln.startswith("skip")] + \
+                [ln for ln in want if ln.startswith("unsharded")]
+        check(ext + ": lines", lines == want, "\n".join(lines))
         run_outputs(ext, fx, dest)
 
 
