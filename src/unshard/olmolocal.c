@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 
 #include "ckpt/util.h"
-#include "../wandb/wandb_int.h"
+#include "ckpt/yaml.h"
 #include "olmolocal_int.h"
 
 #define MAX_PKL (512u << 20)

@@ -11,21 +11,9 @@
 #include "ckpt/buf.h"
 #include "ckpt/err.h"
 #include "ckpt/wandb.h"
+#include "ckpt/yaml.h"
 
 struct cJSON;
-
-/* ---- yaml.c: the block-style YAML that PyYAML/OmegaConf and wandb write */
-
-/*
- * Parse the first document of text into a cJSON tree (*out, caller
- * deletes). Handles block mappings and sequences (also indentless ones),
- * flow collections over several lines, plain, quoted and block scalars,
- * comments, anchors/aliases and the common tags. Plain scalars resolve as
- * PyYAML's YAML 1.1 resolver does (yes/no are booleans, 1e-4 is a float as
- * in OmegaConf). name prefixes messages: "config.yaml:12: bad indentation".
- */
-int ckpt_yaml_parse(const char *text, size_t len, const char *name,
-                    struct cJSON **out, struct ckpt_err *err);
 
 /* ---- gql.c: GraphQL response parsing (pure; the fuzz target's entry) --- */
 

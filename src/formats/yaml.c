@@ -15,7 +15,7 @@
  * raising its indentation to that column, so nested nodes on the same line
  * need no special case.
  */
-#include "wandb_int.h"
+#include "ckpt/yaml.h"
 #include "yaml_int.h"
 
 #include <cjson/cJSON.h>
