@@ -1,5 +1,5 @@
 /*
- * yaml_fuzz - the YAML reader (src/wandb/yaml.c) on arbitrary bytes:
+ * yaml_fuzz - the YAML reader (src/formats/yaml.c) on arbitrary bytes:
  * config.yaml files come from run directories nobody vetted.
  * Property: never crashes, never leaks, bounded work (alias expansion and
  * nesting are capped).

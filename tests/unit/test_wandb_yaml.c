@@ -1,5 +1,5 @@
 /*
- * The YAML reader (src/wandb/yaml.c): the forms PyYAML/OmegaConf and
+ * The YAML reader (src/formats/yaml.c): the forms PyYAML/OmegaConf and
  * wandb's Go writer produce, scalar resolution as PyYAML does it, and exact
  * error messages. Expected trees were checked against PyYAML 6.0.
  */
