@@ -127,8 +127,10 @@ static int judge_olmo_local(const struct view *v, struct ckpt_checkpoint *c,
     if (m != o || o != tr)
         return set_why(c, "%s", "model/, optim/ and train/ rank counts "
                                 "differ");
+    /* OLMo writes metadata.yaml (world_size) with the rank files; a step
+     * without it never finished saving. */
     if (!get(v, "metadata.yaml"))
-        return 0;
+        return set_why(c, "%s", "metadata.yaml missing");
     char *full = ckpt_path_join(v->dir, "metadata.yaml");
     char *data;
     size_t len;
