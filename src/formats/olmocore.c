@@ -292,7 +292,7 @@ void ckpt_olmocore_meta_free(struct ckpt_olmocore_meta *m)
     free(m);
 }
 
-/* --- tiling ---------------------------------------------------------------- */
+/* --- tiling -------------------------------------------------------------- */
 
 struct range {
     uint64_t s, e;

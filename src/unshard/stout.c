@@ -382,6 +382,21 @@ static int check_tensor(struct utensor *t, struct strmap *names,
            ckpt_err_set(err, CKPT_ENOMEM, "out of memory") : 0;
 }
 
+/* A part copied whole (train/rank0.pt of an OLMo step) stays train.pt:
+ * OLMo's own unshard.py --safe-tensors writes train.pt too. */
+static void keep_copy(struct ujob *j, struct ufile *part)
+{
+    j->files = ckpt_xreallocarray(j->files, j->nfiles + 1, sizeof(*j->files));
+    struct ufile *f = &j->files[j->nfiles++];
+    memset(f, 0, sizeof(*f));
+    f->name = ckpt_xasprintf("%s.pt", part->prefix);
+    f->prefix = ckpt_xstrdup(part->prefix);
+    f->fd = -1;
+    f->copy_from = part->copy_from;
+    part->copy_from = NULL;
+    ckpt_buf_init(&f->head);
+}
+
 int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
 {
     if (j->ncopies)
@@ -400,6 +415,10 @@ int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
                                         : DEFAULT_SHARD;
     for (size_t pi = 0; pi < nparts && rc == 0; pi++) {
         struct part p = { parts[pi].prefix, NULL, 0 };
+        if (parts[pi].copy_from) {
+            keep_copy(j, &parts[pi]);
+            continue;
+        }
         struct strmap names = STRMAP_INIT;
         p.tensors = ckpt_xcalloc(j->ntensors + 1, sizeof(*p.tensors));
         for (size_t i = 0; i < j->ntensors && rc == 0; i++) {

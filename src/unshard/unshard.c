@@ -267,6 +267,10 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
 static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_pv *root;
+    if (olmocore_is_step(src)) {
+        j->top = ckpt_xstrdup(src);
+        return olmocore_plan(j, src, err);
+    }
     if (legacy_is_step(src) || zarr_is_step(src)) {
         /* Local step directories: their config.yaml travels too. */
         j->top = ckpt_xstrdup(src);

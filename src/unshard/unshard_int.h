@@ -203,6 +203,10 @@ int flat_boxes(int ndim, const uint64_t *size, uint64_t start,
 int zarr_is_step(const char *dir);
 int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
+/* olmocoreplan.c: OLMo olmo_core steps (OLMo-core 0.1 safetensors) */
+int olmocore_is_step(const char *dir);
+int olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
 /* layout.c */
 int layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
 int layout_finish(struct ujob *j, struct ckpt_err *err);
