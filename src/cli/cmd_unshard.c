@@ -306,7 +306,8 @@ static int is_run(const char *src)
     return !(is_file(src, ".metadata") || is_file(src, "__0.metadata") ||
              is_file(src, "model_and_optim/.metadata") ||
              has_rank_files(src) || is_file(src, ".zgroup") ||
-             is_file(src, "model/metadata.json"));
+             is_file(src, "model/metadata.json") ||
+             is_file(src, "model/rank_0.safetensors"));
 }
 
 static void step_row(struct runctx *r, const char *action,

@@ -336,11 +336,13 @@ static int plan_tensor(struct oplan *p, size_t ti, struct ckpt_err *err)
     const struct ckpt_olmocore_tensor *mt = t->mt;
     struct ckpt_arena *a = p->j->meta->arena;
     size_t n;
-    if (ckpt_olmocore_check_tiling(mt, p->j->allow_replicas, err) != 0)
+    if (ckpt_olmocore_check_tiling(mt, p->j->allow_replicas, err) != 0 ||
+        (count_chunks(mt, &n) != 0 &&
+         ckpt_err_set(err, CKPT_EFORMAT, "tensor '%s': bad range",
+                      mt->key))) {
+        ckpt_err_prefix(err, "%s/metadata.json", parts[t->part]);
         return -1;
-    if (count_chunks(mt, &n) != 0)
-        return ckpt_err_set(err, CKPT_EFORMAT, "tensor '%s': bad range",
-                            mt->key);
+    }
     const int64_t *full = strides(a, mt->ndim, mt->shape);
     t->chunks = ckpt_arena_array(a, n + 1, sizeof(*t->chunks));
     t->locs = ckpt_arena_array(a, n + 1, sizeof(*t->locs));
@@ -370,10 +372,8 @@ static int plan_part(struct oplan *p, int part, struct ckpt_err *err)
         if (strmap_put(&p->bykey[part], t->mt->key, strlen(t->mt->key),
                        ti) != 0)
             return oom(err);
-        if (plan_tensor(p, ti, err) != 0) {
-            ckpt_err_prefix(err, "%s/metadata.json", parts[part]);
+        if (plan_tensor(p, ti, err) != 0)
             return -1;
-        }
     }
     return 0;
 }
