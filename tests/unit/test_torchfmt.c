@@ -117,6 +117,14 @@ static void test_torchfmt__dtypes(void)
               "complex64");
     CHECK_EQ(ckpt_dtype_by_storage("ComplexFloatStorage")->swap, 4);
     CHECK(ckpt_dtype_by_name("uint16")->storage == NULL);
+    /* OLMo-core's TORCH_DTYPES names, all known. */
+    static const char *const st[] = { "F64", "F32", "F16", "BF16", "I64",
+        "I32", "I16", "I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2" };
+    for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++)
+        CHECK(ckpt_dtype_by_st(st[i]) &&
+              !strcmp(ckpt_dtype_by_st(st[i])->st, st[i]));
+    CHECK_STR(ckpt_dtype_by_st("BF16")->name, "bfloat16");
+    CHECK(ckpt_dtype_by_st("bfloat16") == NULL);
     CHECK(ckpt_dtype_by_name("qint8") == NULL);
     CHECK(ckpt_torch_allow_tensor(NULL, "torch", "qint8") == 0);
     CHECK(ckpt_torch_allow_tensor(NULL, "torch", "load") == -1);
