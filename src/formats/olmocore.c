@@ -397,7 +397,8 @@ static int sweep(const struct ckpt_olmocore_tensor *t, struct ranges *r,
 {
     const struct range *prev = NULL;
     uint64_t at = 0;
-    qsort(r->v, r->n, sizeof(*r->v), by_start);
+    if (r->n)       /* v is NULL when nothing was pushed */
+        qsort(r->v, r->n, sizeof(*r->v), by_start);
     for (size_t i = 0; i < r->n; i++) {
         const struct range *x = &r->v[i];
         if (prev && x->s < at) {
