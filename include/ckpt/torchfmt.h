@@ -1,7 +1,7 @@
 /*
  * ckpt/torchfmt.h - torch.save files without torch: dtypes, the zip
  * container, tensors inside it, and the class allow-lists that decide what
- * a pickle may name.
+ * a pickle may name; also safetensors headers.
  *
  * Formats: see docs/formats/dcp.md and the fact sheet (torch.save zip:
  * stored members, sizes only in the central directory, ZIP64, "FB" padding
@@ -36,6 +36,8 @@ struct ckpt_dtype {
 /* By torch name ("float32"; "torch.float32" is accepted too). NULL if
  * unknown. */
 const struct ckpt_dtype *ckpt_dtype_by_name(const char *name);
+/* By safetensors name ("F32", "BF16"). NULL if unknown. */
+const struct ckpt_dtype *ckpt_dtype_by_st(const char *st);
 /* By typed storage class name ("FloatStorage"). NULL if unknown. */
 const struct ckpt_dtype *ckpt_dtype_by_storage(const char *cls);
 /* The dtype that a GLOBAL node names (torch.float32), or NULL. */
@@ -153,6 +155,51 @@ struct ckpt_tensor_loc {
  * single tensor it holds. */
 int ckpt_tensor_item_load(const struct ckpt_rd *rd,
                           struct ckpt_tensor_loc *out, struct ckpt_err *err);
+
+/* --- safetensors (reader) ---------------------------------------------- *
+ *
+ * An 8-byte little-endian header length, a JSON header
+ * {name: {"dtype", "shape", "data_offsets": [begin, end]},
+ *  "__metadata__": {str: str}} and the data section, offsets relative to
+ * its start. Checked as the reference reader does: header at most 100 MB,
+ * starting with '{'; known dtypes; end - begin = numel * itemsize without
+ * overflow; in offset order the tensors tile the data section exactly and
+ * it ends the input. Names must be unique. */
+
+struct ckpt_safetensors_tensor {
+    const char *name;
+    const struct ckpt_dtype *dtype;
+    int ndim;
+    const uint64_t *shape;      /* ndim */
+    uint64_t numel;
+    uint64_t offset;            /* first data byte, within the input */
+    uint64_t nbytes;
+};
+
+struct ckpt_safetensors {
+    struct ckpt_arena *arena;                 /* owned; everything below */
+    struct ckpt_safetensors_tensor *tensors;  /* sorted by name */
+    size_t n;
+    uint64_t data_start;                      /* 8 + header length */
+};
+
+/* Read and check the header of the safetensors file in rd (its size is
+ * the file's). *out is freed with ckpt_safetensors_free. 0, or -1 with
+ * err (CKPT_EFORMAT naming rd->name; CKPT_EUNSUPPORTED for a dtype ckpt
+ * does not know). */
+int ckpt_safetensors_open(struct ckpt_safetensors **out,
+                          const struct ckpt_rd *rd, struct ckpt_err *err);
+/* The same for header bytes already in memory (header[0..len), the JSON
+ * after the length field) of a file whose data section has data_len
+ * bytes; name is for messages. */
+int ckpt_safetensors_parse(struct ckpt_safetensors **out, const void *header,
+                           size_t len, uint64_t data_len, const char *name,
+                           struct ckpt_err *err);
+/* Tensor by name, or NULL. */
+const struct ckpt_safetensors_tensor *
+ckpt_safetensors_find(const struct ckpt_safetensors *s, const char *name);
+/* NULL-safe. */
+void ckpt_safetensors_free(struct ckpt_safetensors *s);
 
 /* --- zip writer (layout first, bytes later) ---------------------------- *
  *

@@ -1,8 +1,8 @@
 /*
  * cmd_unshard.c - `ckpt unshard [options] SRC DEST`: consolidate a sharded
- * checkpoint (DCP, OLMo torch_legacy and local, zarr), or every sharded
- * step of a run directory or archive, into whole tensors. Phases: parse,
- * find checkpoints, unshard each, report.
+ * checkpoint (DCP, OLMo torch_legacy, local and olmo_core, zarr), or
+ * every sharded step of a run directory or archive, into whole tensors.
+ * Phases: parse, find checkpoints, unshard each, report.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -31,7 +31,8 @@ static const char *const usage[] = {
     "Merge the shards of a checkpoint into whole tensors in directory",
     "DEST: PyTorch DCP (.metadata and __R_N.distcp files, also",
     "model_and_optim/ of an OLMo step), OLMo torch_legacy (rank*.pt), OLMo",
-    "local (model/, optim/, train/rank*.pt, metadata.yaml) and zarr v2",
+    "local (model/, optim/, train/rank*.pt, metadata.yaml), OLMo olmo_core",
+    "(model/ and optim/ rank_*.safetensors) and zarr v2",
     "(.zgroup). If SRC is a run (directory or archive), each",
     "complete sharded stepN becomes DEST/stepN-unsharded/.",
     "Outputs appear atomically; nothing is executed from any pickle.",
@@ -205,7 +206,8 @@ static void report(struct cmd *c, const char *src, const char *dest,
 static int supported(enum ckpt_format f)
 {
     return f == CKPT_FMT_DCP || f == CKPT_FMT_OLMO_LEGACY ||
-           f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL;
+           f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL ||
+           f == CKPT_FMT_OLMO_CORE;
 }
 
 static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
@@ -242,7 +244,8 @@ static int unshard_one(struct cmd *c, const char *src, const char *dest)
     struct ckpt_unshard_result r;
     struct ckpt_err err = CKPT_ERR_INIT;
     double t0 = ckpt_now();
-    /* ckpt_unshard_dcp recognises legacy, local and zarr steps itself. */
+    /* ckpt_unshard_dcp recognises legacy, local, olmo_core and zarr steps
+     * itself. */
     int rc = run_unshard(c, CKPT_FMT_DCP, src, dest, &r, &err);
     report(c, src, dest, &r, ckpt_now() - t0, rc ? &err : NULL);
     if (rc != 0)
@@ -357,7 +360,9 @@ static int is_run(const char *src, const struct cmd *c)
     return !(is_file(src, ".metadata") || is_file(src, "__0.metadata") ||
              is_file(src, "model_and_optim/.metadata") ||
              has_rank_files(src) || is_file(src, ".zgroup") ||
-             is_file(src, "metadata.yaml") || is_file(src, "model/rank0.pt"));
+             is_file(src, "metadata.yaml") || is_file(src, "model/rank0.pt") ||
+             is_file(src, "model/metadata.json") ||
+             is_file(src, "model/rank_0.safetensors"));
 }
 
 static void step_row(struct runctx *r, const char *action,

@@ -283,8 +283,12 @@ static int judge_olmo_core(const struct view *v, struct ckpt_checkpoint *c,
         cJSON *tensors = cJSON_GetObjectItemCaseSensitive(j, "tensors");
         cJSON *tensor;
         cJSON_ArrayForEach(tensor, tensors) {
+            /* Earlier OLMo-core wrote flattened_offsets_per_file. */
             cJSON *spec = cJSON_GetObjectItemCaseSensitive(
                 tensor, "shard_spec_per_file");
+            if (!spec)
+                spec = cJSON_GetObjectItemCaseSensitive(
+                    tensor, "flattened_offsets_per_file");
             cJSON *file;
             cJSON_ArrayForEach(file, spec) {
                 char *rel = ckpt_xasprintf("%s/%s", subs[s], file->string);

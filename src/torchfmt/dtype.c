@@ -54,6 +54,14 @@ const struct ckpt_dtype *ckpt_dtype_by_name(const char *name)
     return NULL;
 }
 
+const struct ckpt_dtype *ckpt_dtype_by_st(const char *st)
+{
+    for (size_t i = 0; i < NDTYPES; i++)
+        if (dtypes[i].st && !strcmp(dtypes[i].st, st))
+            return &dtypes[i];
+    return NULL;
+}
+
 const struct ckpt_dtype *ckpt_dtype_by_storage(const char *cls)
 {
     for (size_t i = 0; i < NDTYPES; i++)

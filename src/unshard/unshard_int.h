@@ -216,6 +216,9 @@ int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 /* olmolocal.c: OLMo local steps ({model,optim,train}/rank{R}.pt) */
 int olmolocal_is_step(const char *dir);
 int olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+/* olmocoreplan.c: OLMo olmo_core steps (OLMo-core 0.1 safetensors) */
+int olmocore_is_step(const char *dir);
+int olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* layout.c */
 int layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);

@@ -156,6 +156,11 @@ static void test_run__olmo(void)
                 "{\"rank_0.safetensors\":{},\"rank_1.safetensors\":{}}}}};"
                 "step3/optim/metadata.json={\"tensors\":{}}",
           "step3:olmo-core:0:model/rank_1.safetensors missing");
+    JUDGE("k2", "step3/model/rank_0.safetensors=a;step3/model/metadata.json="
+                "{\"tensors\":{\"w\":{\"flattened_offsets_per_file\":"
+                "{\"rank_0.safetensors\":[0,1],\"rank_2.safetensors\":"
+                "[1,2]}}}};step3/optim/metadata.json={\"tensors\":{}}",
+          "step3:olmo-core:0:model/rank_2.safetensors missing");
 }
 
 static void test_run__unsharded_and_misc(void)

@@ -117,6 +117,14 @@ static void test_torchfmt__dtypes(void)
               "complex64");
     CHECK_EQ(ckpt_dtype_by_storage("ComplexFloatStorage")->swap, 4);
     CHECK(ckpt_dtype_by_name("uint16")->storage == NULL);
+    /* OLMo-core's TORCH_DTYPES names, all known. */
+    static const char *const st[] = { "F64", "F32", "F16", "BF16", "I64",
+        "I32", "I16", "I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2" };
+    for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++)
+        CHECK(ckpt_dtype_by_st(st[i]) &&
+              !strcmp(ckpt_dtype_by_st(st[i])->st, st[i]));
+    CHECK_STR(ckpt_dtype_by_st("BF16")->name, "bfloat16");
+    CHECK(ckpt_dtype_by_st("bfloat16") == NULL);
     CHECK(ckpt_dtype_by_name("qint8") == NULL);
     CHECK(ckpt_torch_allow_tensor(NULL, "torch", "qint8") == 0);
     CHECK(ckpt_torch_allow_tensor(NULL, "torch", "load") == -1);
@@ -169,5 +177,135 @@ static void test_torchfmt__tensor_items(void)
     }
 }
 
+
+/* A safetensors file: length, header, data. */
+static size_t st_file(char *out, const char *header, size_t data_len)
+{
+    size_t n = strlen(header);
+    for (int i = 0; i < 8; i++)
+        out[i] = (char)((uint64_t)n >> (8 * i));
+    memcpy(out + 8, header, n);
+    memset(out + 8 + n, 0x5a, data_len);
+    return 8 + n + data_len;
+}
+
+static int st_try(const char *header, size_t data_len,
+                  struct ckpt_safetensors **s, struct ckpt_err *err)
+{
+    static char buf[4096];
+    struct ckpt_rd rd;
+    size_t n = st_file(buf, header, data_len);
+    ckpt_rd_mem(&rd, buf, n, "t.safetensors");
+    return ckpt_safetensors_open(s, &rd, err);
+}
+
+static void test_torchfmt__safetensors(void)
+{
+    struct ckpt_safetensors *s;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    const char *h = "{\"__metadata__\":{\"format\":\"pt\"},"
+                    "\"w\":{\"dtype\":\"BF16\",\"shape\":[2,3],"
+                    "\"data_offsets\":[16,28]},"
+                    "\"e\":{\"dtype\":\"F32\",\"shape\":[0],"
+                    "\"data_offsets\":[16,16]},"
+                    "\"b\":{\"dtype\":\"I64\",\"shape\":[2],"
+                    "\"data_offsets\":[0,16]}}   ";
+    CHECK_EQ(st_try(h, 28, &s, &err), 0);
+    if (!s)
+        return;
+    CHECK_EQ(s->n, 3);
+    CHECK_EQ(s->data_start, 8 + strlen(h));
+    const struct ckpt_safetensors_tensor *w = ckpt_safetensors_find(s, "w");
+    CHECK(w && w->dtype == ckpt_dtype_by_name("bfloat16"));
+    CHECK(w && w->ndim == 2 && w->shape[0] == 2 && w->shape[1] == 3 &&
+          w->numel == 6 && w->nbytes == 12);
+    CHECK(w && w->offset == s->data_start + 16);
+    CHECK(ckpt_safetensors_find(s, "e") &&
+          ckpt_safetensors_find(s, "e")->numel == 0);
+    CHECK(!ckpt_safetensors_find(s, "__metadata__"));
+    CHECK(!ckpt_safetensors_find(s, "x"));
+    ckpt_safetensors_free(s);
+    /* A 0-d tensor and no __metadata__. */
+    CHECK_EQ(st_try("{\"s\":{\"dtype\":\"F64\",\"shape\":[],"
+                    "\"data_offsets\":[0,8]}}", 8, &s, &err), 0);
+    CHECK(s && s->n == 1 && s->tensors[0].ndim == 0 &&
+          s->tensors[0].numel == 1);
+    ckpt_safetensors_free(s);
+    CHECK_EQ(st_try("{}", 0, &s, &err), 0);
+    CHECK(s && s->n == 0);
+    ckpt_safetensors_free(s);
+}
+
+static void test_torchfmt__safetensors_bad(void)
+{
+    static const struct {
+        const char *header;
+        size_t data;
+        const char *msg;
+    } cases[] = {
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+          9, "t.safetensors: data section is 9 bytes, the header describes "
+             "8" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+          12, "t.safetensors: not a safetensors file (tensor 'a': leaves a "
+              "gap before it)" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+          "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}",
+          8, "t.safetensors: not a safetensors file (tensor 'b': overlaps "
+             "another tensor)" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",
+          8, "t.safetensors: not a safetensors file (tensor 'a': "
+             "data_offsets disagree with dtype and shape)" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}",
+          8, "t.safetensors: not a safetensors file (tensor 'a': "
+             "data_offsets end before they begin)" },
+        { "{\"a\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+          8, "t.safetensors: tensor 'a': dtype 'Q4' not supported" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,8]}}",
+          8, "t.safetensors: not a safetensors file (tensor 'a': bad "
+             "shape)" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8,
+          "t.safetensors: not a safetensors file (tensor 'a': needs dtype, "
+          "shape and data_offsets)" },
+        { "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+          "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+          2, "t.safetensors: not a safetensors file (tensor 'a': name "
+             "occurs twice)" },
+        { "{\"__metadata__\":{\"n\":1}}", 0, "t.safetensors: not a "
+          "safetensors file (__metadata__ values must be strings)" },
+        { " {}", 0, "t.safetensors: not a safetensors file (header does "
+          "not start with '{')" },
+        { "{\"a\":", 0, "t.safetensors: not a safetensors file (header is "
+          "not JSON)" },
+        { "[]", 0, "t.safetensors: not a safetensors file (header does not "
+          "start with '{')" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct ckpt_safetensors *s = (void *)1;
+        struct ckpt_err err = CKPT_ERR_INIT;
+        CHECK_EQ(st_try(cases[i].header, cases[i].data, &s, &err), -1);
+        CHECK(s == NULL);
+        CHECK_STR(err.msg, cases[i].msg);
+    }
+    /* Header length beyond the file, and past the 100 MB limit. */
+    char buf[16] = { 100, 0, 0, 0, 0, 0, 0, 0, '{', '}' };
+    struct ckpt_rd rd;
+    struct ckpt_safetensors *s;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    ckpt_rd_mem(&rd, buf, 10, "t.safetensors");
+    CHECK_EQ(ckpt_safetensors_open(&s, &rd, &err), -1);
+    CHECK_STR(err.msg, "t.safetensors: truncated (header of 100 bytes, "
+                       "file of 10)");
+    buf[4] = 1;
+    CHECK_EQ(ckpt_safetensors_open(&s, &rd, &err), -1);
+    CHECK_STR(err.msg, "t.safetensors: not a safetensors file (header "
+                       "longer than 100 MB)");
+    ckpt_rd_mem(&rd, buf, 7, "t.safetensors");
+    CHECK_EQ(ckpt_safetensors_open(&s, &rd, &err), -1);
+    CHECK_STR(err.msg, "t.safetensors: not a safetensors file (shorter "
+                       "than 8 bytes)");
+}
+
 TEST_MAIN(T(test_torchfmt__crc32), T(test_torchfmt__zip_roundtrip),
-          T(test_torchfmt__dtypes), T(test_torchfmt__tensor_items))
+          T(test_torchfmt__dtypes), T(test_torchfmt__tensor_items),
+          T(test_torchfmt__safetensors), T(test_torchfmt__safetensors_bad))
