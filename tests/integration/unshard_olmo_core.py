@@ -286,7 +286,13 @@ def run_mode(tmp):
         dest = os.path.join(tmp, "out" + ext)
         rc, lines, err = unshard(arc, dest)
         check(ext + ": exit 1 (orbax)", rc == 1, err)
-        check(ext + ": lines", lines == expected_lines(dest), "\n".join(lines))
+        want = expected_lines(dest)
+        if ext != ".tar":
+            # One streaming pass: rows of skipped steps first, then each
+            # step as its last member arrives (tarfile stores names sorted).
+            done = [ln for ln in want if ln.startswith("unsharded")]
+            want = [ln for ln in want if ln not in done] + done
+        check(ext + ": lines", lines == want, "\n".join(lines))
         check_run_outputs(ext, tmp, dest)
 
 
