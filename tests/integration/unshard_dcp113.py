@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 10
 """unshard_dcp113.py: `ckpt unshard` against real torch 1.13 DCP checkpoints.
 
 Every case of tests/support/make_dcp.py is written by 2-4 real processes

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 10
 """unshard_run.py: `ckpt unshard RUN DEST` over whole runs (SPEC `unshard`).
 
 One run holds: step5 (DCP) with an existing step5-unsharded, step10 (OLMo

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-cost: 90
 # upload_s3.sh - `ckpt upload` against s3rver behind the signing,
 # fault-injecting proxy: a tree with 0-byte files, a large file (multipart;
 # 100 MiB here, CKPT_TEST_BIG_MB=600 for the full size), 2,000 small files
