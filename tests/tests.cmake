@@ -13,6 +13,13 @@ foreach(src ${CKPT_UNIT_TESTS})
 endforeach()
 
 # Integration tests: shell or Python scripts run against build/ckpt.
+# A script may add to its ctest properties with header comments in its
+# first KiB (right after the #! line):
+#   # ctest-cost: 90       rough seconds it takes; with -j, ctest starts the
+#                          costliest first (it has no timings on a fresh
+#                          build directory, and would run it last)
+#   # ctest-labels: slow   extra labels, space-separated (scripts/test.sh's
+#                          ASan phase skips "slow")
 file(GLOB CKPT_INT_TESTS CONFIGURE_DEPENDS
      ${CMAKE_SOURCE_DIR}/tests/integration/*.sh
      ${CMAKE_SOURCE_DIR}/tests/integration/*.py)
@@ -26,8 +33,23 @@ foreach(script ${CKPT_INT_TESTS})
   endif()
   add_test(NAME integration/${name} COMMAND ${cmd}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(integration/${name} PROPERTIES LABELS integration
-    TIMEOUT 900
+  # (a changed header must reconfigure)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${script})
+  file(STRINGS ${script} header LIMIT_INPUT 1024 REGEX "^# ctest-[a-z]+:")
+  set(labels integration)
+  set(cost 0)
+  foreach(line ${header})
+    if(line MATCHES "^# ctest-cost: *([0-9]+)")
+      set(cost ${CMAKE_MATCH_1})
+    elseif(line MATCHES "^# ctest-labels: *([a-z0-9_ -]+)$")
+      string(REPLACE " " ";" more "${CMAKE_MATCH_1}")
+      list(APPEND labels ${more})
+    else()
+      message(FATAL_ERROR "${script}: unknown header '${line}'")
+    endif()
+  endforeach()
+  set_tests_properties(integration/${name} PROPERTIES LABELS "${labels}"
+    COST ${cost} TIMEOUT 900
     ENVIRONMENT "CKPT=$<TARGET_FILE:ckpt>;CKPT_SRC=${CMAKE_SOURCE_DIR};CKPT_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-cost: 11
 # s3_awscli.sh - cross-check with Debian's aws-cli against the same server
 # (s3rver behind the verifying proxy): objects ckpt writes are listed and
 # read back byte-identical by aws, and objects aws writes (multipart

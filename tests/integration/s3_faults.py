@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 10
 """s3_faults.py - the object-storage client under injected faults: 30% of
 requests answered 503 SlowDown, some 429 with R2's same-object message,
 GET bodies cut by TCP resets. Every operation still completes and the

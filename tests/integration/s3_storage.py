@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 14
 """s3_storage.py - the object-storage backend against s3rver behind the
 verifying proxy: every request's SigV4 signature is recomputed with
 botocore. Odd keys, listing (one level, recursive, >1000 keys), stat,

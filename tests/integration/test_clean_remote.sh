@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-cost: 15
 # ckpt clean on runs stored in S3 (s3rver behind the signature-verifying
 # proxy): run prefixes and archive objects, exact verdicts, the exact objects
 # left afterwards; a remote plain tar is classified from its headers only

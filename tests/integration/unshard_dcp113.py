@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 10
 """unshard_dcp113.py: `ckpt unshard` against real torch 1.13 DCP checkpoints.
 
 Every case of tests/support/make_dcp.py is written by 2-4 real processes
@@ -11,39 +12,15 @@ rename. Needs Debian's torch 1.13 at /usr/bin/python3.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-SRC = os.environ.get("CKPT_SRC", os.getcwd())
-CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
-PY = "/usr/bin/python3"
-MAKE = os.path.join(SRC, "tests", "support", "make_dcp.py")
-CHECK = os.path.join(SRC, "tests", "support", "check_unshard.py")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+from harness import CKPT, check, compare, finish, generate, run  # noqa: E402
+
 CASES = ["rows", "cols", "blocks2d", "multi", "replicated", "dtypes",
          "objects", "all", "olmo"]
-
-failures = []
-
-
-def run(*args, ok=True):
-    p = subprocess.run(list(args), capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        raise AssertionError("%s failed (%d):\n%s%s" % (
-            " ".join(args), p.returncode, p.stdout, p.stderr))
-    return p
-
-
-def check(name, cond, detail=""):
-    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
-                       (": " + detail) if detail and not cond else ""))
-    if not cond:
-        failures.append(name)
-
-
-def compare(name, actual, expected, *extra):
-    p = run(PY, CHECK, actual, expected, *extra, ok=False)
-    check(name, p.returncode == 0, p.stdout + p.stderr)
 
 
 def case_torch(tmp, case):
@@ -126,9 +103,11 @@ def run_mode(tmp):
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-dcp113-")
     try:
+        # All fixtures from one torch process: the import costs more than
+        # writing them.
+        generate(*[["make_dcp.py", os.path.join(tmp, case), "--case", case,
+                    "--no-verify"] for case in CASES])
         for case in CASES:
-            run(PY, MAKE, os.path.join(tmp, case), "--case", case,
-                "--no-verify")
             case_torch(tmp, case)
         for case in ["blocks2d", "multi"]:
             case_safetensors(tmp, case)
@@ -136,8 +115,7 @@ def main():
         run_mode(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures" % len(failures))
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

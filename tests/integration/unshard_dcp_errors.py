@@ -7,24 +7,14 @@ rows and objects) and breaks one thing per test with lib/dcpmod.py.
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-SRC = os.environ.get("CKPT_SRC", os.getcwd())
-CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
-PY = "/usr/bin/python3"
-sys.path.insert(0, os.path.join(SRC, "tests", "integration", "lib"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+sys.path.insert(0, os.path.join(HERE, "lib"))
 import dcpmod as M  # noqa: E402
-
-failures = []
-
-
-def check(name, cond, detail=""):
-    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
-                       (": " + detail.strip()) if detail and not cond else ""))
-    if not cond:
-        failures.append(name)
+from harness import CKPT, check, finish, generate, run  # noqa: E402
 
 
 def fresh(tmp, case, name):
@@ -36,8 +26,7 @@ def fresh(tmp, case, name):
 def expect_error(tmp, name, d, want, code=1, args=()):
     """Run ckpt on d; want is a substring of the error line."""
     dest = os.path.join(tmp, "out-" + name)
-    p = subprocess.run([CKPT, "unshard", "--no-progress"] + list(args) +
-                       [d, dest], capture_output=True, text=True)
+    p = run(CKPT, "unshard", "--no-progress", *args, d, dest, ok=False)
     err = p.stderr.strip().splitlines()
     line = err[-1] if err else ""
     check(name + ": exit %d" % code, p.returncode == code,
@@ -168,31 +157,26 @@ def zstd_unknown_transform(tmp):
 
 
 def usage(tmp):
-    p = subprocess.run([CKPT, "unshard", "--layout", "flat", "a", "b"],
-                       capture_output=True, text=True)
+    p = run(CKPT, "unshard", "--layout", "flat", "a", "b", ok=False)
     check("usage: exit 2", p.returncode == 2, p.stderr)
     check("usage: message", "unknown --layout 'flat'" in p.stderr, p.stderr)
-    p = subprocess.run([CKPT, "unshard", "a"], capture_output=True, text=True)
+    p = run(CKPT, "unshard", "a", ok=False)
     check("usage: one argument", p.returncode == 2, p.stderr)
 
 
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-dcperr-")
     try:
-        for case in ["rows", "objects"]:
-            subprocess.run([PY, os.path.join(SRC, "tests", "support",
-                                             "make_dcp.py"),
-                            os.path.join(tmp, case), "--case", case,
-                            "--no-verify", "--no-expected"], check=True,
-                           capture_output=True)
+        generate(*[["make_dcp.py", os.path.join(tmp, case), "--case", case,
+                    "--no-verify", "--no-expected"]
+                   for case in ["rows", "objects"]])
         for t in [truncated, missing, offset_past_end, overlapping,
                   unknown_dtype, os_system, eval_in_object, deep_object,
                   huge_length, not_a_zip, zstd_unknown_transform, usage]:
             t(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures" % len(failures))
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

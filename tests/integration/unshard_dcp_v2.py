@@ -12,66 +12,20 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-SRC = os.environ.get("CKPT_SRC", os.getcwd())
-CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
-PY = "/usr/bin/python3"
-CHECK = os.path.join(SRC, "tests", "support", "check_unshard.py")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+from harness import CKPT, SRC, check, compare, finish, run  # noqa: E402
+
 ST_DTYPES = {"float64", "float32", "float16", "bfloat16", "int64", "int32",
              "int16", "int8", "uint8", "bool", "complex64", "uint16",
              "uint32", "uint64", "float8_e5m2", "float8_e4m3fn"}
 
-failures = []
-
-
-def check(name, cond, detail=""):
-    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
-                       (": " + detail.strip()) if detail and not cond else ""))
-    if not cond:
-        failures.append(name)
-
 
 def ckpt(*args, env=None):
-    return subprocess.run([CKPT] + list(args), capture_output=True,
-                          text=True, env=env)
-
-
-def compare(name, actual, expected, *extra):
-    p = subprocess.run([PY, CHECK, actual, expected] + list(extra),
-                       capture_output=True, text=True)
-    check(name, p.returncode == 0, p.stdout + p.stderr)
-
-
-def compare_json(name, extra, ref):
-    """extra.json against the reference's non-tensor values, with
-    {"__bytes__": base64} turned back into bytes (JSON has no bytes)."""
-    code = r'''
-import base64, json, sys, torch
-sys.path.insert(0, sys.argv[3])
-import check_unshard as C
-def unb(v):
-    if isinstance(v, dict) and list(v) == ["__bytes__"]:
-        return base64.b64decode(v["__bytes__"])
-    if isinstance(v, dict):
-        return {k: unb(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [unb(x) for x in v]
-    return v
-got = unb(json.load(open(sys.argv[1])))
-_, want = C.flatten(torch.load(sys.argv[2], weights_only=False))
-_, got = C.flatten(got)
-want = {k: C._jsonable(v) for k, v in want.items()}
-r = C.compare(got, want)
-print("OK" if r.ok else "DIFF %s: %s" % (r.path, r.msg))
-sys.exit(0 if r.ok else 1)
-'''
-    p = subprocess.run([PY, "-c", code, extra, ref,
-                        os.path.join(SRC, "tests", "support")],
-                       capture_output=True, text=True)
-    check(name, p.returncode == 0, p.stdout + p.stderr)
+    return run(CKPT, *args, ok=False, env=env)
 
 
 def manifest(case_dir):
@@ -112,7 +66,8 @@ def one_case(case_dir, tmp):
             compare(name + ": safetensors tensors", st, ref)
         extra = os.path.join(out + "-st", "extra.json")
         if p.returncode == 0 and os.path.exists(extra):
-            compare_json(name + ": extra.json values", extra, ref)
+            # extra.json against the reference's non-tensor values
+            compare(name + ": extra.json values", extra, ref)
     if any(k.get("path", [""])[0] == "model" for k in m["keys"].values()):
         p = ckpt("unshard", "--layout", "olmo", "--verify",
                  os.path.join(case_dir, "ckpt"), out + "-olmo")
@@ -134,8 +89,7 @@ def main():
             one_case(os.path.dirname(c), tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures" % len(failures))
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -14,38 +14,24 @@ Each must unshard to exactly the expected state dict.
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-SRC = os.environ.get("CKPT_SRC", os.getcwd())
-CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
-PY = "/usr/bin/python3"
-CHECK = os.path.join(SRC, "tests", "support", "check_unshard.py")
-sys.path.insert(0, os.path.join(SRC, "tests", "integration", "lib"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+sys.path.insert(0, os.path.join(HERE, "lib"))
 import dcpmod as M  # noqa: E402
-
-failures = []
-
-
-def check(name, cond, detail=""):
-    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
-                       (": " + detail.strip()) if detail and not cond else ""))
-    if not cond:
-        failures.append(name)
+from harness import CKPT, check, compare, finish, generate, run  # noqa: E402
 
 
 def unshard_and_compare(tmp, name, d):
     out = os.path.join(tmp, "out-" + name)
-    p = subprocess.run([CKPT, "unshard", "--verify", "--no-progress", d, out],
-                       capture_output=True, text=True)
+    p = run(CKPT, "unshard", "--verify", "--no-progress", d, out, ok=False)
     check(name + ": exit 0", p.returncode == 0, p.stderr)
     if p.returncode:
         return
-    p = subprocess.run([PY, CHECK, os.path.join(out, "checkpoint.pt"),
-                        os.path.join(tmp, "all", "expected.pt")],
-                       capture_output=True, text=True)
-    check(name + ": values equal", p.returncode == 0, p.stdout + p.stderr)
+    compare(name + ": values equal", os.path.join(out, "checkpoint.pt"),
+            os.path.join(tmp, "all", "expected.pt"))
 
 
 def zstd(tmp):
@@ -118,8 +104,7 @@ def diverged(tmp, d, plain, rank):
     M.put_item(d, info, M.make_zip(recs), "__diverged.distcp")
     M.save_meta(d, m, name)
     out = os.path.join(tmp, "out-diverged")
-    p = subprocess.run([CKPT, "unshard", "--verify", d, out],
-                       capture_output=True, text=True)
+    p = run(CKPT, "unshard", "--verify", d, out, ok=False)
     check("diverged replica: exit 1", p.returncode == 1, p.stderr)
     check("diverged replica: message",
           "verify: tensor '%s': replicated chunks differ" % plain in p.stderr,
@@ -153,17 +138,14 @@ def bigendian(tmp):
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-dcpvar-")
     try:
-        subprocess.run([PY, os.path.join(SRC, "tests", "support",
-                                         "make_dcp.py"),
-                        os.path.join(tmp, "all"), "--case", "all",
-                        "--no-verify"], check=True, capture_output=True)
+        generate(["make_dcp.py", os.path.join(tmp, "all"), "--case", "all",
+                  "--no-verify"])
         zstd(tmp)
         rank_local(tmp)
         bigendian(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures" % len(failures))
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -13,38 +13,13 @@ rank file: one error line naming the file, nothing at DEST.
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 
-SRC = os.environ.get("CKPT_SRC", os.getcwd())
-CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
-PY = "/usr/bin/python3"
-SUP = os.path.join(SRC, "tests", "support")
-CHECK = os.path.join(SUP, "check_unshard.py")
-
-failures = []
-
-
-def run(*args, ok=True):
-    p = subprocess.run(list(args), capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        raise AssertionError("%s failed (%d):\n%s%s" % (
-            " ".join(args), p.returncode, p.stdout, p.stderr))
-    return p
-
-
-def check(name, cond, detail=""):
-    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
-                       (": " + detail) if detail and not cond else ""))
-    if not cond:
-        failures.append(name)
-
-
-def compare(name, actual, expected, *extra):
-    p = run(PY, CHECK, actual, expected, *extra, ok=False)
-    check(name, p.returncode == 0, p.stdout + p.stderr)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+from harness import CKPT, check, compare, finish, generate, run  # noqa: E402
 
 
 def unshard(*args):
@@ -123,10 +98,10 @@ def patch_step(ck):
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-olmo-legacy-")
     try:
+        generate(*[["make_olmo_legacy.py", os.path.join(tmp, "r%d" % ranks),
+                    "--ranks", str(ranks), "--no-verify"]
+                   for ranks in (2, 4)])
         for ranks in (2, 4):
-            run(PY, os.path.join(SUP, "make_olmo_legacy.py"),
-                os.path.join(tmp, "r%d" % ranks), "--ranks", str(ranks),
-                "--no-verify")
             case_ok(tmp, ranks)
         bad(tmp, "missing-rank",
             lambda d: os.remove(os.path.join(d, "rank2.pt")),
@@ -155,8 +130,7 @@ def main():
             "directory)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures" % len(failures))
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-cost: 12
 # ckpt unshard of a DCP checkpoint stored in S3 (s3rver behind the
 # signature-verifying proxy): read by ranged GETs, output bit-exact against
 # the state dict torch 1.13 saved.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 10
 """unshard_run.py: `ckpt unshard RUN DEST` over whole runs (SPEC `unshard`).
 
 One run holds: step5 (DCP) with an existing step5-unsharded, step10 (OLMo
@@ -14,38 +15,13 @@ values through tests/support/check_unshard.py (real torch 1.13).
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
 
-SRC = os.environ.get("CKPT_SRC", os.getcwd())
-CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
-PY = "/usr/bin/python3"
-SUP = os.path.join(SRC, "tests", "support")
-CHECK = os.path.join(SUP, "check_unshard.py")
-
-failures = []
-
-
-def run(*args, ok=True):
-    p = subprocess.run(list(args), capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        raise AssertionError("%s failed (%d):\n%s%s" % (
-            " ".join(args), p.returncode, p.stdout, p.stderr))
-    return p
-
-
-def check(name, cond, detail=""):
-    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
-                       (": " + detail) if detail and not cond else ""))
-    if not cond:
-        failures.append(name)
-
-
-def compare(name, actual, expected, *extra):
-    p = run(PY, CHECK, actual, expected, *extra, ok=False)
-    check(name, p.returncode == 0, p.stdout + p.stderr)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+from harness import CKPT, check, compare, finish, generate, run  # noqa: E402
 
 
 def files(root):
@@ -246,20 +222,21 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-unshard-run-")
     try:
         fx = os.path.join(tmp, "fx")
-        for case in ("rows", "olmo"):
-            run(PY, os.path.join(SUP, "make_dcp.py"), os.path.join(fx, case),
-                "--case", case, "--no-verify")
-        run(PY, os.path.join(SUP, "make_zarr.py"), os.path.join(fx, "zarr"))
-        run(PY, os.path.join(SUP, "make_zarr.py"),
-            os.path.join(fx, "zarr-inc"), "--incomplete", "--no-expected")
-        run(PY, os.path.join(SUP, "make_olmo_legacy.py"),
-            os.path.join(fx, "legacy"), "--ranks", "3", "--no-verify")
+        # All fixtures from one torch process.
+        generate(["make_dcp.py", os.path.join(fx, "rows"), "--case", "rows",
+                  "--no-verify"],
+                 ["make_dcp.py", os.path.join(fx, "olmo"), "--case", "olmo",
+                  "--no-verify"],
+                 ["make_zarr.py", os.path.join(fx, "zarr")],
+                 ["make_zarr.py", os.path.join(fx, "zarr-inc"), "--incomplete",
+                  "--no-expected"],
+                 ["make_olmo_legacy.py", os.path.join(fx, "legacy"),
+                  "--ranks", "3", "--no-verify"])
         case_dir(tmp, fx)
         case_archives(tmp, fx)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures" % len(failures))
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

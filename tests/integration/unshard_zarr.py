@@ -14,37 +14,12 @@ file, nothing at DEST.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-SRC = os.environ.get("CKPT_SRC", os.getcwd())
-CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
-PY = "/usr/bin/python3"
-SUP = os.path.join(SRC, "tests", "support")
-CHECK = os.path.join(SUP, "check_unshard.py")
-
-failures = []
-
-
-def run(*args, ok=True):
-    p = subprocess.run(list(args), capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        raise AssertionError("%s failed (%d):\n%s%s" % (
-            " ".join(args), p.returncode, p.stdout, p.stderr))
-    return p
-
-
-def check(name, cond, detail=""):
-    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
-                       (": " + detail) if detail and not cond else ""))
-    if not cond:
-        failures.append(name)
-
-
-def compare(name, actual, expected, *extra):
-    p = run(PY, CHECK, actual, expected, *extra, ok=False)
-    check(name, p.returncode == 0, p.stdout + p.stderr)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+from harness import CKPT, check, compare, finish, generate, run  # noqa: E402
 
 
 def unshard(*args):
@@ -108,9 +83,9 @@ def set_zarray(d, arr, **kw):
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-zarr-")
     try:
-        run(PY, os.path.join(SUP, "make_zarr.py"), os.path.join(tmp, "z"))
-        run(PY, os.path.join(SUP, "make_zarr.py"), os.path.join(tmp, "inc"),
-            "--incomplete", "--no-expected")
+        generate(["make_zarr.py", os.path.join(tmp, "z")],
+                 ["make_zarr.py", os.path.join(tmp, "inc"), "--incomplete",
+                  "--no-expected"])
         case_ok(tmp)
         bad(tmp, "incomplete", lambda d: None,
             "'%(d)s/.zattrs' missing: the checkpoint is incomplete "
@@ -148,8 +123,7 @@ def main():
             "(blosc, zstd, null)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures" % len(failures))
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 30
 """upload_crash.py - crash consistency of `ckpt upload` (s3rver behind the
 counting proxy).
 

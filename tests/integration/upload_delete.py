@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 60
 """upload_delete.py - `ckpt upload --delete-source` against s3rver behind
 the fault-injecting proxy: when faults make some files fail, nothing at
 all is deleted and the run says which files did not arrive; once

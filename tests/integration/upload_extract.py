@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 22
 """upload_extract.py - `ckpt upload --extract`: a .tar.gz and a .tar.zst
 in object storage become an uncompressed tree under a remote prefix,
 streamed (the archive is read once, nothing is written locally), with the

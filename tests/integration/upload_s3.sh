@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctest-cost: 90
 # upload_s3.sh - `ckpt upload` against s3rver behind the signing,
 # fault-injecting proxy: a tree with 0-byte files, a large file (multipart;
 # 100 MiB here, CKPT_TEST_BIG_MB=600 for the full size), 2,000 small files
@@ -27,8 +28,11 @@ n=$(echo "$want" | wc -l)
 total=$(echo "$want" | awk -F'\t' '{ s += $1 } END { print s }')
 
 # --- upload under faults
+# A request fails when all its attempts meet a fault: with 35% of them
+# faulty, the default 10 attempts lose one of ~2,000 objects in about one
+# run in 20 (0.35^10 * 2000); 20 attempts make that about 1 in 600,000.
 s3env_faults '{"slowdown":0.3,"r2_429":0.02,"reset":0.05,"reset_writes":true}'
-out=$("$CKPT" upload --json "$T/src" s3://ckpt-test/t 2>"$T/err")
+out=$("$CKPT" upload --json --retries 20 "$T/src" s3://ckpt-test/t 2>"$T/err")
 check "upload exit" 0 $?
 check "upload summary" "summary $n 0 0 $total" "$(echo "$out" | summary)"
 check "no error rows" "" "$(echo "$out" | grep -v '"summary"')"

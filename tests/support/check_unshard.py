@@ -60,20 +60,39 @@ ACTUAL and EXPECTED alike, as ForeignTensor (dtype name + the raw bits as a
 same-shaped int tensor) and are compared by name, shape and bits. So 1.13 can
 check every committed torch 2.x reference.pt.
 
+ACTUAL may also be the extra.json that `--format safetensors` writes beside
+the tensors: its values ({"__bytes__": base64} turned back into bytes) must
+equal EXPECTED's non-tensor values, both flattened as above.
+
 Output: "OK N tensors, M values" and exit 0; otherwise "DIFF <path>: <what>"
 (or "ERROR ...") on stderr and exit 1. Exit 2 on usage errors.
 
+Many checks, one torch import:
+
+    /usr/bin/python3 tests/support/check_unshard.py --batch
+
+reads one check per stdin line, a JSON array of the arguments above
+(["ACTUAL", "EXPECTED", "--allow-pickle"]), and answers each on one stdout
+line as soon as it is made: {"rc": exit status, "output": what the check
+printed}, exactly what a run of its own would have given. Used as a
+co-process by tests/support/harness.py.
+
 Also importable: compare(actual, expected) -> Result(ok, path, msg, tensors,
-values); safe_load(path); load_safetensors(path) -> {name: tensor}.
+values); safe_load(path); load_safetensors(path) -> {name: tensor};
+run(argv) -> (exit status, output) for main() in-process.
 """
 import argparse
+import base64
 import collections
+import contextlib
+import io
 import json
 import math
 import os
 import pickle
 import struct
 import sys
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -711,6 +730,27 @@ def compare_dirs(actual_dir, expected, args):
     return total
 
 
+def _unbytes(v):
+    """extra.json's {"__bytes__": base64} back into bytes (JSON has none)."""
+    if isinstance(v, dict) and list(v) == ["__bytes__"]:
+        return base64.b64decode(v["__bytes__"])
+    if isinstance(v, dict):
+        return {k: _unbytes(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_unbytes(x) for x in v]
+    return v
+
+
+def compare_extra_json(path, expected_obj):
+    """An extra.json (the non-tensor values `--format safetensors` writes)
+    against EXPECTED's non-tensor values, both flattened."""
+    with open(path) as f:
+        got = _unbytes(json.load(f))
+    _, want = flatten(expected_obj)
+    _, got = flatten(got)
+    return compare(got, {k: _jsonable(v) for k, v in want.items()})
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Compare unsharder output with the expected state dict.")
@@ -733,6 +773,8 @@ def main(argv=None):
             exp = load_trusted(args.expected)
             if args.actual.endswith(".safetensors") or args.actual.endswith(".index.json"):
                 res = compare_safetensors(load_safetensors(args.actual), exp, args.values_json)
+            elif args.actual.endswith(".json"):
+                res = compare_extra_json(args.actual, exp)
             else:
                 act = load_any(args.actual, args.allow_pickle)
                 res = compare(act, exp, allow_objects=args.allow_pickle)
@@ -749,5 +791,53 @@ def main(argv=None):
     return 0
 
 
+def run(argv):
+    """main(argv) in this process, as if it ran alone: returns (exit
+    status, what it printed on stdout and stderr). Never raises: a crash
+    is exit status 1 with its traceback."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        try:
+            rc = main(list(argv))
+        except SystemExit as e:
+            # as the interpreter would exit: argparse's usage errors are 2,
+            # SystemExit("message") prints the message and is 1
+            if e.code is None or isinstance(e.code, int):
+                rc = e.code or 0
+            else:
+                print(e.code, file=sys.stderr)
+                rc = 1
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+            rc = 1
+    return rc, buf.getvalue()
+
+
+def batch(inp, out):
+    """--batch: one check per input line (a JSON array of main()'s
+    arguments), one answer per output line, flushed as soon as it is made,
+    so a test can keep this process as a co-process."""
+    for line in inp:
+        if not line.strip():
+            continue
+        try:
+            argv = json.loads(line)
+            if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+                raise ValueError("not a JSON array of strings")
+        except ValueError as e:
+            rc, text = 2, f"check_unshard --batch: bad request {line.strip()[:200]!r}: {e}\n"
+        else:
+            rc, text = run(argv)
+        out.write(json.dumps({"rc": rc, "output": text}) + "\n")
+        out.flush()
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--batch"]:
+        # Answers go to a private copy of stdout; fd 1 itself goes to stderr
+        # so that nothing else (a C library, a stray print) can corrupt them.
+        answers = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+        sys.exit(batch(sys.stdin, answers))
     sys.exit(main())

@@ -38,8 +38,8 @@ Writes (OUTDIR is created; it must not contain ckpt/ already):
                               ("sharded" / "tensor" / "bytes"), dtype, shape and
                               the chunk boxes [[rank, offsets, sizes], ...].
 
-How the checkpoint is written: torch.multiprocessing (fork) starts the ranks,
-each joins a gloo process group on 127.0.0.1 (free port), builds its
+How the checkpoint is written: torchranks.py starts the ranks (fork), each
+joins a gloo process group on 127.0.0.1 (free port), builds its
 ShardedTensors with init_from_local_shards (placement "rank:R/cpu") and calls
 torch.distributed._shard.checkpoint.save_state_dict(sd, FileSystemWriter(...),
 coordinator_rank=C). In 1.13 only the coordinator writes plain tensors and
@@ -110,15 +110,12 @@ Exit status 0 on success; non-zero (with a message) on any failure or timeout.
 """
 import argparse
 import collections
-import datetime
-import faulthandler
 import json
 import math
 import os
 import pathlib
 import random
 import shutil
-import socket
 import sys
 import time
 
@@ -126,11 +123,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import torchshim  # noqa: E402,F401  (must precede torch)
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 from torch.distributed._shard.sharded_tensor import (  # noqa: E402
     Shard, ShardMetadata, init_from_local_shards)
 import torch.distributed._shard.checkpoint as dcp  # noqa: E402
+import torchranks  # noqa: E402
 
 SEED = 20261121
 
@@ -625,54 +621,22 @@ def _train_state(spec, rank):
     }
 
 
-def _worker(rank, spec, port, ckpt_dir, olmo, timeout):
-    torch.set_num_threads(1)
-    # on a hang, print every rank's stack shortly before the parent gives up
-    faulthandler.dump_traceback_later(max(1.0, timeout - 3), exit=True)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=rank, world_size=spec.world,
-                            timeout=datetime.timedelta(seconds=60))
-    try:
-        sd = _local_state_dict(spec, rank)
-        dcp_dir = os.path.join(ckpt_dir, "model_and_optim") if olmo else ckpt_dir
-        dcp.save_state_dict(sd, dcp.FileSystemWriter(dcp_dir,
-                                                     single_file_per_rank=spec.single_file),
-                            coordinator_rank=spec.coordinator)
-        if olmo:
-            os.makedirs(os.path.join(ckpt_dir, "train"), exist_ok=True)
-            torch.save(_train_state(spec, rank),
-                       os.path.join(ckpt_dir, "train", f"rank{rank}.pt"))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def _worker(rank, world, spec, ckpt_dir, olmo):
+    sd = _local_state_dict(spec, rank)
+    dcp_dir = os.path.join(ckpt_dir, "model_and_optim") if olmo else ckpt_dir
+    dcp.save_state_dict(sd, dcp.FileSystemWriter(dcp_dir,
+                                                 single_file_per_rank=spec.single_file),
+                        coordinator_rank=spec.coordinator)
+    if olmo:
+        os.makedirs(os.path.join(ckpt_dir, "train"), exist_ok=True)
+        torch.save(_train_state(spec, rank),
+                   os.path.join(ckpt_dir, "train", f"rank{rank}.pt"))
 
 
 def run_ranks(spec, ckpt_dir, timeout, olmo=False):
     os.makedirs(ckpt_dir, exist_ok=True)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    ctx = mp.start_processes(_worker, args=(spec, _free_port(), ckpt_dir, olmo, timeout),
-                             nprocs=spec.world, join=False, start_method="fork")
-    deadline = time.monotonic() + timeout
-    try:
-        while not ctx.join(timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ranks did not finish within {timeout}s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in ctx.processes:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
+    torchranks.run(_worker, spec.world, args=(spec, ckpt_dir, olmo),
+                   timeout=timeout)
 
 
 # --------------------------------------------------------------------------

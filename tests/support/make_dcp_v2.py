@@ -31,9 +31,9 @@ manifest.json says "reference": "generator" (only rank_local: torch 2.14's
 dcp_to_torch_save reads just __0.metadata there and returns zeros for the
 other ranks' chunks; manifest.json "reference_note" records that).
 
-Processes: torch.multiprocessing (spawn: the parent has run DCP's
-threaded reader by then, so fork is unsafe), gloo on 127.0.0.1 (free port;
-USE_LIBUV=0 is needed by Debian's build). DTensors are built with
+Processes: torchranks.py (spawn: the parent has run DCP's threaded reader
+by then, so fork is unsafe), gloo on 127.0.0.1 (free port; USE_LIBUV=0 is
+needed by Debian's build). DTensors are built with
 DTensor.from_local(local, mesh, placements, shape=, stride=) from boxes that
 torch's own compute_local_shape_and_global_offset gives (gloo cannot scatter
 bf16/bool, so distribute_tensor is not used). torch.chunk-style uneven
@@ -79,29 +79,25 @@ Exit status 0 when every requested case was written and checked.
 """
 import argparse
 import collections
-import datetime
-import faulthandler
 import inspect
 import json
 import math
 import os
 import random
 import shutil
-import socket
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.tensor import DTensor, Replicate, Shard  # noqa: E402
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset  # noqa: E402
 
 from check_unshard import compare  # noqa: E402
+import torchranks  # noqa: E402
 
 SEED = 20261121
 VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
@@ -450,52 +446,19 @@ def _writer_kwargs(case):
     return _zstd_writer() if case.writer == "zstd" else dict(case.writer)
 
 
-def _worker(rank, case, port, outdir, timeout):
-    torch.set_num_threads(1)
-    # on a hang, print every rank's stack shortly before the parent gives up
-    faulthandler.dump_traceback_later(max(1.0, timeout - 3), exit=True)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=rank, world_size=case.world,
-                            timeout=datetime.timedelta(seconds=60))
-    try:
-        mesh = init_device_mesh("cpu", case.mesh_shape, mesh_dim_names=case.mesh_names)
-        sd, expected = case.build(rank, mesh)
-        if rank == 0:
-            torch.save(expected, os.path.join(outdir, "expected.pt"))
-            _write_manifest(case, sd, outdir)
-        writer = dcp.FileSystemWriter(os.path.join(outdir, "ckpt"), **_writer_kwargs(case))
-        dcp.save(sd, storage_writer=writer, **case.save)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def _worker(rank, world, case, outdir):
+    mesh = init_device_mesh("cpu", case.mesh_shape, mesh_dim_names=case.mesh_names)
+    sd, expected = case.build(rank, mesh)
+    if rank == 0:
+        torch.save(expected, os.path.join(outdir, "expected.pt"))
+        _write_manifest(case, sd, outdir)
+    writer = dcp.FileSystemWriter(os.path.join(outdir, "ckpt"), **_writer_kwargs(case))
+    dcp.save(sd, storage_writer=writer, **case.save)
 
 
 def run_ranks(case, outdir, timeout):
-    os.environ.setdefault("USE_LIBUV", "0")
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    ctx = mp.start_processes(_worker, args=(case, _free_port(), outdir, timeout),
-                             nprocs=case.world, join=False, start_method="spawn")
-    deadline = time.monotonic() + timeout
-    try:
-        while not ctx.join(timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{case.name}: ranks did not finish within {timeout}s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in ctx.processes:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
+    torchranks.run(_worker, case.world, args=(case, outdir), timeout=timeout,
+                   start_method="spawn", what=f"{case.name}: ranks")
 
 
 def _flat_keys(sd, prefix=""):

@@ -41,7 +41,7 @@ How the ShardedTensors are made (FSDP itself needs CUDA in 1.13): with the
 function FSDP's SHARDED_STATE_DICT uses, torch.distributed.fsdp._shard_utils.
 _create_chunk_sharded_tensor (tensor.chunk(world) along dim 0: uneven, and
 ranks past the last chunk own nothing and have NO entry in shards_metadata),
-over a gloo group on 127.0.0.1 (torch.multiprocessing, fork).
+over a gloo group on 127.0.0.1 (torchranks.py, fork).
   * model tensors then go through ShardedTensor.cpu(), as OLMo's
     offload_to_cpu=True does: every placement "rank:R/cpu";
   * optimizer exp_avg / exp_avg_sq keep FSDP's global placements
@@ -62,8 +62,6 @@ independent implementation of OLMo's TorchLegacyShardedCheckpointer._unshard
 import argparse
 import collections
 import contextlib
-import datetime
-import faulthandler
 import json
 import os
 import pathlib
@@ -77,13 +75,13 @@ sys.path.insert(0, HERE)
 import torchshim  # noqa: E402,F401  (must precede torch)
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 from torch.distributed._shard.sharded_tensor import (  # noqa: E402
     Shard, ShardedTensor, ShardMetadata, init_from_local_shards)
 from torch.distributed.fsdp._shard_utils import _create_chunk_sharded_tensor  # noqa: E402
 
 from check_unshard import compare  # noqa: E402
-from make_dcp import SEED, _free_port, f32  # noqa: E402
+from make_dcp import SEED, f32  # noqa: E402
+import torchranks  # noqa: E402
 
 PARAMS = [  # fqn, shape (FSDP use_orig_params names)
     ("transformer.wte.weight", (50, 16)),
@@ -147,65 +145,42 @@ def trainer_state(rank, world):
     ])
 
 
-def _worker(rank, world, port, ckpt_dir, timeout):
-    torch.set_num_threads(1)
-    faulthandler.dump_traceback_later(max(1.0, timeout - 3), exit=True)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=60))
-    try:
-        pg = dist.distributed_c10d._get_default_group()
-        full = full_tensors()
-        model = collections.OrderedDict()
-        ostate = collections.OrderedDict()
-        for fqn, _ in PARAMS:
-            model[fqn] = _create_chunk_sharded_tensor(full[fqn]["param"], rank, world, 1, pg).cpu()
-        fqn, shape = EXTRA_2D
-        boxes = blocks_2d(shape, world)
-        o, s = boxes[rank]
-        local = full[fqn]["param"][o[0]:o[0] + s[0], o[1]:o[1] + s[1]].clone()
-        model[fqn] = init_from_local_shards(
-            [Shard(local, ShardMetadata(list(o), list(s), f"rank:{rank}/cpu"))], *shape)
-        for fqn, _ in PARAMS + [EXTRA_2D]:
-            st = {"step": torch.tensor(3.0)}
-            for k in ("exp_avg", "exp_avg_sq"):
-                if fqn == EXTRA_2D[0]:
-                    o, s = boxes[rank]
-                    loc = full[fqn][k][o[0]:o[0] + s[0], o[1]:o[1] + s[1]].clone()
-                    st[k] = init_from_local_shards(
-                        [Shard(loc, ShardMetadata(list(o), list(s), f"rank:{rank}/cpu"))],
-                        *EXTRA_2D[1])
-                else:
-                    st[k] = _create_chunk_sharded_tensor(full[fqn][k], rank, world, 1, pg)
-            ostate[fqn] = st
-        group = dict(PARAM_GROUP)
-        group["params"] = [fqn for fqn, _ in PARAMS + [EXTRA_2D]]
-        sd = collections.OrderedDict([("model", model),
-                                      ("optim", {"state": ostate, "param_groups": [group]})])
-        sd.update(trainer_state(rank, world))
-        torch.save(sd, os.path.join(ckpt_dir, f"rank{rank}.pt"))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def _worker(rank, world, ckpt_dir):
+    pg = dist.distributed_c10d._get_default_group()
+    full = full_tensors()
+    model = collections.OrderedDict()
+    ostate = collections.OrderedDict()
+    for fqn, _ in PARAMS:
+        model[fqn] = _create_chunk_sharded_tensor(full[fqn]["param"], rank, world, 1, pg).cpu()
+    fqn, shape = EXTRA_2D
+    boxes = blocks_2d(shape, world)
+    o, s = boxes[rank]
+    local = full[fqn]["param"][o[0]:o[0] + s[0], o[1]:o[1] + s[1]].clone()
+    model[fqn] = init_from_local_shards(
+        [Shard(local, ShardMetadata(list(o), list(s), f"rank:{rank}/cpu"))], *shape)
+    for fqn, _ in PARAMS + [EXTRA_2D]:
+        st = {"step": torch.tensor(3.0)}
+        for k in ("exp_avg", "exp_avg_sq"):
+            if fqn == EXTRA_2D[0]:
+                o, s = boxes[rank]
+                loc = full[fqn][k][o[0]:o[0] + s[0], o[1]:o[1] + s[1]].clone()
+                st[k] = init_from_local_shards(
+                    [Shard(loc, ShardMetadata(list(o), list(s), f"rank:{rank}/cpu"))],
+                    *EXTRA_2D[1])
+            else:
+                st[k] = _create_chunk_sharded_tensor(full[fqn][k], rank, world, 1, pg)
+        ostate[fqn] = st
+    group = dict(PARAM_GROUP)
+    group["params"] = [fqn for fqn, _ in PARAMS + [EXTRA_2D]]
+    sd = collections.OrderedDict([("model", model),
+                                  ("optim", {"state": ostate, "param_groups": [group]})])
+    sd.update(trainer_state(rank, world))
+    torch.save(sd, os.path.join(ckpt_dir, f"rank{rank}.pt"))
 
 
 def run_ranks(world, ckpt_dir, timeout):
     os.makedirs(ckpt_dir, exist_ok=True)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    ctx = mp.start_processes(_worker, args=(world, _free_port(), ckpt_dir, timeout),
-                             nprocs=world, join=False, start_method="fork")
-    deadline = time.monotonic() + timeout
-    try:
-        while not ctx.join(timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ranks did not finish within {timeout}s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in ctx.processes:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
+    torchranks.run(_worker, world, args=(ckpt_dir,), timeout=timeout)
 
 
 def expected_parts(world):

@@ -59,12 +59,12 @@ def build(root):
     return out
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
     ap.add_argument("--incomplete", action="store_true")
     ap.add_argument("--no-expected", action="store_true")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     path = os.path.join(a.outdir, "ckpt")
     root = zarr.group(store=zarr.DirectoryStore(path), overwrite=True)
     data = build(root)

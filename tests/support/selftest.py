@@ -47,15 +47,8 @@ def check(cond, what):
 def run_check(actual, expected, *extra):
     """check_unshard.main in this process (a subprocess per call would spend
     seconds importing torch)."""
-    import contextlib
-    import io
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-        try:
-            rc = cu.main([actual, expected, *extra])
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else 2
-    return rc, buf.getvalue().strip()
+    rc, out = cu.run([actual, expected, *extra])
+    return rc, out.strip()
 
 
 _ST_NAME = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",

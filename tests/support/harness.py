@@ -1,0 +1,101 @@
+"""harness.py: what the Python integration tests of `ckpt unshard` share.
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "support"))
+    from harness import CKPT, SRC, SUP, check, compare, finish, generate, run
+
+SRC      the repository ($CKPT_SRC, else the working directory)
+CKPT     the ckpt binary ($CKPT, else SRC/build/ckpt)
+PY       Debian's python3, the one with torch 1.13 (/usr/bin/python3)
+SUP      SRC/tests/support
+run(*args, ok=True, env=None) -> subprocess.CompletedProcess (text output).
+         With ok, a non-zero exit raises AssertionError with the output.
+check(name, cond, detail="")
+         Prints "ok   NAME", or "FAIL NAME: DETAIL" and counts a failure.
+compare(name, actual, expected, *options)
+         check(name, ...) that ACTUAL equals EXPECTED by check_unshard.py
+         (options: its --allow-pickle etc.); on failure the detail is what
+         check_unshard printed. Every compare of a test goes to one
+         `check_unshard.py --batch` co-process, so torch is imported once
+         per test, not once per compare; each is still made when called.
+generate(*jobs)
+         Writes fixtures: each job is [SCRIPT, ARG...] of a tests/support
+         generator (["make_dcp.py", DIR, "--case", "rows"]); all run in one
+         torch process (run_mains.py), in order. Raises AssertionError if
+         one fails.
+failures the names of the failed checks
+finish() -> exit status
+         Prints "N failures"; returns 1 if a check failed, else 0.
+"""
+import json
+import os
+import subprocess
+
+SRC = os.environ.get("CKPT_SRC", os.getcwd())
+CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
+PY = "/usr/bin/python3"
+SUP = os.path.join(SRC, "tests", "support")
+
+failures = []
+_checker = None  # the check_unshard.py --batch co-process, once started
+
+
+def run(*args, ok=True, env=None):
+    p = subprocess.run(list(args), capture_output=True, text=True, env=env)
+    if ok and p.returncode != 0:
+        raise AssertionError("%s failed (%d):\n%s%s" % (
+            " ".join(args), p.returncode, p.stdout, p.stderr))
+    return p
+
+
+def check(name, cond, detail=""):
+    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
+                       (": " + detail.strip()) if detail and not cond
+                       else ""), flush=True)
+    if not cond:
+        failures.append(name)
+
+
+def _check_unshard(argv):
+    """(exit status, output) of check_unshard.py ARGV, by the co-process."""
+    global _checker
+    if _checker is None:
+        _checker = subprocess.Popen(
+            [PY, os.path.join(SUP, "check_unshard.py"), "--batch"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        _checker.stdin.write(json.dumps(list(argv)) + "\n")
+        _checker.stdin.flush()
+        line = _checker.stdout.readline()
+    except BrokenPipeError:
+        line = ""
+    if not line:
+        # It died (its stderr, inherited, says why); the next compare
+        # starts a new one.
+        rc = _checker.wait()
+        _checker = None
+        return 1, "check_unshard.py --batch exited with %d" % rc
+    answer = json.loads(line)
+    return answer["rc"], answer["output"]
+
+
+def compare(name, actual, expected, *options):
+    rc, out = _check_unshard([actual, expected] + list(options))
+    check(name, rc == 0, out)
+
+
+def generate(*jobs):
+    argv = [PY, os.path.join(SUP, "run_mains.py")]
+    for i, job in enumerate(jobs):
+        argv += ([";"] if i else []) + list(job)
+    return run(*argv)
+
+
+def finish():
+    global _checker
+    if _checker is not None:
+        _checker.stdin.close()
+        _checker.wait()
+        _checker = None
+    print("%d failures" % len(failures))
+    return 1 if failures else 0
