@@ -51,8 +51,11 @@ static int probe_chunk(struct ujob *j, struct utensor *t, struct uchunk *c,
     if (src_item(j, &c->meta->st, bytes + (16u << 20), &c->src, &off, &len,
                  err) != 0)
         return -1;
-    src_rd(&rd, c->src, off, len);
-    if (ckpt_tensor_item_load(&rd, &loc, err) != 0)
+    struct src_cache cache;
+    src_rd_cached(&rd, &cache, c->src, off, len);
+    int rc = ckpt_tensor_item_load(&rd, &loc, err);
+    src_cache_release(&cache);
+    if (rc != 0)
         return -1;
     if (loc.t.dtype != e->dtype)
         return ckpt_err_set(err, CKPT_EFORMAT, "stored dtype %s differs "

@@ -81,6 +81,60 @@ void src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len)
     rd->name = s->name;
 }
 
+#define WINDOW (64u << 10)
+
+static int cached_read(void *ctx, uint64_t off, void *buf, size_t len,
+                       struct ckpt_err *err)
+{
+    struct src_cache *c = ctx;
+    for (int i = 0; i < c->n; i++)
+        if (off >= c->w[i].off && off + len <= c->w[i].off + c->w[i].len) {
+            memcpy(buf, c->w[i].buf + (off - c->w[i].off), len);
+            return 0;
+        }
+    if (len > WINDOW / 2)
+        return src_read(c->s, off, buf, len, err);
+    /* A window that holds the read and as much around it as the range
+     * allows; near the end it reaches back, since zip records sit at
+     * both ends of an item. */
+    uint64_t start = off, end;
+    if (c->hi - c->lo <= WINDOW)
+        start = c->lo;
+    else if (off + WINDOW > c->hi)
+        start = c->hi - WINDOW;
+    end = start + WINDOW < c->hi ? start + WINDOW : c->hi;
+    int k = c->n < 4 ? c->n++ : c->next++ % 4;
+    char *w = c->w[k].buf ? c->w[k].buf : ckpt_xmalloc(WINDOW);
+    c->w[k].buf = w;
+    c->w[k].len = 0;
+    if (src_read(c->s, start, w, (size_t)(end - start), err) != 0)
+        return -1;
+    c->w[k].off = start;
+    c->w[k].len = (size_t)(end - start);
+    memcpy(buf, w + (off - start), len);
+    return 0;
+}
+
+void src_rd_cached(struct ckpt_rd *rd, struct src_cache *c, struct usrc *s,
+                   uint64_t off, uint64_t len)
+{
+    src_rd(rd, s, off, len);
+    memset(c, 0, sizeof(*c));
+    if (s->fd >= 0 || !s->st)
+        return;
+    c->s = s;
+    c->lo = off;
+    c->hi = off + len;
+    rd->read = cached_read;
+    rd->ctx = c;
+}
+
+void src_cache_release(struct src_cache *c)
+{
+    for (int i = 0; i < 4; i++)
+        free(c->w[i].buf);
+}
+
 static struct usrc *add_src(struct ujob *j, char *name, int fd,
                             uint64_t size)
 {

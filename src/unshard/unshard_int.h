@@ -167,6 +167,20 @@ int src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
              uint64_t limit, struct usrc **out, uint64_t *off,
              uint64_t *len, struct ckpt_err *err);
 void src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len);
+/* Like src_rd, for parsing an item's structure (zip records, pickle):
+ * from a remote source, small reads are served from a few windows of
+ * 64 KiB fetched whole, so one item costs one or two ranged GETs
+ * instead of one per record. Local sources read directly. Release the
+ * cache (on the caller's stack) when done with rd. */
+struct src_cache {
+    struct usrc *s;
+    uint64_t lo, hi;            /* the range rd may read */
+    struct { uint64_t off; size_t len; char *buf; } w[4];
+    int n, next;
+};
+void src_rd_cached(struct ckpt_rd *rd, struct src_cache *c, struct usrc *s,
+                   uint64_t off, uint64_t len);
+void src_cache_release(struct src_cache *c);
 void src_close_all(struct ujob *j);
 /* Register an open file (name malloced, taken over) as a source. */
 struct usrc *src_add(struct ujob *j, char *name, int fd, uint64_t size);

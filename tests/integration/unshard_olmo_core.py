@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 8
 """unshard_olmo_core.py: `ckpt unshard` on OLMo `olmo_core` steps (OLMo-core
 0.1: model/ and optim/ rank_R.safetensors + metadata.json, train/rank{R}.pt).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# ctest-cost: 8
 """unshard_olmo_local.py: `ckpt unshard` on OLMo `local` steps (issue #5).
 
 Fixtures are written once, in one torch 1.13 process, by
