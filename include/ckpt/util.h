@@ -50,6 +50,9 @@ char *ckpt_read_small_file(const char *path, size_t max);
 /* Monotonic seconds. */
 double ckpt_now(void);
 
+/* 1 if dir/name is a regular file (symlinks followed), else 0. */
+int ckpt_is_file_in(const char *dir, const char *name);
+
 /* mkdir -p: create dir and its missing parents (mode 0777 & umask).
  * 0, or -1 with err naming the directory that could not be made. */
 int ckpt_mkdirs(const char *dir, struct ckpt_err *err);

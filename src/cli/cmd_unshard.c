@@ -230,15 +230,6 @@ static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
     return rc;
 }
 
-static int is_file(const char *dir, const char *name)
-{
-    char *p = ckpt_path_join(dir, name);
-    struct stat sb;
-    int r = stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-    free(p);
-    return r;
-}
-
 static int unshard_one(struct cmd *c, const char *src, const char *dest)
 {
     struct ckpt_unshard_result r;
@@ -357,12 +348,15 @@ static int is_run(const char *src, const struct cmd *c)
     }
     if (!is_dir(src))
         return 0;
-    return !(is_file(src, ".metadata") || is_file(src, "__0.metadata") ||
-             is_file(src, "model_and_optim/.metadata") ||
-             has_rank_files(src) || is_file(src, ".zgroup") ||
-             is_file(src, "metadata.yaml") || is_file(src, "model/rank0.pt") ||
-             is_file(src, "model/metadata.json") ||
-             is_file(src, "model/rank_0.safetensors"));
+    static const char *const marks[] = {
+        ".metadata", "__0.metadata", "model_and_optim/.metadata", ".zgroup",
+        "metadata.yaml", "model/rank0.pt", "model/metadata.json",
+        "model/rank_0.safetensors", NULL
+    };
+    for (const char *const *m = marks; *m; m++)
+        if (ckpt_is_file_in(src, *m))
+            return 0;
+    return !has_rank_files(src);
 }
 
 static void step_row(struct runctx *r, const char *action,
@@ -758,9 +752,11 @@ struct spooled {
 static size_t step_files(const struct ckpt_tree *t, const char *dir)
 {
     size_t n = 0, dl = strlen(dir);
-    for (size_t i = 0; i < t->n; i++)
-        n += t->files[i].type == CKPT_ENTRY_FILE &&
-             !strncmp(t->files[i].path, dir, dl) && t->files[i].path[dl] == '/';
+    for (size_t i = 0; i < t->n; i++) {
+        const char *p = t->files[i].path;
+        n += t->files[i].type == CKPT_ENTRY_FILE && !strncmp(p, dir, dl) &&
+             p[dl] == '/';
+    }
     return n;
 }
 

@@ -843,14 +843,7 @@ int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     memset(&rc0, 0, sizeof(rc0));
     memset(&f, 0, sizeof(f));
     p.j = j;
-    j->dir = ckpt_xstrdup(src);
-    j->olmo_step = 1;
-    j->metaname = "rank*.pt";
-    j->meta = ckpt_dcp_meta_new();
-    j->fmtplan = &p;
-    j->locate = locate;
-    j->olmo = j->o->layout != CKPT_LAYOUT_SINGLE;
-    int rc = j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    int rc = olmo_job_init(j, src, "rank*.pt", &p, locate, err);
     if (rc == 0)
         rc = count_ranks(src, &p.nranks, err);
     if (rc == 0)

@@ -864,14 +864,7 @@ int olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     memset(&p, 0, sizeof(p));
     memset(&u, 0, sizeof(u));
     p.j = j;
-    j->dir = ckpt_xstrdup(src);
-    j->olmo_step = 1;
-    j->metaname = "metadata.json";
-    j->meta = ckpt_dcp_meta_new();
-    j->fmtplan = &p;
-    j->locate = locate;
-    j->olmo = j->o->layout != CKPT_LAYOUT_SINGLE;
-    int rc = j->meta ? 0 : oom(err);
+    int rc = olmo_job_init(j, src, "metadata.json", &p, locate, err);
     if (rc == 0)
         rc = check_train(j, err);
     for (int part = 0; rc == 0 && part < 2; part++)

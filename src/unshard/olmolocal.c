@@ -36,24 +36,15 @@
 
 /* --- files ------------------------------------------------------------- */
 
-static int has_file(const char *dir, const char *name)
-{
-    char *p = ckpt_path_join(dir, name);
-    struct stat sb;
-    int r = stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-    free(p);
-    return r;
-}
-
 /* No DCP metadata; model/ holds rank<N>.pt, or metadata.yaml says
  * world_size (model/rank0.pt itself may be the one missing). */
 int olmolocal_is_step(const char *dir)
 {
-    if (has_file(dir, ".metadata"))
+    if (ckpt_is_file_in(dir, ".metadata"))
         return 0;
     char *m = ckpt_path_join(dir, "model");
     DIR *d = opendir(m);
-    int is = d && has_file(dir, "metadata.yaml");
+    int is = d && ckpt_is_file_in(dir, "metadata.yaml");
     struct dirent *de;
     while (d && !is && (de = readdir(d)) != NULL) {
         const char *s = de->d_name;
@@ -74,7 +65,7 @@ static int world_size(struct ujob *j, int *n, struct ckpt_err *err)
     struct usrc *s;
     char *path = ckpt_path_join(j->dir, "metadata.yaml");
     int rc = 0;
-    if (!has_file(j->dir, "metadata.yaml"))
+    if (!ckpt_is_file_in(j->dir, "metadata.yaml"))
         rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s' is missing: the "
                           "checkpoint is incomplete", path);
     else if (src_get(j, "metadata.yaml", &s, err) != 0)
@@ -111,7 +102,7 @@ static int check_ranks(struct lplan *p, struct ckpt_err *err)
         for (int r = 0; r < p->nranks; r++) {
             char name[64];
             snprintf(name, sizeof(name), "%s/rank%d.pt", dirs[d], r);
-            if (!has_file(p->j->dir, name))
+            if (!ckpt_is_file_in(p->j->dir, name))
                 return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s' is "
                                     "missing (metadata.yaml: world_size "
                                     "%d)", p->j->dir, name, p->nranks);
@@ -639,14 +630,7 @@ int olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     struct ckpt_pv *root;
     memset(&p, 0, sizeof(p));
     p.j = j;
-    j->dir = ckpt_xstrdup(src);
-    j->olmo_step = 1;
-    j->metaname = "metadata.yaml";
-    j->meta = ckpt_dcp_meta_new();
-    j->fmtplan = &p;
-    j->locate = locate;
-    j->olmo = j->o->layout != CKPT_LAYOUT_SINGLE;
-    int rc = j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    int rc = olmo_job_init(j, src, "metadata.yaml", &p, locate, err);
     if (rc == 0)
         rc = world_size(j, &p.nranks, err);
     if (rc == 0)

@@ -255,6 +255,19 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
     return 0;
 }
 
+int olmo_job_init(struct ujob *j, const char *src, const char *metaname,
+                  void *plan, ujob_locate_fn locate, struct ckpt_err *err)
+{
+    j->dir = ckpt_xstrdup(src);
+    j->olmo_step = 1;
+    j->metaname = metaname;
+    j->meta = ckpt_dcp_meta_new();
+    j->fmtplan = plan;
+    j->locate = locate;
+    j->olmo = j->o->layout != CKPT_LAYOUT_SINGLE;
+    return j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+}
+
 /* Plan everything; nothing is written. */
 static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {

@@ -209,6 +209,16 @@ int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 int legacy_same(const struct ckpt_tzip *za, const struct ckpt_pv *a,
                 const struct ckpt_tzip *zb, const struct ckpt_pv *b);
 
+/* unshard.c: start the job of an OLMo step that a format file plans
+ * itself (legacy.c, olmolocal.c, olmocoreplan.c): SRC is the step
+ * directory, metaname names its metadata in messages, plan is the
+ * format's state and locate finds each chunk's bytes. Output in OLMo
+ * layout unless --layout single. 0, or -1 (out of memory). */
+typedef int (*ujob_locate_fn)(struct ujob *j, struct utensor *t,
+                              struct uchunk *c, struct ckpt_err *err);
+int olmo_job_init(struct ujob *j, const char *src, const char *metaname,
+                  void *plan, ujob_locate_fn locate, struct ckpt_err *err);
+
 /* flat.c: the range [start, start+count) of the row-major flattening of
  * a tensor of shape size[ndim], cut into boxes (at most 2*ndim-1; a
  * scalar is one box with no dims). Box b holds the elements of the range

@@ -47,18 +47,10 @@ struct zplan {
     char *buf;              /* one decoded chunk */
 };
 
-static int has_file(const char *dir, const char *name)
-{
-    char *p = ckpt_path_join(dir, name);
-    struct stat sb;
-    int r = stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
-    free(p);
-    return r;
-}
-
 int zarr_is_step(const char *dir)
 {
-    return has_file(dir, ".zgroup") && !has_file(dir, ".metadata");
+    return ckpt_is_file_in(dir, ".zgroup") &&
+           !ckpt_is_file_in(dir, ".metadata");
 }
 
 static int read_small(const char *path, size_t max, char **out, size_t *len,
@@ -106,7 +98,7 @@ static int check_completed(const char *src, struct ckpt_err *err)
     char *p = ckpt_path_join(src, ".zattrs"), *text = NULL;
     size_t len;
     int rc = 0;
-    if (!has_file(src, ".zattrs"))
+    if (!ckpt_is_file_in(src, ".zattrs"))
         rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' missing: the checkpoint "
                           "is incomplete (no write_completed)", p);
     else if (read_small(p, MAX_ZARRAY, &text, &len, err) != 0)
@@ -137,7 +129,7 @@ static int find_arrays(struct zplan *z, const char *src, const char *rel,
         free(dir);
         return rc;
     }
-    if (*rel && has_file(dir, ".zarray")) {
+    if (*rel && ckpt_is_file_in(dir, ".zarray")) {
         if (z->n == z->cap) {
             z->cap = z->cap ? 2 * z->cap : 16;
             z->arrays = ckpt_xreallocarray(z->arrays, z->cap,

@@ -226,3 +226,12 @@ int ckpt_mkdirs(const char *dir, struct ckpt_err *err)
         rc = ckpt_err_sys(err, "create directory '%s'", dir);
     return rc;
 }
+
+int ckpt_is_file_in(const char *dir, const char *name)
+{
+    char *p = ckpt_path_join(dir, name);
+    struct stat sb;
+    int r = stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+    free(p);
+    return r;
+}
