@@ -300,8 +300,10 @@ int s3_judge(struct s3 *s3, const struct http_resp *resp, int attempt,
     return retry ? 1 : -1;
 }
 
-int s3_exec(struct s3 *s3, struct s3_req *r, struct http_resp *resp,
-            const char *what, struct ckpt_err *err)
+int s3_exec_or_give_up(struct s3 *s3, struct s3_req *r,
+                       struct http_resp *resp, const char *what,
+                       s3_give_up_fn give_up, void *ud,
+                       struct ckpt_err *err)
 {
     for (int attempt = 1;; attempt++) {
         http_resp_release(resp);
@@ -312,8 +314,16 @@ int s3_exec(struct s3 *s3, struct s3_req *r, struct http_resp *resp,
         int v = s3_judge(s3, resp, attempt, what, &delay, err);
         if (v <= 0)
             return v;
+        if (give_up && give_up(ud, resp, what, err))
+            return -1;
         http_sleep(delay);
     }
+}
+
+int s3_exec(struct s3 *s3, struct s3_req *r, struct http_resp *resp,
+            const char *what, struct ckpt_err *err)
+{
+    return s3_exec_or_give_up(s3, r, resp, what, NULL, NULL, err);
 }
 
 /* ---- batches: many requests on one thread ---- */

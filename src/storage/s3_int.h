@@ -233,6 +233,14 @@ int s3_judge(struct s3 *s3, const struct http_resp *resp, int attempt,
 /* Attempts with retries until success or failure. */
 int s3_exec(struct s3 *s3, struct s3_req *r, struct http_resp *resp,
             const char *what, struct ckpt_err *err);
+/* s3_exec, asking give_up before each retry: non-zero fails the request
+ * at once (give_up sets err). */
+typedef int (*s3_give_up_fn)(void *ud, const struct http_resp *resp,
+                             const char *what, struct ckpt_err *err);
+int s3_exec_or_give_up(struct s3 *s3, struct s3_req *r,
+                       struct http_resp *resp, const char *what,
+                       s3_give_up_fn give_up, void *ud,
+                       struct ckpt_err *err);
 /* "s3://bucket/key" for messages. Malloced. */
 char *s3_what(const struct ckpt_storage *st, const char *key);
 

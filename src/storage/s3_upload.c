@@ -73,32 +73,31 @@ static int same_object_throttle(const struct http_resp *resp)
     return hit;
 }
 
+/* A same-object throttle ends the request at once, res->throttled set,
+ * so the caller backs off this object without holding a worker. */
+static int throttled(void *ud, const struct http_resp *resp,
+                     const char *what, struct ckpt_err *err)
+{
+    struct ckpt_put_result *res = ud;
+    if (!same_object_throttle(resp))
+        return 0;
+    res->throttled = 1;
+    res->retry_after = resp->retry_after;
+    ckpt_err_set(err, CKPT_EHTTP, "%s: HTTP %ld: the same object is "
+                 "written too often", what, resp->status);
+    err->http_status = (int)resp->status;
+    return 1;
+}
+
 /* s3_exec, except that with CKPT_PUT_THROTTLE_RETURN a same-object
  * throttle fails at once with res->throttled set. */
 static int exec_obj(struct s3 *s3, struct s3_req *r, struct http_resp *resp,
                     const char *what, unsigned flags,
                     struct ckpt_put_result *res, struct ckpt_err *err)
 {
-    for (int attempt = 1;; attempt++) {
-        http_resp_release(resp);
-        http_resp_init(resp);
-        if (s3_attempt(s3, r, resp, err) != 0)
-            return -1;
-        double delay = 0;
-        int v = s3_judge(s3, resp, attempt, what, &delay, err);
-        if (v <= 0)
-            return v;
-        if ((flags & CKPT_PUT_THROTTLE_RETURN) && res &&
-            same_object_throttle(resp)) {
-            res->throttled = 1;
-            res->retry_after = resp->retry_after;
-            ckpt_err_set(err, CKPT_EHTTP, "%s: HTTP %ld: the same object "
-                         "is written too often", what, resp->status);
-            err->http_status = (int)resp->status;
-            return -1;
-        }
-        http_sleep(delay);
-    }
+    int ret = (flags & CKPT_PUT_THROTTLE_RETURN) && res;
+    return s3_exec_or_give_up(s3, r, resp, what, ret ? throttled : NULL,
+                              res, err);
 }
 
 static void res_init(struct ckpt_put_result *res)
