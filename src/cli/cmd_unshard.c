@@ -310,30 +310,28 @@ static int note_ckpt_file(void *ud, const struct ckpt_entry *e)
 
 /* A prefix in object storage is one checkpoint if it holds checkpoint
  * files of its own (one listing, one level), else a run. */
-static int is_remote_run(const struct ckpt_loc *loc, const struct cmd *c)
+static int is_remote_run(const struct ckpt_loc *loc, const struct cmd *c,
+                         struct storages *sts)
 {
-    struct ckpt_storage_cfg cfg = cli_storage_cfg(&c->g);
     struct ckpt_storage *st;
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_stat sb;
     int ckpt = 0;
-    if (ckpt_storage_open(&st, loc, &cfg, &err) != 0)
-        return 0;   /* the single-checkpoint path reports it */
-    if (ckpt_storage_list(st, loc->key, 0, note_ckpt_file, &ckpt,
-                          &err) == 0 && !ckpt) {
-        char *m = ckpt_path_join(loc->key, "model_and_optim/.metadata");
-        ckpt = ckpt_storage_stat(st, m, &sb, &err) == 0;
-        free(m);
-        ckpt_storage_close(st);
-        return !ckpt;
-    }
-    ckpt_storage_close(st);
-    return 0;
+    /* A storage that cannot open: the single-checkpoint path reports it. */
+    if (storages_get(sts, loc, &c->g, &st, &err) != 0 ||
+        ckpt_storage_list(st, loc->key, 0, note_ckpt_file, &ckpt, &err) != 0)
+        return 0;
+    if (ckpt)
+        return 0;
+    char *m = ckpt_path_join(loc->key, "model_and_optim/.metadata");
+    ckpt = ckpt_storage_stat(st, m, &sb, &err) == 0;
+    free(m);
+    return !ckpt;
 }
 
 /* SRC names a run (not one checkpoint): an archive, or a directory that
  * holds no checkpoint files of its own. */
-static int is_run(const char *src, const struct cmd *c)
+static int is_run(const char *src, const struct cmd *c, struct storages *sts)
 {
     struct ckpt_loc loc;
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -341,7 +339,7 @@ static int is_run(const char *src, const struct cmd *c)
         return 1;
     if (ckpt_loc_parse(&loc, src, &err) == 0) {
         int remote = loc.scheme != CKPT_SCHEME_LOCAL;
-        int run = remote && is_remote_run(&loc, c);
+        int run = remote && is_remote_run(&loc, c, sts);
         ckpt_loc_release(&loc);
         if (remote)
             return run;
@@ -440,6 +438,13 @@ static int extract_member(struct ckpt_archive *a, const char *to,
     return rc;
 }
 
+/* rel (a run-relative path) lies below run-relative directory dir. */
+static int below(const char *rel, const char *dir)
+{
+    size_t dl = strlen(dir);
+    return !strncmp(rel, dir, dl) && rel[dl] == '/';
+}
+
 /* Extract the files below dir (run-relative) into the scratch directory.
  * Plain tars and zips seek past the other members, so this reads little
  * more than the step itself. */
@@ -448,7 +453,7 @@ static int extract(struct runctx *r, const char *dir, struct ckpt_err *err)
     struct ckpt_archive *a;
     struct ckpt_archive_entry e;
     const char *strip = r->tree->strip;
-    size_t sl = strlen(strip), dl = strlen(dir);
+    size_t sl = strlen(strip);
     int rc;
     if (ckpt_archive_open(&a, r->st, r->tree->key, err) != 0)
         return -1;
@@ -456,7 +461,7 @@ static int extract(struct runctx *r, const char *dir, struct ckpt_err *err)
         if (e.type != CKPT_ENTRY_FILE || strncmp(e.path, strip, sl) != 0)
             continue;
         const char *rel = e.path + sl;
-        if (strncmp(rel, dir, dl) || rel[dl] != '/')
+        if (!below(rel, dir))
             continue;
         char *to = ckpt_path_join(r->scratch, rel);
         rc = extract_member(a, to, e.path, err);
@@ -751,22 +756,18 @@ struct spooled {
 
 static size_t step_files(const struct ckpt_tree *t, const char *dir)
 {
-    size_t n = 0, dl = strlen(dir);
-    for (size_t i = 0; i < t->n; i++) {
-        const char *p = t->files[i].path;
-        n += t->files[i].type == CKPT_ENTRY_FILE && !strncmp(p, dir, dl) &&
-             p[dl] == '/';
-    }
+    size_t n = 0;
+    for (size_t i = 0; i < t->n; i++)
+        n += t->files[i].type == CKPT_ENTRY_FILE &&
+             below(t->files[i].path, dir);
     return n;
 }
 
 static struct spooled *spool_of(struct spooled *v, size_t n, const char *rel)
 {
-    for (size_t i = 0; i < n; i++) {
-        size_t dl = strlen(v[i].k->dir);
-        if (!v[i].done && !strncmp(rel, v[i].k->dir, dl) && rel[dl] == '/')
+    for (size_t i = 0; i < n; i++)
+        if (!v[i].done && below(rel, v[i].k->dir))
             return &v[i];
-    }
     return NULL;
 }
 
@@ -893,19 +894,18 @@ static int open_run(struct runctx *r, struct storages *sts,
     return rc;
 }
 
-static int unshard_run(struct cmd *c, const char *src, const char *dest)
+static int unshard_run(struct cmd *c, const char *src, const char *dest,
+                       struct storages *sts)
 {
     struct runctx r;
-    struct storages sts;
     struct ckpt_err err = CKPT_ERR_INIT;
     int failed = 0;
     memset(&r, 0, sizeof(r));
-    memset(&sts, 0, sizeof(sts));
     r.c = c;
-    r.sts = &sts;
+    r.sts = sts;
     r.src = src;
     r.dest = dest;
-    if (open_run(&r, &sts, &err) != 0) {
+    if (open_run(&r, sts, &err) != 0) {
         step_row(&r, "error", NULL, err.msg, NULL, NULL);
         failed = 1;
         goto out;
@@ -955,7 +955,6 @@ out:
     ckpt_storage_close(r.members);
     ckpt_run_release(&r.run);
     ckpt_tree_free(r.tree);
-    storages_release(&sts);
     return failed == 2 ? EXIT_USAGE : failed ? EXIT_FAILED : EXIT_OK;
 }
 
@@ -973,7 +972,12 @@ int cmd_unshard(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     const char *src = argv[0], *dest = argv[1];
-    if (is_run(src, &c))
-        return unshard_run(&c, src, dest);
-    return unshard_one(&c, src, dest) ? EXIT_FAILED : EXIT_OK;
+    /* One storage per bucket, shared by run detection and the run. */
+    struct storages sts = { 0 };
+    if (is_run(src, &c, &sts))
+        rc = unshard_run(&c, src, dest, &sts);
+    else
+        rc = unshard_one(&c, src, dest) ? EXIT_FAILED : EXIT_OK;
+    storages_release(&sts);
+    return rc;
 }
