@@ -17,6 +17,7 @@
 #include "wandb_int.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -26,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 
 #define MAX_BODY (256u << 20)   /* a response larger than this is refused */
@@ -158,6 +160,7 @@ struct exchange {
     double rl_reset;         /* RateLimit-Reset seconds, or -1 */
     long rl_remaining;       /* RateLimit-Remaining, or -1 */
     int too_big;
+    char ctype[48];          /* Content-Type's media type, or "" */
 };
 
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
@@ -206,6 +209,21 @@ static double seconds_value(const char *v, int allow_date)
     return -1;
 }
 
+/* "text/html; charset=x" -> "text/html"; "" unless it looks like a
+ * media type (it is repeated in messages). */
+static void media_type(const char *v, char *out, size_t cap)
+{
+    size_t n = strcspn(v, "; ");
+    out[0] = '\0';
+    if (n == 0 || n >= cap)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)v[i]) && !strchr("/+-.", v[i]))
+            return;
+    memcpy(out, v, n);
+    out[n] = '\0';
+}
+
 static size_t on_header(char *p, size_t size, size_t n, void *ud)
 {
     struct exchange *x = ud;
@@ -215,6 +233,9 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
     if (len > 5 && !strncmp(p, "HTTP/", 5)) { /* a new response starts */
         x->retry_after = x->rl_reset = -1;
         x->rl_remaining = -1;
+        x->ctype[0] = '\0';
+    } else if (header_value(p, len, "Content-Type", v, sizeof(v))) {
+        media_type(v, x->ctype, sizeof(x->ctype));
     } else if (header_value(p, len, "Retry-After", v, sizeof(v))) {
         x->retry_after = seconds_value(v, 1);
     } else if (header_value(p, len, "RateLimit-Reset", v, sizeof(v))) {
@@ -353,13 +374,29 @@ static int retryable_curl(CURLcode rc)
            rc != CURLE_SSL_CACERT_BADFILE && rc != CURLE_WRITE_ERROR;
 }
 
+/* What the server said: its JSON error messages, redacted; a body of
+ * any other kind is described, never repeated. */
+static void server_said(struct exchange *x, struct ckpt_buf *m)
+{
+    ckpt_gql_error_message(x->body.ptr, x->body.len, m);
+    if (m->len)
+        return;
+    if (!x->body.len)
+        ckpt_buf_addstr(m, "(empty response)");
+    else if (x->ctype[0])
+        ckpt_buf_addf(m, "(a %s body, not shown)", x->ctype);
+    else
+        ckpt_buf_addstr(m, "(a body without Content-Type, not shown)");
+}
+
 /* The error for a final HTTP status. */
 static int status_error(struct ckpt_wandb_client *c, struct exchange *x,
                         int tries, struct ckpt_err *err)
 {
     struct ckpt_buf m = CKPT_BUF_INIT;
-    ckpt_gql_error_message(x->body.ptr, x->body.len, &m);
-    const char *msg = m.len ? m.ptr : "(empty response)";
+    server_said(x, &m);
+    const char *msg = m.ptr;
+    const char *sep = msg[0] == '(' ? " " : ": "; /* "HTTP 502 (a ...)" */
     long st = x->status;
     if (st == 401)
         ckpt_err_set(err, CKPT_EAUTH, "W&B API rejected the API key from "
@@ -367,15 +404,16 @@ static int status_error(struct ckpt_wandb_client *c, struct exchange *x,
                      c->key_from);
     else if (st == 403)
         ckpt_err_set(err, CKPT_EAUTH, "W&B API: permission denied (HTTP "
-                     "403): %s", msg);
+                     "403)%s%s", sep, msg);
     else if (st == 404)
         ckpt_err_set(err, CKPT_EHTTP, "W&B API: %s: HTTP 404 (is "
                      "WANDB_BASE_URL right?)", c->endpoint);
     else if (tries > 1)
-        ckpt_err_set(err, CKPT_EHTTP, "W&B API: HTTP %ld: %s (gave up "
-                     "after %d attempts)", st, msg, tries);
+        ckpt_err_set(err, CKPT_EHTTP, "W&B API: HTTP %ld%s%s (gave up "
+                     "after %d attempts)", st, sep, msg, tries);
     else
-        ckpt_err_set(err, CKPT_EHTTP, "W&B API: HTTP %ld: %s", st, msg);
+        ckpt_err_set(err, CKPT_EHTTP, "W&B API: HTTP %ld%s%s", st, sep,
+                     msg);
     if (err)
         err->http_status = (int)st;
     ckpt_buf_release(&m);
@@ -440,6 +478,10 @@ static int query(struct ckpt_wandb_client *c, const char *q, cJSON *vars,
     free(body);
     if (rc == 0)
         rc = ckpt_gql_parse_response(x.body.ptr, x.body.len, doc, data, err);
+    /* Server text was redacted by pattern; the key itself never leaves,
+     * whatever shape a server quoted it in. */
+    if (rc != 0 && err)
+        ckpt_redact_secret(err->msg, sizeof(err->msg), c->api_key);
     ckpt_buf_release(&x.body);
     return rc;
 }

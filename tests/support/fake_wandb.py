@@ -19,7 +19,13 @@ Control endpoints (no auth):
                        "500" ({"errors":["Server down"]}), "gqlerror"
                        (200, {"errors":[{"message":"x"}],"data":null}),
                        "malformed" (200, truncated JSON), "hang" (sleep S
-                       seconds, then answer normally), "401".
+                       seconds, then answer normally), "401", and the
+                       servers that echo the request back in errors:
+                       "echo-json" (HTTP `status`, default 400, GraphQL
+                       errors quoting the Authorization header, raw header
+                       lines and the decoded credential), "echo-text" (the
+                       same as text/plain), "echo-200" (status 200 with
+                       such `errors`).
 
 Usage: fake_wandb.py --db DB.json --key KEY [--timeout S] [--port-file F]
 DB.json: {"entities": {"ENTITY": {"default": bool}}, "runs": [{"entity",
@@ -184,10 +190,11 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
-    def send(self, status, obj=None, raw=None, headers=()):
+    def send(self, status, obj=None, raw=None, headers=(),
+             ctype="application/json"):
         data = raw if raw is not None else json.dumps(obj).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         for k, v in headers:
             self.send_header(k, v)
@@ -254,10 +261,28 @@ class Handler(BaseHTTPRequestHandler):
             self.send(200, raw=b'{"data": {"project": ')
         elif kind == "401":
             self.send(401, {"errors": [{"message": "bad key"}]})
+        elif kind.startswith("echo"):
+            self.echo(kind, int(f.get("status", 400)))
         elif kind == "hang":
             time.sleep(float(f.get("seconds", 3)))
             return False
         return True
+
+    def echo(self, kind, status):
+        """A server that quotes the request (as some proxies and debug
+        builds do), credentials included."""
+        auth = self.headers.get("Authorization", "")
+        sent = {"Authorization": auth,
+                "Accept": self.headers.get("Accept")}
+        raw = "".join("%s: %s\r\n" % (k, self.headers.get(k))
+                      for k in ("Authorization", "Content-Type"))
+        decoded = base64.b64decode(auth.split()[-1]).decode() if auth else ""
+        msg = "not allowed; request headers: %r; raw: %s; decoded: %s" % (
+            sent, raw, decoded)
+        if kind == "echo-text":
+            return self.send(status, raw=msg.encode(), ctype="text/plain")
+        self.send(200 if kind == "echo-200" else status,
+                  {"errors": [{"message": msg}], "data": None})
 
     def graphql(self, body):
         st = self.state

@@ -100,7 +100,12 @@ static void test_wandb__response(void)
     ckpt_buf_reset(&b);
     const char *html = "<html>\n  <b>Bad\tGateway</b>\r\n</html>";
     ckpt_gql_error_message(html, strlen(html), &b);
-    CHECK_STR(b.ptr, "<html> <b>Bad Gateway</b> </html>");
+    CHECK_STR(b.ptr, "");
+    const char *echo = "{\"errors\":[{\"message\":\"denied\\r\\n"
+                       "Authorization: Basic YXBpOmtleQ==\\r\\nAccept: "
+                       "x\"}]}";
+    ckpt_gql_error_message(echo, strlen(echo), &b);
+    CHECK_STR(b.ptr, "denied Authorization: [redacted] Accept: x");
     ckpt_buf_release(&b);
 }
 
