@@ -29,6 +29,8 @@ struct ckpt_opts {
     int no_progress;
     int insecure;
     int retries;       /* 0: default */
+    int wandb_timeout; /* s per W&B request; 0: default (map-wandb and
+                        * upload --wandb set it) */
     const char *tmp_dir;
 };
 

@@ -495,6 +495,9 @@ int cmd_upload(int argc, char **argv)
                  "under DEST/ENTITY/PROJECT/RUN_ID/"),
         OPT_BOOL_(0, "wandb", &uo.wandb, "like --wandb-map, asking W&B "
                   "now (as ckpt map-wandb does)"),
+        OPT_INT_(0, "wandb-timeout", &g.wandb_timeout, "S",
+                 "with --wandb: seconds one W&B request may take "
+                 "(default 60)"),
         OPT_STR_(0, "logs", &uo.logs, "LOCATION", "add log files naming "
                  "the run under logs/"),
         OPT_BOOL_(0, "delete-source", &uo.delete_source, "delete SRC once "

@@ -98,7 +98,8 @@ def test_unreachable(run):
     check("unreachable: exit", rc, 1)
     check("unreachable: row", out,
           "local1\t-\terror: W&B API %s/graphql: Couldn't connect to "
-          "server (gave up after retries)\n" % url)
+          "server (run ai2-llm/olmo-small/ab12cd34; gave up after 2 "
+          "attempts)\n" % url)
 
 
 def test_faults(fake, run):

@@ -25,7 +25,15 @@ Control endpoints (no auth):
                        errors quoting the Authorization header, raw header
                        lines and the decoded credential), "echo-text" (the
                        same as text/plain), "echo-200" (status 200 with
-                       such `errors`).
+                       such `errors`), "trickle" (200 and headers, then
+                       one body byte every `interval` s (default 0.5) for
+                       `seconds` s, never the whole body). Never answering
+                       at all is "hang" with a long `seconds`.
+                       Kinds "endless" and "loop" change every later Runs
+                       listing until /_reset: one run per page and
+                       hasNextPage always true, with a fresh cursor per
+                       page ("endless") or cursors alternating between
+                       two values ("loop").
 
 Usage: fake_wandb.py --db DB.json --key KEY [--timeout S] [--port-file F]
 DB.json: {"entities": {"ENTITY": {"default": bool}}, "runs": [{"entity",
@@ -145,6 +153,7 @@ class State:
 
     def reset(self):
         self.faults = []
+        self.paging = None
         self.requests = 0
         self.ops = {}
         self.filters = []
@@ -224,7 +233,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/_fault":
             f = json.loads(raw)
             with st.lock:
-                st.faults.append(f)
+                if f["kind"] in ("endless", "loop"):
+                    st.paging = f["kind"]
+                else:
+                    st.faults.append(f)
             return self.send(200, {})
         if self.path != "/graphql":
             return self.send(404, {"errors": [{"message": "not found"}]})
@@ -263,10 +275,28 @@ class Handler(BaseHTTPRequestHandler):
             self.send(401, {"errors": [{"message": "bad key"}]})
         elif kind.startswith("echo"):
             self.echo(kind, int(f.get("status", 400)))
+        elif kind == "trickle":
+            self.trickle(float(f.get("interval", 0.5)),
+                         float(f.get("seconds", 60)))
         elif kind == "hang":
             time.sleep(float(f.get("seconds", 3)))
             return False
         return True
+
+    def trickle(self, interval, seconds):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(interval)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
 
     def echo(self, kind, status):
         """A server that quotes the request (as some proxies and debug
@@ -305,8 +335,23 @@ class Handler(BaseHTTPRequestHandler):
                 "run": node(hit[0]) if hit else None}}})
         self.runs_page(runs, v)
 
+    def endless_page(self, v):
+        """A server whose listing never ends."""
+        n = 0
+        if v.get("cursor"):
+            n = int(base64.b64decode(v["cursor"]).decode().split(":")[1])
+        nxt = n + 1 if self.state.paging == "endless" else (n + 1) % 2
+        cursor = base64.b64encode(("%s:%d" % (self.state.paging, nxt))
+                                  .encode()).decode()
+        run = {"name": "endless%06d" % n, "createdAt": None, "config": {}}
+        self.send(200, {"data": {"project": {"runs": {
+            "edges": [{"node": node(run), "cursor": cursor}],
+            "pageInfo": {"endCursor": cursor, "hasNextPage": True}}}}})
+
     def runs_page(self, runs, v):
         st = self.state
+        if st.paging:
+            return self.endless_page(v)
         filters = v.get("filters")
         if filters is not None and not isinstance(filters, str):
             raise ValueError("filters must be a JSON string (JSONString)")
