@@ -32,13 +32,14 @@ char *ckpt_escape(const char *s);
 
 /*
  * Append s[0..n) to b with anything that looks like a credential replaced
- * by CKPT_REDACTED: the value of an Authorization, Cookie or
- * X-Amz-Security-Token header; "Basic X", "Bearer X"; the value after
- * key-like names (signature, credential, token, password, secret, key,
- * api_key, ...) followed by ':' or '='; AWS access key ids (AKIA/ASIA...);
- * and any run of 32 or more base64/hex-like characters with both letters
- * and digits (secret keys, API keys, signatures). Meant for text a server
- * sent back, which may echo the request; it errs on the side of hiding.
+ * by CKPT_REDACTED, name and value: an Authorization, Cookie or
+ * X-Amz-Security-Token header with its value; "Basic X", "Bearer X"; a
+ * key-like name (signature, credential, token, password, secret, key,
+ * api_key, ...) followed by ':', '=' or '>' and its value; AWS access key
+ * ids (AKIA/ASIA...); and any run of 32 or more base64/hex-like characters
+ * with both letters and digits (secret keys, API keys, signatures). Meant
+ * for text a server sent back, which may echo the request; it errs on the
+ * side of hiding.
  */
 void ckpt_redact_add(struct ckpt_buf *b, const char *s, size_t n);
 /* Replace every occurrence of secret (when non-empty) in the

@@ -276,8 +276,9 @@ void ckpt_redact_add(struct ckpt_buf *b, const char *s, size_t n)
     while (i < n) {
         unsigned char prev = i ? (unsigned char)s[i - 1] : ' ';
         size_t vs, ve;
+        /* The name goes too: "Authorization: [redacted]" would still
+         * say a credential was echoed, and where to look. */
         if (!alnum(prev) && credential_at(s, n, i, &vs, &ve)) {
-            ckpt_buf_add(b, s + i, vs - i);
             ckpt_buf_addstr(b, CKPT_REDACTED);
             i = ve;
             continue;

@@ -146,9 +146,9 @@ def test_faults(fake, run):
 def test_echo(fake, run):
     """A server that quotes the request in its errors: the credential it
     echoes is never printed (nor is any non-JSON body)."""
-    said = ("not allowed; request headers: {'Authorization': '[redacted]', "
-            "'Accept': 'application/json'}; raw: Authorization: [redacted] "
-            "Content-Type: application/json ; decoded: api:[redacted]")
+    said = ("not allowed; request headers: {'[redacted]', 'Accept': "
+            "'application/json'}; raw: [redacted] Content-Type: "
+            "application/json ; decoded: api:[redacted]")
     cases = [
         ("echo-json", 400, "error: W&B API: HTTP 400: " + said),
         ("echo-json", 403, "error: W&B API: permission denied (HTTP 403): " +
@@ -171,7 +171,8 @@ def test_echo(fake, run):
                 check("%s: row" % what, out, "local1\t-\t%s\n" % want)
             check("%s: exit" % what, rc, 1)
             check("%s: no credential" % what,
-                  [s for s in (wf.KEY, basic, "Basic ") if s in out + err],
+                  [s for s in (wf.KEY, basic, "Basic ", "Authorization")
+                   if s in out + err],
                   [])
 
 
