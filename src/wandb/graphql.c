@@ -15,8 +15,8 @@
  * in all (connect to last byte, so a server that trickles a byte now and
  * then still ends), no retry starts later than 3x that after a query's
  * first attempt, and a listing takes at most max_pages pages and never a
- * cursor twice. A query that takes long is
- * reported through cfg.on_wait every notice_every seconds.
+ * cursor twice. A query that takes long is reported through cfg.on_wait
+ * every notice_every seconds.
  *
  * The key is handed to curl as user/password only; it is never formatted
  * into a message, and curl's verbose output stays off.
@@ -649,28 +649,32 @@ static uint64_t str_hash(const char *s)
     return h;
 }
 
-/* Add cursor; 1 if it was there already. */
+/* The slot of s in the table v (cap a power of two): where it is, or
+ * the free slot where it goes. */
+static size_t cursor_slot(char **v, size_t cap, const char *s)
+{
+    size_t k = str_hash(s) & (cap - 1);
+    while (v[k] && strcmp(v[k], s))
+        k = (k + 1) & (cap - 1);
+    return k;
+}
+
+/* Add cursor; 1 if it was there already. Kept at most half full. */
 static int cursor_seen(struct cursor_set *cs, const char *cursor)
 {
     if (2 * (cs->n + 1) > cs->cap) {
-        struct cursor_set big = { ckpt_xcalloc(cs->cap ? 2 * cs->cap : 64,
-                                               sizeof(char *)),
-                                  cs->cap ? 2 * cs->cap : 64, 0 };
+        size_t cap = cs->cap ? 2 * cs->cap : 64;
+        char **v = ckpt_xcalloc(cap, sizeof(*v));
         for (size_t i = 0; i < cs->cap; i++)
-            if (cs->v[i]) {
-                size_t k = str_hash(cs->v[i]) & (big.cap - 1);
-                while (big.v[k])
-                    k = (k + 1) & (big.cap - 1);
-                big.v[k] = cs->v[i];
-                big.n++;
-            }
+            if (cs->v[i])
+                v[cursor_slot(v, cap, cs->v[i])] = cs->v[i];
         free(cs->v);
-        *cs = big;
+        cs->v = v;
+        cs->cap = cap;
     }
-    size_t k = str_hash(cursor) & (cs->cap - 1);
-    for (; cs->v[k]; k = (k + 1) & (cs->cap - 1))
-        if (!strcmp(cs->v[k], cursor))
-            return 1;
+    size_t k = cursor_slot(cs->v, cs->cap, cursor);
+    if (cs->v[k])
+        return 1;
     cs->v[k] = ckpt_xstrdup(cursor);
     cs->n++;
     return 0;

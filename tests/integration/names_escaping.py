@@ -160,6 +160,11 @@ def test_ls(tmp):
     check("ls unknown option: stderr", err.split(b"\n")[0],
           b"ckpt ls: error: unknown option '--bogus\\x1b'")
     no_controls("ls usage", out + err)
+    rc, out, err = run([b"no\x1b[2Jcmd"], tmp)
+    check("unknown command: stderr", err,
+          b"ckpt: 'no\\x1b[2Jcmd' is not a ckpt command. See 'ckpt "
+          b"--help'.\n")
+    check("unknown command: exit", rc, 2)
 
 
 def test_clean(tmp):
