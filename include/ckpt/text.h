@@ -26,6 +26,10 @@ int ckpt_escape_needed(const char *s, size_t n);
 void ckpt_escape_add(struct ckpt_buf *b, const char *s, size_t n);
 /* s escaped, malloced. */
 char *ckpt_escape(const char *s);
+/* The bytes behind escaped text, malloced: undoes \\ \t \n \r and \xNN;
+ * any other backslash is kept as it is. \x00 is kept escaped (the result
+ * is a C string). */
+char *ckpt_unescape(const char *s);
 
 /* The marker that replaces a credential. */
 #define CKPT_REDACTED "[redacted]"

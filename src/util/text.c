@@ -114,6 +114,49 @@ char *ckpt_escape(const char *s)
     return ckpt_buf_detach(&b, NULL);
 }
 
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20;
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The byte an escape at s (a backslash) stands for and its length in
+ * *n, or -1 when s starts no escape of the scheme. */
+static int unescape_one(const char *s, size_t *n)
+{
+    *n = 2;
+    switch (s[1]) {
+    case '\\': return '\\';
+    case 't': return '\t';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 'x': break;
+    default: return -1;
+    }
+    int hi = hexval(s[2]);
+    int lo = hi >= 0 ? hexval(s[3]) : -1;
+    *n = 4;
+    return lo >= 0 && (hi || lo) ? hi << 4 | lo : -1;
+}
+
+char *ckpt_unescape(const char *s)
+{
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    while (*s) {
+        size_t n;
+        int c = *s == '\\' ? unescape_one(s, &n) : -1;
+        if (c < 0) {
+            ckpt_buf_addch(&b, *s++);
+            continue;
+        }
+        ckpt_buf_addch(&b, (char)c);
+        s += n;
+    }
+    return ckpt_buf_detach(&b, NULL);
+}
+
 /* ---- redaction ---- */
 
 /* Names whose whole value (to the end of the header line or the quoted

@@ -89,6 +89,9 @@ static void check_escape(const char *in, const char *want)
 {
     char *s = ckpt_escape(in);
     CHECK_STR(s, want);
+    char *back = ckpt_unescape(s);
+    CHECK_STR(back, in);
+    free(back);
     CHECK_EQ(ckpt_escape_needed(in, strlen(in)), strcmp(in, want) != 0);
     CHECK(ckpt_utf8_valid(s, strlen(s)));
     free(s);
@@ -115,6 +118,10 @@ static void test_util__escape(void)
     check_escape("\xe2\x82", "\\xe2\\x82");             /* truncated */
     check_escape("\xc2", "\\xc2");
     CHECK(ckpt_utf8_valid("\xf0\x9f\x98\x80", 4));
+    /* Not escapes of the scheme: kept as they are. */
+    char *u = ckpt_unescape("a\\qb\\x0g\\x00c\\");
+    CHECK_STR(u, "a\\qb\\x0g\\x00c\\");
+    free(u);
     CHECK(!ckpt_utf8_valid("\xf0\x9f\x98", 3));
 }
 
