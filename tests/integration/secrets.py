@@ -70,6 +70,9 @@ def ckpt(env, args, cwd):
                        timeout=300)
     if time.monotonic() - t > 5:
         print("slow (%.1f s): %s" % (time.monotonic() - t, " ".join(args)))
+    if b"Sanitizer" in p.stderr or p.returncode not in (0, 1):
+        fail("ckpt %s: exit %d: %r" % (" ".join(args), p.returncode,
+                                       p.stderr[-2000:]))
     scan("ckpt %s: stdout" % " ".join(args), p.stdout)
     scan("ckpt %s: stderr" % " ".join(args), p.stderr)
     return p.returncode, p.stdout, p.stderr
