@@ -12,6 +12,9 @@ Basic credential, and for "Authorization", "Signature=" and
 "X-Amz-Security-Token": none may appear.
 
 Env: CKPT (binary), CKPT_SRC (repo root).
+
+(Not named secrets.py: tests/integration is on other tests' sys.path,
+where that name would shadow Python's own secrets module.)
 """
 import base64
 import os
