@@ -113,6 +113,7 @@ static int op_setitem(struct um *m)
 /* The object below the top mark (target of APPENDS/SETITEMS/ADDITEMS). */
 static int below_mark(struct um *m, size_t *base, struct ckpt_pv **t)
 {
+    *t = NULL;   /* defined on failure too: callers test only the result */
     if (um_pop_mark(m, base) != 0)
         return -1;
     size_t lo = m->nmarks ? m->marks[m->nmarks - 1] : 0;

@@ -53,6 +53,7 @@ static uint64_t rd_le(const unsigned char *p, int n)
 /* Read an n-byte little-endian unsigned length/argument. */
 static int arg_le(struct um *m, int n, uint64_t *out)
 {
+    *out = 0;   /* defined on failure too: callers test only the result */
     if (need(m, (size_t)n) != 0)
         return -1;
     *out = rd_le(m->data + m->pos, n);
@@ -65,6 +66,8 @@ static int arg_line(struct um *m, const char **line, size_t *len)
 {
     const unsigned char *s = m->data + m->pos;
     const unsigned char *nl = memchr(s, '\n', m->len - m->pos);
+    *line = NULL;   /* defined on failure too */
+    *len = 0;
     if (!nl)
         return fail(m, CKPT_EFORMAT, "%s", "truncated pickle");
     *line = (const char *)s;
@@ -99,6 +102,7 @@ static size_t frame_base(const struct um *m)
 
 int um_pop(struct um *m, struct ckpt_pv **out)
 {
+    *out = NULL;   /* defined on failure too: callers test only the result */
     if (m->sp <= frame_base(m))
         return um_bad(m, "stack underflow");
     *out = m->stack[--m->sp];
@@ -107,6 +111,7 @@ int um_pop(struct um *m, struct ckpt_pv **out)
 
 int um_top(struct um *m, struct ckpt_pv **out)
 {
+    *out = NULL;
     if (m->sp <= frame_base(m))
         return um_bad(m, "stack underflow");
     *out = m->stack[m->sp - 1];
@@ -130,6 +135,7 @@ static int push_mark(struct um *m)
 /* Pop the topmost mark: the items above it are stack[*base .. sp). */
 int um_pop_mark(struct um *m, size_t *base)
 {
+    *base = m->sp;   /* defined on failure too: an empty frame */
     if (!m->nmarks)
         return um_bad(m, "MARK missing");
     *base = m->marks[--m->nmarks];
