@@ -27,10 +27,8 @@
 
 cJSON *yaml_jcheck(cJSON *j)
 {
-    if (!j) {
-        fputs("ckpt: out of memory building a JSON tree\n", stderr);
-        abort();
-    }
+    if (!j)
+        ckpt_die_oom("building a JSON tree");
     return j;
 }
 
@@ -58,10 +56,8 @@ char *yaml_key_text(struct yp *p, const cJSON *k, int lineno)
     if (cJSON_IsString(k))
         return ckpt_xstrdup(k->valuestring);
     char *s = cJSON_PrintUnformatted(k);
-    if (!s) {
-        fputs("ckpt: out of memory printing a YAML key\n", stderr);
-        abort();
-    }
+    if (!s)
+        ckpt_die_oom("printing a YAML key");
     return s;
 }
 

@@ -419,7 +419,9 @@ int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
     g->dkey = ckpt_xstrdup(dkey);
     g->sdisp = ckpt_storage_display(sst, skey);
     g->flags = flags;
-    int rc = ckpt_storage_stat(sst, skey, &g->ssb, err);
+    int rc = up_md5_check(err);
+    if (rc == 0)
+        rc = ckpt_storage_stat(sst, skey, &g->ssb, err);
     if (rc != 0 && err->code == CKPT_ENOTFOUND)
         ckpt_err_set(err, CKPT_ENOTFOUND, "SRC '%s' does not exist",
                      g->sdisp);

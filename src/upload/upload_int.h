@@ -34,6 +34,8 @@ struct md5c {
     EVP_MD_CTX *c;
 };
 
+/* 0, or -1 with err when OpenSSL offers no MD5; before any md5c_init. */
+int up_md5_check(struct ckpt_err *err);
 void md5c_init(struct md5c *m);
 void md5c_update(struct md5c *m, const void *p, size_t n);
 void md5c_final(struct md5c *m, unsigned char out[16]);  /* frees */
