@@ -103,6 +103,32 @@ static int split_olmo(struct ujob *j, struct ckpt_pv *root, const char *ext,
     return 0;
 }
 
+/* The globals of what f will hold, per top-level key (the item named in
+ * messages), against the allow-list. */
+static int check_globals(struct ujob *j, const struct ufile *f,
+                         struct ckpt_err *err)
+{
+    struct ckpt_pickle_gate g = { j->o->allow_unsafe_pickle,
+                                  j->o->unsafe_pickle, j->o->progress_ud };
+    const struct ckpt_pv *d = f->root;
+    if (!d || d->kind != CKPT_PV_DICT)
+        return ckpt_torch_check_written(d, f->name, &g, err);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < d->u.dict.n; i++) {
+        const struct ckpt_pv *k = d->u.dict.k[i];
+        char *item = k->kind == CKPT_PV_STR
+            ? ckpt_xasprintf("%s['%s']", f->name, k->u.s.p)
+            : k->kind == CKPT_PV_INT
+            ? ckpt_xasprintf("%s[%lld]", f->name, (long long)k->u.i)
+            : ckpt_xasprintf("%s", f->name);
+        rc = ckpt_torch_check_written(k, item, &g, err);
+        if (rc == 0)
+            rc = ckpt_torch_check_written(d->u.dict.v[i], item, &g, err);
+        free(item);
+    }
+    return rc;
+}
+
 int layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                   struct ckpt_err *err)
 {
@@ -113,6 +139,9 @@ int layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                                                       : "model", ext, root);
     else if (split_olmo(j, root, ext, map, err) != 0)
         return -1;
+    for (size_t i = 0; i < j->nfiles; i++)
+        if (!j->files[i].copy_from && check_globals(j, &j->files[i], err))
+            return -1;
     int have_optim = ckpt_pv_dict_get(root, "optim") != NULL;
     for (size_t i = 0; i < j->ntensors; i++) {
         const char *top = top_key(j, j->tensors[i].e);

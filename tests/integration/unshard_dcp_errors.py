@@ -99,8 +99,8 @@ def os_system(tmp):
     d = fresh(tmp, "rows", "ossystem")
     with open(os.path.join(d, ".metadata"), "wb") as f:
         f.write(b"\x80\x04cos\nsystem\n\x8c\x02id\x85R.")
-    expect_error(tmp, "ossystem", d, ".metadata: class 'os.system' not "
-                 "allowed")
+    expect_error(tmp, "ossystem", d, ".metadata: pickle global 'os.system' "
+                 "is not allowed")
 
 
 def eval_in_object(tmp):
