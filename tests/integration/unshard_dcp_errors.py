@@ -112,8 +112,9 @@ def eval_in_object(tmp):
     recs[pre + "/data.pkl"] = b"\x80\x02cbuiltins\neval\nX\x03\x00\x00\x001+1\x85R."
     M.put_item(d, info, M.make_zip(recs), "__evil.distcp")
     M.save_meta(d, m)
-    expect_error(tmp, "eval", d, "object 'str': data.pkl: class "
-                 "'builtins.eval' not allowed")
+    expect_error(tmp, "eval", d, "checkpoint.pt['str']: pickle global "
+                 "'builtins.eval' is not allowed (use --allow-unsafe-pickle "
+                 "to pass it through)")
 
 
 def deep_object(tmp):
