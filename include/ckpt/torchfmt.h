@@ -63,7 +63,7 @@ int ckpt_torch_check_object(const struct ckpt_pv *root, const char *name,
  * bytearray, _codecs.encode), dtypes newer than 2.6 that ckpt writes too. */
 int ckpt_torch_allow_weights(void *ud, const char *module, const char *name);
 /* What ckpt writes into its outputs (docs/formats/pickle.md): the weights
- * list plus pathlib paths (OLMo trainer state). */
+ * list plus pathlib paths and numpy arrays (OLMo trainer state). */
 int ckpt_torch_allow_object(void *ud, const char *module, const char *name);
 
 /* Whether globals outside ckpt_torch_allow_object may be written. */

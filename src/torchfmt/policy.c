@@ -6,7 +6,8 @@
  * metadata pickles get the lists their parsers need. Whatever ckpt writes
  * (byte items, OLMo trainer and optimizer values) must stay within what
  * torch.load(weights_only=True) of torch 2.6 allows, plus the pathlib
- * paths of OLMo's trainer state: an allow-list, because no list of
+ * paths and numpy RNG state of OLMo's trainer state: an allow-list, because
+ * no list of
  * dangerous callables is ever complete (numpy.testing's os, doctest,
  * _posixsubprocess, ...).
  */
@@ -179,7 +180,8 @@ int ckpt_torch_allow_weights(void *ud, const char *module, const char *name)
 int ckpt_torch_allow_object(void *ud, const char *module, const char *name)
 {
     /* OLMo's trainer state keeps checkpoint paths as pathlib paths
-     * (pathlib._local since Python 3.13). */
+     * (pathlib._local since Python 3.13) and numpy's RNG state, an array
+     * (numpy._core since numpy 2): what its train.pt holds. */
     static const char *const paths[] = {
         "Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath",
         "PureWindowsPath", NULL
@@ -188,6 +190,11 @@ int ckpt_torch_allow_object(void *ud, const char *module, const char *name)
         return 0;
     if (!strcmp(module, "pathlib") || !strcmp(module, "pathlib._local"))
         return in_list(name, paths) ? 0 : -1;
+    if (!strcmp(module, "numpy.core.multiarray") ||
+        !strcmp(module, "numpy._core.multiarray"))
+        return !strcmp(name, "_reconstruct") ? 0 : -1;
+    if (!strcmp(module, "numpy"))
+        return (!strcmp(name, "ndarray") || !strcmp(name, "dtype")) ? 0 : -1;
     return -1;
 }
 

@@ -173,8 +173,8 @@ static void test_pickle__refused_globals(void)
     expect_err("ctorch\nload\n.", 13,
                "ERR: x.pkl: pickle global 'torch.load' is not allowed");
     /* Not in torch's list, so not in ckpt's either. */
-    expect_err("cnumpy\ndtype\n(S'f8'\ntR.", 23,
-               "ERR: x.pkl: pickle global 'numpy.dtype' is not allowed");
+    expect_err("cnumpy\nload\n(S'f8'\ntR.", 22,
+               "ERR: x.pkl: pickle global 'numpy.load' is not allowed");
     /* Allowed: rendered as nodes, nothing called. */
     char *r = load_repr("c__builtin__\nset\n(]tR.", 22,
                         ckpt_torch_allow_object);
@@ -205,7 +205,8 @@ static void test_pickle__allowlist(void)
         { "torch.cuda", "Size" },
         { "collections", "defaultdict" },
         { "pathlib", "Path.write_text" },
-        { "numpy.core.multiarray", "_reconstruct" },
+        { "numpy.core.multiarray", "scalar" },
+        { "numpy", "load" },
     };
     static const char *const allowed[][2] = {
         { "collections", "OrderedDict" }, { "collections", "Counter" },
@@ -224,6 +225,9 @@ static void test_pickle__allowlist(void)
         { "_codecs", "encode" }, { "builtins", "set" },
         { "__builtin__", "bytearray" },
         { "pathlib", "PosixPath" }, { "pathlib._local", "PurePosixPath" },
+        { "numpy.core.multiarray", "_reconstruct" },
+        { "numpy._core.multiarray", "_reconstruct" },
+        { "numpy", "ndarray" }, { "numpy", "dtype" },
     };
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
         test_cond(refused[i][1], ckpt_torch_allow_object(
@@ -231,8 +235,9 @@ static void test_pickle__allowlist(void)
     for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
         test_cond(allowed[i][1], ckpt_torch_allow_object(
                       NULL, allowed[i][0], allowed[i][1]) == 0);
-    /* pathlib paths are ckpt's addition, not torch's. */
+    /* pathlib paths and numpy are ckpt's addition, not torch's. */
     CHECK(ckpt_torch_allow_weights(NULL, "pathlib", "PosixPath") == -1);
+    CHECK(ckpt_torch_allow_weights(NULL, "numpy", "ndarray") == -1);
     CHECK(ckpt_torch_allow_weights(NULL, "torch", "Size") == 0);
 }
 
