@@ -41,8 +41,10 @@
  * that a hostile pickle fails in a few tens of MiB whatever it claims:
  * every value pushed (memo references included) costs at most about 100
  * bytes of node, stack, container and memo slots, and strings, bytes and
- * big ints are charged for what they decode to. See docs/formats/pickle.md. */
-#define CKPT_PICKLE_MAX_VALUES ((size_t)256 * 1024)
+ * big ints are charged for what they decode to. Callers that read a
+ * pickle whole cap its size at CKPT_PICKLE_MAX_BYTES too. See
+ * docs/formats/pickle.md. */
+#define CKPT_PICKLE_MAX_VALUES ((size_t)128 * 1024)
 #define CKPT_PICKLE_MAX_BYTES ((size_t)8 << 20)
 
 enum ckpt_pv_kind {

@@ -111,7 +111,8 @@ static int check_copy(struct ujob *j, const struct ufile *f,
             rc = ckpt_err_set(err, CKPT_EFORMAT, "record 'data.pkl' "
                               "missing");
         if (rc == 0)
-            rc = ckpt_tzip_read(z, &rd, e, 16u << 20, &pkl, &len, err);
+            rc = ckpt_tzip_read(z, &rd, e, CKPT_PICKLE_MAX_BYTES, &pkl,
+                                &len, err);
         if (rc == 0)
             rc = ckpt_pickle_load(a, pkl, len, &po, &v, NULL, err);
         if (rc != 0 && !strstr(err->msg, s.name))

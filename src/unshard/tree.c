@@ -18,9 +18,10 @@
 #include "unshard_int.h"
 
 #define MAX_OBJECT (1024ULL << 20)  /* one byte item, decompressed */
-/* Its data.pkl: with the load's default caps, a hostile one stays within
- * about 64 MiB (docs/formats/pickle.md). */
-#define MAX_OBJECT_PKL (16ULL << 20)
+/* Its data.pkl: read whole, so capped like what it decodes to; with the
+ * load's default caps a hostile one stays within 64 MiB of RSS
+ * (docs/formats/pickle.md). */
+#define MAX_OBJECT_PKL CKPT_PICKLE_MAX_BYTES
 #define MAX_LIST_INDEX 10000000
 
 struct tree {
