@@ -71,8 +71,8 @@ static int parse(struct cmd *c, int *argc, char **argv)
         OPT_BOOL_(0, "allow-replicas", &c->allow_replicas,
                   "accept identical replicated chunks"),
         OPT_BOOL_(0, "allow-unsafe-pickle", &c->allow_unsafe_pickle,
-                  "write pickled objects naming classes outside the "
-                  "torch.load(weights_only=True) list (warns)"),
+                  "also write pickled globals torch.load(weights_only) "
+                  "refuses (warns)"),
         OPT_BOOL_(0, "verify", &c->verify,
                   "re-read the output and compare with the sources"),
         OPT_BOOL_(0, "latest", &c->latest, "run: only the newest step"),
