@@ -5,7 +5,7 @@ default torch.load(weights_only=True) list to hold them against.
 Python 3 standard library only; usable from any test:
 
     from pickle_globals import file_globals, pickle_globals, TORCH26
-    g = file_globals("out/checkpoint.pt")   # {"torch._utils._rebuild_tensor_v2", ...}
+    g = file_globals("out/checkpoint.pt")  # {"torch.Size", ...}
     assert g <= TORCH26
 
 torch 1.13's own weights_only loader cannot read floats, so ckpt's outputs
