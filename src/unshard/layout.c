@@ -183,9 +183,13 @@ int layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                                                       : "model", ext, root);
     else if (split_olmo(j, root, ext, map, err) != 0)
         return -1;
+    /* With --format safetensors the values that can name globals go to
+     * extra.json. */
     for (size_t i = 0; i < j->nfiles; i++)
         if (!j->files[i].copy_from &&
-            check_globals(j, j->files[i].name, j->files[i].root, err) != 0)
+            check_globals(j, j->o->format == CKPT_FORMAT_SAFETENSORS
+                                 ? "extra.json" : j->files[i].name,
+                          j->files[i].root, err) != 0)
             return -1;
     int have_optim = ckpt_pv_dict_get(root, "optim") != NULL;
     for (size_t i = 0; i < j->ntensors; i++) {

@@ -173,6 +173,26 @@ def benign(tmp):
         check("benign: within torch 2.6", got <= TORCH26)
 
 
+def olmo_groups(tmp):
+    """An OLMo step's optim.param_groups byte item naming a global: named
+    as its place in optim.pt, or in extra.json for safetensors."""
+    d = fresh(tmp, "olmo", "evil-groups")
+    dcp = os.path.join(d, "model_and_optim")
+    m = M.load_meta(dcp)
+    replace_pickle(dcp, m, "optim.param_groups", EVIL[2][0], 0)
+    M.save_meta(dcp, m)
+    want = "['param_groups']: pickle global 'doctest.debug_script' is not " \
+        "allowed " + HINT
+    for fmt, f in (("torch", "optim.pt"), ("safetensors", "extra.json")):
+        out = os.path.join(tmp, "out-evil-groups")
+        p = unshard(d, out, "--format", fmt)
+        check("evil-groups %s: exit 1" % fmt, p.returncode == 1, p.stderr)
+        check("evil-groups %s: message" % fmt, error_line(p) == f + want,
+              error_line(p))
+        check("evil-groups %s: nothing at DEST" % fmt,
+              not os.path.exists(out))
+
+
 def train_copy(tmp):
     d = fresh(tmp, "olmo", "evil-train")
     pkl = (b"\x80\x02}X\x03\x00\x00\x00rng" + EVIL[5][0][2:-1] + b"s.")
@@ -196,6 +216,7 @@ OUTPUTS = [
         "checkpoint.pt": TENSORS}),
     ("olmo/ckpt", [], {
         "model.pt": TENSORS, "optim.pt": TENSORS, "train.pt": OLMO_TRAIN}),
+    ("olmo/ckpt", ["--format", "safetensors"], {"train.pt": OLMO_TRAIN}),
     ("legacy/ckpt", [], {
         "model.pt": TENSORS, "optim.pt": TENSORS,
         "train.pt": {"pathlib.PosixPath"}}),
@@ -329,6 +350,7 @@ def main():
         refused(tmp)
         passed_unsafe(tmp, BENIGN)
         train_copy(tmp)
+        olmo_groups(tmp)
         outputs(tmp)
         hostile(tmp)
     finally:
