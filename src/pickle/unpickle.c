@@ -242,9 +242,9 @@ static int push_long_bytes(struct um *m, uint64_t n)
             u |= ~(uint64_t)0 << (8 * n);
         return push_int(m, (int64_t)u);
     }
-    struct ckpt_pv *v = ckpt_pv_new(m->a, CKPT_PV_BIGINT);
     if (um_take(m, n) != 0)
         return -1;
+    struct ckpt_pv *v = ckpt_pv_new(m->a, CKPT_PV_BIGINT);
     if (!v)
         return um_oom(m);
     v->u.s.p = ckpt_arena_strndup(m->a, (const char *)p, n);
@@ -278,9 +278,9 @@ static int op_int_text(struct um *m, int is_long)
         if (ckpt_parse_u64(tmp, &u) == 0)
             return push_int(m, line[0] == '-' ? -(int64_t)u : (int64_t)u);
     }
-    struct ckpt_pv *v = ckpt_pv_new(m->a, CKPT_PV_BIGINT);
     if (um_take(m, n) != 0)
         return -1;
+    struct ckpt_pv *v = ckpt_pv_new(m->a, CKPT_PV_BIGINT);
     if (!v)
         return um_oom(m);
     v->flags |= CKPT_PV_DECIMAL;
@@ -331,7 +331,8 @@ static int op_counted(struct um *m, int lenbytes, enum ckpt_pv_kind kind,
                       unsigned flags)
 {
     uint64_t n;
-    if (arg_le(m, lenbytes, &n) != 0 || need(m, n) != 0 || um_take(m, n))
+    if (arg_le(m, lenbytes, &n) != 0 || need(m, n) != 0 ||
+        um_take(m, n) != 0)
         return -1;
     struct ckpt_pv *v = ckpt_pv_new(m->a, kind);
     if (!v)

@@ -6,10 +6,9 @@
  * metadata pickles get the lists their parsers need. Whatever ckpt writes
  * (byte items, OLMo trainer and optimizer values) must stay within what
  * torch.load(weights_only=True) of torch 2.6 allows, plus the pathlib
- * paths and numpy RNG state of OLMo's trainer state: an allow-list, because
- * no list of
- * dangerous callables is ever complete (numpy.testing's os, doctest,
- * _posixsubprocess, ...).
+ * paths and numpy RNG state of OLMo's trainer state: an allow-list,
+ * because no list of dangerous callables is ever complete (numpy.testing's
+ * os, doctest, _posixsubprocess, ...).
  */
 #include <string.h>
 
