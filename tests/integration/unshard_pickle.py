@@ -127,7 +127,7 @@ def refused(tmp):
                      "global '%s' is not allowed %s" % (names[0], HINT))
 
 
-def passed_unsafe(tmp, benign):
+def passed_unsafe(tmp):
     d = fresh(tmp, "objects", "unsafe")
     m = M.load_meta(d)
     for n, (key, (pkl, _)) in enumerate(zip(PLAIN_KEYS, EVIL)):
@@ -147,7 +147,7 @@ def passed_unsafe(tmp, benign):
     if p.returncode == 0:
         got = file_globals(os.path.join(out, "checkpoint.pt"))
         evil = {g for _, names in EVIL for g in names}
-        check("unsafe: globals passed through", got == benign | evil,
+        check("unsafe: globals passed through", got == BENIGN | evil,
               "got %s" % sorted(got))
 
 
@@ -348,7 +348,7 @@ def main():
                   "f32-2", "--no-verify"])
         benign(tmp)
         refused(tmp)
-        passed_unsafe(tmp, BENIGN)
+        passed_unsafe(tmp)
         train_copy(tmp)
         olmo_groups(tmp)
         outputs(tmp)
