@@ -407,6 +407,33 @@ static int group_kind(struct group *g, unsigned flags, struct ckpt_err *err)
     return 0;
 }
 
+/* One place under two spellings is never copied onto itself (the copy
+ * would be "verified" by reading the source); with --delete-source
+ * neither may be inside the other (deleting SRC would delete the copy, or
+ * the copy overwrite the source). The CLI refuses these up front; this
+ * keeps every caller of the library safe. */
+static int check_places(struct group *g, struct ckpt_err *err)
+{
+    enum ckpt_loc_rel rel = ckpt_storage_relation(g->sst, g->skey, g->dst,
+                                                  g->dkey);
+    int del = g->u->cfg.delete_source && !(g->flags & CKPT_UPLOAD_KEEP_SRC);
+    char *ddisp = ckpt_storage_display(g->dst, g->dkey);
+    int rc = -1;
+    if (rel == CKPT_LOC_SAME)
+        ckpt_err_set(err, CKPT_EUSAGE, "SRC '%s' and DEST '%s' are the "
+                     "same location (a copy onto itself)", g->sdisp, ddisp);
+    else if (del && rel != CKPT_LOC_APART)
+        ckpt_err_set(err, CKPT_EUSAGE, "--delete-source: SRC '%s' and DEST "
+                     "'%s': one is inside the other", g->sdisp, ddisp);
+    else if (rel == CKPT_LOC_B_INSIDE_A && g->kind == G_TREE)
+        ckpt_err_set(err, CKPT_EUSAGE, "DEST '%s' is inside SRC '%s'",
+                     ddisp, g->sdisp);
+    else
+        rc = 0;
+    free(ddisp);
+    return rc;
+}
+
 int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
                     const char *skey, struct ckpt_storage *dst,
                     const char *dkey, unsigned flags, struct ckpt_err *err)
@@ -425,6 +452,8 @@ int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
                      g->sdisp);
     if (rc == 0)
         rc = group_kind(g, flags, err);
+    if (rc == 0)
+        rc = check_places(g, err);
     if (rc == 0)
         rc = dmap_load(g, &g->dmap, err);
     if (rc == 0)

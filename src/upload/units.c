@@ -171,9 +171,26 @@ static int hash_dest(struct unit *un, char hex[33])
     return rc;
 }
 
+/* A file is never verified against itself: DEST must be another file
+ * or object than SRC, whatever the spellings (planning refused those;
+ * this holds for a link made since). */
+static int dest_is_source(struct obj *o, struct ckpt_err *err)
+{
+    if (o->from_archive ||
+        ckpt_storage_relation(o->g->sst, o->skey, o->g->dst, o->dkey) !=
+        CKPT_LOC_SAME)
+        return 0;
+    return ckpt_err_set(err, CKPT_EUSAGE, "%s: DEST '%s' is the same file; "
+                        "not compared with itself", o->sdisp, o->ddisp);
+}
+
 static void do_check(struct unit *un)
 {
     struct obj *o = un->o;
+    if (dest_is_source(o, &un->err) != 0) {
+        un->rc = -1;
+        return;
+    }
     const char *detag = o->dest->etag;
     const char *dash = strchr(detag, '-');
     int remote = !ckpt_storage_is_local(o->g->dst);
@@ -383,6 +400,8 @@ static void do_delete(struct unit *un)
 {
     struct obj *o = un->o;
     int rc = o ? source_unchanged(o, &un->err) : archive_unchanged(un);
+    if (rc == 0 && o)
+        rc = dest_is_source(o, &un->err);
     if (rc != 0) {
         ckpt_err_prefix(&un->err, "not deleted");
         un->rc = -1;
