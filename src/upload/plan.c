@@ -200,12 +200,31 @@ static void plan_warn(struct group *g, const char *what, const char *msg)
         g->u->cfg.on_event(g->u->cfg.ud, &ev);
 }
 
+/* A local file is planned as the version stat(2) sees now: every read
+ * of it is checked against that version. */
 static void add_file(struct group *g, const char *skey, const char *rel,
                      uint64_t size, int64_t mtime, const char *etag)
 {
     char sig[96];
-    sig_of(sig, sizeof(sig), g->sst, mtime, etag);
+    struct srcver v;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int local = ckpt_storage_is_local(g->sst);
+    if (local && srcver_get(skey, &v, &err) != 0) {
+        char *disp = ckpt_storage_display(g->sst, skey);
+        plan_fail(g, disp, &err);
+        free(disp);
+        return;
+    }
+    if (local) {
+        size = v.size;
+        mtime = v.mtime_ns / 1000000000;
+        srcver_sig(&v, sig, sizeof(sig));
+    } else {
+        sig_of(sig, sizeof(sig), g->sst, mtime, etag);
+    }
     struct obj *o = obj_new(g, skey, rel, size, mtime, sig);
+    o->ver = v;
+    o->has_ver = local;
     o->sdisp = ckpt_storage_display(g->sst, skey);
 }
 

@@ -19,17 +19,38 @@ static int is_hex32(const char *s)
 }
 
 /* Read exactly len bytes at off; a short read means the source shrank. */
+static int local_unchanged(struct obj *o, struct ckpt_err *err);
+
+/* Read exactly len bytes at off of the version planned; a short read
+ * means the source shrank. */
 static int read_exact(struct obj *o, uint64_t off, char *buf, size_t len,
                       struct ckpt_err *err)
 {
     size_t got = 0;
-    if (ckpt_storage_read(o->g->sst, o->skey, off, buf, len, &got,
+    if (local_unchanged(o, err) != 0 ||
+        ckpt_storage_read(o->g->sst, o->skey, off, buf, len, &got,
                           err) != 0)
         return -1;
     if (got != len)
         return ckpt_err_set(err, CKPT_EIO, "%s: changed while being read "
                             "(now shorter than %llu bytes)", o->sdisp,
                             (unsigned long long)o->size);
+    return local_unchanged(o, err);
+}
+
+/* A local source must be the version planned, before and after each
+ * read: then every byte sent comes from that one version. */
+static int local_unchanged(struct obj *o, struct ckpt_err *err)
+{
+    struct srcver now;
+    if (!o->has_ver)
+        return 0;
+    if (srcver_get(o->skey, &now, err) != 0)
+        return -1;
+    const char *what = srcver_diff(&o->ver, &now);
+    if (what)
+        return ckpt_err_set(err, CKPT_EIO, "%s: changed during upload (%s "
+                            "differs)", o->sdisp, what);
     return 0;
 }
 
@@ -39,6 +60,8 @@ static int source_unchanged(struct obj *o, struct ckpt_err *err)
     struct ckpt_stat sb;
     if (o->from_archive)
         return 0;
+    if (o->has_ver)
+        return local_unchanged(o, err);
     if (ckpt_storage_stat(o->g->sst, o->skey, &sb, err) != 0)
         return -1;
     int same = sb.type == CKPT_ENTRY_FILE && sb.size == o->size;
@@ -270,13 +293,17 @@ static void do_put(struct unit *un)
     if (!un->have_data) {
         /* One byte more than listed: a file that grew is caught too. */
         size_t got = 0;
-        un->rc = ckpt_storage_read(o->g->sst, o->skey, 0, un->buf,
-                                   (size_t)o->size + 1, &got, &un->err);
+        un->rc = local_unchanged(o, &un->err);
+        if (un->rc == 0)
+            un->rc = ckpt_storage_read(o->g->sst, o->skey, 0, un->buf,
+                                       (size_t)o->size + 1, &got, &un->err);
         if (un->rc == 0 && got != o->size)
             un->rc = ckpt_err_set(&un->err, CKPT_EIO, "%s: changed while "
                                   "being read (%zu bytes, listed as %llu)",
                                   o->sdisp, got,
                                   (unsigned long long)o->size);
+        if (un->rc == 0)
+            un->rc = local_unchanged(o, &un->err);
         if (un->rc != 0)
             return;
     }

@@ -47,6 +47,22 @@ void composite_etag(const unsigned char (*md5)[16], int n, char out[48]);
 uint64_t part_size_for(uint64_t size, uint64_t min);
 int parts_for(uint64_t size, uint64_t part);
 
+/* ---- local source versions (srcver.c) ---- */
+
+struct srcver {
+    uint64_t size;
+    int64_t mtime_ns, ctime_ns;
+    uint64_t ino;
+    int regular;
+};
+
+/* stat(2) of path (following a symlink, as reading it does). */
+int srcver_get(const char *path, struct srcver *v, struct ckpt_err *err);
+/* NULL when now is the version was, else what differs ("ctime", ...). */
+const char *srcver_diff(const struct srcver *was, const struct srcver *now);
+/* The journal's signature of that version. */
+void srcver_sig(const struct srcver *v, char *out, size_t n);
+
 /* ---- journal (journal.c) ---- */
 
 struct jr_pending {
@@ -150,6 +166,8 @@ struct obj {
     uint64_t size;
     int64_t mtime;
     char srcsig[96];            /* identifies the source bytes' version */
+    struct srcver ver;          /* local source: the version planned */
+    int has_ver;
     const struct dentry *dest;  /* borrowed from g->dmap, or NULL */
     struct dentry dfile;        /* DEST of a file group (dest points at) */
     enum obj_state st;
