@@ -3,6 +3,8 @@
  * the journal (what survives a crash, what a rerun sees), the W&B map.
  */
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -230,7 +232,51 @@ static void test_upload__relation(void)
     free(sib);
 }
 
+/* A rewrite in place with the mtime put back still shows (ctime); a
+ * replacement with the same bytes and mtime too (inode). */
+static void test_upload__srcver(void)
+{
+    char *path = ckpt_xasprintf("%s/ver.bin", test_tmpdir());
+    char *other = ckpt_xasprintf("%s/ver.new", test_tmpdir());
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct srcver a, b;
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs("one", f) >= 0 && fclose(f) == 0);
+    CHECK(srcver_get(path, &a, &err) == 0);
+    CHECK(srcver_get(path, &b, &err) == 0);
+    CHECK(srcver_diff(&a, &b) == NULL);
+    struct timespec keep[2] = { { 0, UTIME_OMIT },
+                                { (time_t)(a.mtime_ns / 1000000000),
+                                  (long)(a.mtime_ns % 1000000000) } };
+    usleep(20000);
+    f = fopen(path, "r+");
+    CHECK(f && fputs("two", f) >= 0 && fclose(f) == 0);
+    CHECK(utimensat(AT_FDCWD, path, keep, 0) == 0);
+    CHECK(srcver_get(path, &b, &err) == 0);
+    CHECK(b.size == a.size && b.mtime_ns == a.mtime_ns && b.ino == a.ino);
+    CHECK_STR(srcver_diff(&a, &b), "ctime");
+    char s1[96], s2[96];
+    srcver_sig(&a, s1, sizeof(s1));
+    srcver_sig(&b, s2, sizeof(s2));
+    CHECK(strcmp(s1, s2) != 0);
+    f = fopen(other, "w");
+    CHECK(f && fputs("two", f) >= 0 && fclose(f) == 0);
+    CHECK(utimensat(AT_FDCWD, other, keep, 0) == 0);
+    CHECK(srcver_get(path, &a, &err) == 0);
+    CHECK(rename(other, path) == 0);
+    CHECK(srcver_get(path, &b, &err) == 0);
+    CHECK(srcver_diff(&a, &b) != NULL);
+    CHECK(b.ino != a.ino);
+    b.ctime_ns = a.ctime_ns;
+    CHECK_STR(srcver_diff(&a, &b), "inode");
+    b.size++;
+    CHECK_STR(srcver_diff(&a, &b), "size");
+    free(path);
+    free(other);
+}
+
 TEST_MAIN(T(test_upload__part_size), T(test_upload__etags),
+          T(test_upload__srcver),
           T(test_upload__relation),
           T(test_upload__journal_roundtrip),
           T(test_upload__journal_torn_line), T(test_upload__map))
