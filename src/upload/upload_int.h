@@ -27,6 +27,8 @@
 #define CHECK_CHUNK (4 * MIB)
 #define DEFAULT_THROTTLES 30
 #define MAX_CACHE 64
+/* Journals untouched this long, with nothing unfinished, are pruned. */
+#define JOURNAL_MAX_AGE (30 * 86400.0)
 
 /* ---- hashes (hash.c) ---- */
 
@@ -92,6 +94,12 @@ int journal_open(struct journal **out, const char *dir, const char *id,
 /* Rewrite it compactly (verified objects, unfinished uploads), unlock,
  * free. NULL-safe. */
 void journal_close(struct journal *j);
+/* Remove it on close instead (its source is deleted: it can never vouch
+ * again), unless it records an unfinished upload. NULL-safe. */
+void journal_discard(struct journal *j);
+/* Remove the journals in dir untouched for max_age seconds that record
+ * no unfinished upload and that no process holds. Returns how many. */
+size_t journal_prune(const char *dir, double max_age);
 void journal_start(struct journal *j, const char *dkey, const char *id,
                    uint64_t size, uint64_t part_size, const char *srcsig);
 void journal_part(struct journal *j, const char *id, int num,
@@ -147,6 +155,7 @@ struct group {
     struct journal *jr;              /* owned, or NULL */
     size_t nobjs, nfailed;
     int plan_failed;                 /* part of SRC could not be listed */
+    size_t ndel_failed;              /* source files not deleted */
     struct extract *x;               /* owned while streaming */
     int extracted;                   /* archive fully read */
 };
