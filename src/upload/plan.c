@@ -7,6 +7,7 @@
 #include "upload_int.h"
 
 #include <limits.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,6 +175,9 @@ void group_free(struct group *g)
     extract_close(g);
     journal_close(g->jr);
     dmap_release(&g->dmap);
+    for (size_t i = 0; i < g->nlinks; i++)
+        free(g->links[i]);
+    free(g->links);
     free(g->skey);
     free(g->dkey);
     free(g->sdisp);
@@ -308,13 +312,44 @@ static void follow_link(struct walk *w, const char *path, const char *rel)
     free(disp);
 }
 
+/* OLMo's `latest` and `latest-unsharded` links name a checkpoint of the
+ * same run: copying them would copy that checkpoint twice (-L), warning
+ * about them is noise, and they must go with the run. One that dangles
+ * (its checkpoint cleaned) counts when its target stays below its own
+ * directory. */
+static int olmo_latest(const struct walk *w, const char *path,
+                       const char *name)
+{
+    char real[PATH_MAX], target[PATH_MAX];
+    if (strcmp(name, "latest") && strcmp(name, "latest-unsharded"))
+        return 0;
+    if (realpath(path, real)) {
+        size_t n = strlen(w->stack[0]);
+        return !strncmp(real, w->stack[0], n) && real[n] == '/';
+    }
+    ssize_t len = readlink(path, target, sizeof(target) - 1);
+    if (len <= 0 || target[0] == '/')
+        return 0;
+    target[len] = '\0';
+    char *save = NULL;
+    for (char *c = strtok_r(target, "/", &save); c;
+         c = strtok_r(NULL, "/", &save))
+        if (!strcmp(c, ".."))
+            return 0;
+    return 1;
+}
+
 static void walk_entry(struct walk *w, const char *dir, const char *rel,
                        const struct lent *e)
 {
     struct group *g = w->g;
     char *path = ckpt_path_join(dir, e->name);
     char *r = *rel ? ckpt_path_join(rel, e->name) : ckpt_xstrdup(e->name);
-    if (e->type == CKPT_ENTRY_FILE && !is_temp(e->name)) {
+    if (e->type == CKPT_ENTRY_LINK && olmo_latest(w, path, e->name)) {
+        g->links = ckpt_xreallocarray(g->links, g->nlinks + 1,
+                                      sizeof(*g->links));
+        g->links[g->nlinks++] = ckpt_xstrdup(path);
+    } else if (e->type == CKPT_ENTRY_FILE && !is_temp(e->name)) {
         add_file(g, path, r, e->size, e->mtime, NULL);
     } else if (e->type == CKPT_ENTRY_DIR) {
         walk_dir(w, path, r);

@@ -159,6 +159,11 @@ static void delete_sources(struct ckpt_upload *u)
     for (size_t i = 0; i < u->ngroups && !u->cfg.dry_run; i++) {
         struct group *g = u->groups[i];
         struct ckpt_err err = CKPT_ERR_INIT;
+        /* The run's own `latest` links go with it, once its files did. */
+        for (size_t k = 0; deletable(g) && !g->ndel_failed &&
+                           k < g->nlinks; k++)
+            if (ckpt_storage_delete(g->sst, g->links[k], &err) != 0)
+                emit(u, CKPT_UP_WARNING, NULL, g->links[k], err.msg);
         if (deletable(g) && g->kind == G_TREE &&
             ckpt_storage_prune_dirs(g->sst, g->skey, &err) != 0)
             emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);

@@ -156,6 +156,9 @@ struct group {
     size_t nobjs, nfailed;
     int plan_failed;                 /* part of SRC could not be listed */
     size_t ndel_failed;              /* source files not deleted */
+    char **links;                    /* owned: OLMo `latest` links, not
+                                        copied, deleted with the run */
+    size_t nlinks;
     struct extract *x;               /* owned while streaming */
     int extracted;                   /* archive fully read */
 };
