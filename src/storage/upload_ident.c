@@ -163,7 +163,9 @@ static int same_bucket(const struct ckpt_storage *sa,
     const struct s3 *a = sa->impl, *b = sb->impl;
     if (sa == sb)
         return 1;
-    return a && b && !strcasecmp(a->conf.endpoint, b->conf.endpoint) &&
+    return a && b && a->conf.endpoint && b->conf.endpoint &&
+           sa->loc.bucket && sb->loc.bucket &&
+           !strcasecmp(a->conf.endpoint, b->conf.endpoint) &&
            !strcmp(sa->loc.bucket, sb->loc.bucket);
 }
 
