@@ -508,6 +508,10 @@ int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
         rc = group_kind(g, flags, err);
     if (rc == 0)
         rc = check_places(g, err);
+    if (rc == 0 && g->kind == G_ARCHIVE && ckpt_storage_is_local(sst)) {
+        rc = srcver_get(skey, &g->ver, err);
+        g->has_ver = rc == 0;
+    }
     if (rc == 0)
         rc = dmap_load(g, &g->dmap, err);
     if (rc == 0)

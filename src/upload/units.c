@@ -38,28 +38,35 @@ static int read_exact(struct obj *o, uint64_t off, char *buf, size_t len,
     return local_unchanged(o, err);
 }
 
+static int version_same(const char *path, const char *disp,
+                        const struct srcver *was, struct ckpt_err *err)
+{
+    struct srcver now;
+    if (srcver_get(path, &now, err) != 0)
+        return -1;
+    const char *what = srcver_diff(was, &now);
+    if (what)
+        return ckpt_err_set(err, CKPT_EIO, "%s: changed during upload (%s "
+                            "differs)", disp, what);
+    return 0;
+}
+
 /* A local source must be the version planned, before and after each
  * read: then every byte sent comes from that one version. */
 static int local_unchanged(struct obj *o, struct ckpt_err *err)
 {
-    struct srcver now;
-    if (!o->has_ver)
-        return 0;
-    if (srcver_get(o->skey, &now, err) != 0)
-        return -1;
-    const char *what = srcver_diff(&o->ver, &now);
-    if (what)
-        return ckpt_err_set(err, CKPT_EIO, "%s: changed during upload (%s "
-                            "differs)", o->sdisp, what);
-    return 0;
+    return o->has_ver ? version_same(o->skey, o->sdisp, &o->ver, err) : 0;
 }
 
-/* The source must still be what was listed before we commit to it. */
+/* The source must still be what was listed before we commit to it (an
+ * archive member: the local archive it is read from). */
 static int source_unchanged(struct obj *o, struct ckpt_err *err)
 {
     struct ckpt_stat sb;
+    struct group *g = o->g;
     if (o->from_archive)
-        return 0;
+        return g->has_ver ? version_same(g->skey, g->sdisp, &g->ver, err)
+                          : 0;
     if (o->has_ver)
         return local_unchanged(o, err);
     if (ckpt_storage_stat(o->g->sst, o->skey, &sb, err) != 0)
@@ -306,6 +313,9 @@ static void do_put(struct unit *un)
             un->rc = local_unchanged(o, &un->err);
         if (un->rc != 0)
             return;
+    } else if (o->from_archive && source_unchanged(o, &un->err) != 0) {
+        un->rc = -1;  /* the member was read from another version */
+        return;
     }
     md5_buf(un->buf, (size_t)o->size, un->md5);
     hex_of(un->md5, 16, hex);
@@ -414,6 +424,8 @@ static int archive_unchanged(struct unit *un)
 {
     struct group *g = un->ag;
     struct ckpt_stat sb;
+    if (g->has_ver)
+        return version_same(g->skey, g->sdisp, &g->ver, &un->err);
     if (ckpt_storage_stat(g->sst, g->skey, &sb, &un->err) != 0)
         return -1;
     if (sb.size != g->ssb.size || sb.mtime != g->ssb.mtime ||

@@ -151,6 +151,8 @@ struct group {
     enum group_kind kind;
     unsigned flags;
     struct ckpt_stat ssb;            /* SRC when planned */
+    struct srcver ver;               /* a local archive when planned */
+    int has_ver;
     struct dmap dmap;                /* DEST listing (tree, archive) */
     struct journal *jr;              /* owned, or NULL */
     size_t nobjs, nfailed;
