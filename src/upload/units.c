@@ -18,7 +18,6 @@ static int is_hex32(const char *s)
     return hex_md5_parse(s, d) == 0;
 }
 
-/* Read exactly len bytes at off; a short read means the source shrank. */
 static int local_unchanged(struct obj *o, struct ckpt_err *err);
 
 /* Read exactly len bytes at off of the version planned; a short read
