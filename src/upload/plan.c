@@ -7,9 +7,9 @@
 #include "upload_int.h"
 
 #include <limits.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/buf.h"
 #include "ckpt/util.h"
@@ -210,7 +210,7 @@ static void add_file(struct group *g, const char *skey, const char *rel,
                      uint64_t size, int64_t mtime, const char *etag)
 {
     char sig[96];
-    struct srcver v;
+    struct srcver v = { 0 };
     struct ckpt_err err = CKPT_ERR_INIT;
     int local = ckpt_storage_is_local(g->sst);
     if (local && srcver_get(skey, &v, &err) != 0) {
