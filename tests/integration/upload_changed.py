@@ -5,9 +5,10 @@ copied, its modification time put back each time (as `touch -r` does),
 against s3rver behind the fault-injecting proxy:
 
 * rewritten in place during a multipart upload (the upload is held on
-  503s by the proxy while the file is rewritten): a `failed ... changed
-  during upload` row, exit 1, no object at DEST, nothing in the journal;
-  a rerun once the file is stable copies the final bytes;
+  503s by the proxy while the file is rewritten; locally, rewritten when
+  the copy's temporary file appears): a `failed ... changed during
+  upload` row, exit 1, no object at DEST (nor temporary file), nothing in
+  the journal; a rerun once the file is stable copies the final bytes;
 * rewritten in place after an upload: the journal's record of that upload
   does not skip it (the ctime changed), the new bytes are copied;
 * replaced by a new file (another inode) with the same bytes: compared by
@@ -111,6 +112,40 @@ def during(c, s3, env, tmp):
           "unchanged" % (src, url)])
 
 
+def during_local(c, env, tmp):
+    """The same with a local DEST: rewritten as soon as the temporary
+    file of the copy appears (copying 256 MiB one part at a time takes
+    far longer than noticing it)."""
+    src = os.path.join(tmp, "loc.bin")
+    dst = os.path.join(tmp, "locdst")
+    os.makedirs(dst)
+    with open(src, "wb") as f:
+        f.write(os.urandom(256 * MIB))
+    p = subprocess.Popen([CKPT, "upload", "-v", "-j", "1", src, dst + "/"],
+                         env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while not os.listdir(dst) and time.time() < deadline:
+        time.sleep(0.001)
+    c.true("local: the copy started", bool(os.listdir(dst)))
+    rewrite(src, b"rewritten" * 1000)
+    out, err = p.communicate(timeout=300)
+    out, err = out.decode(), err.decode()
+    final = os.path.join(dst, "loc.bin")
+    c.eq("local: changed mid-copy: exit (%s)" % err.strip(), p.returncode, 1)
+    c.eq("local: changed mid-copy: row", out.splitlines(),
+         ["failed\t%s\t%s\t%s: changed during upload (ctime differs)" %
+          (src, final, src)])
+    c.eq("local: nothing at DEST, no temporary file", os.listdir(dst), [])
+    rc, out, err = ckpt(env, "upload", "-v", src, dst + "/")
+    c.eq("local: rerun", (rc, out.splitlines()),
+         (0, ["uploaded\t%s\t%s" % (src, final)]))
+    with open(src, "rb") as a, open(final, "rb") as b:
+        c.true("local: DEST holds the final bytes", a.read() == b.read())
+    shutil.rmtree(dst)
+    os.unlink(src)
+
+
 def after(c, env, tmp):
     """Changed between two runs: the journal's record is not trusted."""
     src = os.path.join(tmp, "s.txt")
@@ -184,6 +219,7 @@ def main():
             env = s3.env()
             env["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
             during(c, s3, env, tmp)
+            during_local(c, env, tmp)
             after(c, env, tmp)
             archive(c, env, tmp)
     finally:
