@@ -4,8 +4,7 @@
 # a local directory standing in for the bucket. Needs no credentials.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-apt-get install -y -q --no-install-recommends python3 tar zstd xz-utils bzip2 zip >/dev/null 2>&1 || true
+bash scripts/install-deps.sh --demo   # sudo only when not root
 bash scripts/build.sh build >/dev/null
 CKPT=$PWD/build/ckpt
 W=${CKPT_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/ckpt-demo-XXXXXX")}

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# Install what ckpt needs on Debian 12 (run as root).
+# Install what ckpt needs on Debian 12, as root or through sudo (only
+# when not root and something is missing).
 #   scripts/install-deps.sh          build dependencies
+#   scripts/install-deps.sh --demo   plus what scripts/demo.sh uses
 #   scripts/install-deps.sh --test   plus what the test suite uses
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_pkgs=(build-essential cmake pkg-config libcurl4-openssl-dev
             libarchive-dev libzstd-dev libcjson-dev libssl-dev libblosc-dev
-            ca-certificates)
+            libyaml-dev ca-certificates)
 test_pkgs=(clang libclang-rt-14-dev python3 python3-torch python3-botocore
            awscli python3-zarr python3-numcodecs python3-yaml nodejs npm
            zstd xz-utils bzip2 zip unzip tar time)
+demo_pkgs=(python3 tar zstd xz-utils bzip2 zip)
 
 pkgs=("${build_pkgs[@]}")
-[ "${1:-}" = "--test" ] && pkgs+=("${test_pkgs[@]}")
+case "${1:-}" in
+    --test) pkgs+=("${test_pkgs[@]}") ;;
+    --demo) pkgs+=("${demo_pkgs[@]}") ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -27,7 +33,15 @@ if command -v node >/dev/null && command -v npm >/dev/null; then
 fi
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 if [ ${#missing[@]} -gt 0 ]; then
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || {
+            echo "install-deps.sh: missing ${missing[*]}; run as root" \
+                 "(or install sudo)" >&2
+            exit 1
+        }
+        SUDO=sudo
+    fi
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi

@@ -13,6 +13,23 @@ jobs=$(nproc)
 tjobs=$((jobs + 1))
 echo "== normal build"
 bash scripts/build.sh build
+
+# A warning in any build a user or packager may pick fails here, not on
+# their machine: the binary and unit tests (no suite run) at Release
+# (gcc -O3 finds more maybe-uninitialized paths), Debug, and with clang.
+echo "== warning check: gcc Release, gcc Debug, clang Release (-Werror, build only)"
+units=$(cd tests/unit && ls test_*.c | sed 's/\.c$//')
+for b in gcc:Release gcc:Debug clang:Release; do
+    cc=${b%%:*}; type=${b#*:}; dir=build-$cc-${type,,}; t0=$SECONDS
+    cmake -S . -B "$dir" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE="$type" \
+        -DCKPT_WERROR=ON >/dev/null
+    # shellcheck disable=SC2086
+    if ! log=$(cmake --build "$dir" -j"$jobs" --target ckpt $units 2>&1); then
+        echo "$log"; echo "$cc $type: FAILED"; exit 1
+    fi
+    echo "$cc $type: clean ($((SECONDS - t0)) s)"
+done
+
 (cd build && ctest --output-on-failure -j"$tjobs")
 
 echo "== ASan + UBSan build"

@@ -15,10 +15,12 @@
  * bound their depth (CKPT_PICKLE_MAX_DEPTH).
  *
  * Bounds: every length field is checked against the remaining input, memo
- * indices against the input size, allocations against the arena's limit,
- * and opcodes that need external state (extension registry, out-of-band
- * buffers) are refused. Hostile input fails with CKPT_EFORMAT (or
- * CKPT_ENOMEM when the arena's limit is reached), never crashes.
+ * indices against the number of values so far, nesting against
+ * CKPT_PICKLE_MAX_DEPTH, the values pushed and the bytes decoded against
+ * the load's caps, allocations against the arena's limit, and opcodes that
+ * need external state (extension registry, out-of-band buffers) are
+ * refused. Hostile input fails with CKPT_EFORMAT (or CKPT_ENOMEM when a
+ * size cap or the arena's limit is reached), never crashes.
  */
 #ifndef CKPT_PICKLE_H
 #define CKPT_PICKLE_H
@@ -31,8 +33,19 @@
 #include "ckpt/err.h"
 
 /* Deepest container nesting that walkers (emitter, JSON, interpreters)
- * follow before failing; Python's own pickler stops near 1000 too. */
+ * follow before failing; Python's own pickler stops near 1000 too. The
+ * loader refuses deeper nesting (and deeper MARK nesting) as it builds. */
 #define CKPT_PICKLE_MAX_DEPTH 512
+
+/* Default bounds of one load (ckpt_pickle_opts fields left 0), sized so
+ * that a hostile pickle fails in a few tens of MiB whatever it claims:
+ * every value pushed (memo references included) costs at most about 100
+ * bytes of node, stack, container and memo slots, and strings, bytes and
+ * big ints are charged for what they decode to. Callers that read a
+ * pickle whole cap its size at CKPT_PICKLE_MAX_BYTES too. See
+ * docs/formats/pickle.md. */
+#define CKPT_PICKLE_MAX_VALUES ((size_t)128 * 1024)
+#define CKPT_PICKLE_MAX_BYTES ((size_t)8 << 20)
 
 enum ckpt_pv_kind {
     CKPT_PV_NONE = 0,
@@ -80,7 +93,9 @@ struct ckpt_pv_dict {
 
 struct ckpt_pv {
     enum ckpt_pv_kind kind;
-    unsigned flags;
+    unsigned flags : 8;
+    unsigned depth : 24;    /* nesting below this node, as the loader saw it
+                               (bounds hostile input; 0 for built nodes) */
     union {
         int b;
         int64_t i;
@@ -105,7 +120,7 @@ struct ckpt_pv {
 
 /* Called for every GLOBAL / STACK_GLOBAL / INST while loading. Return 0 to
  * allow, -1 to refuse (the load then fails with CKPT_EUNSAFE and the
- * message "NAME: class 'module.name' not allowed"). */
+ * message "NAME: pickle global 'module.name' is not allowed"). */
 typedef int (*ckpt_pickle_allow_fn)(void *ud, const char *module,
                                     const char *name);
 
@@ -113,14 +128,18 @@ struct ckpt_pickle_opts {
     const char *name;             /* for messages, e.g. "data.pkl" */
     ckpt_pickle_allow_fn allow;   /* NULL: every global allowed */
     void *ud;
+    size_t max_values;            /* 0: CKPT_PICKLE_MAX_VALUES */
+    size_t max_bytes;             /* 0: CKPT_PICKLE_MAX_BYTES */
 };
 
 /*
  * Parse one pickle from data[0..len) into arena a. On success *out is the
  * unpickled value (allocated in a) and *used (if not NULL) the number of
  * bytes up to and including STOP. Returns 0, or -1 with err set:
- * CKPT_EFORMAT (malformed, truncated, unsupported opcode), CKPT_EUNSAFE
- * (refused global), CKPT_ENOMEM (arena limit).
+ * CKPT_EFORMAT (malformed, truncated, unsupported opcode, nested deeper
+ * than CKPT_PICKLE_MAX_DEPTH, memo index beyond the values so far),
+ * CKPT_EUNSAFE (refused global), CKPT_ENOMEM (arena limit, or more values
+ * or decoded bytes than opts allow: "NAME: pickle too large: ...").
  */
 int ckpt_pickle_load(struct ckpt_arena *a, const void *data, size_t len,
                      const struct ckpt_pickle_opts *opts,

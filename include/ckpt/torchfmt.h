@@ -53,16 +53,35 @@ int ckpt_torch_allow_tensor(void *ud, const char *module, const char *name);
  * torch.device and pathlib paths (StorageMeta.checkpoint_id). */
 int ckpt_torch_allow_metadata(void *ud, const char *module,
                               const char *name);
-/* Arbitrary pickled objects that are only passed through (DCP byte items):
- * any class except those that reach code execution, the file system or
- * the network (os, subprocess, builtins.eval, ...) and torch functions
- * outside the tensor list. */
-int ckpt_torch_allow_object(void *ud, const char *module, const char *name);
-/* Post-parse check for ckpt_torch_allow_object graphs: builtins.getattr
- * only on a class with a public attribute name (enum members). Returns 0,
- * or -1 with err "NAME: class 'builtins.getattr' not allowed ...". */
+/* Post-parse check for metadata graphs: builtins.getattr only on a class
+ * with a public attribute name (enum members). Returns 0, or -1 with err
+ * "NAME: class 'builtins.getattr' not allowed ...". */
 int ckpt_torch_check_object(const struct ckpt_pv *root, const char *name,
                             struct ckpt_err *err);
+/* torch.load(weights_only=True)'s default list of torch 2.6 (torch types,
+ * storages, dtypes, rebuild functions, OrderedDict, Counter, set,
+ * bytearray, _codecs.encode), dtypes newer than 2.6 that ckpt writes too. */
+int ckpt_torch_allow_weights(void *ud, const char *module, const char *name);
+/* What ckpt writes into its outputs (docs/formats/pickle.md): the weights
+ * list plus pathlib paths and numpy arrays (OLMo trainer state). */
+int ckpt_torch_allow_object(void *ud, const char *module, const char *name);
+
+/* Whether globals outside ckpt_torch_allow_object may be written. */
+typedef void (*ckpt_pickle_warn_fn)(void *ud, const char *item,
+                                    const char *module, const char *name);
+struct ckpt_pickle_gate {
+    int allow_unsafe;          /* pass them through, calling warn */
+    ckpt_pickle_warn_fn warn;  /* NULL: silent */
+    void *ud;
+};
+/* Check every global reachable from root, a value about to be written as
+ * `item` (e.g. "checkpoint.pt['extra']"). Returns 0, or -1 with err
+ * (CKPT_EUNSAFE) "ITEM: pickle global 'module.name' is not allowed (use
+ * --allow-unsafe-pickle to pass it through)". With g->allow_unsafe each
+ * such global (once per node) goes to g->warn instead. g may be NULL. */
+int ckpt_torch_check_written(const struct ckpt_pv *root, const char *item,
+                             const struct ckpt_pickle_gate *g,
+                             struct ckpt_err *err);
 
 /* --- random-access input ------------------------------------------------ */
 

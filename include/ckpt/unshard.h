@@ -33,6 +33,12 @@ enum ckpt_unshard_format {
     CKPT_FORMAT_SAFETENSORS
 };
 
+/* Called on the calling thread, while planning, for each pickle global
+ * outside the allow-list (docs/formats/pickle.md) that allow_unsafe_pickle
+ * lets through: item is where it is written, e.g. "checkpoint.pt['x']". */
+typedef void (*ckpt_unshard_warn_fn)(void *ud, const char *item,
+                                     const char *module, const char *name);
+
 /* Called from worker threads after each copy task (one piece of at most
  * 1 MiB) with the bytes it wrote; sum atomically. */
 typedef void (*ckpt_unshard_progress_fn)(void *ud, uint64_t bytes);
@@ -48,6 +54,10 @@ struct ckpt_unshard_opts {
     enum ckpt_unshard_format format;
     uint64_t max_shard_size;    /* safetensors split size; 0: 5 GiB */
     int allow_replicas;         /* identical duplicate chunks are fine */
+    /* Write pickled values naming globals outside the allow-list (a
+     * plain torch.load of the output would call them); else such a value
+     * fails the checkpoint with CKPT_EUNSAFE naming item and global. */
+    int allow_unsafe_pickle;
     int verify;                 /* re-read outputs, compare with sources */
     int jobs;                   /* worker threads; <= 0: cores */
     int dry_run;                /* plan and check only; write nothing */
@@ -66,7 +76,9 @@ struct ckpt_unshard_opts {
     volatile sig_atomic_t *cancel;
     ckpt_unshard_planned_fn planned;
     ckpt_unshard_progress_fn progress;
-    void *progress_ud;          /* passed to planned and progress */
+    ckpt_unshard_warn_fn unsafe_pickle;  /* NULL: no warnings */
+    void *progress_ud;          /* passed to planned, progress and
+                                   unsafe_pickle */
 };
 
 /* One output file. */

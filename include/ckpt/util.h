@@ -11,6 +11,12 @@
 
 #include "ckpt/err.h"
 
+/* Out of memory where no caller could go on (metadata-sized allocations,
+ * library calls that fail only for memory): print "ckpt: out of memory
+ * <what>" on stderr and abort. The one abort() in ckpt; every other
+ * failure returns an error. */
+_Noreturn void ckpt_die_oom(const char *fmt, ...) CKPT_PRINTF(1, 2);
+
 void *ckpt_xmalloc(size_t n);
 void *ckpt_xcalloc(size_t n, size_t size);
 void *ckpt_xrealloc(void *p, size_t n);

@@ -44,7 +44,8 @@ struct cmd {
     struct ckpt_opts g;
     const char *layout, *format;
     uint64_t max_shard;
-    int allow_replicas, verify, latest, delete_sharded, no_sync;
+    int allow_replicas, allow_unsafe_pickle, verify, latest, delete_sharded;
+    int no_sync;
     const char *step;
     struct ckpt_unshard_opts uo;
     struct progress *prog;
@@ -70,6 +71,9 @@ static int parse(struct cmd *c, int *argc, char **argv)
                   "split safetensors output above SIZE (default 5G)"),
         OPT_BOOL_(0, "allow-replicas", &c->allow_replicas,
                   "accept identical replicated chunks"),
+        OPT_BOOL_(0, "allow-unsafe-pickle", &c->allow_unsafe_pickle,
+                  "also write pickled globals torch.load(weights_only) "
+                  "refuses (warns)"),
         OPT_BOOL_(0, "verify", &c->verify,
                   "re-read the output and compare with the sources"),
         OPT_BOOL_(0, "latest", &c->latest, "run: only the newest step"),
@@ -122,6 +126,7 @@ static int validate(struct cmd *c, int argc)
         return usage_err("--step needs a number, got '%s'", c->step);
     o->max_shard_size = c->max_shard;
     o->allow_replicas = c->allow_replicas;
+    o->allow_unsafe_pickle = c->allow_unsafe_pickle;
     o->verify = c->verify || c->delete_sharded;
     o->jobs = c->g.jobs;
     o->dry_run = c->g.dry_run;
@@ -148,6 +153,15 @@ static void on_progress(void *ud, uint64_t bytes)
 {
     struct cmd *c = ud;
     progress_add(c->prog, 1, bytes);
+}
+
+static void on_unsafe_pickle(void *ud, const char *item, const char *module,
+                             const char *name)
+{
+    (void)ud;
+    warnf("%s: passing pickle global '%s.%s' through "
+          "(--allow-unsafe-pickle): a plain torch.load of the output "
+          "calls it", item, module, name);
 }
 
 /* --- reporting --------------------------------------------------------- */
@@ -219,6 +233,7 @@ static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
 {
     c->uo.planned = on_planned;
     c->uo.progress = on_progress;
+    c->uo.unsafe_pickle = on_unsafe_pickle;
     c->uo.progress_ud = c;
     c->prog = NULL;
     int rc;

@@ -1,19 +1,15 @@
 /*
- * yaml.c - a YAML reader for training configs (OLMo's config.yaml, written
- * by OmegaConf/PyYAML) and wandb's files/config.yaml (written by Go's
- * yaml package). Both are block-style documents of mappings, sequences and
- * scalars, so this reads that subset of YAML 1.1 into a cJSON tree instead
- * of pulling in libyaml: block mappings and sequences (including the
- * indentless `key:\n- item` form PyYAML emits), flow collections (PyYAML's
- * `[0.9, 0.95]`, wrapped over several lines when long), plain scalars
- * folded over lines, single/double-quoted and literal/folded block
- * scalars, comments, anchors/aliases, explicit `? ` keys and the standard
- * tags. Only the first document of a stream is read.
+ * yaml.c - training configs (OLMo's config.yaml and metadata.yaml, written
+ * by OmegaConf/PyYAML; wandb's files/config.yaml, written by Go's yaml
+ * package) into a cJSON tree.
  *
- * Parsing is by lines: each line knows its indentation; a sequence entry
- * "- a: 1" is handled by narrowing the line to its content ("a: 1") and
- * raising its indentation to that column, so nested nodes on the same line
- * need no special case.
+ * The bytes come from run directories nobody vetted, so the syntax is
+ * libyaml's (Debian's libyaml-dev, fuzzed by OSS-Fuzz; PyYAML's parser is
+ * a port of it, so both read a file the same way). This file only turns
+ * libyaml's events into cJSON: plain scalars resolve as PyYAML's YAML 1.1
+ * resolver does (yaml_scalar.c), aliases are copied, and what hostile input
+ * could grow is capped: nesting depth, nodes and scalar text after alias
+ * expansion (an alias bomb fails after at most MAX_NODES copies).
  */
 #include "ckpt/yaml.h"
 #include "yaml_int.h"
@@ -22,435 +18,353 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <yaml.h>
 
 #include "ckpt/util.h"
 
-cJSON *yaml_jcheck(cJSON *j)
+#define MAX_DEPTH 200             /* nested collections */
+#define MAX_NODES 500000          /* nodes, alias copies included */
+#define MAX_TEXT (32u << 20)      /* scalar and key bytes, copies included */
+
+/* A collection being filled. */
+struct frame {
+    cJSON *node;
+    char *key;       /* mapping: the key waiting for its value (owned) */
+    char *anchor;    /* recorded when the collection ends (owned) */
+};
+
+struct anchor {
+    char *name;      /* owned */
+    cJSON *node;     /* owned copy: later edits of the tree leave it be */
+};
+
+struct yb {
+    const char *name;
+    struct ckpt_err *err;
+    struct frame st[MAX_DEPTH];
+    int depth;
+    cJSON *root;
+    int have_root;
+    struct anchor *anchors;
+    size_t nanchors;
+    size_t nodes, text;   /* budget spent */
+    size_t line;          /* 1-based line of the current event */
+};
+
+cJSON *ckpt_yaml_jcheck(cJSON *j)
 {
-    if (!j) {
-        fputs("ckpt: out of memory building a JSON tree\n", stderr);
-        abort();
-    }
+    if (!j)
+        ckpt_die_oom("building a JSON tree");
     return j;
 }
 
-cJSON *yaml_fail(struct yp *p, int lineno, const char *msg)
+static int fail(struct yb *b, const char *msg)
 {
-    ckpt_err_set(p->err, CKPT_EFORMAT, "%s:%d: %s", p->name, lineno, msg);
+    return ckpt_err_set(b->err, CKPT_EFORMAT, "%s:%zu: %s", b->name, b->line,
+                        msg);
+}
+
+/* Nodes and text of a tree, for the budget. Depth is capped, so the
+ * recursion is too. */
+static void measure(const cJSON *j, size_t *nodes, size_t *text)
+{
+    for (; j; j = j->next) {
+        *nodes += 1;
+        *text += (j->string ? strlen(j->string) : 0) +
+                 (j->valuestring ? strlen(j->valuestring) : 0);
+        measure(j->child, nodes, text);
+    }
+}
+
+/* Count nodes and text against the caps; by says where they came from
+ * ("" or " from aliases"). */
+static int spend(struct yb *b, size_t nodes, size_t text, const char *by)
+{
+    char msg[64];
+    b->nodes += nodes;
+    b->text += text;
+    if (b->nodes <= MAX_NODES && b->text <= MAX_TEXT)
+        return 0;
+    snprintf(msg, sizeof(msg), "too %s%s", b->nodes > MAX_NODES
+             ? "many nodes" : "much text", by);
+    return fail(b, msg);
+}
+
+static int spend_tree(struct yb *b, const cJSON *j, const char *by)
+{
+    size_t nodes = 0, text = 0;
+    const cJSON *next = j->next;
+    /* Measure j alone, not its siblings. */
+    ((cJSON *)j)->next = NULL;
+    measure(j, &nodes, &text);
+    ((cJSON *)j)->next = (cJSON *)next;
+    return spend(b, nodes, text, by);
+}
+
+static int set_anchor(struct yb *b, const char *name, const cJSON *node)
+{
+    cJSON *copy = ckpt_yaml_jcheck(cJSON_Duplicate(node, 1));
+    if (spend_tree(b, copy, "") != 0) {
+        cJSON_Delete(copy);
+        return -1;
+    }
+    b->anchors = ckpt_xreallocarray(b->anchors, b->nanchors + 1,
+                                    sizeof(*b->anchors));
+    b->anchors[b->nanchors].name = ckpt_xstrdup(name);
+    b->anchors[b->nanchors].node = copy;
+    b->nanchors++;
+    return 0;
+}
+
+/* A copy of the node an alias names; the latest definition wins. An
+ * anchor whose collection is still open is not defined yet (no cycles). */
+static cJSON *alias(struct yb *b, const char *name)
+{
+    for (size_t k = b->nanchors; k-- > 0;) {
+        if (strcmp(b->anchors[k].name, name))
+            continue;
+        if (spend_tree(b, b->anchors[k].node, " from aliases") != 0)
+            return NULL;
+        return ckpt_yaml_jcheck(cJSON_Duplicate(b->anchors[k].node, 1));
+    }
+    fail(b, "unknown alias");
     return NULL;
 }
 
-/* '\n' only occurs inside gathered flow collections. */
-int yaml_is_ws(char c)
+static int is_core_tag(const char *tag, const char *name)
 {
-    return c == ' ' || c == '\t' || c == '\n';
+    static const char core[] = "tag:yaml.org,2002:";
+    return !strncmp(tag, core, sizeof(core) - 1) &&
+           !strcmp(tag + sizeof(core) - 1, name);
 }
 
-/* The text of a mapping key node. Collections as keys (YAML allows them,
- * JSON does not) are refused: printing them into keys of keys grows
- * exponentially with nesting. */
-char *yaml_key_text(struct yp *p, const cJSON *k, int lineno)
+/* !!str keeps the text; !!int, !!float, !!bool and !!null resolve it even
+ * when quoted; other tags are ignored. Plain text resolves by its form. */
+static cJSON *scalar(const yaml_event_t *ev)
+{
+    const char *s = (const char *)ev->data.scalar.value;
+    size_t n = ev->data.scalar.length;
+    const char *tag = (const char *)ev->data.scalar.tag;
+    int resolve = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    if (tag && is_core_tag(tag, "str"))
+        resolve = 0;
+    else if (tag && (is_core_tag(tag, "int") || is_core_tag(tag, "float") ||
+                     is_core_tag(tag, "bool") || is_core_tag(tag, "null")))
+        resolve = 1;
+    if (resolve)
+        return ckpt_yaml_resolve_plain(s, n);
+    char *t = ckpt_xstrndup(s, n);
+    cJSON *j = ckpt_yaml_jcheck(cJSON_CreateString(t));
+    free(t);
+    return j;
+}
+
+/* The text of a key given as an alias. Collections as keys (YAML allows
+ * them, JSON does not) are refused. */
+static char *key_text(struct yb *b, const cJSON *k)
 {
     if (cJSON_IsArray(k) || cJSON_IsObject(k)) {
-        yaml_fail(p, lineno, "complex mapping keys are not supported");
+        fail(b, "complex mapping keys are not supported");
         return NULL;
     }
     if (cJSON_IsString(k))
         return ckpt_xstrdup(k->valuestring);
     char *s = cJSON_PrintUnformatted(k);
-    if (!s) {
-        fputs("ckpt: out of memory printing a YAML key\n", stderr);
-        abort();
-    }
+    if (!s)
+        ckpt_die_oom("printing a YAML key");
     return s;
 }
 
-/* ---- lines ---- */
-
-static int is_doc_marker(const char *s, size_t len, char c)
+static struct frame *top(struct yb *b)
 {
-    return len >= 3 && s[0] == c && s[1] == c && s[2] == c &&
-           (len == 3 || yaml_is_ws(s[3]));
+    return b->depth ? &b->st[b->depth - 1] : NULL;
 }
 
-static void add_line(struct yp *p, const char *raw, size_t len, int lineno)
+static int wants_key(struct yb *b)
 {
-    if (len && raw[len - 1] == '\r')
-        len--;
-    p->l = ckpt_xreallocarray(p->l, p->n + 1, sizeof(*p->l));
-    struct yline *y = &p->l[p->n++];
-    size_t ind = 0;
-    while (ind < len && raw[ind] == ' ')
-        ind++;
-    y->raw = raw;
-    y->rawlen = len;
-    y->s = raw + ind;
-    y->len = len - ind;
-    y->indent = (int)ind;
-    y->lineno = lineno;
+    struct frame *f = top(b);
+    return f && cJSON_IsObject(f->node) && !f->key;
 }
 
-/* Narrow line y to start at offset off of its content. */
-void yaml_narrow(struct yline *y, size_t off)
+/* Put a finished node (owned) where the document is at. */
+static void place(struct yb *b, cJSON *node)
 {
-    while (off < y->len && yaml_is_ws(y->s[off]))
-        off++;
-    y->indent += (int)off;
-    y->s += off;
-    y->len -= off;
-}
-
-/* Split the first document into lines: directives and a leading "---"
- * are skipped; a later "---" or "..." ends it. */
-void yaml_split_lines(struct yp *p, const char *text, size_t len)
-{
-    int lineno = 0, started = 0;
-    size_t pos = 0;
-    while (pos < len) {
-        const char *nl = memchr(text + pos, '\n', len - pos);
-        size_t end = nl ? (size_t)(nl - text) : len;
-        const char *s = text + pos;
-        size_t n = end - pos;
-        lineno++;
-        pos = nl ? end + 1 : len;
-        if (!started && n && s[0] == '%')
-            continue;
-        if (is_doc_marker(s, n, '-')) {
-            if (started)
-                break;
-            started = 1;
-            if (n > 4) { /* "--- value": content after the marker */
-                add_line(p, s, n, lineno);
-                yaml_narrow(&p->l[p->n - 1], 4);
-            }
-            continue;
-        }
-        if (is_doc_marker(s, n, '.'))
-            break;
-        if (n && s[0] != '#')
-            started = 1;
-        add_line(p, s, n, lineno);
+    struct frame *f = top(b);
+    if (!f) {
+        b->root = node;
+        b->have_root = 1;
+    } else if (cJSON_IsArray(f->node)) {
+        cJSON_AddItemToArray(f->node, node);
+    } else {
+        /* A repeated key replaces the earlier value (PyYAML). */
+        cJSON_DeleteItemFromObjectCaseSensitive(f->node, f->key);
+        cJSON_AddItemToObject(f->node, f->key, node);
+        free(f->key);
+        f->key = NULL;
     }
 }
 
-int yaml_blank(const struct yline *y)
+/* An alias node: a value, or in key position the key (its node's text). */
+static int on_alias(struct yb *b, const yaml_event_t *ev)
 {
-    size_t i = 0;
-    while (i < y->len && yaml_is_ws(y->s[i]))
-        i++;
-    return i == y->len || y->s[i] == '#';
-}
-
-static void skip_blank(struct yp *p)
-{
-    while (p->i < p->n && yaml_blank(&p->l[p->i]))
-        p->i++;
-}
-
-struct yline *yaml_cur(struct yp *p)
-{
-    return p->i < p->n ? &p->l[p->i] : NULL;
-}
-
-/* Content up to a comment (" #"), without trailing blanks. */
-size_t yaml_content_len(const char *s, size_t len)
-{
-    size_t n = 0;
-    for (; n < len; n++)
-        if (s[n] == '#' && (n == 0 || yaml_is_ws(s[n - 1])))
-            break;
-    while (n > 0 && yaml_is_ws(s[n - 1]))
-        n--;
-    return n;
-}
-
-static int is_seq_item(const struct yline *y)
-{
-    return y->len && y->s[0] == '-' && (y->len == 1 || yaml_is_ws(y->s[1]));
-}
-
-/* Offset just past a quoted scalar starting at s[0], on this line only,
- * or 0 if it does not end here. */
-size_t yaml_quoted_end(const char *s, size_t len)
-{
-    char q = s[0];
-    for (size_t i = 1; i < len; i++) {
-        if (q == '"' && s[i] == '\\') {
-            i++;
-            continue;
-        }
-        if (s[i] != q)
-            continue;
-        if (q == '\'' && i + 1 < len && s[i + 1] == '\'') {
-            i++;
-            continue;
-        }
-        return i + 1;
+    cJSON *node = alias(b, (const char *)ev->data.alias.anchor);
+    if (!node)
+        return -1;
+    if (!wants_key(b)) {
+        place(b, node);
+        return 0;
     }
+    char *k = key_text(b, node);
+    cJSON_Delete(node);
+    if (!k)
+        return -1;
+    top(b)->key = k;
     return 0;
 }
 
-/* Offset of the ':' that makes line y a mapping entry, or -1. */
-static long map_colon(const struct yline *y)
+static int on_scalar(struct yb *b, const yaml_event_t *ev)
 {
-    const char *s = y->s;
-    size_t len = y->len, i = 0;
-    if (!len || strchr("[{#|>*!&", s[0]) || is_seq_item(y))
+    const char *s = (const char *)ev->data.scalar.value;
+    const char *anchor = (const char *)ev->data.scalar.anchor;
+    size_t n = ev->data.scalar.length;
+    if (spend(b, 1, n, "") != 0)
         return -1;
-    if (s[0] == '"' || s[0] == '\'') {
-        i = yaml_quoted_end(s, len);
-        if (!i)
-            return -1;
-        while (i < len && yaml_is_ws(s[i]))
-            i++;
-        return i < len && s[i] == ':' && (i + 1 == len || yaml_is_ws(s[i + 1]))
-                   ? (long)i : -1;
+    int key = wants_key(b);
+    cJSON *node = key && !anchor ? NULL : scalar(ev);
+    if (anchor && set_anchor(b, anchor, node) != 0) {
+        cJSON_Delete(node);
+        return -1;
     }
-    for (; i < len; i++) {
-        if (s[i] == ':' && (i + 1 == len || yaml_is_ws(s[i + 1])))
-            return (long)i;
-        if (s[i] == '#' && i > 0 && yaml_is_ws(s[i - 1]))
-            return -1;
+    if (!key) {
+        place(b, node);
+        return 0;
     }
-    return -1;
+    /* Keys keep their text ("1.0: x" is key "1.0"): JSON keys are
+     * strings. */
+    cJSON_Delete(node);
+    top(b)->key = ckpt_xstrndup(s, n);
+    return 0;
 }
 
-/* ---- block structure ---- */
-
-static cJSON *parse_block(struct yp *p, int min, int parent);
-
-/* After "key:" or "-" with nothing else on the line: the child node on
- * the following lines, or null. In a mapping (seq_ok), a sequence at the
- * key's own indentation is the value (PyYAML's indentless lists). */
-static cJSON *block_child(struct yp *p, int ind, int seq_ok)
+static int on_start(struct yb *b, const yaml_char_t *anchor, int is_map)
 {
-    p->i++;
-    skip_blank(p);
-    struct yline *y = yaml_cur(p);
-    if (y && y->indent > ind)
-        return parse_block(p, ind + 1, ind);
-    if (y && seq_ok && y->indent == ind && is_seq_item(y))
-        return parse_block(p, ind, ind - 1);
-    return yaml_jcheck(cJSON_CreateNull());
+    if (wants_key(b))
+        return fail(b, "complex mapping keys are not supported");
+    if (b->depth == MAX_DEPTH)
+        return fail(b, "nesting too deep");
+    if (spend(b, 1, 0, "") != 0)
+        return -1;
+    struct frame *f = &b->st[b->depth++];
+    f->node = ckpt_yaml_jcheck(is_map ? cJSON_CreateObject()
+                                      : cJSON_CreateArray());
+    f->key = NULL;
+    f->anchor = anchor ? ckpt_xstrdup((const char *)anchor) : NULL;
+    return 0;
 }
 
-/* A node whose text starts at the current (narrowed) line's s; parent is
- * the indentation of the enclosing block node. */
-static cJSON *parse_inline(struct yp *p, int parent, int seq_ok)
+static int on_end(struct yb *b)
 {
-    struct yline *y = yaml_cur(p);
-    struct props pr;
-    yaml_narrow(y, yaml_parse_props(y->s, y->len, &pr));
-    cJSON *j;
-    if (yaml_blank(y))
-        j = block_child(p, parent, seq_ok);
-    else if (y->s[0] == '*') {
-        size_t n = yaml_token_len(y->s + 1, y->len - 1);
-        j = yaml_alias(p, y->s + 1, n, y->lineno);
-        p->i++;
-    } else if (y->s[0] == '[' || y->s[0] == '{') {
-        j = yaml_parse_flow(p);
-        if (j && !yaml_blank(yaml_cur(p))) {
-            cJSON_Delete(j);
-            j = yaml_fail(p, yaml_cur(p)->lineno,
-                          "text after a flow collection");
-        }
-        if (j)
-            p->i++;
-    } else if (y->s[0] == '"' || y->s[0] == '\'') {
-        j = yaml_parse_quoted(p);
-        if (j && !yaml_blank(yaml_cur(p))) {
-            cJSON_Delete(j);
-            j = yaml_fail(p, yaml_cur(p)->lineno, "text after a quoted scalar");
-        }
-        if (j)
-            p->i++;
-        if (j && !strcmp(pr.tag, "!!str"))
-            pr.tag[0] = '\0';
-    } else if (y->s[0] == '|' || y->s[0] == '>') {
-        j = yaml_parse_block_scalar(p, parent);
-    } else {
-        j = yaml_parse_plain(p, parent, pr.tag);
+    struct frame f = b->st[--b->depth];
+    int rc = f.anchor ? set_anchor(b, f.anchor, f.node) : 0;
+    free(f.anchor);
+    free(f.key);   /* a key without value cannot reach here; be safe */
+    if (rc != 0) {
+        cJSON_Delete(f.node);
+        return -1;
     }
-    j = yaml_apply_tag(j, pr.tag);
-    if (j && pr.anchor)
-        yaml_set_anchor(p, pr.anchor, pr.anchor_len, j);
-    return j;
+    place(b, f.node);
+    return 0;
 }
 
-static char *map_key(struct yp *p, const struct yline *y, long colon)
+/* One event; *done at the end of the first document. */
+static int on_event(struct yb *b, const yaml_event_t *ev, int *done)
 {
-    if (y->s[0] == '"' || y->s[0] == '\'') {
-        struct yline one = *y;
-        one.len = (size_t)colon;
-        struct yp sub = { &one, 1, 0, p->name, p->err, 0, NULL, 0, 0 };
-        cJSON *j = yaml_parse_quoted(&sub);
-        if (!j)
-            return NULL;
-        char *k = ckpt_xstrdup(j->valuestring);
-        cJSON_Delete(j);
-        return k;
-    }
-    size_t n = (size_t)colon;
-    while (n && yaml_is_ws(y->s[n - 1]))
-        n--;
-    return ckpt_xstrndup(y->s, n);
-}
-
-/* "? " and ": " lines of an explicit key (PyYAML writes one for keys
- * longer than 128 characters and for the empty key). */
-static int indicator_line(const struct yline *y, char c)
-{
-    return y->len && y->s[0] == c && (y->len == 1 || yaml_is_ws(y->s[1]));
-}
-
-static cJSON *node_after_indicator(struct yp *p, int ind, int seq_ok)
-{
-    struct yline *y = yaml_cur(p);
-    yaml_narrow(y, 1);
-    return yaml_blank(y) ? block_child(p, ind, seq_ok)
-                    : parse_block(p, y->indent, ind);
-}
-
-/* The key of the entry at the current line; the line is left narrowed to
- * its value (or the ": " line of an explicit key is current). */
-static char *entry_key(struct yp *p, int ind, int *explicit_key)
-{
-    struct yline *y = yaml_cur(p);
-    *explicit_key = indicator_line(y, '?');
-    if (*explicit_key) {
-        cJSON *k = node_after_indicator(p, ind, 0);
-        if (!k)
-            return NULL;
-        char *key = yaml_key_text(p, k, y->lineno);
-        cJSON_Delete(k);
-        return key;
-    }
-    long colon = map_colon(y);
-    if (colon < 0) {
-        yaml_fail(p, y->lineno, is_seq_item(y)
-             ? "sequence entry where a mapping key was expected"
-             : "expected 'key: value'");
-        return NULL;
-    }
-    char *key = map_key(p, y, colon);
-    if (key)
-        yaml_narrow(y, (size_t)colon + 1);
-    return key;
-}
-
-static cJSON *entry_value(struct yp *p, int ind, int explicit_key)
-{
-    if (!explicit_key)
-        return parse_inline(p, ind, 1);
-    skip_blank(p);
-    struct yline *y = yaml_cur(p);
-    if (!y || y->indent != ind || !indicator_line(y, ':'))
-        return yaml_jcheck(cJSON_CreateNull());
-    return node_after_indicator(p, ind, 1);
-}
-
-static cJSON *parse_map(struct yp *p, int ind)
-{
-    cJSON *obj = yaml_jcheck(cJSON_CreateObject());
-    for (;;) {
-        skip_blank(p);
-        struct yline *y = yaml_cur(p);
-        if (!y || y->indent < ind)
-            return obj;
-        if (y->indent > ind || y->s[0] == '\t') {
-            yaml_fail(p, y->lineno, y->s[0] == '\t' ? "tab in indentation"
-                      : "bad indentation of a mapping entry");
-            break;
-        }
-        int explicit_key;
-        char *key = entry_key(p, ind, &explicit_key);
-        if (!key)
-            break;
-        cJSON *v = entry_value(p, ind, explicit_key);
-        if (v) {
-            /* A repeated key replaces the earlier value (PyYAML). */
-            cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
-            cJSON_AddItemToObject(obj, key, v);
-        }
-        free(key);
-        if (!v)
-            break;
-    }
-    cJSON_Delete(obj);
-    return NULL;
-}
-
-static cJSON *parse_seq(struct yp *p, int ind)
-{
-    cJSON *arr = yaml_jcheck(cJSON_CreateArray());
-    for (;;) {
-        skip_blank(p);
-        struct yline *y = yaml_cur(p);
-        if (!y || y->indent < ind || (y->indent == ind && !is_seq_item(y)))
-            return arr;
-        if (y->indent > ind) {
-            cJSON_Delete(arr);
-            return yaml_fail(p, y->lineno,
-                             "bad indentation of a sequence entry");
-        }
-        yaml_narrow(y, 1);
-        cJSON *v = yaml_blank(y) ? block_child(p, ind, 0)
-                            : parse_block(p, y->indent, ind);
-        if (!v) {
-            cJSON_Delete(arr);
-            return NULL;
-        }
-        cJSON_AddItemToArray(arr, v);
+    b->line = ev->start_mark.line + 1;
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT:
+        return on_scalar(b, ev);
+    case YAML_ALIAS_EVENT:
+        return on_alias(b, ev);
+    case YAML_SEQUENCE_START_EVENT:
+        return on_start(b, ev->data.sequence_start.anchor, 0);
+    case YAML_MAPPING_START_EVENT:
+        return on_start(b, ev->data.mapping_start.anchor, 1);
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT:
+        return on_end(b);
+    case YAML_DOCUMENT_END_EVENT:
+    case YAML_STREAM_END_EVENT:
+        *done = 1;
+        return 0;
+    default:
+        return 0;
     }
 }
 
-/* The node at the current line, indented at least min; scalars continue
- * on lines indented more than parent. */
-static cJSON *parse_block(struct yp *p, int min, int parent)
+/* libyaml's message with a 1-based line: reader errors (bad UTF-8,
+ * control characters) carry a byte offset, the others a mark. */
+static int syntax_error(struct yb *b, const yaml_parser_t *y,
+                        const char *text)
 {
-    skip_blank(p);
-    struct yline *y = yaml_cur(p);
-    if (!y || y->indent < min)
-        return yaml_jcheck(cJSON_CreateNull());
-    if (y->s[0] == '\t')
-        return yaml_fail(p, y->lineno, "tab in indentation");
-    if (++p->depth > MAX_DEPTH)
-        return yaml_fail(p, y->lineno, "nesting too deep");
-    cJSON *j;
-    if (is_seq_item(y))
-        j = parse_seq(p, y->indent);
-    else if (map_colon(y) >= 0 || indicator_line(y, '?'))
-        j = parse_map(p, y->indent);
-    else
-        j = parse_inline(p, parent, 0);
-    p->depth--;
-    return j;
+    if (y->error == YAML_MEMORY_ERROR)
+        ckpt_die_oom("parsing YAML");
+    size_t line = y->problem_mark.line + 1;
+    if (y->error == YAML_READER_ERROR) {
+        line = 1;
+        for (size_t i = 0; i < y->problem_offset; i++)
+            line += text[i] == '\n';
+    }
+    const char *problem = y->problem ? y->problem : "syntax error";
+    if (y->context)
+        return ckpt_err_set(b->err, CKPT_EFORMAT, "%s:%zu: %s (%s at line %zu)",
+                            b->name, line, problem, y->context,
+                            (size_t)y->context_mark.line + 1);
+    return ckpt_err_set(b->err, CKPT_EFORMAT, "%s:%zu: %s", b->name, line,
+                        problem);
+}
+
+static void release(struct yb *b)
+{
+    while (b->depth > 0) {
+        struct frame *f = &b->st[--b->depth];
+        cJSON_Delete(f->node);
+        free(f->key);
+        free(f->anchor);
+    }
+    for (size_t k = 0; k < b->nanchors; k++) {
+        free(b->anchors[k].name);
+        cJSON_Delete(b->anchors[k].node);
+    }
+    free(b->anchors);
 }
 
 int ckpt_yaml_parse(const char *text, size_t len, const char *name,
                     cJSON **out, struct ckpt_err *err)
 {
-    struct yp p = { NULL, 0, 0, name, err, 0, NULL, 0, 0 };
+    struct yb *b = ckpt_xcalloc(1, sizeof(*b));
+    yaml_parser_t y;
     *out = NULL;
-    yaml_split_lines(&p, text, len);
-    cJSON *j = parse_block(&p, 0, -1);
-    if (j) {
-        skip_blank(&p);
-        if (p.i < p.n) {
-            cJSON_Delete(j);
-            j = yaml_fail(&p, p.l[p.i].lineno, "unexpected text (bad "
-                     "indentation?)");
+    b->name = name;
+    b->err = err;
+    if (!yaml_parser_initialize(&y))
+        ckpt_die_oom("parsing YAML");
+    yaml_parser_set_input_string(&y, (const unsigned char *)text, len);
+    int rc = 0, done = 0;
+    while (rc == 0 && !done) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&y, &ev)) {
+            rc = syntax_error(b, &y, text);
+            break;
         }
+        rc = on_event(b, &ev, &done);
+        yaml_event_delete(&ev);
     }
-    for (size_t k = 0; k < p.nanchors; k++) {
-        free(p.anchors[k].name);
-        cJSON_Delete(p.anchors[k].node);
-    }
-    free(p.anchors);
-    free(p.l);
-    if (!j)
-        return -1;
-    *out = j;
-    return 0;
+    yaml_parser_delete(&y);
+    if (rc == 0)
+        *out = b->have_root ? b->root : ckpt_yaml_jcheck(cJSON_CreateNull());
+    else
+        cJSON_Delete(b->root);
+    release(b);
+    free(b);
+    return rc == 0 ? 0 : -1;
 }

@@ -24,13 +24,45 @@ static struct ckpt_pv *new_seq(struct um *m, enum ckpt_pv_kind kind,
     return v;
 }
 
+/* Items stack[base..sp) become part of v. 0 or -1. */
+static int nest_range(struct um *m, struct ckpt_pv *v, size_t base)
+{
+    for (size_t i = base; i < m->sp; i++)
+        if (um_nest(m, v, m->stack[i]) != 0)
+            return -1;
+    return 0;
+}
+
+/* new_seq with the items' depth; NULL with the error set. */
+static struct ckpt_pv *nested_seq(struct um *m, enum ckpt_pv_kind kind,
+                                  size_t base)
+{
+    struct ckpt_pv probe;
+    memset(&probe, 0, sizeof(probe));
+    if (nest_range(m, &probe, base) != 0)
+        return NULL;
+    struct ckpt_pv *v = new_seq(m, kind, base);
+    if (!v) {
+        um_oom(m);
+        return NULL;
+    }
+    v->depth = probe.depth;
+    return v;
+}
+
+static int push_seq(struct um *m, enum ckpt_pv_kind kind, size_t base)
+{
+    struct ckpt_pv *v = nested_seq(m, kind, base);
+    return v ? um_push(m, v) : -1;
+}
+
 /* TUPLE, LIST, FROZENSET from the items above the top mark. */
 static int op_from_mark(struct um *m, enum ckpt_pv_kind kind)
 {
     size_t base;
     if (um_pop_mark(m, &base) != 0)
         return -1;
-    return um_push(m, new_seq(m, kind, base));
+    return push_seq(m, kind, base);
 }
 
 /* TUPLE1..3: the top n items. */
@@ -39,13 +71,15 @@ static int op_tuple_n(struct um *m, size_t n)
     size_t lo = m->nmarks ? m->marks[m->nmarks - 1] : 0;
     if (m->sp - lo < n)
         return um_bad(m, "stack underflow");
-    return um_push(m, new_seq(m, CKPT_PV_TUPLE, m->sp - n));
+    return push_seq(m, CKPT_PV_TUPLE, m->sp - n);
 }
 
 static int add_pairs(struct um *m, struct ckpt_pv *d, size_t base)
 {
     if ((m->sp - base) % 2)
         return um_bad(m, "odd number of items for SETITEMS");
+    if (nest_range(m, d, base) != 0)
+        return -1;
     for (size_t i = base; i < m->sp; i += 2)
         if (ckpt_pv_dict_add(m->a, d, m->stack[i], m->stack[i + 1]) != 0)
             return um_oom(m);
@@ -107,12 +141,16 @@ static int op_setitem(struct um *m)
     struct ckpt_pv *d = dict_target(m, t);
     if (!d)
         return target_error(m, "SETITEM", t);
+    if (um_nest(m, d, k) != 0 || um_nest(m, d, v) != 0 ||
+        (t != d && um_nest(m, t, d) != 0))
+        return -1;
     return ckpt_pv_dict_add(m->a, d, k, v) != 0 ? um_oom(m) : 0;
 }
 
 /* The object below the top mark (target of APPENDS/SETITEMS/ADDITEMS). */
 static int below_mark(struct um *m, size_t *base, struct ckpt_pv **t)
 {
+    *t = NULL;   /* defined on failure too: callers test only the result */
     if (um_pop_mark(m, base) != 0)
         return -1;
     size_t lo = m->nmarks ? m->marks[m->nmarks - 1] : 0;
@@ -131,11 +169,15 @@ static int op_setitems(struct um *m)
     struct ckpt_pv *d = dict_target(m, t);
     if (!d)
         return target_error(m, "SETITEMS", t);
-    return add_pairs(m, d, base);
+    if (add_pairs(m, d, base) != 0)
+        return -1;
+    return t != d ? um_nest(m, t, d) : 0;
 }
 
 static int append_range(struct um *m, struct ckpt_pv *l, size_t base)
 {
+    if (nest_range(m, l, base) != 0)
+        return -1;
     for (size_t i = base; i < m->sp; i++)
         if (ckpt_pv_push(m->a, l, m->stack[i]) != 0)
             return um_oom(m);
@@ -151,6 +193,8 @@ static int op_append(struct um *m)
     struct ckpt_pv *l = list_target(m, t);
     if (!l)
         return target_error(m, "APPEND", t);
+    if (um_nest(m, l, v) != 0 || (t != l && um_nest(m, t, l) != 0))
+        return -1;
     return ckpt_pv_push(m->a, l, v) != 0 ? um_oom(m) : 0;
 }
 
@@ -163,7 +207,9 @@ static int op_appends(struct um *m)
     struct ckpt_pv *l = list_target(m, t);
     if (!l)
         return target_error(m, "APPENDS", t);
-    return append_range(m, l, base);
+    if (append_range(m, l, base) != 0)
+        return -1;
+    return t != l ? um_nest(m, t, l) : 0;
 }
 
 static int op_additems(struct um *m)
@@ -196,6 +242,8 @@ static struct ckpt_pv *make_global(struct um *m, const char *mod, size_t ml,
         um_bad(m, "bad global name");
         return NULL;
     }
+    if (um_take(m, (uint64_t)ml + nl) != 0)
+        return NULL;
     struct ckpt_pv *g = ckpt_pv_new(m->a, CKPT_PV_GLOBAL);
     if (!g) {
         um_oom(m);
@@ -209,8 +257,9 @@ static struct ckpt_pv *make_global(struct um *m, const char *mod, size_t ml,
     }
     if (m->allow && m->allow(m->ud, g->u.global.module,
                              g->u.global.name) != 0) {
-        ckpt_err_set(m->err, CKPT_EUNSAFE, "%s: class '%s.%s' not allowed",
-                     m->name, g->u.global.module, g->u.global.name);
+        ckpt_err_set(m->err, CKPT_EUNSAFE, "%s: pickle global '%s.%s' is "
+                     "not allowed", m->name, g->u.global.module,
+                     g->u.global.name);
         return NULL;
     }
     return g;
@@ -256,6 +305,9 @@ static int push_call(struct um *m, struct ckpt_pv *fn, struct ckpt_pv *args,
     if (!c)
         return um_oom(m);
     c->u.call.kwargs = kwargs;
+    if (um_nest(m, c, fn) != 0 || um_nest(m, c, args) != 0 ||
+        um_nest(m, c, kwargs) != 0)
+        return -1;
     return um_push(m, c);
 }
 
@@ -276,8 +328,8 @@ static int op_inst(struct um *m)
     size_t base;
     if (!g || um_pop_mark(m, &base) != 0)
         return -1;
-    struct ckpt_pv *args = new_seq(m, CKPT_PV_TUPLE, base);
-    return args ? push_call(m, g, args, NULL, CKPT_CALL_REDUCE) : um_oom(m);
+    struct ckpt_pv *args = nested_seq(m, CKPT_PV_TUPLE, base);
+    return args ? push_call(m, g, args, NULL, CKPT_CALL_REDUCE) : -1;
 }
 
 /* OBJ: class and arguments above the mark. */
@@ -289,10 +341,9 @@ static int op_obj(struct um *m)
     if (m->sp == base)
         return um_bad(m, "OBJ without a class");
     struct ckpt_pv *cls = m->stack[base];
-    struct ckpt_pv *args = new_seq(m, CKPT_PV_TUPLE, base + 1);
+    struct ckpt_pv *args = nested_seq(m, CKPT_PV_TUPLE, base + 1);
     m->sp = base;
-    return args ? push_call(m, cls, args, NULL, CKPT_CALL_REDUCE)
-                : um_oom(m);
+    return args ? push_call(m, cls, args, NULL, CKPT_CALL_REDUCE) : -1;
 }
 
 static int op_build(struct um *m)
@@ -304,11 +355,13 @@ static int op_build(struct um *m)
         /* In place, so memo references to obj see its state as Python's
          * would. */
         obj->u.call.state = state;
-        return 0;
+        return um_nest(m, obj, state);
     }
     struct ckpt_pv *b = ckpt_pv_new(m->a, CKPT_PV_BUILD);
     if (!b)
         return um_oom(m);
+    if (um_nest(m, b, obj) != 0 || um_nest(m, b, state) != 0)
+        return -1;
     b->u.build.obj = obj;
     b->u.build.state = state;
     m->stack[m->sp - 1] = b;
@@ -334,6 +387,8 @@ static int op_persid(struct um *m, int binary)
     struct ckpt_pv *p = ckpt_pv_new(m->a, CKPT_PV_PERSID);
     if (!p)
         return um_oom(m);
+    if (um_nest(m, p, pid) != 0)
+        return -1;
     p->u.persid.pid = pid;
     return um_push(m, p);
 }
@@ -452,6 +507,8 @@ int um_op_unicode_text(struct um *m)
     m->pos += n + 1;
     if (n > SIZE_MAX / 4)
         return um_oom(m);
+    if (um_take(m, (uint64_t)n * 4) != 0)
+        return -1;
     struct ckpt_pv *v = text_node(m, n * 4);
     if (!v)
         return um_oom(m);
@@ -513,6 +570,8 @@ int um_op_string_text(struct um *m)
         return um_bad(m, "the STRING opcode argument must be quoted");
     s++;
     n -= 2;
+    if (um_take(m, (uint64_t)n * 2) != 0)
+        return -1;
     struct ckpt_pv *v = text_node(m, n * 2);
     if (!v)
         return um_oom(m);

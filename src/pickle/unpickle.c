@@ -35,6 +35,28 @@ int um_oom(struct um *m)
                         m->name);
 }
 
+int um_nest(struct um *m, struct ckpt_pv *parent, const struct ckpt_pv *child)
+{
+    if (!child || child->depth < parent->depth)
+        return 0;
+    if (child->depth >= CKPT_PICKLE_MAX_DEPTH)
+        return ckpt_err_set(m->err, CKPT_EFORMAT, "%s: value nested deeper "
+                            "than %d levels at offset %zu", m->name,
+                            CKPT_PICKLE_MAX_DEPTH, m->op_pos);
+    parent->depth = child->depth + 1;
+    return 0;
+}
+
+int um_take(struct um *m, uint64_t n)
+{
+    if (n > m->max_bytes - m->nbytes)
+        return ckpt_err_set(m->err, CKPT_ENOMEM, "%s: pickle too large: more "
+                            "than %zu bytes of strings at offset %zu",
+                            m->name, m->max_bytes, m->op_pos);
+    m->nbytes += (size_t)n;
+    return 0;
+}
+
 static int need(struct um *m, size_t n)
 {
     if (n > m->len - m->pos)
@@ -53,6 +75,7 @@ static uint64_t rd_le(const unsigned char *p, int n)
 /* Read an n-byte little-endian unsigned length/argument. */
 static int arg_le(struct um *m, int n, uint64_t *out)
 {
+    *out = 0;   /* defined on failure too: callers test only the result */
     if (need(m, (size_t)n) != 0)
         return -1;
     *out = rd_le(m->data + m->pos, n);
@@ -65,6 +88,8 @@ static int arg_line(struct um *m, const char **line, size_t *len)
 {
     const unsigned char *s = m->data + m->pos;
     const unsigned char *nl = memchr(s, '\n', m->len - m->pos);
+    *line = NULL;   /* defined on failure too */
+    *len = 0;
     if (!nl)
         return fail(m, CKPT_EFORMAT, "%s", "truncated pickle");
     *line = (const char *)s;
@@ -79,6 +104,12 @@ int um_push(struct um *m, struct ckpt_pv *v)
 {
     if (!v)
         return um_oom(m);
+    /* Every value pushed, memo references too, costs stack and container
+     * slots: counting pushes bounds all of them. */
+    if (++m->nvalues > m->max_values)
+        return ckpt_err_set(m->err, CKPT_ENOMEM, "%s: pickle too large: more "
+                            "than %zu values at offset %zu", m->name,
+                            m->max_values, m->op_pos);
     if (m->sp == m->scap) {
         size_t ncap = m->scap ? m->scap * 2 : 64;
         struct ckpt_pv **p = realloc(m->stack, ncap * sizeof(*p));
@@ -99,6 +130,7 @@ static size_t frame_base(const struct um *m)
 
 int um_pop(struct um *m, struct ckpt_pv **out)
 {
+    *out = NULL;   /* defined on failure too: callers test only the result */
     if (m->sp <= frame_base(m))
         return um_bad(m, "stack underflow");
     *out = m->stack[--m->sp];
@@ -107,6 +139,7 @@ int um_pop(struct um *m, struct ckpt_pv **out)
 
 int um_top(struct um *m, struct ckpt_pv **out)
 {
+    *out = NULL;
     if (m->sp <= frame_base(m))
         return um_bad(m, "stack underflow");
     *out = m->stack[m->sp - 1];
@@ -115,6 +148,11 @@ int um_top(struct um *m, struct ckpt_pv **out)
 
 static int push_mark(struct um *m)
 {
+    /* Marks nest as the containers being built do. */
+    if (m->nmarks >= CKPT_PICKLE_MAX_DEPTH)
+        return ckpt_err_set(m->err, CKPT_EFORMAT, "%s: value nested deeper "
+                            "than %d levels at offset %zu", m->name,
+                            CKPT_PICKLE_MAX_DEPTH, m->op_pos);
     if (m->nmarks == m->mcap) {
         size_t ncap = m->mcap ? m->mcap * 2 : 32;
         size_t *p = realloc(m->marks, ncap * sizeof(*p));
@@ -130,6 +168,7 @@ static int push_mark(struct um *m)
 /* Pop the topmost mark: the items above it are stack[*base .. sp). */
 int um_pop_mark(struct um *m, size_t *base)
 {
+    *base = m->sp;   /* defined on failure too: an empty frame */
     if (!m->nmarks)
         return um_bad(m, "MARK missing");
     *base = m->marks[--m->nmarks];
@@ -144,9 +183,9 @@ static int memo_put(struct um *m, uint64_t idx)
     if (um_top(m, &v) != 0)
         return -1;
     /* Picklers number the memo densely from 0, one PUT per object, so a
-     * valid index is below the input size; refusing larger ones bounds the
-     * table by the input. */
-    if (idx > m->len)
+     * valid index is below the number of values pushed so far; refusing
+     * larger ones bounds the table by the value cap. */
+    if (idx > m->nvalues)
         return um_bad(m, "memo index out of range");
     if (idx >= m->memocap) {
         size_t ncap = m->memocap ? m->memocap : 64;
@@ -209,6 +248,8 @@ static int push_long_bytes(struct um *m, uint64_t n)
             u |= ~(uint64_t)0 << (8 * n);
         return push_int(m, (int64_t)u);
     }
+    if (um_take(m, n) != 0)
+        return -1;
     struct ckpt_pv *v = ckpt_pv_new(m->a, CKPT_PV_BIGINT);
     if (!v)
         return um_oom(m);
@@ -243,6 +284,8 @@ static int op_int_text(struct um *m, int is_long)
         if (ckpt_parse_u64(tmp, &u) == 0)
             return push_int(m, line[0] == '-' ? -(int64_t)u : (int64_t)u);
     }
+    if (um_take(m, n) != 0)
+        return -1;
     struct ckpt_pv *v = ckpt_pv_new(m->a, CKPT_PV_BIGINT);
     if (!v)
         return um_oom(m);
@@ -294,7 +337,8 @@ static int op_counted(struct um *m, int lenbytes, enum ckpt_pv_kind kind,
                       unsigned flags)
 {
     uint64_t n;
-    if (arg_le(m, lenbytes, &n) != 0 || need(m, n) != 0)
+    if (arg_le(m, lenbytes, &n) != 0 || need(m, n) != 0 ||
+        um_take(m, n) != 0)
         return -1;
     struct ckpt_pv *v = ckpt_pv_new(m->a, kind);
     if (!v)
@@ -445,8 +489,8 @@ static int step(struct um *m, int c)
     }
 }
 
-/* Arena allocations below this are tolerated per load; the arena's own
- * limit is the real bound. */
+/* The caps in opts bound what one load may build; the arena's limit
+ * bounds the graph as a whole. */
 int ckpt_pickle_load(struct ckpt_arena *a, const void *data, size_t len,
                      const struct ckpt_pickle_opts *opts,
                      struct ckpt_pv **out, size_t *used,
@@ -461,6 +505,10 @@ int ckpt_pickle_load(struct ckpt_arena *a, const void *data, size_t len,
     m.allow = opts ? opts->allow : NULL;
     m.ud = opts ? opts->ud : NULL;
     m.err = err;
+    m.max_values = opts && opts->max_values ? opts->max_values
+                                            : CKPT_PICKLE_MAX_VALUES;
+    m.max_bytes = opts && opts->max_bytes ? opts->max_bytes
+                                          : CKPT_PICKLE_MAX_BYTES;
     int rc = 0;
     while (!m.stopped) {
         m.op_pos = m.pos;

@@ -26,6 +26,8 @@ struct um {
     size_t memocap, memolen;
     struct ckpt_pv *result;
     int stopped;
+    size_t nvalues, max_values;    /* values pushed so far, and the cap */
+    size_t nbytes, max_bytes;      /* decoded string bytes, and the cap */
 };
 
 int um_bad(struct um *m, const char *what);
@@ -34,6 +36,11 @@ int um_push(struct um *m, struct ckpt_pv *v);
 int um_pop(struct um *m, struct ckpt_pv **out);
 int um_top(struct um *m, struct ckpt_pv **out);
 int um_pop_mark(struct um *m, size_t *base);
+/* child becomes part of parent: raise parent's depth, fail past
+ * CKPT_PICKLE_MAX_DEPTH. 0 or -1. */
+int um_nest(struct um *m, struct ckpt_pv *parent, const struct ckpt_pv *child);
+/* Charge n decoded bytes against the load's cap. 0 or -1. */
+int um_take(struct um *m, uint64_t n);
 
 /* objects.c */
 int um_step_objects(struct um *m, int c);

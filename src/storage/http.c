@@ -40,7 +40,7 @@ void http_client_release(struct http_client *hc)
     pthread_mutex_destroy(&hc->mu);
 }
 
-CURL *http_get_handle(struct http_client *hc)
+CURL *http_get_handle(struct http_client *hc, struct http_resp *resp)
 {
     CURL *h = NULL;
     pthread_mutex_lock(&hc->mu);
@@ -50,8 +50,12 @@ CURL *http_get_handle(struct http_client *hc)
     if (!h)
         h = curl_easy_init();
     if (!h) {
-        fputs("ckpt: curl_easy_init failed\n", stderr);
-        abort();
+        /* libcurl could not start (its global init, TLS backend): a
+         * transport failure of this request, not retried. */
+        resp->status = 0;
+        resp->curl = CURLE_FAILED_INIT;
+        snprintf(resp->curl_msg, sizeof(resp->curl_msg),
+                 "cannot start a transfer (curl_easy_init failed)");
     }
     return h;
 }
@@ -305,7 +309,9 @@ void http_finish(CURL *h, CURLcode cc, struct http_resp *resp)
 void http_perform(struct http_client *hc, const struct http_req *req,
                   struct http_resp *resp)
 {
-    CURL *h = http_get_handle(hc);
+    CURL *h = http_get_handle(hc, resp);
+    if (!h)
+        return;
     http_setup(hc, h, req, resp);
     CURLcode cc = curl_easy_perform(h);
     http_finish(h, cc, resp);

@@ -60,10 +60,8 @@ static struct curl_slist *add_hdr(struct curl_slist *l, const char *name,
     char *line = ckpt_xasprintf("%s: %s", name, value);
     struct curl_slist *n = curl_slist_append(l, line);
     free(line);
-    if (!n) {
-        fputs("ckpt: out of memory\n", stderr);
-        abort();
-    }
+    if (!n)
+        ckpt_die_oom("adding an HTTP header");
     return n;
 }
 
@@ -368,11 +366,8 @@ void s3_batch_init(struct s3_batch *b, struct s3 *s3)
 {
     memset(b, 0, sizeof(*b));
     b->s3 = s3;
+    /* NULL when libcurl cannot start: then each job fails in start(). */
     b->m = curl_multi_init();
-    if (!b->m) {
-        fputs("ckpt: curl_multi_init failed\n", stderr);
-        abort();
-    }
 }
 
 void s3_batch_release(struct s3_batch *b)
@@ -398,7 +393,14 @@ static void start(struct s3_batch *b, struct s3_job *j)
     }
     struct http_req hr;
     fill_http_req(&hr, &j->req, j->url.ptr, j->hdrs);
-    j->h = http_get_handle(&b->s3->hc);
+    j->h = b->m ? http_get_handle(&b->s3->hc, &j->resp) : NULL;
+    if (!j->h) {
+        j->rc = ckpt_err_set(&j->err, CKPT_ENET, "%s: cannot start a "
+                             "transfer (%s failed)", j->what, b->m
+                             ? "curl_easy_init" : "curl_multi_init");
+        j->done = 1;
+        return;
+    }
     j->hreq = hr;
     http_setup(&b->s3->hc, j->h, &j->hreq, &j->resp);
     curl_easy_setopt(j->h, CURLOPT_PRIVATE, j);

@@ -75,9 +75,13 @@ struct http_client {
     struct http_stats stats;
 };
 
+struct http_resp;
+
 void http_client_init(struct http_client *hc, int insecure, int verbose);
 void http_client_release(struct http_client *hc);
-CURL *http_get_handle(struct http_client *hc);
+/* A handle for one request; NULL (resp says why, as a transport error)
+ * when libcurl cannot make one. */
+CURL *http_get_handle(struct http_client *hc, struct http_resp *resp);
 /* Give h back for reuse (keep != 0), or close it (after a transport error
  * a connection may be poisoned). */
 void http_put_handle(struct http_client *hc, CURL *h, int keep);

@@ -488,13 +488,15 @@ static int head_attempt(struct s3 *s3, struct s3_req *r,
     hr.method = "HEAD";
     hr.url = url.ptr;
     hr.headers = hdrs;
-    CURL *h = http_get_handle(&s3->hc);
-    http_setup(&s3->hc, h, &hr, resp);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, head_hdr);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, cap);
-    CURLcode cc = curl_easy_perform(h);
-    http_finish(h, cc, resp);
-    http_put_handle(&s3->hc, h, cc == CURLE_OK);
+    CURL *h = http_get_handle(&s3->hc, resp);
+    if (h) {
+        http_setup(&s3->hc, h, &hr, resp);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, head_hdr);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, cap);
+        CURLcode cc = curl_easy_perform(h);
+        http_finish(h, cc, resp);
+        http_put_handle(&s3->hc, h, cc == CURLE_OK);
+    }
     curl_slist_free_all(hdrs);
     ckpt_buf_release(&url);
     return 0;

@@ -148,7 +148,11 @@ static int root_object(const struct ckpt_pv *root, const char *name,
 static int parse(struct ckpt_dcp_meta *m, const void *data, size_t len,
                  const char *name, int sizes_only, struct ckpt_err *err)
 {
-    struct ckpt_pickle_opts po = { name, ckpt_torch_allow_metadata, NULL };
+    /* Metadata grows with tensors times chunks: the arena bounds it. */
+    struct ckpt_pickle_opts po = { .name = name,
+                                   .allow = ckpt_torch_allow_metadata,
+                                   .max_values = SIZE_MAX,
+                                   .max_bytes = SIZE_MAX };
     struct ckpt_pv *root;
     if (ckpt_pickle_load(m->arena, data, len, &po, &root, NULL, err) != 0)
         return -1;

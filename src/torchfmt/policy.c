@@ -3,9 +3,12 @@
  *
  * Nothing is ever called, so these lists guard what ckpt interprets and
  * what it writes back out for a later torch.load to execute. Tensor and
- * metadata pickles get strict allow-lists. Byte items (arbitrary user
- * objects: numpy arrays, pathlib paths, config classes) are passed through
- * unless they name something that executes code or touches the system.
+ * metadata pickles get the lists their parsers need. Whatever ckpt writes
+ * (byte items, OLMo trainer and optimizer values) must stay within what
+ * torch.load(weights_only=True) of torch 2.6 allows, plus the pathlib
+ * paths and numpy RNG state of OLMo's trainer state: an allow-list,
+ * because no list of dangerous callables is ever complete (numpy.testing's
+ * os, doctest, _posixsubprocess, ...).
  */
 #include <string.h>
 
@@ -92,73 +95,142 @@ int ckpt_torch_allow_metadata(void *ud, const char *module,
     return -1;
 }
 
-/* Top-level packages whose callables execute code or touch the system. */
-static const char *const denied_modules[] = {
-    "os", "posix", "nt", "posixpath", "ntpath", "subprocess", "sys",
-    "shutil", "importlib", "runpy", "pty", "socket", "ctypes", "code",
-    "codeop", "commands", "webbrowser", "multiprocessing", "signal",
-    "pickle", "_pickle", "cPickle", "marshal", "types", "tempfile", "io",
-    "_io", "fileinput", "glob", "asyncio", "threading", "_thread", "urllib",
-    "http", "ftplib", "smtplib", "telnetlib", "platform", "pdb", "bdb",
-    "inspect", "gc", "operator", "_operator", "functools", "_functools",
-    "timeit", "trace", "profile", "cProfile", "pydoc", "zipimport",
-    "pkgutil", "site", "sysconfig", "distutils", "setuptools", "pip",
-    "dill", "cloudpickle", "joblib", "yaml", "requests", "urllib3", NULL
+/* --- what ckpt writes: torch.load(weights_only=True)'s list ------------ */
+
+/* torch 2.6 _weights_only_unpickler._get_allowed_globals(), module by
+ * module; docs/formats/pickle.md has the table. */
+static const char *const w_rebuild[] = {
+    "_rebuild_parameter", "_rebuild_parameter_with_state",
+    "_rebuild_qtensor", "_rebuild_tensor", "_rebuild_tensor_v2",
+    "_rebuild_tensor_v3", "_rebuild_sparse_tensor",
+    "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor",
+    "_rebuild_wrapper_subclass", "_rebuild_device_tensor_from_numpy",
+    "_rebuild_device_tensor_from_cpu_tensor", NULL
 };
 
-/* Builtins that are plain constructors of data. */
-static const char *const safe_builtins[] = {
-    "set", "frozenset", "bytearray", "bytes", "complex", "slice", "range",
-    "object", "int", "float", "str", "list", "tuple", "dict", "bool",
-    "getattr", NULL
+/* torch._storage_classes (legacy typed storages, also under torch.cuda). */
+static const char *const w_storages[] = {
+    "DoubleStorage", "FloatStorage", "LongStorage", "IntStorage",
+    "ShortStorage", "CharStorage", "ByteStorage", "HalfStorage",
+    "BoolStorage", "BFloat16Storage", "ComplexDoubleStorage",
+    "ComplexFloatStorage", "QUInt8Storage", "QInt8Storage",
+    "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage", NULL
 };
 
-/* Names that execute or load things wherever they live. */
-static const char *const denied_names[] = {
-    "eval", "exec", "execfile", "compile", "open", "system", "popen",
-    "__import__", "import_module", "setattr", "delattr", "load", "loads",
-    "load_state_dict_from_url", "input", "breakpoint", "apply", "spawn",
-    "fromfile", "memmap", "unlink", "remove", "rmtree", "write_text",
-    "write_bytes", NULL
+/* torch._tensor_classes: the legacy tensor types (torch.FloatTensor, also
+ * under torch.cuda, torch.sparse, torch.cuda.sparse). */
+static const char *const w_tensor_types[] = {
+    "DoubleTensor", "FloatTensor", "HalfTensor", "BFloat16Tensor",
+    "LongTensor", "IntTensor", "ShortTensor", "CharTensor", "ByteTensor",
+    "BoolTensor", NULL
 };
 
-static int top_level_denied(const char *module)
+static const char *const w_torch[] = {
+    "Size", "Tensor", "device", "per_tensor_affine", "per_tensor_symmetric",
+    "per_channel_affine", "per_channel_symmetric",
+    "per_channel_affine_float_qparams", "qint8", "quint8", "qint32",
+    "quint4x2", "quint2x4", NULL
+};
+
+static int torch_module_allowed(const char *module, const char *name)
 {
-    size_t n = strcspn(module, ".");
-    for (const char *const *p = denied_modules; *p; p++)
-        if (strlen(*p) == n && !strncmp(*p, module, n))
-            return 1;
+    if (!strcmp(module, "torch"))
+        /* Every dtype ckpt knows: torch lists all of its own dtypes. */
+        return in_list(name, w_torch) || in_list(name, w_storages) ||
+               in_list(name, w_tensor_types) ||
+               ckpt_dtype_by_name(name) != NULL ||
+               !strcmp(name, "UntypedStorage") ||
+               !strcmp(name, "TypedStorage");
+    if (!strcmp(module, "torch.cuda"))
+        return in_list(name, w_storages) || in_list(name, w_tensor_types);
+    if (!strcmp(module, "torch.sparse") ||
+        !strcmp(module, "torch.cuda.sparse"))
+        return in_list(name, w_tensor_types);
+    if (!strcmp(module, "torch.storage"))
+        return !strcmp(name, "UntypedStorage") ||
+               !strcmp(name, "TypedStorage");
+    if (!strcmp(module, "torch._utils"))
+        return in_list(name, w_rebuild);
+    if (!strcmp(module, "torch._tensor"))
+        return !strcmp(name, "_rebuild_from_type_v2");
+    if (!strcmp(module, "torch.nn.parameter"))
+        return !strcmp(name, "Parameter");
+    if (!strcmp(module, "torch.serialization"))
+        return !strcmp(name, "_get_layout");
     return 0;
 }
 
-static int torch_object_allowed(const char *module, const char *name)
+int ckpt_torch_allow_weights(void *ud, const char *module, const char *name)
 {
-    if (ckpt_torch_allow_metadata(NULL, module, name) == 0)
-        return 1;
-    if (!strcmp(module, "torch._utils") || !strcmp(module, "torch._tensor"))
-        return !strncmp(name, "_rebuild_", 9);
-    if (!strcmp(module, "torch.nn.parameter"))
-        return !strcmp(name, "Parameter");
-    /* Data classes of sharded tensors and DTensors, never functions. */
-    return !strncmp(module, "torch.distributed.", 18) &&
-           name[0] >= 'A' && name[0] <= 'Z';
+    (void)ud;
+    if (!strcmp(module, "torch") || !strncmp(module, "torch.", 6))
+        return torch_module_allowed(module, name) ? 0 : -1;
+    if (!strcmp(module, "collections"))
+        return (!strcmp(name, "OrderedDict") ||
+                !strcmp(name, "Counter")) ? 0 : -1;
+    if (!strcmp(module, "_codecs"))
+        return !strcmp(name, "encode") ? 0 : -1;
+    /* torch maps Python 2's __builtin__ to builtins before looking up. */
+    if (is_builtins(module))
+        return (!strcmp(name, "set") || !strcmp(name, "bytearray")) ? 0 : -1;
+    return -1;
 }
 
 int ckpt_torch_allow_object(void *ud, const char *module, const char *name)
 {
-    (void)ud;
-    if (is_builtins(module))
-        return in_list(name, safe_builtins) ? 0 : -1;
-    if (!strcmp(module, "copyreg") || !strcmp(module, "copy_reg"))
-        return !strcmp(name, "_reconstructor") ? 0 : -1;
-    if (!strcmp(module, "_codecs"))
-        return !strcmp(name, "encode") ? 0 : -1;
-    if (!strcmp(module, "torch") || !strncmp(module, "torch.", 6))
-        return torch_object_allowed(module, name) ? 0 : -1;
-    if (top_level_denied(module))
-        return -1;
-    const char *last = strrchr(name, '.');
-    return in_list(last ? last + 1 : name, denied_names) ? -1 : 0;
+    /* OLMo's trainer state keeps checkpoint paths as pathlib paths
+     * (pathlib._local since Python 3.13) and numpy's RNG state, an array
+     * (numpy._core since numpy 2): what its train.pt holds. */
+    static const char *const paths[] = {
+        "Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath",
+        "PureWindowsPath", NULL
+    };
+    if (ckpt_torch_allow_weights(ud, module, name) == 0)
+        return 0;
+    if (!strcmp(module, "pathlib") || !strcmp(module, "pathlib._local"))
+        return in_list(name, paths) ? 0 : -1;
+    if (!strcmp(module, "numpy.core.multiarray") ||
+        !strcmp(module, "numpy._core.multiarray"))
+        return !strcmp(name, "_reconstruct") ? 0 : -1;
+    if (!strcmp(module, "numpy"))
+        return (!strcmp(name, "ndarray") || !strcmp(name, "dtype")) ? 0 : -1;
+    return -1;
+}
+
+struct gate_walk {
+    const char *item;
+    const struct ckpt_pickle_gate *g;
+    struct ckpt_err *err;
+};
+
+static int gate_visit(void *ud, const struct ckpt_pv *v)
+{
+    struct gate_walk *w = ud;
+    if (v->kind != CKPT_PV_GLOBAL ||
+        ckpt_torch_allow_object(NULL, v->u.global.module,
+                                v->u.global.name) == 0)
+        return 0;
+    if (w->g && w->g->allow_unsafe) {
+        if (w->g->warn)
+            w->g->warn(w->g->ud, w->item, v->u.global.module,
+                       v->u.global.name);
+        return 0;
+    }
+    ckpt_err_set(w->err, CKPT_EUNSAFE, "%s: pickle global '%s.%s' is not "
+                 "allowed (use --allow-unsafe-pickle to pass it through)",
+                 w->item, v->u.global.module, v->u.global.name);
+    return 1;
+}
+
+int ckpt_torch_check_written(const struct ckpt_pv *root, const char *item,
+                             const struct ckpt_pickle_gate *g,
+                             struct ckpt_err *err)
+{
+    struct gate_walk w = { item, g, err };
+    int rc = ckpt_pv_walk(root, gate_visit, &w);
+    if (rc < 0)
+        return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    return rc ? -1 : 0;
 }
 
 struct getattr_check {

@@ -237,8 +237,8 @@ int ckpt_tensor_item_load(const struct ckpt_rd *rd,
     if (ckpt_tzip_read(z, rd, e, MAX_PKL, &pkl, &len, err) != 0)
         goto out;
     a = ckpt_arena_new(MAX_PKL * 4);
-    struct ckpt_pickle_opts po = { "data.pkl", ckpt_torch_allow_tensor,
-                                   NULL };
+    struct ckpt_pickle_opts po = { .name = "data.pkl",
+                                   .allow = ckpt_torch_allow_tensor };
     struct ckpt_pv *v;
     if (!a) {
         ckpt_err_set(err, CKPT_ENOMEM, "out of memory");

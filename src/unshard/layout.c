@@ -63,6 +63,72 @@ static int is_file(struct ujob *j, const char *p)
     return src_stat(j, p, &size, &err) == 0;
 }
 
+/* The globals of d, about to be written as file `name`, per top-level
+ * key (the item named in messages), against the allow-list. */
+static int check_globals(struct ujob *j, const char *name,
+                         const struct ckpt_pv *d, struct ckpt_err *err)
+{
+    struct ckpt_pickle_gate g = { j->o->allow_unsafe_pickle,
+                                  j->o->unsafe_pickle, j->o->progress_ud };
+    if (!d || d->kind != CKPT_PV_DICT)
+        return ckpt_torch_check_written(d, name, &g, err);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < d->u.dict.n; i++) {
+        const struct ckpt_pv *k = d->u.dict.k[i];
+        char *item = k->kind == CKPT_PV_STR
+            ? ckpt_xasprintf("%s['%s']", name, k->u.s.p)
+            : k->kind == CKPT_PV_INT
+            ? ckpt_xasprintf("%s[%lld]", name, (long long)k->u.i)
+            : ckpt_xasprintf("%s", name);
+        rc = ckpt_torch_check_written(k, item, &g, err);
+        if (rc == 0)
+            rc = ckpt_torch_check_written(d->u.dict.v[i], item, &g, err);
+        free(item);
+    }
+    return rc;
+}
+
+/* A file copied whole (train.pt = train/rank0.pt) is written too: its
+ * data.pkl is read (within the default caps of a load) and checked. */
+static int check_copy(struct ujob *j, const struct ufile *f,
+                      struct ckpt_err *err)
+{
+    struct usrc s;
+    struct ckpt_rd rd;
+    struct ckpt_tzip *z = NULL;
+    const struct ckpt_tzip_entry *e = NULL;
+    struct ckpt_arena *a = ckpt_arena_new(256u << 20);
+    struct ckpt_pickle_opts po = { .name = "data.pkl" };
+    struct ckpt_pv *v = NULL;
+    char *pkl = NULL;
+    size_t len;
+    int rc = a ? src_file(j, f->copy_from, f->copy_local, &s, err)
+               : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    if (rc == 0) {
+        src_rd(&rd, &s, 0, s.size);
+        rc = ckpt_tzip_open(&z, &rd, err);
+        if (rc == 0 && !(e = ckpt_tzip_find(z, "data.pkl")))
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "record 'data.pkl' "
+                              "missing");
+        if (rc == 0)
+            rc = ckpt_tzip_read(z, &rd, e, CKPT_PICKLE_MAX_BYTES, &pkl,
+                                &len, err);
+        if (rc == 0)
+            rc = ckpt_pickle_load(a, pkl, len, &po, &v, NULL, err);
+        if (rc != 0 && !strstr(err->msg, s.name))
+            ckpt_err_prefix(err, "%s", s.name);
+        if (s.fd >= 0)
+            close(s.fd);
+    }
+    /* Always a torch file, whatever --format says. */
+    if (rc == 0)
+        rc = check_globals(j, "train.pt", v, err);
+    free(pkl);
+    ckpt_tzip_free(z);
+    ckpt_arena_free(a);
+    return rc;
+}
+
 /* OLMo split of the root dict into three roots. map[i] is the file of
  * part i, or -1. */
 static int split_olmo(struct ujob *j, struct ckpt_pv *root, const char *ext,
@@ -98,6 +164,10 @@ static int split_olmo(struct ujob *j, struct ckpt_pv *root, const char *ext,
         add_file(j, names[p], ext, parts[p]);
         if (copy)
             j->files[j->nfiles - 1].copy_from = ckpt_xstrdup(rank0);
+        if (copy && check_copy(j, &j->files[j->nfiles - 1], err) != 0) {
+            free(rank0);
+            return -1;
+        }
     }
     free(rank0);
     return 0;
@@ -113,6 +183,14 @@ int layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                                                       : "model", ext, root);
     else if (split_olmo(j, root, ext, map, err) != 0)
         return -1;
+    /* With --format safetensors the values that can name globals go to
+     * extra.json. */
+    for (size_t i = 0; i < j->nfiles; i++)
+        if (!j->files[i].copy_from &&
+            check_globals(j, j->o->format == CKPT_FORMAT_SAFETENSORS
+                                 ? "extra.json" : j->files[i].name,
+                          j->files[i].root, err) != 0)
+            return -1;
     int have_optim = ckpt_pv_dict_get(root, "optim") != NULL;
     for (size_t i = 0; i < j->ntensors; i++) {
         const char *top = top_key(j, j->tensors[i].e);

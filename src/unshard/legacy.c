@@ -76,21 +76,6 @@ struct found {
 
 /* --- graph helpers ------------------------------------------------------ */
 
-/* Classes a rank file may name: the ShardedTensor machinery (only read
- * here, never re-emitted) plus everything the pass-through list allows. */
-static int allow(void *ud, const char *module, const char *name)
-{
-    if (!strcmp(module, "torch._tensor") &&
-        !strcmp(name, "_rebuild_from_type_v2"))
-        return 0;
-    if (!strcmp(module, "torch._utils") &&
-        !strcmp(name, "_rebuild_wrapper_subclass"))
-        return 0;
-    if (ckpt_str_startswith(module, "torch.distributed._shard.") ||
-        !strcmp(module, "torch.distributed.remote_device"))
-        return 0;
-    return ckpt_torch_allow_object(ud, module, name);
-}
 
 static int is_st(const struct ckpt_pv *v)
 {
@@ -544,7 +529,10 @@ static int load_rank(struct lplan *p, int r, struct ckpt_arena *a,
         return -1;
     src_rd(&rd, rc->src, 0, rc->src->size);
     const struct ckpt_tzip_entry *pe;
-    struct ckpt_pickle_opts po = { "data.pkl", allow, NULL };
+    /* A whole rank's state: bounded by the arena. */
+    struct ckpt_pickle_opts po = { .name = "data.pkl", .allow = NULL,
+                                   .max_values = SIZE_MAX,
+                                   .max_bytes = SIZE_MAX };
     int rcode = ckpt_tzip_open(&rc->z, &rd, err);
     if (rcode == 0 && !(pe = ckpt_tzip_find(rc->z, "data.pkl")))
         rcode = ckpt_err_set(err, CKPT_EFORMAT, "record 'data.pkl' missing");

@@ -129,7 +129,10 @@ int olmolocal_load(struct lplan *p, const char *dir, int r,
     if (src_get(p->j, *rel, src, err) != 0)
         return -1;
     src_rd(&rd, *src, 0, (*src)->size);
-    struct ckpt_pickle_opts po = { "data.pkl", allow, NULL };
+    /* A whole rank's state: bounded by the arena. */
+    struct ckpt_pickle_opts po = { .name = "data.pkl", .allow = allow,
+                                   .max_values = SIZE_MAX,
+                                   .max_bytes = SIZE_MAX };
     int rc = ckpt_tzip_open(z, &rd, err);
     if (rc == 0 && !(pe = ckpt_tzip_find(*z, "data.pkl")))
         rc = ckpt_err_set(err, CKPT_EFORMAT, "record 'data.pkl' missing");

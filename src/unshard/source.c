@@ -365,26 +365,34 @@ static int is_file(struct ujob *j, const char *path)
     return src_stat(j, path, &size, &err) == 0;
 }
 
+int src_file(struct ujob *j, const char *path, int local, struct usrc *s,
+             struct ckpt_err *err)
+{
+    struct usrc f = { (char *)path, -1, 0, local ? NULL : j->st,
+                      (char *)path };
+    struct stat sb;
+    *s = f;
+    if (s->st)
+        return src_stat(j, path, &s->size, err);
+    if ((s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return ckpt_err_sys(err, "open '%s'", path);
+    if (fstat(s->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(s->fd);
+        s->fd = -1;
+        return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': not a file", path);
+    }
+    s->size = (uint64_t)sb.st_size;
+    return 0;
+}
+
 /* Copy the file at path (in SRC; with local set, a local file even when
  * SRC is remote: the run's config.yaml) into fd. */
 int src_copy(struct ujob *j, const char *path, int local, int fd,
              const char *to, uint64_t *size, struct ckpt_err *err)
 {
-    struct usrc s = { (char *)path, -1, 0, local ? NULL : j->st,
-                      (char *)path };
-    struct stat sb;
-    if (!s.st) {
-        if ((s.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-            return ckpt_err_sys(err, "open '%s'", path);
-        if (fstat(s.fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-            close(s.fd);
-            return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': not a file",
-                                path);
-        }
-        s.size = (uint64_t)sb.st_size;
-    } else if (src_stat(j, path, &s.size, err) != 0) {
+    struct usrc s;
+    if (src_file(j, path, local, &s, err) != 0)
         return -1;
-    }
     char *buf = ckpt_xmalloc(1 << 20);
     int rc = 0;
     for (uint64_t off = 0; rc == 0 && off < s.size; off += 1 << 20) {

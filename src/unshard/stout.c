@@ -135,7 +135,7 @@ static cJSON *latin1_bytes(const struct ckpt_pv *v)
             ckpt_buf_addch(&b, (char)p[i]);
         }
     }
-    struct ckpt_pv tmp = { CKPT_PV_BYTES, 0, { 0 } };
+    struct ckpt_pv tmp = { .kind = CKPT_PV_BYTES };
     tmp.u.s.p = b.ptr;
     tmp.u.s.len = b.len;
     cJSON *o = base64(&tmp);

@@ -154,6 +154,11 @@ int src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
 /* Size of a file of the source (0), or -1 with err. */
 int src_stat(struct ujob *j, const char *path, uint64_t *size,
              struct ckpt_err *err);
+/* Open the file at path (in SRC; with local set, a local file even when
+ * SRC is remote) as *s, which borrows path; close s->fd (if >= 0) when
+ * done. 0 or -1. */
+int src_file(struct ujob *j, const char *path, int local, struct usrc *s,
+             struct ckpt_err *err);
 /* Copy a whole source file into fd (named `to` in messages). */
 /* An anonymous temporary file in the job's scratch directory (O_TMPFILE,
  * else an unlinked mkstemp file): decoded data that is read back. */

@@ -194,6 +194,7 @@ static int load_chunk(struct zplan *z, const struct ckpt_zarray *za,
     struct stat sb;
     char *in = NULL;
     size_t len;
+    *off = 0;   /* defined on every path: the caller reads it unless < 0 */
     if (stat(path, &sb) != 0 && errno == ENOENT)
         return 1;
     /* A compressed frame may exceed the raw size by its header and a few

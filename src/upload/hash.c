@@ -7,13 +7,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/util.h"
+
+int up_md5_check(struct ckpt_err *err)
+{
+    /* OpenSSL may be built or configured without MD5 (FIPS mode); S3's
+     * Content-MD5 and ETags need it. */
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int ok = c && EVP_DigestInit_ex(c, EVP_md5(), NULL) == 1;
+    EVP_MD_CTX_free(c);
+    if (!ok)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "MD5 is not available "
+                            "in this OpenSSL (FIPS mode?); upload needs it "
+                            "for S3 checksums and ETags");
+    return 0;
+}
+
 void md5c_init(struct md5c *m)
 {
+    /* MD5 itself was checked (up_md5_check): what is left is memory. */
     m->c = EVP_MD_CTX_new();
-    if (!m->c || EVP_DigestInit_ex(m->c, EVP_md5(), NULL) != 1) {
-        fputs("ckpt: MD5 is not available\n", stderr);
-        abort();
-    }
+    if (!m->c || EVP_DigestInit_ex(m->c, EVP_md5(), NULL) != 1)
+        ckpt_die_oom("starting an MD5 digest");
 }
 
 void md5c_update(struct md5c *m, const void *p, size_t n)

@@ -1,4 +1,5 @@
 #include "ckpt/buf.h"
+#include "ckpt/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,8 +9,7 @@ char ckpt_buf_empty[1];
 
 static void die_oom(size_t n)
 {
-    fprintf(stderr, "ckpt: out of memory allocating %zu bytes\n", n);
-    abort();
+    ckpt_die_oom("allocating %zu bytes", n);
 }
 
 void ckpt_buf_init(struct ckpt_buf *b)

@@ -9,10 +9,23 @@
 #include <sys/stat.h>
 #include <time.h>
 
+void ckpt_die_oom(const char *fmt, ...)
+{
+    /* One write, no allocation: a whole line even among other threads. */
+    char line[256] = "ckpt: out of memory ";
+    size_t n = strlen(line);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
+    va_end(ap);
+    strcat(line, "\n");
+    fputs(line, stderr);
+    abort();
+}
+
 static void die_oom(size_t n)
 {
-    fprintf(stderr, "ckpt: out of memory allocating %zu bytes\n", n);
-    abort();
+    ckpt_die_oom("allocating %zu bytes", n);
 }
 
 void *ckpt_xmalloc(size_t n)

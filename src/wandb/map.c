@@ -331,10 +331,8 @@ static char *json_text(cJSON *o)
 {
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (!s) {
-        fputs("ckpt: out of memory\n", stderr);
-        abort();
-    }
+    if (!s)
+        ckpt_die_oom("printing a JSON record");
     return s;
 }
 

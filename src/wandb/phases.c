@@ -16,10 +16,8 @@ static char *print_filter(cJSON *f)
 {
     char *s = cJSON_PrintUnformatted(f);
     cJSON_Delete(f);
-    if (!s) {
-        fputs("ckpt: out of memory\n", stderr);
-        abort();
-    }
+    if (!s)
+        ckpt_die_oom("printing a W&B query filter");
     return s;
 }
 

@@ -14,7 +14,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct ckpt_arena *a = ckpt_arena_new(64u << 20);
-    struct ckpt_pickle_opts o = { "data.pkl", olmoflat_allow, NULL };
+    struct ckpt_pickle_opts o = { .name = "data.pkl",
+                                  .allow = olmoflat_allow };
     struct ckpt_pv *v;
     struct ckpt_err err;
     struct lmodel m = { 0 };

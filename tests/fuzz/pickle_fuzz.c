@@ -14,7 +14,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct ckpt_arena *a = ckpt_arena_new(64u << 20);
-    struct ckpt_pickle_opts o = { "fuzz.pkl", NULL, NULL };
+    struct ckpt_pickle_opts o = { .name = "fuzz.pkl" };
     struct ckpt_pv *v, *v2;
     struct ckpt_err err;
     if (a && ckpt_pickle_load(a, data, size, &o, &v, NULL, &err) == 0) {
@@ -29,6 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct ckpt_tensor t;
         ckpt_tensor_from_pv(v, &t, "fuzz", &err);
         ckpt_torch_check_object(v, "fuzz", &err);
+        ckpt_torch_check_written(v, "fuzz", NULL, &err);
     }
     ckpt_arena_free(a);
     return 0;

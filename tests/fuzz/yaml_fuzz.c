@@ -1,6 +1,7 @@
 /*
- * yaml_fuzz - the YAML reader (src/formats/yaml.c) on arbitrary bytes:
- * config.yaml files come from run directories nobody vetted.
+ * yaml_fuzz - the YAML reader (libyaml's parser and src/formats/yaml.c's
+ * tree building) on arbitrary bytes: config.yaml files come from run
+ * directories nobody vetted.
  * Property: never crashes, never leaks, bounded work (alias expansion and
  * nesting are capped).
  */

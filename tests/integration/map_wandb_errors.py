@@ -202,8 +202,8 @@ def test_bad_input(fake, tmp):
         "missing\t-\terror: stat '%s/missing': No such file or directory"
         % tmp,
         "badyaml\t-\tunknown: no W&B evidence (no wandb/ run directory, no "
-        "config.yaml) (unreadable evidence: config.yaml:3: bad indentation "
-        "of a mapping entry)",
+        "config.yaml) (unreadable evidence: config.yaml:3: did not find "
+        "expected key (while parsing a block mapping at line 1))",
         "run\t-\terror: stat '%s/run.tar.gz': No such file or directory"
         % tmp])
     check("bad input: exit", rc, 1)

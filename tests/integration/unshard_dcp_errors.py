@@ -99,8 +99,8 @@ def os_system(tmp):
     d = fresh(tmp, "rows", "ossystem")
     with open(os.path.join(d, ".metadata"), "wb") as f:
         f.write(b"\x80\x04cos\nsystem\n\x8c\x02id\x85R.")
-    expect_error(tmp, "ossystem", d, ".metadata: class 'os.system' not "
-                 "allowed")
+    expect_error(tmp, "ossystem", d, ".metadata: pickle global 'os.system' "
+                 "is not allowed")
 
 
 def eval_in_object(tmp):
@@ -112,8 +112,9 @@ def eval_in_object(tmp):
     recs[pre + "/data.pkl"] = b"\x80\x02cbuiltins\neval\nX\x03\x00\x00\x001+1\x85R."
     M.put_item(d, info, M.make_zip(recs), "__evil.distcp")
     M.save_meta(d, m)
-    expect_error(tmp, "eval", d, "object 'str': data.pkl: class "
-                 "'builtins.eval' not allowed")
+    expect_error(tmp, "eval", d, "checkpoint.pt['str']: pickle global "
+                 "'builtins.eval' is not allowed (use --allow-unsafe-pickle "
+                 "to pass it through)")
 
 
 def deep_object(tmp):

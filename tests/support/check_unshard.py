@@ -406,6 +406,8 @@ class _SafeUnpickler(pickle.Unpickler):
         self._storages = {}
 
     def find_class(self, module, name):
+        # Protocol 2 names Python 2 modules; torch maps them first too.
+        module = {"__builtin__": "builtins"}.get(module, module)
         f = self._allowed.get((module, name))
         if f is None:
             raise pickle.UnpicklingError(

@@ -75,7 +75,8 @@ Cases (all deterministic, seeded; tensors of at most a few KB):
   objects     2 ranks. Byte items: ints (small, negative, 2**70), floats (0.1,
               nan, inf, -0.0), str (unicode, empty, long), bytes, bool, None,
               lists, tuples, nested dicts, int dict keys, OrderedDict, a
-              2500-element list, and a dict that holds tensors (the byte item
+              2500-element list, torch.Size, a dtype, a set, a bytearray,
+              and a dict that holds tensors (the byte item
               then has data/N records). Plus one ShardedTensor.
               single_file_per_rank=True. All values are of types the
               weights_only allow-list of torch 2.x accepts.
@@ -448,6 +449,8 @@ def object_values():
         ("int_keys", {1: "a", 2: "b", -1: "neg"}),
         ("ordered", collections.OrderedDict([("z", 1), ("a", 2)])),
         ("long_list", list(range(2500))),
+        ("size", torch.Size([2, 3])), ("dtype", torch.bfloat16),
+        ("set", {3, 1}), ("bytearray", bytearray(b"ba")),
         ("with_tensors", {"t": torch.arange(6, dtype=torch.int32).reshape(2, 3),
                           "u": [torch.tensor([1.5, -2.0], dtype=torch.float64)],
                           "n": 5}),

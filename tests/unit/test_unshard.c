@@ -92,7 +92,8 @@ static int read_model(const char *path, struct ckpt_arena *a,
                       struct lmodel *m)
 {
     static char buf[1 << 16];
-    struct ckpt_pickle_opts o = { "data.pkl", olmoflat_allow, NULL };
+    struct ckpt_pickle_opts o = { .name = "data.pkl",
+                                  .allow = olmoflat_allow };
     struct ckpt_pv *v;
     struct ckpt_err err = CKPT_ERR_INIT;
     FILE *f = fopen(path, "rb");

@@ -1,5 +1,8 @@
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ckpt/buf.h"
 #include "ckpt/pool.h"
@@ -179,6 +182,32 @@ static void test_util__redact(void)
     CHECK_STR(small, "a [redacted] b");
 }
 
+/* ckpt_die_oom: the one abort, with what was being done on stderr. */
+static void test_util__die_oom(void)
+{
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGABRT, SIG_DFL);
+        dup2(fd[1], 2);
+        ckpt_die_oom("allocating %zu bytes", (size_t)42);
+    }
+    close(fd[1]);
+    char msg[128] = "";
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof(msg) - 1 &&
+           (n = read(fd[0], msg + len, sizeof(msg) - 1 - len)) > 0)
+        len += (size_t)n;
+    msg[len] = '\0';
+    close(fd[0]);
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    CHECK_STR(msg, "ckpt: out of memory allocating 42 bytes\n");
+}
+
 TEST_MAIN(T(test_util__parse_size), T(test_util__paths), T(test_util__buf),
-          T(test_util__err), T(test_util__pool), T(test_util__escape),
-          T(test_util__redact))
+          T(test_util__err), T(test_util__pool), T(test_util__die_oom),
+          T(test_util__escape), T(test_util__redact))

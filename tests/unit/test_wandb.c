@@ -367,7 +367,8 @@ static void test_wandb__evidence(void)
     ev = gather("r2");
     CHECK_STR(ev->config_file, "step7/config.yaml");
     CHECK_STR(ev->slurm_job_id, "9");
-    CHECK_STR(ev->problems, "config.yaml:1: unterminated flow collection");
+    CHECK_STR(ev->problems, "config.yaml:2: did not find expected node "
+              "content (while parsing a flow node at line 2)");
     ckpt_wandb_evidence_free(ev);
 }
 

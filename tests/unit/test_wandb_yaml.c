@@ -1,7 +1,9 @@
 /*
- * The YAML reader (src/formats/yaml.c): the forms PyYAML/OmegaConf and
- * wandb's Go writer produce, scalar resolution as PyYAML does it, and exact
- * error messages. Expected trees were checked against PyYAML 6.0.
+ * The YAML reader (src/formats/yaml.c, libyaml's parser): the forms
+ * PyYAML/OmegaConf and wandb's Go writer produce, scalar resolution as
+ * PyYAML does it, exact error messages (libyaml's, with the line) and the
+ * caps on what hostile input can grow. Expected trees were checked against
+ * PyYAML 6.0.
  */
 #include <cjson/cJSON.h>
 
@@ -155,26 +157,51 @@ static void test_wandb_yaml__anchors_documents(void)
     CHECK(yaml_is("a: 1\na: 2\n", "{\"a\":2}"));
 }
 
+static void test_wandb_yaml__keys(void)
+{
+    /* Keys keep their text; an alias key takes its node's text. */
+    CHECK(yaml_is("1.0: a\nyes: b\n&k key: c\nz: *k\n*k : d\n",
+                  "{\"1.0\":\"a\",\"yes\":\"b\",\"z\":\"key\","
+                  "\"key\":\"d\"}"));
+    CHECK(yaml_is("n: &n 5\n*n : x\n", "{\"n\":5,\"5\":\"x\"}"));
+}
+
 static void test_wandb_yaml__errors(void)
 {
-    CHECK(yaml_fails("a:\n  b: 1\n c: 2\n",
-                     "t.yaml:3: bad indentation of a mapping entry"));
-    CHECK(yaml_fails("a: [1, 2\n", "t.yaml:1: unterminated flow collection"));
-    CHECK(yaml_fails("a: \"x\n", "t.yaml:1: unterminated quoted scalar"));
-    CHECK(yaml_fails("a: 1\n- b\n", "t.yaml:2: sequence entry where a "
-                     "mapping key was expected"));
+    /* libyaml's messages (PyYAML prints the same), with 1-based lines. */
+    CHECK(yaml_fails("a:\n  b: 1\n c: 2\n", "t.yaml:3: did not find "
+                     "expected key (while parsing a block mapping at line "
+                     "1)"));
+    CHECK(yaml_fails("a: [1, 2\n", "t.yaml:2: did not find expected ',' or "
+                     "']' (while parsing a flow sequence at line 1)"));
+    CHECK(yaml_fails("a: \"x\n", "t.yaml:2: found unexpected end of stream "
+                     "(while scanning a quoted scalar at line 1)"));
+    CHECK(yaml_fails("a: 1\n- b\n", "t.yaml:2: did not find expected key "
+                     "(while parsing a block mapping at line 1)"));
     CHECK(yaml_fails("a: *nope\n", "t.yaml:1: unknown alias"));
-    CHECK(yaml_fails("a: \"x\" y\n", "t.yaml:1: text after a quoted scalar"));
-    CHECK(yaml_fails("a: [1]]\n", "t.yaml:1: text after a flow collection"));
-    CHECK(yaml_fails("\ta: 1\n", "t.yaml:1: tab in indentation"));
-    CHECK(yaml_fails("a: \"\\q\"\n", "t.yaml:1: bad escape in quoted "
-                     "scalar"));
+    CHECK(yaml_fails("a: \"x\" y\n", "t.yaml:1: did not find expected key "
+                     "(while parsing a block mapping at line 1)"));
+    CHECK(yaml_fails("a: [1]]\n", "t.yaml:1: did not find expected key "
+                     "(while parsing a block mapping at line 1)"));
+    CHECK(yaml_fails("\ta: 1\n", "t.yaml:1: found character that cannot "
+                     "start any token (while scanning for the next token at "
+                     "line 1)"));
+    CHECK(yaml_fails("a: \"\\q\"\n", "t.yaml:1: found unknown escape "
+                     "character (while parsing a quoted scalar at line 1)"));
     CHECK(yaml_fails("? [1, 2]\n: x\n", "t.yaml:1: complex mapping keys "
                      "are not supported"));
     CHECK(yaml_fails("a: [[x]: 1]\n", "t.yaml:1: complex mapping keys are "
                      "not supported"));
-    CHECK(yaml_fails("- a\nb: 1\n", "t.yaml:2: unexpected text (bad "
-                     "indentation?)"));
+    CHECK(yaml_fails("l: &l [1]\n*l : x\n", "t.yaml:2: complex mapping "
+                     "keys are not supported"));
+    CHECK(yaml_fails("- a\nb: 1\n", "t.yaml:2: did not find expected '-' "
+                     "indicator (while parsing a block collection at line "
+                     "1)"));
+    /* An anchor names its node only once the node is complete: no cycles. */
+    CHECK(yaml_fails("a: &a [1, *a]\n", "t.yaml:1: unknown alias"));
+    /* Bytes that are not UTF-8 (libyaml's reader), with their line. */
+    CHECK(yaml_fails("a: 1\nb: \xff\n", "t.yaml:2: invalid leading UTF-8 "
+                     "octet"));
 }
 
 static void test_wandb_yaml__limits(void)
@@ -189,13 +216,40 @@ static void test_wandb_yaml__limits(void)
         ckpt_buf_addstr(&b, "]\n");
     }
     CHECK(yaml_fails(b.ptr, "t.yaml:6: too many nodes from aliases"));
+    /* Few nodes, much text: 1 MiB copied 40 times passes the text cap. */
+    ckpt_buf_reset(&b);
+    ckpt_buf_addstr(&b, "s: &s \"");
+    for (int i = 0; i < (1 << 20); i++)
+        ckpt_buf_addch(&b, 'x');
+    ckpt_buf_addstr(&b, "\"\nl: [");
+    for (int i = 0; i < 40; i++)
+        ckpt_buf_addstr(&b, "*s, ");
+    ckpt_buf_addstr(&b, "]\n");
+    CHECK(yaml_fails(b.ptr, "t.yaml:2: too much text from aliases"));
+    /* Nesting fails at the cap, before the end (here unterminated). */
     ckpt_buf_reset(&b);
     for (int i = 0; i < 300; i++)
         ckpt_buf_addch(&b, '[');
-    CHECK(yaml_fails(b.ptr, "t.yaml:1: unterminated flow collection"));
+    CHECK(yaml_fails(b.ptr, "t.yaml:1: nesting too deep"));
     for (int i = 0; i < 300; i++)
         ckpt_buf_addch(&b, ']');
     CHECK(yaml_fails(b.ptr, "t.yaml:1: nesting too deep"));
+    ckpt_buf_reset(&b);
+    for (int i = 0; i < 200; i++)
+        ckpt_buf_addch(&b, '[');
+    for (int i = 0; i < 200; i++)
+        ckpt_buf_addch(&b, ']');
+    cJSON *j = NULL;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    CHECK(ckpt_yaml_parse(b.ptr, b.len, "t.yaml", &j, &err) == 0);
+    cJSON_Delete(j);
+    /* More nodes than the cap without aliases: the map, "l" and the
+     * sequence are 3, so item 499,998 (line 499,999) is node 500,001. */
+    ckpt_buf_reset(&b);
+    ckpt_buf_addstr(&b, "l:\n");
+    for (int i = 0; i < 500001; i++)
+        ckpt_buf_addstr(&b, "- 1\n");
+    CHECK(yaml_fails(b.ptr, "t.yaml:499999: too many nodes"));
     ckpt_buf_release(&b);
 }
 
@@ -203,5 +257,6 @@ TEST_MAIN(T(test_wandb_yaml__olmo_config), T(test_wandb_yaml__wandb_go_config),
           T(test_wandb_yaml__scalars), T(test_wandb_yaml__quoted),
           T(test_wandb_yaml__block_scalars),
           T(test_wandb_yaml__flow_and_nesting),
-          T(test_wandb_yaml__anchors_documents), T(test_wandb_yaml__errors),
+          T(test_wandb_yaml__anchors_documents), T(test_wandb_yaml__keys),
+          T(test_wandb_yaml__errors),
           T(test_wandb_yaml__limits))
