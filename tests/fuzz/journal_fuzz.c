@@ -95,7 +95,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char **keys = done_keys(c1, l1, &nkeys);
     char **k0 = done_keys((const char *)data, size, &n0);
     keys = realloc(keys, (nkeys + n0 + 1) * sizeof(*keys));
-    memcpy(keys + nkeys, k0, n0 * sizeof(*keys));
+    if (n0)
+        memcpy(keys + nkeys, k0, n0 * sizeof(*keys));
     nkeys += n0;
     free(k0);
 
