@@ -12,6 +12,9 @@
 #   - a crash, leak, timeout or out-of-memory input is copied to
 #     tests/fuzz/corpus/TARGET/regress-KIND-SHA1 (fix the bug, keep the
 #     input: ctest's fuzz/TARGET replays it from then on).
+# With CKPT_FUZZ_SAVE=0 (CI) the corpus is left as it is: no merge, and
+# findings are only reported (their inputs are in the log's directory,
+# printed).
 # Prints one line per target (executions, exec/s, cov: of the last status
 # line, new corpus inputs, findings) and writes the same as TSV to
 # build-fuzz/fuzz-summary.tsv. Exits 1 if any target found something.
@@ -22,6 +25,7 @@ shift || true
 jobs=${CKPT_FUZZ_JOBS:-$(nproc)}
 keep=${CKPT_FUZZ_KEEP:-16}
 keep_bytes=${CKPT_FUZZ_KEEP_BYTES:-4096}
+save=${CKPT_FUZZ_SAVE:-1}
 
 CC=clang bash scripts/build.sh build-fuzz -DCKPT_FUZZ=ON -DCKPT_SANITIZE=ON
 
@@ -36,7 +40,7 @@ for t in "${targets[@]}"; do
 done
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+if [ "$save" = 1 ]; then trap 'rm -rf "$work"' EXIT; fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
@@ -56,7 +60,9 @@ fuzz_one() {
         [ -f "$a" ] || continue
         kind=$(basename "$a" | sed 's/-.*//')
         sum=$(sha1sum "$a" | cut -c1-12)
-        cp "$a" "$corpus/regress-$kind-$sum"
+        if [ "$save" = 1 ]; then
+            cp "$a" "$corpus/regress-$kind-$sum"
+        fi
         found=$((found + 1))
     done
     if [ "$rc" != 0 ] && [ "$found" = 0 ]; then
@@ -64,11 +70,12 @@ fuzz_one() {
     fi
     # New coverage: merge the run's corpus into a copy of the seeds; the
     # files the merge added are the new inputs. Keep the small ones.
-    cp -r "$corpus/." "$d/merged/"
-    ls "$d/merged" | sort >"$d/before"
-    "$bin" -merge=1 -rss_limit_mb=2048 -timeout=10 "$d/merged" "$d/run" \
-        >"$d/merge.log" 2>&1 || true
     local added=0 f
+    [ "$save" = 1 ] || : >"$d/before"
+    [ "$save" = 1 ] && cp -r "$corpus/." "$d/merged/" &&
+        ls "$d/merged" | sort >"$d/before" &&
+        { "$bin" -merge=1 -rss_limit_mb=2048 -timeout=10 "$d/merged" \
+              "$d/run" >"$d/merge.log" 2>&1 || true; }
     while read -r f; do
         [ "$added" -lt "$keep" ] || break
         cp "$d/merged/$f" "$corpus/cov-$f"
@@ -115,7 +122,11 @@ for t in "${targets[@]}"; do
         "$cov" "$added" "$found"
     if [ "$found" != 0 ]; then
         failed=1
-        echo "---- $t: finding(s), saved as tests/fuzz/corpus/$t/regress-*"
+        if [ "$save" = 1 ]; then
+            echo "---- $t: finding(s), saved as tests/fuzz/corpus/$t/regress-*"
+        else
+            echo "---- $t: finding(s): $work/$t/art/ (log $work/$t/log)"
+        fi
         grep -aE 'ERROR|SUMMARY|#[0-9]+ in ' "$work/$t/log" | head -n 30
     fi
 done
