@@ -44,8 +44,9 @@ Violations have a kind: "safety" (the invariants after a kill),
 "converge" (the rerun ends elsewhere than the reference, or exits
 otherwise), "litter" (it converges but for temporary files a killed
 process left), "leftover-sharded" (it converges but SRC still holds (part
-of) a sharded step whose output is complete at DEST), "reference" (the
-uninterrupted run failed). --known KIND,... reports those kinds as KNOWN
+of) a sharded step whose output is complete at DEST), "leftover-run"
+(clean: it converges but for part of a run the reference deletes),
+"reference" (the uninterrupted run failed). --known KIND,... reports those kinds as KNOWN
 without failing (open findings, docs/reliability.md).
 
 Prints one line per scenario (kills, missed, violations by kind) and the
@@ -418,27 +419,31 @@ def run_killed(argv, env, delay):
         return True
 
 
-def classify(end, ref):
+def classify(name, end, ref):
     """Kind of a rerun's end state that differs from the reference:
     "litter" when every difference is a temporary name left behind (a dead
-    process's: ckpt removes only its own), "leftover-sharded" when every
-    difference is SRC still holding (part of) a sharded step whose output
-    at DEST is complete (--delete-sharded killed before or while deleting
-    it), else "converge"."""
+    process's: ckpt removes only its own), "leftover-sharded" (unshard)
+    when every difference is SRC still holding (part of) a sharded step
+    whose output at DEST is complete (--delete-sharded killed before or
+    while deleting it), "leftover-run" (clean) when every difference is
+    SRC still holding part of a run the reference deletes (killed while
+    deleting it), else "converge"."""
     keys = [(0, k) for k in set(end[0]) | set(ref[0])
             if end[0].get(k) != ref[0].get(k)]
     keys += [(1, k) for k in set(end[1]) | set(ref[1])
              if end[1].get(k) != ref[1].get(k)]
     if all(is_temp(k) and k not in ref[side] for side, k in keys):
         return "litter"
-    steps = {k.split("/")[0] for side, k in keys
-             if side == 0 and k not in ref[0]}
-    if all(side == 0 and k not in ref[0] for side, k in keys) and all(
+    tops = {k.split("/")[0] for side, k in keys}
+    extra = all(side == 0 and k not in ref[0] for side, k in keys)
+    if extra and name.startswith("unshard") and all(
             s.startswith("step") and under(end[1], s + "-unsharded") and
             under(end[1], s + "-unsharded") == under(ref[1],
                                                      s + "-unsharded")
-            for s in steps):
+            for s in tops):
         return "leftover-sharded"
+    if extra and name == "clean" and all(t not in ref[0] for t in tops):
+        return "leftover-run"
     return "converge"
 
 
@@ -492,7 +497,7 @@ def scenario(cls, env, rng, work, kills, report):
         p2, _ = run_to_end(sc.argv(d), env)
         end = sc.state(d)
         if end != ref:
-            violation(classify(end, ref), delay,
+            violation(classify(sc.name, end, ref), delay,
                       "the rerun (exit %d) did not converge:\n%s\n%s" % (
                           p2.returncode, diff(end[0], ref[0]),
                           diff(end[1], ref[1])))
