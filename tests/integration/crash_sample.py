@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# ctest-cost: 60
+# ctest-cost: 90
 """crash_sample.py - the short sample of tests/crash/crash.py that CI runs:
 8 SIGKILLs at random moments for each of ckpt clean, unshard
 --delete-sharded (local, and a run in S3 behind s3proxy.py), upload
