@@ -45,7 +45,8 @@ Violations have a kind: "safety" (the invariants after a kill),
 otherwise), "litter" (it converges but for temporary files a killed
 process left), "leftover-sharded" (it converges but SRC still holds (part
 of) a sharded step whose output is complete at DEST), "leftover-run"
-(clean: it converges but for part of a run the reference deletes),
+(clean: it converges but for part of a run or pruned checkpoint the
+reference deletes),
 "reference" (the uninterrupted run failed). --known KIND,... reports those kinds as KNOWN
 without failing (open findings, docs/reliability.md).
 
@@ -419,15 +420,15 @@ def run_killed(argv, env, delay):
         return True
 
 
-def classify(name, end, ref):
+def classify(name, end, ref, orig):
     """Kind of a rerun's end state that differs from the reference:
     "litter" when every difference is a temporary name left behind (a dead
     process's: ckpt removes only its own), "leftover-sharded" (unshard)
     when every difference is SRC still holding (part of) a sharded step
     whose output at DEST is complete (--delete-sharded killed before or
     while deleting it), "leftover-run" (clean) when every difference is
-    SRC still holding part of a run the reference deletes (killed while
-    deleting it), else "converge"."""
+    SRC still holding part of a run or a pruned checkpoint that the
+    reference deletes (killed while deleting it), else "converge"."""
     keys = [(0, k) for k in set(end[0]) | set(ref[0])
             if end[0].get(k) != ref[0].get(k)]
     keys += [(1, k) for k in set(end[1]) | set(ref[1])
@@ -442,9 +443,22 @@ def classify(name, end, ref):
                                                      s + "-unsharded")
             for s in tops):
         return "leftover-sharded"
-    if extra and name == "clean" and all(t not in ref[0] for t in tops):
+    if extra and name == "clean" and all(
+            partly_deleted(k, end[0], orig[0], ref[0])
+            for side, k in keys):
         return "leftover-run"
     return "converge"
+
+
+def partly_deleted(k, end, orig, ref):
+    """k lies in a tree the reference deletes (its topmost ancestor
+    missing from ref) of which the killed run deleted a part."""
+    parts = k.split("/")
+    for i in range(1, len(parts) + 1):
+        top = "/".join(parts[:i])
+        if top not in ref:
+            return under(end, top) != under(orig, top)
+    return False
 
 
 def scenario(cls, env, rng, work, kills, report):
@@ -497,7 +511,7 @@ def scenario(cls, env, rng, work, kills, report):
         p2, _ = run_to_end(sc.argv(d), env)
         end = sc.state(d)
         if end != ref:
-            violation(classify(sc.name, end, ref), delay,
+            violation(classify(sc.name, end, ref, orig), delay,
                       "the rerun (exit %d) did not converge:\n%s\n%s" % (
                           p2.returncode, diff(end[0], ref[0]),
                           diff(end[1], ref[1])))

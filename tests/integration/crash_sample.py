@@ -11,8 +11,8 @@ Fails on any violation but the kinds of the open findings listed in
 docs/reliability.md ("Open findings"): litter (a killed process's
 temporary files are not removed by the rerun), leftover-sharded (a
 sharded step whose deletion was interrupted stays in SRC) and
-leftover-run (a run whose deletion by clean was interrupted stays, no
-longer looking like a run). Those are still printed, as KNOWN."""
+leftover-run (part of a run or pruned checkpoint whose deletion by
+clean was interrupted stays, no longer looking like one). Those are still printed, as KNOWN."""
 import os
 import subprocess
 import sys
