@@ -40,7 +40,9 @@ for t in "${targets[@]}"; do
 done
 
 work=$(mktemp -d)
-if [ "$save" = 1 ]; then trap 'rm -rf "$work"' EXIT; fi
+# Kept only when CKPT_FUZZ_SAVE=0 found something (the inputs are there).
+keep_work=0
+trap '[ "$keep_work" = 1 ] || rm -rf "$work"' EXIT
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
@@ -130,4 +132,5 @@ for t in "${targets[@]}"; do
         grep -aE 'ERROR|SUMMARY|#[0-9]+ in ' "$work/$t/log" | head -n 30
     fi
 done
+[ "$save" = 1 ] || keep_work=$failed
 exit "$failed"
