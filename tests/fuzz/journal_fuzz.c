@@ -49,6 +49,17 @@ static void state(struct journal *j, struct ckpt_buf *out, char **keys,
     }
 }
 
+/* The journal, its lock and compaction temp: removed at exit. */
+static void cleanup(void)
+{
+    char *lock = strdup(jpath);
+    strcpy(strrchr(lock, '.'), ".lock");
+    unlink(jpath);
+    unlink(lock);
+    free(lock);
+    rmdir(dir);
+}
+
 static int put_file(const uint8_t *data, size_t size)
 {
     FILE *f = fopen(jpath, "wb");
@@ -85,6 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         jpath = strdup(journal_file(j));
         journal_close(j);
+        atexit(cleanup);
     }
     if (put_file(data, size) != 0 || journal_open(&j, dir, "fuzz", &err))
         return 0;
