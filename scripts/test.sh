@@ -38,38 +38,12 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ctest --output-on-failure -j"$tjobs" -LE slow)
 
+# (The crash-consistency sample, tests/integration/crash_sample.py, runs in
+# both ctest phases above; scripts/crash.sh is its long version.)
+
 secs=${CKPT_FUZZ_SECONDS:-10}
 echo "== fuzz (libFuzzer, ${secs}s per target, $jobs at a time)"
-CC=clang bash scripts/build.sh build-fuzz -DCKPT_FUZZ=ON -DCKPT_SANITIZE=ON
-# Each target is one single-threaded process: run $jobs of them at once,
-# each from a copy of its corpus; report each one when all are done.
-logs=$(mktemp -d)
-targets=()
-for f in build-fuzz/*_fuzz; do
-    [ -x "$f" ] || continue
-    if [ ${#targets[@]} -ge "$jobs" ]; then wait -n || true; fi
-    t=$(basename "$f" _fuzz)
-    targets+=("$t")
-    (
-        corpus=$(mktemp -d)
-        cp -r "tests/fuzz/corpus/$t/." "$corpus/"
-        rc=0
-        "$f" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 \
-            "$corpus" >"$logs/$t.log" 2>&1 || rc=$?
-        rm -rf "$corpus"
-        echo "$rc" >"$logs/$t.rc"
-    ) &
-done
-wait
-failed=0
-for t in "${targets[@]}"; do
-    rc=$(cat "$logs/$t.rc" 2>/dev/null || echo "none")
-    if [ "$rc" = 0 ]; then
-        echo "$t:"; tail -n 2 "$logs/$t.log"
-    else
-        echo "$t: FAILED (exit $rc)"; cat "$logs/$t.log" 2>/dev/null; failed=1
-    fi
-done
-rm -rf "$logs"
-[ "$failed" = 0 ]
+# scripts/fuzz.sh builds build-fuzz/ and runs every target from a copy of
+# its corpus; CKPT_FUZZ_SAVE=0: CI reports, it never writes the corpus.
+CKPT_FUZZ_SAVE=0 CKPT_FUZZ_JOBS=$jobs bash scripts/fuzz.sh "$secs"
 echo "== all suites passed"

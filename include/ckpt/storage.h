@@ -39,8 +39,9 @@ struct ckpt_loc {
  * "a/b") except for the local root "/". Returns 0 or -1 (CKPT_EUSAGE). */
 int ckpt_loc_parse(struct ckpt_loc *loc, const char *s, struct ckpt_err *err);
 void ckpt_loc_release(struct ckpt_loc *loc);
-/* "s3://bkt/KEY" or the plain local path for key in loc's storage.
- * Malloced. */
+/* "s3://bkt/KEY" or the plain local path for key in loc's storage
+ * ("file://PATH" when PATH has "://" in it, so that it parses back to the
+ * same location). Malloced. */
 char *ckpt_loc_format(const struct ckpt_loc *loc, const char *key);
 /* Scheme prefix: "", "s3://", "r2://", "gs://". */
 const char *ckpt_scheme_prefix(enum ckpt_scheme s);

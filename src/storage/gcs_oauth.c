@@ -34,9 +34,16 @@ int gcs_oauth_load(struct gcs_oauth *o, const char *path,
     char *text = ckpt_read_small_file(path, 1 << 20);
     if (!text)
         return ckpt_err_sys(err, "open '%s'", path);
-    cJSON *j = cJSON_Parse(text);
+    int rc = gcs_oauth_parse_key(o, text, path, err);
     memset(text, 0, strlen(text)); /* holds the private key */
     free(text);
+    return rc;
+}
+
+int gcs_oauth_parse_key(struct gcs_oauth *o, const char *text,
+                        const char *path, struct ckpt_err *err)
+{
+    cJSON *j = cJSON_Parse(text);
     if (j) {
         o->client_email = json_str(j, "client_email");
         o->private_key = json_str(j, "private_key");
@@ -122,10 +129,10 @@ int gcs_oauth_jwt(const struct gcs_oauth *o, time_t now,
 }
 
 /* Parse the token endpoint's JSON reply into o. */
-static int take_token(struct gcs_oauth *o, const struct http_resp *resp,
-                      struct ckpt_err *err)
+int gcs_oauth_take_token(struct gcs_oauth *o, const char *body,
+                         struct ckpt_err *err)
 {
-    cJSON *j = cJSON_Parse(resp->body.ptr);
+    cJSON *j = cJSON_Parse(body);
     char *tok = j ? json_str(j, "access_token") : NULL;
     const cJSON *exp = j ? cJSON_GetObjectItemCaseSensitive(j, "expires_in")
                          : NULL;
@@ -166,7 +173,7 @@ static int fetch(struct gcs_oauth *o, struct http_client *hc, int retries,
         http_resp_init(&resp);
         http_perform(hc, &req, &resp);
         if (resp.curl == CURLE_OK && resp.status == 200) {
-            rc = take_token(o, &resp, err);
+            rc = gcs_oauth_take_token(o, resp.body.ptr, err);
             http_resp_release(&resp);
             break;
         }

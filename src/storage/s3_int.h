@@ -169,6 +169,14 @@ struct gcs_oauth {
 /* Load a service-account JSON key file. 0 or -1 (CKPT_EAUTH). */
 int gcs_oauth_load(struct gcs_oauth *o, const char *path,
                    struct ckpt_err *err);
+/* The key file's text (path names it in messages); o as from _load's
+ * start (zeroed, mutex initialised). Exposed for the fuzz target. */
+int gcs_oauth_parse_key(struct gcs_oauth *o, const char *text,
+                        const char *path, struct ckpt_err *err);
+/* Take the token endpoint's JSON reply body (NUL-terminated) into o.
+ * 0, or -1 (CKPT_EAUTH) without an access_token. */
+int gcs_oauth_take_token(struct gcs_oauth *o, const char *body,
+                         struct ckpt_err *err);
 void gcs_oauth_release(struct gcs_oauth *o);
 /* A valid access token (fetched or cached) appended to out. */
 int gcs_oauth_token(struct gcs_oauth *o, struct http_client *hc,

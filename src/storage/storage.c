@@ -90,8 +90,11 @@ void ckpt_loc_release(struct ckpt_loc *loc)
 
 char *ckpt_loc_format(const struct ckpt_loc *loc, const char *key)
 {
+    /* A local path with "://" in it (file://s3://b/k) is printed as
+     * file://...: printed bare, it would name another location. */
     if (loc->scheme == CKPT_SCHEME_LOCAL)
-        return ckpt_xstrdup(key);
+        return strstr(key, "://") ? ckpt_xasprintf("file://%s", key)
+                                  : ckpt_xstrdup(key);
     return ckpt_xasprintf("%s%s/%s", ckpt_scheme_prefix(loc->scheme),
                           loc->bucket, key);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ckpt/upload.h"
+#include "ckpt/wandb.h"
 #include "ckpt/util.h"
 
 struct mrow {
@@ -32,24 +33,6 @@ static void put(struct ckpt_upload_map *m, char *run, char *path)
     }
     m->v = ckpt_xreallocarray(m->v, m->n + 1, sizeof(*m->v));
     m->v[m->n++] = (struct mrow){ run, path };
-}
-
-/* "entity/project/id": three non-empty components, no "." or "..". */
-static int valid_path(const char *p)
-{
-    int parts = 0;
-    while (*p) {
-        const char *s = strchr(p, '/');
-        size_t n = s ? (size_t)(s - p) : strlen(p);
-        if (!n || (n == 1 && p[0] == '.') ||
-            (n == 2 && p[0] == '.' && p[1] == '.'))
-            return 0;
-        parts++;
-        p += n;
-        if (*p == '/' && !*++p)
-            return 0;
-    }
-    return parts == 3;
 }
 
 static int json_line(struct ckpt_upload_map *m, const char *line, size_t n,
@@ -97,7 +80,7 @@ static int parse_line(struct ckpt_upload_map *m, const char *line, size_t n,
         return ckpt_err_set(err, CKPT_EFORMAT, "%s:%d: not a mapping line "
                             "(RUN_ID<TAB>ENTITY/PROJECT/RUN_ID<TAB>EVIDENCE "
                             "or {\"run\":...,\"path\":...})", name, lineno);
-    if (path && !valid_path(path)) {
+    if (path && !ckpt_wandb_path_valid(path)) {
         rc = ckpt_err_set(err, CKPT_EFORMAT, "%s:%d: W&B path '%s' is not "
                           "ENTITY/PROJECT/RUN_ID", name, lineno, path);
         free(run);

@@ -1,8 +1,16 @@
 /*
  * s3xml_fuzz.c - the object-storage client's readers of untrusted bytes:
- * S3 reply XML (element search, entity decoding, error fields), and the
- * AWS INI files. Property: never crashes, never leaks, never reads out of
- * bounds, whatever the server or the file says.
+ * S3 reply XML (element search, entity decoding, error fields) for every
+ * reply ckpt reads: ListObjectsV2 pages (Contents, CommonPrefixes,
+ * IsTruncated, NextContinuationToken), ListMultipartUploads (Upload,
+ * Initiated, NextKeyMarker, NextUploadIdMarker), CreateMultipartUpload
+ * (UploadId), CompleteMultipartUpload (ETag, or a 200 <Error>),
+ * DeleteObjects results (Deleted, Error/Key) and <Error> documents; the
+ * timestamps of LastModified / Initiated; and the AWS INI files.
+ * Properties: never crashes, never leaks, never reads out of bounds,
+ * whatever the server or the file says; an element found lies inside the
+ * document; decoded text is never longer than its source (entities only
+ * shrink).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,17 +24,31 @@ static void walk(const char *x, size_t n)
     static const char *const tags[] = {
         "Contents", "Key", "Size", "ETag", "CommonPrefixes", "Prefix",
         "Error", "Code", "Message", "IsTruncated", "NextContinuationToken",
-        "UploadId",
+        "UploadId", "Upload", "Initiated", "NextKeyMarker",
+        "NextUploadIdMarker", "LastModified", "Deleted",
     };
+    static const char *const fields[] = { "Key", "Size", "ETag", "Prefix",
+                                          "LastModified", "Initiated",
+                                          "Code", "UploadId" };
     for (size_t t = 0; t < sizeof(tags) / sizeof(tags[0]); t++) {
         size_t pos = 0, len;
         const char *in;
         int guard = 0;
         while (guard++ < 10000 &&
                xml_next(x, n, &pos, tags[t], &in, &len) == 0) {
-            struct ckpt_buf b = CKPT_BUF_INIT;
-            xml_text(in, len, "Key", &b);
-            ckpt_buf_release(&b);
+            if (in < x || in + len > x + n)
+                __builtin_trap();
+            for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+                struct ckpt_buf b = CKPT_BUF_INIT;
+                if (xml_text(in, len, fields[f], &b) == 0) {
+                    if (b.len > len)
+                        __builtin_trap();
+                    if (b.ptr && (!strcmp(fields[f], "LastModified") ||
+                                  !strcmp(fields[f], "Initiated")))
+                        s3_parse_iso8601(b.ptr);
+                }
+                ckpt_buf_release(&b);
+            }
         }
     }
 }

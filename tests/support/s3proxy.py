@@ -175,17 +175,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # -- plumbing --------------------------------------------------------
 
     def read_body(self):
+        """The request body, or None when the client went away before
+        sending all of it (killed mid-PUT): a service never acts on such
+        a request, so neither does the proxy."""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             out = b""
             while True:
-                size = int(self.rfile.readline().split(b";")[0], 16)
+                line = self.rfile.readline()
+                try:
+                    size = int(line.split(b";")[0], 16)
+                except ValueError:
+                    return None
                 if size == 0:
                     self.rfile.readline()
                     return out
-                out += self.rfile.read(size)
+                chunk = self.rfile.read(size)
+                if len(chunk) < size:
+                    return None
+                out += chunk
                 self.rfile.readline()
         n = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(n) if n else b""
+        body = self.rfile.read(n) if n else b""
+        return body if len(body) == n else None
 
     def reply(self, status, body=b"", headers=None, method=None):
         self.send_response(status)
@@ -241,6 +252,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path.startswith("/__proxy/"):
             return self.control(path)
         body = self.read_body()
+        if body is None:
+            self.close_connection = True
+            return
         st = self.st
         echo = self.echo()
         if echo:

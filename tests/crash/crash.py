@@ -1,0 +1,599 @@
+#!/usr/bin/python3
+"""crash.py - crash consistency of the commands that write or delete:
+kill -9 from outside at random moments, then check what was left.
+
+usage: crash.py [--kills N] [--seed S] [--only NAME,...] [--json FILE]
+                [--quick]
+(CRASH_KEEP=1 keeps each iteration's directory for a post-mortem)
+
+Scenarios (NAME):
+  clean          ckpt clean --keep-last 1 over generated runs and run
+                 archives (tests/support/gen_runs.py --archives)
+  unshard        ckpt unshard --delete-sharded of a local run (6 DCP steps,
+                 real torch 1.13 bytes) into a local DEST
+  unshard_s3     the same with the run in S3 (s3rver behind s3proxy.py;
+                 3 small DCP steps made by make_dcp.py, 1 with --quick)
+  upload         ckpt upload --delete-source, local -> local
+  upload_s3      ckpt upload --delete-source, local -> s3://
+
+Each scenario first runs once uninterrupted: the reference (final state
+of SRC and DEST, and its duration T). Then N times: a fresh copy of the
+input, the command started and sent SIGKILL after a delay drawn uniformly
+from [0, 0.9 T) (T: the shorter of two uninterrupted runs; a kill that comes after the command ended counts as "missed",
+not as a kill point), the invariants checked on what the kill left, the
+command rerun to completion, and the invariants of the end state checked.
+
+Invariants after a kill (each violation is a bug):
+  - nothing deleted without a verified copy: a source file (upload), a
+    sharded step (unshard --delete-sharded) or a run (clean) that is gone,
+    even partly, has its complete copy at DEST, identical to the
+    reference's, or was going to be deleted by the uninterrupted command
+    too (clean);
+  - no output judged complete unless it is: every DEST file under its
+    final name is identical to the reference's (temporary names are
+    hidden: .ckpt-tmp-*, .NAME.ckpt-up-*), and every checkpoint that
+    `ckpt ls DEST` calls complete is identical to the reference's;
+  - nothing that should stay is touched: what the uninterrupted run keeps
+    is still there, identical (clean: kept runs; SRC files are never
+    modified).
+Invariants after the rerun:
+  - it converges: SRC and DEST are exactly the reference's final state;
+  - no litter: no temporary file or directory is left.
+
+Violations have a kind: "safety" (the invariants after a kill),
+"converge" (the rerun ends elsewhere than the reference, or exits
+otherwise), "litter" (it converges but for temporary files a killed
+process left), "leftover-sharded" (it converges but SRC still holds (part
+of) a sharded step whose output is complete at DEST), "leftover-run"
+(clean: it converges but for part of a run or pruned checkpoint the
+reference deletes),
+"reference" (the uninterrupted run failed). --known KIND,... reports those kinds as KNOWN
+without failing (open findings, docs/reliability.md).
+
+Prints one line per scenario (kills, missed, violations by kind) and the
+first violations of each kind, "N passed, N failed" last; exit 1 on any
+violation not --known.
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.environ.get("CKPT_SRC") or os.path.normpath(os.path.join(HERE,
+                                                                  "..", ".."))
+SUP = os.path.join(SRC, "tests", "support")
+sys.path.insert(0, SUP)
+from s3test import BUILD, S3Env  # noqa: E402
+
+CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
+TOOL = os.path.join(os.environ.get("CKPT_BUILD") or BUILD, "storage_tool")
+FIX = os.path.join(SRC, "tests", "fixtures", "runs", "olmo-torch-new-1.13")
+BUCKET = "crash"
+MIB = 1 << 20
+TEMP_MARKS = (".ckpt-tmp", ".ckpt-up-")
+
+
+def is_temp(rel):
+    """ckpt's temporary and scratch names: hidden, ".ckpt-" (.ckpt-tmp-*,
+    .ckpt-src-*, ...) or ".NAME.ckpt-up-*"."""
+    return any(part.startswith(".ckpt-") or
+               any(m in part for m in TEMP_MARKS) for part in rel.split("/"))
+
+
+# ---- snapshots: {relative path: ("d",) | ("f", md5) | ("l", target)} ----
+
+def md5_file(path):
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def snap(root):
+    out = {}
+    if not os.path.lexists(root):
+        return out
+    for d, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(d, name)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = ("l", os.readlink(p))
+            elif os.path.isdir(p):
+                out[rel] = ("d",)
+            else:
+                out[rel] = ("f", md5_file(p))
+    return out
+
+
+def direct(env):
+    """env talking to s3rver itself: setting up and inspecting need not go
+    through the (slow, re-signing) proxy that the commands under test
+    use."""
+    return dict(env, AWS_ENDPOINT_URL="http://" + env["S3ENV_S3RVER"])
+
+
+def tool(env, *args):
+    p = subprocess.run([TOOL] + list(args), env=direct(env),
+                       capture_output=True,
+                       timeout=300)
+    if p.returncode:
+        raise RuntimeError("storage_tool %s: %s" % (" ".join(args),
+                                                    p.stderr.decode()))
+    return p.stdout
+
+
+def snap_s3(env, prefix):
+    """Objects under s3://BUCKET/prefix/ by content MD5 (fetched: an ETag
+    is not always the MD5)."""
+    out = {}
+    loc = "s3://%s/%s" % (BUCKET, prefix)
+    p = subprocess.run([TOOL, "ls", "-r", loc], env=direct(env),
+                       capture_output=True, timeout=300)
+    if p.returncode:
+        return out   # nothing there
+    for line in p.stdout.decode().splitlines():
+        typ, size, name = line.split("\t", 2)
+        if typ == "d":
+            continue
+        # (s3rver fails ranged reads of empty objects; the proxy hides it)
+        data = tool(env, "cat", loc + "/" + name) if int(size) else b""
+        out[name] = ("f", hashlib.md5(data).hexdigest())
+    return out
+
+
+def diff(a, b):
+    """Human-readable differences of two snapshots (a: got, b: want)."""
+    lines = []
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            lines.append("  %s: got %s, want %s" % (k, a.get(k), b.get(k)))
+    return "\n".join(lines[:20])
+
+
+def ls_complete(root, env=None):
+    """Checkpoints `ckpt ls DEST` calls complete: {name: files}."""
+    if not os.path.isdir(root):
+        return {}
+    p = subprocess.run([CKPT, "ls", root], capture_output=True, text=True,
+                       env=env, timeout=120)
+    done = {}
+    for line in p.stdout.splitlines():
+        f = line.split("\t")
+        if len(f) >= 5 and f[4] == "complete":
+            done[f[1]] = f
+    return done
+
+
+def under(s, prefix):
+    """The entries of snapshot s below directory prefix, relative to it."""
+    n = len(prefix) + 1
+    return {k[n:]: v for k, v in s.items() if k.startswith(prefix + "/")}
+
+
+# ---- scenarios ----
+
+class Scenario:
+    """prepare(d) makes the input in directory d (and remote prefix);
+    argv(d) is the command; state(d) -> (src snapshot, dest snapshot);
+    after_kill(d, orig, ref) -> [violations]."""
+    name = ""
+    remote = False
+
+    def __init__(self, env, rng, work):
+        self.env = env
+        self.rng = rng
+        self.work = work
+
+    def state(self, d):
+        return snap(os.path.join(d, "src")), snap(os.path.join(d, "dst"))
+
+
+class Clean(Scenario):
+    name = "clean"
+    RUNS = ["2871002", "2871003", "2871004", "2871006", "2871001", "2871005",
+            "notes", "2871102.tar.gz", "2871103.tar.zst", "2871106.tar.xz",
+            "2871107.tar.bz2", "2871101.tar", "2871105.zip"]
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.template = os.path.join(self.work, "clean-template")
+        subprocess.run([sys.executable, os.path.join(SUP, "gen_runs.py"),
+                        self.template, "--archives"], check=True,
+                       capture_output=True)
+
+    def prepare(self, d):
+        shutil.copytree(self.template, os.path.join(d, "src"), symlinks=True)
+
+    def argv(self, d):
+        return [CKPT, "clean", "--keep-last", "1", "-j", "2", "--no-progress",
+                "-q"] + [os.path.join(d, "src", r) for r in self.RUNS]
+
+    def after_kill(self, d, orig, ref):
+        src, _ = self.state(d)
+        v = []
+        for k, val in src.items():
+            if orig[0].get(k) != val:
+                v.append("clean changed or created %s" % k)
+        for k, val in ref[0].items():
+            if src.get(k) != val:
+                v.append("clean deleted %s, which the uninterrupted run "
+                         "keeps" % k)
+        return v
+
+
+def make_run(root, step, steps):
+    os.makedirs(root)
+    with open(os.path.join(root, "config.yaml"), "w") as f:
+        f.write("run_name: crash\nsave_folder: /scratch/crash\n")
+    os.makedirs(os.path.join(root, "wandb"))
+    for s in steps:
+        shutil.copytree(step, os.path.join(root, "step%d" % s))
+
+
+class Unshard(Scenario):
+    name = "unshard"
+
+    def prepare(self, d):
+        # The OLMo torch_new step of tests/fixtures (80 chunks), 6 times.
+        make_run(os.path.join(d, "src"), os.path.join(FIX, "step"),
+                 range(100, 700, 100))
+
+    def src_loc(self, d):
+        return os.path.join(d, "src")
+
+    def argv(self, d):
+        return [CKPT, "unshard", "--delete-sharded", "--no-progress", "-q",
+                self.src_loc(d), os.path.join(d, "dst")]
+
+    def after_kill(self, d, orig, ref):
+        src, dst = self.state(d)
+        v = []
+        steps = sorted({k.split("/")[0] for k in orig[0]
+                        if k.startswith("step")})
+        for s in steps:
+            o = under(orig[0], s)
+            if under(src, s) != o:
+                out = "%s-unsharded" % s
+                if under(dst, out) != under(ref[1], out):
+                    v.append("sharded %s deleted (partly) but DEST has no "
+                             "complete %s:\n%s" % (s, out, diff(
+                                 under(dst, out), under(ref[1], out))))
+        for k, val in src.items():
+            if orig[0].get(k) != val:
+                v.append("SRC file changed or created: %s" % k)
+        for k, val in dst.items():
+            if is_temp(k):
+                continue
+            if ref[1].get(k) != val:
+                v.append("DEST %s under its final name differs from the "
+                         "reference (%s vs %s)" % (k, val, ref[1].get(k)))
+        for name in ls_complete(os.path.join(d, "dst"), self.env):
+            if under(dst, name) != under(ref[1], name):
+                v.append("ckpt ls calls %s complete, but it differs from "
+                         "the reference" % name)
+        return v
+
+
+class UnshardS3(Unshard):
+    name = "unshard_s3"
+    remote = True
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        # Every ranged GET goes through the re-signing proxy (~40 ms): a
+        # DCP step of few chunks (torch 1.13, make_dcp.py --case rows)
+        # keeps a run at about a second.
+        self.step = os.path.join(self.work, "rows")
+        subprocess.run(["/usr/bin/python3", os.path.join(SUP, "run_mains.py"),
+                        "make_dcp.py", self.step, "--case", "rows"],
+                       check=True, capture_output=True)
+
+    def prepare(self, d):
+        make_run(os.path.join(d, "run"), os.path.join(self.step, "ckpt"),
+                 (10,) if QUICK else (10, 20, 30))
+        self.prefix = "u/%s" % os.path.basename(d)
+        p = subprocess.run([CKPT, "upload", "-q", "--no-progress",
+                            os.path.join(d, "run"),
+                            "s3://%s/%s" % (BUCKET, self.prefix)],
+                           env=direct(self.env), capture_output=True,
+                           text=True)
+        if p.returncode:
+            raise RuntimeError("upload of the run: " + p.stderr)
+        shutil.rmtree(os.path.join(d, "run"))
+
+    def src_loc(self, d):
+        return "s3://%s/u/%s" % (BUCKET, os.path.basename(d))
+
+    def state(self, d):
+        return (snap_s3(self.env, "u/%s" % os.path.basename(d)),
+                snap(os.path.join(d, "dst")))
+
+    def after_kill(self, d, orig, ref):
+        # Object storage has no directories: a step is its objects.
+        return super().after_kill(d, orig, ref)
+
+
+def make_tree(root, rng, small, big):
+    files = {"big.bin": rng.randbytes(big * MIB + 5),
+             "mid.bin": rng.randbytes(3 * MIB + 1),
+             "empty": b"", "sub/deep/empty2": b""}
+    for i in range(small):
+        files["small/f%03d" % i] = rng.randbytes(rng.randrange(0, 30000))
+    for name, data in files.items():
+        p = os.path.join(root, name)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(data)
+
+
+class Upload(Scenario):
+    name = "upload"
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.template = os.path.join(self.work, "upload-template")
+        # Multipart (8 MiB parts): 17 MiB is 3 parts, 9 MiB (quick) 2.
+        if QUICK:
+            make_tree(self.template, self.rng, 20, 9)
+        else:
+            make_tree(self.template, self.rng, 60, 17)
+
+    def prepare(self, d):
+        shutil.copytree(self.template, os.path.join(d, "src"))
+        os.makedirs(os.path.join(d, "state"))
+
+    def dest(self, d):
+        return os.path.join(d, "dst")
+
+    def argv(self, d):
+        return [CKPT, "upload", "--delete-source", "--no-progress", "-q",
+                "-j", "4", "--state-dir", os.path.join(d, "state"),
+                os.path.join(d, "src"), self.dest(d)]
+
+    def after_kill(self, d, orig, ref):
+        src, dst = self.state(d)
+        v = []
+        for k, val in orig[0].items():
+            if val[0] != "f":
+                continue
+            if src.get(k) is None and dst.get(k) != val:
+                v.append("source %s deleted, DEST has %s, want %s" % (
+                    k, dst.get(k), val))
+        for k, val in src.items():
+            if orig[0].get(k) != val:
+                v.append("SRC file changed or created: %s" % k)
+        for k, val in dst.items():
+            if is_temp(k) or val[0] == "d":
+                continue
+            if orig[0].get(k) != val:
+                v.append("DEST %s under its final name is not the source's "
+                         "bytes (%s vs %s)" % (k, val, orig[0].get(k)))
+        return v
+
+
+class UploadS3(Upload):
+    name = "upload_s3"
+    remote = True
+
+    def dest(self, d):
+        return "s3://%s/up/%s" % (BUCKET, os.path.basename(d))
+
+    def state(self, d):
+        return (snap(os.path.join(d, "src")),
+                snap_s3(self.env, "up/%s" % os.path.basename(d)))
+
+
+SCENARIOS = [Clean, Unshard, UnshardS3, Upload, UploadS3]
+QUICK = False
+
+
+# ---- the driver ----
+
+def run_to_end(argv, env):
+    t0 = time.monotonic()
+    p = subprocess.run(argv, env=env, capture_output=True, text=True,
+                       timeout=600)
+    return p, time.monotonic() - t0
+
+
+def run_killed(argv, env, delay):
+    """Start argv, SIGKILL it after delay seconds. True if the kill hit a
+    running process."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        p.wait(timeout=delay)
+        return False
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        return True
+
+
+def classify(name, end, ref, orig):
+    """Kind of a rerun's end state that differs from the reference:
+    "litter" when every difference is a temporary name left behind (a dead
+    process's: ckpt removes only its own), "leftover-sharded" (unshard)
+    when every difference is SRC still holding (part of) a sharded step
+    whose output at DEST is complete (--delete-sharded killed before or
+    while deleting it), "leftover-run" (clean) when every difference is
+    SRC still holding part of a run or a pruned checkpoint that the
+    reference deletes (killed while deleting it), else "converge"."""
+    keys = [(0, k) for k in set(end[0]) | set(ref[0])
+            if end[0].get(k) != ref[0].get(k)]
+    keys += [(1, k) for k in set(end[1]) | set(ref[1])
+             if end[1].get(k) != ref[1].get(k)]
+    if all(is_temp(k) and k not in ref[side] for side, k in keys):
+        return "litter"
+    tops = {k.split("/")[0] for side, k in keys}
+    extra = all(side == 0 and k not in ref[0] for side, k in keys)
+    if extra and name.startswith("unshard") and all(
+            s.startswith("step") and under(end[1], s + "-unsharded") and
+            under(end[1], s + "-unsharded") == under(ref[1],
+                                                     s + "-unsharded")
+            for s in tops):
+        return "leftover-sharded"
+    if extra and name == "clean" and all(
+            partly_deleted(k, end[0], orig[0], ref[0])
+            for side, k in keys):
+        return "leftover-run"
+    return "converge"
+
+
+def partly_deleted(k, end, orig, ref):
+    """k lies in a tree the reference deletes (its topmost ancestor
+    missing from ref) of which the killed run deleted a part."""
+    parts = k.split("/")
+    for i in range(1, len(parts) + 1):
+        top = "/".join(parts[:i])
+        if top not in ref:
+            return under(end, top) != under(orig, top)
+    return False
+
+
+def scenario(cls, env, rng, work, kills, report):
+    sc = cls(env, rng, work)
+    ref_dir = os.path.join(work, sc.name + "-ref")
+    os.makedirs(ref_dir)
+    sc.prepare(ref_dir)
+    orig = sc.state(ref_dir)
+    p, dur = run_to_end(sc.argv(ref_dir), env)
+    ref = sc.state(ref_dir)
+    # A rerun after a kill answers as the first run (the kill came before
+    # anything changed) or as a rerun of a finished one (after: clean and
+    # --delete-source runs find SRC gone).
+    p_again, _ = run_to_end(sc.argv(ref_dir), env)
+    exits = {p.returncode, p_again.returncode}
+    # The first run pays for cold caches: the kill window is the shorter
+    # of two uninterrupted runs.
+    d2 = os.path.join(work, sc.name + "-ref2")
+    os.makedirs(d2)
+    sc.prepare(d2)
+    _, dur2 = run_to_end(sc.argv(d2), env)
+    dur = min(dur, dur2)
+    shutil.rmtree(d2, ignore_errors=True)
+    r = {"scenario": sc.name, "reference_seconds": round(dur, 3),
+         "reference_exit": p.returncode, "rerun_exit": p_again.returncode,
+         "kills": 0, "missed": 0, "survived": 0, "violations": []}
+    report.append(r)
+
+    def violation(kind, delay, msg):
+        r["violations"].append({"kind": kind, "delay": round(delay, 3),
+                                "message": msg})
+
+    if p.returncode or any(is_temp(k) for s in ref for k in s):
+        violation("reference", 0, "the uninterrupted run failed (%d) or "
+                  "left temporary files: %s" % (p.returncode,
+                                                p.stderr[-500:]))
+    for i in range(kills):
+        d = os.path.join(work, "%s-%04d" % (sc.name, i))
+        os.makedirs(d)
+        sc.prepare(d)
+        delay = rng.uniform(0, 0.9 * dur)
+        hit = run_killed(sc.argv(d), env, delay)
+        before = len(r["violations"])
+        if not hit:
+            r["missed"] += 1
+        else:
+            r["kills"] += 1
+            for msg in sc.after_kill(d, orig, ref):
+                violation("safety", delay, msg)
+        p2, _ = run_to_end(sc.argv(d), env)
+        end = sc.state(d)
+        if end != ref:
+            violation(classify(sc.name, end, ref, orig), delay,
+                      "the rerun (exit %d) did not converge:\n%s\n%s" % (
+                          p2.returncode, diff(end[0], ref[0]),
+                          diff(end[1], ref[1])))
+        elif p2.returncode not in exits:
+            violation("converge", delay, "the rerun exits %d, the "
+                      "reference %s: %s" % (p2.returncode, sorted(exits),
+                                           p2.stderr[-500:]))
+        if hit and len(r["violations"]) == before:
+            r["survived"] += 1
+        if not os.environ.get("CRASH_KEEP"):
+            shutil.rmtree(d, ignore_errors=True)
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kills", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--quick", action="store_true",
+                    help="smaller upload trees (the CI sample)")
+    ap.add_argument("--known", default="",
+                    help="violation kinds reported as KNOWN, not failing "
+                    "(litter, leftover-sharded: see docs/reliability.md)")
+    a = ap.parse_args()
+    global QUICK
+    QUICK = a.quick
+    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    only = set(filter(None, a.only.split(",")))
+    classes = [c for c in SCENARIOS if not only or c.name in only]
+    print("crash.py: seed %d, %d kills per command" % (seed, a.kills),
+          flush=True)
+    known = set(filter(None, a.known.split(",")))
+    report = []
+    work = tempfile.mkdtemp(prefix="ckpt-crash-")
+    try:
+        base = dict(os.environ)
+        local = [c for c in classes if not c.remote]
+        remote = [c for c in classes if c.remote]
+        for cls in local:
+            scenario(cls, base, rng, work, a.kills, report)
+            show(report[-1], known)
+        if remote:
+            with S3Env(buckets=[BUCKET]) as s3:
+                env = s3.env()
+                for cls in remote:
+                    scenario(cls, env, rng, work, a.kills, report)
+                    show(report[-1], known)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if a.json:
+        with open(a.json, "w") as f:  # figures for docs/reliability.md
+            json.dump({"seed": seed, "kills_per_command": a.kills,
+                       "scenarios": report}, f, indent=1)
+    bad = sum(1 for r in report
+              if any(v["kind"] not in known for v in r["violations"]))
+    print("%d passed, %d failed" % (len(report) - bad, bad))
+    return 1 if bad else 0
+
+
+def show(r, known):
+    kinds = {}
+    for v in r["violations"]:
+        kinds[v["kind"]] = kinds.get(v["kind"], 0) + 1
+    print("%-11s reference %.2fs exit %d; kill points survived %d/%d, "
+          "missed (ended before the kill) %d, violations %s" % (
+              r["scenario"], r["reference_seconds"], r["reference_exit"],
+              r["survived"], r["kills"], r["missed"],
+              ", ".join("%s %d" % kv for kv in sorted(kinds.items()))
+              or "0"), flush=True)
+    shown = {}
+    for v in r["violations"]:
+        shown[v["kind"]] = shown.get(v["kind"], 0) + 1
+        if shown[v["kind"]] > 3:
+            continue
+        tag = "KNOWN" if v["kind"] in known else "VIOLATION"
+        print("  %s %s, kill at %.3fs: %s" % (
+            tag, v["kind"], v["delay"],
+            v["message"].replace("\n", "\n    ")), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
