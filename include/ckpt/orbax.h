@@ -181,13 +181,59 @@ int ckpt_zarr3_decode(const struct ckpt_zarr3 *z, const void *in,
                       size_t inlen, void *out, void *scratch,
                       const char *name, struct ckpt_err *err);
 
-/* The index of a shard of n stored bytes: for each of nchunks inner
- * chunks (C order), offset/length within the shard, or UINT64_MAX both
- * when the chunk is absent. idx holds 2 * nchunks values. */
-int ckpt_zarr3_shard_index(const struct ckpt_zarr3 *z, const void *shard,
-                           size_t n, uint64_t nchunks, uint64_t *idx,
-                           const char *name, struct ckpt_err *err);
+/* Decode a shard's encoded index (index, n bytes: 16 per inner chunk,
+ * plus 4 with crc32c) of a shard of shard_size bytes: for each of nchunks
+ * inner chunks (C order) offset/length within the shard, or UINT64_MAX
+ * both when absent. idx holds 2 * nchunks values. */
+int ckpt_zarr3_shard_index(const struct ckpt_zarr3 *z, const void *index,
+                           size_t n, uint64_t shard_size, uint64_t nchunks,
+                           uint64_t *idx, const char *name,
+                           struct ckpt_err *err);
 /* Inner chunks per shard (product of shard / inner per dim). */
 uint64_t ckpt_zarr3_inner_per_shard(const struct ckpt_zarr3 *z);
+
+/* --- Orbax items ---------------------------------------------------------- */
+
+/* One array of an item: its zarr metadata, v2 (.zarray) or v3
+ * (zarr.json). Storage chunks are the zarr chunks, or the inner chunks
+ * of a sharded array; decoded chunks are full-size, C order unless
+ * fortran, little-endian. */
+struct ckpt_orbax_array {
+    char *name;                 /* pytree path, dotted */
+    int v3;
+    struct ckpt_zarray z2;
+    struct ckpt_zarr3 z3;
+    const struct ckpt_dtype *dtype;
+    int ndim;
+    const uint64_t *shape;
+    const uint64_t *chunks;     /* storage chunk shape */
+    uint64_t chunk_bytes;
+    int fortran;
+    int has_fill;
+    const unsigned char *fill;  /* one element */
+    uint64_t nbytes;            /* of the whole array */
+};
+
+struct ckpt_orbax;
+
+/* An item directory holds manifest.ocdbt (OCDBT) or _METADATA with one
+ * zarr v2 directory per array (the old format). */
+int ckpt_orbax_is_item(const char *dir);
+/* Open a local item directory: read the manifest and every B+tree node
+ * (checking each referenced data file exists and is long enough), or
+ * scan the array directories; parse every array's metadata. */
+int ckpt_orbax_open(const char *dir, struct ckpt_orbax **out,
+                    struct ckpt_err *err);
+size_t ckpt_orbax_count(const struct ckpt_orbax *o);
+const struct ckpt_orbax_array *ckpt_orbax_get(const struct ckpt_orbax *o,
+                                              size_t i);
+/* Storage chunks along each dimension of array i. */
+void ckpt_orbax_grid(const struct ckpt_orbax *o, size_t i, uint64_t *grid);
+/* Decode storage chunk idx of array i into out (chunk_bytes); scratch
+ * holds chunk_bytes too. 0, 1 if the chunk was never written (the caller
+ * fills), or -1 with err. */
+int ckpt_orbax_chunk(struct ckpt_orbax *o, size_t i, const uint64_t *idx,
+                     void *out, void *scratch, struct ckpt_err *err);
+void ckpt_orbax_close(struct ckpt_orbax *o);
 
 #endif

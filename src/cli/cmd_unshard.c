@@ -207,7 +207,7 @@ static int supported(enum ckpt_format f)
 {
     return f == CKPT_FMT_DCP || f == CKPT_FMT_OLMO_LEGACY ||
            f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL ||
-           f == CKPT_FMT_OLMO_CORE;
+           f == CKPT_FMT_OLMO_CORE || f == CKPT_FMT_ORBAX;
 }
 
 static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
@@ -349,7 +349,8 @@ static int is_run(const char *src, const struct cmd *c, struct storages *sts)
     static const char *const marks[] = {
         ".metadata", "__0.metadata", "model_and_optim/.metadata", ".zgroup",
         "metadata.yaml", "model/rank0.pt", "model/metadata.json",
-        "model/rank_0.safetensors", NULL
+        "model/rank_0.safetensors", "_CHECKPOINT_METADATA",
+        "commit_success.txt", "manifest.ocdbt", "_METADATA", NULL
     };
     for (const char *const *m = marks; *m; m++)
         if (ckpt_is_file_in(src, *m))

@@ -485,17 +485,18 @@ int ckpt_zarr3_decode(const struct ckpt_zarr3 *z, const void *in,
     return 0;
 }
 
-int ckpt_zarr3_shard_index(const struct ckpt_zarr3 *z, const void *shard,
-                           size_t n, uint64_t nchunks, uint64_t *idx,
-                           const char *name, struct ckpt_err *err)
+int ckpt_zarr3_shard_index(const struct ckpt_zarr3 *z, const void *index,
+                           size_t n, uint64_t shard_size, uint64_t nchunks,
+                           uint64_t *idx, const char *name,
+                           struct ckpt_err *err)
 {
-    const unsigned char *p = shard;
+    const unsigned char *ix = index;
     uint64_t isz = nchunks * 16 + (z->index_crc32c ? 4 : 0);
-    if (isz > n)
-        return ckpt_err_set(err, CKPT_EFORMAT, "%s: shard of %zu bytes "
-                            "cannot hold its %llu-byte index", name, n,
-                            (unsigned long long)isz);
-    const unsigned char *ix = z->index_at_end ? p + n - isz : p;
+    if (nchunks > (1u << 24) || isz != n || isz > shard_size)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: shard index of %zu "
+                            "bytes, expected %llu in a shard of %llu", name,
+                            n, (unsigned long long)isz,
+                            (unsigned long long)shard_size);
     if (z->index_crc32c) {
         const unsigned char *c = ix + nchunks * 16;
         uint32_t want = (uint32_t)c[0] | (uint32_t)c[1] << 8 |
@@ -514,7 +515,7 @@ int ckpt_zarr3_shard_index(const struct ckpt_zarr3 *z, const void *shard,
         uint64_t off = idx[2 * i], len = idx[2 * i + 1];
         if (off == UINT64_MAX && len == UINT64_MAX)
             continue;
-        if (off > n || len > n - off)
+        if (off > shard_size || len > shard_size - off)
             return ckpt_err_set(err, CKPT_EFORMAT, "%s: inner chunk %llu "
                                 "lies outside the shard", name,
                                 (unsigned long long)i);

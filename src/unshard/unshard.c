@@ -280,6 +280,10 @@ static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
         j->top = ckpt_xstrdup(src);
         return olmocore_plan(j, src, err);
     }
+    if (!j->o->storage && orbax_is_step(src)) {
+        j->top = ckpt_xstrdup(src);
+        return orbax_plan(j, src, err);
+    }
     if (!j->o->storage && (legacy_is_step(src) || zarr_is_step(src))) {
         /* Local step directories: their config.yaml travels too. */
         j->top = ckpt_xstrdup(src);

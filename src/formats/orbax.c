@@ -1,0 +1,580 @@
+/*
+ * orbax.c - an Orbax item directory as a key-value store: OCDBT
+ * (manifest.ocdbt, the latest generation's B+tree loaded into a sorted key
+ * table, values inline or in data files) or the old format (one zarr v2
+ * directory per array, keys are files). Arrays are the keys ending in
+ * "/.zarray" or "/zarr.json". Local directories only for now.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/orbax.h"
+#include "ckpt/util.h"
+
+#define MAX_KEYS (1u << 24)
+#define MAX_DEPTH 16
+#define MAX_META (1u << 20)
+
+struct kvent {
+    char *key;                      /* malloced */
+    const unsigned char *value;     /* inline (in a node arena) */
+    const char *file;               /* indirect: path under the root */
+    uint64_t off, len;
+};
+
+struct ckpt_orbax {
+    char *dir;
+    int ocdbt;
+    struct kvent *kv;
+    size_t nkv, kvcap;
+    struct ckpt_arena **arenas;     /* parsed nodes kept for inline values */
+    size_t narenas;
+    struct ckpt_orbax_array *arrays;
+    size_t narrays;
+    /* last shard index read (sharded zarr3) */
+    char *ixkey;
+    uint64_t *ix;
+};
+
+int ckpt_orbax_is_item(const char *dir)
+{
+    return ckpt_is_file_in(dir, "manifest.ocdbt") ||
+           ckpt_is_file_in(dir, "_METADATA");
+}
+
+/* A data file path from a node: relative, no "..", no empty components. */
+static int safe_rel(const char *p)
+{
+    if (!*p || *p == '/')
+        return 0;
+    for (const char *s = p; *s;) {
+        const char *e = strchr(s, '/');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n == 0 || (n == 1 && s[0] == '.') ||
+            (n == 2 && s[0] == '.' && s[1] == '.'))
+            return 0;
+        s += n + (e ? 1 : 0);
+    }
+    return 1;
+}
+
+static int pread_all(int fd, void *buf, size_t n, uint64_t off,
+                     const char *name, struct ckpt_err *err)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got,
+                          (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return ckpt_err_sys(err, "read '%s'", name);
+        if (r == 0)
+            return ckpt_err_set(err, CKPT_EFORMAT, "'%s': ends before byte "
+                                "%llu", name, (unsigned long long)(off + n));
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Read [off, off+len) of file rel under dir; the file must hold it. */
+static int read_range(const char *dir, const char *rel, uint64_t off,
+                      uint64_t len, void *buf, struct ckpt_err *err)
+{
+    if (!safe_rel(rel))
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: data file path '%s' "
+                            "leaves the checkpoint", dir, rel);
+    char *p = ckpt_path_join(dir, rel);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    int rc;
+    if (fd < 0 || fstat(fd, &sb) != 0)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' missing: referenced by "
+                          "the OCDBT tree (%s)", p, strerror(errno));
+    else if ((uint64_t)sb.st_size < off + len)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' has %llu bytes, the OCDBT "
+                          "tree references bytes up to %llu (truncated)", p,
+                          (unsigned long long)sb.st_size,
+                          (unsigned long long)(off + len));
+    else
+        rc = pread_all(fd, buf, (size_t)len, off, p, err);
+    if (fd >= 0)
+        close(fd);
+    free(p);
+    return rc;
+}
+
+static int file_size(const char *dir, const char *rel, uint64_t *size,
+                     struct ckpt_err *err)
+{
+    char *p = ckpt_path_join(dir, rel);
+    struct stat sb;
+    int rc = 0;
+    if (!safe_rel(rel))
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: data file path '%s' "
+                          "leaves the checkpoint", dir, rel);
+    else if (stat(p, &sb) != 0)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' missing: referenced by "
+                          "the OCDBT tree", p);
+    else
+        *size = (uint64_t)sb.st_size;
+    free(p);
+    return rc;
+}
+
+/* --- OCDBT ---------------------------------------------------------------- */
+
+static void keep_arena(struct ckpt_orbax *o, struct ckpt_arena *a)
+{
+    o->arenas = ckpt_xreallocarray(o->arenas, o->narenas + 1,
+                                   sizeof(*o->arenas));
+    o->arenas[o->narenas++] = a;
+}
+
+static int add_key(struct ckpt_orbax *o, const char *prefix, size_t plen,
+                   const struct ckpt_ocdbt_entry *e, struct ckpt_err *err)
+{
+    if (o->nkv >= MAX_KEYS)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: more than %u keys",
+                            o->dir, MAX_KEYS);
+    if (o->nkv == o->kvcap) {
+        o->kvcap = o->kvcap ? 2 * o->kvcap : 64;
+        o->kv = ckpt_xreallocarray(o->kv, o->kvcap, sizeof(*o->kv));
+    }
+    struct kvent *k = &o->kv[o->nkv];
+    k->key = ckpt_xmalloc(plen + e->keylen + 1);
+    memcpy(k->key, prefix, plen);
+    memcpy(k->key + plen, e->key, e->keylen);
+    k->key[plen + e->keylen] = 0;
+    if (memchr(k->key, 0, plen + e->keylen)) {
+        free(k->key);
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: key with a NUL byte",
+                            o->dir);
+    }
+    k->value = e->indirect ? NULL : e->value;
+    k->file = e->indirect ? e->ref.file->path : NULL;
+    k->off = e->ref.offset;
+    k->len = e->ref.length;
+    o->nkv++;
+    if (e->indirect) {
+        uint64_t size = 0;
+        if (file_size(o->dir, k->file, &size, err) != 0)
+            return -1;
+        if (size < k->off + k->len)
+            return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s' has %llu bytes, "
+                                "value '%s' needs bytes up to %llu "
+                                "(truncated)", o->dir, k->file,
+                                (unsigned long long)size, k->key,
+                                (unsigned long long)(k->off + k->len));
+    }
+    return 0;
+}
+
+static int load_node(struct ckpt_orbax *o, const struct ckpt_ocdbt_ref *ref,
+                     int height, const char *prefix, size_t plen, int depth,
+                     struct ckpt_err *err)
+{
+    if (depth > MAX_DEPTH)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: B+tree deeper than %d",
+                            o->dir, MAX_DEPTH);
+    if (ref->length > CKPT_OCDBT_MAX_NODE)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: B+tree node of %llu "
+                            "bytes", o->dir,
+                            (unsigned long long)ref->length);
+    char *buf = ckpt_xmalloc(ref->length ? (size_t)ref->length : 1);
+    char *name = ckpt_xasprintf("%s/%s@%llu", o->dir, ref->file->path,
+                                (unsigned long long)ref->offset);
+    struct ckpt_ocdbt_btree *t = NULL;
+    char *base = ckpt_xstrndup(ref->file->path, ref->file->base_len);
+    int rc = read_range(o->dir, ref->file->path, ref->offset, ref->length,
+                        buf, err);
+    if (rc == 0)
+        rc = ckpt_ocdbt_btree_parse(buf, (size_t)ref->length, base, name, &t,
+                                    err);
+    free(buf);
+    free(base);
+    if (rc == 0 && t->height != height)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: height %u, the parent "
+                          "says %d", name, t->height, height);
+    if (rc == 0)
+        keep_arena(o, t->arena);
+    for (size_t i = 0; rc == 0 && i < t->n; i++) {
+        const struct ckpt_ocdbt_entry *e = &t->entries[i];
+        if (t->height == 0) {
+            rc = add_key(o, prefix, plen, e, err);
+            continue;
+        }
+        char *p = ckpt_xmalloc(plen + e->subtree_prefix_len + 1);
+        memcpy(p, prefix, plen);
+        memcpy(p + plen, e->key, e->subtree_prefix_len);
+        rc = load_node(o, &e->ref, t->height - 1, p,
+                       plen + e->subtree_prefix_len, depth + 1, err);
+        free(p);
+    }
+    free(name);
+    return rc;
+}
+
+static int read_whole(const char *path, size_t max, char **out, size_t *len,
+                      struct ckpt_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    int rc = 0;
+    if (fd < 0 || fstat(fd, &sb) != 0)
+        rc = ckpt_err_sys(err, "open '%s'", path);
+    else if ((uint64_t)sb.st_size > max)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is larger than %zu bytes",
+                          path, max);
+    else {
+        *out = ckpt_xmalloc((size_t)sb.st_size + 1);
+        *len = (size_t)sb.st_size;
+        rc = pread_all(fd, *out, *len, 0, path, err);
+        if (rc == 0)
+            (*out)[*len] = 0;
+        else
+            free(*out);
+    }
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+static int load_ocdbt(struct ckpt_orbax *o, struct ckpt_err *err)
+{
+    char *path = ckpt_path_join(o->dir, "manifest.ocdbt"), *buf = NULL;
+    struct ckpt_ocdbt_manifest *m = NULL;
+    size_t len = 0;
+    int rc = read_whole(path, CKPT_OCDBT_MAX_NODE, &buf, &len, err);
+    if (rc == 0)
+        rc = ckpt_ocdbt_manifest_parse(buf, len, path, &m, err);
+    free(buf);
+    if (rc == 0 && m->manifest_kind != 0)
+        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: numbered manifests "
+                          "(manifest_kind 1) are not supported yet", path);
+    if (rc == 0) {
+        const struct ckpt_ocdbt_version *v = &m->versions[m->nversions - 1];
+        if (v->root.file)
+            rc = load_node(o, &v->root, v->root_height, "", 0, 0, err);
+    }
+    if (m)
+        ckpt_arena_free(m->arena);
+    free(path);
+    return rc;
+}
+
+/* --- old format: one zarr v2 directory per array -------------------------- */
+
+static int load_dirs(struct ckpt_orbax *o, struct ckpt_err *err)
+{
+    DIR *d = opendir(o->dir);
+    struct dirent *de;
+    if (!d)
+        return ckpt_err_sys(err, "open '%s'", o->dir);
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char *sub = ckpt_path_join(o->dir, de->d_name);
+        const char *doc = ckpt_is_file_in(sub, ".zarray") ? ".zarray"
+                        : ckpt_is_file_in(sub, "zarr.json") ? "zarr.json"
+                        : NULL;
+        free(sub);
+        if (!doc)
+            continue;
+        if (o->nkv == o->kvcap) {
+            o->kvcap = o->kvcap ? 2 * o->kvcap : 64;
+            o->kv = ckpt_xreallocarray(o->kv, o->kvcap, sizeof(*o->kv));
+        }
+        o->kv[o->nkv++] = (struct kvent){
+            ckpt_xasprintf("%s/%s", de->d_name, doc), NULL, NULL, 0, 0 };
+        if (o->nkv > MAX_KEYS)
+            break;
+    }
+    closedir(d);
+    return o->nkv > MAX_KEYS ? ckpt_err_set(err, CKPT_EFORMAT, "%s: too "
+                                            "many arrays", o->dir) : 0;
+}
+
+/* --- key lookup and values ------------------------------------------------ */
+
+static int cmp_kv(const void *a, const void *b)
+{
+    return strcmp(((const struct kvent *)a)->key,
+                  ((const struct kvent *)b)->key);
+}
+
+static struct kvent *find(struct ckpt_orbax *o, const char *key)
+{
+    struct kvent k = { (char *)key, NULL, NULL, 0, 0 };
+    if (!o->ocdbt)
+        return NULL;
+    return bsearch(&k, o->kv, o->nkv, sizeof(*o->kv), cmp_kv);
+}
+
+/* Size of key's value: 0, 1 if absent, -1 error. */
+static int value_size(struct ckpt_orbax *o, const char *key, uint64_t *size,
+                      struct ckpt_err *err)
+{
+    if (o->ocdbt) {
+        struct kvent *k = find(o, key);
+        if (!k)
+            return 1;
+        *size = k->len;
+        return 0;
+    }
+    char *p = ckpt_path_join(o->dir, key);
+    struct stat sb;
+    int rc = stat(p, &sb) == 0 ? 0 : errno == ENOENT ? 1 : -1;
+    if (rc < 0)
+        ckpt_err_sys(err, "stat '%s'", p);
+    else if (rc == 0)
+        *size = (uint64_t)sb.st_size;
+    free(p);
+    return rc;
+}
+
+static int value_read(struct ckpt_orbax *o, const char *key, uint64_t off,
+                      uint64_t len, void *buf, struct ckpt_err *err)
+{
+    if (!o->ocdbt)
+        return read_range(o->dir, key, off, len, buf, err);
+    struct kvent *k = find(o, key);
+    if (!k || off > k->len || len > k->len - off)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: value '%s' range out "
+                            "of bounds", o->dir, key);
+    if (k->value) {
+        memcpy(buf, k->value + off, (size_t)len);
+        return 0;
+    }
+    return read_range(o->dir, k->file, k->off + off, len, buf, err);
+}
+
+/* --- arrays --------------------------------------------------------------- */
+
+static int add_array(struct ckpt_orbax *o, const char *key, int v3,
+                     struct ckpt_err *err)
+{
+    struct ckpt_orbax_array *a = &o->arrays[o->narrays];
+    uint64_t size;
+    char *doc = NULL;
+    char *name = ckpt_xasprintf("%s/%s", o->dir, key);
+    int rc = value_size(o, key, &size, err);
+    if (rc == 0 && size > MAX_META)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: larger than %u bytes",
+                          name, MAX_META);
+    if (rc == 0) {
+        doc = ckpt_xmalloc((size_t)size + 1);
+        rc = value_read(o, key, 0, size, doc, err);
+    }
+    memset(a, 0, sizeof(*a));
+    if (rc == 0 && v3)
+        rc = ckpt_zarr3_parse(doc, (size_t)size, name, &a->z3, err);
+    else if (rc == 0)
+        rc = ckpt_zarray_parse(doc, (size_t)size, name, &a->z2, err);
+    free(doc);
+    free(name);
+    if (rc != 0)
+        return -1;
+    a->name = ckpt_xstrndup(key, strrchr(key, '/') - key);
+    a->v3 = v3;
+    a->dtype = v3 ? a->z3.dtype : a->z2.dtype;
+    a->ndim = v3 ? a->z3.ndim : a->z2.ndim;
+    a->shape = v3 ? a->z3.shape : a->z2.shape;
+    a->chunks = v3 ? (a->z3.sharded ? a->z3.inner : a->z3.chunks)
+                   : a->z2.chunks;
+    a->chunk_bytes = v3 ? a->z3.chunk_bytes : a->z2.chunk_bytes;
+    a->fortran = v3 ? 0 : a->z2.fortran;
+    a->has_fill = v3 ? a->z3.has_fill : a->z2.has_fill;
+    a->fill = v3 ? a->z3.fill : a->z2.fill;
+    a->nbytes = a->dtype->itemsize;
+    for (int d = 0; d < a->ndim; d++)
+        if (ckpt_mul_u64(a->nbytes, a->shape[d], &a->nbytes) != 0) {
+            free(a->name);
+            return ckpt_err_set(err, CKPT_EFORMAT, "%s: array too large",
+                                key);
+        }
+    o->narrays++;
+    return 0;
+}
+
+static int find_arrays(struct ckpt_orbax *o, struct ckpt_err *err)
+{
+    o->arrays = ckpt_xcalloc(o->nkv + 1, sizeof(*o->arrays));
+    for (size_t i = 0; i < o->nkv; i++) {
+        const char *k = o->kv[i].key;
+        int v2 = ckpt_str_endswith(k, "/.zarray");
+        int v3 = ckpt_str_endswith(k, "/zarr.json");
+        if ((v2 || v3) && strchr(k, '/') == strrchr(k, '/') &&
+            add_array(o, k, v3, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int ckpt_orbax_open(const char *dir, struct ckpt_orbax **out,
+                    struct ckpt_err *err)
+{
+    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
+    o->dir = ckpt_xstrdup(dir);
+    o->ocdbt = ckpt_is_file_in(dir, "manifest.ocdbt");
+    int rc = o->ocdbt ? load_ocdbt(o, err) : load_dirs(o, err);
+    if (rc == 0) {
+        ckpt_sort(o->kv, o->nkv, sizeof(*o->kv), cmp_kv);
+        for (size_t i = 1; i < o->nkv; i++)
+            if (!strcmp(o->kv[i - 1].key, o->kv[i].key)) {
+                rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: key '%s' twice",
+                                  dir, o->kv[i].key);
+                break;
+            }
+    }
+    if (rc == 0)
+        rc = find_arrays(o, err);
+    if (rc != 0) {
+        ckpt_orbax_close(o);
+        return -1;
+    }
+    *out = o;
+    return 0;
+}
+
+size_t ckpt_orbax_count(const struct ckpt_orbax *o)
+{
+    return o->narrays;
+}
+
+const struct ckpt_orbax_array *ckpt_orbax_get(const struct ckpt_orbax *o,
+                                              size_t i)
+{
+    return &o->arrays[i];
+}
+
+void ckpt_orbax_grid(const struct ckpt_orbax *o, size_t i, uint64_t *grid)
+{
+    const struct ckpt_orbax_array *a = &o->arrays[i];
+    for (int d = 0; d < a->ndim; d++)
+        grid[d] = (a->shape[d] + a->chunks[d] - 1) / a->chunks[d];
+}
+
+/* --- chunks --------------------------------------------------------------- */
+
+static char *chunk_key(const struct ckpt_orbax_array *a, const uint64_t *idx)
+{
+    struct ckpt_buf k = CKPT_BUF_INIT;
+    int v2 = !a->v3 || a->z3.v2_keys;
+    char sep = a->v3 ? a->z3.sep : a->z2.sep;
+    ckpt_buf_addf(&k, "%s/%s", a->name, v2 ? "" : "c");
+    for (int d = 0; d < a->ndim; d++)
+        ckpt_buf_addf(&k, "%s%llu", (d || !v2) ? (char[]){ sep, 0 } : "",
+                      (unsigned long long)idx[d]);
+    if (a->ndim == 0 && v2)
+        ckpt_buf_addch(&k, '0');
+    return ckpt_buf_detach(&k, NULL);
+}
+
+/* Locate inner chunk idx of a sharded array: its shard key and range. */
+static int shard_locate(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
+                        const uint64_t *idx, char **key, uint64_t *off,
+                        uint64_t *len, struct ckpt_err *err)
+{
+    const struct ckpt_zarr3 *z = &a->z3;
+    uint64_t sidx[CKPT_MAX_DIMS], j = 0, size;
+    for (int d = 0; d < a->ndim; d++) {
+        uint64_t per = z->chunks[d] / z->inner[d];
+        sidx[d] = idx[d] / per;
+        j = j * per + idx[d] % per;
+    }
+    *key = chunk_key(&(struct ckpt_orbax_array){ .name = a->name, .v3 = 1,
+                                                 .z3 = *z, .ndim = a->ndim },
+                     sidx);
+    int rc = value_size(o, *key, &size, err);
+    if (rc != 0)
+        return rc;
+    uint64_t n = ckpt_zarr3_inner_per_shard(z);
+    if (!o->ixkey || strcmp(o->ixkey, *key)) {
+        uint64_t isz = n * 16 + (z->index_crc32c ? 4 : 0);
+        if (isz > size)
+            return ckpt_err_set(err, CKPT_EFORMAT, "%s/%s: shard smaller "
+                                "than its index", o->dir, *key);
+        unsigned char *ib = ckpt_xmalloc((size_t)isz);
+        free(o->ix);
+        free(o->ixkey);
+        o->ixkey = NULL;
+        o->ix = ckpt_xmalloc((size_t)n * 16);
+        rc = value_read(o, *key, z->index_at_end ? size - isz : 0, isz, ib,
+                        err);
+        if (rc == 0)
+            rc = ckpt_zarr3_shard_index(z, ib, (size_t)isz, size, n, o->ix,
+                                        *key, err) == 0 ? 0 : -1;
+        free(ib);
+        if (rc != 0)
+            return -1;
+        o->ixkey = ckpt_xstrdup(*key);
+    }
+    *off = o->ix[2 * j];
+    *len = o->ix[2 * j + 1];
+    if (*off == UINT64_MAX && *len == UINT64_MAX)
+        return 1;
+    if (*off > size || *len > size - *off)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s/%s: inner chunk outside "
+                            "the shard", o->dir, *key);
+    return 0;
+}
+
+int ckpt_orbax_chunk(struct ckpt_orbax *o, size_t i, const uint64_t *idx,
+                     void *out, void *scratch, struct ckpt_err *err)
+{
+    const struct ckpt_orbax_array *a = &o->arrays[i];
+    char *key = NULL;
+    uint64_t off = 0, len = 0;
+    int rc;
+    if (a->v3 && a->z3.sharded)
+        rc = shard_locate(o, a, idx, &key, &off, &len, err);
+    else {
+        key = chunk_key(a, idx);
+        rc = value_size(o, key, &len, err);
+    }
+    /* A compressed chunk may exceed the raw size by a frame header and a
+     * few bytes per block; anything far larger is not a chunk. */
+    if (rc == 0 && len > a->chunk_bytes * 2 + 65536)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s/%s: %llu bytes for a chunk "
+                          "of %llu", o->dir, key, (unsigned long long)len,
+                          (unsigned long long)a->chunk_bytes);
+    char *in = rc == 0 ? ckpt_xmalloc(len ? (size_t)len : 1) : NULL;
+    if (rc == 0)
+        rc = value_read(o, key, off, len, in, err);
+    char *name = rc == 0 ? ckpt_xasprintf("%s/%s", o->dir, key) : NULL;
+    if (rc == 0 && a->v3)
+        rc = ckpt_zarr3_decode(&a->z3, in, (size_t)len, out, scratch, name,
+                               err);
+    else if (rc == 0)
+        rc = ckpt_zarr_decode(&a->z2, in, (size_t)len, out, name, err);
+    free(name);
+    free(in);
+    free(key);
+    return rc;
+}
+
+void ckpt_orbax_close(struct ckpt_orbax *o)
+{
+    if (!o)
+        return;
+    for (size_t i = 0; i < o->nkv; i++)
+        free(o->kv[i].key);
+    for (size_t i = 0; i < o->narenas; i++)
+        ckpt_arena_free(o->arenas[i]);
+    for (size_t i = 0; i < o->narrays; i++)
+        free(o->arrays[i].name);
+    free(o->arrays);
+    free(o->arenas);
+    free(o->kv);
+    free(o->ixkey);
+    free(o->ix);
+    free(o->dir);
+    free(o);
+}

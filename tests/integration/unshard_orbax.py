@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+# ctest-cost: 20
+"""unshard_orbax.py: `ckpt unshard` and `ckpt ls -l` on Orbax steps.
+
+Fixtures are written at test time by tests/support/make_orbax.py (no JAX:
+the OCDBT, zarr v2/v3 and step formats encoded from their specs; the
+encoder's constants are the ones the C unit tests check against upstream
+bytes): step 1 OCDBT + zarr v2 with ocdbt.process_* sub-databases, step 2
+OCDBT + zarr3 (zstd, a sharded array, a big-endian array), step 3 the old
+one-directory-per-array format with a chunk never written. Each unshards
+to torch and to safetensors; every tensor is compared bit for bit with the
+numpy array it was made from (torch 1.13 reads the files through
+tests/support/check_unshard.py's safe loader). Bad input: a truncated or
+missing data file, a corrupt manifest, an uncommitted step: exit 1, one
+error line, nothing at DEST.
+"""
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from harness import CKPT, check, finish, run  # noqa: E402
+import make_orbax  # noqa: E402
+import check_unshard  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+# torch / safetensors dtype names per numpy dtype (bfloat16 arrays are
+# their uint16 bit patterns; the name says which).
+NAMES = {"float32": "float32", "float64": "float64", "float16": "float16",
+         "int8": "int8", "int16": "int16", "int32": "int32",
+         "int64": "int64", "uint8": "uint8", "uint16": "uint16",
+         "uint32": "uint32", "uint64": "uint64", "bool": "bool"}
+
+
+def bits(t):
+    """(dtype name, shape, raw bytes) of a loaded tensor."""
+    if isinstance(t, check_unshard.ForeignTensor):
+        b = t.bits.contiguous().numpy().tobytes()
+        return t.dtype_name, tuple(t.shape), b
+    name = str(t.dtype).replace("torch.", "")
+    flat = t.detach().contiguous().reshape(-1)
+    if name == "bfloat16":
+        flat = flat.view(check_unshard.torch.int16)
+    return name, tuple(t.shape), flat.numpy().tobytes()
+
+
+def compare(label, got, step):
+    want = make_orbax.expected(step)
+    check(label + ": names", sorted(got) == sorted(want),
+          "%s != %s" % (sorted(got), sorted(want)))
+    for k, a in want.items():
+        if k not in got:
+            continue
+        name, shape, raw = bits(got[k])
+        wname = "bfloat16" if k == "params.emb" else NAMES[str(a.dtype)]
+        ok = (name == wname and shape == a.shape and
+              raw == np.ascontiguousarray(a).tobytes())
+        check("%s: %s bit-exact" % (label, k), ok,
+              "%s %s vs %s %s" % (name, shape, wname, a.shape))
+
+
+def unshard(*args):
+    return run(CKPT, "unshard", "--no-progress", *args, ok=False)
+
+
+def case_steps(tmp):
+    rundir = os.path.join(tmp, "fx", "run")
+    for step, item in ((1, "state"), (2, "state"), (3, "default")):
+        src = os.path.join(rundir, str(step))
+        out = os.path.join(tmp, "pt%d" % step)
+        p = unshard("--verify", src, out)
+        check("step %d torch: exit 0" % step, p.returncode == 0,
+              p.stdout + p.stderr)
+        if p.returncode == 0:
+            compare("step %d torch" % step, check_unshard.safe_load(
+                os.path.join(out, "checkpoint.pt")), step)
+        st = os.path.join(tmp, "st%d" % step)
+        p = unshard("--format", "safetensors", src, st)
+        check("step %d safetensors: exit 0" % step, p.returncode == 0,
+              p.stdout + p.stderr)
+        if p.returncode == 0:
+            compare("step %d safetensors" % step,
+                    check_unshard.load_safetensors(
+                        os.path.join(st, "model.safetensors")), step)
+        # The item directory itself is accepted as SRC too.
+        p = unshard(os.path.join(src, item), os.path.join(tmp, "it%d" % step))
+        check("step %d item dir: exit 0" % step, p.returncode == 0,
+              p.stdout + p.stderr)
+
+
+def bad(tmp, name, step, mutate, want):
+    ck = os.path.join(tmp, "bad-" + name)
+    shutil.copytree(os.path.join(tmp, "fx", "run", str(step)), ck)
+    mutate(ck)
+    out = os.path.join(tmp, "badout-" + name)
+    p = unshard(ck, out)
+    err = p.stderr.strip().splitlines()
+    # @N@ in want: any number (offsets depend on the zstd frames).
+    w = re.escape("ckpt: error: " + want % {"d": ck}).replace("@N@", "[0-9]+")
+    check("%s: exit 1" % name, p.returncode == 1, p.stdout + p.stderr)
+    check("%s: one error line" % name, len(err) == 1 and
+          re.search(w + "$", err[0]) is not None,
+          "\n".join(err) + "\nwanted: " + w)
+    check("%s: no output" % name, not os.path.exists(out))
+
+
+def truncate(path, n):
+    with open(path, "r+b") as f:
+        f.truncate(n)
+
+
+def flip(path, at):
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 1]))
+
+
+def uncommit(d):
+    p = os.path.join(d, "_CHECKPOINT_METADATA")
+    with open(p) as f:
+        m = json.load(f)
+    del m["commit_timestamp_nsecs"]
+    with open(p, "w") as f:
+        json.dump(m, f)
+
+
+P0 = "state/ocdbt.process_0/d/0000000000000000000000000000abc0"
+P1 = "state/ocdbt.process_1/d/0000000000000000000000000000abc1"
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="ckpt-orbax-")
+    try:
+        run("/usr/bin/python3", os.path.join(HERE, "..", "support",
+                                             "make_orbax.py"),
+            os.path.join(tmp, "fx"))
+        case_steps(tmp)
+        bad(tmp, "truncated-data", 1,
+            lambda d: truncate(os.path.join(d, P1), 10),
+            "'%(d)s/state/" + P1[6:] + "' has 10 bytes, the OCDBT tree "
+            "references bytes up to @N@ (truncated)")
+        bad(tmp, "missing-data", 2, lambda d: os.remove(os.path.join(d, P0)),
+            "'%(d)s/state/" + P0[6:] + "' missing: referenced by the OCDBT "
+            "tree (No such file or directory)")
+        bad(tmp, "manifest-crc", 1,
+            lambda d: flip(os.path.join(d, "state", "manifest.ocdbt"), 30),
+            "%(d)s/state/manifest.ocdbt: CRC-32C checksum mismatch")
+        bad(tmp, "uncommitted", 2, uncommit,
+            "'%(d)s': no commit_success.txt and no commit_timestamp_nsecs "
+            "in %(d)s/_CHECKPOINT_METADATA: the checkpoint is incomplete")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
