@@ -591,10 +591,11 @@ static void test_orbax__zarr3_meta(void)
     CHECK_EQ(ckpt_zarr3_parse(meta_tshard, strlen(meta_tshard), "m", &z,
                               &err), -1);
     CHECK_EQ(err.code, CKPT_EUNSUPPORTED);
-    /* Not zarr 3, unknown codec, bad grid, bfloat16 accepted. */
+    /* Not zarr 3, not an object, a group; int16 accepted. */
     static const char *bad[] = {
-        "{\"zarr_format\":2}", "[]", "{\"zarr_format\":3,\"node_type\":"
-        "\"group\"}",
+        "{\"zarr_format\":2}",
+        "[]",
+        "{\"zarr_format\":3,\"node_type\":\"group\"}",
     };
     for (size_t i = 0; i < 3; i++)
         CHECK_EQ(ckpt_zarr3_parse(bad[i], strlen(bad[i]), "m", &z, &err), -1);
