@@ -216,6 +216,26 @@ struct ckpt_orbax_array {
 
 struct ckpt_orbax;
 
+/* How an OCDBT database's files are reached; rel is relative to the
+ * database directory. size: 0, or -1 with err (CKPT_EFORMAT "missing"
+ * when the file does not exist). read: exactly len bytes at off. */
+struct ckpt_orbax_io {
+    void *ctx;
+    int (*size)(void *ctx, const char *rel, uint64_t *size,
+                struct ckpt_err *err);
+    int (*read)(void *ctx, const char *rel, uint64_t off, uint64_t len,
+                void *buf, struct ckpt_err *err);
+};
+
+/* Whether an OCDBT database (named name in messages) is whole: reads the
+ * manifest and every B+tree node of the latest generation through io and
+ * checks each data file a node or value references exists and holds the
+ * referenced range. Data files are only sized, never read. *nkeys: keys
+ * found. CKPT_EFORMAT: missing, truncated or corrupt; CKPT_EUNSUPPORTED:
+ * a database ckpt cannot read (numbered manifests, newer versions). */
+int ckpt_ocdbt_check(const struct ckpt_orbax_io *io, const char *name,
+                     uint64_t *nkeys, struct ckpt_err *err);
+
 /* An item directory holds manifest.ocdbt (OCDBT) or _METADATA with one
  * zarr v2 directory per array (the old format). */
 int ckpt_orbax_is_item(const char *dir);

@@ -30,6 +30,8 @@ struct kvent {
 
 struct ckpt_orbax {
     char *dir;
+    const struct ckpt_orbax_io *io;     /* OCDBT reads */
+    struct ckpt_orbax_io local_io;
     int ocdbt;
     struct kvent *kv;
     size_t nkv, kvcap;
@@ -128,6 +130,37 @@ static int file_size(const char *dir, const char *rel, uint64_t *size,
     return rc;
 }
 
+static int local_size(void *ctx, const char *rel, uint64_t *size,
+                      struct ckpt_err *err)
+{
+    return file_size(ctx, rel, size, err);
+}
+
+static int local_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
+                      void *buf, struct ckpt_err *err)
+{
+    return read_range(ctx, rel, off, len, buf, err);
+}
+
+/* Bounds-checked read through io: the file must hold [off, off+len). */
+static int io_read(struct ckpt_orbax *o, const char *rel, uint64_t off,
+                   uint64_t len, void *buf, struct ckpt_err *err)
+{
+    uint64_t size = 0;
+    if (!safe_rel(rel))
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: data file path '%s' "
+                            "leaves the checkpoint", o->dir, rel);
+    if (o->io->size(o->io->ctx, rel, &size, err) != 0)
+        return -1;
+    if (size < off + len)
+        return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s' has %llu bytes, the "
+                            "OCDBT tree references bytes up to %llu "
+                            "(truncated)", o->dir, rel,
+                            (unsigned long long)size,
+                            (unsigned long long)(off + len));
+    return o->io->read(o->io->ctx, rel, off, len, buf, err);
+}
+
 /* --- OCDBT ---------------------------------------------------------------- */
 
 static void keep_arena(struct ckpt_orbax *o, struct ckpt_arena *a)
@@ -164,7 +197,10 @@ static int add_key(struct ckpt_orbax *o, const char *prefix, size_t plen,
     o->nkv++;
     if (e->indirect) {
         uint64_t size = 0;
-        if (file_size(o->dir, k->file, &size, err) != 0)
+        if (!safe_rel(k->file))
+            return ckpt_err_set(err, CKPT_EFORMAT, "%s: data file path '%s' "
+                                "leaves the checkpoint", o->dir, k->file);
+        if (o->io->size(o->io->ctx, k->file, &size, err) != 0)
             return -1;
         if (size < k->off + k->len)
             return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s' has %llu bytes, "
@@ -192,8 +228,8 @@ static int load_node(struct ckpt_orbax *o, const struct ckpt_ocdbt_ref *ref,
                                 (unsigned long long)ref->offset);
     struct ckpt_ocdbt_btree *t = NULL;
     char *base = ckpt_xstrndup(ref->file->path, ref->file->base_len);
-    int rc = read_range(o->dir, ref->file->path, ref->offset, ref->length,
-                        buf, err);
+    int rc = io_read(o, ref->file->path, ref->offset, ref->length, buf,
+                     err);
     if (rc == 0)
         rc = ckpt_ocdbt_btree_parse(buf, (size_t)ref->length, base, name, &t,
                                     err);
@@ -221,37 +257,21 @@ static int load_node(struct ckpt_orbax *o, const struct ckpt_ocdbt_ref *ref,
     return rc;
 }
 
-static int read_whole(const char *path, size_t max, char **out, size_t *len,
-                      struct ckpt_err *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    int rc = 0;
-    if (fd < 0 || fstat(fd, &sb) != 0)
-        rc = ckpt_err_sys(err, "open '%s'", path);
-    else if ((uint64_t)sb.st_size > max)
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is larger than %zu bytes",
-                          path, max);
-    else {
-        *out = ckpt_xmalloc((size_t)sb.st_size + 1);
-        *len = (size_t)sb.st_size;
-        rc = pread_all(fd, *out, *len, 0, path, err);
-        if (rc == 0)
-            (*out)[*len] = 0;
-        else
-            free(*out);
-    }
-    if (fd >= 0)
-        close(fd);
-    return rc;
-}
-
 static int load_ocdbt(struct ckpt_orbax *o, struct ckpt_err *err)
 {
     char *path = ckpt_path_join(o->dir, "manifest.ocdbt"), *buf = NULL;
     struct ckpt_ocdbt_manifest *m = NULL;
+    uint64_t size = 0;
     size_t len = 0;
-    int rc = read_whole(path, CKPT_OCDBT_MAX_NODE, &buf, &len, err);
+    int rc = o->io->size(o->io->ctx, "manifest.ocdbt", &size, err);
+    if (rc == 0 && size > CKPT_OCDBT_MAX_NODE)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is larger than %zu bytes",
+                          path, CKPT_OCDBT_MAX_NODE);
+    if (rc == 0) {
+        len = (size_t)size;
+        buf = ckpt_xmalloc(len + 1);
+        rc = o->io->read(o->io->ctx, "manifest.ocdbt", 0, size, buf, err);
+    }
     if (rc == 0)
         rc = ckpt_ocdbt_manifest_parse(buf, len, path, &m, err);
     free(buf);
@@ -352,7 +372,7 @@ static int value_read(struct ckpt_orbax *o, const char *key, uint64_t off,
         memcpy(buf, k->value + off, (size_t)len);
         return 0;
     }
-    return read_range(o->dir, k->file, k->off + off, len, buf, err);
+    return io_read(o, k->file, k->off + off, len, buf, err);
 }
 
 /* --- arrays --------------------------------------------------------------- */
@@ -422,6 +442,8 @@ int ckpt_orbax_open(const char *dir, struct ckpt_orbax **out,
 {
     struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
     o->dir = ckpt_xstrdup(dir);
+    o->local_io = (struct ckpt_orbax_io){ o->dir, local_size, local_read };
+    o->io = &o->local_io;
     o->ocdbt = ckpt_is_file_in(dir, "manifest.ocdbt");
     int rc = o->ocdbt ? load_ocdbt(o, err) : load_dirs(o, err);
     if (rc == 0) {
@@ -557,6 +579,26 @@ int ckpt_orbax_chunk(struct ckpt_orbax *o, size_t i, const uint64_t *idx,
     free(name);
     free(in);
     free(key);
+    return rc;
+}
+
+int ckpt_ocdbt_check(const struct ckpt_orbax_io *io, const char *name,
+                     uint64_t *nkeys, struct ckpt_err *err)
+{
+    struct ckpt_orbax o;
+    memset(&o, 0, sizeof(o));
+    o.dir = (char *)name;
+    o.io = io;
+    o.ocdbt = 1;
+    int rc = load_ocdbt(&o, err);
+    *nkeys = o.nkv;
+    o.dir = NULL;
+    for (size_t i = 0; i < o.nkv; i++)
+        free(o.kv[i].key);
+    for (size_t i = 0; i < o.narenas; i++)
+        ckpt_arena_free(o.arenas[i]);
+    free(o.arenas);
+    free(o.kv);
     return rc;
 }
 

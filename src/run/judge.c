@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "ckpt/dcp.h"
+#include "ckpt/orbax.h"
+#include "ckpt/storage.h"
 #include "ckpt/util.h"
 #include "run_int.h"
 
@@ -225,6 +227,73 @@ static int judge_zarr(const struct view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
+/* OCDBT files through the tree: sizes from the listing, node bytes by
+ * ranged reads (data files are never downloaded). */
+struct tio {
+    struct ckpt_tree *t;
+    const char *db;     /* database directory in the tree */
+};
+
+static int tio_size(void *ctx, const char *rel, uint64_t *size,
+                    struct ckpt_err *err)
+{
+    struct tio *x = ctx;
+    char *p = ckpt_path_join(x->db, rel);
+    const struct ckpt_tree_file *f = ckpt_tree_find(x->t, p);
+    int rc = f && f->type != CKPT_ENTRY_DIR ? 0
+           : ckpt_err_set(err, CKPT_EFORMAT, "%s missing: referenced by the "
+                          "OCDBT tree", p);
+    if (rc == 0)
+        *size = f->size;
+    free(p);
+    return rc;
+}
+
+static int tio_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
+                    void *buf, struct ckpt_err *err)
+{
+    struct tio *x = ctx;
+    char *p = ckpt_path_join(x->db, rel);
+    char *key = ckpt_tree_key(x->t, p);
+    size_t got = 0;
+    int rc = ckpt_storage_read(x->t->st, key, off, buf, (size_t)len, &got,
+                               err);
+    if (rc == 0 && got != len)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: short read", p);
+    free(key);
+    free(p);
+    return rc;
+}
+
+/* Each OCDBT database (manifest.ocdbt outside ocdbt.process_*) must be
+ * whole. Archives are judged by their markers only (no ranged reads). */
+static int judge_ocdbt(const struct view *v, struct ckpt_checkpoint *c,
+                       struct ckpt_err *err)
+{
+    if (v->t->archive != CKPT_ARCHIVE_NONE)
+        return 0;
+    for (size_t i = v->lo; i < v->hi && c->complete; i++) {
+        const char *r = rel_of(v, i);
+        if (strcmp(base_of(r), "manifest.ocdbt") ||
+            strstr(r, "ocdbt.process_"))
+            continue;
+        char *db = ckpt_path_dirname(v->t->files[i].path);
+        struct tio x = { v->t, db };
+        struct ckpt_orbax_io io = { &x, tio_size, tio_read };
+        struct ckpt_err e = CKPT_ERR_INIT;
+        uint64_t nkeys;
+        int rc = ckpt_ocdbt_check(&io, db, &nkeys, &e);
+        free(db);
+        if (rc != 0 && e.code == CKPT_EFORMAT)
+            set_why(c, "%s", e.msg);
+        else if (rc != 0 && e.code != CKPT_EUNSUPPORTED) {
+            *err = e;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int judge_orbax(const struct view *v, struct ckpt_checkpoint *c,
                        struct ckpt_err *err)
 {
@@ -248,7 +317,7 @@ static int judge_orbax(const struct view *v, struct ckpt_checkpoint *c,
     }
     for (size_t i = v->lo; i < v->hi; i++)
         if (!strcmp(base_of(rel_of(v, i)), "commit_success.txt"))
-            return 0;
+            return judge_ocdbt(v, c, err);
     if (!get(v, "_CHECKPOINT_METADATA"))
         return set_why(c, "%s", "no commit_success.txt or "
                                 "_CHECKPOINT_METADATA");
@@ -259,7 +328,7 @@ static int judge_orbax(const struct view *v, struct ckpt_checkpoint *c,
     if (!cJSON_IsNumber(ts))
         set_why(c, "%s", "_CHECKPOINT_METADATA has no commit_timestamp_nsecs");
     cJSON_Delete(j);
-    return 0;
+    return c->complete ? judge_ocdbt(v, c, err) : 0;
 }
 
 static int judge_olmo_core(const struct view *v, struct ckpt_checkpoint *c,
