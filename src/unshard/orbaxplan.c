@@ -77,6 +77,8 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Items, or Orbax's step markers (a step whose items ckpt cannot read
+ * is then reported as such, not as another format). */
 int orbax_is_step(const char *dir)
 {
     size_t n;
@@ -84,7 +86,8 @@ int orbax_is_step(const char *dir)
     for (size_t i = 0; i < n; i++)
         free(v[i]);
     free(v);
-    return n > 0;
+    return n > 0 || ckpt_is_file_in(dir, "_CHECKPOINT_METADATA") ||
+           ckpt_is_file_in(dir, "commit_success.txt");
 }
 
 /* commit_success.txt, or _CHECKPOINT_METADATA with commit_timestamp_nsecs
@@ -315,6 +318,11 @@ int orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     int rc = j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0)
         rc = check_committed(step, err);
+    if (rc == 0 && n == 0)
+        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "Orbax step without an "
+                          "item ckpt reads (manifest.ocdbt or _METADATA); "
+                          "the legacy msgpack 'checkpoint' file is not "
+                          "supported");
     if (rc == 0) {
         ckpt_sort(items, n, sizeof(*items), cmp_str);
         rc = src_tmp_fd(j, err);
