@@ -225,6 +225,10 @@ struct ckpt_orbax_io {
                 struct ckpt_err *err);
     int (*read)(void *ctx, const char *rel, uint64_t off, uint64_t len,
                 void *buf, struct ckpt_err *err);
+    /* The old format: each array document ("NAME/.zarray" or
+     * "NAME/zarr.json") of the item, in any order. */
+    int (*list)(void *ctx, int (*fn)(void *ud, const char *rel), void *ud,
+                struct ckpt_err *err);
 };
 
 /* Whether an OCDBT database (named name in messages) is whole: reads the
@@ -244,6 +248,12 @@ int ckpt_orbax_is_item(const char *dir);
  * scan the array directories; parse every array's metadata. */
 int ckpt_orbax_open(const char *dir, struct ckpt_orbax **out,
                     struct ckpt_err *err);
+/* The same for an item reached through io (named name in messages): for
+ * listing; chunks are read from local items only. ocdbt: the item holds
+ * manifest.ocdbt (else the old format, through io->list). */
+int ckpt_orbax_open_io(const struct ckpt_orbax_io *io, const char *name,
+                       int ocdbt, struct ckpt_orbax **out,
+                       struct ckpt_err *err);
 size_t ckpt_orbax_count(const struct ckpt_orbax *o);
 const struct ckpt_orbax_array *ckpt_orbax_get(const struct ckpt_orbax *o,
                                               size_t i);
@@ -255,5 +265,16 @@ void ckpt_orbax_grid(const struct ckpt_orbax *o, size_t i, uint64_t *grid);
 int ckpt_orbax_chunk(struct ckpt_orbax *o, size_t i, const uint64_t *idx,
                      void *out, void *scratch, struct ckpt_err *err);
 void ckpt_orbax_close(struct ckpt_orbax *o);
+
+/* Every array of every item of the Orbax checkpoint at directory dir of
+ * tree t (src/run/orbaxls.c): fn(ud, item, array), items and arrays in
+ * name order. Reads manifests, B+tree nodes and array metadata only.
+ * fn returning non-zero stops (that value is returned). */
+struct ckpt_tree;
+typedef int (*ckpt_orbax_array_fn)(void *ud, const char *item,
+                                   const struct ckpt_orbax_array *a);
+int ckpt_orbax_tree_arrays(struct ckpt_tree *t, const char *dir,
+                           ckpt_orbax_array_fn fn, void *ud,
+                           struct ckpt_err *err);
 
 #endif

@@ -291,34 +291,51 @@ static int load_ocdbt(struct ckpt_orbax *o, struct ckpt_err *err)
 
 /* --- old format: one zarr v2 directory per array -------------------------- */
 
-static int load_dirs(struct ckpt_orbax *o, struct ckpt_err *err)
+static int add_doc(void *ud, const char *rel)
 {
-    DIR *d = opendir(o->dir);
+    struct ckpt_orbax *o = ud;
+    if (o->nkv >= MAX_KEYS)
+        return -1;
+    if (o->nkv == o->kvcap) {
+        o->kvcap = o->kvcap ? 2 * o->kvcap : 64;
+        o->kv = ckpt_xreallocarray(o->kv, o->kvcap, sizeof(*o->kv));
+    }
+    o->kv[o->nkv++] = (struct kvent){ ckpt_xstrdup(rel), NULL, NULL, 0, 0 };
+    return 0;
+}
+
+static int local_list(void *ctx, int (*fn)(void *ud, const char *rel),
+                      void *ud, struct ckpt_err *err)
+{
+    DIR *d = opendir(ctx);
     struct dirent *de;
+    int rc = 0;
     if (!d)
-        return ckpt_err_sys(err, "open '%s'", o->dir);
-    while ((de = readdir(d)) != NULL) {
+        return ckpt_err_sys(err, "open '%s'", (const char *)ctx);
+    while (rc == 0 && (de = readdir(d)) != NULL) {
         if (de->d_name[0] == '.')
             continue;
-        char *sub = ckpt_path_join(o->dir, de->d_name);
+        char *sub = ckpt_path_join(ctx, de->d_name);
         const char *doc = ckpt_is_file_in(sub, ".zarray") ? ".zarray"
                         : ckpt_is_file_in(sub, "zarr.json") ? "zarr.json"
                         : NULL;
         free(sub);
-        if (!doc)
-            continue;
-        if (o->nkv == o->kvcap) {
-            o->kvcap = o->kvcap ? 2 * o->kvcap : 64;
-            o->kv = ckpt_xreallocarray(o->kv, o->kvcap, sizeof(*o->kv));
+        if (doc) {
+            char *rel = ckpt_xasprintf("%s/%s", de->d_name, doc);
+            rc = fn(ud, rel);
+            free(rel);
         }
-        o->kv[o->nkv++] = (struct kvent){
-            ckpt_xasprintf("%s/%s", de->d_name, doc), NULL, NULL, 0, 0 };
-        if (o->nkv > MAX_KEYS)
-            break;
     }
     closedir(d);
-    return o->nkv > MAX_KEYS ? ckpt_err_set(err, CKPT_EFORMAT, "%s: too "
-                                            "many arrays", o->dir) : 0;
+    return rc;
+}
+
+static int load_dirs(struct ckpt_orbax *o, struct ckpt_err *err)
+{
+    if (o->io->list(o->io->ctx, add_doc, o, err) == 0)
+        return 0;
+    return o->nkv >= MAX_KEYS ? ckpt_err_set(err, CKPT_EFORMAT, "%s: too "
+                                             "many arrays", o->dir) : -1;
 }
 
 /* --- key lookup and values ------------------------------------------------ */
@@ -348,6 +365,8 @@ static int value_size(struct ckpt_orbax *o, const char *key, uint64_t *size,
         *size = k->len;
         return 0;
     }
+    if (o->io != &o->local_io)
+        return o->io->size(o->io->ctx, key, size, err);
     char *p = ckpt_path_join(o->dir, key);
     struct stat sb;
     int rc = stat(p, &sb) == 0 ? 0 : errno == ENOENT ? 1 : -1;
@@ -363,7 +382,7 @@ static int value_read(struct ckpt_orbax *o, const char *key, uint64_t off,
                       uint64_t len, void *buf, struct ckpt_err *err)
 {
     if (!o->ocdbt)
-        return read_range(o->dir, key, off, len, buf, err);
+        return io_read(o, key, off, len, buf, err);
     struct kvent *k = find(o, key);
     if (!k || off > k->len || len > k->len - off)
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: value '%s' range out "
@@ -437,27 +456,49 @@ static int find_arrays(struct ckpt_orbax *o, struct ckpt_err *err)
     return 0;
 }
 
-int ckpt_orbax_open(const char *dir, struct ckpt_orbax **out,
-                    struct ckpt_err *err)
+static int open_common(struct ckpt_orbax *o, struct ckpt_err *err)
 {
-    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
-    o->dir = ckpt_xstrdup(dir);
-    o->local_io = (struct ckpt_orbax_io){ o->dir, local_size, local_read };
-    o->io = &o->local_io;
-    o->ocdbt = ckpt_is_file_in(dir, "manifest.ocdbt");
     int rc = o->ocdbt ? load_ocdbt(o, err) : load_dirs(o, err);
     if (rc == 0) {
         ckpt_sort(o->kv, o->nkv, sizeof(*o->kv), cmp_kv);
         for (size_t i = 1; i < o->nkv; i++)
             if (!strcmp(o->kv[i - 1].key, o->kv[i].key)) {
                 rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: key '%s' twice",
-                                  dir, o->kv[i].key);
+                                  o->dir, o->kv[i].key);
                 break;
             }
     }
     if (rc == 0)
         rc = find_arrays(o, err);
-    if (rc != 0) {
+    return rc;
+}
+
+int ckpt_orbax_open(const char *dir, struct ckpt_orbax **out,
+                    struct ckpt_err *err)
+{
+    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
+    o->dir = ckpt_xstrdup(dir);
+    o->local_io = (struct ckpt_orbax_io){ o->dir, local_size, local_read,
+                                          local_list };
+    o->io = &o->local_io;
+    o->ocdbt = ckpt_is_file_in(dir, "manifest.ocdbt");
+    if (open_common(o, err) != 0) {
+        ckpt_orbax_close(o);
+        return -1;
+    }
+    *out = o;
+    return 0;
+}
+
+int ckpt_orbax_open_io(const struct ckpt_orbax_io *io, const char *name,
+                       int ocdbt, struct ckpt_orbax **out,
+                       struct ckpt_err *err)
+{
+    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
+    o->dir = ckpt_xstrdup(name);
+    o->io = io;
+    o->ocdbt = ocdbt;
+    if (open_common(o, err) != 0) {
         ckpt_orbax_close(o);
         return -1;
     }

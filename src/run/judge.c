@@ -11,7 +11,6 @@
 
 #include "ckpt/dcp.h"
 #include "ckpt/orbax.h"
-#include "ckpt/storage.h"
 #include "ckpt/util.h"
 #include "run_int.h"
 
@@ -227,44 +226,6 @@ static int judge_zarr(const struct view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
-/* OCDBT files through the tree: sizes from the listing, node bytes by
- * ranged reads (data files are never downloaded). */
-struct tio {
-    struct ckpt_tree *t;
-    const char *db;     /* database directory in the tree */
-};
-
-static int tio_size(void *ctx, const char *rel, uint64_t *size,
-                    struct ckpt_err *err)
-{
-    struct tio *x = ctx;
-    char *p = ckpt_path_join(x->db, rel);
-    const struct ckpt_tree_file *f = ckpt_tree_find(x->t, p);
-    int rc = f && f->type != CKPT_ENTRY_DIR ? 0
-           : ckpt_err_set(err, CKPT_EFORMAT, "%s missing: referenced by the "
-                          "OCDBT tree", p);
-    if (rc == 0)
-        *size = f->size;
-    free(p);
-    return rc;
-}
-
-static int tio_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
-                    void *buf, struct ckpt_err *err)
-{
-    struct tio *x = ctx;
-    char *p = ckpt_path_join(x->db, rel);
-    char *key = ckpt_tree_key(x->t, p);
-    size_t got = 0;
-    int rc = ckpt_storage_read(x->t->st, key, off, buf, (size_t)len, &got,
-                               err);
-    if (rc == 0 && got != len)
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: short read", p);
-    free(key);
-    free(p);
-    return rc;
-}
-
 /* Each OCDBT database (manifest.ocdbt outside ocdbt.process_*) must be
  * whole. Archives are judged by their markers only (no ranged reads). */
 static int judge_ocdbt(const struct view *v, struct ckpt_checkpoint *c,
@@ -278,8 +239,9 @@ static int judge_ocdbt(const struct view *v, struct ckpt_checkpoint *c,
             strstr(r, "ocdbt.process_"))
             continue;
         char *db = ckpt_path_dirname(v->t->files[i].path);
-        struct tio x = { v->t, db };
-        struct ckpt_orbax_io io = { &x, tio_size, tio_read };
+        struct run_tio x;
+        struct ckpt_orbax_io io;
+        run_tree_io(&x, &io, v->t, db);
         struct ckpt_err e = CKPT_ERR_INIT;
         uint64_t nkeys;
         int rc = ckpt_ocdbt_check(&io, db, &nkeys, &e);

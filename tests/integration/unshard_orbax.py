@@ -93,6 +93,39 @@ def case_steps(tmp):
               p.stdout + p.stderr)
 
 
+def case_ls(tmp):
+    rundir = os.path.join(tmp, "fx", "run")
+    p = run(CKPT, "ls", "-l", rundir, ok=False)
+    rows = [ln.split("\t") for ln in p.stdout.splitlines()]
+    check("ls -l: exit 0", p.returncode == 0, p.stderr)
+    for step in (1, 2, 3):
+        head = [r for r in rows if r[1] == str(step) and r[2] != "array"]
+        check("ls: step %d complete" % step, len(head) == 1 and
+              head[0][3:5] == ["orbax", "complete"], str(head))
+        got = [r[3:] for r in rows if r[1] == str(step) and r[2] == "array"]
+        want = []
+        for k, a in sorted(make_orbax.expected(step).items()):
+            dt = "bfloat16" if k == "params.emb" else NAMES[str(a.dtype)]
+            want.append([k, dt, "[%s]" % ",".join(map(str, a.shape)),
+                         str(a.nbytes)])
+        check("ls -l: step %d arrays" % step, got == want,
+              "%s\n!= %s" % (got, want))
+    # Judged exactly: a data file the B+tree references truncated or gone.
+    bad = os.path.join(tmp, "lsbad")
+    shutil.copytree(rundir, bad)
+    truncate(os.path.join(bad, "1", P1), 10)
+    os.remove(os.path.join(bad, "2", P0))
+    p = run(CKPT, "ls", bad, ok=False)
+    rows = [ln.split("\t") for ln in p.stdout.splitlines()]
+    check("ls: truncated data file -> incomplete", rows[0][4] ==
+          "incomplete: '1/%s' has 10 bytes, the OCDBT tree references bytes "
+          "up to %d (truncated)" % (P1, P1_END), str(rows[0]))
+    check("ls: missing data file -> incomplete", rows[1][4] ==
+          "incomplete: 2/%s missing: referenced by the OCDBT tree" % P0,
+          str(rows[1]))
+    check("ls: old format untouched", rows[2][4] == "complete", str(rows))
+
+
 def bad(tmp, name, step, mutate, want):
     ck = os.path.join(tmp, "bad-" + name)
     shutil.copytree(os.path.join(tmp, "fx", "run", str(step)), ck)
@@ -131,6 +164,7 @@ def uncommit(d):
         json.dump(m, f)
 
 
+P1_END = 0
 P0 = "state/ocdbt.process_0/d/0000000000000000000000000000abc0"
 P1 = "state/ocdbt.process_1/d/0000000000000000000000000000abc1"
 
@@ -142,6 +176,9 @@ def main():
                                              "make_orbax.py"),
             os.path.join(tmp, "fx"))
         case_steps(tmp)
+        global P1_END
+        P1_END = os.path.getsize(os.path.join(tmp, "fx", "run", "1", P1))
+        case_ls(tmp)
         bad(tmp, "truncated-data", 1,
             lambda d: truncate(os.path.join(d, P1), 10),
             "'%(d)s/state/" + P1[6:] + "' has 10 bytes, the OCDBT tree "
