@@ -352,16 +352,24 @@ def step_meta(step_dir, item):
 
 
 class DataFile:
-    """A log-structured data file: values and nodes appended."""
+    """A log-structured data file: values and nodes appended (written
+    straight to disk, so big steps do not sit in memory twice)."""
 
-    def __init__(self, rel):
+    def __init__(self, base_dir, rel):
         self.rel = rel
-        self.buf = bytearray()
+        path = os.path.join(base_dir, rel.decode())
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.f = open(path, "wb")
+        self.size = 0
 
     def add(self, blob):
-        off = len(self.buf)
-        self.buf += blob
+        off = self.size
+        self.f.write(blob)
+        self.size += len(blob)
         return off, len(blob)
+
+    def close(self):
+        self.f.close()
 
 
 def write_ocdbt(item_dir, kv, nproc=2):
@@ -376,7 +384,8 @@ def write_ocdbt(item_dir, kv, nproc=2):
         if not part:
             continue
         base = ("ocdbt.process_%d/" % p).encode()
-        df = DataFile(b"d/%032x" % (0xABC0 + p))
+        sub = os.path.join(item_dir, base.decode())
+        df = DataFile(sub, b"d/%032x" % (0xABC0 + p))
         entries = []
         # Strip the subtree's common prefix (a key prefix held by the
         # parent entry) to exercise subtree_common_prefix_length.
@@ -395,20 +404,19 @@ def write_ocdbt(item_dir, kv, nproc=2):
                 entries.append((k[scp:], ("inline", v)))
         node = leaf_node(entries, [(b"", df.rel)], compress=p % 2 == 0)
         noff, nlen = df.add(node)
+        df.close()
         stats = (len(part), nlen, ind)
-        sub = os.path.join(item_dir, base.decode())
-        write(os.path.join(sub, df.rel.decode()), bytes(df.buf))
         write(os.path.join(sub, "manifest.ocdbt"), manifest(
             [(b"", df.rel)], [(1, 0, 0, noff, nlen, stats, 1700000001000)],
             compress=True))
         children.append((part[0], scp, base, df.rel, noff, nlen, stats))
-    root = DataFile(b"d/%032x" % 0xF00D)
+    root = DataFile(item_dir, b"d/%032x" % 0xF00D)
     files = sorted({(c[2], c[3]) for c in children})
     node = interior_node(1, [(c[0], c[1], files.index((c[2], c[3])), c[4],
                               c[5], c[6]) for c in children], files,
                          compress=False)
     off, ln = root.add(node)
-    write(os.path.join(item_dir, root.rel.decode()), bytes(root.buf))
+    root.close()
     tot = (sum(c[6][0] for c in children),
            ln + sum(c[6][1] for c in children),
            sum(c[6][2] for c in children))
