@@ -254,6 +254,11 @@ int ckpt_orbax_open(const char *dir, struct ckpt_orbax **out,
 int ckpt_orbax_open_io(const struct ckpt_orbax_io *io, const char *name,
                        int ocdbt, struct ckpt_orbax **out,
                        struct ckpt_err *err);
+/* An item in object storage (or any ckpt_storage) at key prefix dir:
+ * manifest, nodes, metadata and chunks by ranged reads. */
+struct ckpt_storage;
+int ckpt_orbax_open_storage(struct ckpt_storage *st, const char *dir,
+                            struct ckpt_orbax **out, struct ckpt_err *err);
 size_t ckpt_orbax_count(const struct ckpt_orbax *o);
 const struct ckpt_orbax_array *ckpt_orbax_get(const struct ckpt_orbax *o,
                                               size_t i);

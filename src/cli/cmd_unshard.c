@@ -303,7 +303,9 @@ static int note_ckpt_file(void *ud, const struct ckpt_entry *e)
     const char *s = e->name;
     if (e->type == CKPT_ENTRY_FILE &&
         (!strcmp(s, ".metadata") || !strcmp(s, "__0.metadata") ||
-         !strcmp(s, ".zgroup") || rank_name(s)))
+         !strcmp(s, ".zgroup") || rank_name(s) ||
+         !strcmp(s, "_CHECKPOINT_METADATA") ||
+         !strcmp(s, "commit_success.txt") || !strcmp(s, "manifest.ocdbt")))
         *(int *)ud = 1;
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ckpt/orbax.h"
+#include "ckpt/storage.h"
 #include "ckpt/util.h"
 
 #define MAX_KEYS (1u << 24)
@@ -28,10 +29,17 @@ struct kvent {
     uint64_t off, len;
 };
 
+/* An item in a ckpt_storage. */
+struct sio {
+    struct ckpt_storage *st;
+    const char *dir;
+};
+
 struct ckpt_orbax {
     char *dir;
+    struct sio sio;
     const struct ckpt_orbax_io *io;     /* OCDBT reads */
-    struct ckpt_orbax_io local_io;
+    struct ckpt_orbax_io local_io, remote_io;
     int ocdbt;
     struct kvent *kv;
     size_t nkv, kvcap;
@@ -365,8 +373,10 @@ static int value_size(struct ckpt_orbax *o, const char *key, uint64_t *size,
         *size = k->len;
         return 0;
     }
-    if (o->io != &o->local_io)
-        return o->io->size(o->io->ctx, key, size, err);
+    if (o->io != &o->local_io) {
+        int rc = o->io->size(o->io->ctx, key, size, err);
+        return rc != 0 && err->code == CKPT_ENOTFOUND ? 1 : rc;
+    }
     char *p = ckpt_path_join(o->dir, key);
     struct stat sb;
     int rc = stat(p, &sb) == 0 ? 0 : errno == ENOENT ? 1 : -1;
@@ -498,6 +508,89 @@ int ckpt_orbax_open_io(const struct ckpt_orbax_io *io, const char *name,
     o->dir = ckpt_xstrdup(name);
     o->io = io;
     o->ocdbt = ocdbt;
+    if (open_common(o, err) != 0) {
+        ckpt_orbax_close(o);
+        return -1;
+    }
+    *out = o;
+    return 0;
+}
+
+static int sio_size(void *ctx, const char *rel, uint64_t *size,
+                    struct ckpt_err *err)
+{
+    struct sio *x = ctx;
+    char *k = ckpt_path_join(x->dir, rel);
+    struct ckpt_stat sb;
+    int rc = ckpt_storage_stat(x->st, k, &sb, err);
+    if (rc == 0)
+        *size = sb.size;
+    else if (err->code == CKPT_ENOTFOUND)
+        ckpt_err_set(err, CKPT_ENOTFOUND, "%s missing: referenced by the "
+                     "OCDBT tree", k);
+    free(k);
+    return rc;
+}
+
+static int sio_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
+                    void *buf, struct ckpt_err *err)
+{
+    struct sio *x = ctx;
+    char *k = ckpt_path_join(x->dir, rel);
+    size_t got = 0;
+    int rc = ckpt_storage_read(x->st, k, off, buf, (size_t)len, &got, err);
+    if (rc == 0 && got != len)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: short read at %llu", k,
+                          (unsigned long long)off);
+    free(k);
+    return rc;
+}
+
+struct sio_ls {
+    struct sio *x;
+    int (*fn)(void *ud, const char *rel);
+    void *ud;
+    int rc;
+};
+
+static int sio_entry(void *ud, const struct ckpt_entry *e)
+{
+    struct sio_ls *l = ud;
+    const char *s = strchr(e->name, '/');
+    if (l->rc || e->type != CKPT_ENTRY_FILE || !s || strchr(s + 1, '/') ||
+        e->name[0] == '.' ||
+        (strcmp(s + 1, ".zarray") && strcmp(s + 1, "zarr.json")))
+        return 0;
+    l->rc = l->fn(l->ud, e->name);
+    return 0;
+}
+
+/* One recursive listing of the item (the array documents among it). */
+static int sio_list(void *ctx, int (*fn)(void *ud, const char *rel),
+                    void *ud, struct ckpt_err *err)
+{
+    struct sio_ls l = { ctx, fn, ud, 0 };
+    struct sio *x = ctx;
+    if (ckpt_storage_list(x->st, x->dir, CKPT_LIST_RECURSIVE, sio_entry, &l,
+                          err) != 0)
+        return -1;
+    return l.rc;
+}
+
+int ckpt_orbax_open_storage(struct ckpt_storage *st, const char *dir,
+                            struct ckpt_orbax **out, struct ckpt_err *err)
+{
+    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
+    struct ckpt_stat sb;
+    struct ckpt_err e2 = CKPT_ERR_INIT;
+    char *m = ckpt_path_join(dir, "manifest.ocdbt");
+    o->dir = ckpt_xstrdup(dir);
+    o->sio = (struct sio){ st, o->dir };
+    o->remote_io = (struct ckpt_orbax_io){ &o->sio, sio_size, sio_read,
+                                           sio_list };
+    o->io = &o->remote_io;
+    o->ocdbt = ckpt_storage_stat(st, m, &sb, &e2) == 0;
+    free(m);
     if (open_common(o, err) != 0) {
         ckpt_orbax_close(o);
         return -1;

@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "ckpt/orbax.h"
+#include "ckpt/storage.h"
 #include "ckpt/util.h"
 #include "unshard_int.h"
 
@@ -38,38 +39,91 @@ struct oplan {
     size_t bufcap;
 };
 
-static int is_dir(const char *p)
+/* Local directories (st NULL) or a ckpt_storage prefix (remote SRC). */
+static int fs_is_file(struct ckpt_storage *st, const char *dir,
+                      const char *name)
 {
-    struct stat sb;
-    return lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (!st)
+        return ckpt_is_file_in(dir, name);
+    char *k = ckpt_path_join(dir, name);
+    struct ckpt_stat sb;
+    struct ckpt_err e = CKPT_ERR_INIT;
+    int is = ckpt_storage_stat(st, k, &sb, &e) == 0 &&
+             sb.type == CKPT_ENTRY_FILE;
+    free(k);
+    return is;
 }
 
-/* The item directories of a step (sorted), or the step itself. */
-static char **items_of(const char *dir, size_t *n)
+static int fs_is_item(struct ckpt_storage *st, const char *dir)
 {
-    char **v = NULL;
-    *n = 0;
-    if (ckpt_orbax_is_item(dir)) {
-        v = ckpt_xcalloc(2, sizeof(*v));
-        v[(*n)++] = ckpt_xstrdup("");
-        return v;
+    return fs_is_file(st, dir, "manifest.ocdbt") ||
+           fs_is_file(st, dir, "_METADATA");
+}
+
+struct subdirs {
+    char **v;
+    size_t n;
+};
+
+static int add_subdir(void *ud, const struct ckpt_entry *e)
+{
+    struct subdirs *s = ud;
+    if (e->type == CKPT_ENTRY_DIR && !strchr(e->name, '/')) {
+        s->v = ckpt_xreallocarray(s->v, s->n + 2, sizeof(*s->v));
+        s->v[s->n++] = ckpt_xstrdup(e->name);
+    }
+    return 0;
+}
+
+static void list_subdirs(struct ckpt_storage *st, const char *dir,
+                         struct subdirs *s)
+{
+    if (st) {
+        struct ckpt_err e = CKPT_ERR_INIT;
+        ckpt_storage_list(st, dir, 0, add_subdir, s, &e);
+        return;
     }
     DIR *d = opendir(dir);
     struct dirent *de;
     while (d && (de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.' ||
-            strstr(de->d_name, ".orbax-checkpoint-tmp"))
-            continue;
         char *p = ckpt_path_join(dir, de->d_name);
-        if (is_dir(p) && ckpt_orbax_is_item(p)) {
-            v = ckpt_xreallocarray(v, *n + 2, sizeof(*v));
-            v[(*n)++] = ckpt_xstrdup(de->d_name);
-        }
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+            strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            add_subdir(s, &(struct ckpt_entry){ .name = de->d_name,
+                                                .type = CKPT_ENTRY_DIR });
         free(p);
     }
     if (d)
         closedir(d);
-    return v;
+}
+
+/* The item directories of a step, or "" for the step itself. */
+static char **items_of(struct ckpt_storage *st, const char *dir, size_t *n)
+{
+    struct subdirs s = { NULL, 0 }, items = { NULL, 0 };
+    if (fs_is_item(st, dir)) {
+        items.v = ckpt_xcalloc(2, sizeof(*items.v));
+        items.v[items.n++] = ckpt_xstrdup("");
+        *n = items.n;
+        return items.v;
+    }
+    list_subdirs(st, dir, &s);
+    for (size_t i = 0; i < s.n; i++) {
+        char *p = ckpt_path_join(dir, s.v[i]);
+        if (s.v[i][0] != '.' && !strstr(s.v[i], ".orbax-checkpoint-tmp") &&
+            fs_is_item(st, p)) {
+            items.v = ckpt_xreallocarray(items.v, items.n + 2,
+                                         sizeof(*items.v));
+            items.v[items.n++] = s.v[i];
+        } else {
+            free(s.v[i]);
+        }
+        free(p);
+    }
+    free(s.v);
+    *n = items.n;
+    return items.v;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -77,30 +131,46 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static int step_of(struct ckpt_storage *st, const char *dir)
+{
+    size_t n;
+    char **v = items_of(st, dir, &n);
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+    return n > 0 || fs_is_file(st, dir, "_CHECKPOINT_METADATA") ||
+           fs_is_file(st, dir, "commit_success.txt");
+}
+
 /* Items, or Orbax's step markers (a step whose items ckpt cannot read
  * is then reported as such, not as another format). */
 int orbax_is_step(const char *dir)
 {
-    size_t n;
-    char **v = items_of(dir, &n);
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-    return n > 0 || ckpt_is_file_in(dir, "_CHECKPOINT_METADATA") ||
-           ckpt_is_file_in(dir, "commit_success.txt");
+    return step_of(NULL, dir);
+}
+
+int orbax_is_remote_step(struct ckpt_storage *st, const char *key)
+{
+    return step_of(st, key);
 }
 
 /* commit_success.txt, or _CHECKPOINT_METADATA with commit_timestamp_nsecs
  * (written when the save is finalized), in the step directory. */
-static int check_committed(const char *step, struct ckpt_err *err)
+static int check_committed(struct ckpt_storage *st, const char *step,
+                           struct ckpt_err *err)
 {
     if (strstr(step, ".orbax-checkpoint-tmp"))
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s': temporary Orbax "
                             "directory (the save did not finish)", step);
-    if (ckpt_is_file_in(step, "commit_success.txt"))
+    if (fs_is_file(st, step, "commit_success.txt"))
         return 0;
-    char *p = ckpt_path_join(step, "_CHECKPOINT_METADATA");
-    char *text = ckpt_read_small_file(p, 1u << 20);
+    char *p = ckpt_path_join(step, "_CHECKPOINT_METADATA"), *text = NULL;
+    size_t len;
+    struct ckpt_err e = CKPT_ERR_INIT;
+    if (!st)
+        text = ckpt_read_small_file(p, 1u << 20);
+    else if (ckpt_storage_read_all(st, p, 1u << 20, &text, &len, &e) != 0)
+        text = NULL;
     cJSON *o = text ? cJSON_Parse(text) : NULL;
     int ok = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(
         o, "commit_timestamp_nsecs"));
@@ -269,7 +339,8 @@ static int plan_items(struct oplan *z, const char *src, char **items,
     for (size_t i = 0; rc == 0 && i < n; i++) {
         char *dir = *items[i] ? ckpt_path_join(src, items[i])
                               : ckpt_xstrdup(src);
-        rc = ckpt_orbax_open(dir, &obs[i], err);
+        rc = z->j->st ? ckpt_orbax_open_storage(z->j->st, dir, &obs[i], err)
+                      : ckpt_orbax_open(dir, &obs[i], err);
         if (rc == 0)
             total += ckpt_orbax_count(obs[i]);
         free(dir);
@@ -312,12 +383,13 @@ int orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     j->fmtplan = &z;
     j->locate = olocate;
     j->olmo = j->o->layout == CKPT_LAYOUT_OLMO;
-    char **items = items_of(src, &n);
+    struct ckpt_storage *st = j->st;    /* remote SRC, else NULL */
+    char **items = items_of(st, src, &n);
     int item = n == 1 && !*items[0];
     char *step = item ? ckpt_path_dirname(src) : ckpt_xstrdup(src);
     int rc = j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = check_committed(step, err);
+        rc = check_committed(st, step, err);
     if (rc == 0 && n == 0)
         rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "Orbax step without an "
                           "item ckpt reads (manifest.ocdbt or _METADATA); "

@@ -31,6 +31,22 @@ check "remote verdicts" "1	incomplete: '1/$P1' has 10 bytes, the OCDBT tree refe
 2	incomplete: 2/$P0 missing: referenced by the OCDBT tree
 3	complete" "$out"
 
+# Unsharded straight from S3 (ranged reads), the same bytes as from disk:
+# a whole step, an item directory, the old format.
+for src in 1 2/state 3; do
+    "$CKPT" unshard --no-progress --format safetensors "$T/fx/run/$src" \
+        "$T/loc-${src%%/*}" >/dev/null 2>&1
+    "$CKPT" unshard --no-progress --format safetensors \
+        "s3://runs/orbax/run/$src" "$T/rem-${src%%/*}" >/dev/null 2>"$T/err"
+    check "remote unshard $src: exit" 0 $?
+    check "remote unshard $src: same bytes" "$(cat "$T/loc-${src%%/*}/model.safetensors" | md5sum)" \
+        "$(cat "$T/rem-${src%%/*}/model.safetensors" 2>/dev/null | md5sum)"
+done
+out=$("$CKPT" unshard --no-progress s3://runs/orbax/bad/1 "$T/rem-bad" 2>&1)
+check "remote unshard of a truncated step: exit 1" 1 $?
+check "remote unshard of a truncated step: nothing written" no \
+    "$([ -e "$T/rem-bad" ] && echo yes || echo no)"
+
 # A 32 MiB step: listing reads a tiny fraction of it.
 /usr/bin/python3 "$SRC/tests/support/make_orbax.py" "$T/big" --big 32 || exit 1
 aws s3 cp --quiet --recursive "$T/big/run" s3://runs/orbax/big/
@@ -42,5 +58,12 @@ check "big step listed" "1	1	orbax	complete
 fetched=$(s3env_stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["get_bytes"])')
 echo "remote OCDBT step: fetched $fetched of $size bytes"
 check "ls -l reads < 1% of the step" 1 $((fetched * 100 < size))
+s3env_reset_stats >/dev/null
+"$CKPT" unshard --no-progress --format safetensors s3://runs/orbax/big/1 \
+    "$T/big-out" >/dev/null 2>&1
+check "big step unsharded from S3" 0 $?
+fetched=$(s3env_stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["get_bytes"])')
+echo "remote OCDBT unshard: fetched $fetched of $size bytes"
+check "unshard reads each byte about once" 1 $((fetched < size + size / 20))
 
 finish
