@@ -220,7 +220,15 @@ static int envelope(const void *data, size_t n, uint32_t magic,
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: compression format "
                             "%llu", name, (unsigned long long)comp);
     *body = (struct rd){ p + r.pos, n - 4 - r.pos, 0, 0 };
-    if (comp == 1) {
+    if (comp == 0) {
+        /* Parsed objects point into their arena, never into the input
+         * (inline values outlive the caller's buffer). */
+        unsigned char *o = ckpt_arena_alloc(a, body->n ? body->n : 1);
+        if (!o)
+            return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+        memcpy(o, body->p, body->n);
+        body->p = o;
+    } else {
         const unsigned char *o = NULL;
         size_t olen = 0;
         if (unzstd(body->p, body->n, a, &o, &olen, name, err) != 0)
