@@ -21,9 +21,15 @@
  *    "zarr3/sharding", ShardedTranspose) and
  *    codec/sharding_indexed_test.cc (Basic): zarr.json documents.
  *  - CRC-32C check values of RFC 3720 B.4 (the crc32c TensorStore uses).
+ *  - kawanet/msgpack-test-suite dist/msgpack-test-suite.json (commit
+ *    1b75b28508b02a43195e251cb0c4cb11fbc3dfec): its encodings of nil,
+ *    bool, binary, positive/negative/float/bignum numbers, strings,
+ *    arrays, maps, nesting and timestamps (an excerpt, every format byte
+ *    covered).
  */
 #include <zstd.h>
 
+#include "ckpt/msgpack.h"
 #include "ckpt/orbax.h"
 #include "ckpt/util.h"
 #include "test.h"
@@ -699,9 +705,166 @@ static void test_orbax__shard_index(void)
                                     "s", &err), -1);
 }
 
+/* --- msgpack (kawanet/msgpack-test-suite) ------------------------------ */
+
+static size_t unhex(const char *h, unsigned char *out)
+{
+    size_t n = 0;
+    for (const char *p = h; *p;) {
+        unsigned v;
+        if (sscanf(p, "%2x", &v) != 1)
+            break;
+        out[n++] = (unsigned char)v;
+        p += 2;
+        if (*p == '-')
+            p++;
+    }
+    return n;
+}
+
+static struct ckpt_mp *mp(const char *hex, unsigned char *buf,
+                          struct ckpt_arena *a)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_mp *m = NULL;
+    size_t n = unhex(hex, buf), used = 0;
+    if (ckpt_msgpack_parse(buf, n, a, "t", &m, &used, &err) != 0 ||
+        used != n) {
+        fprintf(stderr, "  %s: %s\n", hex, err.msg);
+        return NULL;
+    }
+    return m;
+}
+
+/* Integers as the suite lists them: any integer format, signed or not. */
+static int mp_int(const struct ckpt_mp *m, long long want)
+{
+    if (!m)
+        return 0;
+    if (m->type == CKPT_MP_UINT)
+        return want >= 0 && m->u == (unsigned long long)want;
+    if (m->type == CKPT_MP_INT)
+        return m->i == want;
+    return m->type == CKPT_MP_FLOAT && m->f == (double)want;
+}
+
+static void test_orbax__msgpack_suite(void)
+{
+    static const struct { const char *hex; long long v; } nums[] = {
+        { "00", 0 }, { "cc-00", 0 }, { "cd-00-00", 0 }, { "ce-00-00-00-00", 0 },
+        { "cf-00-00-00-00-00-00-00-00", 0 }, { "d0-00", 0 },
+        { "d1-00-00", 0 }, { "d2-00-00-00-00", 0 },
+        { "d3-00-00-00-00-00-00-00-00", 0 }, { "ca-00-00-00-00", 0 },
+        { "cb-00-00-00-00-00-00-00-00", 0 }, { "7f", 127 },
+        { "cc-80", 128 }, { "d1-00-80", 128 }, { "cd-ff-ff", 65535 },
+        { "ce-00-01-00-00", 65536 }, { "d2-7f-ff-ff-ff", 2147483647 },
+        { "ce-80-00-00-00", 2147483648LL }, { "ca-4f-00-00-00", 2147483648LL },
+        { "cb-41-ef-ff-ff-ff-e0-00-00", 4294967295LL },
+        { "ff", -1 }, { "d0-ff", -1 }, { "d1-ff-ff", -1 },
+        { "d3-ff-ff-ff-ff-ff-ff-ff-ff", -1 }, { "ca-bf-80-00-00", -1 },
+        { "e0", -32 }, { "d0-df", -33 }, { "d1-ff-80", -128 },
+        { "d1-80-00", -32768 }, { "d2-ff-ff-00-00", -65536 },
+        { "d3-ff-ff-ff-ff-80-00-00-00", -2147483648LL },
+        { "cf-00-00-00-01-00-00-00-00", 4294967296LL },
+        { "d3-ff-ff-ff-ff-00-00-00-00", -4294967296LL },
+        { "d3-00-01-00-00-00-00-00-00", 281474976710656LL },
+        { "cb-c2-f0-00-00-00-00-00-00", -281474976710656LL },
+        { "d3-7f-ff-ff-ff-ff-ff-ff-ff", 9223372036854775807LL },
+        { "d3-80-00-00-00-00-00-00-00", -9223372036854775807LL - 1 },
+    };
+    struct ckpt_arena *a = ckpt_arena_new(0);
+    unsigned char b[256];
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
+        test_cond(nums[i].hex, mp_int(mp(nums[i].hex, b, a), nums[i].v));
+    struct ckpt_mp *m = mp("cf-ff-ff-ff-ff-ff-ff-ff-ff", b, a);
+    CHECK(m && m->type == CKPT_MP_UINT && m->u == UINT64_MAX);
+    m = mp("cb-bf-e0-00-00-00-00-00-00", b, a);
+    CHECK(m && m->type == CKPT_MP_FLOAT && m->f == -0.5);
+    m = mp("ca-3f-00-00-00", b, a);
+    CHECK(m && m->type == CKPT_MP_FLOAT && m->f == 0.5);
+    m = mp("c0", b, a);
+    CHECK(m && m->type == CKPT_MP_NIL);
+    m = mp("c3", b, a);
+    CHECK(m && m->type == CKPT_MP_BOOL && m->b == 1);
+    m = mp("c2", b, a);
+    CHECK(m && m->type == CKPT_MP_BOOL && m->b == 0);
+    static const char *bins[] = { "c4-02-00-ff", "c5-00-02-00-ff",
+                                  "c6-00-00-00-02-00-ff" };
+    for (int i = 0; i < 3; i++) {
+        m = mp(bins[i], b, a);
+        CHECK(m && m->type == CKPT_MP_BIN && m->len == 2 &&
+              b[m->off] == 0 && b[m->off + 1] == 0xff);
+    }
+    static const char *strs[] = { "a1-61", "d9-01-61", "da-00-01-61",
+                                  "db-00-00-00-01-61" };
+    for (int i = 0; i < 4; i++) {
+        m = mp(strs[i], b, a);
+        CHECK(m && m->type == CKPT_MP_STR && m->len == 1 && b[m->off] == 'a');
+    }
+    m = mp("a6-e6-b1-89-e5-ad-97", b, a);       /* "汉字" */
+    CHECK(m && m->type == CKPT_MP_STR && m->len == 6 &&
+          !memcmp(b + m->off, "\xe6\xb1\x89\xe5\xad\x97", 6));
+    m = mp("dc-00-0f-01-02-03-04-05-06-07-08-09-0a-0b-0c-0d-0e-0f", b, a);
+    CHECK(m && m->type == CKPT_MP_ARRAY && m->n == 15 &&
+          mp_int(&m->items[14], 15));
+    m = mp("dd-00-00-00-01-a1-61", b, a);
+    CHECK(m && m->type == CKPT_MP_ARRAY && m->n == 1 &&
+          m->items[0].type == CKPT_MP_STR);
+    m = mp("df-00-00-00-01-a1-61-a1-41", b, a);
+    CHECK(m && m->type == CKPT_MP_MAP && m->n == 1 &&
+          ckpt_msgpack_get(m, b, "a") &&
+          b[ckpt_msgpack_get(m, b, "a")->off] == 'A');
+    m = mp("de-00-01-a1-61-01", b, a);
+    CHECK(m && mp_int(ckpt_msgpack_get(m, b, "a"), 1) &&
+          !ckpt_msgpack_get(m, b, "b"));
+    m = mp("81-a1-61-de-00-00", b, a);
+    CHECK(m && ckpt_msgpack_get(m, b, "a") &&
+          ckpt_msgpack_get(m, b, "a")->type == CKPT_MP_MAP);
+    m = mp("dd-00-00-00-01-dd-00-00-00-00", b, a);
+    CHECK(m && m->n == 1 && m->items[0].type == CKPT_MP_ARRAY &&
+          m->items[0].n == 0);
+    static const struct { const char *hex; uint64_t len; } ts[] = {
+        { "d6-ff-5a-4a-f6-a5", 4 },
+        { "d7-ff-a1-dc-d7-c8-5a-4a-f6-a5", 8 },
+        { "c7-0c-ff-3b-9a-c9-ff-00-00-00-3a-ff-f4-41-7f", 12 },
+    };
+    for (int i = 0; i < 3; i++) {
+        m = mp(ts[i].hex, b, a);
+        CHECK(m && m->type == CKPT_MP_EXT && m->ext == -1 &&
+              m->len == ts[i].len);
+    }
+    ckpt_arena_free(a);
+}
+
+static void test_orbax__msgpack_hostile(void)
+{
+    struct ckpt_arena *a = ckpt_arena_new(1u << 20);
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_mp *m;
+    size_t used;
+    unsigned char b[256];
+    /* truncated forms, 0xc1, a huge count, nesting past the cap */
+    static const char *bad[] = {
+        "", "cd-00", "d9-05-61", "c6-ff-ff-ff-ff", "c1", "dd-ff-ff-ff-ff",
+        "df-00-00-00-02-a1-61", "92-01", "c7-05-01-00",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        size_t n = unhex(bad[i], b);
+        test_cond(bad[i], ckpt_msgpack_parse(b, n, a, "t", &m, &used,
+                                             &err) == -1);
+    }
+    memset(b, 0x91, 100);
+    b[100] = 0xc0;
+    CHECK_EQ(ckpt_msgpack_parse(b, 101, a, "t", &m, &used, &err), -1);
+    CHECK_EQ(ckpt_msgpack_parse(b + 100 - 63, 64, a, "t", &m, &used, &err),
+             0);
+    ckpt_arena_free(a);
+}
+
 TEST_MAIN(T(test_orbax__crc32c), T(test_orbax__files_upstream),
           T(test_orbax__files_prefixes), T(test_orbax__btree_corrupt_upstream),
           T(test_orbax__btree_leaf), T(test_orbax__btree_interior),
           T(test_orbax__manifest), T(test_orbax__vtree),
           T(test_orbax__zarr3_meta), T(test_orbax__zarr3_decode),
-          T(test_orbax__shard_index))
+          T(test_orbax__shard_index), T(test_orbax__msgpack_suite),
+          T(test_orbax__msgpack_hostile))
