@@ -212,7 +212,17 @@ struct ckpt_orbax_array {
     int has_fill;
     const unsigned char *fill;  /* one element */
     uint64_t nbytes;            /* of the whole array */
+    /* An array stored raw in the item's legacy msgpack `checkpoint` file
+     * (Flax ndarray extension): C order, little-endian, at raw_off; its
+     * storage chunks are runs of rows of at most CKPT_ORBAX_RAW_CHUNK. */
+    int raw;
+    uint64_t raw_off;
+    uint64_t raw_shape[CKPT_MAX_DIMS], raw_chunks[CKPT_MAX_DIMS];
 };
+
+#define CKPT_ORBAX_RAW_CHUNK ((uint64_t)16 << 20)
+/* Largest legacy `checkpoint` file parsed (it is read whole). */
+#define CKPT_ORBAX_MAX_MSGPACK ((uint64_t)256 << 20)
 
 struct ckpt_orbax;
 

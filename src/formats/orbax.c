@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/msgpack.h"
 #include "ckpt/orbax.h"
 #include "ckpt/storage.h"
 #include "ckpt/util.h"
@@ -55,7 +56,8 @@ struct ckpt_orbax {
 int ckpt_orbax_is_item(const char *dir)
 {
     return ckpt_is_file_in(dir, "manifest.ocdbt") ||
-           ckpt_is_file_in(dir, "_METADATA");
+           ckpt_is_file_in(dir, "_METADATA") ||
+           ckpt_is_file_in(dir, "checkpoint");
 }
 
 /* A data file path from a node: relative, no "..", no empty components. */
@@ -406,6 +408,28 @@ static int value_read(struct ckpt_orbax *o, const char *key, uint64_t off,
 
 /* --- arrays --------------------------------------------------------------- */
 
+/* The fields that point into the array's own metadata (again after the
+ * array moved). */
+static void set_views(struct ckpt_orbax_array *a)
+{
+    int v3 = a->v3;
+    if (a->raw) {
+        a->shape = a->raw_shape;
+        a->chunks = a->raw_chunks;
+        a->fill = a->z2.fill;
+        return;
+    }
+    a->dtype = v3 ? a->z3.dtype : a->z2.dtype;
+    a->ndim = v3 ? a->z3.ndim : a->z2.ndim;
+    a->shape = v3 ? a->z3.shape : a->z2.shape;
+    a->chunks = v3 ? (a->z3.sharded ? a->z3.inner : a->z3.chunks)
+                   : a->z2.chunks;
+    a->chunk_bytes = v3 ? a->z3.chunk_bytes : a->z2.chunk_bytes;
+    a->fortran = v3 ? 0 : a->z2.fortran;
+    a->has_fill = v3 ? a->z3.has_fill : a->z2.has_fill;
+    a->fill = v3 ? a->z3.fill : a->z2.fill;
+}
+
 static int add_array(struct ckpt_orbax *o, const char *key, int v3,
                      struct ckpt_err *err)
 {
@@ -432,15 +456,7 @@ static int add_array(struct ckpt_orbax *o, const char *key, int v3,
         return -1;
     a->name = ckpt_xstrndup(key, strrchr(key, '/') - key);
     a->v3 = v3;
-    a->dtype = v3 ? a->z3.dtype : a->z2.dtype;
-    a->ndim = v3 ? a->z3.ndim : a->z2.ndim;
-    a->shape = v3 ? a->z3.shape : a->z2.shape;
-    a->chunks = v3 ? (a->z3.sharded ? a->z3.inner : a->z3.chunks)
-                   : a->z2.chunks;
-    a->chunk_bytes = v3 ? a->z3.chunk_bytes : a->z2.chunk_bytes;
-    a->fortran = v3 ? 0 : a->z2.fortran;
-    a->has_fill = v3 ? a->z3.has_fill : a->z2.has_fill;
-    a->fill = v3 ? a->z3.fill : a->z2.fill;
+    set_views(a);
     a->nbytes = a->dtype->itemsize;
     for (int d = 0; d < a->ndim; d++)
         if (ckpt_mul_u64(a->nbytes, a->shape[d], &a->nbytes) != 0) {
@@ -466,6 +482,151 @@ static int find_arrays(struct ckpt_orbax *o, struct ckpt_err *err)
     return 0;
 }
 
+/* --- legacy msgpack `checkpoint` (Flax serialization) -------------------- */
+
+struct mpwalk {
+    struct ckpt_orbax *o;
+    const unsigned char *buf;
+    size_t len, cap;
+};
+
+/* A Flax ndarray extension (type 1, or 3 for a numpy scalar): msgpack of
+ * [shape, dtype name, C-order bytes]. */
+static int add_raw(struct mpwalk *w, const char *name,
+                   const struct ckpt_mp *ext, struct ckpt_arena *ar,
+                   struct ckpt_err *err)
+{
+    struct ckpt_orbax *o = w->o;
+    struct ckpt_mp *t;
+    size_t used;
+    char dt[32];
+    if (ckpt_msgpack_parse(w->buf + ext->off, (size_t)ext->len, ar, name, &t,
+                           &used, err) != 0)
+        return -1;
+    const struct ckpt_mp *sh = t->n == 3 ? &t->items[0] : NULL,
+                         *d = sh ? &t->items[1] : NULL,
+                         *b = sh ? &t->items[2] : NULL;
+    if (t->type != CKPT_MP_ARRAY || !sh || sh->type != CKPT_MP_ARRAY ||
+        sh->n > CKPT_MAX_DIMS || d->type != CKPT_MP_STR ||
+        d->len >= sizeof(dt) || b->type != CKPT_MP_BIN)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s/checkpoint: '%s' is not "
+                            "a Flax ndarray (shape, dtype, bytes)", o->dir,
+                            name);
+    memcpy(dt, w->buf + ext->off + d->off, (size_t)d->len);
+    dt[d->len] = 0;
+    if (w->len == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 16;
+        o->arrays = ckpt_xreallocarray(o->arrays, o->narrays + w->cap,
+                                       sizeof(*o->arrays));
+    }
+    struct ckpt_orbax_array *a = &o->arrays[o->narrays];
+    memset(a, 0, sizeof(*a));
+    a->raw = 1;
+    a->dtype = ckpt_dtype_by_name(dt);
+    a->ndim = (int)sh->n;
+    uint64_t n = a->dtype ? a->dtype->itemsize : 0;
+    for (int k = 0; k < a->ndim; k++) {
+        const struct ckpt_mp *x = &sh->items[k];
+        a->raw_shape[k] = x->type == CKPT_MP_UINT ? x->u : UINT64_MAX;
+        if (ckpt_mul_u64(n, a->raw_shape[k], &n) != 0)
+            n = UINT64_MAX;
+    }
+    if (!a->dtype)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s/checkpoint: '%s' "
+                            "has dtype '%s'", o->dir, name, dt);
+    if (n != b->len)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s/checkpoint: '%s' holds "
+                            "%llu bytes, its shape needs %llu", o->dir, name,
+                            (unsigned long long)b->len,
+                            (unsigned long long)n);
+    /* Chunks: runs of whole rows, at most CKPT_ORBAX_RAW_CHUNK bytes. */
+    uint64_t row = a->dtype->itemsize;
+    for (int k = 1; k < a->ndim; k++)
+        row *= a->raw_shape[k];
+    memcpy(a->raw_chunks, a->raw_shape, sizeof(a->raw_chunks));
+    if (a->ndim && a->raw_shape[0] && row) {
+        uint64_t rows = CKPT_ORBAX_RAW_CHUNK / row;
+        a->raw_chunks[0] = rows < 1 ? 1 : rows < a->raw_shape[0]
+                           ? rows : a->raw_shape[0];
+    }
+    a->chunk_bytes = a->ndim ? a->raw_chunks[0] * row : row;
+    for (int k = 0; k < a->ndim; k++)
+        if (!a->raw_chunks[k])
+            a->raw_chunks[k] = 1;
+    a->raw_off = ext->off + b->off;
+    a->nbytes = n;
+    a->name = ckpt_xstrdup(name);
+    set_views(a);
+    o->narrays++;
+    w->len++;
+    return 0;
+}
+
+static int walk_mp(struct mpwalk *w, const struct ckpt_mp *m, char *path,
+                   struct ckpt_arena *ar, int depth, struct ckpt_err *err)
+{
+    if (m->type == CKPT_MP_EXT && (m->ext == 1 || m->ext == 3))
+        return add_raw(w, path, m, ar, err);
+    if (m->type != CKPT_MP_MAP || depth > CKPT_MSGPACK_MAX_DEPTH)
+        return 0;   /* scalars, strings (placeholders of stored arrays) */
+    for (size_t k = 0; k < m->n; k++) {
+        const struct ckpt_mp *key = &m->items[2 * k];
+        char *sub;
+        if (key->type == CKPT_MP_STR)
+            sub = ckpt_xasprintf("%s%s%.*s", path, *path ? "." : "",
+                                 (int)key->len,
+                                 (const char *)w->buf + key->off);
+        else if (key->type == CKPT_MP_UINT)
+            sub = ckpt_xasprintf("%s%s%llu", path, *path ? "." : "",
+                                 (unsigned long long)key->u);
+        else
+            continue;
+        int rc = walk_mp(w, &m->items[2 * k + 1], sub, ar, depth + 1, err);
+        free(sub);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int load_msgpack(struct ckpt_orbax *o, struct ckpt_err *err)
+{
+    uint64_t size = 0;
+    struct ckpt_err e2 = CKPT_ERR_INIT;
+    if (o->io->size(o->io->ctx, "checkpoint", &size, &e2) != 0)
+        return 0;   /* no legacy file */
+    if (size > CKPT_ORBAX_MAX_MSGPACK)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s/checkpoint: %llu "
+                            "bytes; legacy msgpack files over %llu bytes are "
+                            "not read", o->dir, (unsigned long long)size,
+                            (unsigned long long)CKPT_ORBAX_MAX_MSGPACK);
+    unsigned char *buf = ckpt_xmalloc(size ? (size_t)size : 1);
+    struct ckpt_arena *ar = ckpt_arena_new(CKPT_ORBAX_MAX_MSGPACK);
+    struct ckpt_mp *m;
+    size_t used;
+    char *name = ckpt_xasprintf("%s/checkpoint", o->dir);
+    struct mpwalk w = { o, buf, 0, 0 };
+    int rc = o->io->read(o->io->ctx, "checkpoint", 0, size, buf, err);
+    if (rc == 0)
+        rc = ckpt_msgpack_parse(buf, (size_t)size, ar, name, &m, &used, err);
+    if (rc == 0 && used != size)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: %llu bytes after the "
+                          "msgpack value", name,
+                          (unsigned long long)(size - used));
+    if (rc == 0)
+        rc = walk_mp(&w, m, "", ar, 0, err);
+    ckpt_arena_free(ar);
+    free(buf);
+    free(name);
+    return rc;
+}
+
+static int cmp_array(const void *a, const void *b)
+{
+    return strcmp(((const struct ckpt_orbax_array *)a)->name,
+                  ((const struct ckpt_orbax_array *)b)->name);
+}
+
 static int open_common(struct ckpt_orbax *o, struct ckpt_err *err)
 {
     int rc = o->ocdbt ? load_ocdbt(o, err) : load_dirs(o, err);
@@ -480,6 +641,17 @@ static int open_common(struct ckpt_orbax *o, struct ckpt_err *err)
     }
     if (rc == 0)
         rc = find_arrays(o, err);
+    if (rc == 0)
+        rc = load_msgpack(o, err);
+    if (rc == 0) {
+        ckpt_sort(o->arrays, o->narrays, sizeof(*o->arrays), cmp_array);
+        for (size_t i = 0; i < o->narrays; i++) {
+            set_views(&o->arrays[i]);
+            if (i && !strcmp(o->arrays[i - 1].name, o->arrays[i].name))
+                return ckpt_err_set(err, CKPT_EFORMAT, "%s: array '%s' "
+                                    "twice", o->dir, o->arrays[i].name);
+        }
+    }
     return rc;
 }
 
@@ -682,10 +854,28 @@ static int shard_locate(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
     return 0;
 }
 
+/* Rows [idx0 * chunk rows, ...) of a raw array, straight from the file. */
+static int raw_chunk(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
+                     const uint64_t *idx, void *out, struct ckpt_err *err)
+{
+    uint64_t row = a->dtype->itemsize, first, rows;
+    for (int k = 1; k < a->ndim; k++)
+        row *= a->shape[k];
+    if (a->ndim == 0)
+        return io_read(o, "checkpoint", a->raw_off, row, out, err);
+    first = idx[0] * a->chunks[0];
+    rows = a->shape[0] - first < a->chunks[0] ? a->shape[0] - first
+                                              : a->chunks[0];
+    return io_read(o, "checkpoint", a->raw_off + first * row, rows * row,
+                   out, err);
+}
+
 int ckpt_orbax_chunk(struct ckpt_orbax *o, size_t i, const uint64_t *idx,
                      void *out, void *scratch, struct ckpt_err *err)
 {
     const struct ckpt_orbax_array *a = &o->arrays[i];
+    if (a->raw)
+        return raw_chunk(o, a, idx, out, err);
     char *key = NULL;
     uint64_t off = 0, len = 0;
     int rc;

@@ -81,12 +81,16 @@ static int is_item(struct ckpt_tree *t, const char *dir, int *ocdbt)
 {
     char *m = ckpt_path_join(dir, "manifest.ocdbt");
     char *md = ckpt_path_join(dir, "_METADATA");
+    char *cp = ckpt_path_join(dir, "checkpoint");
+    const struct ckpt_tree_file *c = ckpt_tree_find(t, cp);
+    free(cp);
     const struct ckpt_tree_file *a = ckpt_tree_find(t, m);
     const struct ckpt_tree_file *b = ckpt_tree_find(t, md);
     free(m);
     free(md);
     *ocdbt = a && a->type != CKPT_ENTRY_DIR;
-    return *ocdbt || (b && b->type != CKPT_ENTRY_DIR);
+    return *ocdbt || (b && b->type != CKPT_ENTRY_DIR) ||
+           (c && c->type != CKPT_ENTRY_DIR);
 }
 
 static int list_item(struct ckpt_tree *t, const char *db, const char *item,

@@ -57,8 +57,13 @@ static int fs_is_file(struct ckpt_storage *st, const char *dir,
 static int fs_is_item(struct ckpt_storage *st, const char *dir)
 {
     return fs_is_file(st, dir, "manifest.ocdbt") ||
-           fs_is_file(st, dir, "_METADATA");
+           fs_is_file(st, dir, "_METADATA") ||
+           fs_is_file(st, dir, "checkpoint");
 }
+
+/* No path: run mode prints it after the step's name. */
+#define ORBAX_NO_ARRAYS "Orbax step without arrays: no item (manifest.ocdbt, " \
+    "_METADATA or a legacy msgpack 'checkpoint') holds any"
 
 struct subdirs {
     char **v;
@@ -346,8 +351,7 @@ static int plan_items(struct oplan *z, const char *src, char **items,
         free(dir);
     }
     if (rc == 0 && total == 0)
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': Orbax step without "
-                          "arrays", src);
+        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, ORBAX_NO_ARRAYS);
     struct ckpt_dcp_meta *m = z->j->meta;
     if (rc == 0) {
         m->entries = ckpt_arena_array(m->arena, total, sizeof(*m->entries));
@@ -391,10 +395,7 @@ int orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = check_committed(st, step, err);
     if (rc == 0 && n == 0)
-        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "Orbax step without an "
-                          "item ckpt reads (manifest.ocdbt or _METADATA); "
-                          "the legacy msgpack 'checkpoint' file is not "
-                          "supported");
+        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, ORBAX_NO_ARRAYS);
     if (rc == 0) {
         ckpt_sort(items, n, sizeof(*items), cmp_str);
         rc = src_tmp_fd(j, err);

@@ -16,7 +16,7 @@ aws s3 cp --quiet --recursive "$T/fx/run" s3://runs/orbax/run/
 local_rows=$("$CKPT" ls -l "$T/fx/run" | cut -f2-)
 remote_rows=$("$CKPT" ls -l s3://runs/orbax/run | cut -f2-)
 check "remote ls -l = local ls -l" "$local_rows" "$remote_rows"
-check "arrays listed" 39 "$(grep -c '	array	' <<<"$remote_rows")"
+check "arrays listed" 52 "$(grep -c '	array	' <<<"$remote_rows")"
 
 # Judged in place: one data file cut short, one gone.
 cp -r "$T/fx/run" "$T/bad"
@@ -29,11 +29,12 @@ aws s3 cp --quiet --recursive "$T/bad" s3://runs/orbax/bad/
 out=$("$CKPT" ls s3://runs/orbax/bad | cut -f2,5)
 check "remote verdicts" "1	incomplete: '1/$P1' has 10 bytes, the OCDBT tree references bytes up to $end (truncated)
 2	incomplete: 2/$P0 missing: referenced by the OCDBT tree
-3	complete" "$out"
+3	complete
+4	complete" "$out"
 
 # Unsharded straight from S3 (ranged reads), the same bytes as from disk:
 # a whole step, an item directory, the old format.
-for src in 1 2/state 3; do
+for src in 1 2/state 3 4; do
     "$CKPT" unshard --no-progress --format safetensors "$T/fx/run/$src" \
         "$T/loc-${src%%/*}" >/dev/null 2>&1
     "$CKPT" unshard --no-progress --format safetensors \

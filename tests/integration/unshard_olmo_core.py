@@ -243,9 +243,8 @@ def expected_lines(dest):
         "unsharded\tstep10\t%s/step10-unsharded: 4 files, 72 tensors" % dest,
         "unsharded\tstep20\t%s/step20-unsharded: 4 files, 64 tensors" % dest,
         "skip\tstep30\tincomplete: optim/metadata.json missing or invalid",
-        "error\tstep40\tOrbax step without an item ckpt reads "
-        "(manifest.ocdbt or _METADATA); the legacy msgpack 'checkpoint' "
-        "file is not supported",
+        "error\tstep40\tOrbax step without arrays: no item (manifest.ocdbt, "
+        "_METADATA or a legacy msgpack 'checkpoint') holds any",
     ]
 
 

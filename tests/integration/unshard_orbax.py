@@ -7,7 +7,8 @@ the OCDBT, zarr v2/v3 and step formats encoded from their specs; the
 encoder's constants are the ones the C unit tests check against upstream
 bytes): step 1 OCDBT + zarr v2 with ocdbt.process_* sub-databases, step 2
 OCDBT + zarr3 (zstd, a sharded array, a big-endian array), step 3 the old
-one-directory-per-array format with a chunk never written. Each unshards
+one-directory-per-array format with a chunk never written, step 4 the
+legacy msgpack `checkpoint` file (Flax ndarray extensions). Each unshards
 to torch and to safetensors; every tensor is compared bit for bit with the
 numpy array it was made from (torch 1.13 reads the files through
 tests/support/check_unshard.py's safe loader). Bad input: a truncated or
@@ -70,7 +71,8 @@ def unshard(*args):
 
 def case_steps(tmp):
     rundir = os.path.join(tmp, "fx", "run")
-    for step, item in ((1, "state"), (2, "state"), (3, "default")):
+    for step, item in ((1, "state"), (2, "state"), (3, "default"),
+                       (4, "default")):
         src = os.path.join(rundir, str(step))
         out = os.path.join(tmp, "pt%d" % step)
         p = unshard("--verify", src, out)
@@ -87,7 +89,10 @@ def case_steps(tmp):
             compare("step %d safetensors" % step,
                     check_unshard.load_safetensors(
                         os.path.join(st, "model.safetensors")), step)
-        # The item directory itself is accepted as SRC too.
+        # The item directory itself is accepted as SRC too (not a bare
+        # legacy `checkpoint`: TensorFlow run directories hold one too).
+        if step == 4:
+            continue
         p = unshard(os.path.join(src, item), os.path.join(tmp, "it%d" % step))
         check("step %d item dir: exit 0" % step, p.returncode == 0,
               p.stdout + p.stderr)
@@ -98,7 +103,7 @@ def case_ls(tmp):
     p = run(CKPT, "ls", "-l", rundir, ok=False)
     rows = [ln.split("\t") for ln in p.stdout.splitlines()]
     check("ls -l: exit 0", p.returncode == 0, p.stderr)
-    for step in (1, 2, 3):
+    for step in (1, 2, 3, 4):
         head = [r for r in rows if r[1] == str(step) and r[2] != "array"]
         check("ls: step %d complete" % step, len(head) == 1 and
               head[0][3:5] == ["orbax", "complete"], str(head))
@@ -111,11 +116,11 @@ def case_ls(tmp):
         check("ls -l: step %d arrays" % step, got == want,
               "%s\n!= %s" % (got, want))
     # Judged exactly: a data file the B+tree references truncated or gone.
-    bad = os.path.join(tmp, "lsbad")
-    shutil.copytree(rundir, bad)
-    truncate(os.path.join(bad, "1", P1), 10)
-    os.remove(os.path.join(bad, "2", P0))
-    p = run(CKPT, "ls", bad, ok=False)
+    lsbad = os.path.join(tmp, "lsbad")
+    shutil.copytree(rundir, lsbad)
+    truncate(os.path.join(lsbad, "1", P1), 10)
+    os.remove(os.path.join(lsbad, "2", P0))
+    p = run(CKPT, "ls", lsbad, ok=False)
     rows = [ln.split("\t") for ln in p.stdout.splitlines()]
     check("ls: truncated data file -> incomplete", rows[0][4] ==
           "incomplete: '1/%s' has 10 bytes, the OCDBT tree references bytes "
@@ -124,6 +129,12 @@ def case_ls(tmp):
           "incomplete: 2/%s missing: referenced by the OCDBT tree" % P0,
           str(rows[1]))
     check("ls: old format untouched", rows[2][4] == "complete", str(rows))
+
+    def cut(d):
+        with open(os.path.join(d, "default", "checkpoint"), "r+b") as f:
+            f.truncate(300)
+    bad(tmp, "msgpack-truncated", 4, cut,
+        "%(d)s/default/checkpoint: msgpack truncated at byte @N@")
 
 
 def bad(tmp, name, step, mutate, want):

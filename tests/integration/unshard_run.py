@@ -5,8 +5,8 @@
 One run holds: step5 (DCP) with an existing step5-unsharded, step10 (OLMo
 torch_new: model_and_optim/ + train/rank*.pt + its own config.yaml),
 step15 (OLMo torch_legacy rank*.pt, 3 ranks), step20 (plain DCP, no config.yaml: the run's is copied), step30 (aborted:
-no .metadata), step40 (Orbax with only the legacy msgpack 'checkpoint'
-file: unsupported, reported by name, exit 1, the others still proceed), 0000000050 (zarr, seqax naming) and 0000000060
+no .metadata), step40 (Orbax whose legacy msgpack 'checkpoint' holds no
+arrays: an error naming it, exit 1, the others still proceed), 0000000050 (zarr, seqax naming) and 0000000060
 (zarr without write_completed: skipped), step70 (nothing recognisable:
 unsupported). The run is unsharded as a directory, a .tar and a
 .tar.gz; output lines, files produced and deleted are asserted exactly and
@@ -72,9 +72,8 @@ def make_run(tmp, fx):
     return r
 
 
-ORBAX_UNSUPPORTED = ("Orbax step without an item ckpt reads "
-                     "(manifest.ocdbt or _METADATA); the legacy msgpack "
-                     "'checkpoint' file is not supported")
+ORBAX_UNSUPPORTED = ("Orbax step without arrays: no item (manifest.ocdbt, "
+                     "_METADATA or a legacy msgpack 'checkpoint') holds any")
 
 
 def expected_lines(dest, step10="step10", deleted=None):

@@ -15,6 +15,9 @@ Writes under OUTDIR/run/:
   2/state/   OCDBT, zarr3 inside (bytes + zstd; one sharding_indexed
              array with a crc32c index; one big-endian array)
   3/default/ the old format: one zarr v2 directory per array
+  4/default/ the legacy msgpack `checkpoint` file (flax.serialization
+             ndarray extensions inline; a placeholder string and a plain
+             int that are not arrays)
 expected(step) gives the arrays each step must unshard to (numpy).
 --big MIB writes only OUTDIR/run/1/state/ with ~MIB MiB of float32
 arrays (for bench/), and no expected file.
@@ -476,6 +479,73 @@ def expected(step):
     return out
 
 
+# --- legacy msgpack `checkpoint` (flax.serialization) -----------------------
+
+
+def mp_len(small, base8, n, limit):
+    if n < limit:
+        return bytes([small | n])
+    for code, fmt in ((base8, ">B"), (base8 + 1, ">H"), (base8 + 2, ">I")):
+        if n < 1 << (8 * struct.calcsize(fmt)):
+            return bytes([code]) + struct.pack(fmt, n)
+    raise ValueError(n)
+
+
+def mp(x):
+    """MessagePack (spec.md) of str, int >= 0, bytes, list, dict, or
+    ('ext', type, payload)."""
+    if isinstance(x, str):
+        b = x.encode()
+        if len(b) < 32:
+            return bytes([0xA0 | len(b)]) + b
+        return bytes([0xD9 if len(b) < 256 else 0xDA]) + (
+            struct.pack(">B", len(b)) if len(b) < 256
+            else struct.pack(">H", len(b))) + b
+    if isinstance(x, bool):
+        return b"\xc3" if x else b"\xc2"
+    if isinstance(x, int):
+        if x < 128:
+            return bytes([x])
+        return b"\xcf" + struct.pack(">Q", x)
+    if isinstance(x, bytes):
+        if len(x) < 256:
+            return b"\xc4" + struct.pack(">B", len(x)) + x
+        return b"\xc6" + struct.pack(">I", len(x)) + x
+    if isinstance(x, list):
+        return mp_len(0x90, 0xDC, len(x), 16)[:1] + b"".join(
+            mp(v) for v in x) if len(x) < 16 else (
+            b"\xdc" + struct.pack(">H", len(x)) + b"".join(mp(v) for v in x))
+    if isinstance(x, dict):
+        head = bytes([0x80 | len(x)]) if len(x) < 16 else (
+            b"\xde" + struct.pack(">H", len(x)))
+        return head + b"".join(mp(k) + mp(v) for k, v in x.items())
+    if isinstance(x, tuple) and x[0] == "ext":
+        _, t, payload = x
+        return b"\xc7" + struct.pack(">B", len(payload)) + bytes([t]) + \
+            payload if len(payload) < 256 else (
+                b"\xc9" + struct.pack(">I", len(payload)) + bytes([t]) +
+                payload)
+    raise TypeError(type(x))
+
+
+def flax_ndarray(a, bf16):
+    """flax.serialization's ndarray extension: type 1 (3 for a 0-d numpy
+    scalar), payload msgpack [shape, dtype name, C-order bytes]."""
+    name = "bfloat16" if bf16 else a.dtype.name
+    payload = mp([list(a.shape), name, np.ascontiguousarray(a).tobytes()])
+    return ("ext", 3 if a.ndim == 0 else 1, payload)
+
+
+def build_msgpack(item_dir, items):
+    tree = {"step": 7, "note": "PLACEHOLDER://not-an-array"}
+    for path, a, _, bf16 in items:
+        node = tree
+        for k in path[:-1]:
+            node = node.setdefault(k, {})
+        node[path[-1]] = flax_ndarray(a, bf16)
+    write(os.path.join(item_dir, "checkpoint"), mp(tree))
+
+
 def big(out, mib):
     rng = np.random.default_rng(1)
     items, total, i = [], 0, 0
@@ -504,6 +574,8 @@ def main():
     step_meta(os.path.join(run, "2"), "state")
     build_old(os.path.join(run, "3", "default"), items)
     write(os.path.join(run, "3", "commit_success.txt"), b"done")
+    build_msgpack(os.path.join(run, "4", "default"), items)
+    write(os.path.join(run, "4", "commit_success.txt"), b"done")
 
 
 if __name__ == "__main__":
