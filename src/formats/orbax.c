@@ -48,6 +48,10 @@ struct ckpt_orbax {
     size_t narenas;
     struct ckpt_orbax_array *arrays;
     size_t narrays;
+    /* sizes of the data files seen (a database has few; remote stats
+     * are requests) */
+    struct { char *path; uint64_t size; } sizes[16];
+    int nsizes, nextsize;
     /* last shard index read (sharded zarr3) */
     char *ixkey;
     uint64_t *ix;
@@ -152,6 +156,24 @@ static int local_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
     return read_range(ctx, rel, off, len, buf, err);
 }
 
+/* Size of a data file through io, remembered. */
+static int cached_size(struct ckpt_orbax *o, const char *rel, uint64_t *size,
+                       struct ckpt_err *err)
+{
+    for (int i = 0; i < o->nsizes; i++)
+        if (!strcmp(o->sizes[i].path, rel)) {
+            *size = o->sizes[i].size;
+            return 0;
+        }
+    if (o->io->size(o->io->ctx, rel, size, err) != 0)
+        return -1;
+    int i = o->nsizes < 16 ? o->nsizes++ : o->nextsize++ % 16;
+    free(o->sizes[i].path);
+    o->sizes[i].path = ckpt_xstrdup(rel);
+    o->sizes[i].size = *size;
+    return 0;
+}
+
 /* Bounds-checked read through io: the file must hold [off, off+len). */
 static int io_read(struct ckpt_orbax *o, const char *rel, uint64_t off,
                    uint64_t len, void *buf, struct ckpt_err *err)
@@ -160,7 +182,7 @@ static int io_read(struct ckpt_orbax *o, const char *rel, uint64_t off,
     if (!safe_rel(rel))
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: data file path '%s' "
                             "leaves the checkpoint", o->dir, rel);
-    if (o->io->size(o->io->ctx, rel, &size, err) != 0)
+    if (cached_size(o, rel, &size, err) != 0)
         return -1;
     if (size < off + len)
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s' has %llu bytes, the "
@@ -210,7 +232,7 @@ static int add_key(struct ckpt_orbax *o, const char *prefix, size_t plen,
         if (!safe_rel(k->file))
             return ckpt_err_set(err, CKPT_EFORMAT, "%s: data file path '%s' "
                                 "leaves the checkpoint", o->dir, k->file);
-        if (o->io->size(o->io->ctx, k->file, &size, err) != 0)
+        if (cached_size(o, k->file, &size, err) != 0)
             return -1;
         if (size < k->off + k->len)
             return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s' has %llu bytes, "
@@ -921,6 +943,8 @@ int ckpt_ocdbt_check(const struct ckpt_orbax_io *io, const char *name,
         free(o.kv[i].key);
     for (size_t i = 0; i < o.narenas; i++)
         ckpt_arena_free(o.arenas[i]);
+    for (int i = 0; i < o.nsizes; i++)
+        free(o.sizes[i].path);
     free(o.arenas);
     free(o.kv);
     return rc;
@@ -939,6 +963,8 @@ void ckpt_orbax_close(struct ckpt_orbax *o)
     free(o->arrays);
     free(o->arenas);
     free(o->kv);
+    for (int i = 0; i < o->nsizes; i++)
+        free(o->sizes[i].path);
     free(o->ixkey);
     free(o->ix);
     free(o->dir);
