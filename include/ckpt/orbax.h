@@ -245,8 +245,10 @@ struct ckpt_orbax_io {
  * manifest and every B+tree node of the latest generation through io and
  * checks each data file a node or value references exists and holds the
  * referenced range. Data files are only sized, never read. *nkeys: keys
- * found. CKPT_EFORMAT: missing, truncated or corrupt; CKPT_EUNSUPPORTED:
- * a database ckpt cannot read (numbered manifests, newer versions). */
+ * found. 0 whole; 1 incomplete: a referenced data file is missing
+ * (io's size fails with CKPT_ENOTFOUND) or too short, err says which;
+ * -1 anything else: an undecodable manifest or node (CKPT_EFORMAT), a
+ * database ckpt cannot read (CKPT_EUNSUPPORTED), I/O errors. */
 int ckpt_ocdbt_check(const struct ckpt_orbax_io *io, const char *name,
                      uint64_t *nkeys, struct ckpt_err *err);
 

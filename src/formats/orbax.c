@@ -52,6 +52,9 @@ struct ckpt_orbax {
      * are requests) */
     struct { char *path; uint64_t size; } sizes[16];
     int nsizes, nextsize;
+    /* a referenced data file is missing or too short (the database is
+     * incomplete), as opposed to undecodable */
+    int incomplete;
     /* last shard index read (sharded zarr3) */
     char *ixkey;
     uint64_t *ix;
@@ -136,8 +139,8 @@ static int file_size(const char *dir, const char *rel, uint64_t *size,
         rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: data file path '%s' "
                           "leaves the checkpoint", dir, rel);
     else if (stat(p, &sb) != 0)
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' missing: referenced by "
-                          "the OCDBT tree", p);
+        rc = ckpt_err_set(err, errno == ENOENT ? CKPT_ENOTFOUND : CKPT_EIO,
+                          "'%s' missing: referenced by the OCDBT tree", p);
     else
         *size = (uint64_t)sb.st_size;
     free(p);
@@ -165,8 +168,10 @@ static int cached_size(struct ckpt_orbax *o, const char *rel, uint64_t *size,
             *size = o->sizes[i].size;
             return 0;
         }
-    if (o->io->size(o->io->ctx, rel, size, err) != 0)
+    if (o->io->size(o->io->ctx, rel, size, err) != 0) {
+        o->incomplete = err->code == CKPT_ENOTFOUND;
         return -1;
+    }
     int i = o->nsizes < 16 ? o->nsizes++ : o->nextsize++ % 16;
     free(o->sizes[i].path);
     o->sizes[i].path = ckpt_xstrdup(rel);
@@ -184,12 +189,14 @@ static int io_read(struct ckpt_orbax *o, const char *rel, uint64_t off,
                             "leaves the checkpoint", o->dir, rel);
     if (cached_size(o, rel, &size, err) != 0)
         return -1;
-    if (size < off + len)
+    if (size < off + len) {
+        o->incomplete = 1;
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s' has %llu bytes, the "
                             "OCDBT tree references bytes up to %llu "
                             "(truncated)", o->dir, rel,
                             (unsigned long long)size,
                             (unsigned long long)(off + len));
+    }
     return o->io->read(o->io->ctx, rel, off, len, buf, err);
 }
 
@@ -234,6 +241,7 @@ static int add_key(struct ckpt_orbax *o, const char *prefix, size_t plen,
                                 "leaves the checkpoint", o->dir, k->file);
         if (cached_size(o, k->file, &size, err) != 0)
             return -1;
+        o->incomplete = size < k->off + k->len;
         if (size < k->off + k->len)
             return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s' has %llu bytes, "
                                 "value '%s' needs bytes up to %llu "
@@ -937,6 +945,8 @@ int ckpt_ocdbt_check(const struct ckpt_orbax_io *io, const char *name,
     o.io = io;
     o.ocdbt = 1;
     int rc = load_ocdbt(&o, err);
+    if (rc != 0 && o.incomplete)
+        rc = 1;
     *nkeys = o.nkv;
     o.dir = NULL;
     for (size_t i = 0; i < o.nkv; i++)

@@ -227,7 +227,8 @@ static int judge_zarr(const struct view *v, struct ckpt_checkpoint *c,
 }
 
 /* Each OCDBT database (manifest.ocdbt outside ocdbt.process_*) must be
- * whole. Archives are judged by their markers only (no ranged reads). */
+ * whole. Archives are judged by their markers only (no ranged reads);
+ * databases ckpt cannot read (CKPT_EUNSUPPORTED) by the markers too. */
 static int judge_ocdbt(const struct view *v, struct ckpt_checkpoint *c,
                        struct ckpt_err *err)
 {
@@ -246,7 +247,10 @@ static int judge_ocdbt(const struct view *v, struct ckpt_checkpoint *c,
         uint64_t nkeys;
         int rc = ckpt_ocdbt_check(&io, db, &nkeys, &e);
         free(db);
-        if (rc != 0 && e.code == CKPT_EFORMAT)
+        /* Only a missing or short data file makes the step incomplete
+         * (clean deletes those); a manifest or node ckpt cannot decode
+         * is an error: when unsure, never delete. */
+        if (rc == 1)
             set_why(c, "%s", e.msg);
         else if (rc != 0 && e.code != CKPT_EUNSUPPORTED) {
             *err = e;

@@ -19,8 +19,8 @@ static int tio_size(void *ctx, const char *rel, uint64_t *size,
     char *p = ckpt_path_join(x->db, rel);
     const struct ckpt_tree_file *f = ckpt_tree_find(x->t, p);
     int rc = f && f->type != CKPT_ENTRY_DIR ? 0
-           : ckpt_err_set(err, CKPT_EFORMAT, "%s missing: referenced by the "
-                          "OCDBT tree", p);
+           : ckpt_err_set(err, CKPT_ENOTFOUND, "%s missing: referenced by "
+                          "the OCDBT tree", p);
     if (rc == 0)
         *size = f->size;
     free(p);

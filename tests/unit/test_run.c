@@ -169,21 +169,33 @@ static void test_run__orbax_ocdbt(void)
     }
 }
 
+/* The scan fails (a run-level error naming the file, never a verdict
+ * clean acts on): "error: <root>/<run>: <suffix>". */
+#define JUDGE_ERR(run, spec, suffix)                                       \
+    do {                                                                   \
+        char *got_ = judge(run, spec);                                     \
+        test_cond(got_, !strncmp(got_, "error: ", 7) &&                    \
+                  ckpt_str_endswith(got_, "/" run ": " suffix));           \
+        free(got_);                                                        \
+    } while (0)
+
 static void test_run__orbax(void)
 {
-    JUDGE("o1", "100/_CHECKPOINT_METADATA={\"commit_timestamp_nsecs\": 5};"
-                "100/default/manifest.ocdbt=x",
-          "100:orbax:0:100/default/manifest.ocdbt: 1 bytes is too short "
-          "for an OCDBT object");
+    /* A manifest ckpt cannot decode: an error (when unsure, never
+     * delete), not "incomplete". */
+    JUDGE_ERR("o1", "100/_CHECKPOINT_METADATA={\"commit_timestamp_nsecs\": 5};"
+                    "100/default/manifest.ocdbt=x",
+              "100/default/manifest.ocdbt: 1 bytes is too short for an OCDBT "
+              "object");
     JUDGE("o2", "100/_CHECKPOINT_METADATA={\"init_timestamp_nsecs\": 5}",
           "100:orbax:0:_CHECKPOINT_METADATA has no commit_timestamp_nsecs");
     JUDGE("o3", "200/commit_success.txt=;200/state/ocdbt.process_0/d/x=1",
           "200:orbax:0:state/manifest.ocdbt missing (per-process files not "
           "merged)");
-    JUDGE("o4", "200/commit_success.txt=;200/state/manifest.ocdbt=m;"
-                "200/state/ocdbt.process_0/d/x=1",
-          "200:orbax:0:200/state/manifest.ocdbt: 1 bytes is too short for "
-          "an OCDBT object");
+    JUDGE_ERR("o4", "200/commit_success.txt=;200/state/manifest.ocdbt=m;"
+                    "200/state/ocdbt.process_0/d/x=1",
+              "200/state/manifest.ocdbt: 1 bytes is too short for an OCDBT "
+              "object");
     JUDGE("o5", "step_7.orbax-checkpoint-tmp-123/x=1;"
                 "step_8/_CHECKPOINT_METADATA={\"commit_timestamp_nsecs\":1}",
           "step_8:orbax:1");
