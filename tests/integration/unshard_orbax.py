@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import sys
+import tarfile
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,6 +138,28 @@ def case_ls(tmp):
         "%(d)s/default/checkpoint: msgpack truncated at byte @N@")
 
 
+def case_run_mode(tmp):
+    """A run of Orbax steps (bare-integer names), as a directory and as a
+    .tar.gz: every step unsharded, the same bytes as one step at a time."""
+    rundir = os.path.join(tmp, "fx", "run")
+    arc = os.path.join(tmp, "run.tar.gz")
+    with tarfile.open(arc, "w:gz") as t:
+        t.add(rundir, arcname="run")
+    for src, tag in ((rundir, "dir"), (arc, "tar.gz")):
+        dest = os.path.join(tmp, "runout-" + tag)
+        p = unshard(src, dest)
+        want = ["unsharded\t%d\t%s/%d-unsharded: 1 file, 13 tensors" %
+                (s, dest, s) for s in (1, 2, 3, 4)]
+        check("run mode %s: rows" % tag, p.returncode == 0 and
+              p.stdout.splitlines() == want, p.stdout + p.stderr)
+        for s in (1, 2, 3, 4):
+            a = os.path.join(dest, "%d-unsharded" % s, "checkpoint.pt")
+            b = os.path.join(tmp, "pt%d" % s, "checkpoint.pt")
+            same = os.path.exists(a) and open(a, "rb").read() == \
+                open(b, "rb").read()
+            check("run mode %s: step %d same bytes" % (tag, s), same)
+
+
 def bad(tmp, name, step, mutate, want):
     ck = os.path.join(tmp, "bad-" + name)
     shutil.copytree(os.path.join(tmp, "fx", "run", str(step)), ck)
@@ -190,6 +213,7 @@ def main():
         global P1_END
         P1_END = os.path.getsize(os.path.join(tmp, "fx", "run", "1", P1))
         case_ls(tmp)
+        case_run_mode(tmp)
         bad(tmp, "truncated-data", 1,
             lambda d: truncate(os.path.join(d, P1), 10),
             "'%(d)s/state/" + P1[6:] + "' has 10 bytes, the OCDBT tree "
