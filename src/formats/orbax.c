@@ -21,6 +21,11 @@
 
 #define MAX_KEYS (1u << 24)
 #define MAX_DEPTH 16
+/* A B+tree is a DAG on disk: a hostile one can reference the same nodes
+ * over and over. Caps on what one database may make ckpt read and keep. */
+#define MAX_NODE_VISITS (1u << 20)
+#define MAX_NODE_BYTES ((uint64_t)4 << 30)
+#define MAX_KEY_BYTES ((uint64_t)256 << 20)
 #define MAX_META (1u << 20)
 
 struct kvent {
@@ -55,6 +60,7 @@ struct ckpt_orbax {
     /* a referenced data file is missing or too short (the database is
      * incomplete), as opposed to undecodable */
     int incomplete;
+    uint64_t visits, node_bytes, key_bytes;
     /* last shard index read (sharded zarr3) */
     char *ixkey;
     uint64_t *ix;
@@ -212,9 +218,11 @@ static void keep_arena(struct ckpt_orbax *o, struct ckpt_arena *a)
 static int add_key(struct ckpt_orbax *o, const char *prefix, size_t plen,
                    const struct ckpt_ocdbt_entry *e, struct ckpt_err *err)
 {
-    if (o->nkv >= MAX_KEYS)
-        return ckpt_err_set(err, CKPT_EFORMAT, "%s: more than %u keys",
-                            o->dir, MAX_KEYS);
+    o->key_bytes += plen + e->keylen + sizeof(struct kvent);
+    if (o->nkv >= MAX_KEYS || o->key_bytes > MAX_KEY_BYTES)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: more than %u keys or "
+                            "%llu bytes of keys", o->dir, MAX_KEYS,
+                            (unsigned long long)MAX_KEY_BYTES);
     if (o->nkv == o->kvcap) {
         o->kvcap = o->kvcap ? 2 * o->kvcap : 64;
         o->kv = ckpt_xreallocarray(o->kv, o->kvcap, sizeof(*o->kv));
@@ -263,6 +271,11 @@ static int load_node(struct ckpt_orbax *o, const struct ckpt_ocdbt_ref *ref,
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: B+tree node of %llu "
                             "bytes", o->dir,
                             (unsigned long long)ref->length);
+    o->node_bytes += ref->length;
+    if (++o->visits > MAX_NODE_VISITS || o->node_bytes > MAX_NODE_BYTES)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: B+tree of more than %u "
+                            "nodes or %llu bytes", o->dir, MAX_NODE_VISITS,
+                            (unsigned long long)MAX_NODE_BYTES);
     char *buf = ckpt_xmalloc(ref->length ? (size_t)ref->length : 1);
     char *name = ckpt_xasprintf("%s/%s@%llu", o->dir, ref->file->path,
                                 (unsigned long long)ref->offset);
