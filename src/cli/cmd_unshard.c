@@ -1,6 +1,6 @@
 /*
  * cmd_unshard.c - `ckpt unshard [options] SRC DEST`: consolidate a sharded
- * checkpoint (DCP, OLMo torch_legacy, local and olmo_core, zarr), or
+ * checkpoint (DCP, OLMo torch_legacy, local and olmo_core, zarr, Orbax), or
  * every sharded step of a run directory or archive, into whole tensors.
  * Phases: parse, find checkpoints, unshard each, report.
  */
@@ -32,8 +32,9 @@ static const char *const usage[] = {
     "DEST: PyTorch DCP (.metadata and __R_N.distcp files, also",
     "model_and_optim/ of an OLMo step), OLMo torch_legacy (rank*.pt), OLMo",
     "local (model/, optim/, train/rank*.pt, metadata.yaml), OLMo olmo_core",
-    "(model/ and optim/ rank_*.safetensors) and zarr v2",
-    "(.zgroup). If SRC is a run (directory or archive), each",
+    "(model/ and optim/ rank_*.safetensors), zarr v2 (.zgroup) and",
+    "Orbax steps (OCDBT, per-array zarr or msgpack items; read in place",
+    "from S3/GCS/R2 too). If SRC is a run (directory or archive), each",
     "complete sharded stepN becomes DEST/stepN-unsharded/.",
     "Outputs appear atomically; nothing is executed from any pickle.",
     NULL
