@@ -76,9 +76,11 @@ static char *judge(const char *run, const char *spec)
     struct ckpt_tree *t;
     struct ckpt_run r;
     char out[4096] = "";
-    if (ckpt_tree_load(&t, st, root, NULL, &err) != 0 ||
-        ckpt_run_scan(&r, t, &err) != 0) {
+    int loaded = ckpt_tree_load(&t, st, root, NULL, &err) == 0;
+    if (!loaded || ckpt_run_scan(&r, t, &err) != 0) {
         snprintf(out, sizeof(out), "error: %s", err.msg);
+        if (loaded)
+            ckpt_tree_free(t);
     } else {
         size_t len = 0;
         for (size_t i = 0; i < r.n; i++) {
