@@ -11,7 +11,8 @@ one-directory-per-array format with a chunk never written, step 4 the
 legacy msgpack `checkpoint` file (Flax ndarray extensions). Each unshards
 to torch and to safetensors; every tensor is compared bit for bit with the
 numpy array it was made from (torch 1.13 reads the files through
-tests/support/check_unshard.py's safe loader). Bad input: a truncated or
+tests/support/check_unshard.py's safe loader); `ls -l` rows; run mode;
+`ckpt clean` deleting only on exact verdicts. Bad input: a truncated or
 missing data file, a corrupt manifest, an uncommitted step: exit 1, one
 error line, nothing at DEST.
 """
@@ -160,6 +161,32 @@ def case_run_mode(tmp):
             check("run mode %s: step %d same bytes" % (tag, s), same)
 
 
+def case_clean(tmp):
+    """ckpt clean acts on exact verdicts: a run whose only step has a
+    truncated data file is deleted; a run whose manifest fails its CRC is
+    an error and stays; a whole run is kept."""
+    fx = os.path.join(tmp, "fx", "run")
+    c = os.path.join(tmp, "clean")
+    shutil.copytree(fx, os.path.join(c, "good"))
+    shutil.copytree(os.path.join(fx, "1"), os.path.join(c, "trunc", "1"))
+    truncate(os.path.join(c, "trunc", "1", P1), 10)
+    shutil.copytree(os.path.join(fx, "2"), os.path.join(c, "corrupt", "2"))
+    flip(os.path.join(c, "corrupt", "2", "state", "manifest.ocdbt"), 30)
+    runs = [os.path.join(c, r) for r in ("good", "trunc", "corrupt")]
+    p = run(CKPT, "clean", *runs, ok=False)
+    rows = p.stdout.splitlines()
+    check("clean: exit 1 (one error)", p.returncode == 1, p.stderr)
+    check("clean: verdicts", rows == [
+        "keep\t%s\tcomplete checkpoint 4 (orbax)" % runs[0],
+        "delete\t%s\tno complete checkpoint with step > 0 (1: '1/%s' has 10 "
+        "bytes, the OCDBT tree references bytes up to %d (truncated))" %
+        (runs[1], P1, P1_END),
+        "error\t%s\t%s: 2/state/manifest.ocdbt: CRC-32C checksum mismatch"
+        % (runs[2], runs[2])], "\n".join(rows))
+    check("clean: only the truncated run deleted", sorted(os.listdir(c)) ==
+          ["corrupt", "good"], str(os.listdir(c)))
+
+
 def bad(tmp, name, step, mutate, want):
     ck = os.path.join(tmp, "bad-" + name)
     shutil.copytree(os.path.join(tmp, "fx", "run", str(step)), ck)
@@ -214,6 +241,7 @@ def main():
         P1_END = os.path.getsize(os.path.join(tmp, "fx", "run", "1", P1))
         case_ls(tmp)
         case_run_mode(tmp)
+        case_clean(tmp)
         bad(tmp, "truncated-data", 1,
             lambda d: truncate(os.path.join(d, P1), 10),
             "'%(d)s/state/" + P1[6:] + "' has 10 bytes, the OCDBT tree "
