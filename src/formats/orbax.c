@@ -49,8 +49,9 @@ struct ckpt_orbax {
     int ocdbt;
     struct kvent *kv;
     size_t nkv, kvcap;
-    struct ckpt_arena **arenas;     /* parsed nodes kept for inline values */
-    size_t narenas;
+    /* inline values and data file paths the keys point to (nodes are
+     * freed as soon as they are read: a tree can be a large DAG) */
+    struct ckpt_arena *kva;
     struct ckpt_orbax_array *arrays;
     size_t narrays;
     /* sizes of the data files seen (a database has few; remote stats
@@ -208,13 +209,6 @@ static int io_read(struct ckpt_orbax *o, const char *rel, uint64_t off,
 
 /* --- OCDBT ---------------------------------------------------------------- */
 
-static void keep_arena(struct ckpt_orbax *o, struct ckpt_arena *a)
-{
-    o->arenas = ckpt_xreallocarray(o->arenas, o->narenas + 1,
-                                   sizeof(*o->arenas));
-    o->arenas[o->narenas++] = a;
-}
-
 static int add_key(struct ckpt_orbax *o, const char *prefix, size_t plen,
                    const struct ckpt_ocdbt_entry *e, struct ckpt_err *err)
 {
@@ -237,8 +231,31 @@ static int add_key(struct ckpt_orbax *o, const char *prefix, size_t plen,
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: key with a NUL byte",
                             o->dir);
     }
-    k->value = e->indirect ? NULL : e->value;
-    k->file = e->indirect ? e->ref.file->path : NULL;
+    k->value = NULL;
+    k->file = NULL;
+    if (!o->kva)
+        o->kva = ckpt_arena_new(MAX_KEY_BYTES);
+    if (!e->indirect) {
+        unsigned char *v = o->kva ? ckpt_arena_alloc(o->kva, e->ref.length
+                                                     ? e->ref.length : 1)
+                                  : NULL;
+        if (!v)
+            return ckpt_err_set(err, CKPT_EFORMAT, "%s: more than %llu "
+                                "bytes of inline values and keys", o->dir,
+                                (unsigned long long)MAX_KEY_BYTES);
+        memcpy(v, e->value, (size_t)e->ref.length);
+        k->value = v;
+    } else if (o->nkv && o->kv[o->nkv - 1].file &&
+               !strcmp(o->kv[o->nkv - 1].file, e->ref.file->path)) {
+        k->file = o->kv[o->nkv - 1].file;
+    } else {
+        k->file = o->kva ? ckpt_arena_strdup(o->kva, e->ref.file->path)
+                         : NULL;
+        if (!k->file)
+            return ckpt_err_set(err, CKPT_EFORMAT, "%s: more than %llu "
+                                "bytes of inline values and keys", o->dir,
+                                (unsigned long long)MAX_KEY_BYTES);
+    }
     k->off = e->ref.offset;
     k->len = e->ref.length;
     o->nkv++;
@@ -291,8 +308,6 @@ static int load_node(struct ckpt_orbax *o, const struct ckpt_ocdbt_ref *ref,
     if (rc == 0 && t->height != height)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: height %u, the parent "
                           "says %d", name, t->height, height);
-    if (rc == 0)
-        keep_arena(o, t->arena);
     for (size_t i = 0; rc == 0 && i < t->n; i++) {
         const struct ckpt_ocdbt_entry *e = &t->entries[i];
         if (t->height == 0) {
@@ -306,6 +321,8 @@ static int load_node(struct ckpt_orbax *o, const struct ckpt_ocdbt_ref *ref,
                        plen + e->subtree_prefix_len, depth + 1, err);
         free(p);
     }
+    if (t)
+        ckpt_arena_free(t->arena);
     free(name);
     return rc;
 }
@@ -964,11 +981,9 @@ int ckpt_ocdbt_check(const struct ckpt_orbax_io *io, const char *name,
     o.dir = NULL;
     for (size_t i = 0; i < o.nkv; i++)
         free(o.kv[i].key);
-    for (size_t i = 0; i < o.narenas; i++)
-        ckpt_arena_free(o.arenas[i]);
+    ckpt_arena_free(o.kva);
     for (int i = 0; i < o.nsizes; i++)
         free(o.sizes[i].path);
-    free(o.arenas);
     free(o.kv);
     return rc;
 }
@@ -979,12 +994,10 @@ void ckpt_orbax_close(struct ckpt_orbax *o)
         return;
     for (size_t i = 0; i < o->nkv; i++)
         free(o->kv[i].key);
-    for (size_t i = 0; i < o->narenas; i++)
-        ckpt_arena_free(o->arenas[i]);
+    ckpt_arena_free(o->kva);
     for (size_t i = 0; i < o->narrays; i++)
         free(o->arrays[i].name);
     free(o->arrays);
-    free(o->arenas);
     free(o->kv);
     for (int i = 0; i < o->nsizes; i++)
         free(o->sizes[i].path);

@@ -705,6 +705,124 @@ static void test_orbax__shard_index(void)
                                     "s", &err), -1);
 }
 
+/* --- a hostile DAG ------------------------------------------------------- */
+
+/* One in-memory data file "d/x" and a manifest, served through an io. */
+struct memdb {
+    unsigned char *d, *m;
+    size_t dn, mn;
+};
+
+static int mem_size(void *ctx, const char *rel, uint64_t *size,
+                    struct ckpt_err *err)
+{
+    struct memdb *db = ctx;
+    if (!strcmp(rel, "d/x"))
+        *size = db->dn;
+    else if (!strcmp(rel, "manifest.ocdbt"))
+        *size = db->mn;
+    else
+        return ckpt_err_set(err, CKPT_ENOTFOUND, "%s missing", rel);
+    return 0;
+}
+
+static int mem_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
+                    void *buf, struct ckpt_err *err)
+{
+    struct memdb *db = ctx;
+    const unsigned char *p = !strcmp(rel, "d/x") ? db->d : db->m;
+    (void)err;
+    memcpy(buf, p + off, (size_t)len);
+    return 0;
+}
+
+/* Interior node of height h: 64 entries, all pointing at [off, off+len)
+ * of d/x (the same child over and over). */
+static size_t dag_node(unsigned char *out, int h, size_t off, size_t len)
+{
+    static const char *const f[] = { "", "d/x" };
+    struct enc e = { .n = 0 };
+    u8(&e, (unsigned)h);
+    table(&e, f, 1);
+    vi(&e, 64);
+    for (int i = 1; i < 64; i++)
+        vi(&e, 0);
+    for (int i = 0; i < 64; i++)
+        vi(&e, 2);
+    for (int i = 0; i < 64; i++)
+        vi(&e, 0);
+    for (int i = 0; i < 64; i++) {
+        char k[3] = { (char)('A' + i / 26), (char)('a' + i % 26), 0 };
+        str(&e, k);
+    }
+    for (int i = 0; i < 64; i++)
+        vi(&e, 0);
+    for (int i = 0; i < 64; i++)
+        vi(&e, off);
+    for (int i = 0; i < 64; i++)
+        vi(&e, len);
+    for (int i = 0; i < 3 * 64; i++)
+        vi(&e, 1);
+    return envelope(CKPT_OCDBT_BTREE_MAGIC, &e, 0, out);
+}
+
+/* 64^4 paths to one leaf: ckpt stops at its node-visit cap instead of
+ * walking (and keeping) 16M nodes. */
+static void test_orbax__dag_capped(void)
+{
+    struct memdb db;
+    struct enc e = { .n = 0 };
+    size_t at[6], n[6];
+    db.d = malloc(64 * 1024);
+    db.dn = 0;
+    u8(&e, 0);                              /* leaf: one key "k" = "v" */
+    vi(&e, 0);
+    vi(&e, 1);
+    vi(&e, 1);
+    str(&e, "k");
+    vi(&e, 1);
+    u8(&e, 0);
+    str(&e, "v");
+    n[0] = envelope(CKPT_OCDBT_BTREE_MAGIC, &e, 0, db.d);
+    at[0] = 0;
+    db.dn = n[0];
+    for (int h = 1; h <= 4; h++) {
+        at[h] = db.dn;
+        n[h] = dag_node(db.d + db.dn, h, at[h - 1], n[h - 1]);
+        db.dn += n[h];
+    }
+    static const char *const f[] = { "", "d/x" };
+    struct enc m = { .n = 0 };
+    for (int i = 0; i < 16; i++)
+        u8(&m, 0);
+    u8(&m, 0);
+    vi(&m, 100);
+    vi(&m, 8388608);
+    u8(&m, 4);
+    vi(&m, 0);
+    table(&m, f, 1);
+    vi(&m, 1);
+    vi(&m, 1);
+    u8(&m, 4);                              /* root height 4 */
+    vi(&m, 0);
+    vi(&m, at[4]);
+    vi(&m, n[4]);
+    vi(&m, 1);
+    vi(&m, 1);
+    vi(&m, 1);
+    le(&m, 0, 8);
+    vi(&m, 0);
+    db.m = malloc(4200);
+    db.mn = envelope(CKPT_OCDBT_MANIFEST_MAGIC, &m, 0, db.m);
+    struct ckpt_orbax_io io = { &db, mem_size, mem_read, NULL };
+    struct ckpt_err err = CKPT_ERR_INIT;
+    uint64_t nkeys = 0;
+    CHECK_EQ(ckpt_ocdbt_check(&io, "dag", &nkeys, &err), -1);
+    CHECK(strstr(err.msg, "B+tree of more than 1048576 nodes") != NULL);
+    free(db.d);
+    free(db.m);
+}
+
 /* --- msgpack (kawanet/msgpack-test-suite) ------------------------------ */
 
 static size_t unhex(const char *h, unsigned char *out)
@@ -867,4 +985,4 @@ TEST_MAIN(T(test_orbax__crc32c), T(test_orbax__files_upstream),
           T(test_orbax__manifest), T(test_orbax__vtree),
           T(test_orbax__zarr3_meta), T(test_orbax__zarr3_decode),
           T(test_orbax__shard_index), T(test_orbax__msgpack_suite),
-          T(test_orbax__msgpack_hostile))
+          T(test_orbax__msgpack_hostile), T(test_orbax__dag_capped))
