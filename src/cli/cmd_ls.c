@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ckpt/buf.h"
+#include "ckpt/orbax.h"
 #include "ckpt/pool.h"
 #include "ckpt/util.h"
 #include "runs.h"
@@ -21,6 +22,9 @@ static const char *const ls_usage[] = {
     "RUN<TAB>CHECKPOINT<TAB>STEP<TAB>FORMAT<TAB>STATE<TAB>BYTES<TAB>FILES",
     "(a run without checkpoints prints '-' for CHECKPOINT, STEP, FORMAT).",
     "A LOCATION that is not itself a run is listed one level down.",
+    "With -l, each Orbax checkpoint is followed by its arrays:",
+    "RUN<TAB>CHECKPOINT<TAB>array<TAB>NAME<TAB>DTYPE<TAB>SHAPE<TAB>BYTES",
+    "(NAME is the dotted pytree path; SHAPE like [6,5], [] for a scalar).",
     NULL
 };
 
@@ -30,9 +34,44 @@ struct ls_item {
     struct ckpt_storage *st;     /* borrowed */
     int ok;                      /* run loaded and looks like a run */
     int explicit;                /* named on the command line */
+    int arrays_too;              /* -l */
+    cJSON **arrays;              /* -l: per checkpoint, or NULL */
     struct ckpt_run run;
     struct ckpt_err err;
 };
+
+static int add_array(void *ud, const char *item,
+                     const struct ckpt_orbax_array *a)
+{
+    cJSON *o = cJSON_CreateObject(), *shape = cJSON_CreateArray();
+    char *name = *item ? ckpt_xasprintf("%s.%s", item, a->name)
+                       : ckpt_xstrdup(a->name);
+    cJSON_AddStringToObject(o, "name", name);
+    cJSON_AddStringToObject(o, "dtype", a->dtype->name);
+    for (int d = 0; d < a->ndim; d++)
+        cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)a->shape[d]));
+    cJSON_AddItemToObject(o, "shape", shape);
+    cJSON_AddNumberToObject(o, "bytes", (double)a->nbytes);
+    cJSON_AddItemToArray(ud, o);
+    free(name);
+    return 0;
+}
+
+/* -l: the arrays of each complete Orbax checkpoint (metadata only). */
+static void load_arrays(struct ls_item *it, struct ckpt_tree *tree)
+{
+    it->arrays = ckpt_xcalloc(it->run.n + 1, sizeof(*it->arrays));
+    for (size_t i = 0; i < it->run.n; i++) {
+        const struct ckpt_checkpoint *c = &it->run.ckpts[i];
+        struct ckpt_err err = CKPT_ERR_INIT;
+        if (c->format != CKPT_FMT_ORBAX || !c->complete)
+            continue;
+        it->arrays[i] = cJSON_CreateArray();
+        if (ckpt_orbax_tree_arrays(tree, c->dir, add_array, it->arrays[i],
+                                   &err) != 0)
+            errorf("%s/%s: %s", it->name, c->name, err.msg);
+    }
+}
 
 static void load(void *arg)
 {
@@ -48,8 +87,43 @@ static void load(void *arg)
                      it->name);
         return;
     }
+    if (it->arrays_too)
+        load_arrays(it, tree);
     ckpt_tree_free(tree);
     it->ok = 1;
+}
+
+static void print_arrays(const struct ls_item *it, size_t i)
+{
+    const cJSON *a;
+    if (!it->arrays || !it->arrays[i])
+        return;
+    cJSON_ArrayForEach(a, it->arrays[i]) {
+        struct ckpt_buf shape = CKPT_BUF_INIT;
+        const cJSON *d;
+        char bytes[32];
+        int k = 0;
+        ckpt_buf_addch(&shape, '[');
+        cJSON_ArrayForEach(d, cJSON_GetObjectItem(a, "shape"))
+            ckpt_buf_addf(&shape, "%s%.0f", k++ ? "," : "", d->valuedouble);
+        ckpt_buf_addch(&shape, ']');
+        snprintf(bytes, sizeof(bytes), "%.0f",
+                 cJSON_GetObjectItem(a, "bytes")->valuedouble);
+        const char *f[] = { it->name, it->run.ckpts[i].name, "array",
+                            cJSON_GetObjectItem(a, "name")->valuestring,
+                            cJSON_GetObjectItem(a, "dtype")->valuestring,
+                            shape.ptr, bytes };
+        out_tsv(7, f);
+        ckpt_buf_release(&shape);
+    }
+}
+
+static void free_arrays(struct ls_item *it)
+{
+    for (size_t i = 0; it->arrays && i < it->run.n; i++)
+        cJSON_Delete(it->arrays[i]);
+    free(it->arrays);
+    it->arrays = NULL;
 }
 
 static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
@@ -60,7 +134,13 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
         cJSON_AddStringToObject(o, "run", it->name);
         cJSON_AddNumberToObject(o, "size", (double)it->run.size);
         cJSON_AddNumberToObject(o, "files", (double)it->run.nfiles);
-        cJSON_AddItemToObject(o, "checkpoints", json_checkpoints(&it->run, 1));
+        cJSON *cks = json_checkpoints(&it->run, 1);
+        for (size_t i = 0; it->arrays && i < it->run.n; i++)
+            if (it->arrays[i])
+                cJSON_AddItemToObject(cJSON_GetArrayItem(cks, (int)i),
+                                      "arrays", cJSON_Duplicate(
+                                          it->arrays[i], 1));
+        cJSON_AddItemToObject(o, "checkpoints", cks);
         out_json(o);
         return;
     }
@@ -89,6 +169,7 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
                             files };
         out_tsv(7, f);
         ckpt_buf_release(&state);
+        print_arrays(it, i);
     }
 }
 
@@ -98,6 +179,7 @@ struct expand {
     const char *parent;           /* display prefix */
     const char *key;
     struct ckpt_storage *st;
+    int arrays_too;
 };
 
 static int child_cb(void *ud, const struct ckpt_entry *e)
@@ -113,6 +195,7 @@ static int child_cb(void *ud, const struct ckpt_entry *e)
     it->name = ckpt_path_join(x->parent, e->name);
     it->key = ckpt_path_join(x->key, e->name);
     it->st = x->st;
+    it->arrays_too = x->arrays_too;
     return 0;
 }
 
@@ -137,7 +220,7 @@ static void load_all(struct ls_item *items, size_t n, int jobs)
 
 /* List one LOCATION. Returns 0, or 1 if something failed. */
 static int ls_one(const char *arg, struct storages *stores,
-                  const struct ckpt_opts *g)
+                  const struct ckpt_opts *g, int arrays_too)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_loc loc;
@@ -149,7 +232,7 @@ static int ls_one(const char *arg, struct storages *stores,
         return 1;
     }
     struct ls_item top = { .name = (char *)arg, .key = loc.key, .st = st,
-                           .explicit = 1 };
+                           .explicit = 1, .arrays_too = arrays_too };
     load(&top);
     int failed = 0;
     if (top.ok && ckpt_run_looks_like_run(&top.run)) {
@@ -160,7 +243,7 @@ static int ls_one(const char *arg, struct storages *stores,
     } else {
         struct ls_item *items = NULL;
         size_t n = 0;
-        struct expand x = { &items, &n, arg, loc.key, st };
+        struct expand x = { &items, &n, arg, loc.key, st, arrays_too };
         if (ckpt_storage_list(st, loc.key, 0, child_cb, &x, &err) != 0) {
             errorf("%s", top.ok ? err.msg : top.err.msg);
             failed = 1;
@@ -175,6 +258,7 @@ static int ls_one(const char *arg, struct storages *stores,
                 errorf("%s", items[i].err.msg);
                 failed = 1;
             }
+            free_arrays(&items[i]);
             if (items[i].ok)
                 ckpt_run_release(&items[i].run);
             free(items[i].name);
@@ -182,6 +266,7 @@ static int ls_one(const char *arg, struct storages *stores,
         }
         free(items);
     }
+    free_arrays(&top);
     if (top.ok)
         ckpt_run_release(&top.run);
     ckpt_loc_release(&loc);
@@ -191,7 +276,12 @@ static int ls_one(const char *arg, struct storages *stores,
 int cmd_ls(int argc, char **argv)
 {
     struct ckpt_opts g = { 0 };
-    const struct option opts[] = { OPT_END_() };
+    int arrays_too = 0;
+    const struct option opts[] = {
+        OPT_BOOL_('l', "long", &arrays_too,
+                  "also list each Orbax checkpoint's arrays"),
+        OPT_END_()
+    };
     int n = parse_options(argc, argv, opts, ls_usage, &g);
     if (n == -2)
         return EXIT_OK;
@@ -206,7 +296,7 @@ int cmd_ls(int argc, char **argv)
     struct storages stores = { 0 };
     int failed = 0;
     for (int i = 0; i < n; i++)
-        failed |= ls_one(argv[i], &stores, &g);
+        failed |= ls_one(argv[i], &stores, &g, arrays_too);
     storages_release(&stores);
     return failed ? EXIT_FAILED : EXIT_OK;
 }

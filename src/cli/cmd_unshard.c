@@ -1,6 +1,6 @@
 /*
  * cmd_unshard.c - `ckpt unshard [options] SRC DEST`: consolidate a sharded
- * checkpoint (DCP, OLMo torch_legacy, local and olmo_core, zarr), or
+ * checkpoint (DCP, OLMo torch_legacy, local and olmo_core, zarr, Orbax), or
  * every sharded step of a run directory or archive, into whole tensors.
  * Phases: parse, find checkpoints, unshard each, report.
  */
@@ -33,8 +33,9 @@ static const char *const usage[] = {
     "DEST: PyTorch DCP (.metadata and __R_N.distcp files, also",
     "model_and_optim/ of an OLMo step), OLMo torch_legacy (rank*.pt), OLMo",
     "local (model/, optim/, train/rank*.pt, metadata.yaml), OLMo olmo_core",
-    "(model/ and optim/ rank_*.safetensors) and zarr v2",
-    "(.zgroup). If SRC is a run (directory or archive), each",
+    "(model/ and optim/ rank_*.safetensors), zarr v2 (.zgroup) and",
+    "Orbax steps (OCDBT, per-array zarr or msgpack items; read in place",
+    "from S3/GCS/R2 too). If SRC is a run (directory or archive), each",
     "complete sharded stepN becomes DEST/stepN-unsharded/.",
     "Outputs appear atomically; nothing is executed from any pickle.",
     NULL
@@ -224,7 +225,7 @@ static int supported(enum ckpt_format f)
 {
     return f == CKPT_FMT_DCP || f == CKPT_FMT_OLMO_LEGACY ||
            f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL ||
-           f == CKPT_FMT_OLMO_CORE;
+           f == CKPT_FMT_OLMO_CORE || f == CKPT_FMT_ORBAX;
 }
 
 static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
@@ -321,7 +322,9 @@ static int note_ckpt_file(void *ud, const struct ckpt_entry *e)
     const char *s = e->name;
     if (e->type == CKPT_ENTRY_FILE &&
         (!strcmp(s, ".metadata") || !strcmp(s, "__0.metadata") ||
-         !strcmp(s, ".zgroup") || rank_name(s)))
+         !strcmp(s, ".zgroup") || rank_name(s) ||
+         !strcmp(s, "_CHECKPOINT_METADATA") ||
+         !strcmp(s, "commit_success.txt") || !strcmp(s, "manifest.ocdbt")))
         *(int *)ud = 1;
     return 0;
 }
@@ -367,7 +370,8 @@ static int is_run(const char *src, const struct cmd *c, struct storages *sts)
     static const char *const marks[] = {
         ".metadata", "__0.metadata", "model_and_optim/.metadata", ".zgroup",
         "metadata.yaml", "model/rank0.pt", "model/metadata.json",
-        "model/rank_0.safetensors", NULL
+        "model/rank_0.safetensors", "_CHECKPOINT_METADATA",
+        "commit_success.txt", "manifest.ocdbt", "_METADATA", NULL
     };
     for (const char *const *m = marks; *m; m++)
         if (ckpt_is_file_in(src, *m))

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ckpt/dcp.h"
+#include "ckpt/orbax.h"
 #include "ckpt/util.h"
 #include "run_int.h"
 
@@ -225,6 +226,40 @@ static int judge_zarr(const struct view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
+/* Each OCDBT database (manifest.ocdbt outside ocdbt.process_*) must be
+ * whole. Archives are judged by their markers only (no ranged reads);
+ * databases ckpt cannot read (CKPT_EUNSUPPORTED) by the markers too. */
+static int judge_ocdbt(const struct view *v, struct ckpt_checkpoint *c,
+                       struct ckpt_err *err)
+{
+    if (v->t->archive != CKPT_ARCHIVE_NONE)
+        return 0;
+    for (size_t i = v->lo; i < v->hi && c->complete; i++) {
+        const char *r = rel_of(v, i);
+        if (strcmp(base_of(r), "manifest.ocdbt") ||
+            strstr(r, "ocdbt.process_"))
+            continue;
+        char *db = ckpt_path_dirname(v->t->files[i].path);
+        struct run_tio x;
+        struct ckpt_orbax_io io;
+        run_tree_io(&x, &io, v->t, db);
+        struct ckpt_err e = CKPT_ERR_INIT;
+        uint64_t nkeys;
+        int rc = ckpt_ocdbt_check(&io, db, &nkeys, &e);
+        free(db);
+        /* Only a missing or short data file makes the step incomplete
+         * (clean deletes those); a manifest or node ckpt cannot decode
+         * is an error: when unsure, never delete. */
+        if (rc == 1)
+            set_why(c, "%s", e.msg);
+        else if (rc != 0 && e.code != CKPT_EUNSUPPORTED) {
+            *err = e;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int judge_orbax(const struct view *v, struct ckpt_checkpoint *c,
                        struct ckpt_err *err)
 {
@@ -248,7 +283,7 @@ static int judge_orbax(const struct view *v, struct ckpt_checkpoint *c,
     }
     for (size_t i = v->lo; i < v->hi; i++)
         if (!strcmp(base_of(rel_of(v, i)), "commit_success.txt"))
-            return 0;
+            return judge_ocdbt(v, c, err);
     if (!get(v, "_CHECKPOINT_METADATA"))
         return set_why(c, "%s", "no commit_success.txt or "
                                 "_CHECKPOINT_METADATA");
@@ -259,7 +294,7 @@ static int judge_orbax(const struct view *v, struct ckpt_checkpoint *c,
     if (!cJSON_IsNumber(ts))
         set_why(c, "%s", "_CHECKPOINT_METADATA has no commit_timestamp_nsecs");
     cJSON_Delete(j);
-    return 0;
+    return c->complete ? judge_ocdbt(v, c, err) : 0;
 }
 
 static int judge_olmo_core(const struct view *v, struct ckpt_checkpoint *c,

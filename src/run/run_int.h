@@ -9,4 +9,16 @@
 int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
                           struct ckpt_err *err);
 
+/* orbaxls.c: an Orbax item (OCDBT database or old-format directory) of a
+ * tree as a ckpt_orbax_io: sizes from the listing, bytes by ranged reads
+ * (directory trees; archives only through their listing). x must outlive
+ * io. */
+struct ckpt_orbax_io;
+struct run_tio {
+    struct ckpt_tree *t;
+    const char *db;     /* item directory in the tree */
+};
+void run_tree_io(struct run_tio *x, struct ckpt_orbax_io *io,
+                 struct ckpt_tree *t, const char *db);
+
 #endif

@@ -268,6 +268,46 @@ int olmo_job_init(struct ujob *j, const char *src, const char *metaname,
     return j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
 }
 
+/* An Orbax step at src: a local directory, a remote URL or a key of
+ * o->storage. Remote steps are read in place through j->st (set here,
+ * so config.yaml beside the step is found through it too); *key is
+ * where the step is in it. */
+static int orbax_src(struct ujob *j, const char *src, char **key)
+{
+    struct ckpt_loc loc;
+    struct ckpt_err e = CKPT_ERR_INIT;
+    struct ckpt_storage *st = j->o->storage;
+    const char *k = src;
+    int is = 0;
+    if (!st && ckpt_loc_parse(&loc, src, &e) == 0) {
+        struct ckpt_storage_cfg cfg = { 0, 0, 0, j->o->jobs };
+        if (loc.scheme != CKPT_SCHEME_LOCAL &&
+            ckpt_storage_open(&st, &loc, &cfg, &e) != 0)
+            st = NULL;
+        if (loc.scheme == CKPT_SCHEME_LOCAL)
+            is = orbax_is_step(src);
+        else if (st && (is = orbax_is_remote_step(st, loc.key)) != 0)
+            k = loc.key;
+        if (is)
+            *key = ckpt_xstrdup(k);
+        if (is && st) {
+            j->st = st;
+            j->st_borrowed = 0;
+        } else if (st) {
+            ckpt_storage_close(st);
+        }
+        ckpt_loc_release(&loc);
+        return is;
+    }
+    if (st && orbax_is_remote_step(st, src)) {
+        j->st = st;
+        j->st_borrowed = 1;
+        *key = ckpt_xstrdup(src);
+        return 1;
+    }
+    return 0;
+}
+
 /* Plan everything; nothing is written. */
 static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
@@ -279,6 +319,11 @@ static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (!j->o->storage && olmocore_is_step(src)) {
         j->top = ckpt_xstrdup(src);
         return olmocore_plan(j, src, err);
+    }
+    char *okey = NULL;
+    if (orbax_src(j, src, &okey)) {
+        j->top = okey;
+        return orbax_plan(j, okey, err);
     }
     if (!j->o->storage && (legacy_is_step(src) || zarr_is_step(src))) {
         /* Local step directories: their config.yaml travels too. */

@@ -242,6 +242,11 @@ int flat_boxes(int ndim, const uint64_t *size, uint64_t start,
 int zarr_is_step(const char *dir);
 int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
+/* orbaxplan.c: Orbax steps (<step>/<item>/, OCDBT or zarr v2 per array) */
+int orbax_is_step(const char *dir);
+int orbax_is_remote_step(struct ckpt_storage *st, const char *key);
+int orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
 /* olmolocal.c: OLMo local steps ({model,optim,train}/rank{R}.pt) */
 int olmolocal_is_step(const char *dir);
 int olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err);

@@ -250,7 +250,8 @@ def expected_lines(dest):
         "unsharded\tstep10\t%s/step10-unsharded: 4 files, 72 tensors" % dest,
         "unsharded\tstep20\t%s/step20-unsharded: 4 files, 64 tensors" % dest,
         "skip\tstep30\tincomplete: optim/metadata.json missing or invalid",
-        "error\tstep40\tunsupported checkpoint format 'orbax'",
+        "error\tstep40\tOrbax step without arrays: no item (manifest.ocdbt, "
+        "_METADATA or a legacy msgpack 'checkpoint') holds any",
     ]
 
 
@@ -298,7 +299,9 @@ def run_mode(tmp):
         if ext != ".tar":
             # One streaming pass: rows of skipped steps first, then each
             # step as its last member arrives (tarfile stores names sorted).
-            done = [ln for ln in want if ln.startswith("unsharded")]
+            # (step40's Orbax error comes when its members are read.)
+            done = [ln for ln in want if ln.startswith("unsharded") or
+                    ln.startswith("error\tstep40")]
             want = [ln for ln in want if ln not in done] + done
         check(ext + ": lines", lines == want, "\n".join(lines))
         check_run_outputs(ext, tmp, dest)

@@ -1,3 +1,4 @@
+#include "ckpt/orbax.h"
 #include "ckpt/run.h"
 #include "ckpt/util.h"
 #include "test.h"
@@ -75,9 +76,11 @@ static char *judge(const char *run, const char *spec)
     struct ckpt_tree *t;
     struct ckpt_run r;
     char out[4096] = "";
-    if (ckpt_tree_load(&t, st, root, NULL, &err) != 0 ||
-        ckpt_run_scan(&r, t, &err) != 0) {
+    int loaded = ckpt_tree_load(&t, st, root, NULL, &err) == 0;
+    if (!loaded || ckpt_run_scan(&r, t, &err) != 0) {
         snprintf(out, sizeof(out), "error: %s", err.msg);
+        if (loaded)
+            ckpt_tree_free(t);
     } else {
         size_t len = 0;
         for (size_t i = 0; i < r.n; i++) {
@@ -105,19 +108,96 @@ static char *judge(const char *run, const char *spec)
         free(got_);                                                        \
     } while (0)
 
+/* An OCDBT manifest (index.rst) whose latest generation's root B+tree
+ * node is d/abc[off, off+len); off == len == UINT64_MAX: no root. */
+static void write_manifest(const char *path, uint64_t off, uint64_t len)
+{
+    unsigned char b[128];
+    size_t n = 14;
+    uint64_t v[2] = { off, len };
+    memcpy(b, "\x0c\xdb\x3a\x2a", 4);
+    b[12] = 0;                              /* version */
+    b[13] = 0;                              /* uncompressed */
+    memset(b + n, 7, 16);                   /* uuid */
+    n += 16;
+    memcpy(b + n, "\x00\x64\x80\x80\x80\x04\x04\x00", 8);
+    n += 8;                                 /* kind, limits, arity, none */
+    memcpy(b + n, "\x01\x05\x00" "d/abc", 8);  /* data file table */
+    n += 8;
+    memcpy(b + n, "\x01\x01\x00\x00", 4);   /* 1 version: gen 1, h 0, f 0 */
+    n += 4;
+    for (int k = 0; k < 2; k++)
+        do {
+            b[n++] = (unsigned char)((v[k] & 0x7f) | (v[k] > 0x7f ? 0x80 : 0));
+            v[k] >>= 7;
+        } while (v[k]);
+    memcpy(b + n, "\x00\x00\x00", 3);      /* statistics */
+    n += 3;
+    memset(b + n, 0, 8);                    /* commit time */
+    n += 8;
+    b[n++] = 0;                             /* no version nodes */
+    n += 4;
+    for (int i = 0; i < 8; i++)
+        b[4 + i] = (unsigned char)((uint64_t)n >> (8 * i));
+    uint32_t c = ckpt_crc32c(0, b, n - 4);
+    for (int i = 0; i < 4; i++)
+        b[n - 4 + (size_t)i] = (unsigned char)(c >> (8 * i));
+    CHECK(test_write_file(path, b, n) == 0);
+}
+
+/* ls/clean read the OCDBT tree: a real manifest of an empty database is
+ * whole; one whose root node lies in a data file that is missing or too
+ * short is incomplete. */
+static void test_run__orbax_ocdbt(void)
+{
+    static const struct { const char *run, *data, *want; uint64_t off, len; }
+    c[] = {
+        { "oc1", NULL, "5:orbax:1", UINT64_MAX, UINT64_MAX },
+        { "oc2", NULL, "5:orbax:0:5/state/d/abc missing: referenced by the "
+          "OCDBT tree", 0, 40 },
+        { "oc3", "short", "5:orbax:0:'5/state/d/abc' has 5 bytes, the "
+          "OCDBT tree references bytes up to 42 (truncated)", 2, 40 },
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        char spec[256];
+        snprintf(spec, sizeof(spec), "5/commit_success.txt=;5/state/d/%s",
+                 c[i].data ? "abc=short" : "");
+        char *root = make(c[i].run, spec);
+        char *m = ckpt_xasprintf("%s/5/state/manifest.ocdbt", root);
+        write_manifest(m, c[i].off, c[i].len);
+        JUDGE(c[i].run, "", c[i].want);
+        free(m);
+        free(root);
+    }
+}
+
+/* The scan fails (a run-level error naming the file, never a verdict
+ * clean acts on): "error: <root>/<run>: <suffix>". */
+#define JUDGE_ERR(run, spec, suffix)                                       \
+    do {                                                                   \
+        char *got_ = judge(run, spec);                                     \
+        test_cond(got_, !strncmp(got_, "error: ", 7) &&                    \
+                  ckpt_str_endswith(got_, "/" run ": " suffix));           \
+        free(got_);                                                        \
+    } while (0)
+
 static void test_run__orbax(void)
 {
-    JUDGE("o1", "100/_CHECKPOINT_METADATA={\"commit_timestamp_nsecs\": 5};"
-                "100/default/manifest.ocdbt=x",
-          "100:orbax:1");
+    /* A manifest ckpt cannot decode: an error (when unsure, never
+     * delete), not "incomplete". */
+    JUDGE_ERR("o1", "100/_CHECKPOINT_METADATA={\"commit_timestamp_nsecs\": 5};"
+                    "100/default/manifest.ocdbt=x",
+              "100/default/manifest.ocdbt: 1 bytes is too short for an OCDBT "
+              "object");
     JUDGE("o2", "100/_CHECKPOINT_METADATA={\"init_timestamp_nsecs\": 5}",
           "100:orbax:0:_CHECKPOINT_METADATA has no commit_timestamp_nsecs");
     JUDGE("o3", "200/commit_success.txt=;200/state/ocdbt.process_0/d/x=1",
           "200:orbax:0:state/manifest.ocdbt missing (per-process files not "
           "merged)");
-    JUDGE("o4", "200/commit_success.txt=;200/state/manifest.ocdbt=m;"
-                "200/state/ocdbt.process_0/d/x=1",
-          "200:orbax:1");
+    JUDGE_ERR("o4", "200/commit_success.txt=;200/state/manifest.ocdbt=m;"
+                    "200/state/ocdbt.process_0/d/x=1",
+              "200/state/manifest.ocdbt: 1 bytes is too short for an OCDBT "
+              "object");
     JUDGE("o5", "step_7.orbax-checkpoint-tmp-123/x=1;"
                 "step_8/_CHECKPOINT_METADATA={\"commit_timestamp_nsecs\":1}",
           "step_8:orbax:1");
@@ -182,5 +262,6 @@ static void test_run__unsharded_and_misc(void)
           "step2:dcp:0:model_and_optim/.metadata missing");
 }
 
-TEST_MAIN(T(test_run__checkpoint_names), T(test_run__orbax), T(test_run__zarr),
+TEST_MAIN(T(test_run__checkpoint_names), T(test_run__orbax),
+          T(test_run__orbax_ocdbt), T(test_run__zarr),
           T(test_run__olmo), T(test_run__unsharded_and_misc))

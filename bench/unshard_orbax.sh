@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# bench/unshard_orbax.sh - `ckpt unshard --format safetensors` of a large
+# Orbax OCDBT step against `cp -r` of the same step on the same disk.
+#
+#   bash bench/unshard_orbax.sh          # SIZE=1024 MiB, RUNS=3
+#   SIZE=256 RUNS=1 bash bench/unshard_orbax.sh
+#
+# The step is written by tests/support/make_orbax.py --big SIZE (float32
+# arrays of 1024x4096 in 256-row zarr v2 chunks, zstd level 1, in two
+# ocdbt.process_* sub-databases under a merged root, as Orbax lays out a
+# two-host save). Random data, so zstd barely shrinks it: unsharding is
+# one decompression and one write per byte, cp one copy. Each run is timed
+# with /usr/bin/time -v (wall, peak RSS); median of RUNS; --no-sync for
+# ckpt as cp does not sync. Page cache warm. Output under $BENCH_DIR
+# (default bench/out), removed at the end unless KEEP=1. Prints a Markdown
+# table for bench/RESULTS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CKPT=${CKPT:-build/ckpt}
+OUT=${BENCH_DIR:-bench/out}
+SIZE=${SIZE:-1024}
+RUNS=${RUNS:-3}
+mkdir -p "$OUT"
+[ -x "$CKPT" ] || { echo "build $CKPT first (scripts/build.sh)" >&2; exit 2; }
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+measure() {
+    local log
+    log=$(mktemp)
+    /usr/bin/time -v "$@" >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
+    awk -F': ' '/Elapsed \(wall clock\)/ {
+                    n = split($2, t, ":"); s = 0
+                    for (i = 1; i <= n; i++) s = s * 60 + t[i]
+                    wall = s }
+                /Maximum resident set size/ { rss = $2 }
+                END { print wall, rss }' "$log"
+    rm -f "$log"
+}
+
+gen="$OUT/orbax-$SIZE"
+src="$gen/run/1"
+if [ ! -f "$src/state/manifest.ocdbt" ]; then
+    echo "== generating a $SIZE MiB OCDBT step" >&2
+    rm -rf "$gen"
+    /usr/bin/python3 tests/support/make_orbax.py "$gen" --big "$SIZE"
+fi
+bytes=$(du -sb "$src" | cut -f1)
+sync
+find "$src" -type f -exec cat {} + >/dev/null
+
+cp_t=(); ck_t=(); ck_rss=0; cp_rss=0
+for i in $(seq "$RUNS"); do
+    rm -rf "$OUT/cp-out"; sync
+    read -r t r < <(measure cp -r "$src" "$OUT/cp-out")
+    cp_t+=("$t"); cp_rss=$r
+    rm -rf "$OUT/cp-out"; sync
+    rm -rf "$OUT/ck-out"; sync
+    read -r t r < <(measure "$CKPT" unshard --no-sync --no-progress \
+                    --format safetensors "$src" "$OUT/ck-out")
+    ck_t+=("$t"); [ "$r" -gt "$ck_rss" ] && ck_rss=$r
+    rm -rf "$OUT/ck-out"; sync
+done
+cp_med=$(printf '%s\n' "${cp_t[@]}" | median)
+ck_med=$(printf '%s\n' "${ck_t[@]}" | median)
+mbs() { awk -v b="$bytes" -v t="$1" 'BEGIN {printf "%.0f", b / t / 1e6}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+[ "${KEEP:-0}" = 1 ] || rm -rf "$gen"
+
+echo
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/2^20}' /proc/meminfo), $(df -T "$OUT" | awk 'NR==2 {print $2}') at $OUT, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| step | tool | time (median of $RUNS) | peak RSS | notes |"
+echo "| --- | --- | --- | --- | --- |"
+echo "| $SIZE MiB OCDBT ($(awk -v b="$bytes" 'BEGIN{printf "%.2f", b/2^30}') GiB) | cp -r | $cp_med s ($(mbs "$cp_med") MB/s) | $((cp_rss / 1024)) MiB | runs: ${cp_t[*]} |"
+echo "| | ckpt unshard --format safetensors --no-sync | $ck_med s ($(mbs "$ck_med") MB/s) = $(ratio "$cp_med" "$ck_med")x cp | $((ck_rss / 1024)) MiB | runs: ${ck_t[*]} |"
