@@ -195,7 +195,8 @@ static int acquire_once(struct ckpt_lease *l, struct ckpt_lease_holder *h,
     free(body);
     if (rc == 0)
         return after_create(l, h, err);
-    if (err->code != CKPT_EEXIST)
+    /* 409 ConditionalRequestConflict: a concurrent create won (S3). */
+    if (err->code != CKPT_EEXIST && err->http_status != 409)
         return -1;
     char ver[CKPT_VERSION_MAX];
     if (read_lease(l->st, l->key, h, ver, err) != 0)

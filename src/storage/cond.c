@@ -195,6 +195,16 @@ static int s3_get_versioned(struct ckpt_storage *st, const char *key,
     return rc;
 }
 
+/* A condition lost: 412, a missing object (If-Match on PUT), or S3's 409
+ * ConditionalRequestConflict (a concurrent conditional write to the key
+ * won; AWS says retry, which here means re-read: the version we hold is
+ * about to be stale). */
+static int lost_condition(const struct ckpt_err *err)
+{
+    return err->code == CKPT_EEXIST || err->code == CKPT_ENOTFOUND ||
+           err->http_status == 409;
+}
+
 /* After retries, a 412 may answer our own first attempt, which succeeded
  * unseen: the object then holds exactly our bytes (a lease's bytes are
  * unique: token and times). */
@@ -231,7 +241,7 @@ static int s3_put_if_match(struct ckpt_storage *st, const char *key,
     int rc = s3_exec(st->impl, &r, &resp, what, err);
     if (rc == 0 && new_version)
         rc = reply_version(st, &resp, what, new_version, err);
-    if (rc != 0 && (err->code == CKPT_EEXIST || err->code == CKPT_ENOTFOUND)) {
+    if (rc != 0 && lost_condition(err)) {
         int retried = strstr(err->msg, "attempts") != NULL;
         if (retried && was_ours(st, key, data, len, new_version)) {
             rc = 0;
@@ -258,7 +268,7 @@ static int s3_delete_if_match(struct ckpt_storage *st, const char *key,
     int rc = s3_exec(st->impl, &r, &resp, what, err);
     if (rc != 0 && err->code == CKPT_ENOTFOUND)
         rc = 0;     /* already gone: nothing of anyone's was deleted */
-    else if (rc != 0 && err->code == CKPT_EEXIST)
+    else if (rc != 0 && lost_condition(err))
         ckpt_err_set(err, CKPT_EEXIST, "%s: changed since read", what);
     free(what);
     http_resp_release(&resp);

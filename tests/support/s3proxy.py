@@ -21,7 +21,9 @@ It also emulates what s3rver lacks (so tests can exercise those paths):
     distinct contents get distinct generations); config conditional=false
     switches all conditional-write enforcement off, "create" keeps only
     the create-only ones (If-None-Match: *, generation 0), to show what a
-    service that ignores the headers would let happen; every request on
+    service that ignores the headers would let happen; cond_conflict N
+    answers the next N conditional writes 409 ConditionalRequestConflict,
+    as S3 does when conditional writes to one key race; every request on
     a key once written conditionally is serialised with those writes, as
     S3's atomic object writes are (s3rver writes in place: a GET could see
     half an object, or one PUT's bytes with another's ETag);
@@ -99,7 +101,8 @@ class State:
                        "methods": args.fault_methods, "token_ttl": 3600,
                        "complete_error": 0, "no_batch_delete": False,
                        "delete_key_errors": 0, "region": "",
-                       "reset_writes": False, "conditional": True}
+                       "reset_writes": False, "conditional": True,
+                       "cond_conflict": 0}
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
@@ -272,6 +275,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         cond = (self.command == "PUT" and
                 self.headers.get("If-None-Match", "").strip() == "*")
         cond = self.count_conditions() or cond
+        if cond and self.take_conflict():
+            return self.reply(409, error_xml("ConditionalRequestConflict",
+                              "A conflicting operation occurred. If using "
+                              "PutObject you can retry the request."))
         # A conditional write is HEAD + PUT/DELETE under one lock; other
         # requests on its key wait for it (atomic objects).
         key_path = urllib.parse.urlsplit(path).path
@@ -385,6 +392,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.command, h.lower(), self.headers.get(h).strip()
                 if h != "If-Match" else "etag"))
         return bool(seen)
+
+    def take_conflict(self):
+        with self.st.lock:
+            if self.st.config["cond_conflict"] <= 0:
+                return False
+            self.st.config["cond_conflict"] -= 1
+            return True
 
     def conditions(self, path):
         """412 (or 404) for a PUT/DELETE whose If-Match ETag or GCS
