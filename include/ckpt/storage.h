@@ -254,6 +254,25 @@ typedef int (*ckpt_upload_list_fn)(void *ud, const char *key,
 int ckpt_storage_mpu_list(struct ckpt_storage *st, const char *prefix,
                           ckpt_upload_list_fn fn, void *ud,
                           struct ckpt_err *err);
+/* Where location b is relative to location a. Local paths are compared
+ * by identity (device and inode: symlinks, "..", bind mounts and hard
+ * links cannot hide that two spellings name one file), a path that does
+ * not exist yet by its deepest existing ancestor plus the rest; object
+ * storage by endpoint, bucket and key. A location that cannot be stat-ed
+ * counts as APART (its own operation then reports why). */
+enum ckpt_loc_rel {
+    CKPT_LOC_APART = 0,
+    CKPT_LOC_SAME,
+    CKPT_LOC_B_INSIDE_A,   /* b is below a */
+    CKPT_LOC_A_INSIDE_B    /* a is below b */
+};
+enum ckpt_loc_rel ckpt_storage_relation(struct ckpt_storage *sa,
+                                        const char *a,
+                                        struct ckpt_storage *sb,
+                                        const char *b);
+/* Do a and b (files that exist) name the same file or object? */
+int ckpt_storage_same_file(struct ckpt_storage *sa, const char *a,
+                           struct ckpt_storage *sb, const char *b);
 /* Remove the empty directories at and below dir (local; never follows
  * symlinks; non-empty ones stay). A no-op for object storage. */
 int ckpt_storage_prune_dirs(struct ckpt_storage *st, const char *dir,

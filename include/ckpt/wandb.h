@@ -119,14 +119,33 @@ int ckpt_wandb_parse_rundir(const char *name, char **id, char stamp[16],
 
 /* ---- 3. client and resolver ---------------------------------------------- */
 
+/* Called while a query takes long: every notice_every seconds since its
+ * first attempt (retries and pauses included), from the thread that sent
+ * it. host is the server's host[:port]; what names the query ("run
+ * E/P/ID", "runs of E/P (page 3)", "the default entity"); attempt counts
+ * from 1. */
+typedef void (*ckpt_wandb_wait_fn)(void *ud, const char *host,
+                                   const char *what, double seconds,
+                                   int attempt);
+
 struct ckpt_wandb_client_cfg {
     const char *base_url;  /* NULL: $WANDB_BASE_URL, else api.wandb.ai */
     const char *api_key;   /* NULL: $WANDB_API_KEY, else netrc */
     int insecure;          /* do not verify TLS */
     int attempts;          /* per request; <= 0: 8 */
     double max_backoff;    /* seconds between attempts; <= 0: 60 */
-    double timeout;        /* connect/stall timeout, s; <= 0:
-                            * $WANDB_HTTP_TIMEOUT, else 19 */
+    double timeout;        /* stall timeout: no byte either way for this
+                            * long, s; <= 0: $WANDB_HTTP_TIMEOUT, else 19 */
+    double request_timeout; /* the most one HTTP request may take, s
+                             * (connect to last byte); no retry starts
+                             * later than 3x this after a query's first
+                             * attempt; <= 0: $CKPT_WANDB_TIMEOUT, else
+                             * 60 */
+    int max_pages;         /* pages of one listing before it is an error;
+                            * <= 0: $CKPT_WANDB_MAX_PAGES, else 10000 */
+    ckpt_wandb_wait_fn on_wait; /* NULL: no notices */
+    void *wait_ud;
+    double notice_every;   /* s; <= 0: 10 */
 };
 
 struct ckpt_wandb_client;
@@ -177,7 +196,8 @@ int ckpt_wandb_get_run(struct ckpt_wandb_client *c, const char *entity,
 
 /* api.runs("entity/project", filters): every page (50 runs each, oldest
  * first) appended to out. filters is MongoDB-style JSON text, sent as a
- * JSON string. A missing project fails with CKPT_ENOTFOUND. */
+ * JSON string. A missing project fails with CKPT_ENOTFOUND; a cursor the
+ * listing already had, or more than max_pages pages, with CKPT_EFORMAT. */
 int ckpt_wandb_list_runs(struct ckpt_wandb_client *c, const char *entity,
                          const char *project, const char *filters,
                          struct ckpt_wandb_runs *out, struct ckpt_err *err);

@@ -29,6 +29,8 @@ struct ckpt_opts {
     int no_progress;
     int insecure;
     int retries;       /* 0: default */
+    int wandb_timeout; /* s per W&B request; 0: default (map-wandb and
+                        * upload --wandb set it) */
     const char *tmp_dir;
 };
 
@@ -72,17 +74,21 @@ struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g);
 
 /* Messages to stderr: "ckpt: error: ...", warnings hidden by -q, info
  * shown unless -q, debug only with -v. When stderr is not a terminal each
- * line starts with an ISO-8601 timestamp. */
+ * line starts with an ISO-8601 timestamp. The formatted message is
+ * escaped (ckpt/text.h), so it is always one line without control bytes. */
 void cli_init_output(const struct ckpt_opts *g);
 void errorf(const char *fmt, ...) CKPT_PRINTF(1, 2);
 void warnf(const char *fmt, ...) CKPT_PRINTF(1, 2);
 void infof(const char *fmt, ...) CKPT_PRINTF(1, 2);
 void debugf(const char *fmt, ...) CKPT_PRINTF(1, 2);
 
-/* Print one JSON object as a single line on stdout and free it. */
+/* Print one JSON object as a single line on stdout and free it. A string
+ * or key that is not valid UTF-8 is replaced by its escaped form
+ * (ckpt_escape), so the line is always valid UTF-8 JSON. */
 void out_json(struct cJSON *obj);
-/* Print fields joined by TAB, newline-terminated, on stdout. Tabs and
- * newlines inside fields are replaced by spaces (one row per item). */
+/* Print fields joined by TAB, newline-terminated, on stdout; each field
+ * escaped (ckpt_escape: \t \n \\ \xNN), so a row is one line and its
+ * fields split on TAB exactly. */
 void out_tsv(int n, const char *const *fields);
 
 /* Progress: a bar on a terminal (unless --no-progress/-q), periodic plain

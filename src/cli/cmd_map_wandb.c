@@ -125,6 +125,16 @@ static void gather_all(struct item *items, int n, int jobs)
     ckpt_pool_free(pool);
 }
 
+/* A W&B query taking long: say what we wait for. */
+static void on_wait(void *ud, const char *host, const char *what,
+                    double seconds, int attempt)
+{
+    char again[32] = "";
+    if (attempt > 1)
+        snprintf(again, sizeof(again), " (attempt %d)", attempt);
+    infof("waiting for %s: %s, %.0f s%s", host, what, seconds, again);
+}
+
 /* Resolve every gathered run in one batch. Returns 0, or -1 after
  * printing a fatal API error (no key, key rejected). */
 static int resolve_all(struct item *items, int n, const struct mw_opts *o,
@@ -138,8 +148,10 @@ static int resolve_all(struct item *items, int n, const struct mw_opts *o,
             ev[m++] = items[i].ev;
     struct ckpt_wandb_client *c = NULL;
     struct ckpt_err err = CKPT_ERR_INIT;
-    struct ckpt_wandb_client_cfg ccfg = { NULL, NULL, g->insecure,
-                                          g->retries, 0, 0 };
+    struct ckpt_wandb_client_cfg ccfg = {
+        .insecure = g->insecure, .attempts = g->retries,
+        .request_timeout = g->wandb_timeout, .on_wait = on_wait,
+    };
     int rc = 0, resolved = 0;
     if (m && !o->offline && ckpt_wandb_client_new(&c, &ccfg, &err) != 0)
         rc = -1;
@@ -340,6 +352,8 @@ int cmd_map_wandb(int argc, char **argv)
                  "W&B project, overriding the runs' own"),
         OPT_LIST_(0, "ignore-key", &o.ignore, "KEY",
                   "config key not compared (repeatable)"),
+        OPT_INT_(0, "wandb-timeout", &g.wandb_timeout, "S",
+                 "seconds one W&B request may take (default 60)"),
         OPT_END_(),
     };
     int n = parse_options(argc, argv, opts, map_wandb_usage, &g);

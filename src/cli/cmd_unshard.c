@@ -21,6 +21,7 @@
 #include "ckpt/storage.h"
 #include "ckpt/unshard.h"
 #include "ckpt/upload.h"
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 #include "cli.h"
 #include "runs.h"
@@ -92,8 +93,10 @@ static int parse(struct cmd *c, int *argc, char **argv)
 
 static int usage_err(const char *msg, const char *arg)
 {
+    char *e = ckpt_escape(arg);
     fprintf(stderr, "ckpt unshard: error: ");
-    fprintf(stderr, msg, arg);
+    fprintf(stderr, msg, e);
+    free(e);
     fprintf(stderr, "\nusage: %s\n(see 'ckpt unshard --help')\n", usage[0]);
     return EXIT_USAGE;
 }

@@ -9,6 +9,8 @@
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -272,17 +274,6 @@ static char *dest_key(struct plan *p, const struct ckpt_loc *src,
     return key;
 }
 
-/* DEST inside SRC would copy a tree into itself. */
-static int overlaps(const struct ckpt_loc *s, const struct dest *d)
-{
-    if (s->scheme != d->loc.scheme || (s->bucket && strcmp(s->bucket,
-                                                           d->loc.bucket)))
-        return 0;
-    const char *a = s->key, *b = d->loc.key;
-    size_t n = strlen(a);
-    return !strcmp(a, b) || (!strncmp(a, b, n) && (b[n] == '/' || !n));
-}
-
 static void plan_src(struct plan *p, const char *arg)
 {
     struct ckpt_loc loc;
@@ -302,7 +293,10 @@ static void plan_src(struct plan *p, const char *arg)
         ckpt_loc_release(&loc);
         return;
     }
-    if (sb.type == CKPT_ENTRY_DIR && overlaps(&loc, p->dest))
+    /* DEST inside SRC would copy a tree into itself. */
+    if (sb.type == CKPT_ENTRY_DIR &&
+        ckpt_storage_relation(st, loc.key, p->dest->st, p->dest->loc.key)
+        == CKPT_LOC_B_INSIDE_A)
         ckpt_buf_addf(&msg, "DEST '%s' is inside SRC '%s'", p->dest->arg,
                       arg);
     else
@@ -325,6 +319,78 @@ static void plan_src(struct plan *p, const char *arg)
     free(key);
     ckpt_buf_release(&msg);
     ckpt_loc_release(&loc);
+}
+
+/* ---- SRC and DEST in one place ---- */
+
+static void refuse(const char *fmt, ...) CKPT_PRINTF(1, 2);
+static void refuse(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ckpt upload: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* Where a plain file SRC lands when DEST is a directory (or there are
+ * several SRC): DEST/NAME; NULL when it lands on DEST itself. */
+static char *file_target(const struct plan *p, const struct ckpt_loc *src,
+                         const struct ckpt_stat *sb)
+{
+    if (sb->type != CKPT_ENTRY_FILE || p->uo->extract || p->map ||
+        !(p->dest->is_dir || p->nsrc > 1))
+        return NULL;
+    char *name = ckpt_path_basename(src->key);
+    char *key = ckpt_path_join(p->dest->loc.key, name);
+    free(name);
+    return key;
+}
+
+/* Is SRC arg DEST under another spelling (never copied: the copy would
+ * be "verified" against itself), or, with --delete-source, one inside the
+ * other (deleting SRC would delete the copy, or the copy overwrite the
+ * source)? Says why and returns 1. */
+static int same_place(struct plan *p, const char *arg)
+{
+    const struct dest *d = p->dest;
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
+    struct ckpt_stat sb;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int bad = 1;
+    if (ckpt_loc_parse(&loc, arg, &err) != 0 ||
+        storages_get(p->stores, &loc, p->ui->g, &st, &err) != 0 ||
+        ckpt_storage_stat(st, loc.key, &sb, &err) != 0) {
+        ckpt_loc_release(&loc);
+        return 0;  /* plan_src reports it */
+    }
+    enum ckpt_loc_rel rel = ckpt_storage_relation(st, loc.key, d->st,
+                                                  d->loc.key);
+    char *target = file_target(p, &loc, &sb);
+    char *shown = NULL;
+    if (target && ckpt_storage_relation(st, loc.key, d->st, target) ==
+                  CKPT_LOC_SAME)
+        shown = ckpt_storage_display(d->st, target);
+    else if (rel == CKPT_LOC_SAME)
+        shown = ckpt_storage_display(d->st, d->loc.key);
+    if (shown)
+        refuse("SRC '%s' and DEST '%s' are the same location (a copy onto "
+               "itself)", arg, shown);
+    else if (p->uo->delete_source && rel == CKPT_LOC_B_INSIDE_A)
+        refuse("--delete-source: DEST '%s' is inside SRC '%s': deleting "
+               "SRC would delete the copy", d->arg, arg);
+    else if (p->uo->delete_source && rel == CKPT_LOC_A_INSIDE_B)
+        refuse("--delete-source: SRC '%s' is inside DEST '%s': the copy "
+               "could overwrite the source before it is deleted", arg,
+               d->arg);
+    else
+        bad = 0;
+    free(shown);
+    free(target);
+    ckpt_loc_release(&loc);
+    return bad;
 }
 
 /* ---- setup ---- */
@@ -426,6 +492,12 @@ static int check_usage(int n, const struct up_opts *uo)
 static int run_all(struct plan *p, char **srcs, int nsrc, const char *sdir)
 {
     struct ckpt_upload_totals t;
+    int refused = 0;
+    /* Before anything is listed, written or deleted. */
+    for (int i = 0; i < nsrc; i++)
+        refused += same_place(p, srcs[i]);
+    if (refused)
+        return EXIT_USAGE;
     for (int i = 0; i < nsrc; i++)
         plan_src(p, srcs[i]);
     uint64_t files = 0, bytes = 0;
@@ -495,10 +567,14 @@ int cmd_upload(int argc, char **argv)
                  "under DEST/ENTITY/PROJECT/RUN_ID/"),
         OPT_BOOL_(0, "wandb", &uo.wandb, "like --wandb-map, asking W&B "
                   "now (as ckpt map-wandb does)"),
+        OPT_INT_(0, "wandb-timeout", &g.wandb_timeout, "S",
+                 "with --wandb: seconds one W&B request may take "
+                 "(default 60)"),
         OPT_STR_(0, "logs", &uo.logs, "LOCATION", "add log files naming "
                  "the run under logs/"),
         OPT_BOOL_(0, "delete-source", &uo.delete_source, "delete SRC once "
-                  "every file at DEST is verified"),
+                  "every file at DEST is verified (refused when SRC and "
+                  "DEST overlap)"),
         OPT_BOOL_(0, "checksum", &uo.checksum, "compare content even when "
                   "size and time match"),
         OPT_BOOL_('L', "follow-links", &uo.follow, "follow symbolic links "

@@ -6,9 +6,11 @@
 #include <locale.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "ckpt/text.h"
 
 struct cmd_struct {
     const char *name;
@@ -45,6 +47,15 @@ static const struct cmd_struct *find(const char *name)
     return NULL;
 }
 
+/* The name is an argument: any bytes, printed escaped. */
+static int not_a_command(const char *name, const char *hint)
+{
+    char *e = ckpt_escape(name);
+    fprintf(stderr, "ckpt: '%s' is not a ckpt command%s\n", e, hint);
+    free(e);
+    return EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
     /* Names in archives and objects are UTF-8: with a UTF-8 ctype,
@@ -72,19 +83,14 @@ int main(int argc, char **argv)
             return EXIT_OK;
         }
         const struct cmd_struct *c = find(argv[2]);
-        if (!c || !c->fn) {
-            fprintf(stderr, "ckpt: '%s' is not a ckpt command\n", argv[2]);
-            return EXIT_USAGE;
-        }
+        if (!c || !c->fn)
+            return not_a_command(argv[2], "");
         char *av[] = { (char *)c->name, "--help", NULL };
         return c->fn(2, av);
     }
     const struct cmd_struct *c = find(name);
-    if (!c || !c->fn) {
-        fprintf(stderr, "ckpt: '%s' is not a ckpt command. See 'ckpt "
-                        "--help'.\n", name);
-        return EXIT_USAGE;
-    }
+    if (!c || !c->fn)
+        return not_a_command(name, ". See 'ckpt --help'.");
     /* Once, before any thread exists (curl_global_init is not
      * thread-safe). */
     curl_global_init(CURL_GLOBAL_DEFAULT);

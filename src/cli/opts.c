@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 
 static int want_help, want_version;
@@ -99,8 +100,10 @@ static int set_value(const struct option *o, const char *arg, const char *cmd)
         return 0;
     case OPT_INT:
         if (ckpt_parse_u64(arg, &v) != 0 || v > 1000000) {
+            char *e = ckpt_escape(arg);
             fprintf(stderr, "ckpt %s: error: --%s needs a number, got '%s'\n",
-                    cmd, o->long_name, arg);
+                    cmd, o->long_name, e);
+            free(e);
             return -1;
         }
         *(int *)o->value = (int)v;
@@ -110,8 +113,10 @@ static int set_value(const struct option *o, const char *arg, const char *cmd)
         return 0;
     case OPT_SIZE:
         if (ckpt_parse_size(arg, (uint64_t *)o->value, &err) != 0) {
+            char *e = ckpt_escape(err.msg);
             fprintf(stderr, "ckpt %s: error: --%s: %s\n", cmd, o->long_name,
-                    err.msg);
+                    e);
+            free(e);
             return -1;
         }
         return 0;
@@ -131,9 +136,11 @@ static int usage_error(const char *cmd, const struct option *opts,
                        const char *const *usage, const char *fmt,
                        const char *what)
 {
+    char *e = ckpt_escape(what); /* an argument: any bytes */
     fprintf(stderr, "ckpt %s: error: ", cmd);
-    fprintf(stderr, fmt, what);
+    fprintf(stderr, fmt, e);
     fprintf(stderr, "\n");
+    free(e);
     fprintf(stderr, "usage: %s\n(see 'ckpt %s --help')\n", usage[0], cmd);
     (void)opts;
     return -1;

@@ -1,6 +1,12 @@
 /*
  * out.c - everything ckpt prints: result rows on stdout (TSV or JSON lines),
  * messages and progress on stderr.
+ *
+ * Names can hold any bytes (a directory called "x\nckpt: error: ..." or
+ * one with ESC sequences), so every TSV field and every message is escaped
+ * here (ckpt/text.h: \t \n \r \\ \xNN) and every JSON string is made
+ * valid UTF-8: one row per line, one message per line, no control bytes
+ * on the terminal. docs/output.md describes the scheme.
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -13,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 
 static int quiet, verbose, stderr_tty;
@@ -27,6 +34,12 @@ void cli_init_output(const struct ckpt_opts *g)
 
 static void vmsg(const char *level, const char *fmt, va_list ap)
 {
+    /* The whole message is escaped: its names come from directory
+     * listings, archives and servers, and library messages embed them. */
+    struct ckpt_buf raw = CKPT_BUF_INIT, msg = CKPT_BUF_INIT;
+    ckpt_buf_vaddf(&raw, fmt, ap);
+    ckpt_escape_add(&msg, raw.ptr, raw.len);
+    ckpt_buf_release(&raw);
     pthread_mutex_lock(&out_mu);
     if (!stderr_tty) {
         char ts[32];
@@ -36,10 +49,9 @@ static void vmsg(const char *level, const char *fmt, va_list ap)
         strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
         fprintf(stderr, "%s ", ts);
     }
-    fprintf(stderr, "ckpt: %s", level);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "ckpt: %s%s\n", level, msg.ptr);
     pthread_mutex_unlock(&out_mu);
+    ckpt_buf_release(&msg);
 }
 
 void errorf(const char *fmt, ...)
@@ -80,8 +92,40 @@ void debugf(const char *fmt, ...)
     va_end(ap);
 }
 
+/* s in its escaped form when it is not valid UTF-8 (cJSON would copy the
+ * bytes and make the line invalid JSON); NULL when it is fine. */
+static char *json_fix(const char *s)
+{
+    if (!s || ckpt_utf8_valid(s, strlen(s)))
+        return NULL;
+    return ckpt_escape(s);
+}
+
+/* Make every string and key under j valid UTF-8. Replaced strings are
+ * malloced, as cJSON's own (no hooks are installed), and owned by j. */
+static void json_sanitize(cJSON *j)
+{
+    for (; j; j = j->next) {
+        char *fixed = json_fix(j->string);
+        if (fixed) {
+            if (!(j->type & cJSON_StringIsConst))
+                cJSON_free(j->string);
+            j->string = fixed;
+            j->type &= ~cJSON_StringIsConst;
+        }
+        if (cJSON_IsString(j) && (fixed = json_fix(j->valuestring))) {
+            if (!(j->type & cJSON_IsReference))
+                cJSON_free(j->valuestring);
+            j->valuestring = fixed;
+            j->type &= ~cJSON_IsReference;
+        }
+        json_sanitize(j->child);
+    }
+}
+
 void out_json(cJSON *obj)
 {
+    json_sanitize(obj);
     char *s = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     if (!s)
@@ -96,16 +140,19 @@ void out_json(cJSON *obj)
 
 void out_tsv(int n, const char *const *fields)
 {
-    pthread_mutex_lock(&out_mu);
+    struct ckpt_buf row = CKPT_BUF_INIT;
     for (int i = 0; i < n; i++) {
+        const char *f = fields[i] ? fields[i] : "-";
         if (i)
-            fputc('\t', stdout);
-        for (const char *p = fields[i] ? fields[i] : "-"; *p; p++)
-            fputc(*p == '\t' || *p == '\n' || *p == '\r' ? ' ' : *p, stdout);
+            ckpt_buf_addch(&row, '\t');
+        ckpt_escape_add(&row, f, strlen(f));
     }
-    fputc('\n', stdout);
+    ckpt_buf_addch(&row, '\n');
+    pthread_mutex_lock(&out_mu);
+    fwrite(row.ptr, 1, row.len, stdout);
     fflush(stdout);
     pthread_mutex_unlock(&out_mu);
+    ckpt_buf_release(&row);
 }
 
 struct progress {

@@ -7,6 +7,7 @@
 #include "storage_int.h"
 #include "s3_int.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +230,20 @@ static const char *status_name(long status)
     }
 }
 
+/* An S3 error code is a short word ("NoSuchKey", "SlowDown"); anything
+ * else in <Code> is not repeated: a server may quote the request there,
+ * signature and session token included. */
+static int plain_code(const char *code)
+{
+    size_t n = strlen(code);
+    if (n == 0 || n > 64)
+        return 0;
+    for (; *code; code++)
+        if (!isalnum((unsigned char)*code) && *code != '.')
+            return 0;
+    return 1;
+}
+
 static int fail(const struct http_resp *resp, int attempt, const char *what,
                 const char *code, struct ckpt_err *err)
 {
@@ -249,7 +264,8 @@ static int fail(const struct http_resp *resp, int attempt, const char *what,
                  "AWS_REGION)", resp->bucket_region);
     ckpt_err_set(err, status_code(resp->status), "%s: HTTP %ld %s%s%s",
                  what, resp->status,
-                 *code ? code : status_name(resp->status), hint, tries);
+                 plain_code(code) ? code : status_name(resp->status), hint,
+                 tries);
     err->http_status = (int)resp->status;
     return -1;
 }

@@ -34,7 +34,13 @@ int extract_open(struct group *g, struct ckpt_err *err)
         free(x);
         return -1;
     }
-    if (g->ssb.etag[0])
+    if (g->has_ver) {
+        /* Rewritten in place with the mtime put back: another version. */
+        char v[80];
+        srcver_sig(&g->ver, v, sizeof(v));
+        snprintf(x->sig, sizeof(x->sig), "a%llu:%s",
+                 (unsigned long long)g->ver.size, v);
+    } else if (g->ssb.etag[0])
         snprintf(x->sig, sizeof(x->sig), "a%llu:e%s",
                  (unsigned long long)g->ssb.size, g->ssb.etag);
     else

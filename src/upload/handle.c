@@ -486,6 +486,7 @@ static void on_delete(struct ckpt_upload *u, struct unit *un)
         ev.action = CKPT_UP_FAILED;
         ev.detail = un->err.msg;
         u->t.failed++;
+        un->ag->ndel_failed++;
     } else {
         u->t.deleted++;
     }

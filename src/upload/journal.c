@@ -21,6 +21,7 @@
  */
 #include "upload_int.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/buf.h"
@@ -38,7 +40,9 @@
 struct journal {
     int fd, lock_fd;
     char *path;                 /* owned */
+    char *lock_path;            /* owned */
     int failed;                 /* a write failed: stop writing */
+    int discard;                /* remove it on close (source deleted) */
     struct jr_pending *pend;    /* owned */
     size_t npend;
     struct jr_done *done;       /* owned; loaded ones sorted by dkey */
@@ -284,6 +288,39 @@ static char *name_for(const char *dir, const char *id, const char *ext)
     return ckpt_xasprintf("%s/upload-%s.%s", dir, hex, ext);
 }
 
+/* Does path still name the file open at fd? A lock file removed (by a
+ * prune or a finished move) after we opened it locks nothing. */
+static int still_named(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Open and flock lock; -1 with err (CKPT_EEXIST: held by another). */
+static int take_lock(const char *lock, struct ckpt_err *err)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (lfd < 0)
+            return ckpt_err_sys(err, "open '%s'", lock);
+        if (flock(lfd, LOCK_EX | LOCK_NB) != 0) {
+            int rc = errno == EWOULDBLOCK
+                ? ckpt_err_set(err, CKPT_EEXIST, "another ckpt upload of "
+                               "the same SRC to the same DEST is running "
+                               "(journal '%s' is locked)", lock)
+                : ckpt_err_sys(err, "lock '%s'", lock);
+            close(lfd);
+            return rc;
+        }
+        if (still_named(lfd, lock))
+            return lfd;
+        close(lfd);  /* removed meanwhile: lock the new one */
+    }
+    return ckpt_err_set(err, CKPT_EIO, "lock '%s': removed again and again",
+                        lock);
+}
+
 int journal_open(struct journal **out, const char *dir, const char *id,
                  struct ckpt_err *err)
 {
@@ -293,22 +330,15 @@ int journal_open(struct journal **out, const char *dir, const char *id,
     if (mkdirs(dir, err) != 0)
         return -1;
     char *lock = name_for(dir, id, "lock");
-    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    int rc = lfd < 0 ? ckpt_err_sys(err, "open '%s'", lock) : 0;
-    if (rc == 0 && flock(lfd, LOCK_EX | LOCK_NB) != 0)
-        rc = errno == EWOULDBLOCK
-            ? ckpt_err_set(err, CKPT_EEXIST, "another ckpt upload of the "
-                           "same SRC to the same DEST is running (journal "
-                           "'%s' is locked)", lock)
-            : ckpt_err_sys(err, "lock '%s'", lock);
-    free(lock);
-    if (rc != 0) {
-        if (lfd >= 0)
-            close(lfd);
+    int lfd = take_lock(lock, err);
+    if (lfd < 0) {
+        free(lock);
         return -1;
     }
+    int rc;
     struct journal *j = ckpt_xcalloc(1, sizeof(*j));
     j->lock_fd = lfd;
+    j->lock_path = lock;
     j->path = name_for(dir, id, "journal");
     j->fd = open(j->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (j->fd < 0) {
@@ -495,12 +525,32 @@ static void compact(struct journal *j)
     ckpt_buf_release(&b);
 }
 
+static int any_unfinished(const struct journal *j)
+{
+    for (size_t i = 0; i < j->npend; i++)
+        if (!j->pend[i].ended)
+            return 1;
+    return 0;
+}
+
+void journal_discard(struct journal *j)
+{
+    if (j)
+        j->discard = 1;
+}
+
 void journal_close(struct journal *j)
 {
     if (!j)
         return;
-    if (j->fd >= 0 && !j->failed)
+    /* Removed while still locked: a process that opened the lock file
+     * before sees it unnamed (still_named) and starts afresh. */
+    if (j->discard && !any_unfinished(j)) {
+        unlink(j->path);
+        unlink(j->lock_path);
+    } else if (j->fd >= 0 && !j->failed) {
         compact(j);
+    }
     if (j->fd >= 0)
         close(j->fd);
     for (size_t i = 0; i < j->npend; i++) {
@@ -516,6 +566,7 @@ void journal_close(struct journal *j)
     free(j->done);
     free(j->unclaimed);
     free(j->path);
+    free(j->lock_path);
     if (j->lock_fd >= 0)
         close(j->lock_fd);  /* releases the flock */
     free(j);
@@ -524,4 +575,74 @@ void journal_close(struct journal *j)
 const char *journal_file(const struct journal *j)
 {
     return j ? j->path : NULL;
+}
+
+/* ---- pruning ---- */
+
+static int is_journal_name(const char *name)
+{
+    size_t n = strlen(name);
+    return !strncmp(name, "upload-", 7) && n > 15 &&
+           !strcmp(name + n - 8, ".journal");
+}
+
+/* Remove the journal at path (and its lock) if it is older than cutoff,
+ * no process holds it and it records no unfinished upload. */
+static int prune_one(const char *path, time_t cutoff)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || sb.st_mtime >= cutoff)
+        return 0;
+    size_t n = strlen(path);
+    char *lock = ckpt_xasprintf("%.*slock", (int)(n - 7), path);
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int lfd = take_lock(lock, &err), pruned = 0;
+    struct journal tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.fd = lfd >= 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (tmp.fd >= 0) {
+        load(&tmp);
+        /* An unfinished upload may still exist at DEST: the journal is
+         * how a rerun finds and discards it. */
+        if (!any_unfinished(&tmp) && stat(path, &sb) == 0 &&
+            sb.st_mtime < cutoff) {
+            pruned = unlink(path) == 0;
+            unlink(lock);
+        }
+        close(tmp.fd);
+    }
+    for (size_t i = 0; i < tmp.npend; i++) {
+        free(tmp.pend[i].dkey);
+        free(tmp.pend[i].upload_id);
+        free(tmp.pend[i].srcsig);
+        free(tmp.pend[i].md5);
+        free(tmp.pend[i].have);
+    }
+    free(tmp.pend);
+    for (size_t i = 0; i < tmp.ndone; i++)
+        free_done(&tmp.done[i]);
+    free(tmp.done);
+    if (lfd >= 0)
+        close(lfd);
+    free(lock);
+    return pruned;
+}
+
+size_t journal_prune(const char *dir, double max_age)
+{
+    DIR *d = dir ? opendir(dir) : NULL;
+    size_t n = 0;
+    if (!d)
+        return 0;
+    time_t cutoff = time(NULL) - (time_t)max_age;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (!is_journal_name(de->d_name))
+            continue;
+        char *path = ckpt_path_join(dir, de->d_name);
+        n += (size_t)prune_one(path, cutoff);
+        free(path);
+    }
+    closedir(d);
+    return n;
 }

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/buf.h"
 #include "ckpt/util.h"
@@ -174,6 +175,9 @@ void group_free(struct group *g)
     extract_close(g);
     journal_close(g->jr);
     dmap_release(&g->dmap);
+    for (size_t i = 0; i < g->nlinks; i++)
+        free(g->links[i]);
+    free(g->links);
     free(g->skey);
     free(g->dkey);
     free(g->sdisp);
@@ -200,12 +204,31 @@ static void plan_warn(struct group *g, const char *what, const char *msg)
         g->u->cfg.on_event(g->u->cfg.ud, &ev);
 }
 
+/* A local file is planned as the version stat(2) sees now: every read
+ * of it is checked against that version. */
 static void add_file(struct group *g, const char *skey, const char *rel,
                      uint64_t size, int64_t mtime, const char *etag)
 {
     char sig[96];
-    sig_of(sig, sizeof(sig), g->sst, mtime, etag);
+    struct srcver v = { 0 };
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int local = ckpt_storage_is_local(g->sst);
+    if (local && srcver_get(skey, &v, &err) != 0) {
+        char *disp = ckpt_storage_display(g->sst, skey);
+        plan_fail(g, disp, &err);
+        free(disp);
+        return;
+    }
+    if (local) {
+        size = v.size;
+        mtime = v.mtime_ns / 1000000000;
+        srcver_sig(&v, sig, sizeof(sig));
+    } else {
+        sig_of(sig, sizeof(sig), g->sst, mtime, etag);
+    }
     struct obj *o = obj_new(g, skey, rel, size, mtime, sig);
+    o->ver = v;
+    o->has_ver = local;
     o->sdisp = ckpt_storage_display(g->sst, skey);
 }
 
@@ -289,13 +312,44 @@ static void follow_link(struct walk *w, const char *path, const char *rel)
     free(disp);
 }
 
+/* OLMo's `latest` and `latest-unsharded` links name a checkpoint of the
+ * same run: copying them would copy that checkpoint twice (-L), warning
+ * about them is noise, and they must go with the run. One that dangles
+ * (its checkpoint cleaned) counts when its target stays below its own
+ * directory. */
+static int olmo_latest(const struct walk *w, const char *path,
+                       const char *name)
+{
+    char real[PATH_MAX], target[PATH_MAX];
+    if (strcmp(name, "latest") && strcmp(name, "latest-unsharded"))
+        return 0;
+    if (realpath(path, real)) {
+        size_t n = strlen(w->stack[0]);
+        return !strncmp(real, w->stack[0], n) && real[n] == '/';
+    }
+    ssize_t len = readlink(path, target, sizeof(target) - 1);
+    if (len <= 0 || target[0] == '/')
+        return 0;
+    target[len] = '\0';
+    char *save = NULL;
+    for (char *c = strtok_r(target, "/", &save); c;
+         c = strtok_r(NULL, "/", &save))
+        if (!strcmp(c, ".."))
+            return 0;
+    return 1;
+}
+
 static void walk_entry(struct walk *w, const char *dir, const char *rel,
                        const struct lent *e)
 {
     struct group *g = w->g;
     char *path = ckpt_path_join(dir, e->name);
     char *r = *rel ? ckpt_path_join(rel, e->name) : ckpt_xstrdup(e->name);
-    if (e->type == CKPT_ENTRY_FILE && !is_temp(e->name)) {
+    if (e->type == CKPT_ENTRY_LINK && olmo_latest(w, path, e->name)) {
+        g->links = ckpt_xreallocarray(g->links, g->nlinks + 1,
+                                      sizeof(*g->links));
+        g->links[g->nlinks++] = ckpt_xstrdup(path);
+    } else if (e->type == CKPT_ENTRY_FILE && !is_temp(e->name)) {
         add_file(g, path, r, e->size, e->mtime, NULL);
     } else if (e->type == CKPT_ENTRY_DIR) {
         walk_dir(w, path, r);
@@ -407,6 +461,33 @@ static int group_kind(struct group *g, unsigned flags, struct ckpt_err *err)
     return 0;
 }
 
+/* One place under two spellings is never copied onto itself (the copy
+ * would be "verified" by reading the source); with --delete-source
+ * neither may be inside the other (deleting SRC would delete the copy, or
+ * the copy overwrite the source). The CLI refuses these up front; this
+ * keeps every caller of the library safe. */
+static int check_places(struct group *g, struct ckpt_err *err)
+{
+    enum ckpt_loc_rel rel = ckpt_storage_relation(g->sst, g->skey, g->dst,
+                                                  g->dkey);
+    int del = g->u->cfg.delete_source && !(g->flags & CKPT_UPLOAD_KEEP_SRC);
+    char *ddisp = ckpt_storage_display(g->dst, g->dkey);
+    int rc = -1;
+    if (rel == CKPT_LOC_SAME)
+        ckpt_err_set(err, CKPT_EUSAGE, "SRC '%s' and DEST '%s' are the "
+                     "same location (a copy onto itself)", g->sdisp, ddisp);
+    else if (del && rel != CKPT_LOC_APART)
+        ckpt_err_set(err, CKPT_EUSAGE, "--delete-source: SRC '%s' and DEST "
+                     "'%s': one is inside the other", g->sdisp, ddisp);
+    else if (rel == CKPT_LOC_B_INSIDE_A && g->kind == G_TREE)
+        ckpt_err_set(err, CKPT_EUSAGE, "DEST '%s' is inside SRC '%s'",
+                     ddisp, g->sdisp);
+    else
+        rc = 0;
+    free(ddisp);
+    return rc;
+}
+
 int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
                     const char *skey, struct ckpt_storage *dst,
                     const char *dkey, unsigned flags, struct ckpt_err *err)
@@ -427,6 +508,12 @@ int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
                      g->sdisp);
     if (rc == 0)
         rc = group_kind(g, flags, err);
+    if (rc == 0)
+        rc = check_places(g, err);
+    if (rc == 0 && g->kind == G_ARCHIVE && ckpt_storage_is_local(sst)) {
+        rc = srcver_get(skey, &g->ver, err);
+        g->has_ver = rc == 0;
+    }
     if (rc == 0)
         rc = dmap_load(g, &g->dmap, err);
     if (rc == 0)

@@ -159,9 +159,17 @@ static void delete_sources(struct ckpt_upload *u)
     for (size_t i = 0; i < u->ngroups && !u->cfg.dry_run; i++) {
         struct group *g = u->groups[i];
         struct ckpt_err err = CKPT_ERR_INIT;
+        /* The run's own `latest` links go with it, once its files did. */
+        for (size_t k = 0; deletable(g) && !g->ndel_failed &&
+                           k < g->nlinks; k++)
+            if (ckpt_storage_delete(g->sst, g->links[k], &err) != 0)
+                emit(u, CKPT_UP_WARNING, NULL, g->links[k], err.msg);
         if (deletable(g) && g->kind == G_TREE &&
             ckpt_storage_prune_dirs(g->sst, g->skey, &err) != 0)
             emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);
+        /* The source is gone: its journal can never vouch again. */
+        if (deletable(g) && !g->ndel_failed)
+            journal_discard(g->jr);
     }
 }
 
@@ -196,6 +204,10 @@ static void start_groups(struct ckpt_upload *u)
 
 int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out)
 {
+    /* Journals of copies nobody reran for a month would otherwise pile
+     * up; this run's own are locked, so they stay. */
+    if (u->cfg.state_dir && !u->cfg.dry_run)
+        journal_prune(u->cfg.state_dir, JOURNAL_MAX_AGE);
     engine_start(u);
     start_groups(u);
     engine_loop(u);

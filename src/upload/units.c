@@ -18,27 +18,56 @@ static int is_hex32(const char *s)
     return hex_md5_parse(s, d) == 0;
 }
 
-/* Read exactly len bytes at off; a short read means the source shrank. */
+static int local_unchanged(struct obj *o, struct ckpt_err *err);
+
+/* Read exactly len bytes at off of the version planned; a short read
+ * means the source shrank. */
 static int read_exact(struct obj *o, uint64_t off, char *buf, size_t len,
                       struct ckpt_err *err)
 {
     size_t got = 0;
-    if (ckpt_storage_read(o->g->sst, o->skey, off, buf, len, &got,
+    if (local_unchanged(o, err) != 0 ||
+        ckpt_storage_read(o->g->sst, o->skey, off, buf, len, &got,
                           err) != 0)
         return -1;
     if (got != len)
         return ckpt_err_set(err, CKPT_EIO, "%s: changed while being read "
                             "(now shorter than %llu bytes)", o->sdisp,
                             (unsigned long long)o->size);
+    return local_unchanged(o, err);
+}
+
+static int version_same(const char *path, const char *disp,
+                        const struct srcver *was, struct ckpt_err *err)
+{
+    struct srcver now;
+    if (srcver_get(path, &now, err) != 0)
+        return -1;
+    const char *what = srcver_diff(was, &now);
+    if (what)
+        return ckpt_err_set(err, CKPT_EIO, "%s: changed during upload (%s "
+                            "differs)", disp, what);
     return 0;
 }
 
-/* The source must still be what was listed before we commit to it. */
+/* A local source must be the version planned, before and after each
+ * read: then every byte sent comes from that one version. */
+static int local_unchanged(struct obj *o, struct ckpt_err *err)
+{
+    return o->has_ver ? version_same(o->skey, o->sdisp, &o->ver, err) : 0;
+}
+
+/* The source must still be what was listed before we commit to it (an
+ * archive member: the local archive it is read from). */
 static int source_unchanged(struct obj *o, struct ckpt_err *err)
 {
     struct ckpt_stat sb;
+    struct group *g = o->g;
     if (o->from_archive)
-        return 0;
+        return g->has_ver ? version_same(g->skey, g->sdisp, &g->ver, err)
+                          : 0;
+    if (o->has_ver)
+        return local_unchanged(o, err);
     if (ckpt_storage_stat(o->g->sst, o->skey, &sb, err) != 0)
         return -1;
     int same = sb.type == CKPT_ENTRY_FILE && sb.size == o->size;
@@ -171,9 +200,26 @@ static int hash_dest(struct unit *un, char hex[33])
     return rc;
 }
 
+/* A file is never verified against itself: DEST must be another file
+ * or object than SRC, whatever the spellings (planning refused those;
+ * this holds for a link made since). */
+static int dest_is_source(struct obj *o, struct ckpt_err *err)
+{
+    if (o->from_archive ||
+        ckpt_storage_relation(o->g->sst, o->skey, o->g->dst, o->dkey) !=
+        CKPT_LOC_SAME)
+        return 0;
+    return ckpt_err_set(err, CKPT_EUSAGE, "%s: DEST '%s' is the same file; "
+                        "not compared with itself", o->sdisp, o->ddisp);
+}
+
 static void do_check(struct unit *un)
 {
     struct obj *o = un->o;
+    if (dest_is_source(o, &un->err) != 0) {
+        un->rc = -1;
+        return;
+    }
     const char *detag = o->dest->etag;
     const char *dash = strchr(detag, '-');
     int remote = !ckpt_storage_is_local(o->g->dst);
@@ -253,15 +299,22 @@ static void do_put(struct unit *un)
     if (!un->have_data) {
         /* One byte more than listed: a file that grew is caught too. */
         size_t got = 0;
-        un->rc = ckpt_storage_read(o->g->sst, o->skey, 0, un->buf,
-                                   (size_t)o->size + 1, &got, &un->err);
+        un->rc = local_unchanged(o, &un->err);
+        if (un->rc == 0)
+            un->rc = ckpt_storage_read(o->g->sst, o->skey, 0, un->buf,
+                                       (size_t)o->size + 1, &got, &un->err);
         if (un->rc == 0 && got != o->size)
             un->rc = ckpt_err_set(&un->err, CKPT_EIO, "%s: changed while "
                                   "being read (%zu bytes, listed as %llu)",
                                   o->sdisp, got,
                                   (unsigned long long)o->size);
+        if (un->rc == 0)
+            un->rc = local_unchanged(o, &un->err);
         if (un->rc != 0)
             return;
+    } else if (o->from_archive && source_unchanged(o, &un->err) != 0) {
+        un->rc = -1;  /* the member was read from another version */
+        return;
     }
     md5_buf(un->buf, (size_t)o->size, un->md5);
     hex_of(un->md5, 16, hex);
@@ -370,6 +423,8 @@ static int archive_unchanged(struct unit *un)
 {
     struct group *g = un->ag;
     struct ckpt_stat sb;
+    if (g->has_ver)
+        return version_same(g->skey, g->sdisp, &g->ver, &un->err);
     if (ckpt_storage_stat(g->sst, g->skey, &sb, &un->err) != 0)
         return -1;
     if (sb.size != g->ssb.size || sb.mtime != g->ssb.mtime ||
@@ -383,6 +438,8 @@ static void do_delete(struct unit *un)
 {
     struct obj *o = un->o;
     int rc = o ? source_unchanged(o, &un->err) : archive_unchanged(un);
+    if (rc == 0 && o)
+        rc = dest_is_source(o, &un->err);
     if (rc != 0) {
         ckpt_err_prefix(&un->err, "not deleted");
         un->rc = -1;

@@ -27,6 +27,8 @@
 #define CHECK_CHUNK (4 * MIB)
 #define DEFAULT_THROTTLES 30
 #define MAX_CACHE 64
+/* Journals untouched this long, with nothing unfinished, are pruned. */
+#define JOURNAL_MAX_AGE (30 * 86400.0)
 
 /* ---- hashes (hash.c) ---- */
 
@@ -48,6 +50,22 @@ void composite_etag(const unsigned char (*md5)[16], int n, char out[48]);
  * MiB, and large enough that it fits in 10,000 parts. */
 uint64_t part_size_for(uint64_t size, uint64_t min);
 int parts_for(uint64_t size, uint64_t part);
+
+/* ---- local source versions (srcver.c) ---- */
+
+struct srcver {
+    uint64_t size;
+    int64_t mtime_ns, ctime_ns;
+    uint64_t ino;
+    int regular;
+};
+
+/* stat(2) of path (following a symlink, as reading it does). */
+int srcver_get(const char *path, struct srcver *v, struct ckpt_err *err);
+/* NULL when now is the version was, else what differs ("ctime", ...). */
+const char *srcver_diff(const struct srcver *was, const struct srcver *now);
+/* The journal's signature of that version. */
+void srcver_sig(const struct srcver *v, char *out, size_t n);
 
 /* ---- journal (journal.c) ---- */
 
@@ -78,6 +96,12 @@ int journal_open(struct journal **out, const char *dir, const char *id,
 /* Rewrite it compactly (verified objects, unfinished uploads), unlock,
  * free. NULL-safe. */
 void journal_close(struct journal *j);
+/* Remove it on close instead (its source is deleted: it can never vouch
+ * again), unless it records an unfinished upload. NULL-safe. */
+void journal_discard(struct journal *j);
+/* Remove the journals in dir untouched for max_age seconds that record
+ * no unfinished upload and that no process holds. Returns how many. */
+size_t journal_prune(const char *dir, double max_age);
 void journal_start(struct journal *j, const char *dkey, const char *id,
                    uint64_t size, uint64_t part_size, const char *srcsig);
 void journal_part(struct journal *j, const char *id, int num,
@@ -129,10 +153,16 @@ struct group {
     enum group_kind kind;
     unsigned flags;
     struct ckpt_stat ssb;            /* SRC when planned */
+    struct srcver ver;               /* a local archive when planned */
+    int has_ver;
     struct dmap dmap;                /* DEST listing (tree, archive) */
     struct journal *jr;              /* owned, or NULL */
     size_t nobjs, nfailed;
     int plan_failed;                 /* part of SRC could not be listed */
+    size_t ndel_failed;              /* source files not deleted */
+    char **links;                    /* owned: OLMo `latest` links, not
+                                        copied, deleted with the run */
+    size_t nlinks;
     struct extract *x;               /* owned while streaming */
     int extracted;                   /* archive fully read */
 };
@@ -152,6 +182,8 @@ struct obj {
     uint64_t size;
     int64_t mtime;
     char srcsig[96];            /* identifies the source bytes' version */
+    struct srcver ver;          /* local source: the version planned */
+    int has_ver;
     const struct dentry *dest;  /* borrowed from g->dmap, or NULL */
     struct dentry dfile;        /* DEST of a file group (dest points at) */
     enum obj_state st;

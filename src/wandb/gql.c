@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 
 #define MAX_MESSAGE 300   /* characters of a server message we repeat */
@@ -46,13 +47,19 @@ static void add_clean(struct ckpt_buf *b, const char *s, size_t n)
     }
 }
 
+/* A server message, credentials hidden: a server may quote the request
+ * it rejects, Authorization header included. Redacted before it is
+ * shortened, so no cut leaves part of a secret behind. */
 static void add_message(struct ckpt_buf *b, const char *m)
 {
     if (!m || !*m)
         return;
     if (b->len)
         ckpt_buf_addstr(b, "; ");
-    add_clean(b, m, strlen(m));
+    struct ckpt_buf r = CKPT_BUF_INIT;
+    ckpt_redact_add(&r, m, strlen(m));
+    add_clean(b, r.ptr, r.len);
+    ckpt_buf_release(&r);
 }
 
 /* The three error shapes wandb's util.parse_backend_error_messages knows. */
@@ -73,12 +80,11 @@ static void json_errors(const cJSON *doc, struct ckpt_buf *b)
 
 void ckpt_gql_error_message(const char *body, size_t len, struct ckpt_buf *b)
 {
+    /* Only the messages of a JSON error body: any other body (a proxy's
+     * HTML, a debug dump of the request) is never repeated. */
     cJSON *doc = cJSON_ParseWithLength(body, len);
-    size_t before = b->len;
     json_errors(doc, b);
     cJSON_Delete(doc);
-    if (b->len == before)
-        add_clean(b, body, len < MAX_MESSAGE ? len : MAX_MESSAGE);
 }
 
 static int has_errors(const cJSON *doc)

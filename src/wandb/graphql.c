@@ -11,12 +11,20 @@
  * with RateLimit-Remaining: 0, pauses every thread sharing the client, so a
  * pool of workers backs off together instead of each burning an attempt.
  *
+ * Waits are bounded: one HTTP request may take request_timeout seconds
+ * in all (connect to last byte, so a server that trickles a byte now and
+ * then still ends), no retry starts later than 3x that after a query's
+ * first attempt, and a listing takes at most max_pages pages and never a
+ * cursor twice. A query that takes long is reported through cfg.on_wait
+ * every notice_every seconds.
+ *
  * The key is handed to curl as user/password only; it is never formatted
  * into a message, and curl's verbose output stays off.
  */
 #include "wandb_int.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -26,11 +34,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 
 #define MAX_BODY (256u << 20)   /* a response larger than this is refused */
 #define MAX_HINT 300.0          /* longest server-requested pause, s */
-#define MAX_PAGES 100000
+#define DEFAULT_MAX_PAGES 10000
+#define DEFAULT_REQUEST_TIMEOUT 60.0
+#define QUERY_TIMEOUTS 3        /* a query with retries: 3 requests' time */
 
 static const char RUN_FIELDS[] =
     "name displayName group state createdAt config summaryMetrics";
@@ -40,8 +51,12 @@ struct ckpt_wandb_client {
     char *api_key;         /* owned; secret */
     char *key_from;        /* owned; "WANDB_API_KEY" or the netrc path */
     char *user_agent;      /* owned */
-    int insecure, attempts;
-    double max_backoff, timeout;
+    char *host;            /* owned; host[:port], for notices */
+    int insecure, attempts, max_pages;
+    double max_backoff, timeout, request_timeout;
+    ckpt_wandb_wait_fn on_wait;
+    void *wait_ud;
+    double notice_every;
     CURLSH *share;         /* connections, DNS and TLS sessions */
     pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
     pthread_mutex_t mu;    /* guards not_before */
@@ -63,13 +78,34 @@ static void share_unlock(CURL *h, curl_lock_data d, void *ud)
     pthread_mutex_unlock(&c->locks[d]);
 }
 
-static double env_timeout(void)
+/* A positive whole number from the environment, else def. */
+static double env_num(const char *name, double def)
 {
-    const char *s = getenv("WANDB_HTTP_TIMEOUT");
+    const char *s = getenv(name);
     uint64_t v;
-    if (s && ckpt_parse_u64(s, &v) == 0 && v > 0 && v < 86400)
+    if (s && ckpt_parse_u64(s, &v) == 0 && v > 0 && v < 100000000)
         return (double)v;
-    return 19; /* wandb's default */
+    return def;
+}
+
+static void set_limits(struct ckpt_wandb_client *c,
+                       const struct ckpt_wandb_client_cfg *cfg)
+{
+    c->insecure = cfg ? cfg->insecure : 0;
+    c->attempts = cfg && cfg->attempts > 0 ? cfg->attempts : 8;
+    c->max_backoff = cfg && cfg->max_backoff > 0 ? cfg->max_backoff : 60;
+    /* 19 s: wandb's default */
+    c->timeout = cfg && cfg->timeout > 0 ? cfg->timeout
+                                         : env_num("WANDB_HTTP_TIMEOUT", 19);
+    c->request_timeout = cfg && cfg->request_timeout > 0
+        ? cfg->request_timeout
+        : env_num("CKPT_WANDB_TIMEOUT", DEFAULT_REQUEST_TIMEOUT);
+    c->max_pages = cfg && cfg->max_pages > 0
+        ? cfg->max_pages
+        : (int)env_num("CKPT_WANDB_MAX_PAGES", DEFAULT_MAX_PAGES);
+    c->on_wait = cfg ? cfg->on_wait : NULL;
+    c->wait_ud = cfg ? cfg->wait_ud : NULL;
+    c->notice_every = cfg && cfg->notice_every > 0 ? cfg->notice_every : 10;
 }
 
 int ckpt_wandb_client_new(struct ckpt_wandb_client **out,
@@ -95,15 +131,13 @@ int ckpt_wandb_client_new(struct ckpt_wandb_client **out,
     }
     struct ckpt_wandb_client *c = ckpt_xcalloc(1, sizeof(*c));
     c->endpoint = ckpt_xasprintf("%s/graphql", base);
+    c->host = ckpt_url_netloc(base);
     free(base);
     c->api_key = key;
     c->key_from = from;
     c->user_agent = ckpt_xasprintf("W&B Public Client (ckpt %s)",
                                    CKPT_VERSION);
-    c->insecure = cfg ? cfg->insecure : 0;
-    c->attempts = cfg && cfg->attempts > 0 ? cfg->attempts : 8;
-    c->max_backoff = cfg && cfg->max_backoff > 0 ? cfg->max_backoff : 60;
-    c->timeout = cfg && cfg->timeout > 0 ? cfg->timeout : env_timeout();
+    set_limits(c, cfg);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&c->locks[i], NULL);
     pthread_mutex_init(&c->mu, NULL);
@@ -132,6 +166,7 @@ void ckpt_wandb_client_free(struct ckpt_wandb_client *c)
         pthread_mutex_destroy(&c->locks[i]);
     pthread_mutex_destroy(&c->mu);
     free(c->endpoint);
+    free(c->host);
     if (c->api_key) /* do not leave the secret in freed memory */
         memset(c->api_key, 0, strlen(c->api_key));
     free(c->api_key);
@@ -147,9 +182,34 @@ uint64_t ckpt_wandb_client_requests(const struct ckpt_wandb_client *c)
 
 /* ---- one HTTP exchange ---- */
 
+/* One query's clock, for notices. */
+struct waiter {
+    struct ckpt_wandb_client *c;
+    const char *what;
+    double start;            /* ckpt_now() of the first attempt */
+    double next;             /* seconds since start of the next notice */
+    int attempt;
+};
+
+/* Report the wait when its next notice is due. */
+static void tick(struct waiter *w)
+{
+    if (!w->c->on_wait)
+        return;
+    double el = ckpt_now() - w->start;
+    if (el < w->next)
+        return;
+    w->c->on_wait(w->c->wait_ud, w->c->host, w->what, floor(el),
+                  w->attempt);
+    while (w->next <= el)
+        w->next += w->c->notice_every;
+}
+
 struct exchange {
     struct ckpt_buf body;
-    double timeout;          /* seconds without progress before giving up */
+    struct waiter *w;
+    double timeout;          /* seconds without progress before giving up;
+                              * 0: no stall check */
     double last_progress;    /* ckpt_now() of the last byte either way */
     curl_off_t last_dl, last_ul;
     int stalled;
@@ -158,6 +218,7 @@ struct exchange {
     double rl_reset;         /* RateLimit-Reset seconds, or -1 */
     long rl_remaining;       /* RateLimit-Remaining, or -1 */
     int too_big;
+    char ctype[48];          /* Content-Type's media type, or "" */
 };
 
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
@@ -206,6 +267,21 @@ static double seconds_value(const char *v, int allow_date)
     return -1;
 }
 
+/* "text/html; charset=x" -> "text/html"; "" unless it looks like a
+ * media type (it is repeated in messages). */
+static void media_type(const char *v, char *out, size_t cap)
+{
+    size_t n = strcspn(v, "; ");
+    out[0] = '\0';
+    if (n == 0 || n >= cap)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)v[i]) && !strchr("/+-.", v[i]))
+            return;
+    memcpy(out, v, n);
+    out[n] = '\0';
+}
+
 static size_t on_header(char *p, size_t size, size_t n, void *ud)
 {
     struct exchange *x = ud;
@@ -215,6 +291,9 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
     if (len > 5 && !strncmp(p, "HTTP/", 5)) { /* a new response starts */
         x->retry_after = x->rl_reset = -1;
         x->rl_remaining = -1;
+        x->ctype[0] = '\0';
+    } else if (header_value(p, len, "Content-Type", v, sizeof(v))) {
+        media_type(v, x->ctype, sizeof(x->ctype));
     } else if (header_value(p, len, "Retry-After", v, sizeof(v))) {
         x->retry_after = seconds_value(v, 1);
     } else if (header_value(p, len, "RateLimit-Reset", v, sizeof(v))) {
@@ -235,6 +314,9 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 {
     struct exchange *x = ud;
     double now = ckpt_now();
+    tick(x->w);
+    if (!x->timeout)
+        return 0;
     if (dlnow != x->last_dl || ulnow != x->last_ul || !x->last_progress) {
         x->last_dl = dlnow;
         x->last_ul = ulnow;
@@ -245,8 +327,9 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow,
     return x->stalled;
 }
 
+/* One attempt, abandoned after `limit` seconds in all. */
 static CURLcode perform(struct ckpt_wandb_client *c, const char *body,
-                        struct exchange *x)
+                        double limit, struct exchange *x)
 {
     CURL *h = curl_easy_init();
     if (!h)
@@ -269,9 +352,13 @@ static CURLcode perform(struct ckpt_wandb_client *c, const char *body,
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->timeout * 1000));
-    /* A stalled server is a timeout (retried); a slow big page is not. */
-    x->timeout = c->timeout;
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)(fmin(c->timeout, limit) * 1000) + 1);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(limit * 1000) + 1);
+    /* A stalled server is a timeout (retried); a slow big page is not,
+     * until the request's whole limit. A stall limit at or past that
+     * limit never decides (the message names the one that did). */
+    x->timeout = c->timeout < limit ? c->timeout : 0;
     x->last_progress = 0;
     x->last_dl = x->last_ul = 0;
     x->stalled = 0;
@@ -312,14 +399,6 @@ static void pause_all(struct ckpt_wandb_client *c, double s)
     pthread_mutex_unlock(&c->mu);
 }
 
-static void wait_turn(struct ckpt_wandb_client *c)
-{
-    pthread_mutex_lock(&c->mu);
-    double wait = c->not_before - ckpt_now();
-    pthread_mutex_unlock(&c->mu);
-    sleep_s(wait);
-}
-
 /* 2^n s times U(1, 1.25), capped: wandb-core's backoff with a 1 s base. */
 static double backoff(struct ckpt_wandb_client *c, int attempt)
 {
@@ -353,13 +432,29 @@ static int retryable_curl(CURLcode rc)
            rc != CURLE_SSL_CACERT_BADFILE && rc != CURLE_WRITE_ERROR;
 }
 
+/* What the server said: its JSON error messages, redacted; a body of
+ * any other kind is described, never repeated. */
+static void server_said(struct exchange *x, struct ckpt_buf *m)
+{
+    ckpt_gql_error_message(x->body.ptr, x->body.len, m);
+    if (m->len)
+        return;
+    if (!x->body.len)
+        ckpt_buf_addstr(m, "(empty response)");
+    else if (x->ctype[0])
+        ckpt_buf_addf(m, "(a %s body, not shown)", x->ctype);
+    else
+        ckpt_buf_addstr(m, "(a body without Content-Type, not shown)");
+}
+
 /* The error for a final HTTP status. */
 static int status_error(struct ckpt_wandb_client *c, struct exchange *x,
                         int tries, struct ckpt_err *err)
 {
     struct ckpt_buf m = CKPT_BUF_INIT;
-    ckpt_gql_error_message(x->body.ptr, x->body.len, &m);
-    const char *msg = m.len ? m.ptr : "(empty response)";
+    server_said(x, &m);
+    const char *msg = m.ptr;
+    const char *sep = msg[0] == '(' ? " " : ": "; /* "HTTP 502 (a ...)" */
     long st = x->status;
     if (st == 401)
         ckpt_err_set(err, CKPT_EAUTH, "W&B API rejected the API key from "
@@ -367,79 +462,122 @@ static int status_error(struct ckpt_wandb_client *c, struct exchange *x,
                      c->key_from);
     else if (st == 403)
         ckpt_err_set(err, CKPT_EAUTH, "W&B API: permission denied (HTTP "
-                     "403): %s", msg);
+                     "403)%s%s", sep, msg);
     else if (st == 404)
         ckpt_err_set(err, CKPT_EHTTP, "W&B API: %s: HTTP 404 (is "
                      "WANDB_BASE_URL right?)", c->endpoint);
     else if (tries > 1)
-        ckpt_err_set(err, CKPT_EHTTP, "W&B API: HTTP %ld: %s (gave up "
-                     "after %d attempts)", st, msg, tries);
+        ckpt_err_set(err, CKPT_EHTTP, "W&B API: HTTP %ld%s%s (gave up "
+                     "after %d attempts)", st, sep, msg, tries);
     else
-        ckpt_err_set(err, CKPT_EHTTP, "W&B API: HTTP %ld: %s", st, msg);
+        ckpt_err_set(err, CKPT_EHTTP, "W&B API: HTTP %ld%s%s", st, sep,
+                     msg);
     if (err)
         err->http_status = (int)st;
     ckpt_buf_release(&m);
     return -1;
 }
 
-/* POST body; on a 2xx *x holds the response. */
+/* Sleep s seconds, reporting the wait as it goes. */
+static void sleep_ticking(double s, struct waiter *w)
+{
+    double end = ckpt_now() + s;
+    for (double left = s; left > 0; left = end - ckpt_now()) {
+        sleep_s(fmin(left, 0.5));
+        tick(w);
+    }
+}
+
+static double turn_wait(struct ckpt_wandb_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    double wait = c->not_before - ckpt_now();
+    pthread_mutex_unlock(&c->mu);
+    return wait;
+}
+
+/* The error for a transport failure (or timeout) of the last attempt. */
+static int transport_error(struct ckpt_wandb_client *c, struct exchange *x,
+                           CURLcode rc, int tries, struct ckpt_err *err)
+{
+    char why[96], how[48] = "";
+    if (x->stalled)
+        snprintf(why, sizeof(why), "no data for %g s", c->timeout);
+    else if (rc == CURLE_OPERATION_TIMEDOUT)
+        snprintf(why, sizeof(why), "no complete response within %g s",
+                 c->request_timeout);
+    else
+        snprintf(why, sizeof(why), "%s", curl_easy_strerror(rc));
+    if (tries > 1)
+        snprintf(how, sizeof(how), "; gave up after %d attempts", tries);
+    return ckpt_err_set(err, CKPT_ENET, "W&B API %s: %s (%s%s)",
+                        c->endpoint, why, x->w->what, how);
+}
+
+/* POST body; on a 2xx *x holds the response. Attempts stop at
+ * c->attempts, or when the next one would start more than
+ * QUERY_TIMEOUTS request timeouts after the first. */
 static int post(struct ckpt_wandb_client *c, const char *body,
                 struct exchange *x, struct ckpt_err *err)
 {
+    double deadline = x->w->start + QUERY_TIMEOUTS * c->request_timeout;
     for (int attempt = 1;; attempt++) {
         ckpt_buf_reset(&x->body);
         x->status = 0;
         x->too_big = 0;
         x->retry_after = x->rl_reset = -1;
         x->rl_remaining = -1;
-        wait_turn(c);
-        CURLcode rc = perform(c, body, x);
+        x->w->attempt = attempt;
+        sleep_ticking(turn_wait(c), x->w);
+        CURLcode rc = perform(c, body, c->request_timeout, x);
         int last = attempt >= c->attempts;
         if (rc == CURLE_OK && x->status >= 200 && x->status < 300) {
             if (x->rl_remaining == 0 && x->rl_reset > 0)
                 pause_all(c, fmin(x->rl_reset, MAX_HINT));
             return 0;
         }
-        if (rc != CURLE_OK) {
-            if (x->too_big)
-                return ckpt_err_set(err, CKPT_EFORMAT, "W&B API: response "
-                                    "larger than %u MiB", MAX_BODY >> 20);
-            if (last || !retryable_curl(rc))
-                return ckpt_err_set(err, CKPT_ENET, "W&B API %s: %s%s",
-                                    c->endpoint, x->stalled
-                                    ? "no response (timeout)"
-                                    : curl_easy_strerror(rc),
-                                    attempt > 1 ? " (gave up after retries)"
-                                                : "");
-        } else if (last || !retryable_status(x->status)) {
-            return status_error(c, x, attempt, err);
-        }
+        if (rc != CURLE_OK && x->too_big)
+            return ckpt_err_set(err, CKPT_EFORMAT, "W&B API: response "
+                                "larger than %u MiB", MAX_BODY >> 20);
         double hint = x->retry_after >= 0 ? x->retry_after : x->rl_reset;
         double wait = hint >= 0 ? fmin(hint, MAX_HINT)
                                 : backoff(c, attempt - 1);
+        last |= ckpt_now() + wait > deadline;
+        if (rc != CURLE_OK) {
+            if (last || !retryable_curl(rc))
+                return transport_error(c, x, rc, attempt, err);
+        } else if (last || !retryable_status(x->status)) {
+            return status_error(c, x, attempt, err);
+        }
         if (x->status == 429)
             pause_all(c, wait);
         else
-            sleep_s(wait);
+            sleep_ticking(wait, x->w);
     }
 }
 
 /* Send a query; on success *doc is the response document (caller
  * deletes) and *data its `data` object. */
-static int query(struct ckpt_wandb_client *c, const char *q, cJSON *vars,
-                 cJSON **doc, cJSON **data, struct ckpt_err *err)
+static int query(struct ckpt_wandb_client *c, const char *what,
+                 const char *q, cJSON *vars, cJSON **doc, cJSON **data,
+                 struct ckpt_err *err)
 {
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "query", q);
     cJSON_AddItemToObject(req, "variables", vars);
     char *body = cJSON_PrintUnformatted(req);
     cJSON_Delete(req);
-    struct exchange x = { .body = CKPT_BUF_INIT };
+    struct waiter w = { c, what, ckpt_now(), c->notice_every, 1 };
+    struct exchange x = { .body = CKPT_BUF_INIT, .w = &w };
     int rc = body ? post(c, body, &x, err)
                   : ckpt_err_set(err, CKPT_ENOMEM, "W&B API: no memory");
     free(body);
     if (rc == 0)
         rc = ckpt_gql_parse_response(x.body.ptr, x.body.len, doc, data, err);
+    /* Server text was redacted by pattern; the key itself never leaves,
+     * whatever shape a server quoted it in. */
+    if (rc != 0 && err)
+        ckpt_redact_secret(err->msg, sizeof(err->msg), c->api_key);
     ckpt_buf_release(&x.body);
     return rc;
 }
@@ -465,7 +603,9 @@ int ckpt_wandb_get_run(struct ckpt_wandb_client *c, const char *entity,
     cJSON_AddStringToObject(vars, "name", name);
     cJSON *doc, *data;
     *found = 0;
-    int rc = query(c, q, vars, &doc, &data, err);
+    char *what = ckpt_xasprintf("run %s/%s/%s", entity, project, name);
+    int rc = query(c, what, q, vars, &doc, &data, err);
+    free(what);
     free(q);
     if (rc != 0)
         return -1;
@@ -495,6 +635,58 @@ static cJSON *runs_vars(const char *entity, const char *project,
     return v;
 }
 
+/* The cursors a listing has had: an open-addressing set of strings. */
+struct cursor_set {
+    char **v;              /* owned strings; NULL slots are free */
+    size_t cap, n;
+};
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The slot of s in the table v (cap a power of two): where it is, or
+ * the free slot where it goes. */
+static size_t cursor_slot(char **v, size_t cap, const char *s)
+{
+    size_t k = str_hash(s) & (cap - 1);
+    while (v[k] && strcmp(v[k], s))
+        k = (k + 1) & (cap - 1);
+    return k;
+}
+
+/* Add cursor; 1 if it was there already. Kept at most half full. */
+static int cursor_seen(struct cursor_set *cs, const char *cursor)
+{
+    if (2 * (cs->n + 1) > cs->cap) {
+        size_t cap = cs->cap ? 2 * cs->cap : 64;
+        char **v = ckpt_xcalloc(cap, sizeof(*v));
+        for (size_t i = 0; i < cs->cap; i++)
+            if (cs->v[i])
+                v[cursor_slot(v, cap, cs->v[i])] = cs->v[i];
+        free(cs->v);
+        cs->v = v;
+        cs->cap = cap;
+    }
+    size_t k = cursor_slot(cs->v, cs->cap, cursor);
+    if (cs->v[k])
+        return 1;
+    cs->v[k] = ckpt_xstrdup(cursor);
+    cs->n++;
+    return 0;
+}
+
+static void cursor_set_free(struct cursor_set *cs)
+{
+    for (size_t i = 0; i < cs->cap; i++)
+        free(cs->v[i]);
+    free(cs->v);
+}
+
 int ckpt_wandb_list_runs(struct ckpt_wandb_client *c, const char *entity,
                          const char *project, const char *filters,
                          struct ckpt_wandb_runs *out, struct ckpt_err *err)
@@ -507,11 +699,15 @@ int ckpt_wandb_list_runs(struct ckpt_wandb_client *c, const char *entity,
         "{ node { %s } cursor } pageInfo { endCursor hasNextPage } } } }",
         RUN_FIELDS);
     char *cursor = NULL;
+    struct cursor_set seen = { 0 };
     int rc = 0;
-    for (int page = 0; rc == 0; page++) {
+    for (int page = 1; rc == 0; page++) {
         cJSON *doc, *data;
-        rc = query(c, q, runs_vars(entity, project, filters, cursor), &doc,
-                   &data, err);
+        char *what = ckpt_xasprintf("runs of %s/%s (page %d)", entity,
+                                    project, page);
+        rc = query(c, what, q, runs_vars(entity, project, filters, cursor),
+                   &doc, &data, err);
+        free(what);
         if (rc != 0)
             break;
         char *next = NULL;
@@ -521,15 +717,22 @@ int ckpt_wandb_list_runs(struct ckpt_wandb_client *c, const char *entity,
         if (rc == 0 && !found)
             rc = ckpt_err_set(err, CKPT_ENOTFOUND, "W&B project '%s/%s' "
                               "not found (or no access)", entity, project);
-        int stuck = next && cursor && !strcmp(next, cursor);
         free(cursor);
         cursor = next;
         if (rc != 0 || !more || !cursor)
             break;
-        if (stuck || page + 1 >= MAX_PAGES)
-            rc = ckpt_err_set(err, CKPT_EFORMAT, "W&B API: pagination of "
-                              "'%s/%s' does not advance", entity, project);
+        /* A server that hands out old cursors, or new ones forever, must
+         * not keep us listing. */
+        if (cursor_seen(&seen, cursor))
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "W&B API: runs of %s/%s: "
+                              "page %d repeats an earlier cursor (the "
+                              "listing loops)", entity, project, page);
+        else if (page >= c->max_pages)
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "W&B API: runs of %s/%s: "
+                              "more than %d pages (CKPT_WANDB_MAX_PAGES "
+                              "allows more)", entity, project, c->max_pages);
     }
+    cursor_set_free(&seen);
     free(cursor);
     free(q);
     return rc;
@@ -540,7 +743,8 @@ int ckpt_wandb_default_entity(struct ckpt_wandb_client *c, char **entity,
 {
     cJSON *doc, *data;
     *entity = NULL;
-    if (query(c, "query GetDefaultEntity { viewer { id entity } }",
+    if (query(c, "the default entity",
+              "query GetDefaultEntity { viewer { id entity } }",
               cJSON_CreateObject(), &doc, &data, err) != 0)
         return -1;
     const char *e = ckpt_json_str(

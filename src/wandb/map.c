@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 
 #define MAX_MAP (256u << 20)
@@ -152,9 +153,9 @@ static int parse_tsv(char *line, struct ckpt_wandb_map_entry *e,
     const char *path = t1 + 1;
     if (strcmp(path, "-") && !ckpt_wandb_path_valid(path))
         return bad_line(err, name, lineno, "bad W&B path", path);
-    e->run = ckpt_xstrdup(line);
+    e->run = ckpt_unescape(line);
     e->path = strcmp(path, "-") ? ckpt_xstrdup(path) : NULL;
-    e->evidence = ckpt_xstrdup(t2 ? t2 + 1 : "");
+    e->evidence = ckpt_unescape(t2 ? t2 + 1 : "");
     *t1 = '\t';
     if (t2)
         *t2 = '\t';
@@ -271,9 +272,9 @@ int ckpt_wandb_map_load(struct ckpt_wandb_map **out, const char *location,
 
 static void add_field(struct ckpt_buf *b, const char *s)
 {
-    /* One row per run: tabs and line breaks inside become spaces. */
-    for (; *s; s++)
-        ckpt_buf_addch(b, *s == '\t' || *s == '\n' || *s == '\r' ? ' ' : *s);
+    /* One row per run, fields split on TAB: escaped as on stdout
+     * (docs/output.md), so "a<TAB>b" and "a b" stay two runs. */
+    ckpt_escape_add(b, s, strlen(s));
 }
 
 static char *tsv_line(const char *run, const char *path, const char *ev)

@@ -26,9 +26,10 @@ struct cJSON;
 int ckpt_gql_parse_response(const char *body, size_t len,
                             struct cJSON **doc, struct cJSON **data,
                             struct ckpt_err *err);
-/* The message of an error body ({"errors":[{"message":..}]},
- * {"errors":["m"]}, {"error":"m"}), or a short sanitised prefix of a
- * non-JSON body, into b. */
+/* The messages of a JSON error body ({"errors":[{"message":..}]},
+ * {"errors":["m"]}, {"error":"m"}) into b, on one line, at most ~300
+ * characters, credentials redacted (ckpt_redact_add); nothing for any
+ * other body, which is never repeated. */
 void ckpt_gql_error_message(const char *body, size_t len,
                             struct ckpt_buf *b);
 /* One run node (Run fields) into out. 0, or -1 (EFORMAT: no name). */

@@ -6,6 +6,7 @@ a run with no evidence. Exact messages, exit codes and request counts.
 
 Env: CKPT (binary), CKPT_SRC (repo root).
 """
+import json
 import os
 import shutil
 import socket
@@ -97,7 +98,8 @@ def test_unreachable(run):
     check("unreachable: exit", rc, 1)
     check("unreachable: row", out,
           "local1\t-\terror: W&B API %s/graphql: Couldn't connect to "
-          "server (gave up after retries)\n" % url)
+          "server (run ai2-llm/olmo-small/ab12cd34; gave up after 2 "
+          "attempts)\n" % url)
 
 
 def test_faults(fake, run):
@@ -139,6 +141,39 @@ def test_faults(fake, run):
     rc, out, err = ckpt([run], fake.url, env={"WANDB_HTTP_TIMEOUT": "1"})
     check("stall: row", out, ROW + "\n")
     check("stall: requests", fake.requests(), 2)
+
+
+def test_echo(fake, run):
+    """A server that quotes the request in its errors: the credential it
+    echoes is never printed (nor is any non-JSON body)."""
+    said = ("not allowed; request headers: {'[redacted]', 'Accept': "
+            "'application/json'}; raw: [redacted] Content-Type: "
+            "application/json ; decoded: api:[redacted]")
+    cases = [
+        ("echo-json", 400, "error: W&B API: HTTP 400: " + said),
+        ("echo-json", 403, "error: W&B API: permission denied (HTTP 403): " +
+         said),
+        ("echo-200", None, "error: W&B API error: " + said),
+        ("echo-text", 400, "error: W&B API: HTTP 400 (a text/plain body, not "
+         "shown)"),
+    ]
+    basic = wf.basic_auth().split()[1]
+    for kind, status, want in cases:
+        for args in ([], ["--json"], ["-v"]):
+            fake.reset()
+            fake.fault(kind, 1, status=status)
+            rc, out, err = ckpt(args + [run], fake.url)
+            what = "%s %s %s" % (kind, status, " ".join(args))
+            if args == ["--json"]:
+                check("%s: evidence" % what, json.loads(out)["evidence"],
+                      want)
+            else:
+                check("%s: row" % what, out, "local1\t-\t%s\n" % want)
+            check("%s: exit" % what, rc, 1)
+            check("%s: no credential" % what,
+                  [s for s in (wf.KEY, basic, "Basic ", "Authorization")
+                   if s in out + err],
+                  [])
 
 
 def test_usage():
@@ -183,6 +218,7 @@ def main():
             test_bad_key(fake, run, empty)
             test_faults(fake, run)
             test_bad_input(fake, tmp)
+            test_echo(fake, run)
         test_unreachable(run)
         test_usage()
     finally:

@@ -19,7 +19,21 @@ Control endpoints (no auth):
                        "500" ({"errors":["Server down"]}), "gqlerror"
                        (200, {"errors":[{"message":"x"}],"data":null}),
                        "malformed" (200, truncated JSON), "hang" (sleep S
-                       seconds, then answer normally), "401".
+                       seconds, then answer normally), "401", and the
+                       servers that echo the request back in errors:
+                       "echo-json" (HTTP `status`, default 400, GraphQL
+                       errors quoting the Authorization header, raw header
+                       lines and the decoded credential), "echo-text" (the
+                       same as text/plain), "echo-200" (status 200 with
+                       such `errors`), "trickle" (200 and headers, then
+                       one body byte every `interval` s (default 0.5) for
+                       `seconds` s, never the whole body). Never answering
+                       at all is "hang" with a long `seconds`.
+                       Kinds "endless" and "loop" change every later Runs
+                       listing until /_reset: one run per page and
+                       hasNextPage always true, with a fresh cursor per
+                       page ("endless") or cursors alternating between
+                       two values ("loop").
 
 Usage: fake_wandb.py --db DB.json --key KEY [--timeout S] [--port-file F]
 DB.json: {"entities": {"ENTITY": {"default": bool}}, "runs": [{"entity",
@@ -139,6 +153,7 @@ class State:
 
     def reset(self):
         self.faults = []
+        self.paging = None
         self.requests = 0
         self.ops = {}
         self.filters = []
@@ -184,10 +199,11 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
-    def send(self, status, obj=None, raw=None, headers=()):
+    def send(self, status, obj=None, raw=None, headers=(),
+             ctype="application/json"):
         data = raw if raw is not None else json.dumps(obj).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         for k, v in headers:
             self.send_header(k, v)
@@ -217,7 +233,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/_fault":
             f = json.loads(raw)
             with st.lock:
-                st.faults.append(f)
+                if f["kind"] in ("endless", "loop"):
+                    st.paging = f["kind"]
+                else:
+                    st.faults.append(f)
             return self.send(200, {})
         if self.path != "/graphql":
             return self.send(404, {"errors": [{"message": "not found"}]})
@@ -254,10 +273,46 @@ class Handler(BaseHTTPRequestHandler):
             self.send(200, raw=b'{"data": {"project": ')
         elif kind == "401":
             self.send(401, {"errors": [{"message": "bad key"}]})
+        elif kind.startswith("echo"):
+            self.echo(kind, int(f.get("status", 400)))
+        elif kind == "trickle":
+            self.trickle(float(f.get("interval", 0.5)),
+                         float(f.get("seconds", 60)))
         elif kind == "hang":
             time.sleep(float(f.get("seconds", 3)))
             return False
         return True
+
+    def trickle(self, interval, seconds):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(interval)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
+
+    def echo(self, kind, status):
+        """A server that quotes the request (as some proxies and debug
+        builds do), credentials included."""
+        auth = self.headers.get("Authorization", "")
+        sent = {"Authorization": auth,
+                "Accept": self.headers.get("Accept")}
+        raw = "".join("%s: %s\r\n" % (k, self.headers.get(k))
+                      for k in ("Authorization", "Content-Type"))
+        decoded = base64.b64decode(auth.split()[-1]).decode() if auth else ""
+        msg = "not allowed; request headers: %r; raw: %s; decoded: %s" % (
+            sent, raw, decoded)
+        if kind == "echo-text":
+            return self.send(status, raw=msg.encode(), ctype="text/plain")
+        self.send(200 if kind == "echo-200" else status,
+                  {"errors": [{"message": msg}], "data": None})
 
     def graphql(self, body):
         st = self.state
@@ -280,8 +335,23 @@ class Handler(BaseHTTPRequestHandler):
                 "run": node(hit[0]) if hit else None}}})
         self.runs_page(runs, v)
 
+    def endless_page(self, v):
+        """A server whose listing never ends."""
+        n = 0
+        if v.get("cursor"):
+            n = int(base64.b64decode(v["cursor"]).decode().split(":")[1])
+        nxt = n + 1 if self.state.paging == "endless" else (n + 1) % 2
+        cursor = base64.b64encode(("%s:%d" % (self.state.paging, nxt))
+                                  .encode()).decode()
+        run = {"name": "endless%06d" % n, "createdAt": None, "config": {}}
+        self.send(200, {"data": {"project": {"runs": {
+            "edges": [{"node": node(run), "cursor": cursor}],
+            "pageInfo": {"endCursor": cursor, "hasNextPage": True}}}}})
+
     def runs_page(self, runs, v):
         st = self.state
+        if st.paging:
+            return self.endless_page(v)
         filters = v.get("filters")
         if filters is not None and not isinstance(filters, str):
             raise ValueError("filters must be a JSON string (JSONString)")

@@ -48,6 +48,10 @@ Faults, chosen per request at random (seeded):
   reset_writes  "reset" faults also hit PUT/POST: the request reaches
             s3rver (it is stored), then the connection is reset before
             any reply, so the client must repeat a request that succeeded
+  echo_headers  the next N requests (-1: all) are answered echo_status
+            (default 400) with an <Error> that quotes the request line and
+            every header, credentials included, in its Code, Message and a
+            Request element, as a careless server or proxy may
 Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
 Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them.
 
@@ -72,6 +76,8 @@ import tempfile
 import threading
 import time
 import urllib.parse
+
+from xml.sax.saxutils import escape as xml_escape
 
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -101,7 +107,8 @@ class State:
                        "methods": args.fault_methods, "token_ttl": 3600,
                        "complete_error": 0, "no_batch_delete": False,
                        "delete_key_errors": 0, "region": "",
-                       "reset_writes": False, "conditional": True,
+                       "reset_writes": False, "echo_headers": 0,
+                       "echo_status": 400, "conditional": True,
                        "cond_conflict": 0}
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
@@ -251,6 +258,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.control(path)
         body = self.read_body()
         st = self.st
+        echo = self.echo()
+        if echo:
+            return self.reply(*echo)
         st.count("requests")
         st.count("methods", sub=self.command)
         st.count("bytes_in", len(body))
@@ -306,6 +316,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             st.count("faults", sub="reset")
             return self.reset_no_reply()
         self.reply(status, rbody, headers)
+
+    def echo(self):
+        with self.st.lock:
+            c = self.st.config
+            if not c["echo_headers"]:
+                return None
+            if c["echo_headers"] > 0:
+                c["echo_headers"] -= 1
+            status = c["echo_status"]
+        dump = "%s %s\n%s" % (self.command, self.path, "".join(
+            "%s: %s\n" % kv for kv in self.headers.items()))
+        dump = xml_escape(dump)
+        return (status, error_xml("Echo " + dump, dump,
+                                  "<Request>%s</Request>" % dump))
 
     def special_fault(self, path):
         params = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query,

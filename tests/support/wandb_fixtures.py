@@ -250,10 +250,15 @@ class FakeWandb:
     def reset(self):
         self._call("/_reset", {})
 
-    def fault(self, kind, count=1, seconds=None):
+    def fault(self, kind, count=1, seconds=None, status=None,
+              interval=None):
         f = {"kind": kind, "count": count}
         if seconds is not None:
             f["seconds"] = seconds
+        if status is not None:
+            f["status"] = status
+        if interval is not None:
+            f["interval"] = interval
         self._call("/_fault", f)
 
 

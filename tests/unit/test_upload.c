@@ -3,6 +3,10 @@
  * the journal (what survives a crash, what a rerun sees), the W&B map.
  */
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
@@ -167,6 +171,112 @@ static void test_upload__map(void)
               "RUN_ID<TAB>EVIDENCE or {\"run\":...,\"path\":...})");
 }
 
+/* SRC and DEST compared by identity, whatever the spelling. */
+static void test_upload__relation(void)
+{
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    const char *t = test_tmpdir();
+    char *sf = ckpt_xasprintf("%s/rel/sf", t);
+    char *sub = ckpt_xasprintf("%s/sub", sf);
+    char *file = ckpt_xasprintf("%s/a.txt", sf);
+    char *lnk = ckpt_xasprintf("%s/rel/lnk", t);
+    char *sib = ckpt_xasprintf("%s/rel/sf2", t);
+    CHECK(ckpt_mkdirs(sub, &err) == 0 && ckpt_mkdirs(sib, &err) == 0);
+    FILE *f = fopen(file, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    CHECK(symlink("sf", lnk) == 0);
+    CHECK(ckpt_loc_parse(&loc, "/", &err) == 0);
+    CHECK(ckpt_storage_open(&st, &loc, NULL, &err) == 0);
+    struct {
+        const char *a, *b;
+        enum ckpt_loc_rel want;
+    } c[] = {
+        { "sf", "sf", CKPT_LOC_SAME },
+        { "sf", "lnk", CKPT_LOC_SAME },
+        { "lnk/", "sf/sub/..", CKPT_LOC_SAME },
+        { "sf", "sf/x/../y/../.", CKPT_LOC_SAME },      /* not there */
+        { "sf/a.txt", "lnk/a.txt", CKPT_LOC_SAME },
+        { "sf", "lnk/sub", CKPT_LOC_B_INSIDE_A },
+        { "sf", "sf/new/deeper", CKPT_LOC_B_INSIDE_A }, /* not there */
+        { "sf", "sf/x/../../sf/q", CKPT_LOC_B_INSIDE_A },
+        { "lnk/sub", "sf", CKPT_LOC_A_INSIDE_B },
+        { "sf/a.txt", ".", CKPT_LOC_A_INSIDE_B },
+        { "sf", "sf2", CKPT_LOC_APART },
+        { "sf2", "sf", CKPT_LOC_APART },
+        { "sf", "sf/x/../../other", CKPT_LOC_APART },
+        { "missing", "sf", CKPT_LOC_APART },
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        char *a = ckpt_xasprintf("%s/rel/%s", t, c[i].a);
+        char *b = ckpt_xasprintf("%s/rel/%s", t, c[i].b);
+        enum ckpt_loc_rel got = ckpt_storage_relation(st, a, st, b);
+        if (got != c[i].want)
+            fprintf(stderr, "relation(%s, %s) = %d, want %d\n", c[i].a,
+                    c[i].b, (int)got, (int)c[i].want);
+        CHECK_EQ(got, c[i].want);
+        free(a);
+        free(b);
+    }
+    CHECK(ckpt_storage_same_file(st, file, st, file));
+    CHECK(!ckpt_storage_same_file(st, file, st, sub));
+    ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    free(sf);
+    free(sub);
+    free(file);
+    free(lnk);
+    free(sib);
+}
+
+/* A rewrite in place with the mtime put back still shows (ctime); a
+ * replacement with the same bytes and mtime too (inode). */
+static void test_upload__srcver(void)
+{
+    char *path = ckpt_xasprintf("%s/ver.bin", test_tmpdir());
+    char *other = ckpt_xasprintf("%s/ver.new", test_tmpdir());
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct srcver a, b;
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs("one", f) >= 0 && fclose(f) == 0);
+    CHECK(srcver_get(path, &a, &err) == 0);
+    CHECK(srcver_get(path, &b, &err) == 0);
+    CHECK(srcver_diff(&a, &b) == NULL);
+    struct timespec keep[2] = { { 0, UTIME_OMIT },
+                                { (time_t)(a.mtime_ns / 1000000000),
+                                  (long)(a.mtime_ns % 1000000000) } };
+    usleep(20000);
+    f = fopen(path, "r+");
+    CHECK(f && fputs("two", f) >= 0 && fclose(f) == 0);
+    CHECK(utimensat(AT_FDCWD, path, keep, 0) == 0);
+    CHECK(srcver_get(path, &b, &err) == 0);
+    CHECK(b.size == a.size && b.mtime_ns == a.mtime_ns && b.ino == a.ino);
+    CHECK_STR(srcver_diff(&a, &b), "ctime");
+    char s1[96], s2[96];
+    srcver_sig(&a, s1, sizeof(s1));
+    srcver_sig(&b, s2, sizeof(s2));
+    CHECK(strcmp(s1, s2) != 0);
+    f = fopen(other, "w");
+    CHECK(f && fputs("two", f) >= 0 && fclose(f) == 0);
+    CHECK(utimensat(AT_FDCWD, other, keep, 0) == 0);
+    CHECK(srcver_get(path, &a, &err) == 0);
+    CHECK(rename(other, path) == 0);
+    CHECK(srcver_get(path, &b, &err) == 0);
+    CHECK(srcver_diff(&a, &b) != NULL);
+    CHECK(b.ino != a.ino);
+    b.ctime_ns = a.ctime_ns;
+    CHECK_STR(srcver_diff(&a, &b), "inode");
+    b.size++;
+    CHECK_STR(srcver_diff(&a, &b), "size");
+    free(path);
+    free(other);
+}
+
 TEST_MAIN(T(test_upload__part_size), T(test_upload__etags),
+          T(test_upload__srcver),
+          T(test_upload__relation),
           T(test_upload__journal_roundtrip),
           T(test_upload__journal_torn_line), T(test_upload__map))

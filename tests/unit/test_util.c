@@ -6,6 +6,7 @@
 
 #include "ckpt/buf.h"
 #include "ckpt/pool.h"
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 #include "test.h"
 
@@ -87,6 +88,100 @@ static void test_util__pool(void)
     ckpt_pool_free(p);
 }
 
+static void check_escape(const char *in, const char *want)
+{
+    char *s = ckpt_escape(in);
+    CHECK_STR(s, want);
+    char *back = ckpt_unescape(s);
+    CHECK_STR(back, in);
+    free(back);
+    CHECK_EQ(ckpt_escape_needed(in, strlen(in)), strcmp(in, want) != 0);
+    CHECK(ckpt_utf8_valid(s, strlen(s)));
+    free(s);
+}
+
+static void test_util__escape(void)
+{
+    check_escape("plain-name_1.x", "plain-name_1.x");
+    check_escape("tab\tname", "tab\\tname");
+    check_escape("tab\\tname", "tab\\\\tname");
+    check_escape("a\tb\nc\rd", "a\\tb\\nc\\rd");
+    check_escape("e\033[31m", "e\\x1b[31m");
+    /* control bytes, ESC, DEL, backslash */
+    check_escape("a\x01" "b\x1b[2J\x7f", "a\\x01b\\x1b[2J\\x7f");
+    check_escape("a\nb\tc\rd\\e", "a\\nb\\tc\\rd\\\\e");
+    /* valid UTF-8 stays; invalid bytes and C1 controls are escaped */
+    check_escape("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+                 "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    check_escape("x\xffy", "x\\xffy");
+    check_escape("\xc2\x9b" "31m", "\\xc2\\x9b31m");
+    check_escape("\xc0\xaf", "\\xc0\\xaf");             /* overlong */
+    check_escape("\xed\xa0\x80", "\\xed\\xa0\\x80");  /* surrogate */
+    check_escape("\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80");
+    check_escape("\xe2\x82", "\\xe2\\x82");             /* truncated */
+    check_escape("\xc2", "\\xc2");
+    CHECK(ckpt_utf8_valid("\xf0\x9f\x98\x80", 4));
+    /* Not escapes of the scheme: kept as they are. */
+    char *u = ckpt_unescape("a\\qb\\x0g\\x00c\\");
+    CHECK_STR(u, "a\\qb\\x0g\\x00c\\");
+    free(u);
+    CHECK(!ckpt_utf8_valid("\xf0\x9f\x98", 3));
+}
+
+static void check_redact(const char *in, const char *want)
+{
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    ckpt_redact_add(&b, in, strlen(in));
+    CHECK_STR(b.ptr, want);
+    ckpt_buf_release(&b);
+}
+
+static void test_util__redact(void)
+{
+    check_redact("project not found", "project not found");
+    check_redact("run ab12cd34 of ai2-llm/olmo-small: HTTP 500",
+                 "run ab12cd34 of ai2-llm/olmo-small: HTTP 500");
+    check_redact("Authorization: Basic YXBpOmxvY2Fs\r\nHost: x",
+                 "[redacted]\r\nHost: x");
+    check_redact("{'Authorization': 'Basic YXBpOmxvY2Fs', 'Accept': 'a'}",
+                 "{'[redacted]', 'Accept': 'a'}");
+    check_redact("\"authorization\":\"Bearer abc.def\"",
+                 "\"[redacted]\"");
+    check_redact("sent Basic YXBpOmxvY2Fs by", "sent [redacted] by");
+    check_redact("Bearer ya29.a0AfH6SM", "[redacted]");
+    check_redact("basic auth failed", "basic auth failed");
+    check_redact("AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/2024"
+                 "0101/us-east-1/s3/aws4_request, SignedHeaders=host, "
+                 "Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855d"
+                 "db\nnext",
+                 "[redacted]\nnext");
+    check_redact("GET /b/k?X-Amz-Signature=abc123&X-Amz-Credential=AKIA%2F"
+                 "x&X-Amz-Security-Token=FwoG&y=1",
+                 "GET /b/k?[redacted]&[redacted]&[redacted]&y=1");
+    check_redact("<Signature>abc</Signature>",
+                 "<[redacted]</Signature>");
+    check_redact("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG",
+                 "AWS_[redacted]");
+    check_redact("id AKIAIOSFODNN7EXAMPLE here", "id [redacted] here");
+    check_redact("secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY end",
+                 "secret [redacted] end");
+    check_redact("key=local-0123, token: t0k, password = 'pw'",
+                 "[redacted], [redacted], [redacted]'");
+    check_redact("x 0123456789abcdef0123456789abcdef01234567 y",
+                 "x [redacted] y");
+    /* long, but only letters (or only digits): not a secret */
+    check_redact("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    char msg[64] = "W&B: bad key sekrit-1 (sekrit-1)";
+    ckpt_redact_secret(msg, sizeof(msg), "sekrit-1");
+    CHECK_STR(msg, "W&B: bad key [redacted] ([redacted])");
+    char small[16] = "a sekrit-1 b";
+    ckpt_redact_secret(small, sizeof(small), "sekrit-1");
+    CHECK_STR(small, "a [redacted] b");
+    ckpt_redact_secret(small, sizeof(small), "");
+    CHECK_STR(small, "a [redacted] b");
+}
+
 /* ckpt_die_oom: the one abort, with what was being done on stderr. */
 static void test_util__die_oom(void)
 {
@@ -114,4 +209,5 @@ static void test_util__die_oom(void)
 }
 
 TEST_MAIN(T(test_util__parse_size), T(test_util__paths), T(test_util__buf),
-          T(test_util__err), T(test_util__pool), T(test_util__die_oom))
+          T(test_util__err), T(test_util__pool), T(test_util__die_oom),
+          T(test_util__escape), T(test_util__redact))

@@ -100,7 +100,12 @@ static void test_wandb__response(void)
     ckpt_buf_reset(&b);
     const char *html = "<html>\n  <b>Bad\tGateway</b>\r\n</html>";
     ckpt_gql_error_message(html, strlen(html), &b);
-    CHECK_STR(b.ptr, "<html> <b>Bad Gateway</b> </html>");
+    CHECK_STR(b.ptr, "");
+    const char *echo = "{\"errors\":[{\"message\":\"denied\\r\\n"
+                       "Authorization: Basic YXBpOmtleQ==\\r\\nAccept: "
+                       "x\"}]}";
+    ckpt_gql_error_message(echo, strlen(echo), &b);
+    CHECK_STR(b.ptr, "denied [redacted] Accept: x");
     ckpt_buf_release(&b);
 }
 
@@ -430,6 +435,33 @@ static void test_wandb__map_file(void)
                                    "m.tsv", &err) == -1);
         CHECK_STR(err.msg, bad[i][1]);
     }
+    /* Run names with TAB, newline, backslash or bad UTF-8 round-trip
+     * through a TSV mapping file (escaped as on stdout). */
+    static const char *const odd[] = { "tab\tname", "tab name",
+                                       "nl\nx", "back\\x41", "b\xff" };
+    m = ckpt_wandb_map_new();
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+        struct ckpt_wandb_map_entry e = { 0 };
+        e.run = (char *)odd[i];
+        e.path = "e/p/r";
+        e.evidence = "ev\t1";
+        ckpt_wandb_map_put(m, &e);
+    }
+    t = ckpt_wandb_map_text(m, 0);
+    CHECK_STR(t, "tab\\tname\te/p/r\tev\\t1\n"
+                 "tab name\te/p/r\tev\\t1\n"
+                 "nl\\nx\te/p/r\tev\\t1\n"
+                 "back\\\\x41\te/p/r\tev\\t1\n"
+                 "b\\xff\te/p/r\tev\\t1\n");
+    ckpt_wandb_map_free(m);
+    CHECK(ckpt_wandb_map_parse(&m, t, strlen(t), "m.tsv", &err) == 0);
+    CHECK_EQ(m->n, 5);
+    for (size_t i = 0; i < m->n && i < 5; i++) {
+        CHECK_STR(m->v[i].run, odd[i]);
+        CHECK_STR(m->v[i].evidence, "ev\t1");
+    }
+    ckpt_wandb_map_free(m);
+    free(t);
     CHECK(ckpt_wandb_path_valid("a/b/c"));
     CHECK(!ckpt_wandb_path_valid("a/b/c/"));
     CHECK(!ckpt_wandb_path_valid("a//c"));
@@ -459,7 +491,7 @@ static void test_wandb__result_json(void)
     cJSON_Delete(j);
     struct ckpt_wandb_map_entry e;
     ckpt_wandb_map_entry_of(&e, "run\t1", &r, 0);
-    CHECK_STR(e.line, "run 1\te/p/b\tev");
+    CHECK_STR(e.line, "run\\t1\te/p/b\tev"); /* escaped, one field */
     ckpt_wandb_map_entry_release(&e);
 }
 
