@@ -91,7 +91,9 @@ static int get_str(const cJSON *o, const char *name, char *out, size_t cap)
 static int get_num(const cJSON *o, const char *name, int64_t *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!cJSON_IsNumber(v))
+    /* Out of int64 range the cast is undefined; within 2^53 it is exact. */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9007199254740992.0 &&
+                                v->valuedouble <= 9007199254740992.0))
         return -1;
     *out = (int64_t)v->valuedouble;
     return 0;

@@ -215,6 +215,12 @@ static void test_lease__not_a_lease_is_never_overwritten(void)
     char *body = slurp(key);
     CHECK_STR(body, "{\"host\":1}");
     free(body);
+    /* An expiry no int64 holds is not a lease either. */
+    const char *huge = "{\"host\":\"h\",\"pid\":1,\"run\":\"r\",\"acquired\":0,"
+                       "\"expires\":1e300,\"token\":\"t\"}";
+    CHECK_EQ(test_write_file(key, huge, strlen(huge)), 0);
+    CHECK_EQ(ckpt_lease_acquire(st, key, "r", &a, &la, NULL, &err), -1);
+    CHECK_EQ(err.code, CKPT_EFORMAT);
     free(key);
     ckpt_storage_close(st);
 }
