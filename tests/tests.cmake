@@ -79,3 +79,8 @@ endforeach()
 # (tests/support/storage_tool.c); scripts find it as $CKPT_BUILD/storage_tool.
 add_executable(storage_tool ${CMAKE_SOURCE_DIR}/tests/support/storage_tool.c)
 target_link_libraries(storage_tool PRIVATE ckpt_core)
+
+# lease_tool: the per-run lease for integration tests
+# (tests/support/lease_tool.c); scripts find it as $CKPT_BUILD/lease_tool.
+add_executable(lease_tool ${CMAKE_SOURCE_DIR}/tests/support/lease_tool.c)
+target_link_libraries(lease_tool PRIVATE ckpt_core)

@@ -279,4 +279,37 @@ int ckpt_storage_same_file(struct ckpt_storage *sa, const char *a,
 int ckpt_storage_prune_dirs(struct ckpt_storage *st, const char *dir,
                             struct ckpt_err *err);
 
+/* ---- Compare-and-swap on small objects (leases; docs/storage.md
+ * "Conditional writes") ----
+ *
+ * A version names one write of a key: the ETag on S3/R2, the generation on
+ * GCS (x-goog-generation), the hex MD5 of the bytes for a local file.
+ * Losing a condition fails with CKPT_EEXIST ("changed since read"), and so
+ * does a key that is gone. Local files: every conditional replace or
+ * delete of KEY holds flock(2) on the sidecar "KEY.lock" (left in place:
+ * removing a lock file others may hold is itself a race); the replace is a
+ * temp file renamed into place, so readers never see partial bytes. Not
+ * available on tar-member storages (CKPT_EUNSUPPORTED). */
+#define CKPT_VERSION_MAX 80
+
+/* ckpt_storage_read_all, plus the version of the bytes read (one GET:
+ * the version belongs to exactly these bytes). */
+int ckpt_storage_get_versioned(struct ckpt_storage *st, const char *key,
+                               size_t max, char **data, size_t *len,
+                               char version[CKPT_VERSION_MAX],
+                               struct ckpt_err *err);
+/* Replace key with data only if its version is still `version` (If-Match
+ * on S3/R2, x-goog-if-generation-match on GCS); new_version (may be NULL)
+ * gets the version written. */
+int ckpt_storage_put_if_match(struct ckpt_storage *st, const char *key,
+                              const void *data, size_t len,
+                              const char *version,
+                              char new_version[CKPT_VERSION_MAX],
+                              struct ckpt_err *err);
+/* Delete key only if its version is still `version`. A service that
+ * ignores the condition on DELETE deletes unconditionally: callers that
+ * must not delete another writer's object re-read first (see lease.h). */
+int ckpt_storage_delete_if_match(struct ckpt_storage *st, const char *key,
+                                 const char *version, struct ckpt_err *err);
+
 #endif

@@ -159,7 +159,7 @@ static int hdr_is(const char *line, size_t n, const char *name,
 
 static const char *const known[] = {
     "ETag", "Content-Length", "Content-Range", "Last-Modified", "Retry-After",
-    "x-amz-bucket-region",
+    "x-amz-bucket-region", "x-goog-generation",
 };
 
 static void parse_value(struct http_resp *r, size_t which, char *s)
@@ -187,6 +187,9 @@ static void parse_value(struct http_resp *r, size_t which, char *s)
         break;
     case 5:
         snprintf(r->bucket_region, sizeof(r->bucket_region), "%s", s);
+        break;
+    case 6:
+        snprintf(r->generation, sizeof(r->generation), "%s", s);
         break;
     default: {
         double sec = strtod(s, &end);
@@ -226,6 +229,7 @@ static size_t header_cb(char *line, size_t size, size_t nmemb, void *ud)
         r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
         r->etag[0] = '\0';
         r->bucket_region[0] = '\0';
+        r->generation[0] = '\0';
         r->content_length = UINT64_MAX;
         r->total_size = UINT64_MAX;
         r->retry_after = -1;

@@ -112,6 +112,7 @@ struct http_resp {
     double retry_after;           /* seconds, or -1 */
     char etag[80];                /* unquoted, or "" */
     char bucket_region[32];       /* x-amz-bucket-region, or "" */
+    char generation[24];          /* x-goog-generation (GCS), or "" */
     char curl_msg[CURL_ERROR_SIZE];
     /* Transfer state, private to http.c. */
     struct http_client *hc;

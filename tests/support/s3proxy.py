@@ -14,6 +14,19 @@ It also emulates what s3rver lacks (so tests can exercise those paths):
   * PUT with If-None-Match: * answers 412 PreconditionFailed when the
     object exists (s3rver ignores conditional PUT headers); atomic only
     among requests through this proxy;
+  * PUT and DELETE with If-Match (ETag) or x-goog-if-generation-match
+    (GCS) answer 412 when the object changed (404 when gone; generation
+    "0" means "must not exist"), and replies with an ETag carry
+    x-goog-generation, derived from the ETag (s3rver has no generations:
+    distinct contents get distinct generations); config conditional=false
+    switches all conditional-write enforcement off, "create" keeps only
+    the create-only ones (If-None-Match: *, generation 0), to show what a
+    service that ignores the headers would let happen; cond_conflict N
+    answers the next N conditional writes 409 ConditionalRequestConflict,
+    as S3 does when conditional writes to one key race; every request on
+    a key once written conditionally is serialised with those writes, as
+    S3's atomic object writes are (s3rver writes in place: a GET could see
+    half an object, or one PUT's bytes with another's ETag);
   * AbortMultipartUpload (DELETE ?uploadId=) answers 204 (s3rver: 405);
   * a ranged GET of an empty object answers 416 InvalidRange, as S3 does
     (s3rver sends 206 with Content-Length: 1 and no body, then hangs).
@@ -81,6 +94,7 @@ class State:
     def __init__(self, args):
         self.lock = threading.Lock()
         self.cond_lock = threading.Lock()
+        self.cond_paths = set()   # keys written conditionally
         self.upstream = args.upstream
         self.keys = {"S3RVER": ("S3RVER", None)}
         for spec in args.key or []:
@@ -94,7 +108,8 @@ class State:
                        "complete_error": 0, "no_batch_delete": False,
                        "delete_key_errors": 0, "region": "",
                        "reset_writes": False, "echo_headers": 0,
-                       "echo_status": 400}
+                       "echo_status": 400, "conditional": True,
+                       "cond_conflict": 0}
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
@@ -112,7 +127,8 @@ class State:
                           "sig_ok": 0,
                           "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
                           "emulated": {"if_none_match": 0, "abort": 0,
-                                       "empty_range": 0}}
+                                       "empty_range": 0, "if_match": 0},
+                          "conditions": {}}
 
     def count(self, key, n=1, sub=None):
         with self.lock:
@@ -282,9 +298,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(*special)
         cond = (self.command == "PUT" and
                 self.headers.get("If-None-Match", "").strip() == "*")
-        # A conditional create is HEAD + PUT under one lock.
+        cond = self.count_conditions() or cond
+        if cond and self.take_conflict():
+            return self.reply(409, error_xml("ConditionalRequestConflict",
+                              "A conflicting operation occurred. If using "
+                              "PutObject you can retry the request."))
+        # A conditional write is HEAD + PUT/DELETE under one lock; other
+        # requests on its key wait for it (atomic objects).
+        key_path = urllib.parse.urlsplit(path).path
+        with st.lock:
+            if cond:
+                st.cond_paths.add(key_path)
+            cond = cond or key_path in st.cond_paths
         with st.cond_lock if cond else _NoLock():
-            emulated = self.emulate(path)
+            emulated = self.emulate(path) or self.conditions(path)
             if emulated:
                 return self.reply(*emulated)
             failed_keys = self.drop_delete_keys(path, body)
@@ -294,6 +321,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if failed_keys:
                 rbody = self.add_key_errors(rbody, failed_keys[1])
                 headers["Content-Length"] = str(len(rbody))
+            add_generation(headers)
         if fault == "reset" and self.command == "GET" and len(rbody) > 1:
             st.count("faults", sub="reset")
             return self.reset_mid_body(status, headers, rbody)
@@ -376,7 +404,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.command == "DELETE" and "uploadId" in params:
             self.st.count("emulated", sub="abort")
             return (204, b"")
-        if (self.command == "PUT" and
+        if (self.command == "PUT" and self.st.config["conditional"] and
                 self.headers.get("If-None-Match", "").strip() == "*" and
                 "uploadId" not in params):
             status, _, _ = self.upstream_request("HEAD", path, {}, b"")
@@ -387,6 +415,64 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         "not hold", "<Condition>If-None-Match"
                         "</Condition>"))
         return None
+
+    # -- conditional writes (If-Match, x-goog-if-generation-match) --------
+
+    def count_conditions(self):
+        """Count the precondition headers of a PUT/DELETE (tests check
+        which ones were sent); True when there is one."""
+        if self.command not in ("PUT", "DELETE"):
+            return False
+        seen = [h for h in ("If-Match", "x-goog-if-generation-match")
+                if self.headers.get(h) is not None]
+        for h in seen:
+            self.st.count("conditions", sub="%s %s=%s" % (
+                self.command, h.lower(), self.headers.get(h).strip()
+                if h != "If-Match" else "etag"))
+        return bool(seen)
+
+    def take_conflict(self):
+        with self.st.lock:
+            if self.st.config["cond_conflict"] <= 0:
+                return False
+            self.st.config["cond_conflict"] -= 1
+            return True
+
+    def conditions(self, path):
+        """412 (or 404) for a PUT/DELETE whose If-Match ETag or GCS
+        generation precondition does not hold; None to go on. Runs under
+        cond_lock, so HEAD + write is atomic among requests through here."""
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query,
+                                  keep_blank_values=True)
+        im = self.headers.get("If-Match")
+        gm = self.headers.get("x-goog-if-generation-match")
+        mode = self.st.config["conditional"]
+        if (self.command not in ("PUT", "DELETE") or "uploadId" in q or
+                (im is None and gm is None) or not mode or
+                (mode == "create" and (gm or "").strip() != "0")):
+            return None
+        status, hdrs, _ = self.upstream_request("HEAD", path, {}, b"")
+        etag = None
+        if status == 200:
+            etag = dict((k.lower(), v) for k, v in hdrs).get("etag", "")
+            etag = etag.strip().strip('"')
+        if gm is not None and gm.strip() == "0":
+            ok = etag is None
+        elif etag is None:
+            return (404, error_xml("NoSuchKey", "The specified key does "
+                    "not exist."))
+        elif gm is not None:
+            ok = generation_of(etag) == gm.strip()
+        else:
+            ok = im.strip() == "*" or im.strip().strip('"') == etag
+        if ok:
+            return None
+        self.st.count("emulated", sub="if_match")
+        return (412, error_xml("PreconditionFailed", "At least one of the "
+                "pre-conditions you specified did not hold",
+                "<Condition>%s</Condition>" % ("If-Match" if gm is None
+                                               else "x-goog-if-generation-"
+                                               "match")))
 
     def upstream_request(self, method, path, headers, body):
         conn = http.client.HTTPConnection(self.st.upstream, timeout=120)
@@ -411,6 +497,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if lk in HOP or lk in AUTH_HEADERS or lk == "host":
                 continue
             if lk == "if-none-match" and self.command == "PUT":
+                continue
+            if lk == "if-match" and self.command in ("PUT", "DELETE"):
                 continue
             headers[k] = v
         headers["Content-Length"] = str(len(body))
@@ -603,6 +691,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if abs(iat - now) > 300 or exp <= iat or exp - iat > 3600:
             return "bad iat/exp"
         return None
+
+
+def generation_of(etag):
+    """A GCS-like generation for an ETag (s3rver keeps none)."""
+    h = etag if all(c in "0123456789abcdef" for c in etag) and etag \
+        else hashlib.md5(etag.encode()).hexdigest()
+    return str(int(h[:12], 16) + 1)
+
+
+def add_generation(headers):
+    """x-goog-generation beside the ETag, as GCS's XML API sends it."""
+    for k, v in list(headers.items()):
+        if k.lower() == "etag":
+            headers["x-goog-generation"] = generation_of(v.strip('"'))
 
 
 class _NoLock:
