@@ -138,6 +138,8 @@ static void plan_prune(const struct ckpt_run *run, const struct clean_opts *co,
     free(keep);
 }
 
+static void verdict(struct item *it);
+
 static void judge(void *arg)
 {
     struct item *it = arg;
@@ -145,8 +147,9 @@ static void judge(void *arg)
     struct ckpt_tree *tree = NULL;
     enum ckpt_load_status status;
     it->action = "error";
-    if (ckpt_run_load(it->st, it->loc.key, it->co->max_archive, &it->sb,
-                      &status, &tree, &it->run, &err) != 0) {
+    if (ckpt_run_load_flags(it->st, it->loc.key, it->co->max_archive,
+                            CKPT_TREE_SALVAGE, &it->sb, &status, &tree,
+                            &it->run, &err) != 0) {
         ckpt_buf_addstr(&it->reason, err.msg);
         return;
     }
@@ -169,7 +172,24 @@ static void judge(void *arg)
         debugf("%s: read %llu of %llu archive bytes", it->arg,
                (unsigned long long)tree->fetched,
                (unsigned long long)tree->archive_size);
+    char *damage = tree->damage ? ckpt_xasprintf("%s: %s", tree->display,
+                                                 tree->damage)
+                                : NULL;
     ckpt_tree_free(tree);
+    verdict(it);
+    /* A damaged archive may hold more than was listed: only a complete
+     * checkpoint found anyway (keep, which changes nothing) stands. */
+    if (damage && strcmp(it->action, "keep") != 0) {
+        it->action = "error";
+        ckpt_buf_reset(&it->reason);
+        ckpt_buf_addstr(&it->reason, damage);
+    }
+    free(damage);
+}
+
+/* keep, delete or skip, from the scanned run. */
+static void verdict(struct item *it)
+{
     if (!ckpt_run_looks_like_run(&it->run) && !it->co->force) {
         it->action = "skip";
         ckpt_buf_addstr(&it->reason, "does not look like a run (no "
@@ -198,10 +218,11 @@ static int verify_still_bad(struct item *it, struct ckpt_err *err)
     enum ckpt_load_status status;
     struct ckpt_tree *tree = NULL;
     struct ckpt_run run;
-    if (ckpt_run_load(it->st, it->loc.key, 0, &sb, &status, &tree, &run,
-                      err) != 0)
+    if (ckpt_run_load_flags(it->st, it->loc.key, 0, CKPT_TREE_SALVAGE, &sb,
+                            &status, &tree, &run, err) != 0)
         return err->code == CKPT_ENOTFOUND ? 1 : -1;
-    int ok = status == CKPT_LOAD_OK && !ckpt_run_best(&run) &&
+    int ok = status == CKPT_LOAD_OK && !tree->damage &&
+             !ckpt_run_best(&run) &&
              run.nfiles <= it->run.nfiles && run.size <= it->run.size &&
              (!it->is_archive || (sb.size == it->sb.size &&
                                   sb.mtime == it->sb.mtime));

@@ -70,6 +70,31 @@ fetched=$(s3env_stats | python3 -c 'import json,sys; print(json.load(sys.stdin)[
 echo "remote tar: fetched $fetched of $size bytes"
 check "remote tar reads < 2% of the archive" 1 $((fetched * 50 < size))
 
+# --- damaged archives: judged bad only when read to a proper end, also
+# when the plain tar is read by ranged reads
+python3 "$SRC/tests/support/make_damaged.py" "$T/d"
+aws s3 cp --quiet --recursive "$T/d" s3://runs/damaged/
+d=s3://runs/damaged
+NOEOA="no end-of-archive marker (the archive is cut short, or still being written)"
+KEEP="complete checkpoint step100 (unsharded)"
+dlist() { aws s3 ls --recursive s3://runs/damaged/ | awk '{print $4}' | LC_ALL=C sort; }
+dbefore=$(dlist)
+out=$("$CKPT" clean $d/hole.tar $d/garbled.tar $d/hole-bad.tar $d/cat.tar \
+      $d/cat-bad.tar $d/cut.tar $d/cut.tar.gz $d/badcrc.tar.gz \
+      $d/hardlink.tar $d/partial.tar 2>/dev/null)
+check "remote damaged exit" 1 $?
+check "remote damaged verdicts" "keep	$d/hole.tar	$KEEP
+keep	$d/garbled.tar	$KEEP
+error	$d/hole-bad.tar	$d/hole-bad.tar: data after the end-of-archive marker at offset 7168
+keep	$d/cat.tar	$KEEP
+error	$d/cat-bad.tar	$d/cat-bad.tar: data after the end-of-archive marker at offset 35328
+error	$d/cut.tar	$d/cut.tar: $NOEOA
+error	$d/cut.tar.gz	$d/cut.tar.gz: $NOEOA
+error	$d/badcrc.tar.gz	$d/badcrc.tar.gz: gzip checksum mismatch (CRC-32 or length in the trailer does not match the data)
+keep	$d/hardlink.tar	$KEEP
+error	$d/partial.tar	$d/partial.tar: $NOEOA" "$out"
+check "remote damaged: nothing deleted" "$dbefore" "$(dlist)"
+
 # --- refusing to delete a whole bucket
 out=$("$CKPT" clean --force s3://runs 2>/dev/null | cut -f1)
 check "no whole-bucket delete" "error" "$out"
