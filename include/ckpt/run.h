@@ -26,6 +26,8 @@ struct ckpt_tree_file {
     char *content;          /* owned leading bytes captured from a
                                compressed archive, or NULL */
     size_t content_len;     /* < size when only a prefix was kept */
+    int64_t mtime;          /* directory runs: modification time (s; an
+                               object's LastModified), else 0 */
     char *hardlink;         /* owned: a hard link member's target as
                                stored, or NULL; resolved members take the
                                target's type FILE, size and offset */

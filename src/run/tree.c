@@ -37,7 +37,7 @@ static struct ckpt_tree_file *add_file(struct builder *b, const char *path,
 static int list_cb(void *ud, const struct ckpt_entry *e)
 {
     struct builder *b = ud;
-    add_file(b, e->name, e->size, e->type);
+    add_file(b, e->name, e->size, e->type)->mtime = e->mtime;
     return 0;
 }
 
