@@ -54,6 +54,8 @@ struct item {
     struct ckpt_run run;
     int scanned;                     /* run is valid */
     int is_archive;
+    int gone;                        /* deleted by someone else */
+    uint64_t bytes;                  /* freed (or, -n, would be) */
     struct ckpt_buf pruned;          /* "step100, step200" */
     cJSON *pruned_json;              /* owned until printed */
 };
@@ -433,9 +435,11 @@ static int delete_run(struct item *it, struct ckpt_err *err)
     if (v != 0) {
         /* Gone already: another cleaner got there first, which is what we
          * wanted. */
-        if (v == 1)
+        if (v == 1) {
             ckpt_buf_addstr(&it->reason, " (already deleted by another "
                             "process)");
+            it->gone = 1;
+        }
         ckpt_tree_free(tree);
         return v < 0 ? -1 : 0;
     }
@@ -485,6 +489,7 @@ static int prune_run(struct item *it, struct ckpt_err *err)
         }
         ckpt_buf_addf(&it->pruned, "%s%s", it->pruned.len ? ", " : "",
                       c->name);
+        it->bytes += c->size;
         cJSON_AddItemToArray(it->pruned_json, cJSON_CreateString(c->name));
     }
     if (it->pruned.len)
@@ -502,6 +507,8 @@ static void act(void *arg)
     int rc = 0;
     if (!strcmp(it->action, "delete"))
         rc = delete_run(it, &err);
+    if (rc == 0 && !strcmp(it->action, msg_delete(it->g)) && !it->gone)
+        it->bytes = it->is_archive ? it->sb.size : it->run.size;
     else if (!strcmp(it->action, "keep") &&
              (it->co->keep_last > 0 || it->co->keep_every > 0))
         rc = prune_run(it, &err);
@@ -530,6 +537,8 @@ static void report(struct item *it)
         cJSON_AddItemToObject(o, "pruned", it->pruned_json);
         it->pruned_json = NULL;
     }
+    if (it->bytes || !strcmp(it->action, msg_delete(it->g)))
+        cJSON_AddNumberToObject(o, "bytes", (double)it->bytes);
     out_json(o);
 }
 
@@ -647,12 +656,21 @@ int cmd_clean(int argc, char **argv)
             todo[m++] = &items[i];
     run_phase(todo, m, jobs, judge);
     run_phase(todo, m, jobs, act);
-    int failed = 0;
+    int failed = 0, freed_runs = 0;
+    uint64_t freed = 0;
     for (int i = 0; i < n; i++) {
         report(&items[i]);
+        freed += items[i].bytes;
+        freed_runs += items[i].bytes > 0;
         failed |= !strcmp(items[i].action, "error");
         if (!strcmp(items[i].action, "skip"))
             warnf("skipped %s: %s", items[i].arg, items[i].reason.ptr);
+    }
+    if (freed_runs) {
+        char sz[32];
+        infof("%s %s in %d run%s", g.dry_run ? "would free" : "freed",
+              ckpt_fmt_size(freed, sz, sizeof(sz)), freed_runs,
+              freed_runs == 1 ? "" : "s");
     }
     for (int i = 0; i < n; i++) {
         ckpt_loc_release(&items[i].loc);

@@ -71,6 +71,17 @@ with tarfile.open(fileobj=buf, mode="w") as tf:
 open("bad.tar", "wb").write(buf.getvalue())
 open("bad.tar.gz", "wb").write(gzip.compress(buf.getvalue()))
 PY
+# bytes freed: per run in JSON ("bytes"), the total on stderr
+mkdir -p dirrun/wandb && echo "a: 1" > dirrun/config.yaml && head -c 1000 /dev/urandom > dirrun/wandb/log
+want_bytes="$(stat -c %s bad.tar) $(stat -c %s bad.tar.gz) 1005"
+out=$("$CKPT" clean -n --json --min-age 0 bad.tar bad.tar.gz dirrun good.tar 2>"$T/err" |
+      python3 -c 'import json,sys; print(" ".join(str(json.loads(l).get("bytes")) for l in sys.stdin))')
+check "bytes per run" "$want_bytes None" "$out"
+total=$(( $(stat -c %s bad.tar) + $(stat -c %s bad.tar.gz) + 1005 ))
+check "would free total" "ckpt: would free $(python3 -c "print('%.1f KiB' % ($total / 1024))") in 3 runs" \
+    "$(sed 's/^[0-9TZ:-]* //' "$T/err")"
+"$CKPT" clean --min-age 0 dirrun 2>"$T/err" >/dev/null
+check "freed total" "ckpt: freed 1005 B in 1 run" "$(sed 's/^[0-9TZ:-]* //' "$T/err")"
 out=$("$CKPT" clean --min-age 0 bad.tar bad.tar.gz 2>/dev/null)
 check "proper bad archives go" "delete	bad.tar	no checkpoint
 delete	bad.tar.gz	no checkpoint" "$out"
