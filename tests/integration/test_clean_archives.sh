@@ -44,6 +44,15 @@ check "clean exit" 1 $?
 check "clean verdicts (the same)" "$want" "$out"
 check "nothing deleted" "$before" "$(tree .)"
 
+# the same, compressed: the tar inside is read on past its damage too
+gzip -c hole.tar > hole.tar.gz && xz -c cat-bad.tar > cat-bad.tar.xz &&
+    zstd -q -c garbled.tar -o garbled.tar.zst
+out=$("$CKPT" clean --min-age 0 hole.tar.gz cat-bad.tar.xz garbled.tar.zst 2>/dev/null)
+check "compressed damaged" "keep	hole.tar.gz	$KEEP
+error	cat-bad.tar.xz	cat-bad.tar.xz: data after the end-of-archive marker at offset 35328
+keep	garbled.tar.zst	$KEEP" "$out"
+test -f cat-bad.tar.xz; check "compressed damaged: kept on disk" 0 $?
+
 # the extracted hard-link archive is judged the same as the archive
 mkdir x && tar -xf hardlink.tar -C x
 check "extracted hard link" "keep	x/run	$KEEP" \
