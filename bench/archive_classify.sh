@@ -53,8 +53,8 @@ for a in run.tar run.tar.gz run.tar.zst; do
     case $a in *.gz) topt=-z;; *.zst) topt=--zstd;; *) topt=;; esac
     cat "$f" >/dev/null # warm the cache for both
     t_tar=$(for i in $(seq "$runs"); do timeit tar $topt -tf "$f"; done | median)
-    t_ck=$(for i in $(seq "$runs"); do timeit "$CKPT" clean -n --max-archive-size 100G "$f"; done | median)
-    verdict=$("$CKPT" clean -n -v --max-archive-size 100G "$f" 2>"$W/err" | cut -f1)
+    t_ck=$(for i in $(seq "$runs"); do timeit "$CKPT" clean -n --min-age 0 --max-archive-size 100G "$f"; done | median)
+    verdict=$("$CKPT" clean -n -v --min-age 0 --max-archive-size 100G "$f" 2>"$W/err" | cut -f1)
     bytes=$(grep -o 'read [0-9]* of [0-9]*' "$W/err" | head -1)
     n=$(tar $topt -tf "$f" | grep -vc '/$')
     size=$(stat -c %s "$f")

@@ -18,8 +18,8 @@ runs="2871001 2871002 2871003 2871004 2871005 2871006 notes 2871101.tar
 echo "sample runs in $W/scratch; the bucket is $W/bucket"
 step "$CKPT" ls .
 # 1. delete the runs that never produced a checkpoint
-step "$CKPT" clean --dry-run $runs
-step "$CKPT" clean $runs
+step "$CKPT" clean --dry-run --min-age 0 $runs
+step "$CKPT" clean --min-age 0 $runs
 # 2. merge a sharded step (3 ranks, written by torch) into whole tensors
 step "$CKPT" unshard 2871001/step1000 "$W/unsharded/2871001-step1000"
 step ls -l "$W/unsharded/2871001-step1000"

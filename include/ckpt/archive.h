@@ -46,6 +46,9 @@ struct ckpt_archive_entry {
     enum ckpt_entry_type type; /* FILE, DIR, LINK or OTHER */
     uint64_t data_offset;      /* byte offset of the data in the archive
                                   file (plain tar), else CKPT_NO_OFFSET */
+    const char *hardlink;      /* type LINK: the member a hard link names
+                                  (normalised, from the archive root), or
+                                  NULL for a symlink / other members */
 };
 
 struct ckpt_archive;
@@ -57,6 +60,21 @@ int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
 /* Next member: returns 1 and fills e, 0 at the end, -1 on error. */
 int ckpt_archive_next(struct ckpt_archive *a, struct ckpt_archive_entry *e,
                       struct ckpt_err *err);
+/* After next() returned 0: NULL when the archive was read to a proper end,
+ * else why not (malloc-free, owned by a). Proper: a tar's end-of-archive
+ * blocks followed by nothing but zeros (at least two zero blocks), a
+ * compressed stream that ended with every byte of the file consumed (gzip:
+ * trailer CRC-32 and length match; a multi-member gzip does not pass), a
+ * zip's central directory read; and the file's size and mtime unchanged
+ * since open. Only such an archive may be judged to lack something. */
+const char *ckpt_archive_damage(const struct ckpt_archive *a);
+/* Salvage mode (for judging what an archive holds, never for copying it):
+ * read on past damage as `tar -i` does (damaged header blocks are skipped,
+ * reading resumes after non-zero data that follows the end-of-archive
+ * blocks, e.g. concatenated archives) and end the listing (0, with
+ * ckpt_archive_damage set) where libarchive gives up, instead of failing.
+ * Storage failures and unsafe members are still errors. */
+void ckpt_archive_set_salvage(struct ckpt_archive *a, int on);
 /* Read the current member's data sequentially; *n == 0 at its end. */
 int ckpt_archive_read(struct ckpt_archive *a, void *buf, size_t len,
                       size_t *n, struct ckpt_err *err);

@@ -26,6 +26,11 @@ struct ckpt_tree_file {
     char *content;          /* owned leading bytes captured from a
                                compressed archive, or NULL */
     size_t content_len;     /* < size when only a prefix was kept */
+    int64_t mtime;          /* directory runs: modification time (s; an
+                               object's LastModified), else 0 */
+    char *hardlink;         /* owned: a hard link member's target as
+                               stored, or NULL; resolved members take the
+                               target's type FILE, size and offset */
 };
 
 struct ckpt_tree {
@@ -39,6 +44,11 @@ struct ckpt_tree {
     size_t n;
     uint64_t archive_size;         /* archive file size, or 0 */
     uint64_t fetched;              /* archive bytes read to build the tree */
+    char *damage;                  /* owned: why the archive was not read
+                                      to a proper end (see
+                                      ckpt_archive_damage), or NULL; the
+                                      listing may then miss members, so
+                                      nothing may be judged missing */
 };
 
 /* How many leading bytes of a member to keep while streaming a compressed
@@ -55,6 +65,13 @@ size_t ckpt_tree_want_default(const char *path, uint64_t size);
 int ckpt_tree_load(struct ckpt_tree **out, struct ckpt_storage *st,
                    const char *key, ckpt_tree_want_fn want,
                    struct ckpt_err *err);
+/* With CKPT_TREE_SALVAGE an archive is read on past damage (see
+ * ckpt_archive_set_salvage) and tree->damage says why it ended early;
+ * without it such damage fails the load, as ckpt_tree_load does. */
+#define CKPT_TREE_SALVAGE 1u
+int ckpt_tree_load_flags(struct ckpt_tree **out, struct ckpt_storage *st,
+                         const char *key, ckpt_tree_want_fn want,
+                         unsigned flags, struct ckpt_err *err);
 void ckpt_tree_free(struct ckpt_tree *t);
 /* Exact path lookup (binary search). */
 const struct ckpt_tree_file *ckpt_tree_find(const struct ckpt_tree *t,
@@ -145,5 +162,11 @@ int ckpt_run_load(struct ckpt_storage *st, const char *key,
                   uint64_t max_archive, struct ckpt_stat *sb,
                   enum ckpt_load_status *status, struct ckpt_tree **tree,
                   struct ckpt_run *run, struct ckpt_err *err);
+/* The same with ckpt_tree_load_flags flags (CKPT_TREE_SALVAGE). */
+int ckpt_run_load_flags(struct ckpt_storage *st, const char *key,
+                        uint64_t max_archive, unsigned flags,
+                        struct ckpt_stat *sb, enum ckpt_load_status *status,
+                        struct ckpt_tree **tree, struct ckpt_run *run,
+                        struct ckpt_err *err);
 
 #endif

@@ -163,6 +163,16 @@ int ckpt_storage_delete(struct ckpt_storage *st, const char *key,
 int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
                              struct ckpt_err *err);
 
+/* Delete exactly the files/objects keys[0..n) (all below dir, as a listing
+ * of dir named them), then, locally, the directories below dir left empty
+ * and dir itself if empty. Nothing else is deleted: a file written below
+ * dir meanwhile stays (the caller lists dir again to find out). Local:
+ * walks with O_NOFOLLOW, never through a symlink swapped in. Remote:
+ * batched. Missing keys are success. */
+int ckpt_storage_delete_keys(struct ckpt_storage *st, const char *dir,
+                             char *const *keys, size_t n,
+                             struct ckpt_err *err);
+
 /* Bytes fetched from the backend so far (for benchmarks and tests). */
 uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st);
 

@@ -14,11 +14,13 @@
 #include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ckpt/buf.h"
+#include "ckpt/torchfmt.h"
 #include "ckpt/util.h"
 
 #define TAR_BLOCK_MIN (2u << 10)
@@ -26,14 +28,19 @@
 #define ZIP_BLOCK (64u << 10)
 #define STREAM_BLOCK_LOCAL (1u << 20)
 #define STREAM_BLOCK_REMOTE (8u << 20)
+#define ZBLOCK (256u << 10)
+#define EOA_BYTES 1024u /* two zero blocks end a tar archive */
 
 struct ckpt_archive {
-    struct archive *ar;
+    struct archive *ar;         /* format reader: tar or zip */
+    struct archive *raw;        /* compressed: filters + raw format, whose
+                                   output feeds ar; NULL otherwise */
     struct ckpt_storage *st;    /* borrowed */
     char *key;                  /* owned */
     char *name;                 /* owned: display name for messages */
     int fd;                     /* local fast path, or -1 */
     uint64_t size;              /* archive file size */
+    int64_t mtime;              /* archive mtime when opened */
     uint64_t pos;               /* next read position */
     uint64_t fetched;           /* bytes read from storage */
     size_t block;               /* current read size */
@@ -44,6 +51,25 @@ struct ckpt_archive {
     struct ckpt_err io_err;     /* storage failure inside a callback */
     int io_failed;
     struct ckpt_buf path;       /* normalised current member name */
+    struct ckpt_buf link;       /* normalised hard link target */
+    /* Where the tar stream stands (uncompressed offsets), for the end
+     * check: the reader started at base (0, or where a salvage read
+     * resumed), and the last member's data ended at end. */
+    int salvage;
+    uint64_t base, end;
+    int in_member, done, restarted;
+    char *damage;               /* owned: why the end was not proper */
+    /* Compressed: the last two blocks pulled from raw (ar may still be
+     * reading the older one), the decompressed bytes pulled so far and
+     * their CRC-32 (gzip). */
+    char *zb[2];
+    size_t zl[2];
+    uint64_t zs[2];
+    int zi;
+    uint64_t zpos;
+    uint32_t zcrc;
+    int zeof;
+    uint64_t feed;              /* next offset to hand to ar */
 };
 
 static const struct {
@@ -203,6 +229,132 @@ static int ar_fail(struct ckpt_archive *a, struct ckpt_err *err)
                         m ? m : "unreadable archive");
 }
 
+/* Record why the archive did not end properly; the first reason wins. */
+static void damaged(struct ckpt_archive *a, const char *fmt, ...)
+    CKPT_PRINTF(2, 3);
+static void damaged(struct ckpt_archive *a, const char *fmt, ...)
+{
+    if (a->damage)
+        return;
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    va_list ap;
+    va_start(ap, fmt);
+    ckpt_buf_vaddf(&b, fmt, ap);
+    va_end(ap);
+    a->damage = ckpt_buf_detach(&b, NULL);
+}
+
+/* Pull the next block of the decompressed stream into the older of the
+ * two block buffers: its length, 0 at the end of the stream, -1 on error
+ * (archive_error_string(a->raw), or a->io_failed). */
+static la_ssize_t zpull(struct ckpt_archive *a)
+{
+    if (a->zeof)
+        return 0;
+    int i = a->zi ^ 1;
+    la_ssize_t n = archive_read_data(a->raw, a->zb[i], ZBLOCK);
+    if (n < 0)
+        return -1;
+    if (n == 0) {
+        a->zeof = 1;
+        return 0;
+    }
+    a->zs[i] = a->zpos;
+    a->zl[i] = (size_t)n;
+    a->zpos += (uint64_t)n;
+    a->zi = i;
+    if (a->kind == CKPT_ARCHIVE_TAR_GZ)
+        a->zcrc = ckpt_crc32(a->zcrc, a->zb[i], (size_t)n);
+    return n;
+}
+
+static const char *raw_error(struct ckpt_archive *a)
+{
+    const char *m = archive_error_string(a->raw);
+    return m ? m : "decompression failed";
+}
+
+/* ar's read callback over the decompressed stream: from a->feed, which
+ * lies in the two retained blocks (after a restart) or at their end. */
+static la_ssize_t zread_cb(struct archive *ar, void *ud, const void **out)
+{
+    struct ckpt_archive *a = ud;
+    *out = a->zb[a->zi];
+    if (a->feed >= a->zpos) {
+        la_ssize_t n = zpull(a);
+        if (n < 0)
+            archive_set_error(ar, EIO, "%s", a->io_failed ? a->io_err.msg
+                                                         : raw_error(a));
+        if (n <= 0)
+            return n;
+    }
+    for (int k = 0; k < 2; k++) {
+        int i = k ? a->zi : a->zi ^ 1;
+        if (a->zl[i] && a->feed >= a->zs[i] &&
+            a->feed < a->zs[i] + a->zl[i]) {
+            size_t n = (size_t)(a->zs[i] + a->zl[i] - a->feed);
+            *out = a->zb[i] + (a->feed - a->zs[i]);
+            a->feed += n;
+            return (la_ssize_t)n;
+        }
+    }
+    archive_set_error(ar, EIO, "stream position %llu no longer buffered",
+                      (unsigned long long)a->feed);
+    return -1;
+}
+
+/* (Re)start the format reader at stream offset at. A restart (salvage
+ * past damage) names the format instead of sniffing it: the bytes there
+ * may not look like the start of an archive. */
+static int start_reader(struct ckpt_archive *a, uint64_t at, int restart)
+{
+    if (a->ar)
+        archive_read_free(a->ar);
+    a->ar = archive_read_new();
+    a->base = a->end = at;
+    a->in_member = 0;
+    if (a->kind == CKPT_ARCHIVE_ZIP) {
+        archive_read_support_format_zip_seekable(a->ar);
+    } else {
+        archive_read_support_format_tar(a->ar);
+        archive_read_support_format_gnutar(a->ar);
+        if (restart)
+            archive_read_set_format(a->ar, ARCHIVE_FORMAT_TAR);
+    }
+    if (a->raw) {
+        archive_read_set_read_callback(a->ar, zread_cb);
+    } else {
+        a->pos = at;
+        archive_read_set_read_callback(a->ar, read_cb);
+        archive_read_set_skip_callback(a->ar, skip_cb);
+        archive_read_set_seek_callback(a->ar, seek_cb);
+    }
+    archive_read_set_callback_data(a->ar, a);
+    return archive_read_open1(a->ar) == ARCHIVE_OK ? 0 : -1;
+}
+
+/* Compressed: a raw reader decompresses, and the tar reader reads its
+ * output, so that what follows the tar's end (and the gzip trailer) can
+ * be checked too. */
+static int start_raw(struct ckpt_archive *a)
+{
+    a->raw = archive_read_new();
+    archive_read_support_filter_gzip(a->raw);
+    archive_read_support_filter_bzip2(a->raw);
+    archive_read_support_filter_xz(a->raw);
+    archive_read_support_filter_zstd(a->raw);
+    archive_read_support_format_raw(a->raw);
+    archive_read_set_read_callback(a->raw, read_cb);
+    archive_read_set_callback_data(a->raw, a);
+    struct archive_entry *ae;
+    if (archive_read_open1(a->raw) != ARCHIVE_OK ||
+        archive_read_next_header(a->raw, &ae) != ARCHIVE_OK)
+        return -1;
+    for (int i = 0; i < 2; i++)
+        a->zb[i] = ckpt_xmalloc(ZBLOCK);
+    return 0;
+}
+
 int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
                       const char *key, struct ckpt_err *err)
 {
@@ -217,7 +369,9 @@ int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
     a->name = ckpt_storage_display(st, key);
     a->fd = -1;
     a->size = sb.size;
+    a->mtime = sb.mtime;
     ckpt_buf_init(&a->path);
+    ckpt_buf_init(&a->link);
     if (ckpt_storage_is_local(st)) {
         a->fd = open(key, O_RDONLY | O_CLOEXEC);
         if (a->fd < 0) {
@@ -239,19 +393,16 @@ int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
         ckpt_archive_close(a);
         return -1;
     }
-    a->ar = archive_read_new();
-    archive_read_support_filter_gzip(a->ar);
-    archive_read_support_filter_bzip2(a->ar);
-    archive_read_support_filter_xz(a->ar);
-    archive_read_support_filter_zstd(a->ar);
-    archive_read_support_format_tar(a->ar);
-    archive_read_support_format_gnutar(a->ar);
-    archive_read_support_format_zip_seekable(a->ar);
-    archive_read_set_read_callback(a->ar, read_cb);
-    archive_read_set_skip_callback(a->ar, skip_cb);
-    archive_read_set_seek_callback(a->ar, seek_cb);
-    archive_read_set_callback_data(a->ar, a);
-    if (archive_read_open1(a->ar) != ARCHIVE_OK) {
+    int compressed = !a->plain_tar && a->kind != CKPT_ARCHIVE_ZIP;
+    if (compressed && start_raw(a) != 0) {
+        if (a->io_failed)
+            *err = a->io_err;
+        else
+            ckpt_err_set(err, CKPT_EFORMAT, "%s: %s", a->name, raw_error(a));
+        ckpt_archive_close(a);
+        return -1;
+    }
+    if (start_reader(a, 0, 0) != 0) {
         ar_fail(a, err);
         ckpt_archive_close(a);
         return -1;
@@ -260,22 +411,34 @@ int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
     return 0;
 }
 
+void ckpt_archive_set_salvage(struct ckpt_archive *a, int on)
+{
+    a->salvage = on;
+}
+
+const char *ckpt_archive_damage(const struct ckpt_archive *a)
+{
+    return a->damage;
+}
+
 /* Normalise a member name into a->path: drop "/" and "./" prefixes, empty
  * and "." components and the trailing "/". Returns 0, or -1 for ".."
- * components and absolute names. */
+ * components and absolute names. Also for hard link targets, which
+ * name a member from the archive root. */
 static int normalise(struct ckpt_archive *a, const char *p,
-                     struct ckpt_err *err)
+                     struct ckpt_buf *out, struct ckpt_err *err)
 {
     if (ckpt_archive_check_member(a->name, p, NULL, 0, err) != 0)
         return -1;
-    ckpt_buf_reset(&a->path);
+    ckpt_buf_reset(out);
+    ckpt_buf_addstr(out, ""); /* NUL-terminated even when empty */
     while (*p) {
         const char *s = strchr(p, '/');
         size_t n = s ? (size_t)(s - p) : strlen(p);
         if (n && !(n == 1 && p[0] == '.')) {
-            if (a->path.len)
-                ckpt_buf_addch(&a->path, '/');
-            ckpt_buf_add(&a->path, p, n);
+            if (out->len)
+                ckpt_buf_addch(out, '/');
+            ckpt_buf_add(out, p, n);
         }
         p += n;
         if (*p == '/')
@@ -335,22 +498,235 @@ int ckpt_archive_check_member(const char *archive, const char *path,
     return 0;
 }
 
+static const char *first_nonzero(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return p + i;
+    return NULL;
+}
+
+/* Plain tar: the first non-zero byte at or after from (1 and *at), 0 when
+ * the rest of the file is zeros, -1 on a read error. Ranged reads, so
+ * this works on object storage too. */
+static int plain_scan(struct ckpt_archive *a, uint64_t from, uint64_t *at)
+{
+    a->pos = from;
+    for (;;) {
+        ssize_t n = fetch(a, a->block_cap);
+        if (n <= 0)
+            return n < 0 ? -1 : 0;
+        const char *nz = first_nonzero(a->buf, (size_t)n);
+        if (nz) {
+            *at = a->pos - (uint64_t)n + (uint64_t)(nz - a->buf);
+            return 1;
+        }
+    }
+}
+
+/* Compressed: the same over the decompressed stream, from the blocks ar
+ * has seen and then on to the end of the stream. -1 with a->damage set
+ * when decompression fails. */
+static int z_scan(struct ckpt_archive *a, uint64_t from, uint64_t *at)
+{
+    int older = a->zi ^ 1;
+    uint64_t lo = a->zl[older] ? a->zs[older] : a->zs[a->zi];
+    if (from < lo && from < a->zpos) {
+        damaged(a, "cannot check the end of the stream");
+        return -1;
+    }
+    for (int k = 0; k < 2; k++) {
+        int i = k ? a->zi : older;
+        uint64_t s = a->zs[i], e = s + a->zl[i];
+        if (!a->zl[i] || e <= from)
+            continue;
+        uint64_t b = from > s ? from : s;
+        const char *nz = first_nonzero(a->zb[i] + (b - s), (size_t)(e - b));
+        if (nz) {
+            *at = s + (uint64_t)(nz - a->zb[i]);
+            return 1;
+        }
+    }
+    for (;;) {
+        la_ssize_t n = zpull(a);
+        if (n < 0) {
+            if (!a->io_failed)
+                damaged(a, "%s", raw_error(a));
+            return -1;
+        }
+        if (n == 0)
+            return 0;
+        const char *nz = first_nonzero(a->zb[a->zi], (size_t)n);
+        if (nz) {
+            *at = a->zs[a->zi] + (uint64_t)(nz - a->zb[a->zi]);
+            return 1;
+        }
+    }
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+/* The compressed stream ended: every byte of the file was consumed, and
+ * for gzip (whose libarchive filter does not check it) the trailer's
+ * CRC-32 and length match the data. A multi-member gzip fails this check:
+ * its last trailer covers the last member only. */
+static void z_check_trailer(struct ckpt_archive *a)
+{
+    uint64_t used = (uint64_t)archive_filter_bytes(a->raw, -1);
+    if (used < a->size) {
+        damaged(a, "%llu bytes after the end of the compressed stream",
+                (unsigned long long)(a->size - used));
+        return;
+    }
+    if (a->kind != CKPT_ARCHIVE_TAR_GZ)
+        return;
+    if (a->size < 18) {
+        damaged(a, "gzip trailer missing");
+        return;
+    }
+    a->pos = a->size - 8;
+    if (fetch(a, 8) != 8)
+        return;
+    const unsigned char *t = (const unsigned char *)a->buf;
+    if (le32(t) != a->zcrc || le32(t + 4) != (uint32_t)a->zpos)
+        damaged(a, "gzip checksum mismatch (CRC-32 or length in the "
+                "trailer does not match the data)");
+}
+
+static void check_unchanged(struct ckpt_archive *a)
+{
+    struct ckpt_stat sb;
+    struct ckpt_err e = CKPT_ERR_INIT;
+    if (ckpt_storage_stat(a->st, a->key, &sb, &e) != 0)
+        damaged(a, "cannot stat the archive again: %s", e.msg);
+    else if (sb.size != a->size || sb.mtime != a->mtime)
+        damaged(a, "the archive changed while it was read");
+}
+
+/* Salvage: read on past damage from the 512-byte block holding the first
+ * non-zero byte at q, as `tar -i` does. 1 if restarted. */
+static int restart_at(struct ckpt_archive *a, uint64_t q)
+{
+    uint64_t r = q - (q - a->base) % 512;
+    if (a->restarted && r <= a->base)
+        return 0; /* no progress: give up */
+    a->restarted = 1;
+    if (a->raw) {
+        int older = a->zi ^ 1;
+        uint64_t lo = a->zl[older] ? a->zs[older] : a->zs[a->zi];
+        if (r < lo)
+            return 0;
+        a->feed = r;
+    }
+    if (start_reader(a, r, 1) != 0) {
+        damaged(a, "%s", archive_error_string(a->ar));
+        return 0;
+    }
+    a->done = 0;
+    return 1;
+}
+
+/* The tar reader reported its end after the last member, whose data ended
+ * at a->end. The end is proper when what follows is zeros only (the
+ * end-of-archive blocks and record padding, at least two blocks) to the
+ * end of the stream, the compressed stream ended cleanly, and the file did
+ * not change while it was read; otherwise a->damage says why. Returns -1
+ * only for a storage failure. */
+static int at_end(struct ckpt_archive *a, struct ckpt_err *err)
+{
+    a->done = 1;
+    if (a->kind == CKPT_ARCHIVE_ZIP) {
+        check_unchanged(a); /* libarchive read the central directory */
+        return 0;
+    }
+    uint64_t q = 0;
+    int r = a->raw ? z_scan(a, a->end, &q) : plain_scan(a, a->end, &q);
+    if (r < 0 && a->io_failed) {
+        *err = a->io_err;
+        return -1;
+    }
+    if (r == 1) {
+        damaged(a, "data after the end-of-archive marker at offset %llu",
+                (unsigned long long)a->end);
+        if (a->salvage)
+            restart_at(a, q);
+        return 0;
+    }
+    if (r == 0) {
+        uint64_t stream_end = a->raw ? a->zpos : a->size;
+        if (stream_end - a->end < EOA_BYTES)
+            damaged(a, "no end-of-archive marker (the archive is cut short, "
+                    "or still being written)");
+        if (a->raw)
+            z_check_trailer(a);
+    }
+    check_unchanged(a);
+    return 0;
+}
+
+/* libarchive gave up (a damaged header, a truncated member): an error, or
+ * in salvage mode the end of what can be listed. */
+static int broken(struct ckpt_archive *a, int rc, struct ckpt_err *err)
+{
+    if (!a->salvage || a->io_failed)
+        return ar_fail(a, err);
+    const char *m = archive_error_string(a->ar);
+    uint64_t at = a->base + (uint64_t)archive_filter_bytes(a->ar, 0);
+    if (rc == ARCHIVE_RETRY) {
+        /* A bad header block: libarchive moved on by one block, which
+         * counts as read (the end check starts after it). */
+        damaged(a, "damaged header at offset %llu",
+                (unsigned long long)(at >= 512 ? at - 512 : 0));
+        a->end = at;
+        return 1;
+    }
+    damaged(a, "%s", m ? m : "unreadable archive");
+    a->done = 1;
+    return 0;
+}
+
 int ckpt_archive_next(struct ckpt_archive *a, struct ckpt_archive_entry *e,
                       struct ckpt_err *err)
 {
     struct archive_entry *ae;
-    int rc = archive_read_next_header(a->ar, &ae);
-    if (rc == ARCHIVE_EOF)
-        return 0;
-    if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN)
-        return ar_fail(a, err);
+    int rc;
+    for (;;) {
+        if (a->done)
+            return 0;
+        if (a->in_member) {
+            /* Skip the rest of the member now, to know where it ends. */
+            a->in_member = 0;
+            rc = archive_read_data_skip(a->ar);
+            if (rc != ARCHIVE_OK) {
+                if (broken(a, ARCHIVE_FATAL, err) < 0)
+                    return -1;
+                continue;
+            }
+            a->end = a->base + (uint64_t)archive_filter_bytes(a->ar, 0);
+        }
+        rc = archive_read_next_header(a->ar, &ae);
+        if (rc == ARCHIVE_OK || rc == ARCHIVE_WARN)
+            break;
+        if (rc == ARCHIVE_EOF) {
+            if (at_end(a, err) != 0)
+                return -1;
+            continue;
+        }
+        if (broken(a, rc, err) < 0)
+            return -1;
+    }
+    a->in_member = 1;
     /* main() selects a UTF-8 ctype, so the multibyte name is the UTF-8
      * name and needs no conversion. */
     const char *p = archive_entry_pathname(ae);
     if (!p)
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: member without a name",
                             a->name);
-    if (normalise(a, p, err) != 0)
+    if (normalise(a, p, &a->path, err) != 0)
         return -1;
     const char *sl = archive_entry_symlink(ae);
     const char *hl = archive_entry_hardlink(ae);
@@ -358,8 +734,11 @@ int ckpt_archive_next(struct ckpt_archive *a, struct ckpt_archive_entry *e,
         ckpt_archive_check_member(a->name, a->path.ptr, sl ? sl : hl, !sl,
                                   err) != 0)
         return -1;
+    if (hl && !sl && normalise(a, hl, &a->link, err) != 0)
+        return -1;
     memset(e, 0, sizeof(*e));
     e->path = a->path.ptr;
+    e->hardlink = hl && !sl ? a->link.ptr : NULL;
     e->size = archive_entry_size_is_set(ae)
             ? (uint64_t)archive_entry_size(ae) : 0;
     mode_t t = archive_entry_filetype(ae);
@@ -369,7 +748,7 @@ int ckpt_archive_next(struct ckpt_archive *a, struct ckpt_archive_entry *e,
     /* In a plain tar the format has consumed exactly the header blocks, so
      * its position is where the member's bytes start. */
     e->data_offset = a->plain_tar && e->type == CKPT_ENTRY_FILE
-                   ? (uint64_t)archive_filter_bytes(a->ar, 0)
+                   ? a->base + (uint64_t)archive_filter_bytes(a->ar, 0)
                    : CKPT_NO_OFFSET;
     return 1;
 }
@@ -407,9 +786,15 @@ void ckpt_archive_close(struct ckpt_archive *a)
         return;
     if (a->ar)
         archive_read_free(a->ar);
+    if (a->raw)
+        archive_read_free(a->raw);
     if (a->fd >= 0)
         close(a->fd);
     ckpt_buf_release(&a->path);
+    ckpt_buf_release(&a->link);
+    free(a->zb[0]);
+    free(a->zb[1]);
+    free(a->damage);
     free(a->buf);
     free(a->key);
     free(a->name);

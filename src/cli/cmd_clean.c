@@ -8,10 +8,12 @@
  * acting, and act. A failure on one run is reported and the rest go on.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/buf.h"
@@ -24,12 +26,15 @@ static const char *const clean_usage[] = {
     "",
     "Delete each RUN (a directory or an archive, local or remote) that has",
     "no complete checkpoint with step > 0; keep the others; skip anything",
-    "that does not look like a run. Prints ACTION<TAB>RUN<TAB>REASON per",
-    "RUN, ACTION one of delete, would-delete, keep, skip, error.",
+    "that does not look like a run, and runs written to within --min-age",
+    "(default 1d: they may be alive). Damaged archives are never deleted.",
+    "Prints ACTION<TAB>RUN<TAB>REASON per RUN, ACTION one of delete,",
+    "would-delete, keep, skip, error.",
     NULL
 };
 
 struct clean_opts {
+    int64_t min_age;                 /* seconds; 0: no live-run guard */
     int force;
     uint64_t max_archive;
     int keep_last;
@@ -49,6 +54,8 @@ struct item {
     struct ckpt_run run;
     int scanned;                     /* run is valid */
     int is_archive;
+    int gone;                        /* deleted by someone else */
+    uint64_t bytes;                  /* freed (or, -n, would be) */
     struct ckpt_buf pruned;          /* "step100, step200" */
     cJSON *pruned_json;              /* owned until printed */
 };
@@ -75,22 +82,96 @@ static void bad_reason(struct item *it)
     ckpt_buf_addch(r, ')');
 }
 
+/* Lexically clean a local RUN: "." components and repeated or trailing
+ * slashes go, and ".." takes off the component before it, which must not
+ * be a symlink (then ".." would climb out of the link's target, not out
+ * of the link's directory). Returns the cleaned path ("." for none), or
+ * NULL with err set. */
+static char *clean_path(const char *key, struct ckpt_err *err)
+{
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    int abs = key[0] == '/';
+    const char *p = key;
+    if (abs)
+        ckpt_buf_addch(&b, '/');
+    while (*p) {
+        const char *s = strchr(p, '/');
+        size_t n = s ? (size_t)(s - p) : strlen(p);
+        size_t root = abs ? 1 : 0;
+        int above = b.len == root ||
+                    (b.len >= root + 2 &&
+                     !strcmp(b.ptr + b.len - 2, "..") &&
+                     (b.len == root + 2 || b.ptr[b.len - 3] == '/'));
+        if (n == 2 && p[0] == '.' && p[1] == '.' && !above) {
+            struct stat lsb;
+            if (lstat(b.ptr, &lsb) == 0 && S_ISLNK(lsb.st_mode)) {
+                ckpt_err_set(err, CKPT_EUNSAFE, "'%s' goes through the "
+                             "symbolic link '%s'; not deleting through it "
+                             "(give the real path)", key, b.ptr);
+                ckpt_buf_release(&b);
+                return NULL;
+            }
+            char *slash = strrchr(b.ptr, '/');
+            size_t keep = slash ? (size_t)(slash - b.ptr) : 0;
+            ckpt_buf_setlen(&b, keep < root ? root : keep);
+            ckpt_buf_addstr(&b, "");
+        } else if (n && !(n == 1 && p[0] == '.')) {
+            if (b.len > root)
+                ckpt_buf_addch(&b, '/');
+            ckpt_buf_add(&b, p, n);
+        }
+        p += n;
+        while (*p == '/')
+            p++;
+    }
+    if (!b.len)
+        ckpt_buf_addstr(&b, ".");
+    return ckpt_buf_detach(&b, NULL);
+}
+
+/* 1 if dir is real or one of its parents. */
+static int is_at_or_below(const char *dir, const char *real)
+{
+    size_t n = strlen(real);
+    return !strncmp(dir, real, n) &&
+           (dir[n] == '/' || dir[n] == '\0' || n == 1);
+}
+
+/* Up front, before anything is read: never "/", $HOME or a directory
+ * holding it, nor a mount point (its device differs from its parent's):
+ * walking those is pointless and deleting them a disaster. */
+static int refuse_root(const char *key, struct ckpt_err *err)
+{
+    char real[PATH_MAX], rhome[PATH_MAX];
+    if (!realpath(key, real))
+        return 0; /* reported when the run is read */
+    const char *home = getenv("HOME");
+    if (!strcmp(real, "/"))
+        return ckpt_err_set(err, CKPT_EUNSAFE, "refusing to clean '%s': it "
+                            "is the root directory", key);
+    if (home && realpath(home, rhome) && is_at_or_below(rhome, real))
+        return ckpt_err_set(err, CKPT_EUNSAFE, "refusing to clean '%s' (%s):"
+                            " it is or holds the home directory", key, real);
+    struct stat sb, psb;
+    char *parent = ckpt_path_dirname(real);
+    int mount = stat(real, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+                stat(parent, &psb) == 0 && sb.st_dev != psb.st_dev;
+    free(parent);
+    if (mount)
+        return ckpt_err_set(err, CKPT_EUNSAFE, "refusing to clean '%s' (%s):"
+                            " it is a mount point", key, real);
+    return 0;
+}
+
 /* Refuse paths whose deletion would be a disaster whatever they hold. */
 static int unsafe_local(const char *key, struct ckpt_err *err)
 {
     char real[PATH_MAX], cwd[PATH_MAX];
     if (!realpath(key, real))
         return ckpt_err_sys(err, "resolve '%s'", key);
-    const char *home = getenv("HOME");
-    char rhome[PATH_MAX];
-    int is_home = home && realpath(home, rhome) && !strcmp(rhome, real);
-    int is_cwd_or_parent = 0;
-    if (getcwd(cwd, sizeof(cwd))) {
-        size_t n = strlen(real);
-        is_cwd_or_parent = !strncmp(cwd, real, n) &&
-                           (cwd[n] == '/' || cwd[n] == '\0' || n == 1);
-    }
-    if (!strcmp(real, "/") || is_home || is_cwd_or_parent)
+    if (refuse_root(key, err) != 0)
+        return -1;
+    if (getcwd(cwd, sizeof(cwd)) && is_at_or_below(cwd, real))
         return ckpt_err_set(err, CKPT_EUNSAFE,
                             "refusing to delete '%s' (%s)", key, real);
     return 0;
@@ -138,6 +219,42 @@ static void plan_prune(const struct ckpt_run *run, const struct clean_opts *co,
     free(keep);
 }
 
+static void verdict(struct item *it);
+
+/* The live-run guard: a run (or archive) written to within --min-age may
+ * still be growing; it is skipped whatever it holds. */
+static int is_live(struct item *it, const struct ckpt_tree *t)
+{
+    if (it->co->min_age <= 0)
+        return 0;
+    int64_t newest = it->is_archive ? it->sb.mtime : 0;
+    for (size_t i = 0; !it->is_archive && i < t->n; i++)
+        if (t->files[i].type != CKPT_ENTRY_DIR && t->files[i].mtime > newest)
+            newest = t->files[i].mtime;
+    int64_t age = (int64_t)time(NULL) - newest;
+    if (age >= it->co->min_age)
+        return 0;
+    if (age < 0)
+        age = 0;
+    it->action = "skip";
+    const char *what = it->is_archive ? "archive" : "newest file";
+    if (age < 120)
+        ckpt_buf_addf(&it->reason, "live: %s written %lld s ago", what,
+                      (long long)age);
+    else if (age < 7200)
+        ckpt_buf_addf(&it->reason, "live: %s written %lld min ago", what,
+                      (long long)(age / 60));
+    else if (age < 2 * 86400)
+        ckpt_buf_addf(&it->reason, "live: %s written %lld h ago", what,
+                      (long long)(age / 3600));
+    else
+        ckpt_buf_addf(&it->reason, "live: %s written %lld d ago", what,
+                      (long long)(age / 86400));
+    return 1;
+}
+static int refuse_path(struct item *it, struct ckpt_err *err);
+static int will_prune(const struct item *it);
+
 static void judge(void *arg)
 {
     struct item *it = arg;
@@ -145,8 +262,9 @@ static void judge(void *arg)
     struct ckpt_tree *tree = NULL;
     enum ckpt_load_status status;
     it->action = "error";
-    if (ckpt_run_load(it->st, it->loc.key, it->co->max_archive, &it->sb,
-                      &status, &tree, &it->run, &err) != 0) {
+    if (ckpt_run_load_flags(it->st, it->loc.key, it->co->max_archive,
+                            CKPT_TREE_SALVAGE, &it->sb, &status, &tree,
+                            &it->run, &err) != 0) {
         ckpt_buf_addstr(&it->reason, err.msg);
         return;
     }
@@ -169,7 +287,37 @@ static void judge(void *arg)
         debugf("%s: read %llu of %llu archive bytes", it->arg,
                (unsigned long long)tree->fetched,
                (unsigned long long)tree->archive_size);
+    int live = is_live(it, tree);
+    char *damage = tree->damage ? ckpt_xasprintf("%s: %s", tree->display,
+                                                 tree->damage)
+                                : NULL;
     ckpt_tree_free(tree);
+    if (live) {
+        free(damage);
+        return;
+    }
+    verdict(it);
+    /* A damaged archive may hold more than was listed: only a complete
+     * checkpoint found anyway (keep, which changes nothing) stands. */
+    if (damage && strcmp(it->action, "keep") != 0) {
+        it->action = "error";
+        ckpt_buf_reset(&it->reason);
+        ckpt_buf_addstr(&it->reason, damage);
+    }
+    free(damage);
+    /* Refused paths are refused in the verdict, so that -n predicts
+     * exactly what the real run does. */
+    int deletes = !strcmp(it->action, msg_delete(it->g)) || will_prune(it);
+    if (deletes && refuse_path(it, &err) != 0) {
+        it->action = "error";
+        ckpt_buf_reset(&it->reason);
+        ckpt_buf_addstr(&it->reason, err.msg);
+    }
+}
+
+/* keep, delete or skip, from the scanned run. */
+static void verdict(struct item *it)
+{
     if (!ckpt_run_looks_like_run(&it->run) && !it->co->force) {
         it->action = "skip";
         ckpt_buf_addstr(&it->reason, "does not look like a run (no "
@@ -192,26 +340,74 @@ static void judge(void *arg)
  * not have grown (a trainer may have written a checkpoint since). It may
  * have shrunk, or vanished: another `ckpt clean` deleting the same run.
  * Returns 1 when the run is already gone, 0 to go ahead, -1 to refuse. */
-static int verify_still_bad(struct item *it, struct ckpt_err *err)
+static int verify_still_bad(struct item *it, struct ckpt_tree **out,
+                            struct ckpt_err *err)
 {
     struct ckpt_stat sb;
     enum ckpt_load_status status;
     struct ckpt_tree *tree = NULL;
     struct ckpt_run run;
-    if (ckpt_run_load(it->st, it->loc.key, 0, &sb, &status, &tree, &run,
-                      err) != 0)
+    *out = NULL;
+    if (ckpt_run_load_flags(it->st, it->loc.key, 0, CKPT_TREE_SALVAGE, &sb,
+                            &status, &tree, &run, err) != 0)
         return err->code == CKPT_ENOTFOUND ? 1 : -1;
-    int ok = status == CKPT_LOAD_OK && !ckpt_run_best(&run) &&
+    int ok = status == CKPT_LOAD_OK && !tree->damage &&
+             !ckpt_run_best(&run) &&
              run.nfiles <= it->run.nfiles && run.size <= it->run.size &&
              (!it->is_archive || (sb.size == it->sb.size &&
                                   sb.mtime == it->sb.mtime));
-    ckpt_tree_free(tree);
     if (status == CKPT_LOAD_OK)
         ckpt_run_release(&run);
-    if (!ok)
+    if (!ok) {
+        ckpt_tree_free(tree);
         return ckpt_err_set(err, CKPT_EUNSAFE, "run changed while it was "
                             "checked; not deleted");
+    }
+    *out = tree;
     return 0;
+}
+
+static int first_left(void *ud, const struct ckpt_entry *e)
+{
+    struct ckpt_buf *b = ud;
+    if (e->type == CKPT_ENTRY_DIR)
+        return 0;
+    ckpt_buf_addstr(b, e->name);
+    return 1;
+}
+
+/* Delete exactly the files of the tree that was judged, then list again:
+ * a file written meanwhile (a trainer saving a checkpoint) is left in
+ * place, and the run is an error. */
+static int delete_judged(struct item *it, struct ckpt_tree *t,
+                         struct ckpt_err *err)
+{
+    char **keys = ckpt_xcalloc(t->n ? t->n : 1, sizeof(*keys));
+    size_t n = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->files[i].type != CKPT_ENTRY_DIR)
+            keys[n++] = ckpt_tree_key(t, t->files[i].path);
+    int rc = ckpt_storage_delete_keys(it->st, it->loc.key, keys, n, err);
+    for (size_t i = 0; i < n; i++)
+        free(keys[i]);
+    free(keys);
+    if (rc != 0)
+        return -1;
+    struct ckpt_buf left = CKPT_BUF_INIT;
+    struct ckpt_err lerr = CKPT_ERR_INIT;
+    rc = ckpt_storage_list(it->st, it->loc.key, CKPT_LIST_RECURSIVE,
+                           first_left, &left, &lerr);
+    if (rc < 0 && lerr.code != CKPT_ENOTFOUND) {
+        *err = lerr;
+        rc = -1;
+    } else if (left.len) {
+        rc = ckpt_err_set(err, CKPT_EUNSAFE, "run changed during delete; "
+                          "left in place: %s", left.ptr);
+    } else {
+        rc = 0;
+    }
+    ckpt_buf_release(&left);
+    return rc;
 }
 
 /* Checks that hold whatever the run holds: never through a symlink, never
@@ -225,30 +421,53 @@ static int refuse_path(struct item *it, struct ckpt_err *err)
     struct stat lsb;
     if (lstat(key, &lsb) == 0 && S_ISLNK(lsb.st_mode))
         return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is a symbolic link; not "
-                            "deleting through it (give the real path)", key);
+                            "deleting through it (give the real path)",
+                            it->arg);
     return unsafe_local(key, err);
 }
 
 static int delete_run(struct item *it, struct ckpt_err *err)
 {
-    int v = verify_still_bad(it, err);
+    struct ckpt_tree *tree = NULL;
+    int v = verify_still_bad(it, &tree, err);
     if (v == 0 && refuse_path(it, err) != 0)
         v = err->code == CKPT_ENOTFOUND ? 1 : -1;
     if (v != 0) {
         /* Gone already: another cleaner got there first, which is what we
          * wanted. */
-        if (v == 1)
+        if (v == 1) {
             ckpt_buf_addstr(&it->reason, " (already deleted by another "
                             "process)");
+            it->gone = 1;
+        }
+        ckpt_tree_free(tree);
         return v < 0 ? -1 : 0;
     }
-    if (it->is_archive)
-        return ckpt_storage_delete(it->st, it->loc.key, err);
-    return ckpt_storage_delete_tree(it->st, it->loc.key, err);
+    int rc = it->is_archive ? ckpt_storage_delete(it->st, it->loc.key, err)
+                            : delete_judged(it, tree, err);
+    ckpt_tree_free(tree);
+    return rc;
+}
+
+/* A kept run with checkpoints to prune (directories only). */
+static int will_prune(const struct item *it)
+{
+    if (strcmp(it->action, "keep") != 0 || it->is_archive ||
+        (it->co->keep_last <= 0 && it->co->keep_every <= 0))
+        return 0;
+    int *prune = ckpt_xcalloc(it->run.n ? it->run.n : 1, sizeof(int));
+    plan_prune(&it->run, it->co, prune);
+    int any = 0;
+    for (size_t i = 0; i < it->run.n; i++)
+        any |= prune[i];
+    free(prune);
+    return any;
 }
 
 static int prune_run(struct item *it, struct ckpt_err *err)
 {
+    if (!it->g->dry_run && will_prune(it) && refuse_path(it, err) != 0)
+        return -1;
     int *prune = ckpt_xcalloc(it->run.n ? it->run.n : 1, sizeof(int));
     plan_prune(&it->run, it->co, prune);
     int rc = 0;
@@ -270,6 +489,7 @@ static int prune_run(struct item *it, struct ckpt_err *err)
         }
         ckpt_buf_addf(&it->pruned, "%s%s", it->pruned.len ? ", " : "",
                       c->name);
+        it->bytes += c->size;
         cJSON_AddItemToArray(it->pruned_json, cJSON_CreateString(c->name));
     }
     if (it->pruned.len)
@@ -287,6 +507,8 @@ static void act(void *arg)
     int rc = 0;
     if (!strcmp(it->action, "delete"))
         rc = delete_run(it, &err);
+    if (rc == 0 && !strcmp(it->action, msg_delete(it->g)) && !it->gone)
+        it->bytes = it->is_archive ? it->sb.size : it->run.size;
     else if (!strcmp(it->action, "keep") &&
              (it->co->keep_last > 0 || it->co->keep_every > 0))
         rc = prune_run(it, &err);
@@ -315,7 +537,44 @@ static void report(struct item *it)
         cJSON_AddItemToObject(o, "pruned", it->pruned_json);
         it->pruned_json = NULL;
     }
+    if (it->bytes || !strcmp(it->action, msg_delete(it->g)))
+        cJSON_AddNumberToObject(o, "bytes", (double)it->bytes);
     out_json(o);
+}
+
+/* A local RUN is cleaned of "." and ".." spellings (refusing ".." out of
+ * a symlink) and refused up front if it is "/", $HOME or a mount point. */
+static int local_precheck(struct item *it, struct ckpt_err *err)
+{
+    if (!ckpt_storage_is_local(it->st))
+        return 0;
+    char *c = clean_path(it->loc.key, err);
+    if (!c)
+        return -1;
+    free(it->loc.key);
+    it->loc.key = c;
+    return refuse_root(c, err);
+}
+
+/* rclone's spelling: a number with an optional unit s, m, h, d or w
+ * (plain: seconds). */
+static int parse_duration(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0)
+        return -1;
+    static const struct { const char *unit; double secs; } units[] = {
+        { "", 1 }, { "s", 1 }, { "m", 60 }, { "h", 3600 }, { "d", 86400 },
+        { "w", 604800 },
+    };
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (!strcmp(end, units[i].unit) && v * units[i].secs < 1e15) {
+            *out = (int64_t)(v * units[i].secs + 0.5);
+            return 0;
+        }
+    return -1;
 }
 
 static void run_phase(struct item **items, int n, int jobs, ckpt_task_fn fn)
@@ -334,8 +593,12 @@ static void run_phase(struct item **items, int n, int jobs, ckpt_task_fn fn)
 int cmd_clean(int argc, char **argv)
 {
     struct ckpt_opts g = { 0 };
-    struct clean_opts co = { 0, 5ULL << 30, 0, 0 };
+    struct clean_opts co = { 86400, 0, 5ULL << 30, 0, 0 };
+    const char *min_age = NULL;
     const struct option opts[] = {
+        OPT_STR_(0, "min-age", &min_age, "DURATION",
+                 "skip runs with a file newer than this (90m, 6h, 2d, "
+                 "seconds; default 1d; 0: no limit)"),
         OPT_BOOL_('f', "force", &co.force,
                   "clean directories that do not look like runs"),
         OPT_SIZE_(0, "max-archive-size", &co.max_archive, "SIZE",
@@ -358,6 +621,12 @@ int cmd_clean(int argc, char **argv)
                 clean_usage[0]);
         return EXIT_USAGE;
     }
+    if (min_age && parse_duration(min_age, &co.min_age) != 0) {
+        fprintf(stderr, "ckpt clean: error: --min-age '%s': expected a "
+                "duration like 90m, 6h, 2d or seconds\nusage: %s\n",
+                min_age, clean_usage[0]);
+        return EXIT_USAGE;
+    }
     cli_init_output(&g);
 
     struct item *items = ckpt_xcalloc((size_t)n, sizeof(*items));
@@ -372,7 +641,8 @@ int cmd_clean(int argc, char **argv)
         ckpt_buf_init(&it->reason);
         ckpt_buf_init(&it->pruned);
         if (ckpt_loc_parse(&it->loc, argv[i], &err) != 0 ||
-            storages_get(&stores, &it->loc, &g, &it->st, &err) != 0) {
+            storages_get(&stores, &it->loc, &g, &it->st, &err) != 0 ||
+            local_precheck(it, &err) != 0) {
             it->action = "error";
             ckpt_buf_addstr(&it->reason, err.msg);
         }
@@ -386,12 +656,21 @@ int cmd_clean(int argc, char **argv)
             todo[m++] = &items[i];
     run_phase(todo, m, jobs, judge);
     run_phase(todo, m, jobs, act);
-    int failed = 0;
+    int failed = 0, freed_runs = 0;
+    uint64_t freed = 0;
     for (int i = 0; i < n; i++) {
         report(&items[i]);
+        freed += items[i].bytes;
+        freed_runs += items[i].bytes > 0;
         failed |= !strcmp(items[i].action, "error");
         if (!strcmp(items[i].action, "skip"))
             warnf("skipped %s: %s", items[i].arg, items[i].reason.ptr);
+    }
+    if (freed_runs) {
+        char sz[32];
+        infof("%s %s in %d run%s", g.dry_run ? "would free" : "freed",
+              ckpt_fmt_size(freed, sz, sizeof(sz)), freed_runs,
+              freed_runs == 1 ? "" : "s");
     }
     for (int i = 0; i < n; i++) {
         ckpt_loc_release(&items[i].loc);

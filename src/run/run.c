@@ -198,6 +198,16 @@ int ckpt_run_load(struct ckpt_storage *st, const char *key,
                   enum ckpt_load_status *status, struct ckpt_tree **tree,
                   struct ckpt_run *run, struct ckpt_err *err)
 {
+    return ckpt_run_load_flags(st, key, max_archive, 0, sb, status, tree,
+                               run, err);
+}
+
+int ckpt_run_load_flags(struct ckpt_storage *st, const char *key,
+                        uint64_t max_archive, unsigned flags,
+                        struct ckpt_stat *sb, enum ckpt_load_status *status,
+                        struct ckpt_tree **tree, struct ckpt_run *run,
+                        struct ckpt_err *err)
+{
     *tree = NULL;
     *status = CKPT_LOAD_OK;
     if (ckpt_storage_stat(st, key, sb, err) != 0)
@@ -215,7 +225,7 @@ int ckpt_run_load(struct ckpt_storage *st, const char *key,
         *status = CKPT_LOAD_NOT_RUN_FILE;
         return 0;
     }
-    if (ckpt_tree_load(tree, st, key, NULL, err) != 0)
+    if (ckpt_tree_load_flags(tree, st, key, NULL, flags, err) != 0)
         return -1;
     if (ckpt_run_scan(run, *tree, err) != 0) {
         ckpt_tree_free(*tree);

@@ -37,7 +37,7 @@ static struct ckpt_tree_file *add_file(struct builder *b, const char *path,
 static int list_cb(void *ud, const struct ckpt_entry *e)
 {
     struct builder *b = ud;
-    add_file(b, e->name, e->size, e->type);
+    add_file(b, e->name, e->size, e->type)->mtime = e->mtime;
     return 0;
 }
 
@@ -108,12 +108,13 @@ static int capture(struct ckpt_archive *a, struct ckpt_tree_file *f,
 }
 
 static int load_archive(struct builder *b, ckpt_tree_want_fn want,
-                        struct ckpt_err *err)
+                        unsigned flags, struct ckpt_err *err)
 {
     struct ckpt_tree *t = b->t;
     struct ckpt_archive *a;
     if (ckpt_archive_open(&a, t->st, t->key, err) != 0)
         return -1;
+    ckpt_archive_set_salvage(a, (flags & CKPT_TREE_SALVAGE) != 0);
     int rc;
     struct ckpt_archive_entry e;
     int plain = ckpt_archive_kind(a) == CKPT_ARCHIVE_TAR;
@@ -122,6 +123,8 @@ static int load_archive(struct builder *b, ckpt_tree_want_fn want,
             continue; /* "./" itself */
         struct ckpt_tree_file *f = add_file(b, e.path, e.size, e.type);
         f->data_offset = e.data_offset;
+        if (e.hardlink)
+            f->hardlink = ckpt_xstrdup(e.hardlink);
         size_t cap = !plain && e.type == CKPT_ENTRY_FILE
                    ? want(e.path, e.size) : 0;
         if (cap && capture(a, f, cap, err) != 0) {
@@ -129,6 +132,8 @@ static int load_archive(struct builder *b, ckpt_tree_want_fn want,
             break;
         }
     }
+    if (rc == 0 && ckpt_archive_damage(a))
+        t->damage = ckpt_xstrdup(ckpt_archive_damage(a));
     t->archive_size = ckpt_archive_file_size(a);
     t->fetched = ckpt_archive_bytes_fetched(a);
     ckpt_archive_close(a);
@@ -198,6 +203,7 @@ static void strip_top(struct ckpt_tree *t)
         if (f->path[len] == '\0') {
             free(f->path);
             free(f->content);
+            free(f->hardlink);
             continue;
         }
         memmove(f->path, f->path + len + 1, strlen(f->path + len + 1) + 1);
@@ -218,6 +224,7 @@ static void dedupe(struct ckpt_tree *t)
         if (w && !strcmp(t->files[w - 1].path, t->files[i].path)) {
             free(t->files[w - 1].path);
             free(t->files[w - 1].content);
+            free(t->files[w - 1].hardlink);
             t->files[w - 1] = t->files[i];
             continue;
         }
@@ -226,9 +233,50 @@ static void dedupe(struct ckpt_tree *t)
     t->n = w;
 }
 
+/* A hard link member is its target's content (GNU tar stores the second
+ * name of a file as a 0-byte link): it takes the target's size, offset and
+ * captured bytes. A link to a member the archive lacks makes the listing
+ * damaged: extracting it would fail. Runs before strip_top, while paths
+ * are still as stored (link targets are named from the archive root). */
+static void resolve_hardlinks(struct ckpt_tree *t)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        struct ckpt_tree_file *f = &t->files[i];
+        if (!f->hardlink)
+            continue;
+        const struct ckpt_tree_file *to = ckpt_tree_find(t, f->hardlink);
+        /* (a chain of links resolves through the earlier ones: sorted
+         * order is not link order, so follow it by hand) */
+        for (int hops = 0; to && to->hardlink && hops < 32; hops++)
+            to = ckpt_tree_find(t, to->hardlink);
+        if (!to || to->type != CKPT_ENTRY_FILE) {
+            if (!t->damage)
+                t->damage = ckpt_xasprintf("hard link '%s' names '%s', "
+                                           "which is not a file in the "
+                                           "archive", f->path, f->hardlink);
+            continue;
+        }
+        f->type = CKPT_ENTRY_FILE;
+        f->size = to->size;
+        f->data_offset = to->data_offset;
+        if (to->content) {
+            f->content = ckpt_xmalloc(to->content_len + 1);
+            memcpy(f->content, to->content, to->content_len);
+            f->content_len = to->content_len;
+        }
+    }
+}
+
 int ckpt_tree_load(struct ckpt_tree **out, struct ckpt_storage *st,
                    const char *key, ckpt_tree_want_fn want,
                    struct ckpt_err *err)
+{
+    return ckpt_tree_load_flags(out, st, key, want, 0, err);
+}
+
+int ckpt_tree_load_flags(struct ckpt_tree **out, struct ckpt_storage *st,
+                         const char *key, ckpt_tree_want_fn want,
+                         unsigned flags, struct ckpt_err *err)
 {
     struct ckpt_tree *t = ckpt_xcalloc(1, sizeof(*t));
     struct builder b = { t, 0 };
@@ -239,7 +287,8 @@ int ckpt_tree_load(struct ckpt_tree **out, struct ckpt_storage *st,
     t->archive = ckpt_archive_kind_of(key);
     int rc;
     if (t->archive != CKPT_ARCHIVE_NONE) {
-        rc = load_archive(&b, want ? want : ckpt_tree_want_default, err);
+        rc = load_archive(&b, want ? want : ckpt_tree_want_default, flags,
+                          err);
     } else {
         rc = ckpt_storage_list(st, key, CKPT_LIST_RECURSIVE, list_cb, &b,
                                err);
@@ -253,8 +302,10 @@ int ckpt_tree_load(struct ckpt_tree **out, struct ckpt_storage *st,
     if (t->n)
         ckpt_sort(t->files, t->n, sizeof(*t->files), cmp_path);
     dedupe(t);
-    if (t->archive != CKPT_ARCHIVE_NONE)
+    if (t->archive != CKPT_ARCHIVE_NONE) {
+        resolve_hardlinks(t);
         strip_top(t);
+    }
     *out = t;
     return 0;
 }
@@ -266,8 +317,10 @@ void ckpt_tree_free(struct ckpt_tree *t)
     for (size_t i = 0; i < t->n; i++) {
         free(t->files[i].path);
         free(t->files[i].content);
+        free(t->files[i].hardlink);
     }
     free(t->files);
+    free(t->damage);
     free(t->key);
     free(t->display);
     free(t->strip);

@@ -361,6 +361,104 @@ static int local_delete_tree(struct ckpt_storage *st, const char *dir,
     return rc;
 }
 
+/* Open the directory that holds key (a path below dir), one component at a
+ * time with O_NOFOLLOW: a symlink swapped in for a directory fails the
+ * walk instead of leading out of the tree. The fd, and *base the last
+ * component; -1 with errno. */
+static int open_parent(const char *dir, const char *key, const char **base)
+{
+    size_t dl = strlen(dir);
+    if (strncmp(key, dir, dl) != 0 || key[dl] != '/') {
+        errno = EINVAL;
+        return -1;
+    }
+    const char *rel = key + dl + 1;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    while (fd >= 0) {
+        const char *s = strchr(rel, '/');
+        if (!s) {
+            *base = rel;
+            return fd;
+        }
+        char *comp = ckpt_xstrndup(rel, (size_t)(s - rel));
+        int sub = openat(fd, comp,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        free(comp);
+        close(fd);
+        errno = e;
+        fd = sub;
+        rel = s + 1;
+    }
+    return -1;
+}
+
+/* Remove the empty directories inside the directory open at dfd
+ * (consumed), deepest first. Files, and directories holding any, stay. */
+static int rm_empty(int dfd, struct ckpt_buf *path, struct ckpt_err *err)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return ckpt_err_sys(err, "open directory '%s'", path->ptr);
+    }
+    int rc = 0;
+    size_t base = path->len;
+    struct dirent *de;
+    while (rc == 0 && (errno = 0, de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
+            continue;
+        int sub = openat(dirfd(d), de->d_name,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0)
+            continue; /* not a directory (or gone): left alone */
+        ckpt_buf_setlen(path, base);
+        ckpt_buf_addf(path, "/%s", de->d_name);
+        rc = rm_empty(sub, path, err);
+        if (rc == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
+            errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
+            rc = ckpt_err_sys(err, "delete directory '%s'", path->ptr);
+    }
+    ckpt_buf_setlen(path, base);
+    closedir(d);
+    return rc;
+}
+
+static int local_delete_keys(struct ckpt_storage *st, const char *dir,
+                             char *const *keys, size_t n,
+                             struct ckpt_err *err)
+{
+    (void)st;
+    for (size_t i = 0; i < n; i++) {
+        const char *base;
+        int fd = open_parent(dir, keys[i], &base);
+        if (fd < 0 && errno == ENOENT)
+            continue;
+        if (fd < 0)
+            return ckpt_err_sys(err, "delete '%s'", keys[i]);
+        int r = unlinkat(fd, base, 0);
+        int e = errno;
+        close(fd);
+        errno = e;
+        if (r != 0 && e != ENOENT)
+            return ckpt_err_sys(err, "delete '%s'", keys[i]);
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0
+                               : ckpt_err_sys(err, "open directory '%s'", dir);
+    struct ckpt_buf path = CKPT_BUF_INIT;
+    ckpt_buf_addstr(&path, dir);
+    int rc = rm_empty(dfd, &path, err);
+    ckpt_buf_release(&path);
+    if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT && errno != ENOTEMPTY &&
+        errno != EEXIST)
+        rc = ckpt_err_sys(err, "delete directory '%s'", dir);
+    return rc;
+}
+
 static const struct ckpt_storage_ops local_ops = {
     .name = "local",
     .stat = local_stat,
@@ -370,6 +468,7 @@ static const struct ckpt_storage_ops local_ops = {
     .put_if_absent = local_put_if_absent,
     .del = local_del,
     .delete_tree = local_delete_tree,
+    .delete_keys = local_delete_keys,
     .close = NULL,
 };
 

@@ -551,6 +551,7 @@ static const struct ckpt_storage_ops s3_ops = {
     .put_if_absent = s3_op_put_if_absent,
     .del = s3_op_del,
     .delete_tree = s3_op_delete_tree,
+    .delete_keys = s3_op_delete_keys,
     .close = s3_close,
     .stats = s3_stats,
 };

@@ -307,6 +307,8 @@ int s3_op_read(struct ckpt_storage *st, const char *key, uint64_t off,
                void *buf, size_t len, size_t *nread, struct ckpt_err *err);
 int s3_op_del(struct ckpt_storage *st, const char *key,
               struct ckpt_err *err);
+int s3_op_delete_keys(struct ckpt_storage *st, const char *dir,
+                      char *const *keys, size_t n, struct ckpt_err *err);
 int s3_op_delete_tree(struct ckpt_storage *st, const char *dir,
                       struct ckpt_err *err);
 int s3_op_writer_open(struct ckpt_storage *st, const char *key,

@@ -506,6 +506,37 @@ static int tree_key(void *ud, const char *key, uint64_t size, int64_t mtime,
     return t->failed ? 1 : 0;
 }
 
+/* Send what is left in the batch, wait for every batch and settle it. */
+static int tree_finish(struct tree *t, struct ckpt_err *err)
+{
+    flush(t);
+    s3_batch_wait(&t->batch, 0);
+    for (size_t i = 0; i < t->nsent; i++) {
+        settle(t, t->sent[i]);
+        del_batch_free(t->sent[i]);
+    }
+    free(t->sent);
+    s3_batch_release(&t->batch);
+    if (t->failed) {
+        *err = t->err;
+        return -1;
+    }
+    return 0;
+}
+
+int s3_op_delete_keys(struct ckpt_storage *st, const char *dir,
+                      char *const *keys, size_t n, struct ckpt_err *err)
+{
+    (void)dir; /* objects have no directories to remove */
+    struct tree t;
+    memset(&t, 0, sizeof(t));
+    t.st = st;
+    s3_batch_init(&t.batch, st->impl);
+    for (size_t i = 0; i < n && !t.failed; i++)
+        tree_key(&t, keys[i], 0, 0, "", 0);
+    return tree_finish(&t, err);
+}
+
 int s3_op_delete_tree(struct ckpt_storage *st, const char *dir,
                       struct ckpt_err *err)
 {
@@ -517,19 +548,13 @@ int s3_op_delete_tree(struct ckpt_storage *st, const char *dir,
     /* Deleting while listing is safe: the continuation token names the
      * last key returned, not a position. */
     int rc = list_objects(st, prefix, 0, NULL, tree_key, &t, err);
-    flush(&t);
-    s3_batch_wait(&t.batch, 0);
-    for (size_t i = 0; i < t.nsent; i++) {
-        settle(&t, t.sent[i]);
-        del_batch_free(t.sent[i]);
-    }
-    free(t.sent);
-    s3_batch_release(&t.batch);
+    struct ckpt_err ferr = CKPT_ERR_INIT;
+    int frc = tree_finish(&t, &ferr);
     free(prefix);
     if (rc == -1)
         return -1;
-    if (t.failed) {
-        *err = t.err;
+    if (frc != 0) {
+        *err = ferr;
         return -1;
     }
     return *dir ? s3_op_del(st, dir, err) : 0;

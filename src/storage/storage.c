@@ -266,6 +266,16 @@ int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
     return st->ops->delete_tree(st, dir, err);
 }
 
+int ckpt_storage_delete_keys(struct ckpt_storage *st, const char *dir,
+                             char *const *keys, size_t n,
+                             struct ckpt_err *err)
+{
+    if (!st->ops->delete_keys)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: deleting keys not "
+                            "supported by %s", dir, st->ops->name);
+    return st->ops->delete_keys(st, dir, keys, n, err);
+}
+
 uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st)
 {
     return atomic_load(&st->bytes_read);

@@ -22,6 +22,9 @@ struct ckpt_storage_ops {
                          size_t, struct ckpt_err *);
     int (*del)(struct ckpt_storage *, const char *, struct ckpt_err *);
     int (*delete_tree)(struct ckpt_storage *, const char *, struct ckpt_err *);
+    /* Optional: ckpt_storage_delete_keys. */
+    int (*delete_keys)(struct ckpt_storage *, const char *, char *const *,
+                       size_t, struct ckpt_err *);
     void (*close)(struct ckpt_storage *);
     /* Optional: transport counters (remote backends). */
     void (*stats)(const struct ckpt_storage *, struct ckpt_storage_stats *);

@@ -215,8 +215,8 @@ class Clean(Scenario):
         shutil.copytree(self.template, os.path.join(d, "src"), symlinks=True)
 
     def argv(self, d):
-        return [CKPT, "clean", "--keep-last", "1", "-j", "2", "--no-progress",
-                "-q"] + [os.path.join(d, "src", r) for r in self.RUNS]
+        return [CKPT, "clean", "--min-age", "0", "--keep-last", "1", "-j",
+                "2", "--no-progress", "-q"] + [os.path.join(d, "src", r) for r in self.RUNS]
 
     def after_kill(self, d, orig, ref):
         src, _ = self.state(d)

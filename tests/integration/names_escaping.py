@@ -169,7 +169,7 @@ def test_ls(tmp):
 
 def test_clean(tmp):
     names = sorted(NAMES)
-    args = [b"clean", b"-n"] + [b"bad/" + n for n in names] + \
+    args = [b"clean", b"-n", b"--min-age", b"0"] + [b"bad/" + n for n in names] + \
         [b"runs/" + n for n in names]
     rc, out, err = run(args, tmp)
     want = b"".join(b"would-delete\tbad/%s\tno complete checkpoint with "
@@ -179,13 +179,13 @@ def test_clean(tmp):
     check("clean -n: rows", out, want)
     check("clean -n: exit", rc, 0)
     no_controls("clean -n", out + err)
-    rc, out, err = run([b"clean", b"-n", b"--json"] +
+    rc, out, err = run([b"clean", b"-n", b"--json", b"--min-age", b"0"] +
                        [b"bad/" + n for n in names], tmp)
     objs = json_lines("clean --json", out)
     check("clean --json: runs", [o["run"] for o in objs],
           ["bad/" + json_name(n) for n in names])
     # For real: the bad runs go, and the rows name them escaped.
-    rc, out, err = run([b"clean"] + [b"bad/" + n for n in names], tmp)
+    rc, out, err = run([b"clean", b"--min-age", b"0"] + [b"bad/" + n for n in names], tmp)
     check("clean: rows", out, want.split(b"keep")[0].replace(
         b"would-delete", b"delete"))
     check("clean: deleted", sorted(os.listdir(os.path.join(tmp, b"bad"))),

@@ -134,7 +134,7 @@ def commands():
         ["ls", "r2://%s/r2" % B],
         ["ls", "gs://%s/gs" % B],
         ["ls", "s3://%s/nothing-here" % B],
-        ["clean", "-n", "s3://%s/runs/run1" % B],
+        ["clean", "-n", "--min-age", "0", "s3://%s/runs/run1" % B],
         ["unshard", "s3://%s/runs/run1" % B, "unsharded"],
         ["unshard", "s3://%s/missing/step1" % B, "unsharded2"],
         ["map-wandb", "s3://%s/runs/run1" % B],

@@ -18,7 +18,7 @@ R6="no complete checkpoint with step > 0 (step1500: model_and_optim/__1_0.distcp
 
 # --- dry run: verdicts for every run and archive; nothing changes
 before=$(tree .)
-out=$("$CKPT" clean -n 2871001 2871002 2871003 2871004 2871005 2871006 notes \
+out=$("$CKPT" clean --min-age 0 -n 2871001 2871002 2871003 2871004 2871005 2871006 notes \
       2871101.tar 2871102.tar.gz 2871103.tar.zst 2871105.zip 2871106.tar.xz \
       2871107.tar.bz2 2>/dev/null)
 check "dry-run exit" 0 $?
@@ -38,16 +38,16 @@ would-delete	2871107.tar.bz2	$R4" "$out"
 check "dry-run changes nothing" "$before" "$(tree .)"
 
 # --- JSON
-out=$("$CKPT" clean -n --json 2871003)
-check "json" '{"run":"2871003","action":"would-delete","reason":"'"$R3"'","checkpoints":[{"name":"step0","step":0,"format":"dcp","complete":true},{"name":"step500","step":500,"format":"dcp","complete":false,"reason":"model_and_optim/.metadata missing"}]}' "$out"
+out=$("$CKPT" clean --min-age 0 -n --json 2871003)
+check "json" '{"run":"2871003","action":"would-delete","reason":"'"$R3"'","checkpoints":[{"name":"step0","step":0,"format":"dcp","complete":true},{"name":"step500","step":500,"format":"dcp","complete":false,"reason":"model_and_optim/.metadata missing"}],"bytes":'"$(find 2871003 ! -type d -printf '%s\n' | awk '{s+=$1} END {print s}')"'}' "$out"
 
 # --- the warning for a skip goes to stderr
-err=$("$CKPT" clean -n notes 2>&1 >/dev/null)
+err=$("$CKPT" clean --min-age 0 -n notes 2>&1 >/dev/null)
 check "skip warning" "ckpt: warning: skipped notes: $NOTRUN" "$(sed 's/^[0-9TZ:-]* //' <<<"$err")"
 
 # --- real run: bad runs and archives go, the rest stays untouched
 keep_before=$(tree 2871001; tree 2871005)
-out=$("$CKPT" clean 2871002 2871003 2871004 2871006 2871001 2871005 notes \
+out=$("$CKPT" clean --min-age 0 2871002 2871003 2871004 2871006 2871001 2871005 notes \
       2871102.tar.gz 2871103.tar.zst 2871106.tar.xz 2871107.tar.bz2 \
       2871101.tar 2871105.zip 2>/dev/null)
 check "clean exit" 0 $?
@@ -73,19 +73,19 @@ f ./2871105.zip 25197" "$(cd "$T/s" && find . -mindepth 1 -maxdepth 1 -printf '%
 check "kept runs untouched" "$keep_before" "$(tree 2871001; tree 2871005)"
 
 # --- --force cleans a non-run
-out=$("$CKPT" clean -n --force notes)
+out=$("$CKPT" clean --min-age 0 -n --force notes)
 check "force" "would-delete	notes	no checkpoint" "$out"
 
 # --- bad input: a clear error naming the path, nothing deleted, others go on
 cp "$T/bad/"*.tar* .
 ln -s does-not-exist dangling
 before=$(tree .)
-out=$("$CKPT" clean truncated.tar.gz garbage.tar dotdot.tar absolute.tar \
+out=$("$CKPT" clean --min-age 0 truncated.tar.gz garbage.tar dotdot.tar absolute.tar \
       symlink.tar missing dangling 2871005 2>/dev/null)
 rc=$?
 check "bad input exit" 1 $rc
 check "bad input rows" "$(printf '%s\n' \
-"error	truncated.tar.gz	truncated.tar.gz: Truncated input file (needed 4096 bytes, only 0 available)" \
+"error	truncated.tar.gz	truncated.tar.gz: truncated gzip input" \
 "error	garbage.tar	garbage.tar: Unrecognized archive format" \
 "error	dotdot.tar	dotdot.tar: member 'run/../evil' has a '..' component" \
 "error	absolute.tar	absolute.tar: member '/etc/evil' has an absolute path" \
@@ -98,20 +98,65 @@ rm -f truncated.tar.gz garbage.tar dotdot.tar absolute.tar symlink.tar \
       hardlink.tar okaylink.tar dangling
 
 # --- archives above --max-archive-size are skipped unopened
-out=$("$CKPT" clean -n --max-archive-size 100K 2871101.tar 2871105.zip 2>/dev/null)
+out=$("$CKPT" clean --min-age 0 -n --max-archive-size 100K 2871101.tar 2871105.zip 2>/dev/null)
 check "max archive size" "skip	2871101.tar	archive is 490.0 KiB, above --max-archive-size 100.0 KiB
 keep	2871105.zip	$R5" "$out"
 
 # --- a symlink to a bad run is judged but not deleted through
 python3 "$SRC/tests/support/gen_runs.py" "$T/g2" >/dev/null
 ln -s "$T/g2/2871002" linkrun
-out=$("$CKPT" clean linkrun 2>/dev/null)
+out=$("$CKPT" clean --min-age 0 linkrun 2>/dev/null)
 check "symlink run" "error	linkrun	'linkrun' is a symbolic link; not deleting through it (give the real path)" "$out"
 test -d "$T/g2/2871002/step0"; check "symlink target intact" 0 $?
 
+# --- no spelling of a RUN deletes through a symlink, and -n predicts the
+# real row exactly (the target stays intact either way)
+ln -s "$T/g2/2871003" lnk3
+mkdir -p "$T/g2/sub" && ln -s ../2871003 "$T/g2/sub/up"
+for a in lnk3 lnk3/ lnk3/. ./lnk3 lnk3/./ ./lnk3/. lnk3/.. lnk3/step0/.. \
+         "$T/g2/sub/up/." "$T/g2/sub/up/.."; do
+    before=$(tree "$T/g2")
+    dry=$("$CKPT" clean --min-age 0 -n "$a" 2>/dev/null)
+    real=$("$CKPT" clean --min-age 0 "$a" 2>/dev/null)
+    check "symlink spelling $a: -n predicts the real row" "$real" "$dry"
+    check "symlink spelling $a: refused" "error	$a" "$(cut -f1,2 <<<"$real")"
+    check "symlink spelling $a: target intact" "$before" "$(tree "$T/g2")"
+done
+out=$("$CKPT" clean --min-age 0 -n lnk3/. lnk3/.. 2>/dev/null)
+check "symlink spelling messages" "error	lnk3/.	'lnk3/.' is a symbolic link; not deleting through it (give the real path)
+error	lnk3/..	'lnk3/..' goes through the symbolic link 'lnk3'; not deleting through it (give the real path)" "$out"
+# a kept run is still judged through a link; pruning through it is refused
+ln -s "$T/s/2871001" lnk1
+out=$("$CKPT" clean --min-age 0 -n lnk1/. 2>/dev/null)
+check "kept through a link" "keep	lnk1/.	$R1" "$out"
+out=$("$CKPT" clean --min-age 0 -n --keep-last 1 lnk1/. 2>/dev/null)
+check "no pruning through a link" "error	lnk1/.	'lnk1/.' is a symbolic link; not deleting through it (give the real path)" "$out"
+# "." and ".." spellings of a real run are that run
+cp -r "$T/g2/2871004" "$T/g2/dots"
+out=$("$CKPT" clean --min-age 0 "$T/g2/dots/." 2>/dev/null)
+check "dot spelling deletes the run" "delete	$T/g2/dots/.	$R4" "$out"
+test ! -e "$T/g2/dots"; check "dot spelling: gone" 0 $?
+
+# --- "/", $HOME (and what holds it) and mount points are refused up front
+start=$(date +%s)
+out=$("$CKPT" clean --min-age 0 -n / 2>/dev/null)
+check "refuse / exit" 1 $?
+check "refuse /" "error	/	refusing to clean '/': it is the root directory" "$out"
+check "refuse / at once" 1 $(( $(date +%s) - start < 3 ))
+mkdir -p "$T/home"
+cp -r "$T/g2/2871004/." "$T/home/"
+out=$(HOME="$T/home" "$CKPT" clean --min-age 0 --force "$T/home" "$T" 2>/dev/null)
+check "refuse home" "error	$T/home	refusing to clean '$T/home' ($T/home): it is or holds the home directory
+error	$T	refusing to clean '$T' ($T): it is or holds the home directory" "$out"
+test -f "$T/home/config.yaml"; check "home intact" 0 $?
+out=$("$CKPT" clean --min-age 0 -n /proc 2>/dev/null)
+check "refuse mount point" "error	/proc	refusing to clean '/proc' (/proc): it is a mount point" "$out"
+
 # --- refuse to delete the current directory
-out=$(cd "$T/g2/2871004" && "$CKPT" clean . 2>/dev/null)
+out=$(cd "$T/g2/2871004" && "$CKPT" clean --min-age 0 . 2>/dev/null)
 check "refuse cwd" "error	.	refusing to delete '.' ($T/g2/2871004)" "$out"
+out=$(cd "$T/g2/2871004" && "$CKPT" clean --min-age 0 -nf . 2>/dev/null)
+check "refuse cwd, dry run" "error	.	refusing to delete '.' ($T/g2/2871004)" "$out"
 
 # --- pruning inside kept runs
 mk() { mkdir -p "$1"; cp "$SRC/tests/fixtures/runs/olmo-torch-new-1.13/model.pt" "$1/"; }
@@ -120,17 +165,17 @@ mkdir -p "$P/wandb"; echo "run_name: p" > "$P/config.yaml"
 for s in 100 200 300 400 500; do mk "$P/step$s-unsharded"; done
 mk "$P/step0-unsharded"
 mkdir -p "$P/step600/model_and_optim"; echo x > "$P/step600/model_and_optim/__0_0.distcp"
-out=$("$CKPT" clean -n --keep-last 2 "$P" | cut -f1,3)
+out=$("$CKPT" clean --min-age 0 -n --keep-last 2 "$P" | cut -f1,3)
 check "keep-last dry" "keep	complete checkpoint step500-unsharded (unsharded); would prune step0-unsharded, step100-unsharded, step200-unsharded, step300-unsharded" "$out"
-out=$("$CKPT" clean --keep-last 1 --keep-every 200 --json "$P" | python3 -c 'import json,sys; o=json.load(sys.stdin); print(o["action"], o["pruned"])')
+out=$("$CKPT" clean --min-age 0 --keep-last 1 --keep-every 200 --json "$P" | python3 -c 'import json,sys; o=json.load(sys.stdin); print(o["action"], o["pruned"])')
 check "keep-every" "keep ['step100-unsharded', 'step300-unsharded']" "$out"
 check "pruned state" "step0-unsharded step200-unsharded step400-unsharded step500-unsharded step600" "$(ls "$P" | grep step | tr '\n' ' ' | sed 's/ $//')"
 
 # --- two cleaners on the same runs at once (GNU parallel): never both fail
 for i in $(seq 15); do
     python3 "$SRC/tests/support/gen_runs.py" "$T/c$i" >/dev/null
-    ( "$CKPT" clean "$T/c$i/2871002" "$T/c$i/2871003" >/dev/null 2>&1; echo $? > "$T/c$i.a" ) &
-    ( "$CKPT" clean "$T/c$i/2871002" "$T/c$i/2871003" >/dev/null 2>&1; echo $? > "$T/c$i.b" ) &
+    ( "$CKPT" clean --min-age 0 "$T/c$i/2871002" "$T/c$i/2871003" >/dev/null 2>&1; echo $? > "$T/c$i.a" ) &
+    ( "$CKPT" clean --min-age 0 "$T/c$i/2871002" "$T/c$i/2871003" >/dev/null 2>&1; echo $? > "$T/c$i.b" ) &
     wait
     ok=0
     [ "$(cat "$T/c$i.a")" = 0 ] && ok=1
@@ -151,17 +196,49 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
     cp "$CKPT" "$U/ckpt" && chmod 755 "$U/ckpt"
     before=$(tree "$U/g")
     out=$(cd "$U/g" && setpriv --reuid=65534 --regid=65534 --clear-groups \
-          "$U/ckpt" clean 2871003 2>/dev/null)
+          "$U/ckpt" clean --min-age 0 2871003 2>/dev/null)
     check "unreadable exit" 1 $?
     check "unreadable dir" "error	2871003	open directory '2871003/step500': Permission denied" "$out"
     check "unreadable: nothing deleted" "$before" "$(tree "$U/g")"
     chmod -R u+rwx "$U"; rm -rf "$U"
 fi
 
+# --- the live-run guard (--min-age, default 1d): a run or archive written
+# to recently may still be growing and is skipped whatever it holds
+python3 "$SRC/tests/support/gen_runs.py" "$T/live" --archives >/dev/null
+L="$T/live"
+find "$L" -exec touch -h -d '2 days ago' {} +
+touch -d '3 min ago' "$L/2871003/step500/model_and_optim/__0_0.distcp"
+touch -d '3 hours ago' "$L/2871006/step1500/model_and_optim/.metadata"
+touch -d '10 min ago' "$L/2871102.tar.gz"
+out=$(cd "$L" && "$CKPT" clean -n 2871002 2871003 2871006 2871001 2871102.tar.gz 2871107.tar.bz2 2>/dev/null)
+check "live default 1d" "would-delete	2871002	$R2
+skip	2871003	live: newest file written 3 min ago
+skip	2871006	live: newest file written 3 h ago
+keep	2871001	$R1
+skip	2871102.tar.gz	live: archive written 10 min ago
+would-delete	2871107.tar.bz2	$R4" "$out"
+out=$(cd "$L" && "$CKPT" clean -n --min-age 2h 2871003 2871006 2>/dev/null)
+check "live 2h" "skip	2871003	live: newest file written 3 min ago
+would-delete	2871006	$R6" "$out"
+out=$(cd "$L" && "$CKPT" clean -n --min-age 90m 2871006 && "$CKPT" clean -n --min-age 10800 2871006 2>/dev/null)
+check "live 90m, 10800 s" "would-delete	2871006	$R6
+would-delete	2871006	$R6" "$out"
+out=$(cd "$L" && "$CKPT" clean -n --min-age 4h 2871006 2>/dev/null)
+check "live 4h" "skip	2871006	live: newest file written 3 h ago" "$out"
+err=$(cd "$L" && "$CKPT" clean -n 2871003 2>&1 >/dev/null)
+check "live warning" "ckpt: warning: skipped 2871003: live: newest file written 3 min ago" "$(sed 's/^[0-9TZ:-]* //' <<<"$err")"
+before=$(tree "$L")
+(cd "$L" && "$CKPT" clean 2871003 2871006 2871102.tar.gz >/dev/null 2>&1)
+check "live exit" 0 $?
+check "live runs untouched" "$before" "$(tree "$L")"
+"$CKPT" clean --min-age 5x "$L/2871002" >/dev/null 2>&1; check "bad --min-age" 2 $?
+"$CKPT" clean --min-age -1 "$L/2871002" >/dev/null 2>&1; check "negative --min-age" 2 $?
+
 # --- usage errors
 "$CKPT" clean >/dev/null 2>&1; check "no args" 2 $?
-"$CKPT" clean --bogus x >/dev/null 2>&1; check "bad option" 2 $?
-"$CKPT" clean --max-archive-size 5Q x >/dev/null 2>&1; check "bad size" 2 $?
+"$CKPT" clean --min-age 0 --bogus x >/dev/null 2>&1; check "bad option" 2 $?
+"$CKPT" clean --min-age 0 --max-archive-size 5Q x >/dev/null 2>&1; check "bad size" 2 $?
 "$CKPT" clean --help | head -1 > "$T/h"; check "help" "usage: ckpt clean [options] RUN..." "$(cat "$T/h")"
 check "help command" "$("$CKPT" clean --help)" "$("$CKPT" help clean)"
 

@@ -173,7 +173,7 @@ def case_clean(tmp):
     shutil.copytree(os.path.join(fx, "2"), os.path.join(c, "corrupt", "2"))
     flip(os.path.join(c, "corrupt", "2", "state", "manifest.ocdbt"), 30)
     runs = [os.path.join(c, r) for r in ("good", "trunc", "corrupt")]
-    p = run(CKPT, "clean", *runs, ok=False)
+    p = run(CKPT, "clean", "--min-age", "0", *runs, ok=False)
     rows = p.stdout.splitlines()
     check("clean: exit 1 (one error)", p.returncode == 1, p.stderr)
     check("clean: verdicts", rows == [

@@ -45,6 +45,9 @@ Faults, chosen per request at random (seeded):
             AuthorizationHeaderMalformed with x-amz-bucket-region, as AWS
   delete_key_errors  in the next DeleteObjects, report this many keys as
             <Error> InternalError (and do not delete them), as S3 may
+  put_before_delete  {"path": "/BUCKET/KEY", "body": "..."}: before the
+            next DeleteObjects or DELETE is forwarded, store this object
+            (once): a writer racing a tree delete, deterministically
   reset_writes  "reset" faults also hit PUT/POST: the request reaches
             s3rver (it is stored), then the connection is reset before
             any reply, so the client must repeat a request that succeeded
@@ -109,7 +112,7 @@ class State:
                        "delete_key_errors": 0, "region": "",
                        "reset_writes": False, "echo_headers": 0,
                        "echo_status": 400, "conditional": True,
-                       "cond_conflict": 0}
+                       "cond_conflict": 0, "put_before_delete": None}
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
@@ -314,6 +317,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             emulated = self.emulate(path) or self.conditions(path)
             if emulated:
                 return self.reply(*emulated)
+            self.race_delete(path)
             failed_keys = self.drop_delete_keys(path, body)
             if failed_keys:
                 body = failed_keys[0]
@@ -365,6 +369,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "internal error. Please try again."))
         return (501, error_xml("NotImplemented", "POST ?delete is not "
                 "implemented for objects."))
+
+    def race_delete(self, path):
+        """put_before_delete: store an object just before a delete."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query,
+                                      keep_blank_values=True)
+        is_delete = (self.command == "DELETE" and "uploadId" not in query) \
+            or (self.command == "POST" and "delete" in query)
+        if not is_delete:
+            return
+        with self.st.lock:
+            put = self.st.config["put_before_delete"]
+            self.st.config["put_before_delete"] = None
+        if put:
+            data = put["body"].encode()
+            self.upstream_request("PUT", put["path"],
+                                  {"Content-Length": str(len(data))}, data)
 
     def drop_delete_keys(self, path, body):
         """delete_key_errors: take keys out of a DeleteObjects body.

@@ -218,6 +218,118 @@ static void test_archive__corrupt(void)
     free(m);
 }
 
+static const char *damaged_dir(void)
+{
+    static char dir[512];
+    if (!dir[0]) {
+        snprintf(dir, sizeof(dir), "%s/damaged", test_tmpdir());
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd), "python3 support/make_damaged.py %s",
+                 dir);
+        CHECK(system(cmd) == 0);
+    }
+    return dir;
+}
+
+/* List name (salvage or not): "path;path;...|DAMAGE" ("-" for none),
+ * or "ERROR: msg". If grow, append 512 zero bytes to the file before the
+ * end is reached (a writer still at work). */
+static char *walk_damage(const char *name, int salvage, int grow)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", damaged_dir(), name);
+    struct ckpt_storage *st = local();
+    struct ckpt_archive *a;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_buf out = CKPT_BUF_INIT;
+    int rc = ckpt_archive_open(&a, st, path, &err);
+    if (rc == 0) {
+        ckpt_archive_set_salvage(a, salvage);
+        struct ckpt_archive_entry e;
+        while ((rc = ckpt_archive_next(a, &e, &err)) == 1) {
+            if (e.type == CKPT_ENTRY_DIR)
+                continue;
+            ckpt_buf_addf(&out, "%s%s%s;", e.path,
+                          e.hardlink ? "=" : "",
+                          e.hardlink ? e.hardlink : "");
+            if (grow && !strcmp(e.path, "run/step100/model.pt")) {
+                FILE *f = fopen(path, "ab");
+                CHECK(f != NULL);
+                static const char z[512];
+                fwrite(z, 1, sizeof(z), f);
+                fclose(f);
+            }
+        }
+        if (rc == 0)
+            ckpt_buf_addf(&out, "|%s", ckpt_archive_damage(a)
+                                       ? ckpt_archive_damage(a) : "-");
+        ckpt_archive_close(a);
+    }
+    if (rc < 0) {
+        const char *m = strstr(err.msg, name);
+        ckpt_buf_reset(&out);
+        ckpt_buf_addf(&out, "ERROR: %s", m ? m : err.msg);
+    }
+    ckpt_storage_close(st);
+    return ckpt_buf_detach(&out, NULL);
+}
+
+#define WANDB "run/config.yaml;run/wandb/f0;run/wandb/f1;run/wandb/f2;" \
+              "run/wandb/f3;run/wandb/f4;run/wandb/f5;"
+#define NOEOA "no end-of-archive marker (the archive is cut short, or " \
+              "still being written)"
+
+static void check_walk(const char *name, int salvage, const char *want)
+{
+    char *got = walk_damage(name, salvage, 0);
+    CHECK_STR(got, want);
+    free(got);
+}
+
+static void test_archive__proper_end(void)
+{
+    check_walk("good.tar", 0, WANDB "run/step100/model.pt;|-");
+    check_walk("cut-ok.tar", 0, WANDB "run/step100/model.pt;|" NOEOA);
+    check_walk("cut.tar", 0, WANDB "|" NOEOA);
+    check_walk("cut.tar.gz", 0, WANDB "|" NOEOA);
+    check_walk("partial.tar", 0, WANDB "|" NOEOA);
+    check_walk("badcrc.tar.gz", 0, WANDB "|gzip checksum mismatch (CRC-32 "
+               "or length in the trailer does not match the data)");
+    check_walk("tail.tar.gz", 0, WANDB "|100 bytes after the end of the "
+               "compressed stream");
+    /* strict: what follows the end is not listed, but reported */
+    check_walk("cat.tar", 0, WANDB "|data after the end-of-archive marker "
+               "at offset 35328");
+    check_walk("hardlink.tar", 0, "run/config.yaml;run/blob/w.bin;"
+               "run/step100/model.pt=run/blob/w.bin;|-");
+    char *got = walk_damage("good.tar", 0, 1);
+    CHECK_STR(got, WANDB "run/step100/model.pt;|the archive changed while "
+              "it was read");
+    free(got);
+}
+
+static void test_archive__salvage(void)
+{
+    /* without salvage, damage inside the archive is an error */
+    check_walk("garbled.tar", 0, "ERROR: garbled.tar: Damaged tar archive");
+    /* with it, reading goes on as `tar -i` does */
+    check_walk("garbled.tar", 1, "run/config.yaml;run/wandb/f0;run/wandb/f2;"
+               "run/wandb/f3;run/wandb/f4;run/wandb/f5;run/step100/model.pt;"
+               "|damaged header at offset 7168");
+    /* a zeroed header is an end-of-archive block to libarchive */
+    check_walk("zhdr.tar", 0, "run/config.yaml;run/wandb/f0;|data after the "
+               "end-of-archive marker at offset 7168");
+    check_walk("hole.tar", 1, "run/config.yaml;run/wandb/f0;run/wandb/f2;"
+               "run/wandb/f3;run/wandb/f4;run/wandb/f5;run/step100/model.pt;"
+               "|data after the end-of-archive marker at offset 7168");
+    check_walk("cat.tar", 1, WANDB WANDB "run/step100/model.pt;|data after "
+               "the end-of-archive marker at offset 35328");
+    check_walk("junk.tar", 1, WANDB "|data after the end-of-archive marker "
+               "at offset 35328");
+    /* a member cut short: the listing ends there */
+    check_walk("cut-ok.tar", 1, WANDB "run/step100/model.pt;|" NOEOA);
+}
+
 static void test_archive__names(void)
 {
     CHECK_EQ(ckpt_archive_kind_of("a/run.tar.gz"), CKPT_ARCHIVE_TAR_GZ);
@@ -236,4 +348,5 @@ TEST_MAIN(T(test_archive__tar), T(test_archive__tar_gz),
           T(test_archive__tar_bz2), T(test_archive__tar_xz),
           T(test_archive__tar_zst), T(test_archive__zip),
           T(test_archive__plain_tar_skips_data), T(test_archive__unsafe_members),
-          T(test_archive__corrupt), T(test_archive__names))
+          T(test_archive__corrupt), T(test_archive__proper_end),
+          T(test_archive__salvage), T(test_archive__names))

@@ -262,6 +262,74 @@ static void test_run__unsharded_and_misc(void)
           "step2:dcp:0:model_and_optim/.metadata missing");
 }
 
+/* Load an archive of tests/support/make_damaged.py as clean does
+ * (salvage): "ckpt:format:complete[:why]|...#damage" ("-": none). */
+static char *judge_archive(const char *name)
+{
+    static int made;
+    char dir[512], path[700], out[4096] = "";
+    snprintf(dir, sizeof(dir), "%s/damaged", test_tmpdir());
+    if (!made++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd), "python3 support/make_damaged.py %s", dir);
+        CHECK(system(cmd) == 0);
+    }
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
+    struct ckpt_err err;
+    ckpt_loc_parse(&loc, "/", NULL);
+    ckpt_storage_open(&st, &loc, NULL, NULL);
+    struct ckpt_tree *t;
+    struct ckpt_run r;
+    if (ckpt_tree_load_flags(&t, st, path, NULL, CKPT_TREE_SALVAGE,
+                             &err) != 0 ||
+        ckpt_run_scan(&r, t, &err) != 0) {
+        snprintf(out, sizeof(out), "error: %s", err.msg);
+    } else {
+        size_t len = 0;
+        for (size_t i = 0; i < r.n; i++) {
+            const struct ckpt_checkpoint *c = &r.ckpts[i];
+            len += (size_t)snprintf(out + len, sizeof(out) - len,
+                                    "%s%s:%s:%d%s%s", i ? "|" : "", c->name,
+                                    ckpt_format_name(c->format), c->complete,
+                                    c->why ? ":" : "", c->why ? c->why : "");
+        }
+        const struct ckpt_tree_file *m = ckpt_tree_find(t,
+                                                        "step100/model.pt");
+        snprintf(out + len, sizeof(out) - len, "#%s#%llu", t->damage
+                 ? t->damage : "-", m ? (unsigned long long)m->size : 0ULL);
+        ckpt_run_release(&r);
+        ckpt_tree_free(t);
+    }
+    ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    return ckpt_xstrdup(out);
+}
+
+#define JUDGE_ARCHIVE(name, want)                                          \
+    do {                                                                   \
+        char *got_ = judge_archive(name);                                  \
+        CHECK_STR(got_, want);                                             \
+        free(got_);                                                        \
+    } while (0)
+
+static void test_run__archives_hardlinks_and_damage(void)
+{
+    JUDGE_ARCHIVE("good.tar", "step100:unsharded:1#-#3000");
+    /* a hard link member is its target: 3000 bytes, not 0 */
+    JUDGE_ARCHIVE("hardlink.tar", "step100:unsharded:1#-#3000");
+    JUDGE_ARCHIVE("dangling.tar", "step100:unsharded:0:model.pt is empty"
+                  "#hard link 'run/step100/model.pt' names "
+                  "'run/blob/gone.bin', which is not a file in the archive#0");
+    /* found past the damage, which is still reported */
+    JUDGE_ARCHIVE("hole.tar", "step100:unsharded:1#data after the "
+                  "end-of-archive marker at offset 7168#3000");
+    JUDGE_ARCHIVE("cut.tar", "#no end-of-archive marker (the archive is cut "
+                  "short, or still being written)#0");
+}
+
 TEST_MAIN(T(test_run__checkpoint_names), T(test_run__orbax),
           T(test_run__orbax_ocdbt), T(test_run__zarr),
-          T(test_run__olmo), T(test_run__unsharded_and_misc))
+          T(test_run__olmo), T(test_run__unsharded_and_misc),
+          T(test_run__archives_hardlinks_and_damage))

@@ -184,6 +184,50 @@ static void test_storage__delete_tree_never_follows_links(void)
     free(precious);
 }
 
+/* Only the keys given go; a file written meanwhile (not in the listing)
+ * stays with the directories that hold it; empty directories go; a
+ * symlinked directory swapped in is not followed. */
+static void test_storage__delete_keys_exactly(void)
+{
+    struct ckpt_storage *st = local();
+    struct ckpt_err err;
+    char cmd[2048];
+    const char *t = test_tmpdir();
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s/k/outside %s/k/run/step0 "
+             "%s/k/run/empty/deeper %s/k/run/step1000 && echo a > "
+             "%s/k/run/step0/model.pt && echo b > %s/k/run/config.yaml && "
+             "echo new > %s/k/run/step1000/model.pt && echo keep > "
+             "%s/k/outside/model.pt && ln -s ../outside %s/k/run/swapped",
+             t, t, t, t, t, t, t, t, t);
+    CHECK(system(cmd) == 0);
+    char *run = ckpt_xasprintf("%s/k/run", t);
+    char *keys[] = {
+        ckpt_xasprintf("%s/step0/model.pt", run),
+        ckpt_xasprintf("%s/config.yaml", run),
+        ckpt_xasprintf("%s/swapped/model.pt", run), /* through a link */
+        ckpt_xasprintf("%s/gone.txt", run),         /* already gone */
+    };
+    CHECK(ckpt_storage_delete_keys(st, run, keys, 4, &err) == -1);
+    CHECK(strstr(err.msg, "swapped/model.pt") != NULL);
+    CHECK(ckpt_storage_delete_keys(st, run, keys, 2, &err) == 0);
+    char out[4096] = "";
+    snprintf(cmd, sizeof(cmd), "cd %s/k && find . | LC_ALL=C sort | tr '\n' ' '"
+             " > %s/k.out", t, t);
+    CHECK(system(cmd) == 0);
+    char *p = ckpt_xasprintf("%s/k.out", t);
+    FILE *f = fopen(p, "r");
+    CHECK(f && fgets(out, sizeof(out), f));
+    if (f)
+        fclose(f);
+    CHECK_STR(out, ". ./outside ./outside/model.pt ./run ./run/step1000 "
+                   "./run/step1000/model.pt ./run/swapped ");
+    for (size_t i = 0; i < 4; i++)
+        free(keys[i]);
+    free(p);
+    free(run);
+    ckpt_storage_close(st);
+}
+
 struct deleter {
     struct ckpt_storage *st;
     const char *dir;
@@ -289,4 +333,5 @@ TEST_MAIN(T(test_storage__loc_parse), T(test_storage__local_ops),
           T(test_storage__tar_members),
           T(test_storage__writer_atomic),
           T(test_storage__delete_tree_never_follows_links),
+          T(test_storage__delete_keys_exactly),
           T(test_storage__concurrent_deleters))
