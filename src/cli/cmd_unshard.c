@@ -94,11 +94,31 @@ static int usage_err(const char *msg, const char *arg)
     return EXIT_USAGE;
 }
 
-static int validate(struct cmd *c, int argc)
+/* Remote output does not exist yet: a remote DEST would otherwise be
+ * taken for a local path and make a directory named "s3:". */
+static int local_dest(const char *dest)
+{
+    struct ckpt_loc loc;
+    struct ckpt_err err;
+    if (ckpt_loc_parse(&loc, dest, &err) != 0)
+        return usage_err("%s", err.msg);
+    int remote = loc.scheme != CKPT_SCHEME_LOCAL;
+    ckpt_loc_release(&loc);
+    if (remote)
+        return usage_err("DEST '%s' is remote: unshard writes to a local "
+                         "directory only (unshard there, then ckpt upload)",
+                         dest);
+    return -1;
+}
+
+static int validate(struct cmd *c, int argc, char **argv)
 {
     struct ckpt_unshard_opts *o = &c->uo;
     if (argc != 2)
         return usage_err("%s", "expected SRC and DEST");
+    int rc = local_dest(argv[1]);
+    if (rc >= 0)
+        return rc;
     if (!c->layout)
         o->layout = CKPT_LAYOUT_AUTO;
     else if (!strcmp(c->layout, "single"))
@@ -966,7 +986,7 @@ int cmd_unshard(int argc, char **argv)
     int rc = parse(&c, &argc, argv);
     if (rc >= 0)
         return rc;
-    if ((rc = validate(&c, argc)) >= 0)
+    if ((rc = validate(&c, argc, argv)) >= 0)
         return rc;
     cli_init_output(&c.g);
     signal(SIGINT, on_signal);
