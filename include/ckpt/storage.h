@@ -206,8 +206,9 @@ struct ckpt_put_result {
  * object and keep the others flowing; other faults are retried as usual. */
 #define CKPT_PUT_THROTTLE_RETURN 1u
 
-/* Local temporary files of unfinished copies are named
- * "DIR/.BASE" CKPT_UPLOAD_TEMP_MARK "..." (never listed as copied data). */
+/* Local temporary files of unfinished copies are named as in tempname.h
+ * (ckpt_is_temp_name: never listed as copied data); this mark is that of
+ * older versions' names, still recognised. */
 #define CKPT_UPLOAD_TEMP_MARK ".ckpt-up-"
 
 /* stat plus ckpt's metadata (all zero/"" when absent). */

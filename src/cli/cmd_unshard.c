@@ -19,6 +19,7 @@
 #include "ckpt/archive.h"
 #include "ckpt/run.h"
 #include "ckpt/storage.h"
+#include "ckpt/tempname.h"
 #include "ckpt/unshard.h"
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
@@ -942,9 +943,11 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest,
     const char *base = c->g.tmp_dir ? c->g.tmp_dir : dest;
     if (c->g.dry_run && !c->g.tmp_dir)
         base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    if (archive || r.remote)
-        r.scratch = ckpt_xasprintf("%s/.ckpt-src-%ld", base,
-                                   (long)getpid());
+    if (archive || r.remote) {
+        /* A killed run's scratch (a whole step) goes with the next run. */
+        ckpt_temp_sweep(base);
+        r.scratch = ckpt_temp_path(base);
+    }
     if ((archive || r.remote) && r.run.has_config &&
         save_config(&r, &err) != 0) {
         step_row(&r, "error", NULL, err.msg, NULL, NULL);
