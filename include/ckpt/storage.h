@@ -110,6 +110,16 @@ int ckpt_storage_read(struct ckpt_storage *st, const char *key, uint64_t off,
                       void *buf, size_t len, size_t *nread,
                       struct ckpt_err *err);
 
+/* ckpt_storage_read of the object as it was when its ETag was etag (from
+ * stat or a listing; NULL or "": any): remote reads send If-Match, so a
+ * replaced object fails (CKPT_EHTTP, http_status 412, "'LOC' changed
+ * during read")
+ * instead of mixing bytes of two versions. Local files have no ETag and
+ * are read as ckpt_storage_read reads them. */
+int ckpt_storage_read_if(struct ckpt_storage *st, const char *key,
+                         const char *etag, uint64_t off, void *buf,
+                         size_t len, size_t *nread, struct ckpt_err *err);
+
 /* Read a whole small file into a malloced buffer (NUL-terminated; *len
  * excludes it). Fails with CKPT_EFORMAT if it is larger than max. */
 int ckpt_storage_read_all(struct ckpt_storage *st, const char *key,

@@ -313,7 +313,7 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
 {
     struct ujob *j = k->j;
     struct ufile *f = &j->files[k->t ? k->t->file : k->c->file];
-    struct usrc out = { f->tmp, f->fd, f->size, NULL, NULL };
+    struct usrc out = { f->tmp, f->fd, f->size, NULL, NULL, "" };
     char what[300];
     if (k->t && check_replicas(k, buf, rbuf + j->band, rbuf, len, err) != 0)
         return -1;

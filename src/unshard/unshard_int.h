@@ -34,6 +34,8 @@ struct usrc {
     uint64_t size;
     struct ckpt_storage *st;   /* borrowed; remote sources */
     const char *key;           /* borrowed (name); remote sources */
+    char etag[80];             /* remote: the ETag stat saw; reads are of
+                                  that version only (If-Match) */
 };
 
 /* A stored chunk: where its elements are and how they are laid out. */
