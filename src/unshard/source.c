@@ -227,6 +227,7 @@ void src_close_all(struct ujob *j)
     for (size_t i = 0; i < j->nsrcs; i++) {
         if (j->srcs[i]->fd >= 0)
             close(j->srcs[i]->fd);
+        src_records_free(j->srcs[i]);
         free(j->srcs[i]->name);
         free(j->srcs[i]);
     }
@@ -254,8 +255,8 @@ static int read_file(struct ujob *j, const char *path, char **data,
         close(fd);
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: too large", path);
     }
-    struct usrc s = { (char *)path, fd, (uint64_t)sb.st_size, NULL, NULL,
-                      "" };
+    struct usrc s = { .name = (char *)path, .fd = fd,
+                      .size = (uint64_t)sb.st_size };
     *len = (size_t)sb.st_size;
     *data = ckpt_xmalloc(*len + 1);
     int rc = src_read(&s, 0, *data, *len, err);
@@ -381,8 +382,8 @@ static int is_file(struct ujob *j, const char *path)
 int src_copy(struct ujob *j, const char *path, int local, int fd,
              const char *to, uint64_t *size, struct ckpt_err *err)
 {
-    struct usrc s = { (char *)path, -1, 0, local ? NULL : j->st,
-                      (char *)path, "" };
+    struct usrc s = { .name = (char *)path, .fd = -1,
+                      .st = local ? NULL : j->st, .key = (char *)path };
     struct stat sb;
     if (!s.st) {
         if ((s.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
