@@ -111,6 +111,16 @@ int ckpt_storage_read(struct ckpt_storage *st, const char *key, uint64_t off,
                       void *buf, size_t len, size_t *nread,
                       struct ckpt_err *err);
 
+/* ckpt_storage_read of the object as it was when its ETag was etag (from
+ * stat or a listing; NULL or "": any): remote reads send If-Match, so a
+ * replaced object fails (CKPT_EHTTP, http_status 412, "'LOC' changed
+ * during read")
+ * instead of mixing bytes of two versions. Local files have no ETag and
+ * are read as ckpt_storage_read reads them. */
+int ckpt_storage_read_if(struct ckpt_storage *st, const char *key,
+                         const char *etag, uint64_t off, void *buf,
+                         size_t len, size_t *nread, struct ckpt_err *err);
+
 /* Read a whole small file into a malloced buffer (NUL-terminated; *len
  * excludes it). Fails with CKPT_EFORMAT if it is larger than max. */
 int ckpt_storage_read_all(struct ckpt_storage *st, const char *key,
@@ -217,8 +227,9 @@ struct ckpt_put_result {
  * object and keep the others flowing; other faults are retried as usual. */
 #define CKPT_PUT_THROTTLE_RETURN 1u
 
-/* Local temporary files of unfinished copies are named
- * "DIR/.BASE" CKPT_UPLOAD_TEMP_MARK "..." (never listed as copied data). */
+/* Local temporary files of unfinished copies are named as in tempname.h
+ * (ckpt_is_temp_name: never listed as copied data); this mark is that of
+ * older versions' names, still recognised. */
 #define CKPT_UPLOAD_TEMP_MARK ".ckpt-up-"
 
 /* stat plus ckpt's metadata (all zero/"" when absent). */

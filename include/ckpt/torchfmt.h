@@ -167,6 +167,8 @@ struct ckpt_tensor_loc {
     char key[32];            /* t.key points here */
     uint64_t data_off;       /* storage record offset within rd */
     uint64_t data_size;      /* record size in bytes */
+    uint32_t crc;            /* the record's CRC-32 (central directory) */
+    char rec[128];           /* its name, "archive/data/0" (messages) */
     int big_endian;
 };
 

@@ -19,6 +19,7 @@
 #include "ckpt/archive.h"
 #include "ckpt/run.h"
 #include "ckpt/storage.h"
+#include "ckpt/tempname.h"
 #include "ckpt/unshard.h"
 #include "ckpt/upload.h"
 #include "ckpt/text.h"
@@ -102,11 +103,31 @@ static int usage_err(const char *msg, const char *arg)
     return EXIT_USAGE;
 }
 
-static int validate(struct cmd *c, int argc)
+/* Remote output does not exist yet: a remote DEST would otherwise be
+ * taken for a local path and make a directory named "s3:". */
+static int local_dest(const char *dest)
+{
+    struct ckpt_loc loc;
+    struct ckpt_err err;
+    if (ckpt_loc_parse(&loc, dest, &err) != 0)
+        return usage_err("%s", err.msg);
+    int remote = loc.scheme != CKPT_SCHEME_LOCAL;
+    ckpt_loc_release(&loc);
+    if (remote)
+        return usage_err("DEST '%s' is remote: unshard writes to a local "
+                         "directory only (unshard there, then ckpt upload)",
+                         dest);
+    return -1;
+}
+
+static int validate(struct cmd *c, int argc, char **argv)
 {
     struct ckpt_unshard_opts *o = &c->uo;
     if (argc != 2)
         return usage_err("%s", "expected SRC and DEST");
+    int rc = local_dest(argv[1]);
+    if (rc >= 0)
+        return rc;
     if (!c->layout)
         o->layout = CKPT_LAYOUT_AUTO;
     else if (!strcmp(c->layout, "single"))
@@ -944,9 +965,11 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest,
     const char *base = c->g.tmp_dir ? c->g.tmp_dir : dest;
     if (c->g.dry_run && !c->g.tmp_dir)
         base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    if (archive || r.remote)
-        r.scratch = ckpt_xasprintf("%s/.ckpt-src-%ld", base,
-                                   (long)getpid());
+    if (archive || r.remote) {
+        /* A killed run's scratch (a whole step) goes with the next run. */
+        ckpt_temp_sweep(base);
+        r.scratch = ckpt_temp_path(base);
+    }
     if ((archive || r.remote) && r.run.has_config &&
         save_config(&r, &err) != 0) {
         step_row(&r, "error", NULL, err.msg, NULL, NULL);
@@ -988,7 +1011,7 @@ int cmd_unshard(int argc, char **argv)
     int rc = parse(&c, &argc, argv);
     if (rc >= 0)
         return rc;
-    if ((rc = validate(&c, argc)) >= 0)
+    if ((rc = validate(&c, argc, argv)) >= 0)
         return rc;
     cli_init_output(&c.g);
     signal(SIGINT, on_signal);

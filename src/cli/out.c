@@ -19,17 +19,24 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ckpt/tempname.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 
 static int quiet, verbose, stderr_tty;
 static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
 
+static void on_stale_removed(const char *path, long pid)
+{
+    infof("removed stale temporary %s (pid %ld, dead)", path, pid);
+}
+
 void cli_init_output(const struct ckpt_opts *g)
 {
     quiet = g->quiet;
     verbose = g->verbose;
     stderr_tty = isatty(2);
+    ckpt_temp_on_removed(on_stale_removed);
 }
 
 static void vmsg(const char *level, const char *fmt, va_list ap)

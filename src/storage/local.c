@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ckpt/buf.h"
+#include "ckpt/tempname.h"
 #include "ckpt/util.h"
 
 static enum ckpt_entry_type mode_type(mode_t m)
@@ -243,19 +244,16 @@ static const struct ckpt_writer_ops local_writer_ops = {
 static int open_writer(const char *key, int exclusive,
                        struct ckpt_writer **out, struct ckpt_err *err)
 {
-    static _Atomic unsigned long seq;
     if (make_parents(key, err) != 0)
         return -1;
     struct local_writer *w = ckpt_xcalloc(1, sizeof(*w));
     w->base.ops = &local_writer_ops;
     w->path = ckpt_xstrdup(key);
+    /* Short name beside key (tempname.h), not key plus a suffix. */
     char *dir = ckpt_path_dirname(key);
-    char *base = ckpt_path_basename(key);
-    w->tmp = ckpt_xasprintf("%s%s.%s.ckpt-tmp-%ld-%lu", dir,
-                            *dir ? "/" : "", base, (long)getpid(),
-                            (unsigned long)atomic_fetch_add(&seq, 1));
+    ckpt_temp_sweep(dir);
+    w->tmp = ckpt_temp_path(dir);
     free(dir);
-    free(base);
     w->exclusive = exclusive;
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (w->fd < 0) {

@@ -547,6 +547,7 @@ static const struct ckpt_storage_ops s3_ops = {
     .stat = s3_op_stat,
     .list = s3_op_list,
     .read = s3_op_read,
+    .read_if = s3_op_read_if,
     .writer_open = s3_op_writer_open,
     .put_if_absent = s3_op_put_if_absent,
     .del = s3_op_del,

@@ -305,6 +305,9 @@ int s3_op_list(struct ckpt_storage *st, const char *dir, unsigned flags,
                ckpt_list_fn fn, void *ud, struct ckpt_err *err);
 int s3_op_read(struct ckpt_storage *st, const char *key, uint64_t off,
                void *buf, size_t len, size_t *nread, struct ckpt_err *err);
+int s3_op_read_if(struct ckpt_storage *st, const char *key, const char *etag,
+                  uint64_t off, void *buf, size_t len, size_t *nread,
+                  struct ckpt_err *err);
 int s3_op_del(struct ckpt_storage *st, const char *key,
               struct ckpt_err *err);
 int s3_op_delete_keys(struct ckpt_storage *st, const char *dir,

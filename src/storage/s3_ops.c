@@ -245,6 +245,15 @@ struct rd {
     size_t done;
 };
 
+/* If-Match failed: the object is no longer the one the read is of. */
+static int changed(struct ckpt_err *err, const char *what, const char *tag)
+{
+    ckpt_err_set(err, CKPT_EHTTP, "'%s' changed during read (its ETag is "
+                 "no longer %s)", what, tag);
+    err->http_status = 412;
+    return -1;
+}
+
 /* One attempt at the rest of the range. Returns 0 done, 1 retry after
  * *delay, -1 failed. */
 static int read_attempt(struct ckpt_storage *st, const char *key,
@@ -276,8 +285,7 @@ static int read_attempt(struct ckpt_storage *st, const char *key,
         if (resp.status == 416 && resp.curl == CURLE_OK)
             v = 0;  /* at or past the end */
         else if (resp.status == 412 && resp.curl == CURLE_OK)
-            v = ckpt_err_set(err, CKPT_EHTTP, "%s: changed while being "
-                             "read (HTTP 412 on resume)", what);
+            v = changed(err, what, rd->if_match);
         else
             v = s3_judge(s3, &resp, attempt, what, delay, err);
     }
@@ -288,10 +296,21 @@ static int read_attempt(struct ckpt_storage *st, const char *key,
 int s3_op_read(struct ckpt_storage *st, const char *key, uint64_t off,
                void *buf, size_t len, size_t *nread, struct ckpt_err *err)
 {
+    return s3_op_read_if(st, key, NULL, off, buf, len, nread, err);
+}
+
+/* With etag, every GET (the first too, not only resumes) carries
+ * If-Match: bytes of another version of the object never mix in. */
+int s3_op_read_if(struct ckpt_storage *st, const char *key, const char *etag,
+                  uint64_t off, void *buf, size_t len, size_t *nread,
+                  struct ckpt_err *err)
+{
     if (len == 0)
         return 0;
     struct rd rd;
     memset(&rd, 0, sizeof(rd));
+    if (etag && *etag)
+        snprintf(rd.if_match, sizeof(rd.if_match), "\"%s\"", etag);
     char *what = s3_what(st, key);
     int rc = 0;
     for (int attempt = 1;; attempt++) {

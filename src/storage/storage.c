@@ -157,8 +157,18 @@ int ckpt_storage_read(struct ckpt_storage *st, const char *key, uint64_t off,
                       void *buf, size_t len, size_t *nread,
                       struct ckpt_err *err)
 {
+    return ckpt_storage_read_if(st, key, NULL, off, buf, len, nread, err);
+}
+
+int ckpt_storage_read_if(struct ckpt_storage *st, const char *key,
+                         const char *etag, uint64_t off, void *buf,
+                         size_t len, size_t *nread, struct ckpt_err *err)
+{
     *nread = 0;
-    if (st->ops->read(st, key, off, buf, len, nread, err) != 0)
+    int rc = etag && *etag && st->ops->read_if
+        ? st->ops->read_if(st, key, etag, off, buf, len, nread, err)
+        : st->ops->read(st, key, off, buf, len, nread, err);
+    if (rc != 0)
         return -1;
     atomic_fetch_add(&st->bytes_read, *nread);
     return 0;

@@ -16,6 +16,9 @@ struct ckpt_storage_ops {
                 void *, struct ckpt_err *);
     int (*read)(struct ckpt_storage *, const char *, uint64_t, void *, size_t,
                 size_t *, struct ckpt_err *);
+    /* Optional: read only while the object's ETag is the given one. */
+    int (*read_if)(struct ckpt_storage *, const char *, const char *,
+                   uint64_t, void *, size_t, size_t *, struct ckpt_err *);
     int (*writer_open)(struct ckpt_storage *, const char *, uint64_t,
                        struct ckpt_writer **, struct ckpt_err *);
     int (*put_if_absent)(struct ckpt_storage *, const char *, const void *,

@@ -11,7 +11,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/tempname.h"
 #include "ckpt/util.h"
 #include "upload_int.h"
 
@@ -38,20 +38,15 @@ static int make_parents(const char *path, struct ckpt_err *err)
     return rc;
 }
 
-/* "dir/.base.ckpt-up-PID-SEQ-RAND": hidden, unique across processes. */
+/* A short hidden name beside key (tempname.h: any legal name of key
+ * still fits, and host and pid are in it); the first one in a directory
+ * sweeps the temporaries that killed copies left there. */
 static char *temp_name(const char *key)
 {
-    static _Atomic unsigned long seq;
     char *dir = ckpt_path_dirname(key);
-    char *base = ckpt_path_basename(key);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    char *t = ckpt_xasprintf("%s%s.%s" CKPT_UPLOAD_TEMP_MARK "%ld-%lu-%lx",
-                             dir, *dir ? "/" : "", base, (long)getpid(),
-                             (unsigned long)atomic_fetch_add(&seq, 1),
-                             (unsigned long)ts.tv_nsec);
+    ckpt_temp_sweep(dir);
+    char *t = ckpt_temp_path(dir);
     free(dir);
-    free(base);
     return t;
 }
 

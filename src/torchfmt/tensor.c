@@ -214,6 +214,8 @@ static int locate(const struct ckpt_tzip *z, const struct ckpt_rd *rd,
                             rd->name, rec);
     out->data_off = e->data_off;
     out->data_size = e->size;
+    out->crc = e->crc;
+    snprintf(out->rec, sizeof(out->rec), "%s/%s", z->prefix, rec);
     out->big_endian = z->big_endian;
     return ckpt_tensor_check_bounds(&out->t, rd->name, err);
 }

@@ -5,6 +5,9 @@
  * pwrites it at its final offset. With --verify the same task instead
  * reads the band back from the output and compares.
  *
+ * The CRC-32 of every zip record read from is checked on the way
+ * (crccheck.c).
+ *
  * Reads: when a chunk's part of the band is contiguous in both source and
  * output (row sharding, or column sharding of whole rows) it is one pread
  * straight into the band buffer; otherwise the source span is read once
@@ -160,6 +163,7 @@ struct gather {
     char *dst;                /* band buffer */
     const char *span;         /* source span buffer, or NULL */
     int64_t s0;
+    int note;                 /* note CRCs of what is read (crccheck.c) */
     struct ckpt_err *err;
 };
 
@@ -170,8 +174,9 @@ static int run_copy(void *ud, int64_t s, int64_t d)
     uint64_t n = g->run * g->size;
     if (g->span)
         memcpy(out, g->span + (uint64_t)(s - g->s0) * g->size, n);
-    else if (src_read(g->c->src, g->c->data + (uint64_t)s * g->size, out,
-                      n, g->err) != 0)
+    else if ((g->note ? src_read_noted : src_read)(
+                 g->c->src, g->c->data + (uint64_t)s * g->size, out, n,
+                 g->err) != 0)
         return -1;
     return 0;
 }
@@ -186,19 +191,20 @@ static int run_swap(void *ud, int64_t s, int64_t d)
 
 static int copy_box(struct ujob *j, const struct utensor *t,
                     const struct uchunk *c, const struct box *bx, char *buf,
-                    char *rbuf, struct ckpt_err *err)
+                    char *rbuf, int note, struct ckpt_err *err)
 {
     struct runs r;
     unsigned size = t->e->dtype->itemsize;
     make_runs(bx, c, &r);
     struct gather g = { c, size, t->e->dtype->swap, r.run, buf, NULL, r.s0,
-                        err };
+                        note, err };
     uint64_t span = src_span(bx, c), vol = r.nruns * r.run;
     if (r.nruns > 1 && span * size <= j->band &&
         span <= 4 * vol + (65536 / size)) {
         /* One read of the whole source span, then scatter. */
-        if (src_read(c->src, c->data + (uint64_t)r.s0 * size, rbuf,
-                     span * size, err) != 0)
+        if ((note ? src_read_noted : src_read)(
+                c->src, c->data + (uint64_t)r.s0 * size, rbuf, span * size,
+                err) != 0)
             return -1;
         g.span = rbuf;
     }
@@ -212,10 +218,11 @@ static int copy_box(struct ujob *j, const struct utensor *t,
 }
 
 /* Fill buf with band `band` of t from its chunks, or (replicas = 1) lay
- * the skipped replica chunks over buf. */
+ * the skipped replica chunks over buf; with note, the reads count for the
+ * records' CRC checks. */
 static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
                      char *buf, char *rbuf, uint64_t *len, int replicas,
-                     struct ckpt_err *err)
+                     int note, struct ckpt_err *err)
 {
     const struct ckpt_dcp_entry *e = t->e;
     uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
@@ -239,7 +246,7 @@ static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
             bx.lo[d] = a;
             bx.e[d] = b - a;
         }
-        if (!empty && copy_box(j, t, c, &bx, buf, rbuf, err) != 0)
+        if (!empty && copy_box(j, t, c, &bx, buf, rbuf, note, err) != 0)
             return -1;
     }
     return 0;
@@ -272,12 +279,14 @@ static int task_fill(struct task *k, char *buf, char *rbuf, uint64_t *at,
         uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
         plan_band_box(k->t, k->band, lo, hi, &dst, len);
         *at = out_off(j, k->t->file, k->t->rec, k->t->out_off) + dst;
-        return fill_band(j, k->t, k->band, buf, rbuf, len, 0, err);
+        return fill_band(j, k->t, k->band, buf, rbuf, len, 0, !k->verify,
+                         err);
     }
     uint64_t from = k->band * j->band;
     *len = k->c->nbytes - from < j->band ? k->c->nbytes - from : j->band;
     *at = out_off(j, k->c->file, k->c->rec, k->c->out_off) + from;
-    return src_read(k->c->src, k->c->off + from, buf, *len, err);
+    return (k->verify ? src_read : src_read_noted)(
+        k->c->src, k->c->off + from, buf, *len, err);
 }
 
 static const char *task_what(struct task *k, char *tmp, size_t n)
@@ -300,7 +309,7 @@ static int check_replicas(struct task *k, const char *buf, char *scratch,
     if (!any)
         return 0;
     memcpy(scratch, buf, len);
-    if (fill_band(k->j, k->t, k->band, scratch, rbuf, &len, 1, err) != 0)
+    if (fill_band(k->j, k->t, k->band, scratch, rbuf, &len, 1, 0, err) != 0)
         return -1;
     if (memcmp(scratch, buf, len) != 0)
         return ckpt_err_set(err, CKPT_EFORMAT, "verify: tensor '%s': "
@@ -313,7 +322,7 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
 {
     struct ujob *j = k->j;
     struct ufile *f = &j->files[k->t ? k->t->file : k->c->file];
-    struct usrc out = { f->tmp, f->fd, f->size, NULL, NULL };
+    struct usrc out = { .name = f->tmp, .fd = f->fd, .size = f->size };
     char what[300];
     if (k->t && check_replicas(k, buf, rbuf + j->band, rbuf, len, err) != 0)
         return -1;
@@ -381,6 +390,8 @@ static void submit(struct ujob *j, struct utensor *t, struct ucopy *c,
 
 int engine_run(struct ujob *j, int verify, struct ckpt_err *err)
 {
+    if (!verify)
+        src_records_ready(j);
     for (size_t i = 0; i < j->ntensors && !j->failed; i++) {
         struct utensor *t = &j->tensors[i];
         if (t->file < 0 || j->files[t->file].copy_from)
@@ -405,5 +416,5 @@ int engine_run(struct ujob *j, int verify, struct ckpt_err *err)
         *err = j->err;
         return -1;
     }
-    return 0;
+    return verify ? 0 : src_check_records(j, err);
 }

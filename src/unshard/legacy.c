@@ -324,6 +324,8 @@ static int add_shards(void *ud, const struct found *f, struct ckpt_err *err)
         c->st.length = ze->size;
         l->src = rc->src;
         l->data = ze->data_off;
+        src_note_record(rc->src, ze->data_off, ze->size, ze->crc,
+                        rc->z->prefix, ze->name);
         l->stride = stride;
         l->soff = t.storage_offset;
         l->big_endian = rc->z->big_endian;

@@ -245,6 +245,8 @@ static int add_pieces(struct lplan *p, const struct lmodel *m, int r,
             s->count = q->count;
             s->src = src;
             s->data = ze->data_off;
+            src_note_record(src, ze->data_off, ze->size, ze->crc, z->prefix,
+                            ze->name);
             s->step = f->data.stride[0];
             s->soff = f->data.storage_offset + (int64_t)q->at * s->step;
             s->big_endian = z->big_endian;

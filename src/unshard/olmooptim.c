@@ -157,6 +157,8 @@ static int scalar(const struct oval *o, struct lvalue *x,
     s->count = 1;
     s->src = o->src;
     s->data = ze->data_off;
+    src_note_record(o->src, ze->data_off, ze->size, ze->crc, o->z->prefix,
+                    ze->name);
     s->soff = o->t.storage_offset;
     s->big_endian = o->z->big_endian;
     return 0;
@@ -220,6 +222,8 @@ static int sharded(const struct oval *o, struct lvalue *x,
     c->count = ms->count;
     c->src = o->src;
     c->data = ze->data_off;
+    src_note_record(o->src, ze->data_off, ze->size, ze->crc, o->z->prefix,
+                    ze->name);
     c->step = o->t.stride[0];
     c->soff = o->t.storage_offset;
     c->big_endian = o->z->big_endian;

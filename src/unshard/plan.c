@@ -74,6 +74,7 @@ static int probe_chunk(struct ujob *j, struct utensor *t, struct uchunk *c,
     c->item_off = off;
     c->data = off + loc.data_off;
     c->big_endian = loc.big_endian;
+    src_note_record(c->src, c->data, loc.data_size, loc.crc, NULL, loc.rec);
     return 0;
 }
 

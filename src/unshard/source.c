@@ -33,7 +33,8 @@ static int storage_read(struct usrc *s, uint64_t off, void *buf, size_t len,
                         struct ckpt_err *err)
 {
     size_t got;
-    if (ckpt_storage_read(s->st, s->key, off, buf, len, &got, err) != 0)
+    if (ckpt_storage_read_if(s->st, s->key, s->etag, off, buf, len, &got,
+                             err) != 0)
         return -1;
     if (got != len)
         return ckpt_err_set(err, CKPT_EFORMAT,
@@ -161,6 +162,20 @@ struct usrc *src_add(struct ujob *j, char *name, int fd, uint64_t size)
     return add_src(j, name, fd, size);
 }
 
+/* Size and ETag (etag: sizeof usrc.etag bytes) of a remote file. */
+static int stat_remote(struct ujob *j, const char *path, uint64_t *size,
+                       char *etag, struct ckpt_err *err)
+{
+    struct ckpt_stat sb;
+    if (ckpt_storage_stat(j->st, path, &sb, err) != 0)
+        return -1;
+    if (sb.type != CKPT_ENTRY_FILE)
+        return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': not a file", path);
+    *size = sb.size;
+    snprintf(etag, sizeof(((struct usrc *)0)->etag), "%s", sb.etag);
+    return 0;
+}
+
 /* Open relpath (a name from the metadata) in the checkpoint directory. */
 int src_get(struct ujob *j, const char *relpath, struct usrc **out,
             struct ckpt_err *err)
@@ -178,8 +193,9 @@ int src_get(struct ujob *j, const char *relpath, struct usrc **out,
     char *path = ckpt_path_join(j->dir, relpath);
     int fd = -1;
     uint64_t size = 0;
+    char etag[sizeof((*out)->etag)] = "";
     if (j->st) {
-        if (src_stat(j, path, &size, err) != 0) {
+        if (stat_remote(j, path, &size, etag, err) != 0) {
             free(path);
             return -1;
         }
@@ -196,6 +212,7 @@ int src_get(struct ujob *j, const char *relpath, struct usrc **out,
         size = (uint64_t)sb.st_size;
     }
     *out = add_src(j, path, fd, size);
+    memcpy((*out)->etag, etag, sizeof(etag));
     /* Keys live as long as the metadata arena. Every data file is opened
      * by check_files before any task runs, so this insert is
      * single-threaded. */
@@ -210,6 +227,7 @@ void src_close_all(struct ujob *j)
     for (size_t i = 0; i < j->nsrcs; i++) {
         if (j->srcs[i]->fd >= 0)
             close(j->srcs[i]->fd);
+        src_records_free(j->srcs[i]);
         free(j->srcs[i]->name);
         free(j->srcs[i]);
     }
@@ -237,7 +255,8 @@ static int read_file(struct ujob *j, const char *path, char **data,
         close(fd);
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: too large", path);
     }
-    struct usrc s = { (char *)path, fd, (uint64_t)sb.st_size, NULL, NULL };
+    struct usrc s = { .name = (char *)path, .fd = fd,
+                      .size = (uint64_t)sb.st_size };
     *len = (size_t)sb.st_size;
     *data = ckpt_xmalloc(*len + 1);
     int rc = src_read(&s, 0, *data, *len, err);
@@ -339,16 +358,9 @@ static int rank_local(struct ujob *j, struct ckpt_err *err)
 int src_stat(struct ujob *j, const char *path, uint64_t *size,
              struct ckpt_err *err)
 {
-    if (j->st) {
-        struct ckpt_stat sb;
-        if (ckpt_storage_stat(j->st, path, &sb, err) != 0)
-            return -1;
-        if (sb.type != CKPT_ENTRY_FILE)
-            return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': not a file",
-                                path);
-        *size = sb.size;
-        return 0;
-    }
+    char etag[sizeof(((struct usrc *)0)->etag)];
+    if (j->st)
+        return stat_remote(j, path, size, etag, err);
     struct stat sb;
     if (stat(path, &sb) != 0)
         return ckpt_err_sys(err, "open '%s'", path);
@@ -368,12 +380,12 @@ static int is_file(struct ujob *j, const char *path)
 int src_file(struct ujob *j, const char *path, int local, struct usrc *s,
              struct ckpt_err *err)
 {
-    struct usrc f = { (char *)path, -1, 0, local ? NULL : j->st,
-                      (char *)path };
+    struct usrc f = { .name = (char *)path, .fd = -1,
+                      .st = local ? NULL : j->st, .key = (char *)path };
     struct stat sb;
     *s = f;
     if (s->st)
-        return src_stat(j, path, &s->size, err);
+        return stat_remote(j, path, &s->size, s->etag, err);
     if ((s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return ckpt_err_sys(err, "open '%s'", path);
     if (fstat(s->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

@@ -159,6 +159,7 @@ static int remap_persid(struct tree *tr, struct ckpt_pv *p,
     c->src = src;
     c->off = rd->base + e->data_off;
     c->nbytes = e->size;
+    src_note_record(src, c->off, e->size, e->crc, z->prefix, e->name);
     c->keystr = ckpt_pv_str(tr->a, "", 0);
     /* One record per storage key; views sharing a storage keep sharing. */
     pid->u.seq.v[2] = c->keystr;

@@ -34,6 +34,12 @@ struct usrc {
     uint64_t size;
     struct ckpt_storage *st;   /* borrowed; remote sources */
     const char *key;           /* borrowed (name); remote sources */
+    char etag[80];             /* remote: the ETag stat saw; reads are of
+                                  that version only (If-Match) */
+    /* crccheck.c: zip records inside, their CRCs checked as read */
+    struct urec **recs;
+    size_t nrecs, reccap;
+    int recs_sorted;
 };
 
 /* A stored chunk: where its elements are and how they are laid out. */
@@ -189,6 +195,20 @@ void src_cache_release(struct src_cache *c);
 void src_close_all(struct ujob *j);
 /* Register an open file (name malloced, taken over) as a source. */
 struct usrc *src_add(struct ujob *j, char *name, int fd, uint64_t size);
+
+/* crccheck.c: a zip record at [off, off+size) of s with CRC-32 crc
+ * (named prefix/name in messages) is checked by the copy; thread-safe. */
+void src_note_record(struct usrc *s, uint64_t off, uint64_t size,
+                     uint32_t crc, const char *prefix, const char *name);
+/* Before the copy: makes the registered records findable. */
+void src_records_ready(struct ujob *j);
+/* src_read that notes the CRC of what it read for the record it lies in. */
+int src_read_noted(struct usrc *s, uint64_t off, void *buf, size_t len,
+                   struct ckpt_err *err);
+/* After the copy: every record something was read from matches its CRC
+ * (gaps are read now), else an error naming file and record. */
+int src_check_records(struct ujob *j, struct ckpt_err *err);
+void src_records_free(struct usrc *s);
 
 /* plan.c */
 int plan_tensors(struct ujob *j, struct ckpt_err *err);

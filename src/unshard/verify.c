@@ -60,7 +60,7 @@ static int verify_records(const struct ufile *f, const struct ckpt_tzip *z,
 
 static int verify_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
 {
-    struct usrc s = { f->tmp, f->fd, f->size, NULL, NULL };
+    struct usrc s = { .name = f->tmp, .fd = f->fd, .size = f->size };
     struct ckpt_rd rd;
     struct ckpt_tzip *z = NULL;
     struct ckpt_arena *a = ckpt_arena_new(1ULL << 31);
@@ -98,7 +98,7 @@ static int verify_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
 
 static int verify_st(struct ufile *f, struct ckpt_err *err)
 {
-    struct usrc s = { f->tmp, f->fd, f->size, NULL, NULL };
+    struct usrc s = { .name = f->tmp, .fd = f->fd, .size = f->size };
     unsigned char n8[8];
     if (src_read(&s, 0, n8, 8, err) != 0)
         return -1;

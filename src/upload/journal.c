@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "ckpt/buf.h"
+#include "ckpt/tempname.h"
 #include "ckpt/util.h"
 
 #define HEADER "# ckpt upload journal v1\n"
@@ -134,6 +135,8 @@ static void pend_add(struct journal *j, const char *dkey, const char *id,
     memset(p, 0, sizeof(*p));
     p->dkey = ckpt_xstrdup(dkey);
     p->upload_id = ckpt_xstrdup(id);
+    /* A local copy's temporary file: resumed, never swept as litter. */
+    ckpt_temp_keep(id);
     p->size = size;
     p->part_size = ps;
     p->srcsig = ckpt_xstrdup(sig);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ckpt/buf.h"
+#include "ckpt/tempname.h"
 #include "ckpt/util.h"
 
 #define MAX_DEPTH 256
@@ -45,10 +46,7 @@ void dmap_release(struct dmap *m)
 /* Our own temporary files of unfinished local copies are not content. */
 static int is_temp(const char *name)
 {
-    const char *base = strrchr(name, '/');
-    base = base ? base + 1 : name;
-    return base[0] == '.' && (strstr(base, CKPT_UPLOAD_TEMP_MARK) ||
-                              strstr(base, ".ckpt-tmp-"));
+    return ckpt_is_temp_name(name);
 }
 
 static int dmap_add(void *ud, const struct ckpt_entry *e)

@@ -33,7 +33,7 @@ def expect_error(tmp, name, d, want, code=1, args=()):
           "exit %d: %s" % (p.returncode, p.stderr))
     check(name + ": message", want in line, "got %r, want %r" % (line, want))
     left = [f for f in os.listdir(tmp) if f.startswith("out-" + name) or
-            f.startswith(".ckpt-tmp-out-" + name)]
+            f.startswith(".ckpt-")]
     check(name + ": nothing left at DEST", not left, str(left))
 
 

@@ -173,7 +173,7 @@ def bad(tmp, base, name, mutate, want):
           lines[0].endswith("ckpt: error: " + w),
           "\n".join(lines) + "\nwanted: " + w)
     check(name + ": nothing at DEST", not os.path.exists(out) and not [
-        x for x in os.listdir(tmp) if x.startswith(".ckpt-tmp")])
+        x for x in os.listdir(tmp) if x.startswith(".ckpt-")])
 
 
 def bad_inputs(tmp):

@@ -73,7 +73,7 @@ def bad(tmp, name, mutate, want):
           err[0].endswith("ckpt: error: " + want % {"d": ck}),
           "\n".join(err) + "\nwanted: " + want % {"d": ck})
     check("%s: no output, nothing left" % name, not os.path.exists(out) and
-          not [x for x in os.listdir(tmp) if x.startswith(".ckpt-tmp")])
+          not [x for x in os.listdir(tmp) if x.startswith(".ckpt-")])
     check("%s: source untouched" % name, sorted(os.listdir(ck)) == before)
 
 

@@ -156,7 +156,7 @@ def bad(fx, tmp, name, mutate, want, base="w4-21fp"):
           err[0].endswith("ckpt: error: " + want),
           "\n".join(err) + "\nwanted: " + want)
     check("%s: no output, nothing left" % name, not os.path.exists(out) and
-          not [x for x in os.listdir(tmp) if x.startswith(".ckpt-tmp")])
+          not [x for x in os.listdir(tmp) if x.startswith(".ckpt-")])
     check("%s: source untouched" % name, files(ck) == before)
 
 

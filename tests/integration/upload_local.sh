@@ -154,5 +154,5 @@ mkdir big && head -c 300000000 /dev/urandom >big/z
 sleep 0.1; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 "$CKPT" upload -q big bigdst
 check "killed copy finished" "" "$(cmp big/z bigdst/z)"
-check "no temporary files left" "" "$(find bigdst -name '.*ckpt-up-*')"
+check "no temporary files left" "" "$(find bigdst -name '.ckpt-*')"
 finish

@@ -27,6 +27,11 @@ It also emulates what s3rver lacks (so tests can exercise those paths):
     a key once written conditionally is serialised with those writes, as
     S3's atomic object writes are (s3rver writes in place: a GET could see
     half an object, or one PUT's bytes with another's ETag);
+  * If-Match / If-None-Match with ETags on object GET, HEAD and PUT are
+    enforced against the object's current ETag (s3rver ignores them): a
+    failed If-Match, or a matching If-None-Match on PUT, answers 412
+    PreconditionFailed; a matching If-None-Match on GET/HEAD answers 304.
+    The check is a HEAD just before the request is forwarded;
   * AbortMultipartUpload (DELETE ?uploadId=) answers 204 (s3rver: 405);
   * a ranged GET of an empty object answers 416 InvalidRange, as S3 does
     (s3rver sends 206 with Content-Length: 1 and no body, then hangs).
@@ -55,6 +60,10 @@ Faults, chosen per request at random (seeded):
             (default 400) with an <Error> that quotes the request line and
             every header, credentials included, in its Code, Message and a
             Request element, as a careless server or proxy may
+  get_delay_ms, get_delay_nth, get_delay_match  the get_delay_nth-th GET
+            whose path contains get_delay_match waits get_delay_ms before
+            it is checked and forwarded (stats "delayed" counts such GETs
+            once they start waiting): a window to replace the object in
 Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
 Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them.
 
@@ -112,7 +121,10 @@ class State:
                        "delete_key_errors": 0, "region": "",
                        "reset_writes": False, "echo_headers": 0,
                        "echo_status": 400, "conditional": True,
-                       "cond_conflict": 0, "put_before_delete": None}
+                       "cond_conflict": 0, "put_before_delete": None,
+                       "get_delay_ms": 0, "get_delay_nth": 0,
+                       "get_delay_match": ""}
+        self.get_seen = 0
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
@@ -129,8 +141,10 @@ class State:
                           "no_batch_delete": 0, "delete_key_errors": 0},
                           "sig_ok": 0,
                           "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
+                          "delayed": 0,
                           "emulated": {"if_none_match": 0, "abort": 0,
-                                       "empty_range": 0, "if_match": 0},
+                                       "empty_range": 0, "if_match": 0,
+                                       "precondition": 0},
                           "conditions": {}}
 
     def count(self, key, n=1, sub=None):
@@ -299,6 +313,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         special = self.special_fault(path)
         if special:
             return self.reply(*special)
+        self.maybe_delay(path)
         cond = (self.command == "PUT" and
                 self.headers.get("If-None-Match", "").strip() == "*")
         cond = self.count_conditions() or cond
@@ -418,12 +433,61 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         b"</Message></Error>" for k in keys)
         return rbody.replace(b"</DeleteResult>", errs + b"</DeleteResult>")
 
+    def maybe_delay(self, path):
+        if self.command != "GET":
+            return
+        with self.st.lock:
+            c = self.st.config
+            if not c["get_delay_ms"] or c["get_delay_match"] not in path:
+                return
+            self.st.get_seen += 1
+            if self.st.get_seen != c["get_delay_nth"]:
+                return
+            self.st.stats["delayed"] += 1
+            ms = c["get_delay_ms"]
+        time.sleep(ms / 1000.0)
+
+    def etag_conditions(self, path, params):
+        """If-Match / If-None-Match with ETags on an object request."""
+        im = self.headers.get("If-Match")
+        inm = self.headers.get("If-None-Match", "").strip()
+        key = urllib.parse.urlsplit(path).path.lstrip("/").partition("/")[2]
+        if (self.command not in ("GET", "HEAD", "PUT") or not key or
+                "uploadId" in params or not (im or inm and inm != "*")):
+            return None
+        status, hdrs, _ = self.upstream_request("HEAD", path, {}, b"")
+        if status != 200:
+            return None  # the request itself answers (404 ...)
+        cur = dict((k.lower(), v) for k, v in hdrs).get("etag", "")
+        cur = cur.strip().strip('"')
+        tags = lambda v: [t.strip().strip('"') for t in v.split(",")]
+        self.st.count("emulated", sub="if_match")
+        failed = None
+        if self.command == "PUT":
+            im = None  # conditions() checks it, under cond_lock
+        if im and im.strip() != "*" and cur not in tags(im):
+            failed = "If-Match"
+        elif inm and inm != "*" and cur in tags(inm):
+            if self.command != "PUT":
+                self.st.count("emulated", sub="precondition")
+                return (304, b"", {"ETag": '"%s"' % cur})
+            failed = "If-None-Match"
+        if not failed:
+            return None
+        self.st.count("emulated", sub="precondition")
+        return (412, error_xml("PreconditionFailed", "At least one of the "
+                "pre-conditions you specified did not hold",
+                "<Condition>%s</Condition>" % failed))
+
     def emulate(self, path):
         q = urllib.parse.urlsplit(path).query
         params = urllib.parse.parse_qs(q, keep_blank_values=True)
         if self.command == "DELETE" and "uploadId" in params:
             self.st.count("emulated", sub="abort")
             return (204, b"")
+        cond = self.etag_conditions(path, params)
+        if cond:
+            return cond
         if (self.command == "PUT" and self.st.config["conditional"] and
                 self.headers.get("If-None-Match", "").strip() == "*" and
                 "uploadId" not in params):
@@ -516,10 +580,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             lk = k.lower()
             if lk in HOP or lk in AUTH_HEADERS or lk == "host":
                 continue
-            if lk == "if-none-match" and self.command == "PUT":
-                continue
-            if lk == "if-match" and self.command in ("PUT", "DELETE"):
-                continue
+            if lk in ("if-none-match", "if-match"):
+                continue  # enforced here (emulate); s3rver ignores them
             headers[k] = v
         headers["Content-Length"] = str(len(body))
         status, hdrs, data = self.upstream_request(self.command, self.path,

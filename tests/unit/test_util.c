@@ -6,6 +6,7 @@
 
 #include "ckpt/buf.h"
 #include "ckpt/pool.h"
+#include "ckpt/tempname.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 #include "test.h"
@@ -208,6 +209,34 @@ static void test_util__die_oom(void)
     CHECK_STR(msg, "ckpt: out of memory allocating 42 bytes\n");
 }
 
+/* Short names with host and pid; parse accepts exactly that form. */
+static void test_util__tempname(void)
+{
+    char *a = ckpt_temp_path("some/dir"), *b = ckpt_temp_path("");
+    uint32_t host = 0;
+    long pid = 0;
+    CHECK(strncmp(a, "some/dir/.ckpt-", 15) == 0);
+    CHECK(strlen(a) < 9 + 40);
+    CHECK(ckpt_temp_parse(a, &host, &pid) == 1);
+    CHECK(host == ckpt_temp_host() && pid == (long)getpid());
+    CHECK(strchr(b, '/') == NULL && ckpt_temp_parse(b, NULL, NULL) == 1);
+    CHECK(strcmp(a + 9, b) != 0);   /* unique within the process */
+    CHECK(ckpt_temp_parse(".ckpt-0123abcd-42-0.tmp", &host, &pid) == 1 &&
+          host == 0x0123abcd && pid == 42);
+    CHECK(!ckpt_temp_parse(".ckpt-0123abcd-42-0.tmpx", NULL, NULL));
+    CHECK(!ckpt_temp_parse(".ckpt-0123abc-42-0.tmp", NULL, NULL));
+    CHECK(!ckpt_temp_parse(".ckpt-0123abcd--42-0.tmp", NULL, NULL));
+    CHECK(!ckpt_temp_parse(".ckpt-0123abcd-0-0.tmp", NULL, NULL));
+    CHECK(!ckpt_temp_parse(".ckpt-0123abcd-42-0.old", NULL, NULL));
+    CHECK(!ckpt_temp_parse("model.pt", NULL, NULL));
+    CHECK(ckpt_is_temp_name("d/.model.pt.ckpt-up-1-2-3"));
+    CHECK(ckpt_is_temp_name(".ckpt-tmp-77"));
+    CHECK(ckpt_is_temp_name(a));
+    CHECK(!ckpt_is_temp_name("d/ckpt-tmp-77"));
+    free(a);
+    free(b);
+}
+
 TEST_MAIN(T(test_util__parse_size), T(test_util__paths), T(test_util__buf),
           T(test_util__err), T(test_util__pool), T(test_util__die_oom),
-          T(test_util__escape), T(test_util__redact))
+          T(test_util__escape), T(test_util__redact), T(test_util__tempname))

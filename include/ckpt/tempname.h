@@ -1,0 +1,53 @@
+/*
+ * tempname.h - names of ckpt's temporary files and directories, and the
+ * removal of those that dead ckpt processes left behind.
+ *
+ * A temporary sits in the directory of what it becomes (so the final
+ * rename is atomic) under a short name of its own,
+ *
+ *     .ckpt-HHHHHHHH-PID-SEQ.tmp
+ *
+ * (HHHHHHHH: a hash of the host name), never the final name plus a
+ * suffix: any legal final name (up to 255 bytes) still has a temporary.
+ * Host and pid tell a later run whether the process that made it is gone:
+ * ckpt_temp_sweep removes the temporaries of dead processes of this host
+ * and leaves those of live processes and of other hosts alone.
+ */
+#ifndef CKPT_TEMPNAME_H
+#define CKPT_TEMPNAME_H
+
+#include <stdint.h>
+
+/* A fresh temporary path in dir ("" or NULL: the current directory),
+ * unique within this process. Malloced. */
+char *ckpt_temp_path(const char *dir);
+
+/* 1 if the last component of name is a temporary of the form above (then
+ * *host and *pid, either may be NULL, are set), else 0. */
+int ckpt_temp_parse(const char *name, uint32_t *host, long *pid);
+
+/* 1 if the last component of name is any temporary of ckpt: the form
+ * above, or the older ".NAME.ckpt-tmp-..." / ".NAME.ckpt-up-..." and
+ * ".ckpt-tmp-..." names. Such names are never content. */
+int ckpt_is_temp_name(const char *name);
+
+/* This host's hash, as in the names. */
+uint32_t ckpt_temp_host(void);
+
+/* Remove, recursively, the temporaries in dir made on this host by
+ * processes that no longer exist (kill(pid, 0) fails with ESRCH), except
+ * those passed to ckpt_temp_keep. Each directory is swept once per
+ * process; later calls for it return at once. Errors are ignored: what
+ * cannot be removed stays. Thread-safe. */
+void ckpt_temp_sweep(const char *dir);
+
+/* Spare path in sweeps: a temporary a later step resumes (the file of an
+ * unfinished local copy that a journal names). */
+void ckpt_temp_keep(const char *path);
+
+/* Called after each removal by a sweep, from the sweeping thread (the
+ * CLI prints it); NULL: nobody is told. */
+typedef void (*ckpt_temp_removed_fn)(const char *path, long pid);
+void ckpt_temp_on_removed(ckpt_temp_removed_fn fn);
+
+#endif
