@@ -25,6 +25,7 @@ static const char *const ls_usage[] = {
     "With -l, each Orbax checkpoint is followed by its arrays:",
     "RUN<TAB>CHECKPOINT<TAB>array<TAB>NAME<TAB>DTYPE<TAB>SHAPE<TAB>BYTES",
     "(NAME is the dotted pytree path; SHAPE like [6,5], [] for a scalar).",
+    "-j default 8: runs read at once (listing-bound).",
     NULL
 };
 

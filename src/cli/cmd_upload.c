@@ -31,6 +31,8 @@ static const char *const upload_usage[] = {
     "rerun resumes; an interrupted multipart upload is resumed part by part.",
     "Prints one line per file that did not arrive (every file with -v) and a",
     "summary on stderr.",
+    "-j default 32: files in flight (one connection each; object stores",
+    "are fast in parallel, slow per connection).",
     NULL
 };
 
