@@ -30,6 +30,7 @@ static const char *const clean_usage[] = {
     "(default 1d: they may be alive). Damaged archives are never deleted.",
     "Prints ACTION<TAB>RUN<TAB>REASON per RUN, ACTION one of delete,",
     "would-delete, keep, skip, error.",
+    "-j default 8: runs judged and deleted at once (listing-bound).",
     NULL
 };
 

@@ -25,6 +25,7 @@ static const char *const ls_usage[] = {
     "With -l, each Orbax checkpoint is followed by its arrays:",
     "RUN<TAB>CHECKPOINT<TAB>array<TAB>NAME<TAB>DTYPE<TAB>SHAPE<TAB>BYTES",
     "(NAME is the dotted pytree path; SHAPE like [6,5], [] for a scalar).",
+    "-j default 8: runs read at once (listing-bound).",
     NULL
 };
 
@@ -218,6 +219,19 @@ static void load_all(struct ls_item *items, size_t n, int jobs)
     ckpt_pool_free(pool);
 }
 
+/* An object store has no directories: a prefix with no objects under it
+ * and one never written are the same thing, so either is an empty listing
+ * (exit 0, no rows) as long as the bucket itself is there. A local path
+ * that does not exist stays an error; an empty local directory lists
+ * fine on its own. Sets err when the bucket check itself fails. */
+static int empty_bucket_prefix(struct ckpt_storage *st, struct ckpt_err *err)
+{
+    if (ckpt_storage_is_local(st))
+        return 0;
+    struct ckpt_stat root;
+    return ckpt_storage_stat(st, "", &root, err) == 0;
+}
+
 /* List one LOCATION. Returns 0, or 1 if something failed. */
 static int ls_one(const char *arg, struct storages *stores,
                   const struct ckpt_opts *g, int arrays_too)
@@ -238,8 +252,10 @@ static int ls_one(const char *arg, struct storages *stores,
     if (top.ok && ckpt_run_looks_like_run(&top.run)) {
         print_run(&top, g);
     } else if (!top.ok && top.err.code == CKPT_ENOTFOUND) {
-        errorf("%s", top.err.msg);
-        failed = 1;
+        if (!empty_bucket_prefix(st, &err)) {
+            errorf("%s", err.code ? err.msg : top.err.msg);
+            failed = 1;
+        }
     } else {
         struct ls_item *items = NULL;
         size_t n = 0;

@@ -31,6 +31,8 @@ static const char *const map_wandb_usage[] = {
     "",
     "API key: WANDB_API_KEY, else the ~/.netrc entry `wandb login` writes;",
     "WANDB_BASE_URL selects another server. Docs: docs/commands/map-wandb.md",
+    "-j default: 16 runs read at once, 4 W&B API requests at once (-j N",
+    "sets both; W&B rate-limits its API).",
     NULL
 };
 

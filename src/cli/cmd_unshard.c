@@ -39,6 +39,8 @@ static const char *const usage[] = {
     "from S3/GCS/R2 too). If SRC is a run (directory or archive), each",
     "complete sharded stepN becomes DEST/stepN-unsharded/.",
     "Outputs appear atomically; nothing is executed from any pickle.",
+    "-j default: one worker per CPU core (decoding is CPU-bound); fetching",
+    "a remote run: 16 files in flight.",
     NULL
 };
 

@@ -31,6 +31,8 @@ static const char *const upload_usage[] = {
     "rerun resumes; an interrupted multipart upload is resumed part by part.",
     "Prints one line per file that did not arrive (every file with -v) and a",
     "summary on stderr.",
+    "-j default 32: files in flight (one connection each; object stores",
+    "are fast in parallel, slow per connection).",
     NULL
 };
 
@@ -251,17 +253,31 @@ static char *dest_key(struct plan *p, const struct ckpt_loc *src,
     char *name = src_name(src->key, archive);
     char *key = NULL;
     *wid = NULL;
+    /* An archive kept whole is still the run its stem names (map-wandb
+     * maps 1234567.tar.gz as 1234567): look that up, and put the archive
+     * inside the run's directory, DEST/ENTITY/PROJECT/RUN_ID/NAME. */
+    char *run = p->map && !archive && sb->type == CKPT_ENTRY_FILE &&
+                ckpt_archive_kind_of(src->key) != CKPT_ARCHIVE_NONE
+              ? ckpt_archive_stem(src->key) : NULL;
     if (p->map) {
         int listed;
-        const char *path = ckpt_upload_map_path(p->map, name, &listed);
+        const char *path = ckpt_upload_map_path(p->map, run ? run : name,
+                                                &listed);
         if (!path && uo->wandb)
             ckpt_buf_addf(msg, "no W&B run path for run '%s' (`ckpt "
-                          "map-wandb -v %s` says why)", name, name);
+                          "map-wandb -v %s` says why)", run ? run : name,
+                          name);
         else if (!path)
-            ckpt_buf_addf(msg, "run '%s' is %s the W&B map '%s'", name,
+            ckpt_buf_addf(msg, "run '%s' is %s the W&B map '%s'",
+                          run ? run : name,
                           listed ? "unmapped in" : "not in", uo->wandb_map);
         else
             key = ckpt_path_join(root, path);
+        if (path && run) {
+            char *in = ckpt_path_join(key, name);
+            free(key);
+            key = in;
+        }
         if (path)
             *wid = strrchr(path, '/') + 1;
     } else if (sb->type == CKPT_ENTRY_FILE && !archive) {
@@ -270,6 +286,7 @@ static char *dest_key(struct plan *p, const struct ckpt_loc *src,
     } else {
         key = p->nsrc > 1 ? ckpt_path_join(root, name) : ckpt_xstrdup(root);
     }
+    free(run);
     free(name);
     return key;
 }
