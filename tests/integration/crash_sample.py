@@ -19,7 +19,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CRASH = os.path.join(HERE, "..", "crash", "crash.py")
-KNOWN = "litter,leftover-sharded,leftover-run"
+KNOWN = "litter,leftover-sharded"
 
 sys.exit(subprocess.call([sys.executable, CRASH, "--kills",
                           os.environ.get("CKPT_CRASH_KILLS", "8"), "--quick",
