@@ -33,7 +33,9 @@ static const char *const clean_usage[] = {
     "that does not look like a run, and runs written to within --min-age",
     "(default 1d: they may be alive). Damaged archives are never deleted.",
     "Prints ACTION<TAB>RUN<TAB>REASON per RUN, ACTION one of delete,",
-    "would-delete, keep, skip, error.",
+    "would-delete, keep, skip, error. A local run is first renamed to",
+    "a hidden .RUN.ckpt-del-HOST-PID; a rerun finishes such a delete left",
+    "by a dead process of this host.",
     NULL
 };
 
