@@ -438,6 +438,19 @@ static void verdict(struct item *it)
         return;
     }
     const struct ckpt_checkpoint *best = ckpt_run_best(&it->run);
+    /* When unsure, error, never delete: a step > 0 of unknown
+     * completeness may be the run's good checkpoint (the newest is
+     * named). */
+    for (size_t i = it->run.n; !best && i-- > 0;) {
+        const struct ckpt_checkpoint *c = &it->run.ckpts[i];
+        if (c->unknown_commit && c->step > 0) {
+            it->action = "error";
+            ckpt_buf_addf(&it->reason, "cannot tell whether Orbax step %s "
+                          "is complete (no commit marker: older Orbax "
+                          "commits by rename)", c->name);
+            return;
+        }
+    }
     if (!best) {
         it->action = msg_delete(it->g);
         bad_reason(it);
