@@ -117,6 +117,8 @@ struct ckpt_checkpoint {
     enum ckpt_format format;
     int complete;
     char *why;           /* owned: why not complete, or NULL */
+    int unknown_commit;  /* Orbax step with readable contents but no
+                          * commit marker: completeness unknown */
     uint64_t size;       /* bytes of its files */
     uint64_t nfiles;
 };

@@ -8,8 +8,12 @@
  * acting, and act. A failure on one run is reported and the rest go on.
  */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,7 +33,9 @@ static const char *const clean_usage[] = {
     "that does not look like a run, and runs written to within --min-age",
     "(default 1d: they may be alive). Damaged archives are never deleted.",
     "Prints ACTION<TAB>RUN<TAB>REASON per RUN, ACTION one of delete,",
-    "would-delete, keep, skip, error.",
+    "would-delete, keep, skip, error. A local run is first renamed to",
+    "a hidden .RUN.ckpt-del-HOST-PID; a rerun finishes such a delete left",
+    "by a dead process of this host.",
     "-j default 8: runs judged and deleted at once (listing-bound).",
     NULL
 };
@@ -59,7 +65,101 @@ struct item {
     uint64_t bytes;                  /* freed (or, -n, would be) */
     struct ckpt_buf pruned;          /* "step100, step200" */
     cJSON *pruned_json;              /* owned until printed */
+    char *resume;                    /* owned: dead delete's temp sibling */
+    char **resume_prune;             /* owned: dead prunes' temp dirs */
+    size_t nresume_prune;
 };
+
+/* A local delete starts by renaming the directory to a hidden sibling
+ * ".BASE.ckpt-del-HOST-PID": that rename is the commit point, so a kill
+ * afterwards leaves a name a rerun can recognise and finish, instead of a
+ * half-deleted run that no longer looks like a run. */
+static char *del_prefix(const char *base)
+{
+    char host[256] = "";
+    if (gethostname(host, sizeof(host) - 1) != 0 || !*host)
+        strcpy(host, "unknown");
+    return ckpt_xasprintf(".%s.ckpt-del-%s-", base, host);
+}
+
+/* The temp sibling for KEY, or NULL when its name would exceed NAME_MAX
+ * (such a directory is deleted in place, as before). */
+static char *del_temp(const char *key)
+{
+    char *dir = ckpt_path_dirname(key), *base = ckpt_path_basename(key);
+    char *pre = del_prefix(base);
+    char *name = ckpt_xasprintf("%s%ld", pre, (long)getpid());
+    char *path = strlen(name) > NAME_MAX ? NULL
+                 : *dir ? ckpt_path_join(dir, name) : ckpt_xstrdup(name);
+    free(dir);
+    free(base);
+    free(pre);
+    free(name);
+    return path;
+}
+
+/* NAME minus PRE is the pid of a process of this host that no longer
+ * exists. A live pid or a name of another host is never ours to touch. */
+static int dead_temp(const char *name, const char *pre)
+{
+    size_t n = strlen(pre);
+    if (strncmp(name, pre, n) != 0 || !name[n])
+        return 0;
+    char *end;
+    errno = 0;
+    long pid = strtol(name + n, &end, 10);
+    if (*end || errno || pid <= 0 || name[n] < '1' || name[n] > '9')
+        return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* The temp sibling a dead process of this host left when it was killed
+ * deleting KEY, or NULL. */
+static char *dead_sibling(const char *key)
+{
+    char *dir = ckpt_path_dirname(key), *base = ckpt_path_basename(key);
+    char *pre = del_prefix(base), *found = NULL;
+    DIR *d = opendir(*dir ? dir : ".");
+    struct dirent *de;
+    while (d && !found && (de = readdir(d)) != NULL)
+        if (dead_temp(de->d_name, pre))
+            found = *dir ? ckpt_path_join(dir, de->d_name)
+                         : ckpt_xstrdup(de->d_name);
+    if (d)
+        closedir(d);
+    free(dir);
+    free(base);
+    free(pre);
+    return found;
+}
+
+/* Temp dirs inside the run RUN that dead prunes of this host left:
+ * ".DIR.ckpt-del-HOST-PID", DIR any name. */
+static void find_dead_prunes(struct item *it)
+{
+    char *pre = del_prefix(""), *p;
+    DIR *d = opendir(it->loc.key);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        /* ".X" then pre (which is "." + ".ckpt-del-HOST-") minus its
+         * leading "." */
+        if (name[0] != '.' || !(p = strstr(name + 1, pre + 1)) ||
+            p == name + 1 || !dead_temp(p, pre + 1))
+            continue;
+        it->resume_prune = realloc(it->resume_prune, (it->nresume_prune + 1) *
+                                   sizeof(*it->resume_prune));
+        if (!it->resume_prune)
+            abort();
+        it->resume_prune[it->nresume_prune++] = ckpt_xstrdup(name);
+        ckpt_buf_addf(&it->reason, "; %s an interrupted prune of %.*s",
+                      it->g->dry_run ? "would finish" : "finished",
+                      (int)(p - (name + 1)), name + 1);
+    }
+    if (d)
+        closedir(d);
+    free(pre);
+}
 
 static const char *msg_delete(const struct ckpt_opts *g)
 {
@@ -266,6 +366,15 @@ static void judge(void *arg)
     if (ckpt_run_load_flags(it->st, it->loc.key, it->co->max_archive,
                             CKPT_TREE_SALVAGE, &it->sb, &status, &tree,
                             &it->run, &err) != 0) {
+        if (err.code == CKPT_ENOTFOUND && ckpt_storage_is_local(it->st) &&
+            (it->resume = dead_sibling(it->loc.key)) != NULL) {
+            char *b = ckpt_path_basename(it->resume);
+            it->action = msg_delete(it->g);
+            ckpt_buf_addf(&it->reason, "%s an interrupted delete (%s)",
+                          it->g->dry_run ? "finishes" : "finished", b);
+            free(b);
+            return;
+        }
         ckpt_buf_addstr(&it->reason, err.msg);
         return;
     }
@@ -314,6 +423,9 @@ static void judge(void *arg)
         ckpt_buf_reset(&it->reason);
         ckpt_buf_addstr(&it->reason, err.msg);
     }
+    if (!strcmp(it->action, "keep") && !it->is_archive &&
+        ckpt_storage_is_local(it->st))
+        find_dead_prunes(it);
 }
 
 /* keep, delete or skip, from the scanned run. */
@@ -327,6 +439,19 @@ static void verdict(struct item *it)
         return;
     }
     const struct ckpt_checkpoint *best = ckpt_run_best(&it->run);
+    /* When unsure, error, never delete: a step > 0 of unknown
+     * completeness may be the run's good checkpoint (the newest is
+     * named). */
+    for (size_t i = it->run.n; !best && i-- > 0;) {
+        const struct ckpt_checkpoint *c = &it->run.ckpts[i];
+        if (c->unknown_commit && c->step > 0) {
+            it->action = "error";
+            ckpt_buf_addf(&it->reason, "cannot tell whether Orbax step %s "
+                          "is complete (no commit marker: older Orbax "
+                          "commits by rename)", c->name);
+            return;
+        }
+    }
     if (!best) {
         it->action = msg_delete(it->g);
         bad_reason(it);
@@ -381,14 +506,14 @@ static int first_left(void *ud, const struct ckpt_entry *e)
  * a file written meanwhile (a trainer saving a checkpoint) is left in
  * place, and the run is an error. */
 static int delete_judged(struct item *it, struct ckpt_tree *t,
-                         struct ckpt_err *err)
+                         const char *root, struct ckpt_err *err)
 {
     char **keys = ckpt_xcalloc(t->n ? t->n : 1, sizeof(*keys));
     size_t n = 0;
     for (size_t i = 0; i < t->n; i++)
         if (t->files[i].type != CKPT_ENTRY_DIR)
-            keys[n++] = ckpt_tree_key(t, t->files[i].path);
-    int rc = ckpt_storage_delete_keys(it->st, it->loc.key, keys, n, err);
+            keys[n++] = ckpt_path_join(root, t->files[i].path);
+    int rc = ckpt_storage_delete_keys(it->st, root, keys, n, err);
     for (size_t i = 0; i < n; i++)
         free(keys[i]);
     free(keys);
@@ -396,7 +521,7 @@ static int delete_judged(struct item *it, struct ckpt_tree *t,
         return -1;
     struct ckpt_buf left = CKPT_BUF_INIT;
     struct ckpt_err lerr = CKPT_ERR_INIT;
-    rc = ckpt_storage_list(it->st, it->loc.key, CKPT_LIST_RECURSIVE,
+    rc = ckpt_storage_list(it->st, root, CKPT_LIST_RECURSIVE,
                            first_left, &left, &lerr);
     if (rc < 0 && lerr.code != CKPT_ENOTFOUND) {
         *err = lerr;
@@ -427,6 +552,9 @@ static int refuse_path(struct item *it, struct ckpt_err *err)
     return unsafe_local(key, err);
 }
 
+static int delete_renamed(struct item *it, struct ckpt_tree *t,
+                          struct ckpt_err *err);
+
 static int delete_run(struct item *it, struct ckpt_err *err)
 {
     struct ckpt_tree *tree = NULL;
@@ -445,8 +573,44 @@ static int delete_run(struct item *it, struct ckpt_err *err)
         return v < 0 ? -1 : 0;
     }
     int rc = it->is_archive ? ckpt_storage_delete(it->st, it->loc.key, err)
-                            : delete_judged(it, tree, err);
+                            : delete_renamed(it, tree, err);
     ckpt_tree_free(tree);
+    return rc;
+}
+
+/* Rename KEY aside to its temp sibling (the commit point of the delete).
+ * *tmp is NULL when the name would be too long: delete in place. */
+static int rename_aside(const char *key, char **tmp, struct ckpt_err *err)
+{
+    *tmp = del_temp(key);
+    if (*tmp && renameat(AT_FDCWD, key, AT_FDCWD, *tmp) != 0) {
+        int rc = ckpt_err_sys(err, "rename '%s' to '%s'", key, *tmp);
+        free(*tmp);
+        *tmp = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+/* A local run: rename it aside, delete the judged files inside, then the
+ * directory. What appeared meanwhile goes back under the run's name (if
+ * that is still free) and the run is an error. */
+static int delete_renamed(struct item *it, struct ckpt_tree *t,
+                          struct ckpt_err *err)
+{
+    if (!ckpt_storage_is_local(it->st))
+        return delete_judged(it, t, it->loc.key, err);
+    char *tmp;
+    if (rename_aside(it->loc.key, &tmp, err) != 0)
+        return -1;
+    if (!tmp)
+        return delete_judged(it, t, it->loc.key, err);
+    int rc = delete_judged(it, t, tmp, err);
+    struct stat sb;
+    if (rc != 0 && lstat(tmp, &sb) == 0 && lstat(it->loc.key, &sb) != 0 &&
+        errno == ENOENT)
+        (void)rename(tmp, it->loc.key);
+    free(tmp);
     return rc;
 }
 
@@ -482,8 +646,11 @@ static int prune_run(struct item *it, struct ckpt_err *err)
             break;
         }
         if (!it->g->dry_run) {
-            char *key = ckpt_path_join(it->loc.key, c->dir);
-            rc = ckpt_storage_delete_tree(it->st, key, err);
+            char *key = ckpt_path_join(it->loc.key, c->dir), *tmp = NULL;
+            rc = rename_aside(key, &tmp, err);
+            if (rc == 0)
+                rc = ckpt_storage_delete_tree(it->st, tmp ? tmp : key, err);
+            free(tmp);
             free(key);
             if (rc != 0)
                 break;
@@ -506,8 +673,16 @@ static void act(void *arg)
     struct item *it = arg;
     struct ckpt_err err = CKPT_ERR_INIT;
     int rc = 0;
-    if (!strcmp(it->action, "delete"))
+    if (!strcmp(it->action, "delete") && it->resume)
+        rc = ckpt_storage_delete_tree(it->st, it->resume, &err);
+    else if (!strcmp(it->action, "delete"))
         rc = delete_run(it, &err);
+    for (size_t i = 0; rc == 0 && !it->g->dry_run && i < it->nresume_prune;
+         i++) {
+        char *key = ckpt_path_join(it->loc.key, it->resume_prune[i]);
+        rc = ckpt_storage_delete_tree(it->st, key, &err);
+        free(key);
+    }
     if (rc == 0 && !strcmp(it->action, msg_delete(it->g)) && !it->gone)
         it->bytes = it->is_archive ? it->sb.size : it->run.size;
     else if (!strcmp(it->action, "keep") &&
@@ -680,6 +855,10 @@ int cmd_clean(int argc, char **argv)
         if (items[i].scanned)
             ckpt_run_release(&items[i].run);
         cJSON_Delete(items[i].pruned_json);
+        free(items[i].resume);
+        for (size_t j = 0; j < items[i].nresume_prune; j++)
+            free(items[i].resume_prune[j]);
+        free(items[i].resume_prune);
     }
     free(todo);
     free(items);

@@ -260,6 +260,37 @@ static int judge_ocdbt(const struct view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
+/* Array data ckpt can read: an OCDBT manifest or a zarr array. */
+static int has_arrays(const struct view *v)
+{
+    for (size_t i = v->lo; i < v->hi; i++) {
+        const char *b = base_of(rel_of(v, i));
+        if (!strcmp(b, "manifest.ocdbt") || !strcmp(b, ".zarray") ||
+            !strcmp(b, "zarr.json"))
+            return 1;
+    }
+    return 0;
+}
+
+/* No marker. Older Orbax committed by renaming the tmp directory and
+ * wrote commit_success.txt only on GCS, so a step with arrays and no
+ * marker may well be complete: unknown, never "incomplete" (clean would
+ * delete it). A database found damaged is still incomplete. */
+static int judge_unmarked(const struct view *v, struct ckpt_checkpoint *c,
+                          struct ckpt_err *err)
+{
+    if (!has_arrays(v))
+        return set_why(c, "%s", "no commit_success.txt or "
+                                "_CHECKPOINT_METADATA");
+    if (judge_ocdbt(v, c, err) != 0)
+        return -1;
+    if (!c->complete)
+        return 0;
+    c->unknown_commit = 1;
+    return set_why(c, "%s", "no commit marker (older Orbax commits by "
+                            "rename): cannot tell whether it is complete");
+}
+
 static int judge_orbax(const struct view *v, struct ckpt_checkpoint *c,
                        struct ckpt_err *err)
 {
@@ -285,8 +316,7 @@ static int judge_orbax(const struct view *v, struct ckpt_checkpoint *c,
         if (!strcmp(base_of(rel_of(v, i)), "commit_success.txt"))
             return judge_ocdbt(v, c, err);
     if (!get(v, "_CHECKPOINT_METADATA"))
-        return set_why(c, "%s", "no commit_success.txt or "
-                                "_CHECKPOINT_METADATA");
+        return judge_unmarked(v, c, err);
     cJSON *j;
     if (json_field(v, "_CHECKPOINT_METADATA", &j, err) != 0)
         return -1;
@@ -402,6 +432,11 @@ static enum ckpt_format detect(const struct view *v, const char **mdir)
             if (!strcmp(b, orbax[k]))
                 return CKPT_FMT_ORBAX;
         if (strstr(r, "ocdbt.process_"))
+            return CKPT_FMT_ORBAX;
+        /* An item's pytree metadata, "<item>/_METADATA": older Orbax
+         * steps have no step-level marker. */
+        const char *sl = strchr(r, '/');
+        if (sl && sl == b - 1 && !strcmp(b, "_METADATA"))
             return CKPT_FMT_ORBAX;
     }
     static const char *dcpdirs[] = { "", "model_and_optim" };

@@ -59,6 +59,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -78,7 +79,7 @@ TOOL = os.path.join(os.environ.get("CKPT_BUILD") or BUILD, "storage_tool")
 FIX = os.path.join(SRC, "tests", "fixtures", "runs", "olmo-torch-new-1.13")
 BUCKET = "crash"
 MIB = 1 << 20
-TEMP_MARKS = (".ckpt-tmp", ".ckpt-up-")
+TEMP_MARKS = (".ckpt-tmp", ".ckpt-up-", ".ckpt-del-")
 
 
 def is_temp(rel):
@@ -218,11 +219,19 @@ class Clean(Scenario):
         return [CKPT, "clean", "--min-age", "0", "--keep-last", "1", "-j",
                 "2", "--no-progress", "-q"] + [os.path.join(d, "src", r) for r in self.RUNS]
 
+    # clean's delete starts by renaming the run (or pruned checkpoint) to
+    # ".NAME.ckpt-del-HOST-PID": the same files under that name are no
+    # change.
+    DEL = re.compile(r"^\.(.+)\.ckpt-del-.*-[0-9]+$")
+
+    def undo_rename(self, k):
+        return "/".join(self.DEL.sub(r"\1", p) for p in k.split("/"))
+
     def after_kill(self, d, orig, ref):
         src, _ = self.state(d)
         v = []
         for k, val in src.items():
-            if orig[0].get(k) != val:
+            if orig[0].get(self.undo_rename(k)) != val:
                 v.append("clean changed or created %s" % k)
         for k, val in ref[0].items():
             if src.get(k) != val:

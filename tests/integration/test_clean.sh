@@ -235,6 +235,62 @@ check "live runs untouched" "$before" "$(tree "$L")"
 "$CKPT" clean --min-age 5x "$L/2871002" >/dev/null 2>&1; check "bad --min-age" 2 $?
 "$CKPT" clean --min-age -1 "$L/2871002" >/dev/null 2>&1; check "negative --min-age" 2 $?
 
+# --- an interrupted delete (SIGKILL after the rename that commits it) is
+# finished by a rerun; temp siblings of live pids or other hosts stay.
+python3 "$SRC/tests/support/gen_runs.py" "$T/k" >/dev/null
+sleep 0 & dead=$!; wait $dead
+H=$(hostname)
+mv "$T/k/2871004" "$T/k/.2871004.ckpt-del-$H-$dead"
+rm -r "$T/k/.2871004.ckpt-del-$H-$dead/wandb"
+out=$(cd "$T/k" && "$CKPT" clean --min-age 0 -n 2871004 2>/dev/null)
+check "interrupted delete -n" "would-delete	2871004	finishes an interrupted delete (.2871004.ckpt-del-$H-$dead)" "$out"
+test -d "$T/k/.2871004.ckpt-del-$H-$dead"; check "interrupted delete -n keeps" 0 $?
+out=$(cd "$T/k" && "$CKPT" clean --min-age 0 2871004 2>/dev/null)
+check "interrupted delete finished" "delete	2871004	finished an interrupted delete (.2871004.ckpt-del-$H-$dead)" "$out"
+test -e "$T/k/.2871004.ckpt-del-$H-$dead"; check "interrupted delete gone" 1 $?
+mv "$T/k/2871002" "$T/k/.2871002.ckpt-del-$H-$$"
+mv "$T/k/2871003" "$T/k/.2871003.ckpt-del-otherhost-$dead"
+before=$(tree "$T/k")
+out=$(cd "$T/k" && "$CKPT" clean --min-age 0 2871002 2871003 2>/dev/null)
+check "live pid / other host untouched" "$before" "$(tree "$T/k")"
+check "live pid / other host verdicts" "error	2871002	stat '2871002': No such file or directory
+error	2871003	stat '2871003': No such file or directory" "$out"
+cp -r "$T/k/2871001/step0" "$T/k/2871001/.step0.ckpt-del-$H-$dead"
+rm -r "$T/k/2871001/step0"
+out=$(cd "$T/k" && "$CKPT" clean --min-age 0 -n 2871001 2>/dev/null)
+check "interrupted prune -n" "keep	2871001	$R1; would finish an interrupted prune of step0" "$out"
+out=$(cd "$T/k" && "$CKPT" clean --min-age 0 2871001 2>/dev/null)
+check "interrupted prune" "keep	2871001	$R1; finished an interrupted prune of step0" "$out"
+test -e "$T/k/2871001/.step0.ckpt-del-$H-$dead"; check "interrupted prune gone" 1 $?
+# a pruned checkpoint goes through the same rename
+out=$(cd "$T/k" && "$CKPT" clean --min-age 0 --keep-last 1 2871001 2>/dev/null)
+check "prune leaves no temp" 0 "$(ls -A "$T/k/2871001" | grep -c ckpt-del)"
+
+# --- older Orbax steps on local disk have no commit marker (they were
+# committed by renaming the tmp directory): unknown, so the run is an
+# error, never deleted; a run with a marked step > 0 is still kept.
+/usr/bin/python3 "$SRC/tests/support/make_orbax.py" "$T/ob" >/dev/null
+rm -f "$T/ob/run/"*/_CHECKPOINT_METADATA "$T/ob/run/"*/commit_success.txt
+rm -r "$T/ob/run/4"
+cp -r "$T/ob/run" "$T/ob/run2"
+mkdir "$T/ob/run2/5"; cp -r "$T/ob/run/3/default" "$T/ob/run2/5/"
+echo '{"commit_timestamp_nsecs": 1}' > "$T/ob/run2/5/_CHECKPOINT_METADATA"
+before=$(tree "$T/ob")
+OU="cannot tell whether Orbax step 3 is complete (no commit marker: older Orbax commits by rename)"
+out=$(cd "$T/ob" && "$CKPT" clean --min-age 0 --force -n run run2 2>/dev/null)
+check "orbax unmarked -n" "error	run	$OU
+keep	run2	complete checkpoint 5 (orbax)" "$out"
+out=$(cd "$T/ob" && "$CKPT" clean --min-age 0 --force run run2 2>/dev/null)
+check "orbax unmarked exit" 1 $?
+check "orbax unmarked" "error	run	$OU
+keep	run2	complete checkpoint 5 (orbax)" "$out"
+check "orbax unmarked untouched" "$before" "$(tree "$T/ob")"
+# a step whose OCDBT database is missing a data file is still incomplete
+rm -r "$T/ob/run/2" "$T/ob/run/3"
+rm "$T/ob/run/1/state/d/"*
+out=$(cd "$T/ob" && "$CKPT" clean --min-age 0 --force -n run 2>/dev/null)
+check "orbax unmarked damaged" "would-delete" "$(cut -f1 <<<"$out")"
+
 # --- usage errors
 "$CKPT" clean >/dev/null 2>&1; check "no args" 2 $?
 "$CKPT" clean --min-age 0 --bogus x >/dev/null 2>&1; check "bad option" 2 $?

@@ -181,6 +181,9 @@ static void test_run__orbax_ocdbt(void)
         free(got_);                                                        \
     } while (0)
 
+#define ORBAX_UNKNOWN "no commit marker (older Orbax commits by rename): " \
+    "cannot tell whether it is complete"
+
 static void test_run__orbax(void)
 {
     /* A manifest ckpt cannot decode: an error (when unsure, never
@@ -201,6 +204,14 @@ static void test_run__orbax(void)
     JUDGE("o5", "step_7.orbax-checkpoint-tmp-123/x=1;"
                 "step_8/_CHECKPOINT_METADATA={\"commit_timestamp_nsecs\":1}",
           "step_8:orbax:1");
+    /* Older Orbax committed by renaming the tmp directory and wrote no
+     * marker on local disk: readable contents without a marker are of
+     * unknown completeness (clean makes such a run an error). */
+    JUDGE("o6", "10/default/_METADATA={};10/default/w/.zarray={};"
+                "10/default/w/0=x",
+          "10:orbax:0:" ORBAX_UNKNOWN);
+    JUDGE("o7", "10/default/_METADATA={}",
+          "10:orbax:0:no commit_success.txt or _CHECKPOINT_METADATA");
 }
 
 static void test_run__zarr(void)
