@@ -64,10 +64,9 @@ struct opt_list {
  * n is returned. Returns -1 after printing a usage error, -2 after printing
  * help (the command then exits EXIT_OK). usage[0] is the synopsis line(s),
  * a NULL-terminated array whose remaining lines describe the command. */
-int parse_options(int argc, char **argv, const struct option *opts,
+int cli_parse_options(int argc, char **argv, const struct option *opts,
                   const char *const *usage, struct ckpt_opts *g);
-void print_usage(FILE *f, const struct option *opts, const char *const *usage);
-void opt_list_release(struct opt_list *l);
+void cli_opt_list_release(struct opt_list *l);
 
 /* Storage settings derived from the global options. */
 struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g);
@@ -77,27 +76,27 @@ struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g);
  * line starts with an ISO-8601 timestamp. The formatted message is
  * escaped (ckpt/text.h), so it is always one line without control bytes. */
 void cli_init_output(const struct ckpt_opts *g);
-void errorf(const char *fmt, ...) CKPT_PRINTF(1, 2);
-void warnf(const char *fmt, ...) CKPT_PRINTF(1, 2);
-void infof(const char *fmt, ...) CKPT_PRINTF(1, 2);
-void debugf(const char *fmt, ...) CKPT_PRINTF(1, 2);
+void cli_errorf(const char *fmt, ...) CKPT_PRINTF(1, 2);
+void cli_warnf(const char *fmt, ...) CKPT_PRINTF(1, 2);
+void cli_infof(const char *fmt, ...) CKPT_PRINTF(1, 2);
+void cli_debugf(const char *fmt, ...) CKPT_PRINTF(1, 2);
 
 /* Print one JSON object as a single line on stdout and free it. A string
  * or key that is not valid UTF-8 is replaced by its escaped form
  * (ckpt_escape), so the line is always valid UTF-8 JSON. */
-void out_json(struct cJSON *obj);
+void cli_out_json(struct cJSON *obj);
 /* Print fields joined by TAB, newline-terminated, on stdout; each field
  * escaped (ckpt_escape: \t \n \\ \xNN), so a row is one line and its
  * fields split on TAB exactly. */
-void out_tsv(int n, const char *const *fields);
+void cli_out_tsv(int n, const char *const *fields);
 
 /* Progress: a bar on a terminal (unless --no-progress/-q), periodic plain
  * lines otherwise. Counters are atomic; any thread may add. */
 struct progress;
-struct progress *progress_new(const struct ckpt_opts *g, const char *what,
+struct progress *cli_progress_new(const struct ckpt_opts *g, const char *what,
                               uint64_t total_items, uint64_t total_bytes);
-void progress_add(struct progress *p, uint64_t items, uint64_t bytes);
-void progress_done(struct progress *p); /* prints the final line, frees */
+void cli_progress_add(struct progress *p, uint64_t items, uint64_t bytes);
+void cli_progress_done(struct progress *p); /* prints the final line, frees */
 
 /* Subcommands: argc/argv start at the command name. */
 int cmd_clean(int argc, char **argv);

@@ -394,9 +394,9 @@ static void judge(void *arg)
     }
     it->scanned = 1;
     if (tree->archive != CKPT_ARCHIVE_NONE)
-        debugf("%s: read %llu of %llu archive bytes", it->arg,
-               (unsigned long long)tree->fetched,
-               (unsigned long long)tree->archive_size);
+        cli_debugf("%s: read %llu of %llu archive bytes", it->arg,
+                   (unsigned long long)tree->fetched,
+                   (unsigned long long)tree->archive_size);
     int live = is_live(it, tree);
     char *damage = tree->damage ? ckpt_xasprintf("%s: %s", tree->display,
                                                  tree->damage)
@@ -699,7 +699,7 @@ static void report(struct item *it)
 {
     if (!it->g->json) {
         const char *f[] = { it->action, it->arg, it->reason.ptr };
-        out_tsv(3, f);
+        cli_out_tsv(3, f);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -707,7 +707,7 @@ static void report(struct item *it)
     cJSON_AddStringToObject(o, "action", it->action);
     cJSON_AddStringToObject(o, "reason", it->reason.ptr);
     cJSON_AddItemToObject(o, "checkpoints", it->scanned
-                          ? json_checkpoints(&it->run, 0)
+                          ? cli_json_checkpoints(&it->run, 0)
                           : cJSON_CreateArray());
     if (it->pruned_json) {
         cJSON_AddItemToObject(o, "pruned", it->pruned_json);
@@ -715,7 +715,7 @@ static void report(struct item *it)
     }
     if (it->bytes || !strcmp(it->action, msg_delete(it->g)))
         cJSON_AddNumberToObject(o, "bytes", (double)it->bytes);
-    out_json(o);
+    cli_out_json(o);
 }
 
 /* A local RUN is cleaned of "." and ".." spellings (refusing ".." out of
@@ -787,7 +787,7 @@ int cmd_clean(int argc, char **argv)
                  "is a multiple of K"),
         OPT_END_(),
     };
-    int n = parse_options(argc, argv, opts, clean_usage, &g);
+    int n = cli_parse_options(argc, argv, opts, clean_usage, &g);
     if (n == -2)
         return EXIT_OK;
     if (n < 0)
@@ -807,7 +807,7 @@ int cmd_clean(int argc, char **argv)
 
     struct item *items = ckpt_xcalloc((size_t)n, sizeof(*items));
     struct storages stores = { 0 };
-    int jobs = default_jobs(&g, n, 8);
+    int jobs = cli_default_jobs(&g, n, 8);
     for (int i = 0; i < n; i++) {
         struct item *it = &items[i];
         struct ckpt_err err = CKPT_ERR_INIT;
@@ -817,7 +817,7 @@ int cmd_clean(int argc, char **argv)
         ckpt_buf_init(&it->reason);
         ckpt_buf_init(&it->pruned);
         if (ckpt_loc_parse(&it->loc, argv[i], &err) != 0 ||
-            storages_get(&stores, &it->loc, &g, &it->st, &err) != 0 ||
+            cli_storages_get(&stores, &it->loc, &g, &it->st, &err) != 0 ||
             local_precheck(it, &err) != 0) {
             it->action = "error";
             ckpt_buf_addstr(&it->reason, err.msg);
@@ -840,13 +840,13 @@ int cmd_clean(int argc, char **argv)
         freed_runs += items[i].bytes > 0;
         failed |= !strcmp(items[i].action, "error");
         if (!strcmp(items[i].action, "skip"))
-            warnf("skipped %s: %s", items[i].arg, items[i].reason.ptr);
+            cli_warnf("skipped %s: %s", items[i].arg, items[i].reason.ptr);
     }
     if (freed_runs) {
         char sz[32];
-        infof("%s %s in %d run%s", g.dry_run ? "would free" : "freed",
-              ckpt_fmt_size(freed, sz, sizeof(sz)), freed_runs,
-              freed_runs == 1 ? "" : "s");
+        cli_infof("%s %s in %d run%s", g.dry_run ? "would free" : "freed",
+                  ckpt_fmt_size(freed, sz, sizeof(sz)), freed_runs,
+                  freed_runs == 1 ? "" : "s");
     }
     for (int i = 0; i < n; i++) {
         ckpt_loc_release(&items[i].loc);
@@ -862,6 +862,6 @@ int cmd_clean(int argc, char **argv)
     }
     free(todo);
     free(items);
-    storages_release(&stores);
+    cli_storages_release(&stores);
     return failed ? EXIT_FAILED : EXIT_OK;
 }

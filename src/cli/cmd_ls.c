@@ -70,7 +70,7 @@ static void load_arrays(struct ls_item *it, struct ckpt_tree *tree)
         it->arrays[i] = cJSON_CreateArray();
         if (ckpt_orbax_tree_arrays(tree, c->dir, add_array, it->arrays[i],
                                    &err) != 0)
-            errorf("%s/%s: %s", it->name, c->name, err.msg);
+            cli_errorf("%s/%s: %s", it->name, c->name, err.msg);
     }
 }
 
@@ -114,7 +114,7 @@ static void print_arrays(const struct ls_item *it, size_t i)
                             cJSON_GetObjectItem(a, "name")->valuestring,
                             cJSON_GetObjectItem(a, "dtype")->valuestring,
                             shape.ptr, bytes };
-        out_tsv(7, f);
+        cli_out_tsv(7, f);
         ckpt_buf_release(&shape);
     }
 }
@@ -135,14 +135,14 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
         cJSON_AddStringToObject(o, "run", it->name);
         cJSON_AddNumberToObject(o, "size", (double)it->run.size);
         cJSON_AddNumberToObject(o, "files", (double)it->run.nfiles);
-        cJSON *cks = json_checkpoints(&it->run, 1);
+        cJSON *cks = cli_json_checkpoints(&it->run, 1);
         for (size_t i = 0; it->arrays && i < it->run.n; i++)
             if (it->arrays[i])
                 cJSON_AddItemToObject(cJSON_GetArrayItem(cks, (int)i),
                                       "arrays", cJSON_Duplicate(
                                           it->arrays[i], 1));
         cJSON_AddItemToObject(o, "checkpoints", cks);
-        out_json(o);
+        cli_out_json(o);
         return;
     }
     if (!it->run.n) {
@@ -152,7 +152,7 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
                  (unsigned long long)it->run.nfiles);
         const char *f[] = { it->name, "-", "-", "-", "no checkpoints", bytes,
                             files };
-        out_tsv(7, f);
+        cli_out_tsv(7, f);
         return;
     }
     for (size_t i = 0; i < it->run.n; i++) {
@@ -168,7 +168,7 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
         const char *f[] = { it->name, c->name, step,
                             ckpt_format_name(c->format), state.ptr, bytes,
                             files };
-        out_tsv(7, f);
+        cli_out_tsv(7, f);
         ckpt_buf_release(&state);
         print_arrays(it, i);
     }
@@ -240,8 +240,8 @@ static int ls_one(const char *arg, struct storages *stores,
     struct ckpt_loc loc;
     struct ckpt_storage *st;
     if (ckpt_loc_parse(&loc, arg, &err) != 0 ||
-        storages_get(stores, &loc, g, &st, &err) != 0) {
-        errorf("%s", err.msg);
+        cli_storages_get(stores, &loc, g, &st, &err) != 0) {
+        cli_errorf("%s", err.msg);
         ckpt_loc_release(&loc);
         return 1;
     }
@@ -253,7 +253,7 @@ static int ls_one(const char *arg, struct storages *stores,
         print_run(&top, g);
     } else if (!top.ok && top.err.code == CKPT_ENOTFOUND) {
         if (!empty_bucket_prefix(st, &err)) {
-            errorf("%s", err.code ? err.msg : top.err.msg);
+            cli_errorf("%s", err.code ? err.msg : top.err.msg);
             failed = 1;
         }
     } else {
@@ -261,17 +261,17 @@ static int ls_one(const char *arg, struct storages *stores,
         size_t n = 0;
         struct expand x = { &items, &n, arg, loc.key, st, arrays_too };
         if (ckpt_storage_list(st, loc.key, 0, child_cb, &x, &err) != 0) {
-            errorf("%s", top.ok ? err.msg : top.err.msg);
+            cli_errorf("%s", top.ok ? err.msg : top.err.msg);
             failed = 1;
         }
         if (n)
             ckpt_sort(items, n, sizeof(*items), cmp_item);
-        load_all(items, n, default_jobs(g, (int)n, 8));
+        load_all(items, n, cli_default_jobs(g, (int)n, 8));
         for (size_t i = 0; i < n; i++) {
             if (items[i].ok && ckpt_run_looks_like_run(&items[i].run))
                 print_run(&items[i], g);
             else if (!items[i].ok && items[i].err.code != CKPT_EFORMAT) {
-                errorf("%s", items[i].err.msg);
+                cli_errorf("%s", items[i].err.msg);
                 failed = 1;
             }
             free_arrays(&items[i]);
@@ -298,7 +298,7 @@ int cmd_ls(int argc, char **argv)
                   "also list each Orbax checkpoint's arrays"),
         OPT_END_()
     };
-    int n = parse_options(argc, argv, opts, ls_usage, &g);
+    int n = cli_parse_options(argc, argv, opts, ls_usage, &g);
     if (n == -2)
         return EXIT_OK;
     if (n < 0)
@@ -313,6 +313,6 @@ int cmd_ls(int argc, char **argv)
     int failed = 0;
     for (int i = 0; i < n; i++)
         failed |= ls_one(argv[i], &stores, &g, arrays_too);
-    storages_release(&stores);
+    cli_storages_release(&stores);
     return failed ? EXIT_FAILED : EXIT_OK;
 }

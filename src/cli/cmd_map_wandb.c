@@ -134,7 +134,7 @@ static void on_wait(void *ud, const char *host, const char *what,
     char again[32] = "";
     if (attempt > 1)
         snprintf(again, sizeof(again), " (attempt %d)", attempt);
-    infof("waiting for %s: %s, %.0f s%s", host, what, seconds, again);
+    cli_infof("waiting for %s: %s, %.0f s%s", host, what, seconds, again);
 }
 
 /* Resolve every gathered run in one batch. Returns 0, or -1 after
@@ -166,11 +166,11 @@ static int resolve_all(struct item *items, int n, const struct mw_opts *o,
         rc = ckpt_wandb_resolve(c, ev, m, &ro, res, &err);
     }
     if (c)
-        debugf("%llu W&B API requests",
-               (unsigned long long)ckpt_wandb_client_requests(c));
+        cli_debugf("%llu W&B API requests",
+                   (unsigned long long)ckpt_wandb_client_requests(c));
     ckpt_wandb_client_free(c);
     if (rc != 0)
-        errorf("%s", err.msg);
+        cli_errorf("%s", err.msg);
     for (int i = 0, k = 0; i < n; i++) {
         if (items[i].skip || items[i].failed)
             continue;
@@ -196,12 +196,12 @@ static void emit_kept(const struct item *it, const struct ckpt_wandb_map *old,
                                                                it->run_id);
     if (!json) {
         const char *f[3] = { o->run, o->path, o->evidence };
-        out_tsv(3, f);
+        cli_out_tsv(3, f);
         return;
     }
     cJSON *j = ckpt_wandb_map_entry_json(o);
     cJSON_AddStringToObject(j, "location", it->arg);
-    out_json(j);
+    cli_out_json(j);
 }
 
 /* A run that could not be read or resolved: an error result. */
@@ -228,10 +228,10 @@ static int emit(struct item *it, const struct ckpt_wandb_map *old,
     if (json) {
         cJSON *o = ckpt_wandb_result_json(it->run_id, &it->res);
         cJSON_AddStringToObject(o, "location", it->arg);
-        out_json(o);
+        cli_out_json(o);
     } else {
         const char *f[3] = { it->run_id, it->res.path, it->res.evidence };
-        out_tsv(3, f);
+        cli_out_tsv(3, f);
     }
     ckpt_wandb_map_put(out, &e);
     ckpt_wandb_map_entry_release(&e);
@@ -252,7 +252,7 @@ static struct ckpt_wandb_map *load_old(const char *output,
         return m;
     if (err.code == CKPT_ENOTFOUND)
         return ckpt_wandb_map_new();
-    errorf("%s", err.msg);
+    cli_errorf("%s", err.msg);
     return NULL;
 }
 
@@ -260,7 +260,7 @@ static int write_map(const char *output, const struct ckpt_wandb_map *m,
                      const struct ckpt_opts *g)
 {
     if (g->dry_run) {
-        infof("would write %s (%zu runs)", output, m->n);
+        cli_infof("would write %s (%zu runs)", output, m->n);
         return 0;
     }
     struct ckpt_loc loc;
@@ -276,7 +276,7 @@ static int write_map(const char *output, const struct ckpt_wandb_map *m,
     if (rc == 0)
         rc = ckpt_storage_put(st, loc.key, text, strlen(text), &err);
     if (rc != 0)
-        errorf("write %s: %s", output, err.msg);
+        cli_errorf("write %s: %s", output, err.msg);
     ckpt_storage_close(st);
     ckpt_loc_release(&loc);
     free(text);
@@ -298,7 +298,7 @@ static struct item *new_items(char **argv, int n,
         /* Mapped runs are not looked up again; unmapped ones are. */
         items[i].skip = e && e->path;
         if (items[i].skip)
-            debugf("%s: already mapped in %s", argv[i], o->output);
+            cli_debugf("%s: already mapped in %s", argv[i], o->output);
     }
     return items;
 }
@@ -313,8 +313,8 @@ static void items_free(struct item *items, int n)
     free(items);
 }
 
-char *wandb_map_text(char **runs, int n, int offline,
-                     const struct ckpt_opts *g)
+char *cli_wandb_map_text(char **runs, int n, int offline,
+                         const struct ckpt_opts *g)
 {
     struct mw_opts o = { 0 };
     struct ckpt_wandb_map *m = ckpt_wandb_map_new();
@@ -327,8 +327,8 @@ char *wandb_map_text(char **runs, int n, int offline,
             struct ckpt_wandb_map_entry e;
             fail_result(&items[i]);
             ckpt_wandb_map_entry_of(&e, items[i].run_id, &items[i].res, 0);
-            debugf("%s: %s (%s)", items[i].arg, e.path ? e.path : "-",
-                   e.evidence);
+            cli_debugf("%s: %s (%s)", items[i].arg, e.path ? e.path : "-",
+                       e.evidence);
             ckpt_wandb_map_put(m, &e);
             ckpt_wandb_map_entry_release(&e);
         }
@@ -358,7 +358,7 @@ int cmd_map_wandb(int argc, char **argv)
                  "seconds one W&B request may take (default 60)"),
         OPT_END_(),
     };
-    int n = parse_options(argc, argv, opts, map_wandb_usage, &g);
+    int n = cli_parse_options(argc, argv, opts, map_wandb_usage, &g);
     if (n == -2)
         return EXIT_OK;
     if (n < 0)
@@ -367,12 +367,12 @@ int cmd_map_wandb(int argc, char **argv)
     if (n == 0) {
         fprintf(stderr, "ckpt map-wandb: error: no RUN given\nusage: %s\n",
                 map_wandb_usage[0]);
-        opt_list_release(&o.ignore);
+        cli_opt_list_release(&o.ignore);
         return EXIT_USAGE;
     }
     struct ckpt_wandb_map *old = load_old(o.output, &g);
     if (!old) {
-        opt_list_release(&o.ignore);
+        cli_opt_list_release(&o.ignore);
         return EXIT_FAILED;
     }
     struct item *items = new_items(argv, n, old, &o, &g);
@@ -386,6 +386,6 @@ int cmd_map_wandb(int argc, char **argv)
         failed = 1;
     items_free(items, n);
     ckpt_wandb_map_free(old);
-    opt_list_release(&o.ignore);
+    cli_opt_list_release(&o.ignore);
     return failed ? EXIT_FAILED : EXIT_OK;
 }

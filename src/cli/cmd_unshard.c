@@ -88,7 +88,7 @@ static int parse(struct cmd *c, int *argc, char **argv)
                   "do not fsync outputs before renaming them"),
         OPT_END_(),
     };
-    int n = parse_options(*argc, argv, opts, usage, &c->g);
+    int n = cli_parse_options(*argc, argv, opts, usage, &c->g);
     if (n < 0)
         return n == -2 ? EXIT_OK : EXIT_USAGE;
     *argc = n;
@@ -165,27 +165,27 @@ static int validate(struct cmd *c, int argc, char **argv)
 static void on_planned(void *ud, const struct ckpt_unshard_result *r)
 {
     struct cmd *c = ud;
-    debugf("plan (%s): %llu tensors in %llu chunks, %llu objects, %zu "
-           "files, %llu bytes", r->metadata, (unsigned long long)r->tensors,
-           (unsigned long long)r->chunks, (unsigned long long)r->objects,
-           r->nfiles, (unsigned long long)r->bytes);
+    cli_debugf("plan (%s): %llu tensors in %llu chunks, %llu objects, %zu "
+               "files, %llu bytes", r->metadata, (unsigned long long)r->tensors,
+               (unsigned long long)r->chunks, (unsigned long long)r->objects,
+               r->nfiles, (unsigned long long)r->bytes);
     if (!c->g.dry_run)
-        c->prog = progress_new(&c->g, "unshard", r->pieces, r->bytes);
+        c->prog = cli_progress_new(&c->g, "unshard", r->pieces, r->bytes);
 }
 
 static void on_progress(void *ud, uint64_t bytes)
 {
     struct cmd *c = ud;
-    progress_add(c->prog, 1, bytes);
+    cli_progress_add(c->prog, 1, bytes);
 }
 
 static void on_unsafe_pickle(void *ud, const char *item, const char *module,
                              const char *name)
 {
     (void)ud;
-    warnf("%s: passing pickle global '%s.%s' through "
-          "(--allow-unsafe-pickle): a plain torch.load of the output "
-          "calls it", item, module, name);
+    cli_warnf("%s: passing pickle global '%s.%s' through "
+              "(--allow-unsafe-pickle): a plain torch.load of the output "
+              "calls it", item, module, name);
 }
 
 /* --- reporting --------------------------------------------------------- */
@@ -215,7 +215,7 @@ static void report(struct cmd *c, const char *src, const char *dest,
                  secs > 0 ? (double)r->bytes / secs / 1e6 : 0.0);
     if (!c->g.json) {
         const char *f[] = { action, src, dest, detail };
-        out_tsv(4, f);
+        cli_out_tsv(4, f);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -224,7 +224,7 @@ static void report(struct cmd *c, const char *src, const char *dest,
     cJSON_AddStringToObject(o, "action", action);
     if (err) {
         cJSON_AddStringToObject(o, "error", err->msg);
-        out_json(o);
+        cli_out_json(o);
         return;
     }
     cJSON_AddStringToObject(o, "layout", r->layout);
@@ -241,7 +241,7 @@ static void report(struct cmd *c, const char *src, const char *dest,
         cJSON_AddNumberToObject(f, "tensors", (double)r->files[i].tensors);
         cJSON_AddItemToArray(files, f);
     }
-    out_json(o);
+    cli_out_json(o);
 }
 
 static int supported(enum ckpt_format f)
@@ -267,7 +267,7 @@ static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
                           ckpt_format_name(f));
     else
         rc = ckpt_unshard_dcp(src, dest, &c->uo, r, err);
-    progress_done(c->prog);
+    cli_progress_done(c->prog);
     c->prog = NULL;
     return rc;
 }
@@ -282,7 +282,7 @@ static int unshard_one(struct cmd *c, const char *src, const char *dest)
     int rc = run_unshard(c, CKPT_FMT_DCP, src, dest, &r, &err);
     report(c, src, dest, &r, ckpt_now() - t0, rc ? &err : NULL);
     if (rc != 0)
-        errorf("%s", err.msg);
+        cli_errorf("%s", err.msg);
     ckpt_unshard_result_release(&r);
     return rc;
 }
@@ -362,7 +362,7 @@ static int is_remote_run(const struct ckpt_loc *loc, const struct cmd *c,
     struct ckpt_stat sb;
     int ckpt = 0;
     /* A storage that cannot open: the single-checkpoint path reports it. */
-    if (storages_get(sts, loc, &c->g, &st, &err) != 0 ||
+    if (cli_storages_get(sts, loc, &c->g, &st, &err) != 0 ||
         ckpt_storage_list(st, loc->key, 0, note_ckpt_file, &ckpt, &err) != 0)
         return 0;
     if (ckpt)
@@ -407,10 +407,10 @@ static void step_row(struct runctx *r, const char *action,
                      const struct ckpt_unshard_result *res, const char *out)
 {
     if (!strcmp(action, "error"))
-        errorf("%s: %s", k ? k->name : r->src, detail);
+        cli_errorf("%s: %s", k ? k->name : r->src, detail);
     if (!r->c->g.json) {
         const char *f[] = { action, k ? k->name : "-", detail };
-        out_tsv(3, f);
+        cli_out_tsv(3, f);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -434,7 +434,7 @@ static void step_row(struct runctx *r, const char *action,
             cJSON_AddItemToArray(files,
                                  cJSON_CreateString(res->files[i].name));
     }
-    out_json(o);
+    cli_out_json(o);
 }
 
 static int rm_cb(const char *p, const struct stat *sb, int flag,
@@ -589,13 +589,13 @@ static int fetch_tree(struct runctx *r, const char *from, const char *to,
     struct ckpt_storage *lst;
     struct fetch f = { NULL };
     struct ckpt_upload_cfg cfg = {
-        .jobs = default_jobs(&r->c->g, 64, 16), .on_event = on_fetch,
+        .jobs = cli_default_jobs(&r->c->g, 64, 16), .on_event = on_fetch,
         .ud = &f,
     };
     struct ckpt_upload_totals tot;
     if (ckpt_loc_parse(&loc, to, err) != 0)
         return -1;
-    int rc = storages_get(r->sts, &loc, &r->c->g, &lst, err);
+    int rc = cli_storages_get(r->sts, &loc, &r->c->g, &lst, err);
     struct ckpt_upload *u = rc ? NULL : ckpt_upload_new(&cfg);
     if (u && ckpt_upload_add(u, r->st, from, lst, loc.key, 0, err) != 0)
         rc = -1;
@@ -673,7 +673,7 @@ static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
     if (in_place(r, k)) {
         if (!r->members && open_members(r, err) != 0)
             return NULL;
-        debugf("%s: read in place from %s", k->name, r->src);
+        cli_debugf("%s: read in place from %s", k->name, r->src);
         r->c->uo.storage = r->members;
         return ckpt_path_join(r->tree->key, k->dir);
     }
@@ -925,7 +925,7 @@ static int open_run(struct runctx *r, struct storages *sts,
     enum ckpt_load_status status;
     if (ckpt_loc_parse(&loc, r->src, err) != 0)
         return -1;
-    int rc = storages_get(sts, &loc, &r->c->g, &r->st, err);
+    int rc = cli_storages_get(sts, &loc, &r->c->g, &r->st, err);
     if (rc == 0)
         rc = ckpt_run_load(r->st, loc.key, 0, &sb, &status, &r->tree,
                            &r->run, err);
@@ -957,8 +957,8 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest,
     }
     int archive = r.tree->archive != CKPT_ARCHIVE_NONE;
     if (archive && c->delete_sharded) {
-        errorf("'%s': --delete-sharded never deletes inside an archive; "
-               "nothing done", src);
+        cli_errorf("'%s': --delete-sharded never deletes inside an archive; "
+                   "nothing done", src);
         failed = 2;
         goto out;
     }
@@ -1025,6 +1025,6 @@ int cmd_unshard(int argc, char **argv)
         rc = unshard_run(&c, src, dest, &sts);
     else
         rc = unshard_one(&c, src, dest) ? EXIT_FAILED : EXIT_OK;
-    storages_release(&sts);
+    cli_storages_release(&sts);
     return rc;
 }

@@ -73,15 +73,15 @@ static void on_event(void *ud, const struct ckpt_upload_event *ev)
     struct ui *ui = ud;
     const char *act = ckpt_upload_action_name(ev->action);
     if (ev->action == CKPT_UP_WARNING)
-        warnf("%s: %s", ev->src, ev->detail);
+        cli_warnf("%s: %s", ev->src, ev->detail);
     else if (ev->action == CKPT_UP_ABORTED && !ui->g->verbose)
-        infof("%s: %s", ev->src, ev->detail);
+        cli_infof("%s: %s", ev->src, ev->detail);
     if (!row_shown(ui->g, ev->action))
         return;
     if (!ui->g->json) {
         const char *f[] = { act, ev->src, ev->dest ? ev->dest : "-",
                             ev->detail };
-        out_tsv(*ev->detail ? 4 : 3, f);
+        cli_out_tsv(*ev->detail ? 4 : 3, f);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -93,13 +93,13 @@ static void on_event(void *ud, const struct ckpt_upload_event *ev)
     if (*ev->detail)
         cJSON_AddStringToObject(o, ev->action == CKPT_UP_FAILED ? "error"
                                 : "reason", ev->detail);
-    out_json(o);
+    cli_out_json(o);
 }
 
 static void on_progress(void *ud, uint64_t items, uint64_t bytes)
 {
     struct ui *ui = ud;
-    progress_add(ui->prog, items - ui->items, bytes - ui->bytes);
+    cli_progress_add(ui->prog, items - ui->items, bytes - ui->bytes);
     ui->items = items;
     ui->bytes = bytes;
 }
@@ -131,19 +131,19 @@ static void summary(const struct ui *ui, const struct ckpt_upload_totals *t)
                                 (double)t->bytes_resumed);
         cJSON_AddNumberToObject(o, "throttled", (double)t->throttled);
         cJSON_AddNumberToObject(o, "seconds", t->seconds);
-        out_json(o);
+        cli_out_json(o);
     }
     char b[32], r[32];
     double rate = t->seconds > 0 ? (double)t->bytes_sent / t->seconds : 0;
-    infof("%s %llu file(s) (%s), skipped %llu, failed %llu, deleted %llu "
-          "in %.1f s (%s/s)", g->dry_run ? "would upload" : "uploaded",
-          (unsigned long long)t->uploaded, ckpt_fmt_size(t->bytes, b,
-          sizeof(b)), (unsigned long long)t->skipped,
-          (unsigned long long)failed, (unsigned long long)t->deleted,
-          t->seconds, ckpt_fmt_size((uint64_t)rate, r, sizeof(r)));
+    cli_infof("%s %llu file(s) (%s), skipped %llu, failed %llu, deleted %llu "
+              "in %.1f s (%s/s)", g->dry_run ? "would upload" : "uploaded",
+              (unsigned long long)t->uploaded, ckpt_fmt_size(t->bytes, b,
+              sizeof(b)), (unsigned long long)t->skipped,
+              (unsigned long long)failed, (unsigned long long)t->deleted,
+              t->seconds, ckpt_fmt_size((uint64_t)rate, r, sizeof(r)));
     if (failed)
-        errorf("%llu file(s) or source(s) did not arrive: see the 'failed' "
-               "lines", (unsigned long long)failed);
+        cli_errorf("%llu file(s) or source(s) did not arrive: see the 'failed' "
+                   "lines", (unsigned long long)failed);
 }
 
 /* ---- where things go ---- */
@@ -301,7 +301,7 @@ static void plan_src(struct plan *p, const char *arg)
     const char *wid = NULL;
     char *key = NULL;
     if (ckpt_loc_parse(&loc, arg, &err) != 0 ||
-        storages_get(p->stores, &loc, p->ui->g, &st, &err) != 0 ||
+        cli_storages_get(p->stores, &loc, p->ui->g, &st, &err) != 0 ||
         ckpt_storage_stat(st, loc.key, &sb, &err) != 0) {
         if (err.code == CKPT_ENOTFOUND)
             ckpt_err_set(&err, CKPT_ENOTFOUND, "SRC '%s' does not exist",
@@ -378,7 +378,7 @@ static int same_place(struct plan *p, const char *arg)
     struct ckpt_err err = CKPT_ERR_INIT;
     int bad = 1;
     if (ckpt_loc_parse(&loc, arg, &err) != 0 ||
-        storages_get(p->stores, &loc, p->ui->g, &st, &err) != 0 ||
+        cli_storages_get(p->stores, &loc, p->ui->g, &st, &err) != 0 ||
         ckpt_storage_stat(st, loc.key, &sb, &err) != 0) {
         ckpt_loc_release(&loc);
         return 0;  /* plan_src reports it */
@@ -417,7 +417,7 @@ static int open_dest(struct dest *d, const char *arg, struct storages *s,
 {
     d->arg = arg;
     if (ckpt_loc_parse(&d->loc, arg, err) != 0 ||
-        storages_get(s, &d->loc, g, &d->st, err) != 0)
+        cli_storages_get(s, &d->loc, g, &d->st, err) != 0)
         return -1;
     struct ckpt_stat sb;
     size_t n = strlen(arg);
@@ -436,7 +436,7 @@ static int load_map(struct plan *p, const char *loc_s, struct ckpt_err *err)
     size_t len = 0;
     int rc = ckpt_loc_parse(&loc, loc_s, err);
     if (rc == 0)
-        rc = storages_get(p->stores, &loc, p->ui->g, &st, err);
+        rc = cli_storages_get(p->stores, &loc, p->ui->g, &st, err);
     if (rc == 0)
         rc = ckpt_storage_read_all(st, loc.key, 64u << 20, &data, &len, err);
     if (rc == 0)
@@ -450,7 +450,7 @@ static int load_map(struct plan *p, const char *loc_s, struct ckpt_err *err)
 static int ask_wandb(struct plan *p, char **srcs, int nsrc,
                      struct ckpt_err *err)
 {
-    char *text = wandb_map_text(srcs, nsrc, 0, p->ui->g);
+    char *text = cli_wandb_map_text(srcs, nsrc, 0, p->ui->g);
     if (!text)
         return ckpt_err_set(err, CKPT_EAUTH, "W&B lookup failed; nothing "
                             "uploaded");
@@ -464,7 +464,7 @@ static int load_logs(struct plan *p, struct logs *l, const char *loc_s,
 {
     memset(l, 0, sizeof(*l));
     if (ckpt_loc_parse(&l->loc, loc_s, err) != 0 ||
-        storages_get(p->stores, &l->loc, p->ui->g, &l->st, err) != 0 ||
+        cli_storages_get(p->stores, &l->loc, p->ui->g, &l->st, err) != 0 ||
         ckpt_storage_list(l->st, l->loc.key, CKPT_LIST_RECURSIVE,
                           collect_log, l, err) != 0)
         return -1;
@@ -521,13 +521,13 @@ static int run_all(struct plan *p, char **srcs, int nsrc, const char *sdir)
     ckpt_upload_planned(p->u, &files, &bytes);
     struct ui *ui = p->ui;
     memset(&t, 0, sizeof(t));
-    ui->prog = progress_new(ui->g, "upload", files, bytes);
+    ui->prog = cli_progress_new(ui->g, "upload", files, bytes);
     int rc = ckpt_upload_run(p->u, &t);
-    progress_done(ui->prog);
+    cli_progress_done(ui->prog);
     summary(ui, &t);
     if (!sdir && !ui->g->dry_run)
-        warnf("no state directory (set CKPT_STATE_DIR or HOME): an "
-              "interrupted upload restarts its large files from scratch");
+        cli_warnf("no state directory (set CKPT_STATE_DIR or HOME): an "
+                  "interrupted upload restarts its large files from scratch");
     return rc != 0 ? EXIT_FAILED : EXIT_OK;
 }
 
@@ -558,14 +558,14 @@ static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
         (uo->wandb_map && load_map(&p, uo->wandb_map, &err) != 0) ||
         (uo->wandb && ask_wandb(&p, argv, n - 1, &err) != 0) ||
         (uo->logs && load_logs(&p, &logs, uo->logs, &err) != 0))
-        errorf("%s", err.msg);
+        cli_errorf("%s", err.msg);
     else
         rc = run_all(&p, argv, n - 1, sdir);
     ckpt_upload_free(p.u);
     ckpt_upload_map_free(p.map);
     logs_release(&logs);
     ckpt_loc_release(&dest.loc);
-    storages_release(&stores);
+    cli_storages_release(&stores);
     free(sdir);
     return rc;
 }
@@ -604,7 +604,7 @@ int cmd_upload(int argc, char **argv)
                  "unfinished copies"),
         OPT_END_(),
     };
-    int n = parse_options(argc, argv, opts, upload_usage, &g);
+    int n = cli_parse_options(argc, argv, opts, upload_usage, &g);
     if (n == -2)
         return EXIT_OK;
     if (n < 0 || check_usage(n, &uo) != 0)

@@ -34,7 +34,7 @@ static const struct option *global_opts(struct ckpt_opts *g)
     return t;
 }
 
-void opt_list_release(struct opt_list *l)
+void cli_opt_list_release(struct opt_list *l)
 {
     free(l->items);
     l->items = NULL;
@@ -54,7 +54,8 @@ static void print_table(FILE *f, const struct option *o)
     }
 }
 
-void print_usage(FILE *f, const struct option *opts, const char *const *usage)
+static void print_usage(FILE *f, const struct option *opts,
+                        const char *const *usage)
 {
     fprintf(f, "usage: %s\n", usage[0]);
     for (int i = 1; usage[i]; i++)
@@ -146,8 +147,8 @@ static int usage_error(const char *cmd, const struct option *opts,
     return -1;
 }
 
-int parse_options(int argc, char **argv, const struct option *opts,
-                  const char *const *usage, struct ckpt_opts *g)
+int cli_parse_options(int argc, char **argv, const struct option *opts,
+                      const char *const *usage, struct ckpt_opts *g)
 {
     const char *cmd = argv[0];
     want_help = want_version = 0;

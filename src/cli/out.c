@@ -28,7 +28,7 @@ static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void on_stale_removed(const char *path, long pid)
 {
-    infof("removed stale temporary %s (pid %ld, dead)", path, pid);
+    cli_infof("removed stale temporary %s (pid %ld, dead)", path, pid);
 }
 
 void cli_init_output(const struct ckpt_opts *g)
@@ -61,7 +61,7 @@ static void vmsg(const char *level, const char *fmt, va_list ap)
     ckpt_buf_release(&msg);
 }
 
-void errorf(const char *fmt, ...)
+void cli_errorf(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -69,7 +69,7 @@ void errorf(const char *fmt, ...)
     va_end(ap);
 }
 
-void warnf(const char *fmt, ...)
+void cli_warnf(const char *fmt, ...)
 {
     if (quiet)
         return;
@@ -79,7 +79,7 @@ void warnf(const char *fmt, ...)
     va_end(ap);
 }
 
-void infof(const char *fmt, ...)
+void cli_infof(const char *fmt, ...)
 {
     if (quiet)
         return;
@@ -89,7 +89,7 @@ void infof(const char *fmt, ...)
     va_end(ap);
 }
 
-void debugf(const char *fmt, ...)
+void cli_debugf(const char *fmt, ...)
 {
     if (!verbose)
         return;
@@ -130,7 +130,7 @@ static void json_sanitize(cJSON *j)
     }
 }
 
-void out_json(cJSON *obj)
+void cli_out_json(cJSON *obj)
 {
     json_sanitize(obj);
     char *s = cJSON_PrintUnformatted(obj);
@@ -145,7 +145,7 @@ void out_json(cJSON *obj)
     free(s);
 }
 
-void out_tsv(int n, const char *const *fields)
+void cli_out_tsv(int n, const char *const *fields)
 {
     struct ckpt_buf row = CKPT_BUF_INIT;
     for (int i = 0; i < n; i++) {
@@ -172,8 +172,8 @@ struct progress {
     double start;
 };
 
-struct progress *progress_new(const struct ckpt_opts *g, const char *what,
-                              uint64_t total_items, uint64_t total_bytes)
+struct progress *cli_progress_new(const struct ckpt_opts *g, const char *what,
+                                  uint64_t total_items, uint64_t total_bytes)
 {
     struct progress *p = ckpt_xcalloc(1, sizeof(*p));
     p->what = what;
@@ -210,7 +210,7 @@ static void draw(struct progress *p, int final)
     pthread_mutex_unlock(&out_mu);
 }
 
-void progress_add(struct progress *p, uint64_t items, uint64_t bytes)
+void cli_progress_add(struct progress *p, uint64_t items, uint64_t bytes)
 {
     if (!p)
         return;
@@ -228,7 +228,7 @@ void progress_add(struct progress *p, uint64_t items, uint64_t bytes)
         draw(p, 0);
 }
 
-void progress_done(struct progress *p)
+void cli_progress_done(struct progress *p)
 {
     if (!p)
         return;

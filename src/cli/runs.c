@@ -9,9 +9,9 @@
 #include "runs.h"
 #include "ckpt/util.h"
 
-int storages_get(struct storages *s, const struct ckpt_loc *loc,
-                 const struct ckpt_opts *g, struct ckpt_storage **out,
-                 struct ckpt_err *err)
+int cli_storages_get(struct storages *s, const struct ckpt_loc *loc,
+                     const struct ckpt_opts *g, struct ckpt_storage **out,
+                     struct ckpt_err *err)
 {
     for (size_t i = 0; i < s->n; i++) {
         const struct ckpt_loc *l = &s->locs[i];
@@ -37,7 +37,7 @@ int storages_get(struct storages *s, const struct ckpt_loc *loc,
     return 0;
 }
 
-void storages_release(struct storages *s)
+void cli_storages_release(struct storages *s)
 {
     for (size_t i = 0; i < s->n; i++) {
         ckpt_loc_release(&s->locs[i]);
@@ -48,7 +48,7 @@ void storages_release(struct storages *s)
     memset(s, 0, sizeof(*s));
 }
 
-cJSON *json_checkpoint(const struct ckpt_checkpoint *c, int sizes)
+static cJSON *json_checkpoint(const struct ckpt_checkpoint *c, int sizes)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", c->name);
@@ -64,7 +64,7 @@ cJSON *json_checkpoint(const struct ckpt_checkpoint *c, int sizes)
     return o;
 }
 
-cJSON *json_checkpoints(const struct ckpt_run *run, int sizes)
+cJSON *cli_json_checkpoints(const struct ckpt_run *run, int sizes)
 {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; i < run->n; i++)
@@ -72,7 +72,7 @@ cJSON *json_checkpoints(const struct ckpt_run *run, int sizes)
     return a;
 }
 
-int default_jobs(const struct ckpt_opts *g, int items, int cap)
+int cli_default_jobs(const struct ckpt_opts *g, int items, int cap)
 {
     int j = g->jobs > 0 ? g->jobs : cap;
     if (j > items)

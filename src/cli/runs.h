@@ -15,23 +15,21 @@ struct storages {
     size_t n;
 };
 
-int storages_get(struct storages *s, const struct ckpt_loc *loc,
+int cli_storages_get(struct storages *s, const struct ckpt_loc *loc,
                  const struct ckpt_opts *g, struct ckpt_storage **out,
                  struct ckpt_err *err);
-void storages_release(struct storages *s);
+void cli_storages_release(struct storages *s);
 
-/* {"name","step","format","complete"[,"reason"][,"size","files"]} */
-cJSON *json_checkpoint(const struct ckpt_checkpoint *c, int sizes);
-cJSON *json_checkpoints(const struct ckpt_run *run, int sizes);
+cJSON *cli_json_checkpoints(const struct ckpt_run *run, int sizes);
 
 /* Map runs (locations) to W&B paths as `ckpt map-wandb` does, printing
  * only errors that stop everything (no API key, key rejected): the
  * mapping text (TSV, malloced; unmapped runs as "-"), or NULL after such
  * an error. offline: local evidence only. */
-char *wandb_map_text(char **runs, int n, int offline,
+char *cli_wandb_map_text(char **runs, int n, int offline,
                      const struct ckpt_opts *g);
 
 /* -j if given, else cap; never more than items, at least 1. */
-int default_jobs(const struct ckpt_opts *g, int items, int cap);
+int cli_default_jobs(const struct ckpt_opts *g, int items, int cap);
 
 #endif

@@ -37,7 +37,7 @@ static void le(struct em *e, uint64_t v, int n)
 static int memoize(struct em *e, const struct ckpt_pv *v)
 {
     uint64_t idx = e->next++;
-    if (ptrmap_put(&e->memo, v, idx) != 0)
+    if (pk_ptrmap_put(&e->memo, v, idx) != 0)
         return ckpt_err_set(e->err, CKPT_ENOMEM, "out of memory");
     if (idx < 256) {
         op(e, 'q');
@@ -172,7 +172,7 @@ static int finish(struct em *e, const struct ckpt_pv *v, int pops,
                   int popmark)
 {
     uint64_t idx;
-    if (!ptrmap_get(&e->memo, v, &idx))
+    if (!pk_ptrmap_get(&e->memo, v, &idx))
         return memoize(e, v);
     if (popmark)
         op(e, '1');
@@ -195,7 +195,7 @@ static int emit_tuple(struct em *e, const struct ckpt_pv *v, int depth)
         if (emit(e, v->u.seq.v[i], depth + 1) != 0)
             return -1;
     uint64_t idx;
-    if (ptrmap_get(&e->memo, v, &idx))
+    if (pk_ptrmap_get(&e->memo, v, &idx))
         return finish(e, v, n <= 3 ? (int)n : 0, n > 3);
     op(e, n > 3 ? 't' : 0x85 + (int)n - 1);
     return memoize(e, v);
@@ -313,7 +313,7 @@ static int emit(struct em *e, const struct ckpt_pv *v, int depth)
         return ckpt_err_set(e->err, CKPT_EFORMAT,
                             "value nested deeper than %d levels",
                             CKPT_PICKLE_MAX_DEPTH);
-    if (ptrmap_get(&e->memo, v, &idx)) {
+    if (pk_ptrmap_get(&e->memo, v, &idx)) {
         get(e, idx);
         return 0;
     }
@@ -348,6 +348,6 @@ int ckpt_pickle_dump(const struct ckpt_pv *v, struct ckpt_buf *out,
         ckpt_buf_addch(out, '.');
     else
         ckpt_buf_setlen(out, start);
-    ptrmap_release(&e.memo);
+    pk_ptrmap_release(&e.memo);
     return rc;
 }

@@ -41,7 +41,7 @@ static int grow(struct ptrmap *m)
     return 0;
 }
 
-int ptrmap_put(struct ptrmap *m, const void *key, uint64_t val)
+int pk_ptrmap_put(struct ptrmap *m, const void *key, uint64_t val)
 {
     /* Keep the load under 1/2 so probes stay short. */
     if ((m->n + 1) * 2 > m->cap && grow(m) != 0)
@@ -56,7 +56,7 @@ int ptrmap_put(struct ptrmap *m, const void *key, uint64_t val)
     return 0;
 }
 
-int ptrmap_get(const struct ptrmap *m, const void *key, uint64_t *val)
+int pk_ptrmap_get(const struct ptrmap *m, const void *key, uint64_t *val)
 {
     if (!m->cap)
         return 0;
@@ -72,7 +72,7 @@ int ptrmap_get(const struct ptrmap *m, const void *key, uint64_t *val)
     return 0;
 }
 
-void ptrmap_release(struct ptrmap *m)
+void pk_ptrmap_release(struct ptrmap *m)
 {
     free(m->keys);
     free(m->vals);

@@ -17,9 +17,9 @@ struct ptrmap {
 #define PTRMAP_INIT { NULL, NULL, 0, 0 }
 
 /* Set key -> val. Returns 0, or -1 on allocation failure. */
-int ptrmap_put(struct ptrmap *m, const void *key, uint64_t val);
+int pk_ptrmap_put(struct ptrmap *m, const void *key, uint64_t val);
 /* 1 and *val if present, else 0. val may be NULL. */
-int ptrmap_get(const struct ptrmap *m, const void *key, uint64_t *val);
-void ptrmap_release(struct ptrmap *m);
+int pk_ptrmap_get(const struct ptrmap *m, const void *key, uint64_t *val);
+void pk_ptrmap_release(struct ptrmap *m);
 
 #endif

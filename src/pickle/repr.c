@@ -129,7 +129,7 @@ static void repr(struct rp *r, const struct ckpt_pv *v, int depth)
         return;
     uint64_t open = 0;
     if (!v || depth > CKPT_PICKLE_MAX_DEPTH ||
-        (ptrmap_get(&r->open, v, &open) && open)) {
+        (pk_ptrmap_get(&r->open, v, &open) && open)) {
         add(r, "...");
         return;
     }
@@ -151,17 +151,17 @@ static void repr(struct rp *r, const struct ckpt_pv *v, int depth)
     default:
         break;
     }
-    ptrmap_put(&r->open, v, 1);
+    pk_ptrmap_put(&r->open, v, 1);
     compound(r, v, depth);
     /* Done with v: a later, non-cyclic reference prints it again. */
-    ptrmap_put(&r->open, v, 0);
+    pk_ptrmap_put(&r->open, v, 0);
 }
 
 int ckpt_pv_repr(const struct ckpt_pv *v, struct ckpt_buf *out, size_t max)
 {
     struct rp r = { out, PTRMAP_INIT, max };
     repr(&r, v, 0);
-    ptrmap_release(&r.open);
+    pk_ptrmap_release(&r.open);
     if (out->len > max) {
         ckpt_buf_setlen(out, max);
         ckpt_buf_addstr(out, "...");

@@ -270,9 +270,9 @@ int ckpt_pv_walk(const struct ckpt_pv *v, ckpt_pv_visit_fn fn, void *ud)
     int rc = ws_push(&s, v);
     while (!rc && s.n) {
         const struct ckpt_pv *cur = s.v[--s.n];
-        if (ptrmap_get(&seen, cur, NULL))
+        if (pk_ptrmap_get(&seen, cur, NULL))
             continue;
-        if (ptrmap_put(&seen, cur, 1) != 0) {
+        if (pk_ptrmap_put(&seen, cur, 1) != 0) {
             rc = -1;
             break;
         }
@@ -281,6 +281,6 @@ int ckpt_pv_walk(const struct ckpt_pv *v, ckpt_pv_visit_fn fn, void *ud)
             rc = children(cur, ws_push, &s);
     }
     free(s.v);
-    ptrmap_release(&seen);
+    pk_ptrmap_release(&seen);
     return rc;
 }

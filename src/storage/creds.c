@@ -94,7 +94,7 @@ static void ini_line(struct ini *ini, char *line, char **sec, char **parent)
     ini_add(ini, *sec, NULL, key, val);
 }
 
-struct ini *ini_parse(const char *text)
+struct ini *st_ini_parse(const char *text)
 {
     struct ini *ini = ckpt_xcalloc(1, sizeof(*ini));
     char *copy = ckpt_xstrdup(text);
@@ -114,17 +114,17 @@ struct ini *ini_parse(const char *text)
     return ini;
 }
 
-struct ini *ini_load(const char *path)
+static struct ini *ini_load(const char *path)
 {
     char *text = ckpt_read_small_file(path, 1u << 22);
     if (!text)
         return NULL;
-    struct ini *ini = ini_parse(text);
+    struct ini *ini = st_ini_parse(text);
     free(text);
     return ini;
 }
 
-void ini_free(struct ini *ini)
+void st_ini_free(struct ini *ini)
 {
     if (!ini)
         return;
@@ -140,8 +140,8 @@ void ini_free(struct ini *ini)
     free(ini);
 }
 
-const char *ini_get(const struct ini *ini, const char *section,
-                    const char *sub, const char *key)
+const char *st_ini_get(const struct ini *ini, const char *section,
+                       const char *sub, const char *key)
 {
     if (!ini)
         return NULL;
@@ -158,7 +158,7 @@ const char *ini_get(const struct ini *ini, const char *section,
     return found;
 }
 
-int ini_has_section(const struct ini *ini, const char *section)
+int st_ini_has_section(const struct ini *ini, const char *section)
 {
     for (size_t i = 0; ini && i < ini->n; i++)
         if (!strcmp(ini->e[i].section, section))
@@ -205,11 +205,11 @@ static char *config_section(const char *profile)
 static const char *profile_get(const struct files *f, const char *profile,
                                const char *key)
 {
-    const char *v = ini_get(f->creds, profile, NULL, key);
+    const char *v = st_ini_get(f->creds, profile, NULL, key);
     if (v && *v)
         return v;
     char *sec = config_section(profile);
-    v = ini_get(f->config, sec, NULL, key);
+    v = st_ini_get(f->config, sec, NULL, key);
     free(sec);
     return v && *v ? v : NULL;
 }
@@ -217,8 +217,8 @@ static const char *profile_get(const struct files *f, const char *profile,
 static int profile_exists(const struct files *f, const char *profile)
 {
     char *sec = config_section(profile);
-    int r = ini_has_section(f->creds, profile) ||
-            ini_has_section(f->config, sec);
+    int r = st_ini_has_section(f->creds, profile) ||
+            st_ini_has_section(f->config, sec);
     free(sec);
     return r;
 }
@@ -228,17 +228,17 @@ static int profile_exists(const struct files *f, const char *profile)
 static const char *profile_endpoint(const struct files *f, const char *prof)
 {
     char *sec = config_section(prof);
-    const char *svc = ini_get(f->config, sec, NULL, "services");
+    const char *svc = st_ini_get(f->config, sec, NULL, "services");
     const char *v = NULL;
     if (svc && *svc) {
         char *ss = ckpt_xasprintf("services %s", svc);
-        v = ini_get(f->config, ss, "s3", "endpoint_url");
+        v = st_ini_get(f->config, ss, "s3", "endpoint_url");
         free(ss);
     }
     if (!v || !*v)
-        v = ini_get(f->config, sec, "s3", "endpoint_url");
+        v = st_ini_get(f->config, sec, "s3", "endpoint_url");
     if (!v || !*v)
-        v = ini_get(f->config, sec, NULL, "endpoint_url");
+        v = st_ini_get(f->config, sec, NULL, "endpoint_url");
     free(sec);
     return v && *v ? v : NULL;
 }
@@ -344,9 +344,9 @@ static int resolve_s3(struct s3_conf *c, const struct files *f,
     if (!region)
         region = env("AWS_DEFAULT_REGION");
     if (!region)
-        region = ini_get(f->config, sec, NULL, "region");
+        region = st_ini_get(f->config, sec, NULL, "region");
     c->region = ckpt_xstrdup(region && *region ? region : "us-east-1");
-    const char *style = ini_get(f->config, sec, "s3", "addressing_style");
+    const char *style = st_ini_get(f->config, sec, "s3", "addressing_style");
     free(sec);
     const char *ep = NULL;
     if (!endpoints_ignored()) {
@@ -422,8 +422,8 @@ int s3_conf_resolve(struct s3_conf *c, enum ckpt_scheme scheme,
         rc = resolve_gs(c, &f, display, err);
     else
         rc = resolve_s3(c, &f, bucket, display, err);
-    ini_free(f.creds);
-    ini_free(f.config);
+    st_ini_free(f.creds);
+    st_ini_free(f.config);
     if (rc != 0)
         s3_conf_release(c);
     return rc;

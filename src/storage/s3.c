@@ -190,12 +190,12 @@ void s3_error_fields(const struct ckpt_buf *body, struct ckpt_buf *code,
 {
     size_t pos = 0, n;
     const char *in;
-    if (xml_next(body->ptr, body->len, &pos, "Error", &in, &n) != 0)
+    if (st_xml_next(body->ptr, body->len, &pos, "Error", &in, &n) != 0)
         return;
     if (code)
-        xml_text(in, n, "Code", code);
+        st_xml_text(in, n, "Code", code);
     if (msg)
-        xml_text(in, n, "Message", msg);
+        st_xml_text(in, n, "Message", msg);
 }
 
 static int status_code(long status)

@@ -44,15 +44,13 @@ void s3_conf_release(struct s3_conf *c);
 /* An INI file as the AWS tools read it (sections, `key = value`, and one
  * level of indented sub-keys below a `key =` line). */
 struct ini;
-/* NULL if the file cannot be read. */
-struct ini *ini_load(const char *path);
-struct ini *ini_parse(const char *text);
-void ini_free(struct ini *ini);
+struct ini *st_ini_parse(const char *text);
+void st_ini_free(struct ini *ini);
 /* Value of key in section (sub: the parent key of a nested block, or NULL).
  * Borrowed; NULL if absent. */
-const char *ini_get(const struct ini *ini, const char *section,
+const char *st_ini_get(const struct ini *ini, const char *section,
                     const char *sub, const char *key);
-int ini_has_section(const struct ini *ini, const char *section);
+int st_ini_has_section(const struct ini *ini, const char *section);
 
 /* ---- HTTP (http.c) ---- */
 
@@ -147,14 +145,14 @@ void http_sleep(double seconds);
 /* Find the next <tag>...</tag> at or after *pos in xml[0..len). On success
  * returns 0, sets [*in, *in_len) to the element's content and *pos past it.
  * Not a general parser: S3 replies are flat and never use CDATA. */
-int xml_next(const char *xml, size_t len, size_t *pos, const char *tag,
+int st_xml_next(const char *xml, size_t len, size_t *pos, const char *tag,
              const char **in, size_t *in_len);
 /* Decoded text of the first <tag> in xml[0..len), appended to out.
  * Returns 0, or -1 if absent. */
-int xml_text(const char *xml, size_t len, const char *tag,
+int st_xml_text(const char *xml, size_t len, const char *tag,
              struct ckpt_buf *out);
 /* Append s with XML's five special characters escaped. */
-void xml_escape(struct ckpt_buf *out, const char *s);
+void st_xml_escape(struct ckpt_buf *out, const char *s);
 
 /* ---- GCS OAuth (gcs_oauth.c) ---- */
 

@@ -50,27 +50,27 @@ static int parse_page(const struct ckpt_buf *xml, obj_fn fn, void *ud)
     struct ckpt_buf etag = CKPT_BUF_INIT;
     int rc = 0;
     while (rc == 0 &&
-           xml_next(xml->ptr, xml->len, &pos, "Contents", &in, &n) == 0) {
+           st_xml_next(xml->ptr, xml->len, &pos, "Contents", &in, &n) == 0) {
         ckpt_buf_reset(&key);
         ckpt_buf_reset(&v);
         ckpt_buf_reset(&etag);
-        xml_text(in, n, "Key", &key);
-        xml_text(in, n, "ETag", &etag);
+        st_xml_text(in, n, "Key", &key);
+        st_xml_text(in, n, "ETag", &etag);
         strip_quotes(&etag);
         uint64_t size = 0;
-        if (xml_text(in, n, "Size", &v) == 0)
+        if (st_xml_text(in, n, "Size", &v) == 0)
             size = strtoull(v.ptr, NULL, 10);
         ckpt_buf_reset(&v);
         int64_t mtime = 0;
-        if (xml_text(in, n, "LastModified", &v) == 0)
+        if (st_xml_text(in, n, "LastModified", &v) == 0)
             mtime = s3_parse_iso8601(v.ptr);
         rc = fn(ud, key.ptr, size, mtime, etag.ptr, 0);
     }
     pos = 0;
-    while (rc == 0 && xml_next(xml->ptr, xml->len, &pos, "CommonPrefixes",
-                               &in, &n) == 0) {
+    while (rc == 0 && st_xml_next(xml->ptr, xml->len, &pos, "CommonPrefixes",
+                                  &in, &n) == 0) {
         ckpt_buf_reset(&key);
-        xml_text(in, n, "Prefix", &key);
+        st_xml_text(in, n, "Prefix", &key);
         rc = fn(ud, key.ptr, 0, 0, "", 1);
     }
     ckpt_buf_release(&key);
@@ -110,9 +110,9 @@ static int list_objects(struct ckpt_storage *st, const char *prefix,
         if (rc != 0 || max_keys)
             break;
         struct ckpt_buf trunc = CKPT_BUF_INIT, next = CKPT_BUF_INIT;
-        xml_text(resp.body.ptr, resp.body.len, "IsTruncated", &trunc);
-        xml_text(resp.body.ptr, resp.body.len, "NextContinuationToken",
-                 &next);
+        st_xml_text(resp.body.ptr, resp.body.len, "IsTruncated", &trunc);
+        st_xml_text(resp.body.ptr, resp.body.len, "NextContinuationToken",
+                    &next);
         int more = !strcmp(trunc.ptr, "true") && next.len &&
                    strcmp(next.ptr, token.ptr);
         ckpt_buf_release(&token);
@@ -378,7 +378,7 @@ static void del_batch_build(struct ckpt_storage *st, struct del_batch *d)
                     "<Delete><Quiet>true</Quiet>");
     for (size_t i = 0; i < d->n; i++) {
         ckpt_buf_addstr(&d->body, "<Object><Key>");
-        xml_escape(&d->body, d->keys[i]);
+        st_xml_escape(&d->body, d->keys[i]);
         ckpt_buf_addstr(&d->body, "</Key></Object>");
     }
     ckpt_buf_addstr(&d->body, "</Delete>");
@@ -434,9 +434,9 @@ static void failed_keys(const struct ckpt_buf *xml, char ***keys, size_t *n)
     const char *in;
     *n = 0;
     *keys = NULL;
-    while (xml_next(xml->ptr, xml->len, &pos, "Error", &in, &len) == 0) {
+    while (st_xml_next(xml->ptr, xml->len, &pos, "Error", &in, &len) == 0) {
         struct ckpt_buf k = CKPT_BUF_INIT;
-        if (xml_text(in, len, "Key", &k) == 0) {
+        if (st_xml_text(in, len, "Key", &k) == 0) {
             *keys = ckpt_xreallocarray(*keys, *n + 1, sizeof(char *));
             (*keys)[(*n)++] = ckpt_buf_detach(&k, NULL);
         }

@@ -159,8 +159,8 @@ int s3_up_start(struct ckpt_storage *st, const char *key,
     char *what = s3_what(st, key);
     int rc = s3_exec(s3, &r, &resp, what, err);
     struct ckpt_buf id = CKPT_BUF_INIT;
-    if (rc == 0 && (xml_text(resp.body.ptr, resp.body.len, "UploadId",
-                             &id) != 0 || !id.len))
+    if (rc == 0 && (st_xml_text(resp.body.ptr, resp.body.len, "UploadId",
+                                &id) != 0 || !id.len))
         rc = ckpt_err_set(err, CKPT_EHTTP, "%s: CreateMultipartUpload "
                           "reply has no UploadId", what);
     if (rc == 0)
@@ -211,7 +211,7 @@ static void complete_xml(struct ckpt_buf *b, int n, const char *const *etags)
     for (int i = 0; i < n; i++) {
         ckpt_buf_addf(b, "<Part><PartNumber>%d</PartNumber><ETag>\"",
                       i + 1);
-        xml_escape(b, etags[i]);
+        st_xml_escape(b, etags[i]);
         ckpt_buf_addstr(b, "\"</ETag></Part>");
     }
     ckpt_buf_addstr(b, "</CompleteMultipartUpload>");
@@ -375,7 +375,7 @@ int s3_up_finish(struct ckpt_storage *st, const char *key,
     c.what = what;
     int rc = complete_loop(&c, &r, &resp, res, err);
     if (rc == 0 && res && !res->etag[0] &&
-        xml_text(resp.body.ptr, resp.body.len, "ETag", &etag) == 0) {
+        st_xml_text(resp.body.ptr, resp.body.len, "ETag", &etag) == 0) {
         snprintf(res->etag, sizeof(res->etag), "%s", etag.ptr);
         strip_quotes(res->etag);
     }
@@ -551,13 +551,13 @@ static int parse_uploads(const struct ckpt_buf *xml, ckpt_upload_list_fn fn,
     struct ckpt_buf key = CKPT_BUF_INIT, id = CKPT_BUF_INIT;
     struct ckpt_buf when = CKPT_BUF_INIT;
     while (rc == 0 &&
-           xml_next(xml->ptr, xml->len, &pos, "Upload", &in, &n) == 0) {
+           st_xml_next(xml->ptr, xml->len, &pos, "Upload", &in, &n) == 0) {
         ckpt_buf_reset(&key);
         ckpt_buf_reset(&id);
         ckpt_buf_reset(&when);
-        xml_text(in, n, "Key", &key);
-        xml_text(in, n, "UploadId", &id);
-        xml_text(in, n, "Initiated", &when);
+        st_xml_text(in, n, "Key", &key);
+        st_xml_text(in, n, "UploadId", &id);
+        st_xml_text(in, n, "Initiated", &when);
         if (id.len)
             rc = fn(ud, key.ptr, id.ptr, s3_parse_iso8601(when.ptr));
     }
@@ -593,9 +593,9 @@ static int uploads_page(struct ckpt_storage *st, const char *prefix,
     if (rc == 0) {
         struct ckpt_buf t = CKPT_BUF_INIT, k = CKPT_BUF_INIT;
         struct ckpt_buf i = CKPT_BUF_INIT;
-        xml_text(resp.body.ptr, resp.body.len, "IsTruncated", &t);
-        xml_text(resp.body.ptr, resp.body.len, "NextKeyMarker", &k);
-        xml_text(resp.body.ptr, resp.body.len, "NextUploadIdMarker", &i);
+        st_xml_text(resp.body.ptr, resp.body.len, "IsTruncated", &t);
+        st_xml_text(resp.body.ptr, resp.body.len, "NextKeyMarker", &k);
+        st_xml_text(resp.body.ptr, resp.body.len, "NextUploadIdMarker", &i);
         /* A marker that does not move would loop forever. */
         *more = !strcmp(t.ptr, "true") && (k.len || i.len) &&
                 (strcmp(k.ptr, kmark->ptr) || strcmp(i.ptr, imark->ptr));

@@ -93,8 +93,8 @@ static int start_multipart(struct s3_writer *w, struct ckpt_err *err)
     http_resp_init(&resp);
     int rc = s3_exec(w->st->impl, &r, &resp, w->what, err);
     struct ckpt_buf id = CKPT_BUF_INIT;
-    if (rc == 0 && xml_text(resp.body.ptr, resp.body.len, "UploadId",
-                            &id) != 0)
+    if (rc == 0 && st_xml_text(resp.body.ptr, resp.body.len, "UploadId",
+                               &id) != 0)
         rc = ckpt_err_set(err, CKPT_EHTTP, "%s: CreateMultipartUpload "
                           "reply has no UploadId", w->what);
     if (rc == 0)
@@ -232,7 +232,7 @@ static void complete_body(struct s3_writer *w, struct ckpt_buf *b)
     for (size_t i = 0; i < w->nparts; i++) {
         ckpt_buf_addf(b, "<Part><PartNumber>%d</PartNumber><ETag>\"",
                       w->parts[i]->num);
-        xml_escape(b, w->parts[i]->job.resp.etag);
+        st_xml_escape(b, w->parts[i]->job.resp.etag);
         ckpt_buf_addstr(b, "\"</ETag></Part>");
     }
     ckpt_buf_addstr(b, "</CompleteMultipartUpload>");

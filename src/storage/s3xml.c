@@ -35,8 +35,8 @@ static long find_open(const char *xml, size_t len, size_t pos,
     return -1;
 }
 
-int xml_next(const char *xml, size_t len, size_t *pos, const char *tag,
-             const char **in, size_t *in_len)
+int st_xml_next(const char *xml, size_t len, size_t *pos, const char *tag,
+                const char **in, size_t *in_len)
 {
     size_t c;
     long at = find_open(xml, len, *pos, tag, &c);
@@ -128,18 +128,18 @@ static void xml_decode(struct ckpt_buf *out, const char *s, size_t n)
     }
 }
 
-int xml_text(const char *xml, size_t len, const char *tag,
-             struct ckpt_buf *out)
+int st_xml_text(const char *xml, size_t len, const char *tag,
+                struct ckpt_buf *out)
 {
     size_t pos = 0, n;
     const char *in;
-    if (xml_next(xml, len, &pos, tag, &in, &n) != 0)
+    if (st_xml_next(xml, len, &pos, tag, &in, &n) != 0)
         return -1;
     xml_decode(out, in, n);
     return 0;
 }
 
-void xml_escape(struct ckpt_buf *out, const char *s)
+void st_xml_escape(struct ckpt_buf *out, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {

@@ -22,7 +22,7 @@ int ckpt_storage_head(struct ckpt_storage *st, const char *key,
                       struct ckpt_err *err)
 {
     if (ckpt_storage_is_local(st))
-        return local_up_head(st, key, out, meta, err);
+        return st_local_up_head(st, key, out, meta, err);
     return s3_up_head(st, key, out, meta, err);
 }
 
@@ -36,7 +36,7 @@ int ckpt_storage_put_object(struct ckpt_storage *st, const char *key,
     if (!ckpt_storage_is_local(st))
         return s3_up_put(st, key, data, len, md5, meta, flags, res, err);
     res_clear(res);
-    return local_up_put(st, key, data, len, meta, err);
+    return st_local_up_put(st, key, data, len, meta, err);
 }
 
 int ckpt_storage_mpu_start(struct ckpt_storage *st, const char *key,
@@ -44,7 +44,7 @@ int ckpt_storage_mpu_start(struct ckpt_storage *st, const char *key,
                            char **upload_id, struct ckpt_err *err)
 {
     if (ckpt_storage_is_local(st))
-        return local_up_start(st, key, size, upload_id, err);
+        return st_local_up_start(st, key, size, upload_id, err);
     return s3_up_start(st, key, meta, upload_id, err);
 }
 
@@ -58,7 +58,7 @@ int ckpt_storage_mpu_part(struct ckpt_storage *st, const char *key,
         return s3_up_part(st, key, upload_id, num, data, len, md5, flags,
                           res, err);
     res_clear(res);
-    return local_up_part(st, upload_id, off, data, len, err);
+    return st_local_up_part(st, upload_id, off, data, len, err);
 }
 
 int ckpt_storage_mpu_finish(struct ckpt_storage *st, const char *key,
@@ -72,14 +72,14 @@ int ckpt_storage_mpu_finish(struct ckpt_storage *st, const char *key,
         return s3_up_finish(st, key, upload_id, nparts, etags, size, res,
                             err);
     res_clear(res);
-    return local_up_finish(st, key, upload_id, size, meta, err);
+    return st_local_up_finish(st, key, upload_id, size, meta, err);
 }
 
 int ckpt_storage_mpu_abort(struct ckpt_storage *st, const char *key,
                            const char *upload_id, struct ckpt_err *err)
 {
     if (ckpt_storage_is_local(st))
-        return local_up_abort(st, upload_id, err);
+        return st_local_up_abort(st, upload_id, err);
     return s3_up_abort(st, key, upload_id, err);
 }
 
@@ -97,6 +97,6 @@ int ckpt_storage_prune_dirs(struct ckpt_storage *st, const char *dir,
                             struct ckpt_err *err)
 {
     if (ckpt_storage_is_local(st))
-        return local_prune_dirs(st, dir, err);
+        return st_local_prune_dirs(st, dir, err);
     return 0;
 }

@@ -8,23 +8,23 @@
 
 #include "ckpt/storage.h"
 
-int local_up_head(struct ckpt_storage *st, const char *key,
-                  struct ckpt_stat *out, struct ckpt_obj_meta *meta,
-                  struct ckpt_err *err);
-int local_up_put(struct ckpt_storage *st, const char *key, const void *data,
-                 size_t len, const struct ckpt_obj_meta *meta,
-                 struct ckpt_err *err);
-int local_up_start(struct ckpt_storage *st, const char *key, uint64_t size,
-                   char **upload_id, struct ckpt_err *err);
-int local_up_part(struct ckpt_storage *st, const char *upload_id,
-                  uint64_t off, const void *data, size_t len,
-                  struct ckpt_err *err);
-int local_up_finish(struct ckpt_storage *st, const char *key,
-                    const char *upload_id, uint64_t size,
-                    const struct ckpt_obj_meta *meta, struct ckpt_err *err);
-int local_up_abort(struct ckpt_storage *st, const char *upload_id,
-                   struct ckpt_err *err);
-int local_prune_dirs(struct ckpt_storage *st, const char *dir,
+int st_local_up_head(struct ckpt_storage *st, const char *key,
+                     struct ckpt_stat *out, struct ckpt_obj_meta *meta,
                      struct ckpt_err *err);
+int st_local_up_put(struct ckpt_storage *st, const char *key, const void *data,
+                    size_t len, const struct ckpt_obj_meta *meta,
+                    struct ckpt_err *err);
+int st_local_up_start(struct ckpt_storage *st, const char *key, uint64_t size,
+                      char **upload_id, struct ckpt_err *err);
+int st_local_up_part(struct ckpt_storage *st, const char *upload_id,
+                     uint64_t off, const void *data, size_t len,
+                     struct ckpt_err *err);
+int st_local_up_finish(struct ckpt_storage *st, const char *key,
+                       const char *upload_id, uint64_t size,
+                       const struct ckpt_obj_meta *meta, struct ckpt_err *err);
+int st_local_up_abort(struct ckpt_storage *st, const char *upload_id,
+                      struct ckpt_err *err);
+int st_local_prune_dirs(struct ckpt_storage *st, const char *dir,
+                        struct ckpt_err *err);
 
 #endif

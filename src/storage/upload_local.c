@@ -77,9 +77,9 @@ static int set_mtime(int fd, const char *name, int64_t mtime,
     return 0;
 }
 
-int local_up_head(struct ckpt_storage *st, const char *key,
-                  struct ckpt_stat *out, struct ckpt_obj_meta *meta,
-                  struct ckpt_err *err)
+int st_local_up_head(struct ckpt_storage *st, const char *key,
+                     struct ckpt_stat *out, struct ckpt_obj_meta *meta,
+                     struct ckpt_err *err)
 {
     memset(meta, 0, sizeof(*meta));
     if (ckpt_storage_stat(st, key, out, err) != 0)
@@ -88,9 +88,9 @@ int local_up_head(struct ckpt_storage *st, const char *key,
     return 0;
 }
 
-int local_up_put(struct ckpt_storage *st, const char *key, const void *data,
-                 size_t len, const struct ckpt_obj_meta *meta,
-                 struct ckpt_err *err)
+int st_local_up_put(struct ckpt_storage *st, const char *key, const void *data,
+                    size_t len, const struct ckpt_obj_meta *meta,
+                    struct ckpt_err *err)
 {
     if (make_parents(key, err) != 0)
         return -1;
@@ -111,8 +111,8 @@ int local_up_put(struct ckpt_storage *st, const char *key, const void *data,
     return rc;
 }
 
-int local_up_start(struct ckpt_storage *st, const char *key, uint64_t size,
-                   char **upload_id, struct ckpt_err *err)
+int st_local_up_start(struct ckpt_storage *st, const char *key, uint64_t size,
+                      char **upload_id, struct ckpt_err *err)
 {
     if (make_parents(key, err) != 0)
         return -1;
@@ -137,9 +137,9 @@ int local_up_start(struct ckpt_storage *st, const char *key, uint64_t size,
     return 0;
 }
 
-int local_up_part(struct ckpt_storage *st, const char *upload_id,
-                  uint64_t off, const void *data, size_t len,
-                  struct ckpt_err *err)
+int st_local_up_part(struct ckpt_storage *st, const char *upload_id,
+                     uint64_t off, const void *data, size_t len,
+                     struct ckpt_err *err)
 {
     int fd = open(upload_id, O_WRONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -154,9 +154,9 @@ int local_up_part(struct ckpt_storage *st, const char *upload_id,
     return rc;
 }
 
-int local_up_finish(struct ckpt_storage *st, const char *key,
-                    const char *upload_id, uint64_t size,
-                    const struct ckpt_obj_meta *meta, struct ckpt_err *err)
+int st_local_up_finish(struct ckpt_storage *st, const char *key,
+                       const char *upload_id, uint64_t size,
+                       const struct ckpt_obj_meta *meta, struct ckpt_err *err)
 {
     int fd = open(upload_id, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
@@ -180,8 +180,8 @@ int local_up_finish(struct ckpt_storage *st, const char *key,
     return rc;
 }
 
-int local_up_abort(struct ckpt_storage *st, const char *upload_id,
-                   struct ckpt_err *err)
+int st_local_up_abort(struct ckpt_storage *st, const char *upload_id,
+                      struct ckpt_err *err)
 {
     if (unlink(upload_id) != 0 && errno != ENOENT)
         return ckpt_err_sys(err, "delete '%s'", upload_id);
@@ -225,8 +225,8 @@ static int prune_fd(int dfd, const char *name, int *empty,
     return rc;
 }
 
-int local_prune_dirs(struct ckpt_storage *st, const char *dir,
-                     struct ckpt_err *err)
+int st_local_prune_dirs(struct ckpt_storage *st, const char *dir,
+                        struct ckpt_err *err)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)

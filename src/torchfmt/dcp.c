@@ -115,9 +115,9 @@ void ckpt_dcp_meta_free(struct ckpt_dcp_meta *m)
         return;
     struct dcp_index *ix = m->index;
     if (ix) {
-        strmap_release(&ix->fqns);
-        strmap_release(&ix->storage);
-        strmap_release(&ix->files);
+        tf_strmap_release(&ix->fqns);
+        tf_strmap_release(&ix->storage);
+        tf_strmap_release(&ix->files);
         free(ix);
     }
     ckpt_arena_free(m->arena);
@@ -129,7 +129,7 @@ const struct ckpt_dcp_entry *ckpt_dcp_find(const struct ckpt_dcp_meta *m,
 {
     const struct dcp_index *ix = m->index;
     uint64_t i;
-    if (!strmap_get(&ix->fqns, fqn, strlen(fqn), &i))
+    if (!tf_strmap_get(&ix->fqns, fqn, strlen(fqn), &i))
         return NULL;
     return &m->entries[i];
 }

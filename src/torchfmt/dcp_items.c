@@ -43,7 +43,7 @@ static int add_filereq(struct ckpt_dcp_meta *m, const char *file,
 {
     struct dcp_index *ix = m->index;
     uint64_t i;
-    if (strmap_get(&ix->files, file, strlen(file), &i)) {
+    if (tf_strmap_get(&ix->files, file, strlen(file), &i)) {
         if (m->files[i].min_size < end)
             m->files[i].min_size = end;
         return 0;
@@ -54,7 +54,7 @@ static int add_filereq(struct ckpt_dcp_meta *m, const char *file,
         return oom(err);
     m->files[m->nfiles].name = (char *)file;
     m->files[m->nfiles].min_size = end;
-    if (strmap_put(&ix->files, file, strlen(file), m->nfiles) != 0)
+    if (tf_strmap_put(&ix->files, file, strlen(file), m->nfiles) != 0)
         return oom(err);
     m->nfiles++;
     return 0;
@@ -134,11 +134,11 @@ int dcp_storage_data(struct ckpt_dcp_meta *m, const struct ckpt_pv *sd,
                                 name, i);
         if (add_filereq(m, st.file, st.offset + st.length, err) != 0)
             return -1;
-        if (strmap_get(&ix->storage, key, klen, NULL))
+        if (tf_strmap_get(&ix->storage, key, klen, NULL))
             continue;   /* duplicate key: the first entry stands */
         ix->sts = grow(m->arena, ix->sts, ix->nst, &ix->stcap,
                        sizeof(*ix->sts));
-        if (!ix->sts || strmap_put(&ix->storage, key, klen, ix->nst) != 0)
+        if (!ix->sts || tf_strmap_put(&ix->storage, key, klen, ix->nst) != 0)
             return oom(err);
         ix->sts[ix->nst++] = st;
     }
@@ -153,7 +153,7 @@ static int find_storage(struct ckpt_dcp_meta *m, const char *fqn,
     size_t klen;
     uint64_t i;
     const char *key = dcp_key(m->arena, ix->part, fqn, offs, nd, &klen);
-    if (!key || !strmap_get(&ix->storage, key, klen, &i))
+    if (!key || !tf_strmap_get(&ix->storage, key, klen, &i))
         return -1;
     *st = ix->sts[i];
     return 0;
@@ -271,13 +271,13 @@ static struct ckpt_dcp_entry *entry_for(struct ckpt_dcp_meta *m,
 {
     struct dcp_index *ix = m->index;
     uint64_t i;
-    *merge = strmap_get(&ix->fqns, fqn->u.s.p, fqn->u.s.len, &i);
+    *merge = tf_strmap_get(&ix->fqns, fqn->u.s.p, fqn->u.s.len, &i);
     if (*merge)
         return &m->entries[i];
     m->entries = grow(m->arena, m->entries, m->n, &m->cap,
                       sizeof(*m->entries));
     if (!m->entries ||
-        strmap_put(&ix->fqns, fqn->u.s.p, fqn->u.s.len, m->n) != 0)
+        tf_strmap_put(&ix->fqns, fqn->u.s.p, fqn->u.s.len, m->n) != 0)
         return NULL;
     struct ckpt_dcp_entry *e = &m->entries[m->n++];
     memset(e, 0, sizeof(*e));
@@ -294,7 +294,7 @@ static const struct ckpt_pv *planner_path(const struct planner *pl,
                                           const char *fqn)
 {
     uint64_t i;
-    if (!pl->dict || !strmap_get(&pl->keys, fqn, strlen(fqn), &i))
+    if (!pl->dict || !tf_strmap_get(&pl->keys, fqn, strlen(fqn), &i))
         return NULL;
     return valid_path(pl->dict->u.dict.v[i]);
 }
@@ -330,7 +330,7 @@ static int planner_index(struct planner *pl, const struct ckpt_pv *d)
     for (size_t i = 0; pl->dict && i < d->u.dict.n; i++) {
         const struct ckpt_pv *k = d->u.dict.k[i];
         if (k->kind == CKPT_PV_STR &&
-            strmap_put(&pl->keys, k->u.s.p, k->u.s.len, i) != 0)
+            tf_strmap_put(&pl->keys, k->u.s.p, k->u.s.len, i) != 0)
             return -1;
     }
     return 0;
@@ -352,7 +352,7 @@ int dcp_state_dict(struct ckpt_dcp_meta *m, const struct ckpt_pv *sdm,
     for (size_t i = 0; !rc && i < sdm->u.dict.n; i++)
         rc = one_entry(m, sdm->u.dict.k[i], sdm->u.dict.v[i], &pl, name,
                        err);
-    strmap_release(&pl.keys);
+    tf_strmap_release(&pl.keys);
     return rc;
 }
 
@@ -366,9 +366,9 @@ void dcp_sort_files(struct ckpt_dcp_meta *m)
 {
     struct dcp_index *ix = m->index;
     ckpt_sort(m->files, m->nfiles, sizeof(*m->files), cmp_req);
-    strmap_release(&ix->files);
+    tf_strmap_release(&ix->files);
     for (size_t i = 0; i < m->nfiles; i++)
-        if (strmap_put(&ix->files, m->files[i].name,
-                       strlen(m->files[i].name), i) != 0)
+        if (tf_strmap_put(&ix->files, m->files[i].name,
+                          strlen(m->files[i].name), i) != 0)
             break;
 }

@@ -41,7 +41,7 @@ static int grow(struct strmap *m)
     return 0;
 }
 
-int strmap_put(struct strmap *m, const char *key, size_t len, uint64_t val)
+int tf_strmap_put(struct strmap *m, const char *key, size_t len, uint64_t val)
 {
     if ((m->n + 1) * 2 > m->cap && grow(m) != 0)
         return -1;
@@ -55,8 +55,8 @@ int strmap_put(struct strmap *m, const char *key, size_t len, uint64_t val)
     return 0;
 }
 
-int strmap_get(const struct strmap *m, const char *key, size_t len,
-               uint64_t *val)
+int tf_strmap_get(const struct strmap *m, const char *key, size_t len,
+                  uint64_t *val)
 {
     if (!m->cap)
         return 0;
@@ -68,7 +68,7 @@ int strmap_get(const struct strmap *m, const char *key, size_t len,
     return 1;
 }
 
-void strmap_release(struct strmap *m)
+void tf_strmap_release(struct strmap *m)
 {
     free(m->slots);
     m->slots = NULL;

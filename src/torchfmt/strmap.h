@@ -22,10 +22,10 @@ struct strmap {
 #define STRMAP_INIT { NULL, 0, 0 }
 
 /* Set key -> val (key must outlive the map). 0, or -1 on OOM. */
-int strmap_put(struct strmap *m, const char *key, size_t len, uint64_t val);
+int tf_strmap_put(struct strmap *m, const char *key, size_t len, uint64_t val);
 /* 1 and *val if present. */
-int strmap_get(const struct strmap *m, const char *key, size_t len,
-               uint64_t *val);
-void strmap_release(struct strmap *m);
+int tf_strmap_get(const struct strmap *m, const char *key, size_t len,
+                  uint64_t *val);
+void tf_strmap_release(struct strmap *m);
 
 #endif

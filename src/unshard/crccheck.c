@@ -40,8 +40,8 @@ struct urec {
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 
-void src_note_record(struct usrc *s, uint64_t off, uint64_t size,
-                     uint32_t crc, const char *prefix, const char *name)
+void uns_src_note_record(struct usrc *s, uint64_t off, uint64_t size,
+                         uint32_t crc, const char *prefix, const char *name)
 {
     pthread_mutex_lock(&reg_mu);
     for (size_t i = s->nrecs; i-- > 0;)
@@ -73,7 +73,7 @@ static int cmp_rec(const void *a, const void *b)
 }
 
 /* Before the copy (single-threaded): records in offset order. */
-void src_records_ready(struct ujob *j)
+void uns_src_records_ready(struct ujob *j)
 {
     for (size_t i = 0; i < j->nsrcs; i++) {
         struct usrc *s = j->srcs[i];
@@ -120,10 +120,10 @@ static void add_piece(struct urec *r, uint64_t off, uint64_t len,
     pthread_mutex_unlock(&r->mu);
 }
 
-int src_read_noted(struct usrc *s, uint64_t off, void *buf, size_t len,
-                   struct ckpt_err *err)
+int uns_src_read_noted(struct usrc *s, uint64_t off, void *buf, size_t len,
+                       struct ckpt_err *err)
 {
-    if (src_read(s, off, buf, len, err) != 0)
+    if (uns_src_read(s, off, buf, len, err) != 0)
         return -1;
     struct urec *r = s->recs_sorted && len ? find(s, off, len) : NULL;
     if (r)
@@ -138,7 +138,7 @@ static int read_crc(struct usrc *s, const struct urec *r, uint64_t off,
 {
     while (len) {
         size_t n = len < cap ? (size_t)len : cap;
-        if (src_read(s, r->off + off, buf, n, err) != 0)
+        if (uns_src_read(s, r->off + off, buf, n, err) != 0)
             return -1;
         *crc = ckpt_crc32_combine(*crc, ckpt_crc32(0, buf, n), n);
         off += n;
@@ -185,7 +185,7 @@ static int check_one(struct usrc *s, struct urec *r, char *buf, size_t cap,
     return rc;
 }
 
-int src_check_records(struct ujob *j, struct ckpt_err *err)
+int uns_src_check_records(struct ujob *j, struct ckpt_err *err)
 {
     size_t cap = (size_t)j->band;
     char *buf = NULL;
@@ -205,7 +205,7 @@ int src_check_records(struct ujob *j, struct ckpt_err *err)
     return rc;
 }
 
-void src_records_free(struct usrc *s)
+void uns_src_records_free(struct usrc *s)
 {
     for (size_t i = 0; i < s->nrecs; i++) {
         free(s->recs[i]->p);

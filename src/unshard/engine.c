@@ -22,7 +22,7 @@
 
 /* --- buffers ------------------------------------------------------------ */
 
-int bufpool_init(struct bufpool *b, size_t size)
+int uns_bufpool_init(struct bufpool *b, size_t size)
 {
     memset(b, 0, sizeof(*b));
     b->size = size;
@@ -31,7 +31,7 @@ int bufpool_init(struct bufpool *b, size_t size)
 
 /* A buffer of 3 * size bytes (band, read space, verify scratch); reused
  * across tasks so buffers are not mapped and unmapped per band. */
-char *bufpool_get(struct bufpool *b)
+static char *bufpool_get(struct bufpool *b)
 {
     char *p = NULL;
     pthread_mutex_lock(&b->mu);
@@ -41,7 +41,7 @@ char *bufpool_get(struct bufpool *b)
     return p ? p : ckpt_xmalloc(3 * b->size);
 }
 
-void bufpool_put(struct bufpool *b, char *p)
+static void bufpool_put(struct bufpool *b, char *p)
 {
     pthread_mutex_lock(&b->mu);
     if (b->nfree == b->cap) {
@@ -52,7 +52,7 @@ void bufpool_put(struct bufpool *b, char *p)
     pthread_mutex_unlock(&b->mu);
 }
 
-void bufpool_release(struct bufpool *b)
+void uns_bufpool_release(struct bufpool *b)
 {
     for (size_t i = 0; i < b->nfree; i++)
         free(b->free_[i]);
@@ -60,7 +60,7 @@ void bufpool_release(struct bufpool *b)
     pthread_mutex_destroy(&b->mu);
 }
 
-void job_fail(struct ujob *j, const struct ckpt_err *err)
+void uns_job_fail(struct ujob *j, const struct ckpt_err *err)
 {
     pthread_mutex_lock(&j->mu);
     if (!j->failed) {
@@ -174,7 +174,7 @@ static int run_copy(void *ud, int64_t s, int64_t d)
     uint64_t n = g->run * g->size;
     if (g->span)
         memcpy(out, g->span + (uint64_t)(s - g->s0) * g->size, n);
-    else if ((g->note ? src_read_noted : src_read)(
+    else if ((g->note ? uns_src_read_noted : uns_src_read)(
                  g->c->src, g->c->data + (uint64_t)s * g->size, out, n,
                  g->err) != 0)
         return -1;
@@ -202,7 +202,7 @@ static int copy_box(struct ujob *j, const struct utensor *t,
     if (r.nruns > 1 && span * size <= j->band &&
         span <= 4 * vol + (65536 / size)) {
         /* One read of the whole source span, then scatter. */
-        if ((note ? src_read_noted : src_read)(
+        if ((note ? uns_src_read_noted : uns_src_read)(
                 c->src, c->data + (uint64_t)r.s0 * size, rbuf, span * size,
                 err) != 0)
             return -1;
@@ -227,7 +227,7 @@ static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
     const struct ckpt_dcp_entry *e = t->e;
     uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
     struct box bx;
-    plan_band_box(t, band, lo, hi, &dst, len);
+    uns_plan_band_box(t, band, lo, hi, &dst, len);
     bx.nd = e->ndim;
     bx.base = (int64_t)(dst / e->dtype->itemsize);
     int64_t s = 1;
@@ -277,7 +277,7 @@ static int task_fill(struct task *k, char *buf, char *rbuf, uint64_t *at,
     struct ujob *j = k->j;
     if (k->t) {
         uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
-        plan_band_box(k->t, k->band, lo, hi, &dst, len);
+        uns_plan_band_box(k->t, k->band, lo, hi, &dst, len);
         *at = out_off(j, k->t->file, k->t->rec, k->t->out_off) + dst;
         return fill_band(j, k->t, k->band, buf, rbuf, len, 0, !k->verify,
                          err);
@@ -285,7 +285,7 @@ static int task_fill(struct task *k, char *buf, char *rbuf, uint64_t *at,
     uint64_t from = k->band * j->band;
     *len = k->c->nbytes - from < j->band ? k->c->nbytes - from : j->band;
     *at = out_off(j, k->c->file, k->c->rec, k->c->out_off) + from;
-    return (k->verify ? src_read : src_read_noted)(
+    return (k->verify ? uns_src_read : uns_src_read_noted)(
         k->c->src, k->c->off + from, buf, *len, err);
 }
 
@@ -326,7 +326,7 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
     char what[300];
     if (k->t && check_replicas(k, buf, rbuf + j->band, rbuf, len, err) != 0)
         return -1;
-    if (src_read(&out, at, rbuf, len, err) != 0)
+    if (uns_src_read(&out, at, rbuf, len, err) != 0)
         return -1;
     if (memcmp(buf, rbuf, len) != 0)
         return ckpt_err_set(err, CKPT_EFORMAT, "verify: %s: '%s' differs "
@@ -351,7 +351,7 @@ static void band_task(void *arg)
     uint64_t at, len;
     if (j->o->cancel && *j->o->cancel && !j->failed) {
         ckpt_err_set(&err, CKPT_EIO, "interrupted");
-        job_fail(j, &err);
+        uns_job_fail(j, &err);
     }
     if (j->failed) {
         free(k);
@@ -366,11 +366,11 @@ static void band_task(void *arg)
         uint32_t *crcs = k->t ? k->t->crcs : k->c->crcs;
         if (j->o->format == CKPT_FORMAT_TORCH)
             crcs[k->band] = ckpt_crc32(0, buf, len);
-        rc = pwrite_all(f->fd, buf, len, at, f->tmp, &err);
+        rc = uns_pwrite_all(f->fd, buf, len, at, f->tmp, &err);
     }
     bufpool_put(&j->bufs, buf);
     if (rc != 0)
-        job_fail(j, &err);
+        uns_job_fail(j, &err);
     else if (j->o->progress)
         j->o->progress(j->o->progress_ud, len);
     free(k);
@@ -388,10 +388,10 @@ static void submit(struct ujob *j, struct utensor *t, struct ucopy *c,
     ckpt_pool_submit(j->pool, band_task, k);
 }
 
-int engine_run(struct ujob *j, int verify, struct ckpt_err *err)
+int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
 {
     if (!verify)
-        src_records_ready(j);
+        uns_src_records_ready(j);
     for (size_t i = 0; i < j->ntensors && !j->failed; i++) {
         struct utensor *t = &j->tensors[i];
         if (t->file < 0 || j->files[t->file].copy_from)
@@ -416,5 +416,5 @@ int engine_run(struct ujob *j, int verify, struct ckpt_err *err)
         *err = j->err;
         return -1;
     }
-    return verify ? 0 : src_check_records(j, err);
+    return verify ? 0 : uns_src_check_records(j, err);
 }

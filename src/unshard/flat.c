@@ -72,8 +72,8 @@ static int cut_range(struct cut *c, int d, uint64_t s, uint64_t e)
     return 0;
 }
 
-int flat_boxes(int ndim, const uint64_t *size, uint64_t start,
-               uint64_t count, struct flat_box *out, int cap)
+int uns_flat_boxes(int ndim, const uint64_t *size, uint64_t start,
+                   uint64_t count, struct flat_box *out, int cap)
 {
     struct cut c = { .ndim = ndim, .size = size, .out = out, .cap = cap };
     uint64_t numel = 1;

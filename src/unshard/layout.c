@@ -60,7 +60,7 @@ static int is_file(struct ujob *j, const char *p)
 {
     uint64_t size;
     struct ckpt_err err;
-    return src_stat(j, p, &size, &err) == 0;
+    return uns_src_stat(j, p, &size, &err) == 0;
 }
 
 /* The globals of d, about to be written as file `name`, per top-level
@@ -102,10 +102,10 @@ static int check_copy(struct ujob *j, const struct ufile *f,
     struct ckpt_pv *v = NULL;
     char *pkl = NULL;
     size_t len;
-    int rc = a ? src_file(j, f->copy_from, f->copy_local, &s, err)
+    int rc = a ? uns_src_file(j, f->copy_from, f->copy_local, &s, err)
                : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0) {
-        src_rd(&rd, &s, 0, s.size);
+        uns_src_rd(&rd, &s, 0, s.size);
         rc = ckpt_tzip_open(&z, &rd, err);
         if (rc == 0 && !(e = ckpt_tzip_find(z, "data.pkl")))
             rc = ckpt_err_set(err, CKPT_EFORMAT, "record 'data.pkl' "
@@ -173,8 +173,8 @@ static int split_olmo(struct ujob *j, struct ckpt_pv *root, const char *ext,
     return 0;
 }
 
-int layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
-                  struct ckpt_err *err)
+int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
+                      struct ckpt_err *err)
 {
     int map[3] = { 0, -1, -1 };
     int olmo = j->olmo;
@@ -278,11 +278,11 @@ static int torch_layout(struct ujob *j, struct ckpt_err *err)
     return 0;
 }
 
-int layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
+int uns_layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
 {
     if (j->o->format == CKPT_FORMAT_SAFETENSORS)
-        return st_layout(j, root, err);
-    if (layout_choose(j, root, ".pt", err) != 0)
+        return uns_st_layout(j, root, err);
+    if (uns_layout_choose(j, root, ".pt", err) != 0)
         return -1;
     return torch_layout(j, err);
 }
@@ -305,14 +305,14 @@ static uint32_t tensor_crc(const struct utensor *t)
     uint32_t crc = 0;
     uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], off, len;
     for (uint64_t b = 0; b < t->nbands; b++) {
-        plan_band_box(t, b, lo, hi, &off, &len);
+        uns_plan_band_box(t, b, lo, hi, &off, &len);
         crc = ckpt_crc32_combine(crc, t->crcs[b], len);
     }
     return crc;
 }
 
-int pwrite_all(int fd, const void *p, size_t n, uint64_t off, const char *name,
-               struct ckpt_err *err)
+int uns_pwrite_all(int fd, const void *p, size_t n, uint64_t off,
+                   const char *name, struct ckpt_err *err)
 {
     while (n) {
         ssize_t w = pwrite(fd, p, n, (off_t)off);
@@ -346,26 +346,26 @@ static int finish_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
     for (size_t i = 0; rc == 0 && i < f->nrecs; i++) {
         ckpt_buf_reset(&b);
         ckpt_zipw_local_header(&r[i], &b);
-        rc = pwrite_all(f->fd, b.ptr, b.len, r[i].lho, f->tmp, err);
+        rc = uns_pwrite_all(f->fd, b.ptr, b.len, r[i].lho, f->tmp, err);
     }
     if (rc == 0)
-        rc = pwrite_all(f->fd, f->head.ptr, f->head.len, r[0].data_off,
-                        f->tmp, err);
+        rc = uns_pwrite_all(f->fd, f->head.ptr, f->head.len, r[0].data_off,
+                            f->tmp, err);
     if (rc == 0)
-        rc = pwrite_all(f->fd, "3\n", 2, r[f->nrecs - 2].data_off, f->tmp,
-                        err);
+        rc = uns_pwrite_all(f->fd, "3\n", 2, r[f->nrecs - 2].data_off, f->tmp,
+                            err);
     if (rc == 0)
-        rc = pwrite_all(f->fd, "little", 6, r[f->nrecs - 1].data_off, f->tmp,
-                        err);
+        rc = uns_pwrite_all(f->fd, "little", 6, r[f->nrecs - 1].data_off,
+                            f->tmp, err);
     ckpt_buf_reset(&b);
     ckpt_zipw_central(r, f->nrecs, f->cd_off, &b);
     if (rc == 0)
-        rc = pwrite_all(f->fd, b.ptr, b.len, f->cd_off, f->tmp, err);
+        rc = uns_pwrite_all(f->fd, b.ptr, b.len, f->cd_off, f->tmp, err);
     ckpt_buf_release(&b);
     return rc;
 }
 
-int layout_finish(struct ujob *j, struct ckpt_err *err)
+int uns_layout_finish(struct ujob *j, struct ckpt_err *err)
 {
     for (size_t i = 0; i < j->nfiles; i++) {
         struct ufile *f = &j->files[i];

@@ -257,7 +257,7 @@ static int add_shards(void *ud, const struct found *f, struct ckpt_err *err)
     struct stparts sp;
     if (!fqn)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-    if (!strmap_get(&p->byfqn, fqn, strlen(fqn), &idx) ||
+    if (!tf_strmap_get(&p->byfqn, fqn, strlen(fqn), &idx) ||
         !p->sts[idx].smeta)
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s': sharded tensor '%s' "
                             "is not in rank0.pt", rc->file, fqn);
@@ -324,8 +324,8 @@ static int add_shards(void *ud, const struct found *f, struct ckpt_err *err)
         c->st.length = ze->size;
         l->src = rc->src;
         l->data = ze->data_off;
-        src_note_record(rc->src, ze->data_off, ze->size, ze->crc,
-                        rc->z->prefix, ze->name);
+        uns_src_note_record(rc->src, ze->data_off, ze->size, ze->crc,
+                            rc->z->prefix, ze->name);
         l->stride = stride;
         l->soff = t.storage_offset;
         l->big_endian = rc->z->big_endian;
@@ -422,8 +422,8 @@ static int equal(const struct eqctx *q, const struct ckpt_pv *a,
     return 0;
 }
 
-int legacy_same(const struct ckpt_tzip *za, const struct ckpt_pv *a,
-                const struct ckpt_tzip *zb, const struct ckpt_pv *b)
+int uns_legacy_same(const struct ckpt_tzip *za, const struct ckpt_pv *a,
+                    const struct ckpt_tzip *zb, const struct ckpt_pv *b)
 {
     struct eqctx q = { za, zb };
     return equal(&q, a, b, 0);
@@ -527,9 +527,9 @@ static int load_rank(struct lplan *p, int r, struct ckpt_arena *a,
     rc->file = ckpt_arena_strndup(p->j->meta->arena, name, strlen(name));
     if (!rc->file)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-    if (src_get(p->j, rc->file, &rc->src, err) != 0)
+    if (uns_src_get(p->j, rc->file, &rc->src, err) != 0)
         return -1;
-    src_rd(&rd, rc->src, 0, rc->src->size);
+    uns_src_rd(&rd, rc->src, 0, rc->src->size);
     const struct ckpt_tzip_entry *pe;
     /* A whole rank's state: bounded by the arena. */
     struct ckpt_pickle_opts po = { .name = "data.pkl", .allow = NULL,
@@ -611,7 +611,7 @@ static int add_entry(void *ud, const struct found *f, struct ckpt_err *err)
         s->smeta = sp.smeta;
         p->nsharded++;
     }
-    if (strmap_put(&p->byfqn, s->fqn, strlen(s->fqn), p->n) != 0)
+    if (tf_strmap_put(&p->byfqn, s->fqn, strlen(s->fqn), p->n) != 0)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     p->n++;
     return 0;
@@ -742,7 +742,7 @@ static int build_root(struct lplan *p, struct ckpt_pv *root0,
     struct ckpt_dcp_meta *m = j->meta;
     struct ckpt_pv *items = dict_of(root0);
     struct ckpt_rd rd;
-    src_rd(&rd, p->src0, 0, p->src0->size);
+    uns_src_rd(&rd, p->src0, 0, p->src0->size);
     j->values = ckpt_xcalloc(m->n + 1, sizeof(*j->values));
     j->paths = ckpt_xcalloc(m->n + 1, sizeof(*j->paths));
     if (!(*root = ckpt_pv_new(j->arena, CKPT_PV_DICT)))
@@ -753,12 +753,12 @@ static int build_root(struct lplan *p, struct ckpt_pv *root0,
         j->paths[ei] = m->entries[ei].path;
         j->values[ei] = v;
         j->objects++;
-        if (tree_remap(j, &m->entries[ei], v, p->z0, &rd, p->src0,
-                       err) != 0)
+        if (uns_tree_remap(j, &m->entries[ei], v, p->z0, &rd, p->src0,
+                           err) != 0)
             return -1;
     }
     for (size_t i = 0; i < p->n; i++) {
-        struct ckpt_pv *v = tree_tensor(j, &j->tensors[i]);
+        struct ckpt_pv *v = uns_tree_tensor(j, &j->tensors[i]);
         if (!v)
             return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
         *p->sts[i].slot = v;
@@ -803,7 +803,7 @@ static int other_ranks(struct lplan *p, struct ckpt_pv *root0,
 
 /* No DCP metadata, and rank<N>.pt files (rank0.pt itself may be the one
  * missing: count_ranks then says so). */
-int legacy_is_step(const char *dir)
+int uns_legacy_is_step(const char *dir)
 {
     char *m = ckpt_path_join(dir, ".metadata");
     struct stat sb;
@@ -823,7 +823,7 @@ int legacy_is_step(const char *dir)
     return is;
 }
 
-int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
+int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct lplan p;
     struct rankctx rc0;
@@ -833,7 +833,7 @@ int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     memset(&rc0, 0, sizeof(rc0));
     memset(&f, 0, sizeof(f));
     p.j = j;
-    int rc = olmo_job_init(j, src, "rank*.pt", &p, locate, err);
+    int rc = uns_olmo_job_init(j, src, "rank*.pt", &p, locate, err);
     if (rc == 0)
         rc = count_ranks(src, &p.nranks, err);
     if (rc == 0)
@@ -851,15 +851,15 @@ int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = other_ranks(&p, root0, err);
     if (rc == 0)
-        rc = plan_tensors(j, err);
+        rc = uns_plan_tensors(j, err);
     if (rc == 0)
         rc = build_root(&p, root0, &root, err);
     if (rc == 0)
-        rc = layout_files(j, root, err);
+        rc = uns_layout_files(j, root, err);
     if (rc != 0 && err->msg[0] && !strstr(err->msg, src))
         ckpt_err_prefix(err, "%s", src);
     ckpt_tzip_free(p.z0);
-    strmap_release(&p.byfqn);
+    tf_strmap_release(&p.byfqn);
     for (size_t i = 0; i < p.n; i++)
         free(p.sts[i].plain);
     free(p.sts);

@@ -102,7 +102,7 @@ static int has(const char *dir, const char *rel)
 
 /* model/metadata.json or a model/rank_N.safetensors, and no DCP metadata
  * (which would make it a torch_new step). */
-int olmocore_is_step(const char *dir)
+int uns_olmocore_is_step(const char *dir)
 {
     if (has(dir, ".metadata") || has(dir, "model_and_optim/.metadata"))
         return 0;
@@ -178,7 +178,7 @@ static int file_of(struct oplan *p, int part, const char *name, size_t *out,
     free(tmp);
     if (!rel)
         return oom(err);
-    if (strmap_get(&p->byfile, rel, strlen(rel), &i)) {
+    if (tf_strmap_get(&p->byfile, rel, strlen(rel), &i)) {
         *out = (size_t)i;
         return 0;
     }
@@ -190,7 +190,7 @@ static int file_of(struct oplan *p, int part, const char *name, size_t *out,
                                   sizeof(*p->files));
     memset(&p->files[p->nfiles], 0, sizeof(*p->files));
     p->files[p->nfiles].rel = rel;
-    if (strmap_put(&p->byfile, rel, strlen(rel), p->nfiles) != 0)
+    if (tf_strmap_put(&p->byfile, rel, strlen(rel), p->nfiles) != 0)
         return oom(err);
     *out = p->nfiles++;
     return 0;
@@ -270,9 +270,9 @@ static int count_chunks(const struct ckpt_olmocore_tensor *mt, size_t *n)
             continue;
         }
         for (size_t k = 0; k < pc->nranges; k++) {
-            int nb = flat_boxes(mt->ndim, mt->shape, pc->ranges[2 * k],
-                                pc->ranges[2 * k + 1] - pc->ranges[2 * k],
-                                b, 2 * CKPT_MAX_DIMS);
+            int nb = uns_flat_boxes(mt->ndim, mt->shape, pc->ranges[2 * k],
+                                    pc->ranges[2 * k + 1] - pc->ranges[2 * k],
+                                    b, 2 * CKPT_MAX_DIMS);
             if (nb < 0)
                 return -1;
             *n += (size_t)nb;
@@ -319,8 +319,8 @@ static int piece_chunks(struct oplan *p, struct otensor *t, size_t pi,
     }
     for (size_t k = 0; k < pc->nranges; k++) {
         uint64_t s = pc->ranges[2 * k], n = pc->ranges[2 * k + 1] - s;
-        int nb = flat_boxes(mt->ndim, mt->shape, s, n, b,
-                            2 * CKPT_MAX_DIMS);
+        int nb = uns_flat_boxes(mt->ndim, mt->shape, s, n, b,
+                                2 * CKPT_MAX_DIMS);
         for (int i = 0; i < nb; i++)
             if (add_chunk(p, t, pi, b[i].off, b[i].len,
                           (int64_t)(pos + b[i].first - s), full, err) != 0)
@@ -369,8 +369,8 @@ static int plan_part(struct oplan *p, int part, struct ckpt_err *err)
         t->mt = &m->tensors[i];
         t->part = part;
         t->dtype = t->mt->dtype;
-        if (strmap_put(&p->bykey[part], t->mt->key, strlen(t->mt->key),
-                       ti) != 0)
+        if (tf_strmap_put(&p->bykey[part], t->mt->key, strlen(t->mt->key),
+                          ti) != 0)
             return oom(err);
         if (plan_tensor(p, ti, err) != 0)
             return -1;
@@ -417,10 +417,10 @@ static int read_headers(struct oplan *p, struct ckpt_err *err)
         struct usrc *src;
         struct ckpt_safetensors *h = NULL;
         struct ckpt_rd rd;
-        if (src_get(p->j, f->rel, &src, err) != 0)
+        if (uns_src_get(p->j, f->rel, &src, err) != 0)
             return -1;
         f->src = src;
-        src_rd(&rd, src, 0, src->size);
+        uns_src_rd(&rd, src, 0, src->size);
         int rc = ckpt_safetensors_open(&h, &rd, err);
         for (size_t k = 0; rc == 0 && k < f->n; k++)
             rc = check_piece(p, &p->pieces[f->pieces[k]], h, src->name, err);
@@ -460,7 +460,7 @@ static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
 static int optim_tensor(struct oplan *p, const char *key, size_t *ti)
 {
     uint64_t i;
-    if (!strmap_get(&p->bykey[P_OPTIM], key, strlen(key), &i))
+    if (!tf_strmap_get(&p->bykey[P_OPTIM], key, strlen(key), &i))
         return 0;
     *ti = (size_t)i;
     return 1;
@@ -484,9 +484,9 @@ static int read_small(struct oplan *p, size_t ti, size_t limit, char **out,
         const struct opiece *pc = &p->pieces[l->piece];
         uint64_t off = t->mt->ndim ? t->chunks[i].offsets[0] : 0;
         uint64_t n = t->mt->ndim ? t->chunks[i].sizes[0] : 1;
-        rc = src_read(p->files[pc->file].src,
-                      pc->data + (uint64_t)l->soff * isz, b + off * isz,
-                      (size_t)(n * isz), err);
+        rc = uns_src_read(p->files[pc->file].src,
+                          pc->data + (uint64_t)l->soff * isz, b + off * isz,
+                          (size_t)(n * isz), err);
     }
     if (rc != 0) {
         free(b);
@@ -574,7 +574,7 @@ static int add_name(struct unflat *u, const struct ckpt_pv *name,
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: _param_names and "
                             "params must be names and ids", g);
     /* torch refuses a parameter in two groups. */
-    if (strmap_get(&u->names, name->u.s.p, name->u.s.len, NULL))
+    if (tf_strmap_get(&u->names, name->u.s.p, name->u.s.len, NULL))
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: parameter '%s' "
                             "appears twice", g, name->u.s.p);
     if (u->n == u->cap) {
@@ -582,7 +582,7 @@ static int add_name(struct unflat *u, const struct ckpt_pv *name,
         u->v = ckpt_xreallocarray(u->v, u->cap, sizeof(*u->v));
     }
     u->v[u->n] = (struct pname){ name->u.s.p, x };
-    if (strmap_put(&u->names, name->u.s.p, name->u.s.len, u->n) != 0)
+    if (tf_strmap_put(&u->names, name->u.s.p, name->u.s.len, u->n) != 0)
         return oom(err);
     u->n++;
     return 0;
@@ -806,7 +806,7 @@ static int build_root(struct oplan *p, struct ckpt_pv **root,
             j->objects++;
             continue;
         }
-        struct ckpt_pv *v = tree_tensor(j, &j->tensors[i]);
+        struct ckpt_pv *v = uns_tree_tensor(j, &j->tensors[i]);
         int rc = v ? 0 : -1;
         if (rc == 0 && path->u.seq.n == 2) {
             rc = ckpt_pv_dict_add(a, model, path->u.seq.v[1], v);
@@ -844,18 +844,18 @@ static void plan_release(struct oplan *p)
 {
     for (int i = 0; i < 2; i++) {
         ckpt_olmocore_meta_free(p->meta[i]);
-        strmap_release(&p->bykey[i]);
+        tf_strmap_release(&p->bykey[i]);
     }
     for (size_t i = 0; i < p->nfiles; i++)
         free(p->files[i].pieces);
     free(p->files);
-    strmap_release(&p->byfile);
+    tf_strmap_release(&p->byfile);
     free(p->pieces);
     free(p->ts);
     free(p->ent);
 }
 
-int olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err)
+int uns_olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct oplan p;
     struct unflat u;
@@ -863,7 +863,7 @@ int olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     memset(&p, 0, sizeof(p));
     memset(&u, 0, sizeof(u));
     p.j = j;
-    int rc = olmo_job_init(j, src, "metadata.json", &p, locate, err);
+    int rc = uns_olmo_job_init(j, src, "metadata.json", &p, locate, err);
     if (rc == 0)
         rc = check_train(j, err);
     for (int part = 0; rc == 0 && part < 2; part++)
@@ -877,15 +877,15 @@ int olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = make_entries(&p, &u, err);
     if (rc == 0)
-        rc = plan_tensors(j, err);
+        rc = uns_plan_tensors(j, err);
     if (rc == 0)
         rc = build_root(&p, &root, err);
     if (rc == 0)
-        rc = layout_files(j, root, err);
+        rc = uns_layout_files(j, root, err);
     if (rc != 0 && err->msg[0] && !strstr(err->msg, src))
         ckpt_err_prefix(err, "%s", src);
     free(u.v);
-    strmap_release(&u.names);
+    tf_strmap_release(&u.names);
     plan_release(&p);
     j->fmtplan = NULL;
     return rc;

@@ -25,7 +25,7 @@
 #include "ckpt/util.h"
 #include "olmoflat.h"
 
-int olmoflat_allow(void *ud, const char *module, const char *name)
+int uns_olmoflat_allow(void *ud, const char *module, const char *name)
 {
     /* The NamedTuple is pickled by reference to its class: torch >= 2.1
      * keeps it in _flat_param, torch 2.0 in flat_param. */
@@ -87,7 +87,7 @@ static int shape_of(struct ckpt_arena *a, const struct ckpt_pv *v,
     return 0;
 }
 
-char *olmoflat_strip(struct ckpt_arena *a, const char *s)
+char *uns_olmoflat_strip(struct ckpt_arena *a, const char *s)
 {
     struct ckpt_buf b = CKPT_BUF_INIT;
     const char *hit;
@@ -105,7 +105,7 @@ char *olmoflat_strip(struct ckpt_arena *a, const char *s)
 static char *root_fqn(struct ckpt_arena *a, const char *name,
                       const struct ckpt_pv *rel)
 {
-    const char *prefix = olmoflat_strip(a, name);
+    const char *prefix = uns_olmoflat_strip(a, name);
     if (!prefix)
         return NULL;
     size_t pl = strlen(prefix), at = pl ? pl + 1 : 0;
@@ -304,8 +304,8 @@ static int add_handle(struct rdr *r, const char *name,
     return rc;
 }
 
-int olmoflat_read(struct ckpt_arena *a, const struct ckpt_pv *root,
-                  const char *file, struct lmodel *m, struct ckpt_err *err)
+int uns_olmoflat_read(struct ckpt_arena *a, const struct ckpt_pv *root,
+                      const char *file, struct lmodel *m, struct ckpt_err *err)
 {
     struct rdr r = { a, file, m, err };
     const struct ckpt_pv *mods = seq_of(ckpt_pv_dict_get(dict_of(root),
@@ -327,7 +327,7 @@ int olmoflat_read(struct ckpt_arena *a, const struct ckpt_pv *root,
     return 0;
 }
 
-void olmoflat_release(struct lmodel *m)
+void uns_olmoflat_release(struct lmodel *m)
 {
     if (!m)
         return;

@@ -49,11 +49,11 @@ struct lmodel {
 /* s with every "_fsdp_wrapped_module." removed (Python's str.replace, as
  * OLMo cleans module and parameter names), in arena a; NULL when a is
  * full. */
-char *olmoflat_strip(struct ckpt_arena *a, const char *s);
+char *uns_olmoflat_strip(struct ckpt_arena *a, const char *s);
 
 /* Classes a model file may name (ckpt_pickle_allow_fn): tensors,
  * torch.Size and FSDP's _ShardParamInfo NamedTuple. */
-int olmoflat_allow(void *ud, const char *module, const char *name);
+int uns_olmoflat_allow(void *ud, const char *module, const char *name);
 
 /*
  * Interpret the unpickled model file `root` ({"modules": [{"name",
@@ -65,9 +65,9 @@ int olmoflat_allow(void *ud, const char *module, const char *name);
  * part of flat_param.data. Strings go to arena a; *m must be zeroed and
  * is released with olmoflat_release. 0, or -1 with err (CKPT_EFORMAT).
  */
-int olmoflat_read(struct ckpt_arena *a, const struct ckpt_pv *root,
-                  const char *file, struct lmodel *m, struct ckpt_err *err);
+int uns_olmoflat_read(struct ckpt_arena *a, const struct ckpt_pv *root,
+                      const char *file, struct lmodel *m, struct ckpt_err *err);
 /* NULL-safe; leaves *m zeroed. */
-void olmoflat_release(struct lmodel *m);
+void uns_olmoflat_release(struct lmodel *m);
 
 #endif

@@ -38,7 +38,7 @@
 
 /* No DCP metadata; model/ holds rank<N>.pt, or metadata.yaml says
  * world_size (model/rank0.pt itself may be the one missing). */
-int olmolocal_is_step(const char *dir)
+int uns_olmolocal_is_step(const char *dir)
 {
     if (ckpt_is_file_in(dir, ".metadata"))
         return 0;
@@ -68,14 +68,14 @@ static int world_size(struct ujob *j, int *n, struct ckpt_err *err)
     if (!ckpt_is_file_in(j->dir, "metadata.yaml"))
         rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s' is missing: the "
                           "checkpoint is incomplete", path);
-    else if (src_get(j, "metadata.yaml", &s, err) != 0)
+    else if (uns_src_get(j, "metadata.yaml", &s, err) != 0)
         rc = -1;
     else if (s->size > MAX_META)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is larger than %u "
                           "bytes", path, MAX_META);
     char *text = rc ? NULL : ckpt_xmalloc((size_t)s->size + 1);
     cJSON *doc = NULL;
-    if (rc == 0 && src_read(s, 0, text, (size_t)s->size, err) != 0)
+    if (rc == 0 && uns_src_read(s, 0, text, (size_t)s->size, err) != 0)
         rc = -1;
     if (rc == 0 && ckpt_yaml_parse(text, (size_t)s->size, path, &doc,
                                    err) != 0)
@@ -111,10 +111,11 @@ static int check_ranks(struct lplan *p, struct ckpt_err *err)
 }
 
 /* The name stays in the metadata arena: src_get keeps it as a key. */
-int olmolocal_load(struct lplan *p, const char *dir, int r,
-                   struct ckpt_arena *a, ckpt_pickle_allow_fn allow,
-                   const char **rel, struct usrc **src, struct ckpt_tzip **z,
-                   struct ckpt_pv **root, struct ckpt_err *err)
+int uns_olmolocal_load(struct lplan *p, const char *dir, int r,
+                       struct ckpt_arena *a, ckpt_pickle_allow_fn allow,
+                       const char **rel, struct usrc **src,
+                       struct ckpt_tzip **z, struct ckpt_pv **root,
+                       struct ckpt_err *err)
 {
     char name[64];
     struct ckpt_rd rd;
@@ -126,9 +127,9 @@ int olmolocal_load(struct lplan *p, const char *dir, int r,
     *z = NULL;
     if (!*rel)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-    if (src_get(p->j, *rel, src, err) != 0)
+    if (uns_src_get(p->j, *rel, src, err) != 0)
         return -1;
-    src_rd(&rd, *src, 0, (*src)->size);
+    uns_src_rd(&rd, *src, 0, (*src)->size);
     /* A whole rank's state: bounded by the arena. */
     struct ckpt_pickle_opts po = { .name = "data.pkl", .allow = allow,
                                    .max_values = SIZE_MAX,
@@ -146,10 +147,10 @@ int olmolocal_load(struct lplan *p, const char *dir, int r,
     return rc;
 }
 
-int olmolocal_record(const struct ckpt_tzip *z, const struct ckpt_tensor *t,
-                     const char *rel, const char *what,
-                     const struct ckpt_tzip_entry **out,
-                     struct ckpt_err *err)
+int uns_olmolocal_record(const struct ckpt_tzip *z, const struct ckpt_tensor *t,
+                         const char *rel, const char *what,
+                         const struct ckpt_tzip_entry **out,
+                         struct ckpt_err *err)
 {
     char rec[64];
     snprintf(rec, sizeof(rec), "data/%s", t->key);
@@ -161,7 +162,7 @@ int olmolocal_record(const struct ckpt_tzip *z, const struct ckpt_tensor *t,
     return 0;
 }
 
-struct lslice *olmolocal_add_slice(struct lslices *s)
+struct lslice *uns_olmolocal_add_slice(struct lslices *s)
 {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 4;
@@ -233,20 +234,20 @@ static int add_pieces(struct lplan *p, const struct lmodel *m, int r,
         char what[160];
         snprintf(what, sizeof(what), "flat parameter of module '%s'",
                  f->module);
-        if (olmolocal_record(z, &f->data, rel, what, &ze, err) != 0)
+        if (uns_olmolocal_record(z, &f->data, rel, what, &ze, err) != 0)
             return -1;
         for (size_t k = f->first; k < f->first + f->n; k++) {
             const struct lpiece *q = &m->pieces[k];
             if (!q->held)
                 continue;
-            struct lslice *s = olmolocal_add_slice(&p->params[k].sl);
+            struct lslice *s = uns_olmolocal_add_slice(&p->params[k].sl);
             s->rank = r;
             s->start = q->start;
             s->count = q->count;
             s->src = src;
             s->data = ze->data_off;
-            src_note_record(src, ze->data_off, ze->size, ze->crc, z->prefix,
-                            ze->name);
+            uns_src_note_record(src, ze->data_off, ze->size, ze->crc, z->prefix,
+                                ze->name);
             s->step = f->data.stride[0];
             s->soff = f->data.storage_offset + (int64_t)q->at * s->step;
             s->big_endian = z->big_endian;
@@ -265,11 +266,11 @@ static int init_params(struct lplan *p, struct ckpt_err *err)
         const struct lpiece *q = &m->pieces[i];
         p->params[i].p = q;
         p->params[i].dtype = m->flats[q->flat].data.dtype;
-        if (strmap_get(&p->byfqn, q->fqn, strlen(q->fqn), NULL))
+        if (tf_strmap_get(&p->byfqn, q->fqn, strlen(q->fqn), NULL))
             return ckpt_err_set(err, CKPT_EFORMAT, "'model/rank0.pt': "
                                 "parameter '%s' is in two flat parameters",
                                 q->fqn);
-        if (strmap_put(&p->byfqn, q->fqn, strlen(q->fqn), i) != 0)
+        if (tf_strmap_put(&p->byfqn, q->fqn, strlen(q->fqn), i) != 0)
             return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     }
     return 0;
@@ -286,16 +287,16 @@ static int model_rank(struct lplan *p, int r, struct ckpt_err *err)
     struct ckpt_pv *root;
     int rc = a ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = olmolocal_load(p, "model", r, a, olmoflat_allow, &rel, &src, &z,
-                            &root, err);
+        rc = uns_olmolocal_load(p, "model", r, a, uns_olmoflat_allow, &rel,
+                                &src, &z, &root, err);
     if (rc == 0)
-        rc = olmoflat_read(a, root, rel, mp, err);
+        rc = uns_olmoflat_read(a, root, rel, mp, err);
     if (rc == 0)
         rc = r ? same_params(p, mp, r, rel, err) : init_params(p, err);
     if (rc == 0)
         rc = add_pieces(p, mp, r, rel, src, z, err);
     ckpt_tzip_free(z);
-    olmoflat_release(&m);
+    uns_olmoflat_release(&m);
     if (r)
         ckpt_arena_free(a);
     return rc;
@@ -429,8 +430,8 @@ static int tensor_entry(struct lplan *p, struct ckpt_dcp_entry *e,
         row[d] = d == ndim - 1 ? 1 : row[d + 1] * (int64_t)size[d + 1];
     for (size_t i = 0; i < sl->n; i++) {
         const struct lslice *s = &sl->v[i];
-        int nb = flat_boxes(ndim, size, s->start, s->count, boxes,
-                            2 * CKPT_MAX_DIMS);
+        int nb = uns_flat_boxes(ndim, size, s->start, s->count, boxes,
+                                2 * CKPT_MAX_DIMS);
         if (nb < 0)
             return ckpt_err_set(err, CKPT_EINTERNAL, "'%s': range does "
                                 "not fit", e->fqn);
@@ -568,7 +569,7 @@ static int build_root(struct lplan *p, struct ckpt_pv **root,
         j->paths[i] = m->entries[i].path;
     for (size_t i = 0; rc == 0 && i < p->m0.npieces; i++)
         rc = put(a, model, str(a, m->entries[i].fqn),
-                 j->values[i] = tree_tensor(j, &j->tensors[i]));
+                 j->values[i] = uns_tree_tensor(j, &j->tensors[i]));
     for (size_t i = 0; rc == 0 && i < p->nstates; i++) {
         const struct lstate *s = &p->states[i];
         struct ckpt_pv *d = ckpt_pv_new(a, CKPT_PV_DICT);
@@ -576,7 +577,7 @@ static int build_root(struct lplan *p, struct ckpt_pv **root,
         for (size_t k = 0; rc == 0 && k < s->n; k++) {
             const struct lvalue *x = &s->v[k];
             struct ckpt_pv *v = x->kind == V_PLAIN ? x->plain
-                                : tree_tensor(j, &j->tensors[x->entry]);
+                                : uns_tree_tensor(j, &j->tensors[x->entry]);
             j->values[x->entry] = v;
             rc = put(a, d, str(a, x->key), v);
         }
@@ -594,13 +595,13 @@ static int build_root(struct lplan *p, struct ckpt_pv **root,
     j->values[m->n - 1] = p->groups;
     /* Byte items keep rank 0's storages (a tensor among the param_groups)
      * as records of optim.pt. */
-    src_rd(&rd, p->osrc0, 0, p->osrc0->size);
+    uns_src_rd(&rd, p->osrc0, 0, p->osrc0->size);
     for (size_t i = 0; i < m->n; i++) {
         if (m->entries[i].kind != CKPT_DCP_BYTES)
             continue;
         j->objects++;
-        if (tree_remap(j, &m->entries[i], j->values[i], p->oz0, &rd,
-                       p->osrc0, err) != 0)
+        if (uns_tree_remap(j, &m->entries[i], j->values[i], p->oz0, &rd,
+                           p->osrc0, err) != 0)
             return -1;
     }
     return 0;
@@ -622,20 +623,20 @@ static void plan_release(struct lplan *p)
             free(p->locs[i].loc);
     free(p->locs);
     free(p->gfqn);
-    strmap_release(&p->byfqn);
-    strmap_release(&p->byid);
-    strmap_release(&p->gbyid);
+    tf_strmap_release(&p->byfqn);
+    tf_strmap_release(&p->byid);
+    tf_strmap_release(&p->gbyid);
     ckpt_tzip_free(p->oz0);
-    olmoflat_release(&p->m0);
+    uns_olmoflat_release(&p->m0);
 }
 
-int olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err)
+int uns_olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct lplan p;
     struct ckpt_pv *root;
     memset(&p, 0, sizeof(p));
     p.j = j;
-    int rc = olmo_job_init(j, src, "metadata.yaml", &p, locate, err);
+    int rc = uns_olmo_job_init(j, src, "metadata.yaml", &p, locate, err);
     if (rc == 0)
         rc = world_size(j, &p.nranks, err);
     if (rc == 0)
@@ -646,19 +647,19 @@ int olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = cover_params(&p, err);
     for (int r = 0; rc == 0 && r < p.nranks; r++)
-        rc = olmooptim_rank(&p, r, err);
+        rc = uns_olmooptim_rank(&p, r, err);
     if (rc == 0)
         rc = cover_values(&p, err);
     if (rc == 0)
-        rc = olmooptim_clean_names(&p, err);
+        rc = uns_olmooptim_clean_names(&p, err);
     if (rc == 0)
         rc = make_entries(&p, err);
     if (rc == 0)
-        rc = plan_tensors(j, err);
+        rc = uns_plan_tensors(j, err);
     if (rc == 0)
         rc = build_root(&p, &root, err);
     if (rc == 0)
-        rc = layout_files(j, root, err);
+        rc = uns_layout_files(j, root, err);
     if (rc != 0 && err->msg[0] && !strstr(err->msg, src))
         ckpt_err_prefix(err, "%s", src);
     plan_release(&p);

@@ -81,23 +81,24 @@ struct lplan {
 /* olmolocal.c */
 /* Open rank file DIR/rank{r}.pt (*rel: its name, metadata arena) and
  * parse its data.pkl into arena a with the allow-list allow. */
-int olmolocal_load(struct lplan *p, const char *dir, int r,
-                   struct ckpt_arena *a, ckpt_pickle_allow_fn allow,
-                   const char **rel, struct usrc **src, struct ckpt_tzip **z,
-                   struct ckpt_pv **root, struct ckpt_err *err);
+int uns_olmolocal_load(struct lplan *p, const char *dir, int r,
+                       struct ckpt_arena *a, ckpt_pickle_allow_fn allow,
+                       const char **rel, struct usrc **src,
+                       struct ckpt_tzip **z, struct ckpt_pv **root,
+                       struct ckpt_err *err);
 /* The storage record of tensor t (named what) in z, checked to hold it. */
-int olmolocal_record(const struct ckpt_tzip *z, const struct ckpt_tensor *t,
-                     const char *rel, const char *what,
-                     const struct ckpt_tzip_entry **out,
-                     struct ckpt_err *err);
+int uns_olmolocal_record(const struct ckpt_tzip *z, const struct ckpt_tensor *t,
+                         const char *rel, const char *what,
+                         const struct ckpt_tzip_entry **out,
+                         struct ckpt_err *err);
 /* A zeroed slice appended to s. */
-struct lslice *olmolocal_add_slice(struct lslices *s);
+struct lslice *uns_olmolocal_add_slice(struct lslices *s);
 
 /* olmooptim.c */
 /* Read optim/rank{r}.pt into p->states (rank 0 first: it keeps its
  * graph, param_groups and zip in p). */
-int olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err);
+int uns_olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err);
 /* Remove "_fsdp_wrapped_module." from rank 0's param_names. */
-int olmooptim_clean_names(struct lplan *p, struct ckpt_err *err);
+int uns_olmooptim_clean_names(struct lplan *p, struct ckpt_err *err);
 
 #endif

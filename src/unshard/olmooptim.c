@@ -72,9 +72,9 @@ static int read_groups(struct lplan *p, struct ckpt_err *err)
                 p->gfqn = ckpt_xreallocarray(p->gfqn, cap, sizeof(*p->gfqn));
             }
             const char *k = id_key(a, id);
-            p->gfqn[n] = olmoflat_strip(a, nm->u.s.p);
+            p->gfqn[n] = uns_olmoflat_strip(a, nm->u.s.p);
             if (!k || !p->gfqn[n] ||
-                strmap_put(&p->gbyid, k, sizeof(id), n++) != 0)
+                tf_strmap_put(&p->gbyid, k, sizeof(id), n++) != 0)
                 return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
         }
     }
@@ -85,9 +85,9 @@ static struct lstate *state_of(struct lplan *p, int64_t id, const char *rel,
                                struct ckpt_err *err)
 {
     uint64_t i;
-    if (strmap_get(&p->byid, (const char *)&id, sizeof(id), &i))
+    if (tf_strmap_get(&p->byid, (const char *)&id, sizeof(id), &i))
         return &p->states[i];
-    if (!strmap_get(&p->gbyid, (const char *)&id, sizeof(id), &i)) {
+    if (!tf_strmap_get(&p->gbyid, (const char *)&id, sizeof(id), &i)) {
         ckpt_err_set(err, CKPT_EFORMAT, "'%s': state %lld is in no param "
                      "group", rel, (long long)id);
         return NULL;
@@ -103,9 +103,9 @@ static struct lstate *state_of(struct lplan *p, int64_t id, const char *rel,
     memset(s, 0, sizeof(*s));
     s->id = id;
     s->fqn = p->gfqn[i];
-    s->param = strmap_get(&p->byfqn, s->fqn, strlen(s->fqn), &pi)
+    s->param = tf_strmap_get(&p->byfqn, s->fqn, strlen(s->fqn), &pi)
                ? (long)pi : -1;
-    if (!k || strmap_put(&p->byid, k, sizeof(id), p->nstates) != 0) {
+    if (!k || tf_strmap_put(&p->byid, k, sizeof(id), p->nstates) != 0) {
         ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
         return NULL;
     }
@@ -144,21 +144,21 @@ static int scalar(const struct oval *o, struct lvalue *x,
     if (size > sizeof(b))
         return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': dtype %s of "
                             "'%s'", o->rel, o->t.dtype->name, o->key);
-    if (src_read(o->src, ze->data_off + (uint64_t)o->t.storage_offset *
-                 size, b, size, err) != 0)
+    if (uns_src_read(o->src, ze->data_off + (uint64_t)o->t.storage_offset *
+                     size, b, size, err) != 0)
         return -1;
     if (x->sl.n)
         return x->dtype != o->t.dtype || memcmp(x->bytes, b, size)
                ? disagree(o, x, "the value", err) : 0;
     x->dtype = o->t.dtype;
     memcpy(x->bytes, b, size);
-    struct lslice *s = olmolocal_add_slice(&x->sl);
+    struct lslice *s = uns_olmolocal_add_slice(&x->sl);
     s->rank = o->rank;
     s->count = 1;
     s->src = o->src;
     s->data = ze->data_off;
-    src_note_record(o->src, ze->data_off, ze->size, ze->crc, o->z->prefix,
-                    ze->name);
+    uns_src_note_record(o->src, ze->data_off, ze->size, ze->crc, o->z->prefix,
+                        ze->name);
     s->soff = o->t.storage_offset;
     s->big_endian = o->z->big_endian;
     return 0;
@@ -216,14 +216,14 @@ static int sharded(const struct oval *o, struct lvalue *x,
                             o->rel, o->key, (long long)s->id, s->fqn,
                             (unsigned long long)n, o->rank,
                             (unsigned long long)ms->count);
-    struct lslice *c = olmolocal_add_slice(&x->sl);
+    struct lslice *c = uns_olmolocal_add_slice(&x->sl);
     c->rank = o->rank;
     c->start = ms->start;
     c->count = ms->count;
     c->src = o->src;
     c->data = ze->data_off;
-    src_note_record(o->src, ze->data_off, ze->size, ze->crc, o->z->prefix,
-                    ze->name);
+    uns_src_note_record(o->src, ze->data_off, ze->size, ze->crc, o->z->prefix,
+                        ze->name);
     c->step = o->t.stride[0];
     c->soff = o->t.storage_offset;
     c->big_endian = o->z->big_endian;
@@ -243,7 +243,7 @@ static int plain(const struct oval *o, struct lvalue *x,
                             "optimizer state %lld is not a tensor and not "
                             "in optim/rank0.pt", o->rel, o->key,
                             (long long)o->s->id);
-    return legacy_same(o->p->oz0, x->plain, o->z, o->v)
+    return uns_legacy_same(o->p->oz0, x->plain, o->z, o->v)
            ? 0 : disagree(o, x, "the value", err);
 }
 
@@ -284,7 +284,7 @@ static int one_value(struct oval *o, struct ckpt_err *err)
                         err);
     snprintf(what, sizeof(what), "'%s' of optimizer state %lld", o->key,
              (long long)o->s->id);
-    if (t && olmolocal_record(o->z, &o->t, o->rel, what, &ze, err) != 0)
+    if (t && uns_olmolocal_record(o->z, &o->t, o->rel, what, &ze, err) != 0)
         return -1;
     if (kind == V_SCALAR)
         return scalar(o, x, ze, err);
@@ -321,7 +321,7 @@ static int read_state(struct lplan *p, struct oval *o, struct ckpt_pv *root,
     return 0;
 }
 
-int olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err)
+int uns_olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err)
 {
     struct ckpt_arena *a = r ? ckpt_arena_new(2048ULL << 20) : p->j->arena;
     struct oval o = { .p = p, .rank = r };
@@ -329,15 +329,15 @@ int olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err)
     int rc = a ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0)
         /* Any class: what is written is checked in layout.c. */
-        rc = olmolocal_load(p, "optim", r, a, NULL, &o.rel, &o.src, &o.z,
-                            &root, err);
+        rc = uns_olmolocal_load(p, "optim", r, a, NULL, &o.rel, &o.src, &o.z,
+                                &root, err);
     struct ckpt_pv *groups = ckpt_pv_dict_get(dict_of(root), "param_groups");
     if (rc == 0 && r == 0) {
         p->groups = groups;
         p->oz0 = o.z;
         p->osrc0 = o.src;
         rc = read_groups(p, err);
-    } else if (rc == 0 && !legacy_same(p->oz0, p->groups, o.z, groups)) {
+    } else if (rc == 0 && !uns_legacy_same(p->oz0, p->groups, o.z, groups)) {
         rc = ckpt_err_set(err, CKPT_EFORMAT, "ranks 0 and %d disagree on "
                           "param_groups (%s)", r, o.rel);
     }
@@ -353,7 +353,7 @@ int olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err)
 }
 
 /* OLMo's unsharder writes param_names cleaned like the model's fqns. */
-int olmooptim_clean_names(struct lplan *p, struct ckpt_err *err)
+int uns_olmooptim_clean_names(struct lplan *p, struct ckpt_err *err)
 {
     struct ckpt_arena *a = p->j->arena;
     for (size_t g = 0; g < p->groups->u.seq.n; g++) {
@@ -363,7 +363,7 @@ int olmooptim_clean_names(struct lplan *p, struct ckpt_err *err)
             const char *s = names->u.seq.v[i]->u.s.p;
             if (!strstr(s, OLMOFLAT_WRAPPED))
                 continue;
-            char *c = olmoflat_strip(a, s);
+            char *c = uns_olmoflat_strip(a, s);
             if (!c || !(names->u.seq.v[i] = ckpt_pv_str(a, c, strlen(c))))
                 return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
         }

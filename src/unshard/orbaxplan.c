@@ -149,12 +149,12 @@ static int step_of(struct ckpt_storage *st, const char *dir)
 
 /* Items, or Orbax's step markers (a step whose items ckpt cannot read
  * is then reported as such, not as another format). */
-int orbax_is_step(const char *dir)
+int uns_orbax_is_step(const char *dir)
 {
     return step_of(NULL, dir);
 }
 
-int orbax_is_remote_step(struct ckpt_storage *st, const char *key)
+int uns_orbax_is_remote_step(struct ckpt_storage *st, const char *key)
 {
     return step_of(st, key);
 }
@@ -193,7 +193,8 @@ static int append(struct oplan *z, const void *p, uint64_t n, uint64_t *off,
                   struct ckpt_err *err)
 {
     *off = z->size;
-    if (pwrite_all(z->fd, p, (size_t)n, z->size, "temporary file", err) != 0)
+    if (uns_pwrite_all(z->fd, p, (size_t)n, z->size, "temporary file",
+                       err) != 0)
         return -1;
     z->size += n;
     z->tmp->size = z->size;
@@ -374,7 +375,7 @@ static int plan_items(struct oplan *z, const char *src, char **items,
     return rc;
 }
 
-int orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
+int uns_orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct oplan z;
     struct ckpt_pv *root;
@@ -398,22 +399,22 @@ int orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
         rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, ORBAX_NO_ARRAYS);
     if (rc == 0) {
         ckpt_sort(items, n, sizeof(*items), cmp_str);
-        rc = src_tmp_fd(j, err);
+        rc = uns_src_tmp_fd(j, err);
         if (rc >= 0) {
             z.fd = rc;
-            z.tmp = src_add(j, ckpt_xasprintf("%s (decoded chunks)", src),
-                            rc, 0);
+            z.tmp = uns_src_add(j, ckpt_xasprintf("%s (decoded chunks)", src),
+                                rc, 0);
             rc = 0;
         }
     }
     if (rc == 0)
         rc = plan_items(&z, src, items, n, err);
     if (rc == 0)
-        rc = plan_tensors(j, err);
+        rc = uns_plan_tensors(j, err);
     if (rc == 0)
-        rc = tree_build(j, &root, err);
+        rc = uns_tree_build(j, &root, err);
     if (rc == 0)
-        rc = layout_files(j, root, err);
+        rc = uns_layout_files(j, root, err);
     for (size_t i = 0; i < n; i++)
         free(items[i]);
     free(items);

@@ -48,13 +48,13 @@ static int probe_chunk(struct ujob *j, struct utensor *t, struct uchunk *c,
     struct ckpt_rd rd;
     if (j->locate)
         return j->locate(j, t, c, err);
-    if (src_item(j, &c->meta->st, bytes + (16u << 20), &c->src, &off, &len,
-                 err) != 0)
+    if (uns_src_item(j, &c->meta->st, bytes + (16u << 20), &c->src, &off, &len,
+                     err) != 0)
         return -1;
     struct src_cache cache;
-    src_rd_cached(&rd, &cache, c->src, off, len);
+    uns_src_rd_cached(&rd, &cache, c->src, off, len);
     int rc = ckpt_tensor_item_load(&rd, &loc, err);
-    src_cache_release(&cache);
+    uns_src_cache_release(&cache);
     if (rc != 0)
         return -1;
     if (loc.t.dtype != e->dtype)
@@ -74,7 +74,7 @@ static int probe_chunk(struct ujob *j, struct utensor *t, struct uchunk *c,
     c->item_off = off;
     c->data = off + loc.data_off;
     c->big_endian = loc.big_endian;
-    src_note_record(c->src, c->data, loc.data_size, loc.crc, NULL, loc.rec);
+    uns_src_note_record(c->src, c->data, loc.data_size, loc.crc, NULL, loc.rec);
     return 0;
 }
 
@@ -89,7 +89,7 @@ static void probe_task(void *arg)
             fmt_box(box, sizeof(box), c->meta->offsets, c->meta->sizes,
                     p->t->e->ndim);
             ckpt_err_prefix(&err, "tensor '%s' chunk %s", p->t->e->fqn, box);
-            job_fail(p->j, &err);
+            uns_job_fail(p->j, &err);
             break;
         }
     }
@@ -229,8 +229,8 @@ static void cut_bands(struct utensor *t, uint64_t target)
     t->nbands = prefixes * t->per_prefix;
 }
 
-void plan_band_box(const struct utensor *t, uint64_t band, uint64_t *lo,
-                   uint64_t *hi, uint64_t *dst_off, uint64_t *len)
+void uns_plan_band_box(const struct utensor *t, uint64_t band, uint64_t *lo,
+                       uint64_t *hi, uint64_t *dst_off, uint64_t *len)
 {
     const struct ckpt_dcp_entry *e = t->e;
     int nd = e->ndim, bd = t->bdim;
@@ -289,7 +289,7 @@ static int init_tensor(struct ujob *j, struct utensor *t,
     return 0;
 }
 
-int plan_tensors(struct ujob *j, struct ckpt_err *err)
+int uns_plan_tensors(struct ujob *j, struct ckpt_err *err)
 {
     const struct ckpt_dcp_meta *m = j->meta;
     j->tensors = ckpt_xcalloc(m->n ? m->n : 1, sizeof(*j->tensors));

@@ -44,8 +44,8 @@ static int storage_read(struct usrc *s, uint64_t off, void *buf, size_t len,
     return 0;
 }
 
-int src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
-             struct ckpt_err *err)
+int uns_src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
+                 struct ckpt_err *err)
 {
     size_t done = 0;
     if (s->fd < 0 && s->st)
@@ -70,10 +70,10 @@ int src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
 static int rd_read(void *ctx, uint64_t off, void *buf, size_t len,
                    struct ckpt_err *err)
 {
-    return src_read(ctx, off, buf, len, err);
+    return uns_src_read(ctx, off, buf, len, err);
 }
 
-void src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len)
+void uns_src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len)
 {
     rd->read = rd_read;
     rd->ctx = s;
@@ -94,7 +94,7 @@ static int cached_read(void *ctx, uint64_t off, void *buf, size_t len,
             return 0;
         }
     if (len > WINDOW / 2)
-        return src_read(c->s, off, buf, len, err);
+        return uns_src_read(c->s, off, buf, len, err);
     /* A window that holds the read and as much around it as the range
      * allows; near the end it reaches back, since zip records sit at
      * both ends of an item. */
@@ -108,7 +108,7 @@ static int cached_read(void *ctx, uint64_t off, void *buf, size_t len,
     char *w = c->w[k].buf ? c->w[k].buf : ckpt_xmalloc(WINDOW);
     c->w[k].buf = w;
     c->w[k].len = 0;
-    if (src_read(c->s, start, w, (size_t)(end - start), err) != 0)
+    if (uns_src_read(c->s, start, w, (size_t)(end - start), err) != 0)
         return -1;
     c->w[k].off = start;
     c->w[k].len = (size_t)(end - start);
@@ -116,10 +116,10 @@ static int cached_read(void *ctx, uint64_t off, void *buf, size_t len,
     return 0;
 }
 
-void src_rd_cached(struct ckpt_rd *rd, struct src_cache *c, struct usrc *s,
-                   uint64_t off, uint64_t len)
+void uns_src_rd_cached(struct ckpt_rd *rd, struct src_cache *c, struct usrc *s,
+                       uint64_t off, uint64_t len)
 {
-    src_rd(rd, s, off, len);
+    uns_src_rd(rd, s, off, len);
     memset(c, 0, sizeof(*c));
     if (s->fd >= 0 || !s->st)
         return;
@@ -130,7 +130,7 @@ void src_rd_cached(struct ckpt_rd *rd, struct src_cache *c, struct usrc *s,
     rd->ctx = c;
 }
 
-void src_cache_release(struct src_cache *c)
+void uns_src_cache_release(struct src_cache *c)
 {
     for (int i = 0; i < 4; i++)
         free(c->w[i].buf);
@@ -157,7 +157,7 @@ static struct usrc *add_src(struct ujob *j, char *name, int fd,
     return s;
 }
 
-struct usrc *src_add(struct ujob *j, char *name, int fd, uint64_t size)
+struct usrc *uns_src_add(struct ujob *j, char *name, int fd, uint64_t size)
 {
     return add_src(j, name, fd, size);
 }
@@ -177,14 +177,14 @@ static int stat_remote(struct ujob *j, const char *path, uint64_t *size,
 }
 
 /* Open relpath (a name from the metadata) in the checkpoint directory. */
-int src_get(struct ujob *j, const char *relpath, struct usrc **out,
-            struct ckpt_err *err)
+int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
+                struct ckpt_err *err)
 {
     uint64_t i;
     /* Probe tasks look files up while another may append a decompressed
      * item to srcs (add_src), so reads of the array hold the lock too. */
     pthread_mutex_lock(&j->mu);
-    int found = strmap_get(&j->srcmap, relpath, strlen(relpath), &i);
+    int found = tf_strmap_get(&j->srcmap, relpath, strlen(relpath), &i);
     if (found)
         *out = j->srcs[i];
     pthread_mutex_unlock(&j->mu);
@@ -217,24 +217,24 @@ int src_get(struct ujob *j, const char *relpath, struct usrc **out,
      * by check_files before any task runs, so this insert is
      * single-threaded. */
     pthread_mutex_lock(&j->mu);
-    int rc = strmap_put(&j->srcmap, relpath, strlen(relpath), j->nsrcs - 1);
+    int rc = tf_strmap_put(&j->srcmap, relpath, strlen(relpath), j->nsrcs - 1);
     pthread_mutex_unlock(&j->mu);
     return rc ? ckpt_err_set(err, CKPT_ENOMEM, "out of memory") : 0;
 }
 
-void src_close_all(struct ujob *j)
+void uns_src_close_all(struct ujob *j)
 {
     for (size_t i = 0; i < j->nsrcs; i++) {
         if (j->srcs[i]->fd >= 0)
             close(j->srcs[i]->fd);
-        src_records_free(j->srcs[i]);
+        uns_src_records_free(j->srcs[i]);
         free(j->srcs[i]->name);
         free(j->srcs[i]);
     }
     free(j->srcs);
     j->srcs = NULL;
     j->nsrcs = 0;
-    strmap_release(&j->srcmap);
+    tf_strmap_release(&j->srcmap);
 }
 
 static int read_file(struct ujob *j, const char *path, char **data,
@@ -259,7 +259,7 @@ static int read_file(struct ujob *j, const char *path, char **data,
                       .size = (uint64_t)sb.st_size };
     *len = (size_t)sb.st_size;
     *data = ckpt_xmalloc(*len + 1);
-    int rc = src_read(&s, 0, *data, *len, err);
+    int rc = uns_src_read(&s, 0, *data, *len, err);
     close(fd);
     if (rc != 0)
         free(*data);
@@ -355,8 +355,8 @@ static int rank_local(struct ujob *j, struct ckpt_err *err)
     return rc;
 }
 
-int src_stat(struct ujob *j, const char *path, uint64_t *size,
-             struct ckpt_err *err)
+int uns_src_stat(struct ujob *j, const char *path, uint64_t *size,
+                 struct ckpt_err *err)
 {
     char etag[sizeof(((struct usrc *)0)->etag)];
     if (j->st)
@@ -374,11 +374,11 @@ static int is_file(struct ujob *j, const char *path)
 {
     uint64_t size;
     struct ckpt_err err;
-    return src_stat(j, path, &size, &err) == 0;
+    return uns_src_stat(j, path, &size, &err) == 0;
 }
 
-int src_file(struct ujob *j, const char *path, int local, struct usrc *s,
-             struct ckpt_err *err)
+int uns_src_file(struct ujob *j, const char *path, int local, struct usrc *s,
+                 struct ckpt_err *err)
 {
     struct usrc f = { .name = (char *)path, .fd = -1,
                       .st = local ? NULL : j->st, .key = (char *)path };
@@ -399,20 +399,20 @@ int src_file(struct ujob *j, const char *path, int local, struct usrc *s,
 
 /* Copy the file at path (in SRC; with local set, a local file even when
  * SRC is remote: the run's config.yaml) into fd. */
-int src_copy(struct ujob *j, const char *path, int local, int fd,
-             const char *to, uint64_t *size, struct ckpt_err *err)
+int uns_src_copy(struct ujob *j, const char *path, int local, int fd,
+                 const char *to, uint64_t *size, struct ckpt_err *err)
 {
     struct usrc s;
-    if (src_file(j, path, local, &s, err) != 0)
+    if (uns_src_file(j, path, local, &s, err) != 0)
         return -1;
     char *buf = ckpt_xmalloc(1 << 20);
     int rc = 0;
     for (uint64_t off = 0; rc == 0 && off < s.size; off += 1 << 20) {
         size_t n = s.size - off < (1 << 20) ? (size_t)(s.size - off)
                                             : 1 << 20;
-        rc = src_read(&s, off, buf, n, err);
+        rc = uns_src_read(&s, off, buf, n, err);
         if (rc == 0)
-            rc = pwrite_all(fd, buf, n, off, to, err);
+            rc = uns_pwrite_all(fd, buf, n, off, to, err);
     }
     free(buf);
     if (s.fd >= 0)
@@ -427,7 +427,7 @@ static int check_files(struct ujob *j, struct ckpt_err *err)
     for (size_t i = 0; i < j->meta->nfiles; i++) {
         struct usrc *s;
         const struct ckpt_dcp_filereq *f = &j->meta->files[i];
-        if (src_get(j, f->name, &s, err) != 0)
+        if (uns_src_get(j, f->name, &s, err) != 0)
             return -1;
         if (s->size < f->min_size)
             return ckpt_err_set(err, CKPT_EFORMAT,
@@ -474,7 +474,7 @@ static int open_location(struct ujob *j, const char *src, char **dir,
     return rc;
 }
 
-int src_open(struct ujob *j, const char *src, struct ckpt_err *err)
+int uns_src_open(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     char *top = NULL;
     if (open_location(j, src, &top, err) != 0) {
@@ -508,7 +508,7 @@ int src_open(struct ujob *j, const char *src, struct ckpt_err *err)
 
 /* --- stream extensions ------------------------------------------------ */
 
-int src_tmp_fd(struct ujob *j, struct ckpt_err *err)
+int uns_src_tmp_fd(struct ujob *j, struct ckpt_err *err)
 {
     int fd = open(j->tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -553,7 +553,7 @@ static int64_t unzstd(struct usrc *in, uint64_t off, uint64_t len, int fd,
     int rc = dc ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     while (rc == 0 && done < len) {
         size_t n = len - done < isz ? (size_t)(len - done) : isz;
-        rc = src_read(in, off + done, ib, n, err);
+        rc = uns_src_read(in, off + done, ib, n, err);
         ZSTD_inBuffer ibuf = { ib, n, 0 };
         while (rc == 0 && ibuf.pos < ibuf.size) {
             ZSTD_outBuffer obuf = { ob, osz, 0 };
@@ -585,12 +585,12 @@ static int64_t unzstd(struct usrc *in, uint64_t off, uint64_t len, int fd,
     return rc ? -1 : (int64_t)outn;
 }
 
-int src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
-             uint64_t limit, struct usrc **out, uint64_t *off,
-             uint64_t *len, struct ckpt_err *err)
+int uns_src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
+                 uint64_t limit, struct usrc **out, uint64_t *off,
+                 uint64_t *len, struct ckpt_err *err)
 {
     struct usrc *s;
-    if (src_get(j, st->file, &s, err) != 0)
+    if (uns_src_get(j, st->file, &s, err) != 0)
         return -1;
     *out = s;
     *off = st->offset;
@@ -604,7 +604,7 @@ int src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
                                 "supported)", s->name,
                                 (unsigned long long)st->offset,
                                 st->transforms[i]);
-        int fd = src_tmp_fd(j, err);
+        int fd = uns_src_tmp_fd(j, err);
         if (fd < 0)
             return -1;
         char *name = ckpt_xasprintf("%s (decompressed)", (*out)->name);

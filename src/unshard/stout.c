@@ -375,10 +375,10 @@ static int check_tensor(struct utensor *t, struct strmap *names,
         return ckpt_err_set(err, CKPT_EUNSUPPORTED, "tensor '%s': dtype %s "
                             "has no safetensors equivalent (use --format "
                             "torch)", t->e->fqn, t->e->dtype->name);
-    if (strmap_get(names, t->stname, strlen(t->stname), NULL))
+    if (tf_strmap_get(names, t->stname, strlen(t->stname), NULL))
         return ckpt_err_set(err, CKPT_EFORMAT, "tensor name '%s' occurs "
                             "twice", t->stname);
-    return strmap_put(names, t->stname, strlen(t->stname), 0) ?
+    return tf_strmap_put(names, t->stname, strlen(t->stname), 0) ?
            ckpt_err_set(err, CKPT_ENOMEM, "out of memory") : 0;
 }
 
@@ -398,12 +398,12 @@ static void keep_copy(struct ujob *j, struct ufile *part)
     ckpt_buf_init(&f->head);
 }
 
-int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
+int uns_st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
 {
     if (j->ncopies)
         return ckpt_err_set(err, CKPT_EUNSUPPORTED, "object '%s' holds "
                             "tensors; use --format torch", j->copies[0].e->fqn);
-    if (layout_choose(j, root, "", err) != 0)
+    if (uns_layout_choose(j, root, "", err) != 0)
         return -1;
     int olmo = j->olmo;
     /* The chosen files become parts; the real files are their shards. */
@@ -438,7 +438,7 @@ int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
         if (rc == 0 && p.n)
             shard_part(j, &p, max);
         free(p.tensors);
-        strmap_release(&names);
+        tf_strmap_release(&names);
     }
     free(part);
     for (size_t pi = 0; pi < nparts; pi++) {

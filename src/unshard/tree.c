@@ -159,7 +159,7 @@ static int remap_persid(struct tree *tr, struct ckpt_pv *p,
     c->src = src;
     c->off = rd->base + e->data_off;
     c->nbytes = e->size;
-    src_note_record(src, c->off, e->size, e->crc, z->prefix, e->name);
+    uns_src_note_record(src, c->off, e->size, e->crc, z->prefix, e->name);
     c->keystr = ckpt_pv_str(tr->a, "", 0);
     /* One record per storage key; views sharing a storage keep sharing. */
     pid->u.seq.v[2] = c->keystr;
@@ -178,18 +178,18 @@ static int remap_all(struct tree *tr, struct ckpt_pv *root,
         const struct ckpt_pv *key = ckpt_pv_item(p.v[i]->u.persid.pid, 2);
         uint64_t ci;
         if (key && key->kind == CKPT_PV_STR &&
-            strmap_get(&seen, key->u.s.p, key->u.s.len, &ci)) {
+            tf_strmap_get(&seen, key->u.s.p, key->u.s.len, &ci)) {
             p.v[i]->u.persid.pid->u.seq.v[2] = tr->j->copies[ci].keystr;
             p.v[i]->u.persid.pid->u.seq.v[3] = tr->s_cpu;
             continue;
         }
         rc = remap_persid(tr, p.v[i], z, rd, src, err);
-        if (rc == 0 && strmap_put(&seen, key->u.s.p, key->u.s.len,
-                                  tr->j->ncopies - 1) != 0)
+        if (rc == 0 && tf_strmap_put(&seen, key->u.s.p, key->u.s.len,
+                                     tr->j->ncopies - 1) != 0)
             rc = oom(err);
     }
     free(p.v);
-    strmap_release(&seen);
+    tf_strmap_release(&seen);
     return rc;
 }
 
@@ -206,9 +206,9 @@ static struct ckpt_pv *object_node(struct tree *tr,
     char *pkl = NULL;
     size_t plen;
     struct ckpt_pv *v = NULL;
-    if (src_item(tr->j, &e->st, MAX_OBJECT, &src, &off, &len, err) != 0)
+    if (uns_src_item(tr->j, &e->st, MAX_OBJECT, &src, &off, &len, err) != 0)
         goto out;
-    src_rd(&rd, src, off, len);
+    uns_src_rd(&rd, src, off, len);
     const struct ckpt_tzip_entry *pe;
     if (ckpt_tzip_open(&z, &rd, err) != 0)
         goto out;
@@ -260,13 +260,13 @@ static struct ckpt_pv *dict_slot(struct tree *tr, struct ckpt_pv *d,
     const char *key = slot_key(tr, d, k, &len);
     if (!key)
         return NULL;
-    if (strmap_get(&tr->keys, key, len, &i)) {
+    if (tf_strmap_get(&tr->keys, key, len, &i)) {
         if (v)
             d->u.dict.v[i] = v;
         return d->u.dict.v[i];
     }
     if (ckpt_pv_dict_add(tr->a, d, (struct ckpt_pv *)k, v ? v : def) ||
-        strmap_put(&tr->keys, key, len, d->u.dict.n - 1))
+        tf_strmap_put(&tr->keys, key, len, d->u.dict.n - 1))
         return NULL;
     return v ? v : def;
 }
@@ -384,7 +384,7 @@ static const struct ckpt_pv *flat_path(struct tree *tr, const char *fqn)
     return tuple_of(tr->a, n, k);
 }
 
-int tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
+int uns_tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
 {
     struct tree tr;
     size_t ti = 0;
@@ -410,26 +410,26 @@ int tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
         j->paths[i] = path;
         rc = set_element(&tr, *root, path, v, e->fqn, err);
     }
-    strmap_release(&tr.keys);
+    tf_strmap_release(&tr.keys);
     return rc;
 }
 
-struct ckpt_pv *tree_tensor(struct ujob *j, struct utensor *t)
+struct ckpt_pv *uns_tree_tensor(struct ujob *j, struct utensor *t)
 {
     struct tree tr;
     return init_tree(&tr, j) == 0 ? tensor_node(&tr, t) : NULL;
 }
 
-int tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
-               struct ckpt_pv *v, const struct ckpt_tzip *z,
-               const struct ckpt_rd *rd, struct usrc *src,
-               struct ckpt_err *err)
+int uns_tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
+                   struct ckpt_pv *v, const struct ckpt_tzip *z,
+                   const struct ckpt_rd *rd, struct usrc *src,
+                   struct ckpt_err *err)
 {
     struct tree tr;
     if (init_tree(&tr, j) != 0)
         return oom(err);
     tr.cur = e;
     int rc = remap_all(&tr, v, z, rd, src, err);
-    strmap_release(&tr.keys);
+    tf_strmap_release(&tr.keys);
     return rc;
 }

@@ -338,15 +338,15 @@ static int create_outputs(struct ujob *j, struct dest *d,
             return ckpt_err_sys(err, "create '%s'", f->tmp);
         if (f->raw || j->o->format == CKPT_FORMAT_SAFETENSORS) {
             /* JSON files, and safetensors headers: known already. */
-            if (pwrite_all(f->fd, f->head.ptr, f->head.len, 0, f->tmp,
-                           err) != 0)
+            if (uns_pwrite_all(f->fd, f->head.ptr, f->head.len, 0, f->tmp,
+                               err) != 0)
                 return -1;
             if (f->raw)
                 continue;
         }
         if (f->copy_from) {
-            if (src_copy(j, f->copy_from, f->copy_local, f->fd, f->tmp,
-                         &f->size, err) != 0)
+            if (uns_src_copy(j, f->copy_from, f->copy_local, f->fd, f->tmp,
+                             &f->size, err) != 0)
                 return -1;
             continue;
         }
@@ -382,7 +382,7 @@ static int add_config(struct ujob *j, struct ckpt_err *err)
     char *own = ckpt_path_join(j->top, "config.yaml");
     uint64_t size;
     struct ckpt_err e2;
-    const char *from = src_stat(j, own, &size, &e2) == 0 ? own : NULL;
+    const char *from = uns_src_stat(j, own, &size, &e2) == 0 ? own : NULL;
     struct stat sb;
     int local = !j->st;
     /* The run's config.yaml (run mode) is a local file, even when the
@@ -439,7 +439,7 @@ static void fill_result(struct ujob *j, struct ckpt_unshard_result *res)
 static void job_release(struct ujob *j)
 {
     ckpt_pool_free(j->pool);
-    bufpool_release(&j->bufs);
+    uns_bufpool_release(&j->bufs);
     for (size_t i = 0; i < j->ntensors; i++)
         free(j->tensors[i].crcs);
     free(j->tensors);
@@ -463,7 +463,7 @@ static void job_release(struct ujob *j)
     free(j->files);
     free(j->values);
     free(j->paths);
-    src_close_all(j);
+    uns_src_close_all(j);
     ckpt_dcp_meta_free(j->meta);
     ckpt_arena_free(j->arena);
     free(j->dir);
@@ -488,13 +488,13 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
     j->band = j->band < BAND_MIN ? BAND_MIN : j->band;
     j->arena = ckpt_arena_new(ARENA_LIMIT);
     j->pool = ckpt_pool_new(jobs, 2 * (size_t)jobs);
-    if (!j->arena || !j->pool || bufpool_init(&j->bufs, j->band) != 0)
+    if (!j->arena || !j->pool || uns_bufpool_init(&j->bufs, j->band) != 0)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     return 0;
 }
 
-int olmo_job_init(struct ujob *j, const char *src, const char *metaname,
-                  void *plan, ujob_locate_fn locate, struct ckpt_err *err)
+int uns_olmo_job_init(struct ujob *j, const char *src, const char *metaname,
+                      void *plan, ujob_locate_fn locate, struct ckpt_err *err)
 {
     j->dir = ckpt_xstrdup(src);
     j->olmo_step = 1;
@@ -523,8 +523,8 @@ static int orbax_src(struct ujob *j, const char *src, char **key)
             ckpt_storage_open(&st, &loc, &cfg, &e) != 0)
             st = NULL;
         if (loc.scheme == CKPT_SCHEME_LOCAL)
-            is = orbax_is_step(src);
-        else if (st && (is = orbax_is_remote_step(st, loc.key)) != 0)
+            is = uns_orbax_is_step(src);
+        else if (st && (is = uns_orbax_is_remote_step(st, loc.key)) != 0)
             k = loc.key;
         if (is)
             *key = ckpt_xstrdup(k);
@@ -537,7 +537,7 @@ static int orbax_src(struct ujob *j, const char *src, char **key)
         ckpt_loc_release(&loc);
         return is;
     }
-    if (st && orbax_is_remote_step(st, src)) {
+    if (st && uns_orbax_is_remote_step(st, src)) {
         j->st = st;
         j->st_borrowed = 1;
         *key = ckpt_xstrdup(src);
@@ -550,42 +550,42 @@ static int orbax_src(struct ujob *j, const char *src, char **key)
 static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_pv *root;
-    if (!j->o->storage && olmolocal_is_step(src)) {
+    if (!j->o->storage && uns_olmolocal_is_step(src)) {
         j->top = ckpt_xstrdup(src);
-        return olmolocal_plan(j, src, err);
+        return uns_olmolocal_plan(j, src, err);
     }
-    if (!j->o->storage && olmocore_is_step(src)) {
+    if (!j->o->storage && uns_olmocore_is_step(src)) {
         j->top = ckpt_xstrdup(src);
-        return olmocore_plan(j, src, err);
+        return uns_olmocore_plan(j, src, err);
     }
     char *okey = NULL;
     if (orbax_src(j, src, &okey)) {
         j->top = okey;
-        return orbax_plan(j, okey, err);
+        return uns_orbax_plan(j, okey, err);
     }
-    if (!j->o->storage && (legacy_is_step(src) || zarr_is_step(src))) {
+    if (!j->o->storage && (uns_legacy_is_step(src) || uns_zarr_is_step(src))) {
         /* Local step directories: their config.yaml travels too. */
         j->top = ckpt_xstrdup(src);
-        return legacy_is_step(src) ? legacy_plan(j, src, err)
-                                   : zarr_plan(j, src, err);
+        return uns_legacy_is_step(src) ? uns_legacy_plan(j, src, err)
+                                   : uns_zarr_plan(j, src, err);
     }
-    if (src_open(j, src, err) != 0)
+    if (uns_src_open(j, src, err) != 0)
         return -1;
     j->olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
               (j->o->layout == CKPT_LAYOUT_AUTO && j->olmo_step);
-    if (plan_tensors(j, err) != 0 || tree_build(j, &root, err) != 0)
+    if (uns_plan_tensors(j, err) != 0 || uns_tree_build(j, &root, err) != 0)
         return -1;
-    return layout_files(j, root, err);
+    return uns_layout_files(j, root, err);
 }
 
 static int write_all_outputs(struct ujob *j, struct dest *d,
                              struct ckpt_err *err)
 {
-    if (create_outputs(j, d, err) != 0 || engine_run(j, 0, err) != 0 ||
-        layout_finish(j, err) != 0)
+    if (create_outputs(j, d, err) != 0 || uns_engine_run(j, 0, err) != 0 ||
+        uns_layout_finish(j, err) != 0)
         return -1;
-    if (j->o->verify && (engine_run(j, 1, err) != 0 ||
-                         verify_outputs(j, err) != 0))
+    if (j->o->verify && (uns_engine_run(j, 1, err) != 0 ||
+                         uns_verify_outputs(j, err) != 0))
         return -1;
     return sync_close(j, j->o->sync, err);
 }

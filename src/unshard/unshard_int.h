@@ -152,32 +152,32 @@ struct ujob {
 };
 
 /* source.c */
-int src_open(struct ujob *j, const char *src, struct ckpt_err *err);
-int src_get(struct ujob *j, const char *relpath, struct usrc **out,
+int uns_src_open(struct ujob *j, const char *src, struct ckpt_err *err);
+int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
             struct ckpt_err *err);
-int src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
+int uns_src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
              struct ckpt_err *err);
 /* Size of a file of the source (0), or -1 with err. */
-int src_stat(struct ujob *j, const char *path, uint64_t *size,
+int uns_src_stat(struct ujob *j, const char *path, uint64_t *size,
              struct ckpt_err *err);
 /* Open the file at path (in SRC; with local set, a local file even when
  * SRC is remote) as *s, which borrows path; close s->fd (if >= 0) when
  * done. 0 or -1. */
-int src_file(struct ujob *j, const char *path, int local, struct usrc *s,
+int uns_src_file(struct ujob *j, const char *path, int local, struct usrc *s,
              struct ckpt_err *err);
 /* Copy a whole source file into fd (named `to` in messages). */
 /* An anonymous temporary file in the job's scratch directory (O_TMPFILE,
  * else an unlinked mkstemp file): decoded data that is read back. */
-int src_tmp_fd(struct ujob *j, struct ckpt_err *err);
-int src_copy(struct ujob *j, const char *path, int local, int fd,
+int uns_src_tmp_fd(struct ujob *j, struct ckpt_err *err);
+int uns_src_copy(struct ujob *j, const char *path, int local, int fd,
              const char *to,
              uint64_t *size, struct ckpt_err *err);
 /* The bytes of an item: the data file range, or for transformed items
  * (zstd) a decompressed temporary copy of at most limit bytes. */
-int src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
+int uns_src_item(struct ujob *j, const struct ckpt_dcp_storage *st,
              uint64_t limit, struct usrc **out, uint64_t *off,
              uint64_t *len, struct ckpt_err *err);
-void src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len);
+void uns_src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len);
 /* Like src_rd, for parsing an item's structure (zip records, pickle):
  * from a remote source, small reads are served from a few windows of
  * 64 KiB fetched whole, so one item costs one or two ranged GETs
@@ -189,49 +189,49 @@ struct src_cache {
     struct { uint64_t off; size_t len; char *buf; } w[4];
     int n, next;
 };
-void src_rd_cached(struct ckpt_rd *rd, struct src_cache *c, struct usrc *s,
+void uns_src_rd_cached(struct ckpt_rd *rd, struct src_cache *c, struct usrc *s,
                    uint64_t off, uint64_t len);
-void src_cache_release(struct src_cache *c);
-void src_close_all(struct ujob *j);
+void uns_src_cache_release(struct src_cache *c);
+void uns_src_close_all(struct ujob *j);
 /* Register an open file (name malloced, taken over) as a source. */
-struct usrc *src_add(struct ujob *j, char *name, int fd, uint64_t size);
+struct usrc *uns_src_add(struct ujob *j, char *name, int fd, uint64_t size);
 
 /* crccheck.c: a zip record at [off, off+size) of s with CRC-32 crc
  * (named prefix/name in messages) is checked by the copy; thread-safe. */
-void src_note_record(struct usrc *s, uint64_t off, uint64_t size,
+void uns_src_note_record(struct usrc *s, uint64_t off, uint64_t size,
                      uint32_t crc, const char *prefix, const char *name);
 /* Before the copy: makes the registered records findable. */
-void src_records_ready(struct ujob *j);
+void uns_src_records_ready(struct ujob *j);
 /* src_read that notes the CRC of what it read for the record it lies in. */
-int src_read_noted(struct usrc *s, uint64_t off, void *buf, size_t len,
+int uns_src_read_noted(struct usrc *s, uint64_t off, void *buf, size_t len,
                    struct ckpt_err *err);
 /* After the copy: every record something was read from matches its CRC
  * (gaps are read now), else an error naming file and record. */
-int src_check_records(struct ujob *j, struct ckpt_err *err);
-void src_records_free(struct usrc *s);
+int uns_src_check_records(struct ujob *j, struct ckpt_err *err);
+void uns_src_records_free(struct usrc *s);
 
 /* plan.c */
-int plan_tensors(struct ujob *j, struct ckpt_err *err);
-void plan_band_box(const struct utensor *t, uint64_t band, uint64_t *lo,
+int uns_plan_tensors(struct ujob *j, struct ckpt_err *err);
+void uns_plan_band_box(const struct utensor *t, uint64_t band, uint64_t *lo,
                    uint64_t *hi, uint64_t *dst_off, uint64_t *len);
 
 /* tree.c */
-int tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err);
+int uns_tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err);
 
 /* tree.c, for formats that build their own graph (legacy.c): the output
  * node of tensor t, and e's storages in v remapped to output records. */
-struct ckpt_pv *tree_tensor(struct ujob *j, struct utensor *t);
-int tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
+struct ckpt_pv *uns_tree_tensor(struct ujob *j, struct utensor *t);
+int uns_tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
                struct ckpt_pv *v, const struct ckpt_tzip *z,
                const struct ckpt_rd *rd, struct usrc *src,
                struct ckpt_err *err);
 
 /* legacy.c: OLMo torch_legacy rank*.pt steps */
-int legacy_is_step(const char *dir);
-int legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+int uns_legacy_is_step(const char *dir);
+int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 /* Structural equality of two values from the rank files za and zb
  * (storages by record size and CRC), as legacy steps compare ranks. */
-int legacy_same(const struct ckpt_tzip *za, const struct ckpt_pv *a,
+int uns_legacy_same(const struct ckpt_tzip *za, const struct ckpt_pv *a,
                 const struct ckpt_tzip *zb, const struct ckpt_pv *b);
 
 /* unshard.c: start the job of an OLMo step that a format file plans
@@ -241,7 +241,7 @@ int legacy_same(const struct ckpt_tzip *za, const struct ckpt_pv *a,
  * layout unless --layout single. 0, or -1 (out of memory). */
 typedef int (*ujob_locate_fn)(struct ujob *j, struct utensor *t,
                               struct uchunk *c, struct ckpt_err *err);
-int olmo_job_init(struct ujob *j, const char *src, const char *metaname,
+int uns_olmo_job_init(struct ujob *j, const char *src, const char *metaname,
                   void *plan, ujob_locate_fn locate, struct ckpt_err *err);
 
 /* flat.c: the range [start, start+count) of the row-major flattening of
@@ -255,46 +255,45 @@ struct flat_box {
     uint64_t off[CKPT_MAX_DIMS], len[CKPT_MAX_DIMS];
     uint64_t first;
 };
-int flat_boxes(int ndim, const uint64_t *size, uint64_t start,
+int uns_flat_boxes(int ndim, const uint64_t *size, uint64_t start,
                uint64_t count, struct flat_box *out, int cap);
 
 /* zarrplan.c: zarr v2 pytree checkpoints (.zgroup + one array per leaf) */
-int zarr_is_step(const char *dir);
-int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+int uns_zarr_is_step(const char *dir);
+int uns_zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* orbaxplan.c: Orbax steps (<step>/<item>/, OCDBT or zarr v2 per array) */
-int orbax_is_step(const char *dir);
-int orbax_is_remote_step(struct ckpt_storage *st, const char *key);
-int orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+int uns_orbax_is_step(const char *dir);
+int uns_orbax_is_remote_step(struct ckpt_storage *st, const char *key);
+int uns_orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* olmolocal.c: OLMo local steps ({model,optim,train}/rank{R}.pt) */
-int olmolocal_is_step(const char *dir);
-int olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+int uns_olmolocal_is_step(const char *dir);
+int uns_olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 /* olmocoreplan.c: OLMo olmo_core steps (OLMo-core 0.1 safetensors) */
-int olmocore_is_step(const char *dir);
-int olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+int uns_olmocore_is_step(const char *dir);
+int uns_olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* layout.c */
-int layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
-int layout_finish(struct ujob *j, struct ckpt_err *err);
+int uns_layout_files(struct ujob *j, struct ckpt_pv *root,
+                     struct ckpt_err *err);
+int uns_layout_finish(struct ujob *j, struct ckpt_err *err);
 
-int layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
+int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                   struct ckpt_err *err);
-int pwrite_all(int fd, const void *p, size_t n, uint64_t off,
+int uns_pwrite_all(int fd, const void *p, size_t n, uint64_t off,
                const char *name, struct ckpt_err *err);
 
 /* engine.c */
-void job_fail(struct ujob *j, const struct ckpt_err *err);
-int engine_run(struct ujob *j, int verify, struct ckpt_err *err);
-int bufpool_init(struct bufpool *b, size_t size);
-char *bufpool_get(struct bufpool *b);
-void bufpool_put(struct bufpool *b, char *p);
-void bufpool_release(struct bufpool *b);
+void uns_job_fail(struct ujob *j, const struct ckpt_err *err);
+int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err);
+int uns_bufpool_init(struct bufpool *b, size_t size);
+void uns_bufpool_release(struct bufpool *b);
 
 /* stout.c */
-int st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
+int uns_st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
 
 /* verify.c: outputs read back through ckpt's own readers */
-int verify_outputs(struct ujob *j, struct ckpt_err *err);
+int uns_verify_outputs(struct ujob *j, struct ckpt_err *err);
 
 #endif

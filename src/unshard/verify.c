@@ -71,7 +71,7 @@ static int verify_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
      * (layout.c): any class, bounded by the arena only. */
     struct ckpt_pickle_opts po = { .name = f->name, .max_values = SIZE_MAX,
                                    .max_bytes = SIZE_MAX };
-    src_rd(&rd, &s, 0, f->size);
+    uns_src_rd(&rd, &s, 0, f->size);
     int rc = ckpt_tzip_open(&z, &rd, err);
     const struct ckpt_tzip_entry *e = rc ? NULL : ckpt_tzip_find(z,
                                                                  "data.pkl");
@@ -100,7 +100,7 @@ static int verify_st(struct ufile *f, struct ckpt_err *err)
 {
     struct usrc s = { .name = f->tmp, .fd = f->fd, .size = f->size };
     unsigned char n8[8];
-    if (src_read(&s, 0, n8, 8, err) != 0)
+    if (uns_src_read(&s, 0, n8, 8, err) != 0)
         return -1;
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
@@ -109,7 +109,7 @@ static int verify_st(struct ufile *f, struct ckpt_err *err)
         return ckpt_err_set(err, CKPT_EFORMAT, "verify: %s: bad header "
                             "length", f->name);
     char *h = ckpt_xmalloc(n + 1);
-    int rc = src_read(&s, 8, h, n, err);
+    int rc = uns_src_read(&s, 8, h, n, err);
     h[n] = '\0';
     cJSON *o = rc ? NULL : cJSON_Parse(h);
     if (rc == 0 && (!o || (uint64_t)cJSON_GetArraySize(o) != f->ntensors + 1))
@@ -120,7 +120,7 @@ static int verify_st(struct ufile *f, struct ckpt_err *err)
     return rc;
 }
 
-int verify_outputs(struct ujob *j, struct ckpt_err *err)
+int uns_verify_outputs(struct ujob *j, struct ckpt_err *err)
 {
     for (size_t i = 0; i < j->nfiles; i++) {
         struct ufile *f = &j->files[i];

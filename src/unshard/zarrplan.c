@@ -47,7 +47,7 @@ struct zplan {
     char *buf;              /* one decoded chunk */
 };
 
-int zarr_is_step(const char *dir)
+int uns_zarr_is_step(const char *dir)
 {
     return ckpt_is_file_in(dir, ".zgroup") &&
            !ckpt_is_file_in(dir, ".metadata");
@@ -355,16 +355,16 @@ static int zlocate(struct ujob *j, struct utensor *t, struct uchunk *c,
 static int open_tmp(struct zplan *z, struct ckpt_err *err)
 {
     struct ujob *j = z->j;
-    int fd = src_tmp_fd(j, err);
+    int fd = uns_src_tmp_fd(j, err);
     if (fd < 0)
         return -1;
     z->fd = fd;
-    z->tmp = src_add(j, ckpt_xasprintf("%s (decoded chunks)", j->dir), fd,
-                     0);
+    z->tmp = uns_src_add(j, ckpt_xasprintf("%s (decoded chunks)", j->dir), fd,
+                         0);
     return 0;
 }
 
-int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err)
+int uns_zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct zplan z;
     struct ckpt_pv *root;
@@ -397,11 +397,11 @@ int zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     for (size_t i = 0; rc == 0 && i < z.n; i++)
         rc = add_array(&z, src, z.arrays[i], err);
     if (rc == 0)
-        rc = plan_tensors(j, err);
+        rc = uns_plan_tensors(j, err);
     if (rc == 0)
-        rc = tree_build(j, &root, err);
+        rc = uns_tree_build(j, &root, err);
     if (rc == 0)
-        rc = layout_files(j, root, err);
+        rc = uns_layout_files(j, root, err);
     for (size_t i = 0; i < z.n; i++)
         free(z.arrays[i]);
     free(z.arrays);

@@ -49,15 +49,15 @@ void ckpt_upload_free(struct ckpt_upload *u)
         struct obj *o = u->objs[i];
         while (o->ready) {
             struct unit *n = o->ready->next;
-            unit_free(u, o->ready);
+            up_unit_free(u, o->ready);
             o->ready = n;
         }
-        unit_free(u, o->put);
-        obj_free(o);
+        up_unit_free(u, o->put);
+        up_obj_free(o);
     }
     free(u->objs);
     for (size_t i = 0; i < u->ngroups; i++)
-        group_free(u->groups[i]);
+        up_group_free(u->groups[i]);
     free(u->groups);
     free(u->active);
     free(u->delayed);
@@ -78,8 +78,8 @@ const char *ckpt_upload_action_name(enum ckpt_upload_action a)
 
 /* ---- units and buffers ---- */
 
-struct unit *unit_new(struct ckpt_upload *u, enum unit_kind k,
-                      struct obj *o)
+struct unit *up_unit_new(struct ckpt_upload *u, enum unit_kind k,
+                         struct obj *o)
 {
     struct unit *un = ckpt_xcalloc(1, sizeof(*un));
     un->u = u;
@@ -113,7 +113,7 @@ static void cache_drop(struct ckpt_upload *u)
     }
 }
 
-void unit_free(struct ckpt_upload *u, struct unit *un)
+void up_unit_free(struct ckpt_upload *u, struct unit *un)
 {
     if (!un)
         return;
@@ -124,7 +124,7 @@ void unit_free(struct ckpt_upload *u, struct unit *un)
     free(un);
 }
 
-char *buf_take(struct ckpt_upload *u, size_t n, int force)
+char *up_buf_take(struct ckpt_upload *u, size_t n, int force)
 {
     for (size_t i = 0; n >= CACHE_MIN && i < u->ncache; i++) {
         if (u->cache[i].cap != n)
@@ -149,7 +149,7 @@ char *buf_take(struct ckpt_upload *u, size_t n, int force)
 static int unit_buf(struct ckpt_upload *u, struct unit *un, size_t n,
                     int force)
 {
-    un->buf = buf_take(u, n, force);
+    un->buf = up_buf_take(u, n, force);
     if (!un->buf)
         return -1;
     un->cap = n;
@@ -158,7 +158,7 @@ static int unit_buf(struct ckpt_upload *u, struct unit *un, size_t n,
 
 /* ---- queues ---- */
 
-void oq_push(struct oq *q, struct obj *o)
+void up_oq_push(struct oq *q, struct obj *o)
 {
     o->qnext = NULL;
     if (q->tail)
@@ -168,7 +168,7 @@ void oq_push(struct oq *q, struct obj *o)
     q->tail = o;
 }
 
-void oq_push_front(struct oq *q, struct obj *o)
+static void oq_push_front(struct oq *q, struct obj *o)
 {
     o->qnext = q->head;
     q->head = o;
@@ -188,7 +188,7 @@ static struct obj *oq_pop(struct oq *q)
     return o;
 }
 
-void ctl_push(struct ckpt_upload *u, struct unit *un)
+void up_ctl_push(struct ckpt_upload *u, struct unit *un)
 {
     un->next = NULL;
     if (u->ctl_tail)
@@ -210,7 +210,7 @@ static struct unit *ctl_pop(struct ckpt_upload *u)
     return un;
 }
 
-void active_add(struct ckpt_upload *u, struct obj *o)
+void up_active_add(struct ckpt_upload *u, struct obj *o)
 {
     if (u->nactive == u->capactive) {
         u->capactive = u->capactive ? 2 * u->capactive : 16;
@@ -232,7 +232,7 @@ static void active_sweep(struct ckpt_upload *u)
     u->nactive = w;
 }
 
-void delayed_add(struct ckpt_upload *u, struct obj *o)
+void up_delayed_add(struct ckpt_upload *u, struct obj *o)
 {
     if (u->ndelayed == u->capdelayed) {
         u->capdelayed = u->capdelayed ? 2 * u->capdelayed : 16;
@@ -277,7 +277,7 @@ static struct unit *pick_small(struct ckpt_upload *u, int force)
         return NULL;
     struct unit *un;
     if (o->st == O_NEW) {
-        un = unit_new(u, U_CHECK, o);
+        un = up_unit_new(u, U_CHECK, o);
         size_t n = o->size < CHECK_CHUNK ? (size_t)o->size : CHECK_CHUNK;
         if (unit_buf(u, un, n ? n : 1, force) != 0) {
             free(un);
@@ -290,7 +290,7 @@ static struct unit *pick_small(struct ckpt_upload *u, int force)
         o->put = NULL;
         o->st = O_PUTTING;
     } else {
-        un = unit_new(u, U_PUT, o);
+        un = up_unit_new(u, U_PUT, o);
         /* One byte more than listed, to notice a file that grew. */
         if (unit_buf(u, un, (size_t)o->size + 1, force) != 0) {
             free(un);
@@ -320,7 +320,7 @@ static struct unit *next_part(struct ckpt_upload *u, struct obj *o,
         uint64_t off = (uint64_t)k * o->part_size;
         uint64_t len = o->size - off < o->part_size ? o->size - off
                                                     : o->part_size;
-        un = unit_new(u, U_PART, o);
+        un = up_unit_new(u, U_PART, o);
         if (unit_buf(u, un, (size_t)len, force) != 0) {
             free(un);
             *over = 1;
@@ -355,7 +355,7 @@ static struct unit *pick_big(struct ckpt_upload *u, int force)
         return NULL;
     struct unit *un;
     if (o->st == O_NEW) {
-        un = unit_new(u, U_CHECK, o);
+        un = up_unit_new(u, U_CHECK, o);
         if (unit_buf(u, un, CHECK_CHUNK, force) != 0) {
             free(un);
             return NULL;
@@ -363,9 +363,9 @@ static struct unit *pick_big(struct ckpt_upload *u, int force)
         un->dry = u->cfg.dry_run;
         o->st = O_CHECKING;
     } else {
-        un = unit_new(u, U_START, o);
+        un = up_unit_new(u, U_START, o);
         o->st = O_STARTING;
-        active_add(u, o);
+        up_active_add(u, o);
     }
     oq_pop(&u->big);
     return un;
@@ -377,7 +377,7 @@ static void worker(void *arg)
 {
     struct unit *un = arg;
     struct ckpt_upload *u = un->u;
-    unit_run(un);
+    up_unit_run(un);
     pthread_mutex_lock(&u->mu);
     un->next = NULL;
     if (u->done_tail)
@@ -425,7 +425,7 @@ static int drain(struct ckpt_upload *u)
     while (un) {
         struct unit *next = un->next;
         u->inflight--;
-        handle_unit(u, un);
+        up_handle_unit(u, un);
         un = next;
         n++;
     }
@@ -468,7 +468,7 @@ static int produce(struct ckpt_upload *u)
         open = 1;
         /* One archive at a time: it is one sequential stream. Send
          * what was read as soon as it was read. */
-        while (u->inflight < u->cfg.jobs && extract_step(u, g) == 1)
+        while (u->inflight < u->cfg.jobs && up_extract_step(u, g) == 1)
             dispatch(u);
         if (!g->extracted)
             break;
@@ -487,7 +487,7 @@ static int idle(struct ckpt_upload *u)
     return 1;
 }
 
-void engine_loop(struct ckpt_upload *u)
+void up_engine_loop(struct ckpt_upload *u)
 {
     for (;;) {
         drain(u);
@@ -513,7 +513,7 @@ void engine_loop(struct ckpt_upload *u)
     }
 }
 
-void engine_start(struct ckpt_upload *u)
+void up_engine_start(struct ckpt_upload *u)
 {
 #ifdef M_MMAP_THRESHOLD
     /* Part buffers come and go by the thousand: give them back to the
@@ -523,7 +523,7 @@ void engine_start(struct ckpt_upload *u)
     u->pool = ckpt_pool_new(u->cfg.jobs, (size_t)u->cfg.jobs + 1);
 }
 
-void engine_stop(struct ckpt_upload *u)
+void up_engine_stop(struct ckpt_upload *u)
 {
     ckpt_pool_free(u->pool);
     u->pool = NULL;

@@ -27,7 +27,7 @@ struct extract {
     struct obj *small;          /* small member waiting for a buffer */
 };
 
-int extract_open(struct group *g, struct ckpt_err *err)
+static int extract_open(struct group *g, struct ckpt_err *err)
 {
     struct extract *x = ckpt_xcalloc(1, sizeof(*x));
     if (ckpt_archive_open(&x->a, g->sst, g->skey, err) != 0) {
@@ -37,7 +37,7 @@ int extract_open(struct group *g, struct ckpt_err *err)
     if (g->has_ver) {
         /* Rewritten in place with the mtime put back: another version. */
         char v[80];
-        srcver_sig(&g->ver, v, sizeof(v));
+        up_srcver_sig(&g->ver, v, sizeof(v));
         snprintf(x->sig, sizeof(x->sig), "a%llu:%s",
                  (unsigned long long)g->ver.size, v);
     } else if (g->ssb.etag[0])
@@ -50,7 +50,7 @@ int extract_open(struct group *g, struct ckpt_err *err)
     return 0;
 }
 
-void extract_close(struct group *g)
+void up_extract_close(struct group *g)
 {
     struct extract *x = g->x;
     if (!x)
@@ -67,13 +67,13 @@ static int archive_failed(struct ckpt_upload *u, struct group *g,
 {
     struct extract *x = g->x;
     if (x && x->cur)
-        obj_abandon(u, x->cur, err);
+        up_obj_abandon(u, x->cur, err);
     if (x && x->small)
-        obj_fail(u, x->small, err);
-    emit(u, CKPT_UP_FAILED, NULL, g->sdisp, err->msg);
+        up_obj_fail(u, x->small, err);
+    up_emit(u, CKPT_UP_FAILED, NULL, g->sdisp, err->msg);
     g->plan_failed = 1;
     g->extracted = 1;
-    extract_close(g);
+    up_extract_close(g);
     return -1;
 }
 
@@ -114,22 +114,22 @@ static int produce_small(struct ckpt_upload *u, struct group *g)
     struct obj *o = x->small;
     struct ckpt_err err = CKPT_ERR_INIT;
     size_t n = (size_t)o->size;
-    char *buf = buf_take(u, n ? n : 1, u->inflight == 0);
+    char *buf = up_buf_take(u, n ? n : 1, u->inflight == 0);
     if (!buf)
         return 0;
-    struct unit *un = unit_new(u, U_PUT, o);
+    struct unit *un = up_unit_new(u, U_PUT, o);
     un->buf = buf;
     un->cap = n ? n : 1;
     un->have_data = 1;
     x->small = NULL;
     if (read_member(x, o, buf, n, &err) != 0 ||
         member_end(x, o, &err) != 0) {
-        unit_free(u, un);
+        up_unit_free(u, un);
         x->small = o;
         return archive_failed(u, g, &err);
     }
     o->put = un;
-    obj_route(u, o);
+    up_obj_route(u, o);
     return 1;
 }
 
@@ -141,10 +141,10 @@ static int produce_part(struct ckpt_upload *u, struct group *g)
     uint64_t off = (uint64_t)x->cur_part * o->part_size;
     size_t len = (size_t)(o->size - off < o->part_size ? o->size - off
                                                        : o->part_size);
-    char *buf = buf_take(u, len, u->inflight == 0);
+    char *buf = up_buf_take(u, len, u->inflight == 0);
     if (!buf)
         return 0;
-    struct unit *un = unit_new(u, U_PART, o);
+    struct unit *un = up_unit_new(u, U_PART, o);
     un->buf = buf;
     un->cap = len;
     un->have_data = 1;
@@ -155,13 +155,13 @@ static int produce_part(struct ckpt_upload *u, struct group *g)
     if (rc == 0 && x->cur_part == o->nparts)
         rc = member_end(x, o, &err);
     if (rc != 0) {
-        unit_free(u, un);
+        up_unit_free(u, un);
         return archive_failed(u, g, &err);
     }
     if (x->cur_part == o->nparts)
         x->cur = NULL;
     if (o->st == O_FAILED || o->st == O_SKIPPED) {
-        unit_free(u, un);  /* read past: the stream must move on */
+        up_unit_free(u, un);  /* read past: the stream must move on */
         return 1;
     }
     if (o->ready_tail)
@@ -195,11 +195,11 @@ static void new_member(struct ckpt_upload *u, struct group *g,
                        const struct ckpt_archive_entry *e, const char *rel)
 {
     struct extract *x = g->x;
-    struct obj *o = obj_new(g, e->path, rel, e->size, 0, x->sig);
+    struct obj *o = up_obj_new(g, e->path, rel, e->size, 0, x->sig);
     o->from_archive = 1;
     o->sdisp = ckpt_xasprintf("%s/%s", g->sdisp, e->path);
     if (u->cfg.dry_run) {
-        obj_route(u, o);
+        up_obj_route(u, o);
         return;
     }
     if (!o->big) {
@@ -207,7 +207,7 @@ static void new_member(struct ckpt_upload *u, struct group *g,
         return;
     }
     /* Routed now, so its upload starts while its parts are read. */
-    obj_route(u, o);
+    up_obj_route(u, o);
     if (o->st != O_SKIPPED && o->st != O_FAILED) {
         x->cur = o;
         x->cur_part = 0;
@@ -217,16 +217,16 @@ static void new_member(struct ckpt_upload *u, struct group *g,
 static void finished(struct ckpt_upload *u, struct group *g)
 {
     size_t n;
-    struct jr_pending **p = journal_unclaimed(g->jr, &n);
+    struct jr_pending **p = up_journal_unclaimed(g->jr, &n);
     for (size_t i = 0; i < n; i++) {
         p[i]->claimed = 1;
-        queue_abort(u, g, g->dst, p[i]->dkey, p[i]->upload_id);
+        up_queue_abort(u, g, g->dst, p[i]->dkey, p[i]->upload_id);
     }
     g->extracted = 1;
-    extract_close(g);
+    up_extract_close(g);
 }
 
-int extract_step(struct ckpt_upload *u, struct group *g)
+int up_extract_step(struct ckpt_upload *u, struct group *g)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
     if (g->extracted)
@@ -251,14 +251,14 @@ int extract_step(struct ckpt_upload *u, struct group *g)
     if (e.type == CKPT_ENTRY_DIR) {
         /* Directories exist only through their files. */
     } else if (e.type != CKPT_ENTRY_FILE) {
-        emit(u, CKPT_UP_WARNING, NULL, disp, e.type == CKPT_ENTRY_LINK
-             ? "link inside the archive; not copied"
-             : "not a regular file; not copied");
+        up_emit(u, CKPT_UP_WARNING, NULL, disp, e.type == CKPT_ENTRY_LINK
+                ? "link inside the archive; not copied"
+                : "not a regular file; not copied");
     } else if (!rel || !*rel) {
         ckpt_err_set(&err, CKPT_EUNSAFE, "outside '%s', the archive's top "
                      "directory that was stepped into (use --no-strip)",
                      x->strip);
-        emit(u, CKPT_UP_FAILED, NULL, disp, err.msg);
+        up_emit(u, CKPT_UP_FAILED, NULL, disp, err.msg);
         g->plan_failed = 1;
     } else {
         new_member(u, g, &e, rel);

@@ -15,7 +15,7 @@
 
 /* ---- events ---- */
 
-void progress(struct ckpt_upload *u, uint64_t items, uint64_t bytes)
+void up_progress(struct ckpt_upload *u, uint64_t items, uint64_t bytes)
 {
     u->items_done += items;
     u->bytes_done += bytes;
@@ -23,8 +23,8 @@ void progress(struct ckpt_upload *u, uint64_t items, uint64_t bytes)
         u->cfg.on_progress(u->cfg.ud, u->items_done, u->bytes_done);
 }
 
-void emit(struct ckpt_upload *u, enum ckpt_upload_action a,
-          const struct obj *o, const char *src, const char *detail)
+void up_emit(struct ckpt_upload *u, enum ckpt_upload_action a,
+             const struct obj *o, const char *src, const char *detail)
 {
     struct ckpt_upload_totals *t = &u->t;
     uint64_t size = o ? o->size : 0;
@@ -68,16 +68,16 @@ static void free_ready(struct ckpt_upload *u, struct obj *o)
 {
     while (o->ready) {
         struct unit *n = o->ready->next;
-        unit_free(u, o->ready);
+        up_unit_free(u, o->ready);
         o->ready = n;
     }
     o->ready_tail = NULL;
-    unit_free(u, o->put);
+    up_unit_free(u, o->put);
     o->put = NULL;
 }
 
-void obj_fail(struct ckpt_upload *u, struct obj *o,
-              const struct ckpt_err *err)
+void up_obj_fail(struct ckpt_upload *u, struct obj *o,
+                 const struct ckpt_err *err)
 {
     if (terminal(o))
         return;
@@ -85,28 +85,28 @@ void obj_fail(struct ckpt_upload *u, struct obj *o,
     o->st = O_FAILED;
     o->err = *err;
     o->g->nfailed++;
-    emit(u, CKPT_UP_FAILED, o, NULL, err->msg);
-    progress(u, 1, 0);
+    up_emit(u, CKPT_UP_FAILED, o, NULL, err->msg);
+    up_progress(u, 1, 0);
 }
 
 static void obj_skip(struct ckpt_upload *u, struct obj *o, const char *why)
 {
     free_ready(u, o);
     o->st = O_SKIPPED;
-    emit(u, u->cfg.dry_run ? CKPT_UP_WOULD_SKIP : CKPT_UP_SKIPPED, o, NULL,
-         why);
-    progress(u, 1, o->size);
+    up_emit(u, u->cfg.dry_run ? CKPT_UP_WOULD_SKIP : CKPT_UP_SKIPPED, o, NULL,
+            why);
+    up_progress(u, 1, o->size);
 }
 
-void queue_abort(struct ckpt_upload *u, struct group *g,
-                 struct ckpt_storage *st, const char *key, const char *id)
+void up_queue_abort(struct ckpt_upload *u, struct group *g,
+                    struct ckpt_storage *st, const char *key, const char *id)
 {
-    struct unit *un = unit_new(u, U_ABORT, NULL);
+    struct unit *un = up_unit_new(u, U_ABORT, NULL);
     un->st = st;
     un->key = ckpt_xstrdup(key);
     un->upload_id = ckpt_xstrdup(id);
     un->ag = g;
-    ctl_push(u, un);
+    up_ctl_push(u, un);
 }
 
 /* ---- routing ---- */
@@ -124,25 +124,25 @@ static void obj_ready(struct ckpt_upload *u, struct obj *o)
 {
     if (!o->need_check && u->cfg.dry_run) {
         o->st = O_DONE;
-        emit(u, CKPT_UP_WOULD_UPLOAD, o, NULL, !o->dest ? "not at DEST"
-             : o->dest->size != o->size ? "differs from DEST"
-             : o->from_archive ? "at DEST with the same size (archive "
-               "members are compared while they are sent)"
-             : "differs from DEST");
-        progress(u, 1, o->size);
+        up_emit(u, CKPT_UP_WOULD_UPLOAD, o, NULL, !o->dest ? "not at DEST"
+                : o->dest->size != o->size ? "differs from DEST"
+                : o->from_archive ? "at DEST with the same size (archive "
+                  "members are compared while they are sent)"
+                : "differs from DEST");
+        up_progress(u, 1, o->size);
         return;
     }
     o->st = o->need_check ? O_NEW : O_READY;
     if (o->big)
         parts_setup(o);
-    oq_push(o->big ? &u->big : &u->small, o);
+    up_oq_push(o->big ? &u->big : &u->small, o);
 }
 
 /* An unfinished upload of the same bytes: take it over. */
 static int try_resume(struct ckpt_upload *u, struct obj *o)
 {
     struct group *g = o->g;
-    struct jr_pending *p = journal_pending(g->jr, o->dkey);
+    struct jr_pending *p = up_journal_pending(g->jr, o->dkey);
     if (!p)
         return 0;
     p->claimed = 1;
@@ -152,7 +152,7 @@ static int try_resume(struct ckpt_upload *u, struct obj *o)
     if (!o->big || p->size != o->size || p->part_size != o->part_size ||
         strcmp(p->srcsig, o->srcsig) || (o->dest &&
                                          o->dest->size == o->size)) {
-        queue_abort(u, g, g->dst, o->dkey, p->upload_id);
+        up_queue_abort(u, g, g->dst, o->dkey, p->upload_id);
         return 0;
     }
     parts_setup(o);
@@ -163,7 +163,7 @@ static int try_resume(struct ckpt_upload *u, struct obj *o)
     memcpy(o->known_have, p->have, (size_t)o->nparts);
     o->resumed = 1;
     o->st = O_PARTS;
-    active_add(u, o);
+    up_active_add(u, o);
     return 1;
 }
 
@@ -176,7 +176,7 @@ static int md5ish(const char *etag)
         return 0;
     memcpy(head, etag, 32);
     head[32] = '\0';
-    return hex_md5_parse(head, d) == 0 && (!etag[32] || etag[32] == '-');
+    return up_hex_md5_parse(head, d) == 0 && (!etag[32] || etag[32] == '-');
 }
 
 /* Why o can be skipped without reading it, or NULL. */
@@ -191,7 +191,7 @@ static const char *quick_skip(struct ckpt_upload *u, struct obj *o)
         return NULL;
     if (local && !o->from_archive && d->mtime == o->mtime)
         return "same size and modification time";
-    const struct jr_done *jd = journal_find_done(g->jr, o->dkey);
+    const struct jr_done *jd = up_journal_find_done(g->jr, o->dkey);
     if (jd && jd->size == o->size && !strcmp(jd->srcsig, o->srcsig) &&
         !strcmp(jd->etag, d->etag))
         return "copied by an earlier run (journal), DEST unchanged";
@@ -201,7 +201,7 @@ static const char *quick_skip(struct ckpt_upload *u, struct obj *o)
     return NULL;
 }
 
-void obj_route(struct ckpt_upload *u, struct obj *o)
+void up_obj_route(struct ckpt_upload *u, struct obj *o)
 {
     if (terminal(o))
         return;
@@ -268,12 +268,12 @@ static void on_check(struct ckpt_upload *u, struct unit *un)
 {
     struct obj *o = un->o;
     if (un->rc != 0) {
-        obj_fail(u, o, &un->err);
+        up_obj_fail(u, o, &un->err);
         return;
     }
     if (un->same) {
-        journal_done(o->g->jr, o->dkey, o->size, o->srcsig,
-                     o->dest->etag);
+        up_journal_done(o->g->jr, o->dkey, o->size, o->srcsig,
+                        o->dest->etag);
         obj_skip(u, o, "same size and checksum");
         return;
     }
@@ -289,37 +289,37 @@ static void on_put(struct ckpt_upload *u, struct unit *un)
         un->have_data = 1;
         o->put = un;
         o->st = O_READY;
-        delayed_add(u, o);
+        up_delayed_add(u, o);
         return;
     }
     if (un->rc != 0) {
-        obj_fail(u, o, &un->err);
+        up_obj_fail(u, o, &un->err);
     } else if (un->same) {
         obj_skip(u, o, "same size and checksum");
     } else {
-        journal_done(o->g->jr, o->dkey, o->size, o->srcsig,
-                     un->res.etag[0] ? un->res.etag : un->whole);
+        up_journal_done(o->g->jr, o->dkey, o->size, o->srcsig,
+                        un->res.etag[0] ? un->res.etag : un->whole);
         snprintf(o->etag, sizeof(o->etag), "%s", un->res.etag);
         o->st = O_DONE;
         o->sent = o->size;
         u->t.bytes_sent += o->size;
-        emit(u, CKPT_UP_UPLOADED, o, NULL, "");
-        progress(u, 1, o->size);
+        up_emit(u, CKPT_UP_UPLOADED, o, NULL, "");
+        up_progress(u, 1, o->size);
     }
-    unit_free(u, un);
+    up_unit_free(u, un);
 }
 
 static void on_start(struct ckpt_upload *u, struct unit *un)
 {
     struct obj *o = un->o;
     if (un->rc != 0) {
-        obj_fail(u, o, &un->err);
+        up_obj_fail(u, o, &un->err);
         return;
     }
     o->upload_id = un->upload_id;
     un->upload_id = NULL;
-    journal_start(o->g->jr, o->dkey, o->upload_id, o->size, o->part_size,
-                  o->srcsig);
+    up_journal_start(o->g->jr, o->dkey, o->upload_id, o->size, o->part_size,
+                     o->srcsig);
     o->st = O_PARTS;
 }
 
@@ -328,11 +328,11 @@ static void on_start(struct ckpt_upload *u, struct unit *un)
 static void restart(struct ckpt_upload *u, struct obj *o)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
-    journal_end(o->g->jr, o->upload_id);
+    up_journal_end(o->g->jr, o->upload_id);
     if (o->from_archive) {
         ckpt_err_set(&err, CKPT_ENOTFOUND, "%s: the unfinished upload "
                      "being resumed vanished; run again", o->ddisp);
-        obj_fail(u, o, &err);
+        up_obj_fail(u, o, &err);
         return;
     }
     free_ready(u, o);  /* throttled parts: sent again from scratch */
@@ -346,13 +346,13 @@ static void restart(struct ckpt_upload *u, struct obj *o)
     o->next_part = o->ndone = 0;
     o->restarted = 1;
     o->st = O_STARTING;
-    ctl_push(u, unit_new(u, U_START, o));
+    up_ctl_push(u, up_unit_new(u, U_START, o));
 }
 
 static void settle(struct ckpt_upload *u, struct obj *o);
 
-void obj_abandon(struct ckpt_upload *u, struct obj *o,
-                 const struct ckpt_err *err)
+void up_obj_abandon(struct ckpt_upload *u, struct obj *o,
+                    const struct ckpt_err *err)
 {
     if (terminal(o))
         return;
@@ -362,7 +362,7 @@ void obj_abandon(struct ckpt_upload *u, struct obj *o,
     }
     /* Not started yet: it is still queued; failing it is enough. */
     if (o->st != O_PARTS && o->st != O_STARTING && o->st != O_FINISHING) {
-        obj_fail(u, o, err);
+        up_obj_fail(u, o, err);
         return;
     }
     if (o->st == O_PARTS)
@@ -376,16 +376,16 @@ static void settle(struct ckpt_upload *u, struct obj *o)
         return;
     if (o->failing) {
         if (o->upload_id) {
-            queue_abort(u, o->g, o->g->dst, o->dkey, o->upload_id);
+            up_queue_abort(u, o->g, o->g->dst, o->dkey, o->upload_id);
             u->ctl_tail->quiet = 1;
         }
-        obj_fail(u, o, &o->err);
+        up_obj_fail(u, o, &o->err);
     } else if (o->restart) {
         o->restart = 0;
         restart(u, o);
     } else if (o->st == O_PARTS && o->ndone == o->nparts) {
         o->st = O_FINISHING;
-        ctl_push(u, unit_new(u, U_FINISH, o));
+        up_ctl_push(u, up_unit_new(u, U_FINISH, o));
     }
 }
 
@@ -419,16 +419,16 @@ static void on_part(struct ckpt_upload *u, struct unit *un)
             o->resumed_bytes += un->len;
             u->t.bytes_resumed += un->len;
         } else {
-            journal_part(o->g->jr, o->upload_id, un->part, un->md5);
+            up_journal_part(o->g->jr, o->upload_id, un->part, un->md5);
             o->sent += un->len;
             u->t.bytes_sent += un->len;
             o->throttles = 0;
             if (o->cap < u->cfg.jobs)
                 o->cap++;
         }
-        progress(u, 0, un->len);
+        up_progress(u, 0, un->len);
     }
-    unit_free(u, un);
+    up_unit_free(u, un);
     settle(u, o);
 }
 
@@ -441,8 +441,8 @@ static void on_finish(struct ckpt_upload *u, struct unit *un)
         settle(u, o);
         return;
     }
-    journal_end(o->g->jr, o->upload_id);
-    journal_done(o->g->jr, o->dkey, o->size, o->srcsig, un->res.etag);
+    up_journal_end(o->g->jr, o->upload_id);
+    up_journal_done(o->g->jr, o->dkey, o->size, o->srcsig, un->res.etag);
     snprintf(o->etag, sizeof(o->etag), "%s", un->res.etag);
     o->st = O_DONE;
     char detail[96] = "";
@@ -451,26 +451,26 @@ static void on_finish(struct ckpt_upload *u, struct unit *un)
                  "were sent by an earlier run",
                  (unsigned long long)o->resumed_bytes,
                  (unsigned long long)o->size);
-    emit(u, CKPT_UP_UPLOADED, o, NULL, detail);
-    progress(u, 1, 0);
+    up_emit(u, CKPT_UP_UPLOADED, o, NULL, detail);
+    up_progress(u, 1, 0);
 }
 
 static void on_abort(struct ckpt_upload *u, struct unit *un)
 {
     char *disp = ckpt_storage_display(un->st, un->key);
     if (un->rc == 0) {
-        journal_end(un->ag->jr, un->upload_id);
+        up_journal_end(un->ag->jr, un->upload_id);
         if (!un->quiet) {
             char *why = ckpt_xasprintf("unfinished upload %s of an earlier "
                                        "run discarded", un->upload_id);
-            emit(u, CKPT_UP_ABORTED, NULL, disp, why);
+            up_emit(u, CKPT_UP_ABORTED, NULL, disp, why);
             free(why);
         }
     } else {
         /* Kept in the journal: the next run tries again. */
         char *why = ckpt_xasprintf("could not discard unfinished upload "
                                    "%s: %s", un->upload_id, un->err.msg);
-        emit(u, CKPT_UP_WARNING, NULL, disp, why);
+        up_emit(u, CKPT_UP_WARNING, NULL, disp, why);
         free(why);
     }
     free(disp);
@@ -494,7 +494,7 @@ static void on_delete(struct ckpt_upload *u, struct unit *un)
         u->cfg.on_event(u->cfg.ud, &ev);
 }
 
-void handle_unit(struct ckpt_upload *u, struct unit *un)
+void up_handle_unit(struct ckpt_upload *u, struct unit *un)
 {
     switch (un->kind) {
     case U_PUT:
@@ -519,5 +519,5 @@ void handle_unit(struct ckpt_upload *u, struct unit *un)
         on_delete(u, un);
         break;
     }
-    unit_free(u, un);
+    up_unit_free(u, un);
 }

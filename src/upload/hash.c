@@ -23,7 +23,7 @@ int up_md5_check(struct ckpt_err *err)
     return 0;
 }
 
-void md5c_init(struct md5c *m)
+void up_md5c_init(struct md5c *m)
 {
     /* MD5 itself was checked (up_md5_check): what is left is memory. */
     m->c = EVP_MD_CTX_new();
@@ -31,12 +31,12 @@ void md5c_init(struct md5c *m)
         ckpt_die_oom("starting an MD5 digest");
 }
 
-void md5c_update(struct md5c *m, const void *p, size_t n)
+void up_md5c_update(struct md5c *m, const void *p, size_t n)
 {
     EVP_DigestUpdate(m->c, p, n);
 }
 
-void md5c_final(struct md5c *m, unsigned char out[16])
+void up_md5c_final(struct md5c *m, unsigned char out[16])
 {
     unsigned int len = 16;
     EVP_DigestFinal_ex(m->c, out, &len);
@@ -44,15 +44,15 @@ void md5c_final(struct md5c *m, unsigned char out[16])
     m->c = NULL;
 }
 
-void md5_buf(const void *p, size_t n, unsigned char out[16])
+void up_md5_buf(const void *p, size_t n, unsigned char out[16])
 {
     struct md5c m;
-    md5c_init(&m);
-    md5c_update(&m, p, n);
-    md5c_final(&m, out);
+    up_md5c_init(&m);
+    up_md5c_update(&m, p, n);
+    up_md5c_final(&m, out);
 }
 
-void hex_of(const unsigned char *d, size_t n, char *out)
+void up_hex_of(const unsigned char *d, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
@@ -73,7 +73,7 @@ static int nibble(char c)
     return -1;
 }
 
-int hex_md5_parse(const char *hex, unsigned char out[16])
+int up_hex_md5_parse(const char *hex, unsigned char out[16])
 {
     if (strlen(hex) != 32)
         return -1;
@@ -86,15 +86,15 @@ int hex_md5_parse(const char *hex, unsigned char out[16])
     return 0;
 }
 
-void composite_etag(const unsigned char (*md5)[16], int n, char out[48])
+void up_composite_etag(const unsigned char (*md5)[16], int n, char out[48])
 {
     unsigned char d[16];
-    md5_buf(md5, (size_t)n * 16, d);
-    hex_of(d, 16, out);
+    up_md5_buf(md5, (size_t)n * 16, d);
+    up_hex_of(d, 16, out);
     snprintf(out + 32, 16, "-%d", n);
 }
 
-uint64_t part_size_for(uint64_t size, uint64_t min)
+uint64_t up_part_size_for(uint64_t size, uint64_t min)
 {
     uint64_t p = min ? min : DEFAULT_PART;
     uint64_t need = (size + MAX_PARTS - 1) / MAX_PARTS;
@@ -104,7 +104,7 @@ uint64_t part_size_for(uint64_t size, uint64_t min)
     return (p + MIB - 1) / MIB * MIB;
 }
 
-int parts_for(uint64_t size, uint64_t part)
+int up_parts_for(uint64_t size, uint64_t part)
 {
     if (size == 0)
         return 1;

@@ -140,7 +140,7 @@ static void pend_add(struct journal *j, const char *dkey, const char *id,
     p->size = size;
     p->part_size = ps;
     p->srcsig = ckpt_xstrdup(sig);
-    p->nparts = parts_for(size, ps);
+    p->nparts = up_parts_for(size, ps);
     p->md5 = ckpt_xcalloc((size_t)p->nparts, 16);
     p->have = ckpt_xcalloc((size_t)p->nparts, 1);
 }
@@ -166,7 +166,7 @@ static void add_part(struct journal *j, char **f)
 {
     uint64_t num;
     unsigned char md5[16];
-    if (ckpt_parse_u64(f[2], &num) == 0 && hex_md5_parse(f[3], md5) == 0)
+    if (ckpt_parse_u64(f[2], &num) == 0 && up_hex_md5_parse(f[3], md5) == 0)
         pend_part(j, f[1], num, md5);
 }
 
@@ -287,7 +287,7 @@ static char *name_for(const char *dir, const char *id, const char *ext)
     unsigned int hl = 32;
     char hex[65];
     EVP_Digest(id, strlen(id), h, &hl, EVP_sha256(), NULL);
-    hex_of(h, 16, hex);
+    up_hex_of(h, 16, hex);
     return ckpt_xasprintf("%s/upload-%s.%s", dir, hex, ext);
 }
 
@@ -324,8 +324,8 @@ static int take_lock(const char *lock, struct ckpt_err *err)
                         lock);
 }
 
-int journal_open(struct journal **out, const char *dir, const char *id,
-                 struct ckpt_err *err)
+int up_journal_open(struct journal **out, const char *dir, const char *id,
+                    struct ckpt_err *err)
 {
     *out = NULL;
     if (!dir)
@@ -346,7 +346,7 @@ int journal_open(struct journal **out, const char *dir, const char *id,
     j->fd = open(j->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (j->fd < 0) {
         rc = ckpt_err_sys(err, "open journal '%s'", j->path);
-        journal_close(j);
+        up_journal_close(j);
         return rc;
     }
     load(j);
@@ -354,8 +354,8 @@ int journal_open(struct journal **out, const char *dir, const char *id,
     return 0;
 }
 
-void journal_start(struct journal *j, const char *dkey, const char *id,
-                   uint64_t size, uint64_t part_size, const char *srcsig)
+void up_journal_start(struct journal *j, const char *dkey, const char *id,
+                      uint64_t size, uint64_t part_size, const char *srcsig)
 {
     struct ckpt_buf b = CKPT_BUF_INIT;
     ckpt_buf_addstr(&b, "S\t");
@@ -375,11 +375,11 @@ void journal_start(struct journal *j, const char *dkey, const char *id,
     }
 }
 
-void journal_part(struct journal *j, const char *id, int num,
-                  const unsigned char md5[16])
+void up_journal_part(struct journal *j, const char *id, int num,
+                     const unsigned char md5[16])
 {
     char hex[33];
-    hex_of(md5, 16, hex);
+    up_hex_of(md5, 16, hex);
     struct ckpt_buf b = CKPT_BUF_INIT;
     ckpt_buf_addstr(&b, "P\t");
     esc(&b, id);
@@ -390,7 +390,7 @@ void journal_part(struct journal *j, const char *id, int num,
         pend_part(j, id, (uint64_t)num, md5);
 }
 
-void journal_end(struct journal *j, const char *id)
+void up_journal_end(struct journal *j, const char *id)
 {
     struct ckpt_buf b = CKPT_BUF_INIT;
     ckpt_buf_addstr(&b, "E\t");
@@ -402,8 +402,8 @@ void journal_end(struct journal *j, const char *id)
         p->ended = 1;
 }
 
-void journal_done(struct journal *j, const char *dkey, uint64_t size,
-                  const char *srcsig, const char *etag)
+void up_journal_done(struct journal *j, const char *dkey, uint64_t size,
+                     const char *srcsig, const char *etag)
 {
     if (!j)
         return;
@@ -419,7 +419,7 @@ void journal_done(struct journal *j, const char *dkey, uint64_t size,
     add_done(j, dkey, size, srcsig, etag);
 }
 
-struct jr_pending *journal_pending(struct journal *j, const char *dkey)
+struct jr_pending *up_journal_pending(struct journal *j, const char *dkey)
 {
     if (!j)
         return NULL;
@@ -430,7 +430,7 @@ struct jr_pending *journal_pending(struct journal *j, const char *dkey)
     return NULL;
 }
 
-struct jr_pending **journal_unclaimed(struct journal *j, size_t *n)
+struct jr_pending **up_journal_unclaimed(struct journal *j, size_t *n)
 {
     *n = 0;
     if (!j)
@@ -443,8 +443,8 @@ struct jr_pending **journal_unclaimed(struct journal *j, size_t *n)
     return j->unclaimed;
 }
 
-const struct jr_done *journal_find_done(const struct journal *j,
-                                        const char *dkey)
+const struct jr_done *up_journal_find_done(const struct journal *j,
+                                           const char *dkey)
 {
     if (!j)
         return NULL;
@@ -462,12 +462,12 @@ const struct jr_done *journal_find_done(const struct journal *j,
     return NULL;
 }
 
-int journal_failed(const struct journal *j)
+int up_journal_failed(const struct journal *j)
 {
     return j && j->failed;
 }
 
-int journal_knows_upload(const struct journal *j, const char *id)
+int up_journal_knows_upload(const struct journal *j, const char *id)
 {
     if (!j)
         return 0;
@@ -510,7 +510,7 @@ static void compact(struct journal *j)
             char hex[33];
             if (!p->have[k])
                 continue;
-            hex_of(p->md5[k], 16, hex);
+            up_hex_of(p->md5[k], 16, hex);
             ckpt_buf_addstr(&b, "P\t");
             esc(&b, p->upload_id);
             ckpt_buf_addf(&b, "\t%d\t%s\n", k + 1, hex);
@@ -536,13 +536,13 @@ static int any_unfinished(const struct journal *j)
     return 0;
 }
 
-void journal_discard(struct journal *j)
+void up_journal_discard(struct journal *j)
 {
     if (j)
         j->discard = 1;
 }
 
-void journal_close(struct journal *j)
+void up_journal_close(struct journal *j)
 {
     if (!j)
         return;
@@ -575,7 +575,7 @@ void journal_close(struct journal *j)
     free(j);
 }
 
-const char *journal_file(const struct journal *j)
+const char *up_journal_file(const struct journal *j)
 {
     return j ? j->path : NULL;
 }
@@ -631,7 +631,7 @@ static int prune_one(const char *path, time_t cutoff)
     return pruned;
 }
 
-size_t journal_prune(const char *dir, double max_age)
+size_t up_journal_prune(const char *dir, double max_age)
 {
     DIR *d = dir ? opendir(dir) : NULL;
     size_t n = 0;

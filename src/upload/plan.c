@@ -25,7 +25,7 @@ static int by_name(const void *a, const void *b)
                   ((const struct dentry *)b)->name);
 }
 
-const struct dentry *dmap_find(const struct dmap *m, const char *name)
+const struct dentry *up_dmap_find(const struct dmap *m, const char *name)
 {
     struct dentry key = { (char *)name, 0, 0, NULL };
     if (!m->n)
@@ -33,7 +33,7 @@ const struct dentry *dmap_find(const struct dmap *m, const char *name)
     return bsearch(&key, m->v, m->n, sizeof(*m->v), by_name);
 }
 
-void dmap_release(struct dmap *m)
+void up_dmap_release(struct dmap *m)
 {
     for (size_t i = 0; i < m->n; i++) {
         free(m->v[i].name);
@@ -64,7 +64,7 @@ static int dmap_add(void *ud, const struct ckpt_entry *e)
 }
 
 /* List DEST (a file group: stat its one object) into m, sorted. */
-int dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err)
+int up_dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err)
 {
     struct ckpt_stat sb;
     char *disp = ckpt_storage_display(g->dst, g->dkey);
@@ -109,7 +109,7 @@ static void sig_of(char *out, size_t n, struct ckpt_storage *st,
         snprintf(out, n, "e%s", etag);
 }
 
-void obj_plan_dest(struct obj *o, const char *rel)
+static void obj_plan_dest(struct obj *o, const char *rel)
 {
     struct group *g = o->g;
     if (g->kind == G_FILE) {
@@ -118,13 +118,13 @@ void obj_plan_dest(struct obj *o, const char *rel)
     } else {
         o->dkey = *g->dkey ? ckpt_path_join(g->dkey, rel)
                            : ckpt_xstrdup(rel);
-        o->dest = dmap_find(&g->dmap, rel);
+        o->dest = up_dmap_find(&g->dmap, rel);
     }
     o->ddisp = ckpt_storage_display(g->dst, o->dkey);
 }
 
-struct obj *obj_new(struct group *g, const char *skey, const char *rel,
-                    uint64_t size, int64_t mtime, const char *sig)
+struct obj *up_obj_new(struct group *g, const char *skey, const char *rel,
+                       uint64_t size, int64_t mtime, const char *sig)
 {
     struct ckpt_upload *u = g->u;
     struct obj *o = ckpt_xcalloc(1, sizeof(*o));
@@ -133,9 +133,9 @@ struct obj *obj_new(struct group *g, const char *skey, const char *rel,
     o->size = size;
     o->mtime = mtime;
     snprintf(o->srcsig, sizeof(o->srcsig), "%s", sig);
-    o->part_size = part_size_for(size, u->cfg.part_size);
+    o->part_size = up_part_size_for(size, u->cfg.part_size);
     o->big = size > o->part_size;
-    o->nparts = parts_for(size, o->part_size);
+    o->nparts = up_parts_for(size, o->part_size);
     o->cap = u->cfg.jobs;
     obj_plan_dest(o, rel);
     if (u->nobjs == u->capobjs) {
@@ -149,7 +149,7 @@ struct obj *obj_new(struct group *g, const char *skey, const char *rel,
     return o;
 }
 
-void obj_free(struct obj *o)
+void up_obj_free(struct obj *o)
 {
     if (!o)
         return;
@@ -166,13 +166,13 @@ void obj_free(struct obj *o)
     free(o);
 }
 
-void group_free(struct group *g)
+void up_group_free(struct group *g)
 {
     if (!g)
         return;
-    extract_close(g);
-    journal_close(g->jr);
-    dmap_release(&g->dmap);
+    up_extract_close(g);
+    up_journal_close(g->jr);
+    up_dmap_release(&g->dmap);
     for (size_t i = 0; i < g->nlinks; i++)
         free(g->links[i]);
     free(g->links);
@@ -211,7 +211,7 @@ static void add_file(struct group *g, const char *skey, const char *rel,
     struct srcver v = { 0 };
     struct ckpt_err err = CKPT_ERR_INIT;
     int local = ckpt_storage_is_local(g->sst);
-    if (local && srcver_get(skey, &v, &err) != 0) {
+    if (local && up_srcver_get(skey, &v, &err) != 0) {
         char *disp = ckpt_storage_display(g->sst, skey);
         plan_fail(g, disp, &err);
         free(disp);
@@ -220,11 +220,11 @@ static void add_file(struct group *g, const char *skey, const char *rel,
     if (local) {
         size = v.size;
         mtime = v.mtime_ns / 1000000000;
-        srcver_sig(&v, sig, sizeof(sig));
+        up_srcver_sig(&v, sig, sizeof(sig));
     } else {
         sig_of(sig, sizeof(sig), g->sst, mtime, etag);
     }
-    struct obj *o = obj_new(g, skey, rel, size, mtime, sig);
+    struct obj *o = up_obj_new(g, skey, rel, size, mtime, sig);
     o->ver = v;
     o->has_ver = local;
     o->sdisp = ckpt_storage_display(g->sst, skey);
@@ -433,7 +433,7 @@ static int open_journal(struct group *g, struct ckpt_err *err)
     char *ddisp = ckpt_storage_display(g->dst, g->dkey);
     char *id = ckpt_xasprintf("v1\n%s\n%s\n%d", g->sdisp, ddisp,
                               g->kind == G_ARCHIVE);
-    int rc = journal_open(&g->jr, u->cfg.state_dir, id, err);
+    int rc = up_journal_open(&g->jr, u->cfg.state_dir, id, err);
     free(id);
     free(ddisp);
     return rc;
@@ -509,11 +509,11 @@ int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
     if (rc == 0)
         rc = check_places(g, err);
     if (rc == 0 && g->kind == G_ARCHIVE && ckpt_storage_is_local(sst)) {
-        rc = srcver_get(skey, &g->ver, err);
+        rc = up_srcver_get(skey, &g->ver, err);
         g->has_ver = rc == 0;
     }
     if (rc == 0)
-        rc = dmap_load(g, &g->dmap, err);
+        rc = up_dmap_load(g, &g->dmap, err);
     if (rc == 0)
         rc = open_journal(g, err);
     size_t before = u->nobjs;
@@ -524,9 +524,9 @@ int ckpt_upload_add(struct ckpt_upload *u, struct ckpt_storage *sst,
             struct obj *o = u->objs[--u->nobjs];
             u->t.files--;
             u->t.bytes_total -= o->size;
-            obj_free(o);
+            up_obj_free(o);
         }
-        group_free(g);
+        up_group_free(g);
         return -1;
     }
     u->groups = ckpt_xreallocarray(u->groups, u->ngroups + 1,

@@ -33,10 +33,10 @@ static int foreign_upload(void *ud, const char *key, const char *id,
                           int64_t initiated)
 {
     struct foreign *f = ud;
-    if (journal_knows_upload(f->g->jr, id))
+    if (up_journal_knows_upload(f->g->jr, id))
         return 0;
     if (bsearch(&key, f->keys, f->nkeys, sizeof(char *), cmp_str))
-        queue_abort(f->u, f->g, f->g->dst, key, id);
+        up_queue_abort(f->u, f->g, f->g->dst, key, id);
     else
         f->left_alone++;
     return 0;
@@ -63,7 +63,7 @@ static void find_foreign(struct ckpt_upload *u, struct group *g)
         char *why = ckpt_xasprintf("%zu unfinished multipart upload(s) "
                                    "under DEST were not started by this "
                                    "copy; left alone", f.left_alone);
-        emit(u, CKPT_UP_WARNING, NULL, disp, why);
+        up_emit(u, CKPT_UP_WARNING, NULL, disp, why);
         free(why);
         free(disp);
     }
@@ -83,7 +83,7 @@ static void unarrived(struct ckpt_upload *u, struct obj *o, const char *why)
     u->t.uploaded--;
     u->t.bytes -= o->size;
     o->st = O_NEW;  /* so obj_fail reports it */
-    obj_fail(u, o, &err);
+    up_obj_fail(u, o, &err);
 }
 
 static void check_arrived(struct ckpt_upload *u, struct obj *o,
@@ -101,7 +101,7 @@ static void verify_group(struct ckpt_upload *u, struct group *g)
 {
     struct dmap m = { NULL, 0, 0 };
     struct ckpt_err err = CKPT_ERR_INIT;
-    int rc = dmap_load(g, &m, &err);
+    int rc = up_dmap_load(g, &m, &err);
     size_t root = *g->dkey ? strlen(g->dkey) + 1 : 0;
     for (size_t i = 0; i < u->nobjs; i++) {
         struct obj *o = u->objs[i];
@@ -112,9 +112,9 @@ static void verify_group(struct ckpt_upload *u, struct group *g)
             continue;
         }
         const char *rel = g->kind == G_FILE ? "" : o->dkey + root;
-        check_arrived(u, o, dmap_find(&m, rel));
+        check_arrived(u, o, up_dmap_find(&m, rel));
     }
-    dmap_release(&m);
+    up_dmap_release(&m);
 }
 
 /* ---- deleting the sources ---- */
@@ -131,9 +131,9 @@ static void queue_delete(struct ckpt_upload *u, struct group *g,
             u->cfg.on_event(u->cfg.ud, &ev);
         return;
     }
-    struct unit *un = unit_new(u, U_DELETE, o);
+    struct unit *un = up_unit_new(u, U_DELETE, o);
     un->ag = g;
-    ctl_push(u, un);
+    up_ctl_push(u, un);
 }
 
 static int deletable(const struct group *g)
@@ -155,7 +155,7 @@ static void delete_sources(struct ckpt_upload *u)
             if (u->objs[k]->g == g)
                 queue_delete(u, g, u->objs[k]);
     }
-    engine_loop(u);
+    up_engine_loop(u);
     for (size_t i = 0; i < u->ngroups && !u->cfg.dry_run; i++) {
         struct group *g = u->groups[i];
         struct ckpt_err err = CKPT_ERR_INIT;
@@ -163,13 +163,13 @@ static void delete_sources(struct ckpt_upload *u)
         for (size_t k = 0; deletable(g) && !g->ndel_failed &&
                            k < g->nlinks; k++)
             if (ckpt_storage_delete(g->sst, g->links[k], &err) != 0)
-                emit(u, CKPT_UP_WARNING, NULL, g->links[k], err.msg);
+                up_emit(u, CKPT_UP_WARNING, NULL, g->links[k], err.msg);
         if (deletable(g) && g->kind == G_TREE &&
             ckpt_storage_prune_dirs(g->sst, g->skey, &err) != 0)
-            emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);
+            up_emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);
         /* The source is gone: its journal can never vouch again. */
         if (deletable(g) && !g->ndel_failed)
-            journal_discard(g->jr);
+            up_journal_discard(g->jr);
     }
 }
 
@@ -188,16 +188,16 @@ static int any_failure(const struct ckpt_upload *u)
 static void start_groups(struct ckpt_upload *u)
 {
     for (size_t i = 0; i < u->nobjs; i++)
-        obj_route(u, u->objs[i]);
+        up_obj_route(u, u->objs[i]);
     for (size_t i = 0; i < u->ngroups; i++) {
         struct group *g = u->groups[i];
         if (g->kind == G_ARCHIVE)
             continue;  /* its objects appear while it is read */
         size_t n;
-        struct jr_pending **p = journal_unclaimed(g->jr, &n);
+        struct jr_pending **p = up_journal_unclaimed(g->jr, &n);
         for (size_t k = 0; k < n; k++) {
             p[k]->claimed = 1;
-            queue_abort(u, g, g->dst, p[k]->dkey, p[k]->upload_id);
+            up_queue_abort(u, g, g->dst, p[k]->dkey, p[k]->upload_id);
         }
     }
 }
@@ -207,10 +207,10 @@ int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out)
     /* Journals of copies nobody reran for a month would otherwise pile
      * up; this run's own are locked, so they stay. */
     if (u->cfg.state_dir && !u->cfg.dry_run)
-        journal_prune(u->cfg.state_dir, JOURNAL_MAX_AGE);
-    engine_start(u);
+        up_journal_prune(u->cfg.state_dir, JOURNAL_MAX_AGE);
+    up_engine_start(u);
     start_groups(u);
-    engine_loop(u);
+    up_engine_loop(u);
     if (!u->cfg.dry_run) {
         for (size_t i = 0; i < u->ngroups; i++)
             verify_group(u, u->groups[i]);
@@ -218,19 +218,19 @@ int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out)
             if (!ckpt_storage_is_local(u->groups[i]->dst) &&
                 !u->groups[i]->plan_failed)
                 find_foreign(u, u->groups[i]);
-        engine_loop(u);
+        up_engine_loop(u);
     }
     int failed = any_failure(u);
     if (u->cfg.delete_source && !failed)
         delete_sources(u);
     else if (u->cfg.delete_source)
-        emit(u, CKPT_UP_WARNING, NULL, "SRC", "not deleting any source: "
-             "some files did not arrive");
-    engine_stop(u);
+        up_emit(u, CKPT_UP_WARNING, NULL, "SRC", "not deleting any source: "
+                "some files did not arrive");
+    up_engine_stop(u);
     for (size_t i = 0; i < u->ngroups; i++)
-        if (journal_failed(u->groups[i]->jr))
-            emit(u, CKPT_UP_WARNING, NULL, u->groups[i]->sdisp, "could not "
-                 "write the journal; a rerun may send more than needed");
+        if (up_journal_failed(u->groups[i]->jr))
+            up_emit(u, CKPT_UP_WARNING, NULL, u->groups[i]->sdisp, "could not "
+                    "write the journal; a rerun may send more than needed");
     u->t.seconds = ckpt_now() - u->start;
     if (out)
         *out = u->t;

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-int srcver_get(const char *path, struct srcver *v, struct ckpt_err *err)
+int up_srcver_get(const char *path, struct srcver *v, struct ckpt_err *err)
 {
     struct stat sb;
     if (stat(path, &sb) != 0)
@@ -26,7 +26,7 @@ int srcver_get(const char *path, struct srcver *v, struct ckpt_err *err)
     return 0;
 }
 
-const char *srcver_diff(const struct srcver *was, const struct srcver *now)
+const char *up_srcver_diff(const struct srcver *was, const struct srcver *now)
 {
     if (!now->regular)
         return "type";
@@ -41,7 +41,7 @@ const char *srcver_diff(const struct srcver *was, const struct srcver *now)
     return NULL;
 }
 
-void srcver_sig(const struct srcver *v, char *out, size_t n)
+void up_srcver_sig(const struct srcver *v, char *out, size_t n)
 {
     /* 'l', not the 'm' of mtime-only signatures: a journal written before
      * never vouches for a file it cannot tell apart. */

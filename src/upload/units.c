@@ -15,7 +15,7 @@
 static int is_hex32(const char *s)
 {
     unsigned char d[16];
-    return hex_md5_parse(s, d) == 0;
+    return up_hex_md5_parse(s, d) == 0;
 }
 
 static int local_unchanged(struct obj *o, struct ckpt_err *err);
@@ -41,9 +41,9 @@ static int version_same(const char *path, const char *disp,
                         const struct srcver *was, struct ckpt_err *err)
 {
     struct srcver now;
-    if (srcver_get(path, &now, err) != 0)
+    if (up_srcver_get(path, &now, err) != 0)
         return -1;
-    const char *what = srcver_diff(was, &now);
+    const char *what = up_srcver_diff(was, &now);
     if (what)
         return ckpt_err_set(err, CKPT_EIO, "%s: changed during upload (%s "
                             "differs)", disp, what);
@@ -97,15 +97,15 @@ static void cand_feed(struct cand *c, const char *p, size_t len)
     while (len > 0) {
         size_t take = c->part - c->in_part < len ? c->part - c->in_part
                                                  : len;
-        md5c_update(&c->cur, p, take);
+        up_md5c_update(&c->cur, p, take);
         c->in_part += take;
         p += take;
         len -= take;
         if (c->in_part == c->part) {
             unsigned char d[16];
-            md5c_final(&c->cur, d);
-            md5c_update(&c->outer, d, 16);
-            md5c_init(&c->cur);
+            up_md5c_final(&c->cur, d);
+            up_md5c_update(&c->outer, d, 16);
+            up_md5c_init(&c->cur);
             c->in_part = 0;
             c->n++;
         }
@@ -116,14 +116,14 @@ static void cand_final(struct cand *c)
 {
     unsigned char d[16];
     if (c->in_part > 0 || c->n == 0) {
-        md5c_final(&c->cur, d);
-        md5c_update(&c->outer, d, 16);
+        up_md5c_final(&c->cur, d);
+        up_md5c_update(&c->outer, d, 16);
         c->n++;
     } else {
-        md5c_final(&c->cur, d);
+        up_md5c_final(&c->cur, d);
     }
-    md5c_final(&c->outer, d);
-    hex_of(d, 16, c->etag);
+    up_md5c_final(&c->outer, d);
+    up_hex_of(d, 16, c->etag);
     snprintf(c->etag + 32, 16, "-%d", c->n);
 }
 
@@ -135,7 +135,7 @@ static int guesses(const struct obj *o, int n, uint64_t meta_part,
     uint64_t try[4] = { o->part_size, meta_part, 8 * MIB, 5 * MIB };
     int k = 0;
     for (int i = 0; i < 4; i++) {
-        if (!try[i] || parts_for(o->size, try[i]) != n)
+        if (!try[i] || up_parts_for(o->size, try[i]) != n)
             continue;
         int dup = 0;
         for (int j = 0; j < k; j++)
@@ -152,10 +152,10 @@ static int hash_source(struct unit *un, struct cand *c, int nc,
 {
     struct obj *o = un->o;
     struct md5c w;
-    md5c_init(&w);
+    up_md5c_init(&w);
     for (int i = 0; i < nc; i++) {
-        md5c_init(&c[i].outer);
-        md5c_init(&c[i].cur);
+        up_md5c_init(&c[i].outer);
+        up_md5c_init(&c[i].cur);
     }
     int rc = 0;
     for (uint64_t off = 0; off < o->size && rc == 0;) {
@@ -163,13 +163,13 @@ static int hash_source(struct unit *un, struct cand *c, int nc,
                                            : un->cap;
         rc = read_exact(o, off, un->buf, n, &un->err);
         if (rc == 0) {
-            md5c_update(&w, un->buf, n);
+            up_md5c_update(&w, un->buf, n);
             for (int i = 0; i < nc; i++)
                 cand_feed(&c[i], un->buf, n);
         }
         off += n;
     }
-    md5c_final(&w, whole);
+    up_md5c_final(&w, whole);
     for (int i = 0; i < nc; i++)
         cand_final(&c[i]);
     return rc;
@@ -181,7 +181,7 @@ static int hash_dest(struct unit *un, char hex[33])
     struct obj *o = un->o;
     struct md5c w;
     unsigned char d[16];
-    md5c_init(&w);
+    up_md5c_init(&w);
     int rc = 0;
     for (uint64_t off = 0; off < o->size && rc == 0;) {
         size_t n = o->size - off < un->cap ? (size_t)(o->size - off)
@@ -192,11 +192,11 @@ static int hash_dest(struct unit *un, char hex[33])
             rc = ckpt_err_set(&un->err, CKPT_EIO, "%s: shorter than "
                               "listed", o->ddisp);
         if (rc == 0)
-            md5c_update(&w, un->buf, n);
+            up_md5c_update(&w, un->buf, n);
         off += n;
     }
-    md5c_final(&w, d);
-    hex_of(d, 16, hex);
+    up_md5c_final(&w, d);
+    up_hex_of(d, 16, hex);
     return rc;
 }
 
@@ -247,7 +247,7 @@ static void do_check(struct unit *un)
         un->rc = -1;
         return;
     }
-    hex_of(whole, 16, un->whole);
+    up_hex_of(whole, 16, un->whole);
     if (!remote) {
         char dh[33];
         un->rc = hash_dest(un, dh);
@@ -284,8 +284,8 @@ static int same_as_dest(struct unit *un, const char *hex)
     if (same) {
         unsigned char d[16];
         char dh[33];
-        md5_buf(buf, o->size, d);
-        hex_of(d, 16, dh);
+        up_md5_buf(buf, o->size, d);
+        up_hex_of(d, 16, dh);
         same = !strcmp(dh, hex);
     }
     free(buf);
@@ -316,8 +316,8 @@ static void do_put(struct unit *un)
         un->rc = -1;  /* the member was read from another version */
         return;
     }
-    md5_buf(un->buf, (size_t)o->size, un->md5);
-    hex_of(un->md5, 16, hex);
+    up_md5_buf(un->buf, (size_t)o->size, un->md5);
+    up_hex_of(un->md5, 16, hex);
     memcpy(un->whole, hex, 33);
     if (same_as_dest(un, hex)) {
         un->same = 1;
@@ -363,7 +363,7 @@ static void do_part(struct unit *un)
         un->rc = -1;
         return;
     }
-    md5_buf(un->buf, un->len, un->md5);
+    up_md5_buf(un->buf, un->len, un->md5);
     int k = un->part - 1;
     /* Sent by an earlier run and acknowledged: same bytes, nothing to do. */
     if (o->known && o->known_have[k] && !memcmp(o->known[k], un->md5, 16)) {
@@ -376,7 +376,7 @@ static void do_part(struct unit *un)
                                    un->md5, CKPT_PUT_THROTTLE_RETURN,
                                    &un->res, &un->err);
     char hex[33];
-    hex_of(un->md5, 16, hex);
+    up_hex_of(un->md5, 16, hex);
     if (un->rc == 0 && is_hex32(un->res.etag) &&
         strcasecmp(un->res.etag, hex))
         un->rc = ckpt_err_set(&un->err, CKPT_EHTTP, "%s: part %d: DEST "
@@ -395,7 +395,7 @@ static void do_finish(struct unit *un)
     char (*hex)[33] = ckpt_xcalloc((size_t)o->nparts, 33);
     const char **etags = ckpt_xcalloc((size_t)o->nparts, sizeof(char *));
     for (int i = 0; i < o->nparts; i++) {
-        hex_of(o->pmd5[i], 16, hex[i]);
+        up_hex_of(o->pmd5[i], 16, hex[i]);
         etags[i] = hex[i];
     }
     struct ckpt_obj_meta meta;
@@ -405,7 +405,7 @@ static void do_finish(struct unit *un)
                                      o->nparts, etags, o->size, &meta,
                                      &un->res, &un->err);
     char want[48];
-    composite_etag((const unsigned char (*)[16])o->pmd5, o->nparts, want);
+    up_composite_etag((const unsigned char (*)[16])o->pmd5, o->nparts, want);
     /* S3 and R2 answer md5(part MD5s)-N, checked here; s3rver answers a
      * plain MD5 and GCS an opaque value: the parts' ETags were checked
      * one by one and finish checked the size. */
@@ -449,7 +449,7 @@ static void do_delete(struct unit *un)
                : ckpt_storage_delete(un->ag->sst, un->ag->skey, &un->err);
 }
 
-void unit_run(struct unit *un)
+void up_unit_run(struct unit *un)
 {
     un->rc = 0;
     switch (un->kind) {

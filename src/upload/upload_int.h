@@ -38,18 +38,18 @@ struct md5c {
 
 /* 0, or -1 with err when OpenSSL offers no MD5; before any md5c_init. */
 int up_md5_check(struct ckpt_err *err);
-void md5c_init(struct md5c *m);
-void md5c_update(struct md5c *m, const void *p, size_t n);
-void md5c_final(struct md5c *m, unsigned char out[16]);  /* frees */
-void md5_buf(const void *p, size_t n, unsigned char out[16]);
-void hex_of(const unsigned char *d, size_t n, char *out);
-int hex_md5_parse(const char *hex, unsigned char out[16]);
+void up_md5c_init(struct md5c *m);
+void up_md5c_update(struct md5c *m, const void *p, size_t n);
+void up_md5c_final(struct md5c *m, unsigned char out[16]);  /* frees */
+void up_md5_buf(const void *p, size_t n, unsigned char out[16]);
+void up_hex_of(const unsigned char *d, size_t n, char *out);
+int up_hex_md5_parse(const char *hex, unsigned char out[16]);
 /* S3's multipart ETag: hex MD5 of the parts' binary MD5s, "-N". */
-void composite_etag(const unsigned char (*md5)[16], int n, char out[48]);
+void up_composite_etag(const unsigned char (*md5)[16], int n, char out[48]);
 /* Part size for an object of size: at least min (8 MiB by default), whole
  * MiB, and large enough that it fits in 10,000 parts. */
-uint64_t part_size_for(uint64_t size, uint64_t min);
-int parts_for(uint64_t size, uint64_t part);
+uint64_t up_part_size_for(uint64_t size, uint64_t min);
+int up_parts_for(uint64_t size, uint64_t part);
 
 /* ---- local source versions (srcver.c) ---- */
 
@@ -61,11 +61,11 @@ struct srcver {
 };
 
 /* stat(2) of path (following a symlink, as reading it does). */
-int srcver_get(const char *path, struct srcver *v, struct ckpt_err *err);
+int up_srcver_get(const char *path, struct srcver *v, struct ckpt_err *err);
 /* NULL when now is the version was, else what differs ("ctime", ...). */
-const char *srcver_diff(const struct srcver *was, const struct srcver *now);
+const char *up_srcver_diff(const struct srcver *was, const struct srcver *now);
 /* The journal's signature of that version. */
-void srcver_sig(const struct srcver *v, char *out, size_t n);
+void up_srcver_sig(const struct srcver *v, char *out, size_t n);
 
 /* ---- journal (journal.c) ---- */
 
@@ -91,34 +91,34 @@ struct journal;
 
 /* Open (creating dir) and lock the journal named by id; NULL dir: none.
  * Fails with CKPT_EEXIST when another process holds the lock. */
-int journal_open(struct journal **out, const char *dir, const char *id,
+int up_journal_open(struct journal **out, const char *dir, const char *id,
                  struct ckpt_err *err);
 /* Rewrite it compactly (verified objects, unfinished uploads), unlock,
  * free. NULL-safe. */
-void journal_close(struct journal *j);
+void up_journal_close(struct journal *j);
 /* Remove it on close instead (its source is deleted: it can never vouch
  * again), unless it records an unfinished upload. NULL-safe. */
-void journal_discard(struct journal *j);
+void up_journal_discard(struct journal *j);
 /* Remove the journals in dir untouched for max_age seconds that record
  * no unfinished upload and that no process holds. Returns how many. */
-size_t journal_prune(const char *dir, double max_age);
-void journal_start(struct journal *j, const char *dkey, const char *id,
+size_t up_journal_prune(const char *dir, double max_age);
+void up_journal_start(struct journal *j, const char *dkey, const char *id,
                    uint64_t size, uint64_t part_size, const char *srcsig);
-void journal_part(struct journal *j, const char *id, int num,
+void up_journal_part(struct journal *j, const char *id, int num,
                   const unsigned char md5[16]);
-void journal_end(struct journal *j, const char *id);
-void journal_done(struct journal *j, const char *dkey, uint64_t size,
+void up_journal_end(struct journal *j, const char *id);
+void up_journal_done(struct journal *j, const char *dkey, uint64_t size,
                   const char *srcsig, const char *etag);
 /* The unfinished upload recorded for dkey, or NULL. */
-struct jr_pending *journal_pending(struct journal *j, const char *dkey);
+struct jr_pending *up_journal_pending(struct journal *j, const char *dkey);
 /* Unfinished uploads no object of this run has claimed. */
-struct jr_pending **journal_unclaimed(struct journal *j, size_t *n);
-const struct jr_done *journal_find_done(const struct journal *j,
+struct jr_pending **up_journal_unclaimed(struct journal *j, size_t *n);
+const struct jr_done *up_journal_find_done(const struct journal *j,
                                         const char *dkey);
-int journal_failed(const struct journal *j);  /* writes failed */
-const char *journal_file(const struct journal *j);  /* for tests */
+int up_journal_failed(const struct journal *j);  /* writes failed */
+const char *up_journal_file(const struct journal *j);  /* for tests */
 /* Upload ids the journal knows (started by some run of this copy). */
-int journal_knows_upload(const struct journal *j, const char *id);
+int up_journal_knows_upload(const struct journal *j, const char *id);
 
 /* ---- what is at DEST (plan.c) ---- */
 
@@ -134,10 +134,10 @@ struct dmap {
     size_t n, cap;
 };
 
-const struct dentry *dmap_find(const struct dmap *m, const char *name);
+const struct dentry *up_dmap_find(const struct dmap *m, const char *name);
 struct group;
-int dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err);
-void dmap_release(struct dmap *m);
+int up_dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err);
+void up_dmap_release(struct dmap *m);
 
 /* ---- objects and groups ---- */
 
@@ -278,54 +278,50 @@ struct ckpt_upload {
 };
 
 /* plan.c */
-struct obj *obj_new(struct group *g, const char *skey, const char *rel,
+struct obj *up_obj_new(struct group *g, const char *skey, const char *rel,
                     uint64_t size, int64_t mtime, const char *sig);
-void obj_free(struct obj *o);
-void group_free(struct group *g);
-void obj_plan_dest(struct obj *o, const char *rel);
+void up_obj_free(struct obj *o);
+void up_group_free(struct group *g);
 
 /* units.c: run in a worker */
-void unit_run(struct unit *un);
+void up_unit_run(struct unit *un);
 
 /* engine.c */
-struct unit *unit_new(struct ckpt_upload *u, enum unit_kind k,
+struct unit *up_unit_new(struct ckpt_upload *u, enum unit_kind k,
                       struct obj *o);
-void unit_free(struct ckpt_upload *u, struct unit *un);
+void up_unit_free(struct ckpt_upload *u, struct unit *un);
 /* Allocate a data buffer under the budget; NULL when it does not fit
  * (force: fit anyway, when nothing is in flight). */
-char *buf_take(struct ckpt_upload *u, size_t n, int force);
-void ctl_push(struct ckpt_upload *u, struct unit *un);
-void oq_push(struct oq *q, struct obj *o);
-void oq_push_front(struct oq *q, struct obj *o);
-void active_add(struct ckpt_upload *u, struct obj *o);
-void emit(struct ckpt_upload *u, enum ckpt_upload_action a,
+char *up_buf_take(struct ckpt_upload *u, size_t n, int force);
+void up_ctl_push(struct ckpt_upload *u, struct unit *un);
+void up_oq_push(struct oq *q, struct obj *o);
+void up_active_add(struct ckpt_upload *u, struct obj *o);
+void up_emit(struct ckpt_upload *u, enum ckpt_upload_action a,
           const struct obj *o, const char *src, const char *detail);
-void progress(struct ckpt_upload *u, uint64_t items, uint64_t bytes);
+void up_progress(struct ckpt_upload *u, uint64_t items, uint64_t bytes);
 
-void engine_start(struct ckpt_upload *u);
-void engine_loop(struct ckpt_upload *u);
-void engine_stop(struct ckpt_upload *u);
-void delayed_add(struct ckpt_upload *u, struct obj *o);
+void up_engine_start(struct ckpt_upload *u);
+void up_engine_loop(struct ckpt_upload *u);
+void up_engine_stop(struct ckpt_upload *u);
+void up_delayed_add(struct ckpt_upload *u, struct obj *o);
 
 /* handle.c: the main thread's side of a finished unit */
-void handle_unit(struct ckpt_upload *u, struct unit *un);
+void up_handle_unit(struct ckpt_upload *u, struct unit *un);
 /* Decide what an object needs (skip, check, upload) and queue it. */
-void obj_route(struct ckpt_upload *u, struct obj *o);
-void obj_fail(struct ckpt_upload *u, struct obj *o,
+void up_obj_route(struct ckpt_upload *u, struct obj *o);
+void up_obj_fail(struct ckpt_upload *u, struct obj *o,
               const struct ckpt_err *err);
 /* Stop o: no more parts; abort its upload once nothing is in flight. */
-void obj_abandon(struct ckpt_upload *u, struct obj *o,
+void up_obj_abandon(struct ckpt_upload *u, struct obj *o,
                  const struct ckpt_err *err);
 /* Queue the abort of an unfinished upload. */
-void queue_abort(struct ckpt_upload *u, struct group *g,
+void up_queue_abort(struct ckpt_upload *u, struct group *g,
                  struct ckpt_storage *st, const char *key, const char *id);
 void obj_restart_parts(struct obj *o);
 
-/* extract.c: the archive producer (main thread) */
-int extract_open(struct group *g, struct ckpt_err *err);
 /* Read on while the budget allows; returns 1 if it produced something,
  * 0 if it is waiting for buffers, -1 when the archive is finished. */
-int extract_step(struct ckpt_upload *u, struct group *g);
-void extract_close(struct group *g);
+int up_extract_step(struct ckpt_upload *u, struct group *g);
+void up_extract_close(struct group *g);
 
 #endif

@@ -47,8 +47,8 @@ static void collect(struct resolver *r, struct job *j, fits_fn fits,
 static void local_keys(struct resolver *r, struct job *j)
 {
     for (size_t i = 0; i < j->ev->nruns; i++)
-        if (!strv_has(&j->keys, j->ev->runs[i].id))
-            strv_push(&j->keys, j->ev->runs[i].id);
+        if (!wb_strv_has(&j->keys, j->ev->runs[i].id))
+            wb_strv_push(&j->keys, j->ev->runs[i].id);
 }
 
 /* One id: a Run query (api.run); more: {"name":{"$in":[...]}}. */
@@ -65,7 +65,7 @@ static char *local_filter(char *const *keys, size_t n)
 
 static int local_fits(const struct job *j, const struct ckpt_wandb_run *run)
 {
-    return strv_has(&j->keys, run->name);
+    return wb_strv_has(&j->keys, run->name);
 }
 
 static const char *local_dir(const struct job *j, const char *id)
@@ -78,19 +78,19 @@ static const char *local_dir(const struct job *j, const char *id)
 
 static void local_eval(struct resolver *r, struct job *j)
 {
-    if (check_failure(r, j))
+    if (wb_check_failure(r, j))
         return;
     struct ckpt_wandb_run **hits = NULL;
     size_t n = 0;
     collect(r, j, local_fits, &hits, &n);
     if (!n) {
-        char *ids = joined(&j->keys, 5);
-        note(j, "local W&B run%s %s not found in %s/%s",
-             j->keys.n > 1 ? "s" : "", ids, j->entity, j->project);
+        char *ids = wb_joined(&j->keys, 5);
+        wb_note(j, "local W&B run%s %s not found in %s/%s",
+                j->keys.n > 1 ? "s" : "", ids, j->entity, j->project);
         free(ids);
         return;
     }
-    ckpt_sort(hits, n, sizeof(*hits), cmp_created);
+    ckpt_sort(hits, n, sizeof(*hits), wb_cmp_created);
     const char *dir = local_dir(j, hits[n - 1]->name);
     char *ev;
     if (n == 1 && j->ev->nruns == 1)
@@ -99,7 +99,7 @@ static void local_eval(struct resolver *r, struct job *j)
         ev = ckpt_xasprintf("wandb run dir %s, confirmed by W&B; the "
                             "latest of %zu W&B runs of %zu wandb run dirs "
                             "(requeued)", dir, n, j->ev->nruns);
-    found(j, hits, n, "local-id", ev);
+    wb_found(j, hits, n, "local-id", ev);
     free(hits);
 }
 
@@ -126,11 +126,11 @@ static void add_cands(struct job *j, struct ckpt_wandb_run **c, size_t n,
                       struct strv *paths)
 {
     for (size_t i = 0; i < n; i++) {
-        char *p = path_of(j, c[i]->name);
-        if (!strv_has(&j->cands, p))
-            strv_push(&j->cands, p);
+        char *p = wb_path_of(j, c[i]->name);
+        if (!wb_strv_has(&j->cands, p))
+            wb_strv_push(&j->cands, p);
         if (paths)
-            strv_push(paths, p);
+            wb_strv_push(paths, p);
         free(p);
     }
 }
@@ -161,14 +161,14 @@ static void no_config(struct job *j, struct ckpt_wandb_run **c, size_t n,
 {
     struct strv paths = { NULL, 0 };
     add_cands(j, c, n, &paths);
-    char *list = joined(&paths, 10);
-    set_candidates(j, &paths);
-    finish(j, CKPT_WANDB_UNKNOWN, source,
-           ckpt_xasprintf("%zu W&B run%s with %s, but no local training "
-                          "config to compare: %s", n, n > 1 ? "s" : "",
-                          how, list));
+    char *list = wb_joined(&paths, 10);
+    wb_set_candidates(j, &paths);
+    wb_finish(j, CKPT_WANDB_UNKNOWN, source,
+              ckpt_xasprintf("%zu W&B run%s with %s, but no local training "
+                                "config to compare: %s", n, n > 1 ? "s" : "",
+                                how, list));
     free(list);
-    strv_release(&paths);
+    wb_strv_release(&paths);
 }
 
 static void decide(struct resolver *r, struct job *j, fits_fn fits,
@@ -177,11 +177,11 @@ static void decide(struct resolver *r, struct job *j, fits_fn fits,
     struct ckpt_wandb_run **c = NULL;
     size_t n = 0;
     char diff[320];
-    if (check_failure(r, j))
+    if (wb_check_failure(r, j))
         goto out;
     collect(r, j, fits, &c, &n);
     if (!n) {
-        note(j, "no W&B run with %s", how);
+        wb_note(j, "no W&B run with %s", how);
         goto out;
     }
     if (!j->ev->config) {
@@ -191,27 +191,27 @@ static void decide(struct resolver *r, struct job *j, fits_fn fits,
     add_cands(j, c, n, NULL);
     size_t m = config_matches(r, j, c, n, diff, sizeof(diff));
     if (!m) {
-        note(j, "%zu W&B run%s with %s, none with a matching config (%s)",
-             n, n > 1 ? "s" : "", how, diff);
+        wb_note(j, "%zu W&B run%s with %s, none with a matching config (%s)",
+                n, n > 1 ? "s" : "", how, diff);
         goto out;
     }
-    ckpt_sort(c, m, sizeof(*c), cmp_created);
+    ckpt_sort(c, m, sizeof(*c), wb_cmp_created);
     if (m == 1) {
-        found(j, c, 1, source, ckpt_xasprintf("%s; config matches", how));
+        wb_found(j, c, 1, source, ckpt_xasprintf("%s; config matches", how));
     } else if (same_job(c, m)) {
-        found(j, c, m, source,
-              ckpt_xasprintf("%s; config matches %zu W&B runs of one "
-                             "requeued job, the latest chosen", how, m));
+        wb_found(j, c, m, source,
+                 ckpt_xasprintf("%s; config matches %zu W&B runs of one "
+                                   "requeued job, the latest chosen", how, m));
     } else {
         struct strv paths = { NULL, 0 };
         add_cands(j, c, m, &paths);
-        char *list = joined(&paths, 10);
-        set_candidates(j, &paths);
-        finish(j, CKPT_WANDB_AMBIGUOUS, source,
-               ckpt_xasprintf("%zu W&B runs with %s match the config: %s",
-                              m, how, list));
+        char *list = wb_joined(&paths, 10);
+        wb_set_candidates(j, &paths);
+        wb_finish(j, CKPT_WANDB_AMBIGUOUS, source,
+                  ckpt_xasprintf("%zu W&B runs with %s match the config: %s",
+                                    m, how, list));
         free(list);
-        strv_release(&paths);
+        wb_strv_release(&paths);
     }
 out:
     free(c);
@@ -223,7 +223,7 @@ out:
 static void slurm_keys(struct resolver *r, struct job *j)
 {
     if (j->ev->slurm_job_id)
-        strv_push(&j->keys, j->ev->slurm_job_id);
+        wb_strv_push(&j->keys, j->ev->slurm_job_id);
 }
 
 /* {"config.save_folder":{"$regex":"/(1|2)$"}}: ids are digits only, so
@@ -270,7 +270,7 @@ static void name_keys(struct resolver *r, struct job *j)
         return;
     char *k = j->group ? ckpt_xasprintf("%s\x1fG%s", j->name, j->group)
                        : ckpt_xasprintf("%s\x1fN", j->name);
-    strv_push(&j->keys, k);
+    wb_strv_push(&j->keys, k);
     free(k);
 }
 
@@ -319,11 +319,11 @@ const struct phase phase_name = { "display-name", name_keys, name_filter,
 
 /* ---- offline ---- */
 
-void resolve_offline(struct job *j)
+void wb_resolve_offline(struct job *j)
 {
     const struct ckpt_wandb_evidence *ev = j->ev;
     if (!ev->nruns) {
-        note(j, "no local W&B run id (--offline uses local evidence only)");
+        wb_note(j, "no local W&B run id (--offline uses local evidence only)");
         return;
     }
     if (!j->entity || !j->project)
@@ -338,7 +338,7 @@ void resolve_offline(struct job *j)
         if (dup)
             continue;
         ids[n] = ev->runs[i].id;
-        last[n++] = local_last_step(j, ev->runs[i].id);
+        last[n++] = wb_local_last_step(j, ev->runs[i].id);
     }
     const char *dir = ev->runs[ev->nruns - 1].dir;
     char *e = n == 1
@@ -346,7 +346,7 @@ void resolve_offline(struct job *j)
                          "W&B)", dir)
         : ckpt_xasprintf("wandb run dir %s, the latest of %zu (offline: "
                          "not confirmed with W&B)", dir, n);
-    found_ids(j, ids, last, n, "offline", e);
+    wb_found_ids(j, ids, last, n, "offline", e);
     free(ids);
     free(last);
 }

@@ -31,13 +31,13 @@
 
 /* ---- small helpers ---- */
 
-void strv_push(struct strv *s, const char *x)
+void wb_strv_push(struct strv *s, const char *x)
 {
     s->v = ckpt_xreallocarray(s->v, s->n + 1, sizeof(*s->v));
     s->v[s->n++] = ckpt_xstrdup(x);
 }
 
-void strv_release(struct strv *s)
+void wb_strv_release(struct strv *s)
 {
     for (size_t i = 0; i < s->n; i++)
         free(s->v[i]);
@@ -46,7 +46,7 @@ void strv_release(struct strv *s)
     s->n = 0;
 }
 
-int strv_has(const struct strv *s, const char *x)
+int wb_strv_has(const struct strv *s, const char *x)
 {
     for (size_t i = 0; i < s->n; i++)
         if (!strcmp(s->v[i], x))
@@ -159,7 +159,7 @@ static void run_pending(struct resolver *r)
 
 /* ---- results ---- */
 
-void note(struct job *j, const char *fmt, ...)
+void wb_note(struct job *j, const char *fmt, ...)
 {
     va_list ap;
     if (j->notes.len)
@@ -169,13 +169,13 @@ void note(struct job *j, const char *fmt, ...)
     va_end(ap);
 }
 
-char *path_of(const struct job *j, const char *id)
+char *wb_path_of(const struct job *j, const char *id)
 {
     return ckpt_xasprintf("%s/%s/%s", j->entity, j->project, id);
 }
 
-void finish(struct job *j, int status, const char *source,
-            char *evidence /* owned */)
+void wb_finish(struct job *j, int status, const char *source,
+               char *evidence /* owned */)
 {
     struct ckpt_wandb_result *res = j->res;
     static const char *const prefix[] = { "", "ambiguous: ", "unknown: ",
@@ -187,7 +187,7 @@ void finish(struct job *j, int status, const char *source,
     j->done = 1;
 }
 
-void set_candidates(struct job *j, const struct strv *paths)
+void wb_set_candidates(struct job *j, const struct strv *paths)
 {
     struct ckpt_wandb_result *res = j->res;
     res->candidates = ckpt_xcalloc(paths->n ? paths->n : 1, sizeof(char *));
@@ -196,7 +196,7 @@ void set_candidates(struct job *j, const struct strv *paths)
     res->ncandidates = paths->n;
 }
 
-char *joined(const struct strv *s, size_t max)
+char *wb_joined(const struct strv *s, size_t max)
 {
     struct ckpt_buf b = CKPT_BUF_INIT;
     for (size_t i = 0; i < s->n && i < max; i++)
@@ -206,7 +206,7 @@ char *joined(const struct strv *s, size_t max)
     return ckpt_buf_detach(&b, NULL);
 }
 
-int cmp_created(const void *a, const void *b)
+int wb_cmp_created(const void *a, const void *b)
 {
     const struct ckpt_wandb_run *x = *(const struct ckpt_wandb_run *const *)a;
     const struct ckpt_wandb_run *y = *(const struct ckpt_wandb_run *const *)b;
@@ -215,7 +215,7 @@ int cmp_created(const void *a, const void *b)
     return c ? c : strcmp(x->name, y->name);
 }
 
-int64_t local_last_step(const struct job *j, const char *id)
+int64_t wb_local_last_step(const struct job *j, const char *id)
 {
     for (size_t i = 0; i < j->ev->nruns; i++)
         if (!strcmp(j->ev->runs[i].id, id) && j->ev->runs[i].last_step >= 0)
@@ -251,7 +251,7 @@ static int map_steps(struct job *j, const char *const *ids,
         j->res->steps = ckpt_xcalloc(ev->nsteps, sizeof(*j->res->steps));
         for (size_t s = 0; s < ev->nsteps; s++) {
             j->res->steps[s].step = ev->steps[s];
-            j->res->steps[s].path = path_of(j, ids[owner[s]]);
+            j->res->steps[s].path = wb_path_of(j, ids[owner[s]]);
         }
         j->res->nsteps = ev->nsteps;
     }
@@ -259,14 +259,14 @@ static int map_steps(struct job *j, const char *const *ids,
     return split;
 }
 
-void found_ids(struct job *j, const char *const *ids, const int64_t *last,
-               size_t n, const char *source, char *evidence /* owned */)
+void wb_found_ids(struct job *j, const char *const *ids, const int64_t *last,
+                  size_t n, const char *source, char *evidence /* owned */)
 {
     j->res->runs = ckpt_xcalloc(n, sizeof(char *));
     for (size_t k = 0; k < n; k++)
-        j->res->runs[k] = path_of(j, ids[k]);
+        j->res->runs[k] = wb_path_of(j, ids[k]);
     j->res->nruns = n;
-    j->res->path = path_of(j, ids[n - 1]);
+    j->res->path = wb_path_of(j, ids[n - 1]);
     if (map_steps(j, ids, last, n)) {
         char *e = ckpt_xasprintf("%s; checkpoint steps split between the "
                                  "%zu W&B runs by last logged step",
@@ -274,11 +274,11 @@ void found_ids(struct job *j, const char *const *ids, const int64_t *last,
         free(evidence);
         evidence = e;
     }
-    finish(j, CKPT_WANDB_FOUND, source, evidence);
+    wb_finish(j, CKPT_WANDB_FOUND, source, evidence);
 }
 
-void found(struct job *j, struct ckpt_wandb_run **runs, size_t n,
-           const char *source, char *evidence /* owned */)
+void wb_found(struct job *j, struct ckpt_wandb_run **runs, size_t n,
+              const char *source, char *evidence /* owned */)
 {
     const char **ids = ckpt_xcalloc(n, sizeof(*ids));
     int64_t *last = ckpt_xcalloc(n, sizeof(*last));
@@ -286,11 +286,11 @@ void found(struct job *j, struct ckpt_wandb_run **runs, size_t n,
         ids[k] = runs[k]->name;
         /* What the local files say wins: the server summary may have
          * been edited after the run. */
-        last[k] = local_last_step(j, ids[k]);
+        last[k] = wb_local_last_step(j, ids[k]);
         if (last[k] < 0)
             last[k] = runs[k]->last_step;
     }
-    found_ids(j, ids, last, n, source, evidence);
+    wb_found_ids(j, ids, last, n, source, evidence);
     free(ids);
     free(last);
 }
@@ -369,7 +369,7 @@ static void run_phase(struct resolver *r, const struct phase *ph)
     for (size_t i = 0; i < r->n; i++) {
         struct job *j = &r->jobs[i];
         j->nqs = 0;
-        strv_release(&j->keys);
+        wb_strv_release(&j->keys);
         if (j->done || !j->entity || !j->project)
             continue;
         ph->keys(r, j);
@@ -377,7 +377,7 @@ static void run_phase(struct resolver *r, const struct phase *ph)
             continue;
         j->group_ix = find_group(&gs, &ng, j);
         for (size_t k = 0; k < j->keys.n; k++)
-            strv_push(&gs[j->group_ix].keys, j->keys.v[k]);
+            wb_strv_push(&gs[j->group_ix].keys, j->keys.v[k]);
     }
     for (size_t g = 0; g < ng; g++)
         plan_group(r, ph, &gs[g]);
@@ -389,7 +389,7 @@ static void run_phase(struct resolver *r, const struct phase *ph)
         if (r->jobs[i].keys.n)
             ph->eval(r, &r->jobs[i]);
     for (size_t g = 0; g < ng; g++) {
-        strv_release(&gs[g].keys);
+        wb_strv_release(&gs[g].keys);
         free(gs[g].chunk_q);
     }
     free(gs);
@@ -405,17 +405,17 @@ static const struct ckpt_err *job_failure(struct resolver *r, struct job *j)
         if (q->err.code != CKPT_ENOTFOUND)
             return &q->err;
         if (!strstr(j->notes.ptr, q->err.msg))
-            note(j, "%s", q->err.msg);
+            wb_note(j, "%s", q->err.msg);
     }
     return NULL;
 }
 
-int check_failure(struct resolver *r, struct job *j)
+int wb_check_failure(struct resolver *r, struct job *j)
 {
     const struct ckpt_err *e = job_failure(r, j);
     if (!e)
         return 0;
-    finish(j, CKPT_WANDB_ERROR, NULL, ckpt_xstrdup(e->msg));
+    wb_finish(j, CKPT_WANDB_ERROR, NULL, ckpt_xstrdup(e->msg));
     return 1;
 }
 
@@ -496,12 +496,12 @@ static void finish_rest(struct resolver *r)
         /* Runs that had something to look up failed with the key; the
          * others are unknown whatever the API says. */
         if (atomic_load(&r->auth_failed) && j->entity && j->project) {
-            finish(j, CKPT_WANDB_ERROR, NULL,
-                   ckpt_xstrdup(r->auth_err.msg));
+            wb_finish(j, CKPT_WANDB_ERROR, NULL,
+                      ckpt_xstrdup(r->auth_err.msg));
             continue;
         }
-        set_candidates(j, &j->cands);
-        finish(j, CKPT_WANDB_UNKNOWN, NULL, unknown_reason(j));
+        wb_set_candidates(j, &j->cands);
+        wb_finish(j, CKPT_WANDB_UNKNOWN, NULL, unknown_reason(j));
     }
 }
 
@@ -519,8 +519,8 @@ static void free_resolver(struct resolver *r)
     free(r->q);
     for (size_t i = 0; i < r->n; i++) {
         ckpt_buf_release(&r->jobs[i].notes);
-        strv_release(&r->jobs[i].cands);
-        strv_release(&r->jobs[i].keys);
+        wb_strv_release(&r->jobs[i].cands);
+        wb_strv_release(&r->jobs[i].keys);
         free(r->jobs[i].qs);
     }
     free(r->jobs);
@@ -547,7 +547,7 @@ int ckpt_wandb_resolve(struct ckpt_wandb_client *c,
     }
     if (opts->offline || !c) {
         for (size_t i = 0; i < n; i++)
-            resolve_offline(&r.jobs[i]);
+            wb_resolve_offline(&r.jobs[i]);
     } else {
         default_entity(&r);
         run_phase(&r, &phase_local);

@@ -71,37 +71,37 @@ struct phase {
 };
 
 /* resolve.c */
-void strv_push(struct strv *s, const char *x);
-void strv_release(struct strv *s);
-int strv_has(const struct strv *s, const char *x);
+void wb_strv_push(struct strv *s, const char *x);
+void wb_strv_release(struct strv *s);
+int wb_strv_has(const struct strv *s, const char *x);
 /* Add a reason j is not resolved yet ("; "-joined). */
-void note(struct job *j, const char *fmt, ...) CKPT_PRINTF(2, 3);
+void wb_note(struct job *j, const char *fmt, ...) CKPT_PRINTF(2, 3);
 /* "entity/project/id" of j, malloced. */
-char *path_of(const struct job *j, const char *id);
+char *wb_path_of(const struct job *j, const char *id);
 /* Set j's result (evidence gets the status prefix) and mark it done. */
-void finish(struct job *j, int status, const char *source,
-            char *evidence /* owned */);
-void set_candidates(struct job *j, const struct strv *paths);
+void wb_finish(struct job *j, int status, const char *source,
+               char *evidence /* owned */);
+void wb_set_candidates(struct job *j, const struct strv *paths);
 /* s->v[0..max) joined by ", ", malloced. */
-char *joined(const struct strv *s, size_t max);
+char *wb_joined(const struct strv *s, size_t max);
 /* qsort comparator of struct ckpt_wandb_run *: oldest createdAt first. */
-int cmp_created(const void *a, const void *b);
+int wb_cmp_created(const void *a, const void *b);
 /* FOUND: the newest of ids[0..n) (oldest first), whose last logged steps
  * are last[] (-1 unknown). */
-void found_ids(struct job *j, const char *const *ids, const int64_t *last,
-               size_t n, const char *source, char *evidence /* owned */);
+void wb_found_ids(struct job *j, const char *const *ids, const int64_t *last,
+                  size_t n, const char *source, char *evidence /* owned */);
 /* FOUND: the newest of runs[0..n) (oldest first). */
-void found(struct job *j, struct ckpt_wandb_run **runs, size_t n,
-           const char *source, char *evidence /* owned */);
+void wb_found(struct job *j, struct ckpt_wandb_run **runs, size_t n,
+              const char *source, char *evidence /* owned */);
 /* If one of j's queries failed (other than a missing project, which
  * becomes a note), finish j as ERROR and return 1. */
-int check_failure(struct resolver *r, struct job *j);
+int wb_check_failure(struct resolver *r, struct job *j);
 /* The last step local files record for W&B run id, or -1. */
-int64_t local_last_step(const struct job *j, const char *id);
+int64_t wb_local_last_step(const struct job *j, const char *id);
 
 /* phases.c */
 extern const struct phase phase_local, phase_slurm, phase_name;
 /* --offline: the newest local run id, unconfirmed. */
-void resolve_offline(struct job *j);
+void wb_resolve_offline(struct job *j);
 
 #endif

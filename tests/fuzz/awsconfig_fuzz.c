@@ -39,7 +39,7 @@ static void no_secret(const struct ini *ini, const char *msg)
 {
     static const char *const secs[] = { "default", "fuzz", "profile fuzz" };
     for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++) {
-        const char *v = ini_get(ini, secs[i], NULL, "aws_secret_access_key");
+        const char *v = st_ini_get(ini, secs[i], NULL, "aws_secret_access_key");
         if (v && strlen(v) >= 8 && strstr(msg, v))
             __builtin_trap();
     }
@@ -84,9 +84,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(text, data, size);
     text[size] = '\0';
-    struct ini *ini = ini_parse(text);
-    ini_has_section(ini, "default");
-    ini_get(ini, "profile fuzz", "s3", "endpoint_url");
+    struct ini *ini = st_ini_parse(text);
+    st_ini_has_section(ini, "default");
+    st_ini_get(ini, "profile fuzz", "s3", "endpoint_url");
 
     resolve(ini, CKPT_SCHEME_S3);
     resolve(ini, CKPT_SCHEME_R2);
@@ -97,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsetenv("AWS_PROFILE");
     unsetenv("GCS_PROFILE");
 
-    ini_free(ini);
+    st_ini_free(ini);
     free(text);
     return 0;
 }

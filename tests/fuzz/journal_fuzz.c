@@ -27,13 +27,13 @@ static void state(struct journal *j, struct ckpt_buf *out, char **keys,
                   size_t nkeys)
 {
     for (size_t i = 0; i < nkeys; i++) {
-        const struct jr_done *d = journal_find_done(j, keys[i]);
+        const struct jr_done *d = up_journal_find_done(j, keys[i]);
         if (d)
             ckpt_buf_addf(out, "C|%s|%llu|%s|%s\n", d->dkey,
                           (unsigned long long)d->size, d->srcsig, d->etag);
     }
     size_t n;
-    struct jr_pending **p = journal_unclaimed(j, &n);
+    struct jr_pending **p = up_journal_unclaimed(j, &n);
     for (size_t i = 0; i < n; i++) {
         ckpt_buf_addf(out, "S|%s|%s|%llu|%llu|%s|", p[i]->dkey,
                       p[i]->upload_id, (unsigned long long)p[i]->size,
@@ -92,15 +92,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct ckpt_err err;
     struct journal *j;
     if (!jpath) {
-        if (!mkdtemp(dir) || journal_open(&j, dir, "fuzz", &err) != 0)
+        if (!mkdtemp(dir) || up_journal_open(&j, dir, "fuzz", &err) != 0)
             abort();
-        jpath = strdup(journal_file(j));
-        journal_close(j);
+        jpath = strdup(up_journal_file(j));
+        up_journal_close(j);
         atexit(cleanup);
     }
-    if (put_file(data, size) != 0 || journal_open(&j, dir, "fuzz", &err))
+    if (put_file(data, size) != 0 || up_journal_open(&j, dir, "fuzz", &err))
         return 0;
-    journal_close(j);   /* compacts */
+    up_journal_close(j);   /* compacts */
     size_t l1;
     char *c1 = get_file(&l1);
     size_t nkeys, n0;
@@ -114,17 +114,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* State of the original file vs. the compacted one. */
     struct ckpt_buf s0 = CKPT_BUF_INIT, s1 = CKPT_BUF_INIT;
-    if (put_file(data, size) != 0 || journal_open(&j, dir, "fuzz", &err))
+    if (put_file(data, size) != 0 || up_journal_open(&j, dir, "fuzz", &err))
         abort();
     state(j, &s0, keys, nkeys);
     ckpt_buf_addch(&s0, '\0');
-    journal_close(j);
+    up_journal_close(j);
     if (put_file((const uint8_t *)c1, l1 - 1) != 0 ||
-        journal_open(&j, dir, "fuzz", &err))
+        up_journal_open(&j, dir, "fuzz", &err))
         abort();
     state(j, &s1, keys, nkeys);
     ckpt_buf_addch(&s1, '\0');
-    journal_close(j);
+    up_journal_close(j);
     size_t l2;
     char *c2 = get_file(&l2);
     if (strcmp(s0.ptr, s1.ptr) != 0 || l1 != l2 || memcmp(c1, c2, l1))

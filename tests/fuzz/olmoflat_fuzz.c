@@ -15,12 +15,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct ckpt_arena *a = ckpt_arena_new(64u << 20);
     struct ckpt_pickle_opts o = { .name = "data.pkl",
-                                  .allow = olmoflat_allow };
+                                  .allow = uns_olmoflat_allow };
     struct ckpt_pv *v;
     struct ckpt_err err;
     struct lmodel m = { 0 };
     if (a && ckpt_pickle_load(a, data, size, &o, &v, NULL, &err) == 0 &&
-        olmoflat_read(a, v, "model/rank0.pt", &m, &err) == 0) {
+        uns_olmoflat_read(a, v, "model/rank0.pt", &m, &err) == 0) {
         for (size_t i = 0; i < m.npieces; i++) {
             const struct lpiece *p = &m.pieces[i];
             const struct lflat *f = &m.flats[p->flat];
@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 __builtin_trap();
         }
     }
-    olmoflat_release(&m);
+    uns_olmoflat_release(&m);
     ckpt_arena_free(a);
     return 0;
 }

@@ -35,12 +35,12 @@ static void walk(const char *x, size_t n)
         const char *in;
         int guard = 0;
         while (guard++ < 10000 &&
-               xml_next(x, n, &pos, tags[t], &in, &len) == 0) {
+               st_xml_next(x, n, &pos, tags[t], &in, &len) == 0) {
             if (in < x || in + len > x + n)
                 __builtin_trap();
             for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
                 struct ckpt_buf b = CKPT_BUF_INIT;
-                if (xml_text(in, len, fields[f], &b) == 0) {
+                if (st_xml_text(in, len, fields[f], &b) == 0) {
                     if (b.len > len)
                         __builtin_trap();
                     if (b.ptr && (!strcmp(fields[f], "LastModified") ||
@@ -66,10 +66,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct ckpt_buf msg = CKPT_BUF_INIT;
     ckpt_buf_add(&body, x, size);
     s3_error_fields(&body, &code, &msg);
-    struct ini *ini = ini_parse(body.ptr);
-    ini_get(ini, "default", NULL, "region");
-    ini_get(ini, "services s", "s3", "endpoint_url");
-    ini_free(ini);
+    struct ini *ini = st_ini_parse(body.ptr);
+    st_ini_get(ini, "default", NULL, "region");
+    st_ini_get(ini, "services s", "s3", "endpoint_url");
+    st_ini_free(ini);
     ckpt_buf_release(&body);
     ckpt_buf_release(&code);
     ckpt_buf_release(&msg);

@@ -66,16 +66,16 @@ static void setup_env(void)
 
 static void test_s3__ini(void)
 {
-    struct ini *ini = ini_parse(config_ini);
-    CHECK_STR(ini_get(ini, "default", NULL, "region"), "eu-west-1");
-    CHECK_STR(ini_get(ini, "services r2svc", "s3", "endpoint_url"),
+    struct ini *ini = st_ini_parse(config_ini);
+    CHECK_STR(st_ini_get(ini, "default", NULL, "region"), "eu-west-1");
+    CHECK_STR(st_ini_get(ini, "services r2svc", "s3", "endpoint_url"),
               "https://acct.r2.cloudflarestorage.com");
-    CHECK_STR(ini_get(ini, "profile nested", "s3", "addressing_style"),
+    CHECK_STR(st_ini_get(ini, "profile nested", "s3", "addressing_style"),
               "path");
-    CHECK(ini_get(ini, "profile nested", NULL, "endpoint_url") == NULL);
-    CHECK(ini_has_section(ini, "profile tok"));
-    CHECK(!ini_has_section(ini, "tok"));
-    ini_free(ini);
+    CHECK(st_ini_get(ini, "profile nested", NULL, "endpoint_url") == NULL);
+    CHECK(st_ini_has_section(ini, "profile tok"));
+    CHECK(!st_ini_has_section(ini, "tok"));
+    st_ini_free(ini);
 }
 
 static void test_s3__env_keys_default_profile(void)
@@ -208,15 +208,15 @@ static void test_s3__xml(void)
     size_t pos = 0, n;
     const char *in;
     struct ckpt_buf b = CKPT_BUF_INIT;
-    CHECK(xml_next(x, strlen(x), &pos, "Contents", &in, &n) == 0);
-    CHECK(xml_text(in, n, "Key", &b) == 0);
+    CHECK(st_xml_next(x, strlen(x), &pos, "Contents", &in, &n) == 0);
+    CHECK(st_xml_text(in, n, "Key", &b) == 0);
     CHECK_STR(b.ptr, "a & b/\xc3\xa9");
-    CHECK(xml_next(x, strlen(x), &pos, "Contents", &in, &n) == 0);
-    CHECK(xml_next(x, strlen(x), &pos, "Contents", &in, &n) != 0);
+    CHECK(st_xml_next(x, strlen(x), &pos, "Contents", &in, &n) == 0);
+    CHECK(st_xml_next(x, strlen(x), &pos, "Contents", &in, &n) != 0);
     pos = 0;
-    CHECK(xml_next(x, strlen(x), &pos, "Empty", &in, &n) == 0 && n == 0);
+    CHECK(st_xml_next(x, strlen(x), &pos, "Empty", &in, &n) == 0 && n == 0);
     ckpt_buf_reset(&b);
-    xml_escape(&b, "<a&'\">\n");
+    st_xml_escape(&b, "<a&'\">\n");
     CHECK_STR(b.ptr, "&lt;a&amp;&apos;&quot;&gt;&#10;");
     ckpt_buf_release(&b);
 }

@@ -22,7 +22,7 @@ static void test_unshard__flat_boxes_cover_ranges(void)
         }
         for (uint64_t s = 0; s <= numel; s++) {
             for (uint64_t c = 0; s + c <= numel; c++) {
-                int n = flat_boxes(nd, size, s, c, boxes, 16);
+                int n = uns_flat_boxes(nd, size, s, c, boxes, 16);
                 CHECK(n >= 0 && n <= (c ? 2 * nd - 1 : 0));
                 if (n < 0)
                     return;
@@ -66,23 +66,23 @@ static void test_unshard__flat_boxes_bad_ranges(void)
 {
     const uint64_t size[2] = {3, 4};
     struct flat_box boxes[3];
-    CHECK_EQ(flat_boxes(2, size, 13, 0, boxes, 3), -1);
-    CHECK_EQ(flat_boxes(2, size, 4, 9, boxes, 3), -1);
-    CHECK_EQ(flat_boxes(2, size, 1, 10, boxes, 2), -1);   /* needs 3 */
-    CHECK_EQ(flat_boxes(2, size, 1, 10, boxes, 3), 3);
-    CHECK_EQ(flat_boxes(2, size, 0, 12, boxes, 1), 1);
-    CHECK_EQ(flat_boxes(0, size, 0, 1, boxes, 1), 1);
-    CHECK_EQ(flat_boxes(0, size, 0, 2, boxes, 1), -1);
+    CHECK_EQ(uns_flat_boxes(2, size, 13, 0, boxes, 3), -1);
+    CHECK_EQ(uns_flat_boxes(2, size, 4, 9, boxes, 3), -1);
+    CHECK_EQ(uns_flat_boxes(2, size, 1, 10, boxes, 2), -1);   /* needs 3 */
+    CHECK_EQ(uns_flat_boxes(2, size, 1, 10, boxes, 3), 3);
+    CHECK_EQ(uns_flat_boxes(2, size, 0, 12, boxes, 1), 1);
+    CHECK_EQ(uns_flat_boxes(0, size, 0, 1, boxes, 1), 1);
+    CHECK_EQ(uns_flat_boxes(0, size, 0, 2, boxes, 1), -1);
 }
 
 static void test_unshard__olmoflat_strip(void)
 {
     struct ckpt_arena *a = ckpt_arena_new(1u << 20);
-    CHECK_STR(olmoflat_strip(a, "_fsdp_wrapped_module.transformer.blocks.1."
-                             "_fsdp_wrapped_module.ff"),
+    CHECK_STR(uns_olmoflat_strip(a, "_fsdp_wrapped_module.transformer.blocks.1."
+                                 "_fsdp_wrapped_module.ff"),
               "transformer.blocks.1.ff");
-    CHECK_STR(olmoflat_strip(a, ""), "");
-    CHECK_STR(olmoflat_strip(a, "_fsdp_wrapped_module"),
+    CHECK_STR(uns_olmoflat_strip(a, ""), "");
+    CHECK_STR(uns_olmoflat_strip(a, "_fsdp_wrapped_module"),
               "_fsdp_wrapped_module");
     ckpt_arena_free(a);
 }
@@ -93,7 +93,7 @@ static int read_model(const char *path, struct ckpt_arena *a,
 {
     static char buf[1 << 16];
     struct ckpt_pickle_opts o = { .name = "data.pkl",
-                                  .allow = olmoflat_allow };
+                                  .allow = uns_olmoflat_allow };
     struct ckpt_pv *v;
     struct ckpt_err err = CKPT_ERR_INIT;
     FILE *f = fopen(path, "rb");
@@ -102,7 +102,7 @@ static int read_model(const char *path, struct ckpt_arena *a,
         fclose(f);
     int rc = ckpt_pickle_load(a, buf, n, &o, &v, NULL, &err);
     if (rc == 0)
-        rc = olmoflat_read(a, v, "model/rank3.pt", m, &err);
+        rc = uns_olmoflat_read(a, v, "model/rank3.pt", m, &err);
     if (rc != 0)
         fprintf(stderr, "  %s: %s\n", path, err.msg);
     return rc;
@@ -144,7 +144,7 @@ static void test_unshard__olmoflat_shard_param_infos(void)
         CHECK(!m.pieces[11].held);
         CHECK_EQ(m.flats[3].padded, 2);
     }
-    olmoflat_release(&m);
+    uns_olmoflat_release(&m);
     ckpt_arena_free(a);
 }
 
@@ -167,7 +167,7 @@ static void test_unshard__olmoflat_shard_indices(void)
         HELD(&m.pieces[9], 0, 7, 18);
         HELD(&m.pieces[11], 2, 2, 0);
     }
-    olmoflat_release(&m);
+    uns_olmoflat_release(&m);
     ckpt_arena_free(a);
 }
 

@@ -15,35 +15,35 @@
 
 static void test_upload__part_size(void)
 {
-    CHECK_EQ(part_size_for(1, 0), 8 * MIB);
-    CHECK_EQ(part_size_for(100 * MIB, 0), 8 * MIB);
-    CHECK_EQ(part_size_for(100 * MIB, 5 * MIB), 5 * MIB);
+    CHECK_EQ(up_part_size_for(1, 0), 8 * MIB);
+    CHECK_EQ(up_part_size_for(100 * MIB, 0), 8 * MIB);
+    CHECK_EQ(up_part_size_for(100 * MIB, 5 * MIB), 5 * MIB);
     /* 10,000 parts at most, whole MiB, so every part but the last is
      * equal: 1 TiB needs 105 MiB parts (104.9 rounded up). */
-    CHECK_EQ(part_size_for(1ull << 40, 0), 105 * MIB);
-    CHECK_EQ(part_size_for(5ull << 40, 0), 525 * MIB);
-    CHECK(parts_for(5ull << 40, part_size_for(5ull << 40, 0)) <= 10000);
-    CHECK_EQ(parts_for(0, 8 * MIB), 1);
-    CHECK_EQ(parts_for(8 * MIB, 8 * MIB), 1);
-    CHECK_EQ(parts_for(8 * MIB + 1, 8 * MIB), 2);
+    CHECK_EQ(up_part_size_for(1ull << 40, 0), 105 * MIB);
+    CHECK_EQ(up_part_size_for(5ull << 40, 0), 525 * MIB);
+    CHECK(up_parts_for(5ull << 40, up_part_size_for(5ull << 40, 0)) <= 10000);
+    CHECK_EQ(up_parts_for(0, 8 * MIB), 1);
+    CHECK_EQ(up_parts_for(8 * MIB, 8 * MIB), 1);
+    CHECK_EQ(up_parts_for(8 * MIB + 1, 8 * MIB), 2);
 }
 
 static void test_upload__etags(void)
 {
     unsigned char d[2][16];
     char hex[33], comp[48];
-    md5_buf("", 0, d[0]);
-    hex_of(d[0], 16, hex);
+    up_md5_buf("", 0, d[0]);
+    up_hex_of(d[0], 16, hex);
     CHECK_STR(hex, "d41d8cd98f00b204e9800998ecf8427e");
-    md5_buf("abc", 3, d[1]);
-    hex_of(d[1], 16, hex);
+    up_md5_buf("abc", 3, d[1]);
+    up_hex_of(d[1], 16, hex);
     CHECK_STR(hex, "900150983cd24fb0d6963f7d28e17f72");
     unsigned char back[16];
-    CHECK(hex_md5_parse(hex, back) == 0 && !memcmp(back, d[1], 16));
-    CHECK(hex_md5_parse("xyz", back) == -1);
+    CHECK(up_hex_md5_parse(hex, back) == 0 && !memcmp(back, d[1], 16));
+    CHECK(up_hex_md5_parse("xyz", back) == -1);
     /* md5(md5("") || md5("abc")) with the part count, as S3 computes it
      * (python: hashlib.md5(bytes.fromhex(a) + bytes.fromhex(b))). */
-    composite_etag((const unsigned char (*)[16])d, 2, comp);
+    up_composite_etag((const unsigned char (*)[16])d, 2, comp);
     CHECK_STR(comp, "66027c6d92d43d01c4f2aa8759629be3-2");
 }
 
@@ -58,26 +58,26 @@ static void test_upload__journal_roundtrip(void)
     struct journal *j;
     struct ckpt_err err = CKPT_ERR_INIT;
     unsigned char m1[16], m3[16];
-    md5_buf("one", 3, m1);
-    md5_buf("three", 5, m3);
-    CHECK(journal_open(&j, dir, "copy-a", &err) == 0);
+    up_md5_buf("one", 3, m1);
+    up_md5_buf("three", 5, m3);
+    CHECK(up_journal_open(&j, dir, "copy-a", &err) == 0);
     /* Keys with TABs and newlines survive the escaping. */
-    journal_start(j, "run/a\tb\nc", "UP1", 20 * MIB, 8 * MIB, "m17");
-    journal_part(j, "UP1", 1, m1);
-    journal_part(j, "UP1", 3, m3);
-    journal_start(j, "run/done", "UP2", 9 * MIB, 8 * MIB, "m5");
-    journal_end(j, "UP2");
-    journal_done(j, "run/done", 9 * MIB, "m5", "abc-2");
-    journal_done(j, "run/small", 3, "m1", "old");
-    journal_done(j, "run/small", 3, "m2", "new");
+    up_journal_start(j, "run/a\tb\nc", "UP1", 20 * MIB, 8 * MIB, "m17");
+    up_journal_part(j, "UP1", 1, m1);
+    up_journal_part(j, "UP1", 3, m3);
+    up_journal_start(j, "run/done", "UP2", 9 * MIB, 8 * MIB, "m5");
+    up_journal_end(j, "UP2");
+    up_journal_done(j, "run/done", 9 * MIB, "m5", "abc-2");
+    up_journal_done(j, "run/small", 3, "m1", "old");
+    up_journal_done(j, "run/small", 3, "m2", "new");
     /* A second process on the same copy is refused while we hold it. */
     struct journal *j2;
-    CHECK(journal_open(&j2, dir, "copy-a", &err) == -1);
+    CHECK(up_journal_open(&j2, dir, "copy-a", &err) == -1);
     CHECK_EQ(err.code, CKPT_EEXIST);
-    journal_close(j);
+    up_journal_close(j);
 
-    CHECK(journal_open(&j, dir, "copy-a", &err) == 0);
-    struct jr_pending *p = journal_pending(j, "run/a\tb\nc");
+    CHECK(up_journal_open(&j, dir, "copy-a", &err) == 0);
+    struct jr_pending *p = up_journal_pending(j, "run/a\tb\nc");
     CHECK(p != NULL);
     if (p) {
         CHECK_STR(p->upload_id, "UP1");
@@ -86,20 +86,20 @@ static void test_upload__journal_roundtrip(void)
         CHECK(!memcmp(p->md5[2], m3, 16));
         CHECK_STR(p->srcsig, "m17");
     }
-    CHECK(journal_pending(j, "run/done") == NULL);
-    const struct jr_done *d = journal_find_done(j, "run/small");
+    CHECK(up_journal_pending(j, "run/done") == NULL);
+    const struct jr_done *d = up_journal_find_done(j, "run/small");
     CHECK(d && !strcmp(d->srcsig, "m2") && !strcmp(d->etag, "new"));
-    d = journal_find_done(j, "run/done");
+    d = up_journal_find_done(j, "run/done");
     CHECK(d && d->size == 9 * MIB && !strcmp(d->etag, "abc-2"));
-    CHECK(journal_find_done(j, "run/none") == NULL);
-    CHECK(journal_knows_upload(j, "UP1"));
+    CHECK(up_journal_find_done(j, "run/none") == NULL);
+    CHECK(up_journal_knows_upload(j, "UP1"));
     /* Finished uploads are dropped when the journal is compacted. */
-    CHECK(!journal_knows_upload(j, "UP2"));
+    CHECK(!up_journal_knows_upload(j, "UP2"));
     size_t n;
-    struct jr_pending **un = journal_unclaimed(j, &n);
+    struct jr_pending **un = up_journal_unclaimed(j, &n);
     CHECK_EQ(n, 1);
     CHECK(n == 1 && !strcmp(un[0]->upload_id, "UP1"));
-    journal_close(j);
+    up_journal_close(j);
     free(dir);
 }
 
@@ -110,16 +110,16 @@ static void test_upload__journal_torn_line(void)
     struct journal *j;
     struct ckpt_err err = CKPT_ERR_INIT;
     unsigned char m[16];
-    md5_buf("x", 1, m);
-    CHECK(journal_open(&j, dir, "copy-torn", &err) == 0);
-    journal_start(j, "k", "UPT", 16 * MIB, 8 * MIB, "m1");
-    journal_part(j, "UPT", 1, m);
-    journal_close(j);
+    up_md5_buf("x", 1, m);
+    CHECK(up_journal_open(&j, dir, "copy-torn", &err) == 0);
+    up_journal_start(j, "k", "UPT", 16 * MIB, 8 * MIB, "m1");
+    up_journal_part(j, "UPT", 1, m);
+    up_journal_close(j);
     /* Append half a P line, as a process killed mid-write leaves. */
     struct jr_pending *p;
-    CHECK(journal_open(&j, dir, "copy-torn", &err) == 0);
-    char *path = ckpt_xstrdup(journal_file(j));
-    journal_close(j);
+    CHECK(up_journal_open(&j, dir, "copy-torn", &err) == 0);
+    char *path = ckpt_xstrdup(up_journal_file(j));
+    up_journal_close(j);
     FILE *f = fopen(path, "a");
     CHECK(f != NULL);
     if (f) {
@@ -127,10 +127,10 @@ static void test_upload__journal_torn_line(void)
         fclose(f);
     }
     free(path);
-    CHECK(journal_open(&j, dir, "copy-torn", &err) == 0);
-    p = journal_pending(j, "k");
+    CHECK(up_journal_open(&j, dir, "copy-torn", &err) == 0);
+    p = up_journal_pending(j, "k");
     CHECK(p && p->have[0] && !p->have[1]);
-    journal_close(j);
+    up_journal_close(j);
     free(dir);
 }
 
@@ -242,9 +242,9 @@ static void test_upload__srcver(void)
     struct srcver a, b;
     FILE *f = fopen(path, "w");
     CHECK(f && fputs("one", f) >= 0 && fclose(f) == 0);
-    CHECK(srcver_get(path, &a, &err) == 0);
-    CHECK(srcver_get(path, &b, &err) == 0);
-    CHECK(srcver_diff(&a, &b) == NULL);
+    CHECK(up_srcver_get(path, &a, &err) == 0);
+    CHECK(up_srcver_get(path, &b, &err) == 0);
+    CHECK(up_srcver_diff(&a, &b) == NULL);
     struct timespec keep[2] = { { 0, UTIME_OMIT },
                                 { (time_t)(a.mtime_ns / 1000000000),
                                   (long)(a.mtime_ns % 1000000000) } };
@@ -252,25 +252,25 @@ static void test_upload__srcver(void)
     f = fopen(path, "r+");
     CHECK(f && fputs("two", f) >= 0 && fclose(f) == 0);
     CHECK(utimensat(AT_FDCWD, path, keep, 0) == 0);
-    CHECK(srcver_get(path, &b, &err) == 0);
+    CHECK(up_srcver_get(path, &b, &err) == 0);
     CHECK(b.size == a.size && b.mtime_ns == a.mtime_ns && b.ino == a.ino);
-    CHECK_STR(srcver_diff(&a, &b), "ctime");
+    CHECK_STR(up_srcver_diff(&a, &b), "ctime");
     char s1[96], s2[96];
-    srcver_sig(&a, s1, sizeof(s1));
-    srcver_sig(&b, s2, sizeof(s2));
+    up_srcver_sig(&a, s1, sizeof(s1));
+    up_srcver_sig(&b, s2, sizeof(s2));
     CHECK(strcmp(s1, s2) != 0);
     f = fopen(other, "w");
     CHECK(f && fputs("two", f) >= 0 && fclose(f) == 0);
     CHECK(utimensat(AT_FDCWD, other, keep, 0) == 0);
-    CHECK(srcver_get(path, &a, &err) == 0);
+    CHECK(up_srcver_get(path, &a, &err) == 0);
     CHECK(rename(other, path) == 0);
-    CHECK(srcver_get(path, &b, &err) == 0);
-    CHECK(srcver_diff(&a, &b) != NULL);
+    CHECK(up_srcver_get(path, &b, &err) == 0);
+    CHECK(up_srcver_diff(&a, &b) != NULL);
     CHECK(b.ino != a.ino);
     b.ctime_ns = a.ctime_ns;
-    CHECK_STR(srcver_diff(&a, &b), "inode");
+    CHECK_STR(up_srcver_diff(&a, &b), "inode");
     b.size++;
-    CHECK_STR(srcver_diff(&a, &b), "size");
+    CHECK_STR(up_srcver_diff(&a, &b), "size");
     free(path);
     free(other);
 }
