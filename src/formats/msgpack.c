@@ -22,9 +22,9 @@ static int trunc_err(struct mrd *r, struct ckpt_err *err)
 
 static int be(struct mrd *r, int bytes, uint64_t *v, struct ckpt_err *err)
 {
+    *v = 0;  /* set on every path: callers read it only on success */
     if (r->n - r->pos < (size_t)bytes)
         return trunc_err(r, err);
-    *v = 0;
     for (int k = 0; k < bytes; k++)
         *v = *v << 8 | r->p[r->pos++];
     return 0;
