@@ -8,6 +8,7 @@
 
 #include "ckpt/upload.h"
 #include "ckpt/wandb.h"
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 
 struct mrow {
@@ -61,7 +62,12 @@ static int tsv_line(const char *line, size_t n, char **run, char **path)
     size_t rn = n - (size_t)(rest - line);
     const char *t2 = memchr(rest, '\t', rn);
     size_t pn = t2 ? (size_t)(t2 - rest) : rn;
-    *run = ckpt_xstrndup(line, (size_t)(t1 - line));
+    /* map-wandb writes the run name escaped (ckpt_escape): read it as
+     * ckpt_wandb_map_parse does, or a name with a backslash or a tab
+     * would be another run here */
+    char *raw = ckpt_xstrndup(line, (size_t)(t1 - line));
+    *run = ckpt_unescape(raw);
+    free(raw);
     *path = pn == 1 && rest[0] == '-' ? NULL : ckpt_xstrndup(rest, pn);
     return 0;
 }
