@@ -48,9 +48,10 @@ char *ckpt_path_dirname(const char *p);
 int ckpt_str_endswith(const char *s, const char *suffix);
 int ckpt_str_startswith(const char *s, const char *prefix);
 
-/* Read at most max bytes of a small local file (credentials, netrc,
- * profiles) into a malloced NUL-terminated string. NULL with errno set
- * when it cannot be opened. */
+/* Read a small local file (credentials, netrc, profiles) of at most max
+ * bytes into a malloced NUL-terminated string. NULL with errno set when
+ * it cannot be opened or read, EFBIG when it is longer than max (never a
+ * truncated prefix). */
 char *ckpt_read_small_file(const char *path, size_t max);
 
 /* Monotonic seconds. */

@@ -213,9 +213,18 @@ char *ckpt_read_small_file(const char *path, size_t max)
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    char *buf = ckpt_xmalloc(max + 1);
-    size_t n = fread(buf, 1, max, f);
+    /* One byte more than allowed tells a file that is too long from one
+     * that fits exactly: a truncated credentials file or profile must
+     * fail, not parse as a shorter (and different) one. */
+    char *buf = ckpt_xmalloc(max + 2);
+    size_t n = fread(buf, 1, max + 1, f);
+    int bad = ferror(f);
     fclose(f);
+    if (bad || n > max) {
+        free(buf);
+        errno = bad ? EIO : EFBIG;
+        return NULL;
+    }
     buf[n] = '\0';
     return buf;
 }
