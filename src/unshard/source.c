@@ -458,7 +458,7 @@ static int open_location(struct ujob *j, const char *src, char **dir,
      * API too: the tests exercise the remote read path with it. */
     const char *via = getenv("CKPT_SOURCE_VIA_STORAGE");
     if (loc.scheme != CKPT_SCHEME_LOCAL || (via && !strcmp(via, "1"))) {
-        struct ckpt_storage_cfg cfg = { 0, 0, 0, j->o->jobs };
+        struct ckpt_storage_cfg cfg = uns_storage_cfg(j->o);
         rc = ckpt_storage_open(&j->st, &loc, &cfg, err);
         *dir = ckpt_xstrdup(loc.key);
     } else {
@@ -472,6 +472,12 @@ static int open_location(struct ujob *j, const char *src, char **dir,
     }
     ckpt_loc_release(&loc);
     return rc;
+}
+
+struct ckpt_storage_cfg uns_storage_cfg(const struct ckpt_unshard_opts *o)
+{
+    struct ckpt_storage_cfg c = { o->insecure, o->retries, 0, o->jobs };
+    return c;
 }
 
 int uns_src_open(struct ujob *j, const char *src, struct ckpt_err *err)

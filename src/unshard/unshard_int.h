@@ -153,6 +153,8 @@ struct ujob {
 
 /* source.c */
 int uns_src_open(struct ujob *j, const char *src, struct ckpt_err *err);
+/* The storage settings of the job's options (--insecure, --retries). */
+struct ckpt_storage_cfg uns_storage_cfg(const struct ckpt_unshard_opts *o);
 int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
             struct ckpt_err *err);
 int uns_src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
