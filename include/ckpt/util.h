@@ -54,6 +54,11 @@ int ckpt_str_startswith(const char *s, const char *prefix);
  * truncated prefix). */
 char *ckpt_read_small_file(const char *path, size_t max);
 
+/* Write all n bytes of p at off (pwrite, EINTR retried); on failure
+ * "write 'NAME': strerror" in err and -1. */
+int ckpt_pwrite_all(int fd, const void *p, size_t n, uint64_t off,
+                    const char *name, struct ckpt_err *err);
+
 /* Monotonic seconds. */
 double ckpt_now(void);
 

@@ -652,22 +652,6 @@ int uns_src_tmp_fd(struct ujob *j, struct ckpt_err *err)
     return fd;
 }
 
-static int write_all(int fd, const void *p, size_t n, uint64_t off,
-                     struct ckpt_err *err)
-{
-    while (n) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return ckpt_err_sys(err, "write temporary file");
-        p = (const char *)p + w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 /* Decompress in[off, off+len) (one or more zstd frames) into fd; the
  * output may not exceed limit. Returns the decompressed size or -1. */
 static int64_t unzstd(struct usrc *in, uint64_t off, uint64_t len, int fd,
@@ -697,7 +681,8 @@ static int64_t unzstd(struct usrc *in, uint64_t off, uint64_t len, int fd,
                                   "bytes", in->name,
                                   (unsigned long long)off,
                                   (unsigned long long)limit);
-            else if (write_all(fd, ob, obuf.pos, outn, err) == 0)
+            else if (ckpt_pwrite_all(fd, ob, obuf.pos, outn, "temporary file",
+                                     err) == 0)
                 outn += obuf.pos;
             else
                 rc = -1;

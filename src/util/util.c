@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 void ckpt_die_oom(const char *fmt, ...)
 {
@@ -227,6 +228,25 @@ char *ckpt_read_small_file(const char *path, size_t max)
     }
     buf[n] = '\0';
     return buf;
+}
+
+int ckpt_pwrite_all(int fd, const void *p, size_t n, uint64_t off,
+                    const char *name, struct ckpt_err *err)
+{
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return ckpt_err_sys(err, "write '%s'", name);
+        if (w == 0)     /* no progress and no errno: do not spin */
+            return ckpt_err_set(err, CKPT_EIO, "write '%s': no progress",
+                                name);
+        p = (const char *)p + w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
 }
 
 double ckpt_now(void)
