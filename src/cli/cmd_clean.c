@@ -22,6 +22,7 @@
 
 #include "ckpt/buf.h"
 #include "ckpt/pool.h"
+#include "ckpt/tempname.h"
 #include "ckpt/util.h"
 #include "runs.h"
 
@@ -71,94 +72,23 @@ struct item {
 };
 
 /* A local delete starts by renaming the directory to a hidden sibling
- * ".BASE.ckpt-del-HOST-PID": that rename is the commit point, so a kill
- * afterwards leaves a name a rerun can recognise and finish, instead of a
- * half-deleted run that no longer looks like a run. */
-static char *del_prefix(const char *base)
-{
-    char host[256] = "";
-    if (gethostname(host, sizeof(host) - 1) != 0 || !*host)
-        strcpy(host, "unknown");
-    return ckpt_xasprintf(".%s.ckpt-del-%s-", base, host);
-}
-
-/* The temp sibling for KEY, or NULL when its name would exceed NAME_MAX
- * (such a directory is deleted in place, as before). */
-static char *del_temp(const char *key)
-{
-    char *dir = ckpt_path_dirname(key), *base = ckpt_path_basename(key);
-    char *pre = del_prefix(base);
-    char *name = ckpt_xasprintf("%s%ld", pre, (long)getpid());
-    char *path = strlen(name) > NAME_MAX ? NULL
-                 : *dir ? ckpt_path_join(dir, name) : ckpt_xstrdup(name);
-    free(dir);
-    free(base);
-    free(pre);
-    free(name);
-    return path;
-}
-
-/* NAME minus PRE is the pid of a process of this host that no longer
- * exists. A live pid or a name of another host is never ours to touch. */
-static int dead_temp(const char *name, const char *pre)
-{
-    size_t n = strlen(pre);
-    if (strncmp(name, pre, n) != 0 || !name[n])
-        return 0;
-    char *end;
-    errno = 0;
-    long pid = strtol(name + n, &end, 10);
-    if (*end || errno || pid <= 0 || name[n] < '1' || name[n] > '9')
-        return 0;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-}
-
-/* The temp sibling a dead process of this host left when it was killed
- * deleting KEY, or NULL. */
-static char *dead_sibling(const char *key)
-{
-    char *dir = ckpt_path_dirname(key), *base = ckpt_path_basename(key);
-    char *pre = del_prefix(base), *found = NULL;
-    DIR *d = opendir(*dir ? dir : ".");
-    struct dirent *de;
-    while (d && !found && (de = readdir(d)) != NULL)
-        if (dead_temp(de->d_name, pre))
-            found = *dir ? ckpt_path_join(dir, de->d_name)
-                         : ckpt_xstrdup(de->d_name);
-    if (d)
-        closedir(d);
-    free(dir);
-    free(base);
-    free(pre);
-    return found;
-}
-
-/* Temp dirs inside the run RUN that dead prunes of this host left:
- * ".DIR.ckpt-del-HOST-PID", DIR any name. */
+ * ".BASE.ckpt-del-HOST-PID" (ckpt_del_rename): that rename is the commit
+ * point, so a kill afterwards leaves a name a rerun can recognise and
+ * finish, instead of a half-deleted run that no longer looks like a run.
+ * Temp dirs inside the run RUN that dead deletes of this host left (a
+ * prune, or unshard --delete-sharded's step) are finished with it. */
 static void find_dead_prunes(struct item *it)
 {
-    char *pre = del_prefix(""), *p;
-    DIR *d = opendir(it->loc.key);
-    struct dirent *de;
-    while (d && (de = readdir(d)) != NULL) {
-        const char *name = de->d_name;
-        /* ".X" then pre (which is "." + ".ckpt-del-HOST-") minus its
-         * leading "." */
-        if (name[0] != '.' || !(p = strstr(name + 1, pre + 1)) ||
-            p == name + 1 || !dead_temp(p, pre + 1))
-            continue;
-        it->resume_prune = realloc(it->resume_prune, (it->nresume_prune + 1) *
-                                   sizeof(*it->resume_prune));
-        if (!it->resume_prune)
-            abort();
-        it->resume_prune[it->nresume_prune++] = ckpt_xstrdup(name);
-        ckpt_buf_addf(&it->reason, "; %s an interrupted prune of %.*s",
-                      it->g->dry_run ? "would finish" : "finished",
-                      (int)(p - (name + 1)), name + 1);
+    size_t n;
+    char **v = ckpt_del_dead_in(it->loc.key, &n), *x;
+    for (size_t i = 0; i < n; i++) {
+        ckpt_del_dead(v[i], &x);
+        ckpt_buf_addf(&it->reason, "; %s an interrupted prune of %s",
+                      it->g->dry_run ? "would finish" : "finished", x);
+        free(x);
     }
-    if (d)
-        closedir(d);
-    free(pre);
+    it->resume_prune = v;
+    it->nresume_prune = n;
 }
 
 static const char *msg_delete(const struct ckpt_opts *g)
@@ -367,7 +297,7 @@ static void judge(void *arg)
                             CKPT_TREE_SALVAGE, &it->sb, &status, &tree,
                             &it->run, &err) != 0) {
         if (err.code == CKPT_ENOTFOUND && ckpt_storage_is_local(it->st) &&
-            (it->resume = dead_sibling(it->loc.key)) != NULL) {
+            (it->resume = ckpt_del_dead_sibling(it->loc.key)) != NULL) {
             char *b = ckpt_path_basename(it->resume);
             it->action = msg_delete(it->g);
             ckpt_buf_addf(&it->reason, "%s an interrupted delete (%s)",
@@ -578,20 +508,6 @@ static int delete_run(struct item *it, struct ckpt_err *err)
     return rc;
 }
 
-/* Rename KEY aside to its temp sibling (the commit point of the delete).
- * *tmp is NULL when the name would be too long: delete in place. */
-static int rename_aside(const char *key, char **tmp, struct ckpt_err *err)
-{
-    *tmp = del_temp(key);
-    if (*tmp && renameat(AT_FDCWD, key, AT_FDCWD, *tmp) != 0) {
-        int rc = ckpt_err_sys(err, "rename '%s' to '%s'", key, *tmp);
-        free(*tmp);
-        *tmp = NULL;
-        return rc;
-    }
-    return 0;
-}
-
 /* A local run: rename it aside, delete the judged files inside, then the
  * directory. What appeared meanwhile goes back under the run's name (if
  * that is still free) and the run is an error. */
@@ -601,7 +517,7 @@ static int delete_renamed(struct item *it, struct ckpt_tree *t,
     if (!ckpt_storage_is_local(it->st))
         return delete_judged(it, t, it->loc.key, err);
     char *tmp;
-    if (rename_aside(it->loc.key, &tmp, err) != 0)
+    if (ckpt_del_rename(it->loc.key, &tmp, err) != 0)
         return -1;
     if (!tmp)
         return delete_judged(it, t, it->loc.key, err);
@@ -646,11 +562,8 @@ static int prune_run(struct item *it, struct ckpt_err *err)
             break;
         }
         if (!it->g->dry_run) {
-            char *key = ckpt_path_join(it->loc.key, c->dir), *tmp = NULL;
-            rc = rename_aside(key, &tmp, err);
-            if (rc == 0)
-                rc = ckpt_storage_delete_tree(it->st, tmp ? tmp : key, err);
-            free(tmp);
+            char *key = ckpt_path_join(it->loc.key, c->dir);
+            rc = ckpt_storage_delete_tree_aside(it->st, key, err);
             free(key);
             if (rc != 0)
                 break;

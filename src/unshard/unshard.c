@@ -15,7 +15,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,23 +70,11 @@ static int prepare_dest(const char *dest, struct dest *d,
     return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-                    struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
 /* The temporary directory holds only our outputs and hard links. */
 static void remove_tmp(struct dest *d)
 {
     if (d->tmpdir)
-        nftw(d->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        ckpt_rm_tree(d->tmpdir);
 }
 
 static int is_output(const struct ujob *j, const char *name)
