@@ -517,8 +517,16 @@ static int delete_renamed(struct item *it, struct ckpt_tree *t,
     if (!ckpt_storage_is_local(it->st))
         return delete_judged(it, t, it->loc.key, err);
     char *tmp;
-    if (ckpt_del_rename(it->loc.key, &tmp, err) != 0)
-        return -1;
+    if (ckpt_del_rename(it->loc.key, &tmp, err) != 0) {
+        /* Renamed away since the re-check: another cleaner got there
+         * first, which is what we wanted. */
+        if (err->sys_errno != ENOENT)
+            return -1;
+        ckpt_buf_addstr(&it->reason, " (already deleted by another "
+                        "process)");
+        it->gone = 1;
+        return 0;
+    }
     if (!tmp)
         return delete_judged(it, t, it->loc.key, err);
     int rc = delete_judged(it, t, tmp, err);
