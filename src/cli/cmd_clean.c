@@ -79,16 +79,21 @@ struct item {
  * prune, or unshard --delete-sharded's step) are finished with it. */
 static void find_dead_prunes(struct item *it)
 {
-    size_t n;
+    size_t n, w = 0;
     char **v = ckpt_del_dead_in(it->loc.key, &n), *x;
     for (size_t i = 0; i < n; i++) {
-        ckpt_del_dead(v[i], &x);
+        /* (checked again: a pid reused since the listing is live) */
+        if (!ckpt_del_dead(v[i], &x)) {
+            free(v[i]);
+            continue;
+        }
         ckpt_buf_addf(&it->reason, "; %s an interrupted prune of %s",
                       it->g->dry_run ? "would finish" : "finished", x);
         free(x);
+        v[w++] = v[i];
     }
     it->resume_prune = v;
-    it->nresume_prune = n;
+    it->nresume_prune = w;
 }
 
 static const char *msg_delete(const struct ckpt_opts *g)

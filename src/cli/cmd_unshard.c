@@ -1045,36 +1045,44 @@ static int open_run(struct runctx *r, struct storages *sts,
  * this host renamed aside to .DIR.ckpt-del-HOST-PID: the rename committed
  * their delete, so --delete-sharded finishes it, one row each (without
  * it, a warning says what is there). */
+static int finish_dead_delete(struct runctx *r, const char *name)
+{
+    struct ckpt_checkpoint k;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    memset(&k, 0, sizeof(k));
+    /* Checked again: a pid reused since the listing is live, not ours. */
+    if (!ckpt_del_dead(name, &k.name))
+        return 0;
+    ckpt_checkpoint_name(k.name, &k.step, &k.unsharded_name);
+    char *path = ckpt_path_join(r->tree->key, name), *why = NULL;
+    int rc = 0;
+    if (!r->c->delete_sharded)
+        cli_warnf("%s: left by an interrupted delete of %s; "
+                  "--delete-sharded finishes it", path, k.name);
+    else if (r->c->g.dry_run)
+        step_row(r, "would-delete", &k, (why = ckpt_xasprintf(
+                     "finishes an interrupted delete (%s)", name)), NULL,
+                 NULL);
+    else if ((rc = ckpt_storage_delete_tree(r->st, path, &err)) != 0)
+        step_row(r, "error", &k, err.msg, NULL, NULL);
+    else
+        step_row(r, "deleted", &k, (why = ckpt_xasprintf(
+                     "finished an interrupted delete (%s)", name)), NULL,
+                 NULL);
+    free(why);
+    free(path);
+    free(k.name);
+    return rc;
+}
+
 static int finish_dead_deletes(struct runctx *r, size_t *found)
 {
     size_t n;
     char **v = ckpt_del_dead_in(r->tree->key, &n);
-    *found = n;
     int failed = 0;
+    *found = n;
     for (size_t i = 0; i < n; i++) {
-        struct ckpt_checkpoint k;
-        struct ckpt_err err = CKPT_ERR_INIT;
-        char *path = ckpt_path_join(r->tree->key, v[i]), *why;
-        memset(&k, 0, sizeof(k));
-        ckpt_del_dead(v[i], &k.name);
-        ckpt_checkpoint_name(k.name, &k.step, &k.unsharded_name);
-        if (!r->c->delete_sharded) {
-            cli_warnf("%s: left by an interrupted delete of %s; "
-                      "--delete-sharded finishes it", path, k.name);
-        } else if (r->c->g.dry_run) {
-            why = ckpt_xasprintf("finishes an interrupted delete (%s)", v[i]);
-            step_row(r, "would-delete", &k, why, NULL, NULL);
-            free(why);
-        } else if (ckpt_storage_delete_tree(r->st, path, &err) != 0) {
-            step_row(r, "error", &k, err.msg, NULL, NULL);
-            failed = 1;
-        } else {
-            why = ckpt_xasprintf("finished an interrupted delete (%s)", v[i]);
-            step_row(r, "deleted", &k, why, NULL, NULL);
-            free(why);
-        }
-        free(k.name);
-        free(path);
+        failed |= finish_dead_delete(r, v[i]) != 0;
         free(v[i]);
     }
     free(v);
