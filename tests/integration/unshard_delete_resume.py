@@ -193,6 +193,18 @@ def case_not_ours(tmp):
     check("not ours: left alone", rc == 0 and tree(r) == before and
           lines == ["skip\t-\tno sharded checkpoint"], "%d %s %s" % (
               rc, lines, err))
+    # A dead pid's sibling of this host without --delete-sharded: named in
+    # a warning, left.
+    dead = ".step30.ckpt-del-%s-%d" % (HOST, dead_pid())
+    shutil.copytree(FIX, os.path.join(r, dead))
+    before = tree(r)
+    rc, lines, err = unshard(r, r)
+    check("without --delete-sharded: a warning, nothing deleted", rc == 0
+          and tree(r) == before and lines == [
+              "skip\t-\tno sharded checkpoint"] and
+          "ckpt: warning: %s/%s: left by an interrupted delete of step30; "
+          "--delete-sharded finishes it\n" % (r, dead) in err,
+          "%d %s %s" % (rc, lines, err))
 
 
 def main():
