@@ -529,6 +529,7 @@ struct children {
     const char *key;
     char **keys;
     size_t n;
+    int any;                    /* SRC holds anything at all */
 };
 
 /* Directories and archives below SRC, not hidden (clean's rename-aside
@@ -537,6 +538,7 @@ struct children {
 static int child_cb(void *ud, const struct ckpt_entry *e)
 {
     struct children *c = ud;
+    c->any = 1;
     if (e->name[0] == '.' ||
         (e->type != CKPT_ENTRY_DIR &&
          !(e->type == CKPT_ENTRY_FILE &&
@@ -564,11 +566,12 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* Does a directory SRC that is not a run hold runs? Its directories and
- * archives are queued (sorted); returns how many, or -1. */
+ * archives are queued (sorted); returns how many, or -1. *any tells
+ * whether SRC holds anything at all. */
 static int expand(struct ckpt_process *p, struct ckpt_storage *st,
-                  const char *key, struct ckpt_err *err)
+                  const char *key, int *any, struct ckpt_err *err)
 {
-    struct children c = { p, st, key, NULL, 0 };
+    struct children c = { p, st, key, NULL, 0, 0 };
     int rc = ckpt_storage_list(st, key, 0, child_cb, &c, err);
     if (rc == 0 && c.n)
         ckpt_sort(c.keys, c.n, sizeof(char *), cmp_str);
@@ -578,6 +581,7 @@ static int expand(struct ckpt_process *p, struct ckpt_storage *st,
         free(c.keys[i]);
     }
     free(c.keys);
+    *any = c.any;
     return rc == 0 ? (int)c.n : -1;
 }
 
@@ -639,8 +643,9 @@ int ckpt_process_add(struct ckpt_process *p, struct ckpt_storage *st,
         queue(p, st, key);
         return 1;
     }
-    int n = expand(p, st, key, err);
-    if (n == 0) {
+    int any = 0;
+    int n = expand(p, st, key, &any, err);
+    if (n == 0 && any) {
         queue(p, st, key);  /* judged: "does not look like a run" */
         n = 1;
     }
