@@ -87,7 +87,9 @@ struct ckpt_process_cfg {
     int keep_source;             /* verify, but never delete the source */
     enum ckpt_process_unshard unshard;
     int unshard_step0;           /* also step 0 */
-    const char *tmp_dir;         /* unshard output before its upload */
+    const char *tmp_dir;         /* unshard outputs wait for their upload
+                                    in TMP/ckpt-process/RUN_ID/; NULL:
+                                    $TMPDIR or /tmp */
     struct ckpt_storage *logs_st;/* borrowed, or NULL: no --logs */
     const char *logs_key;
     int jobs;                    /* upload workers; <= 0: 32 */

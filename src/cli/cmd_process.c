@@ -21,7 +21,8 @@ static const char *const process_usage[] = {
     "prefix holding runs), in order: judge it with clean's rules (a bad",
     "run is deleted; live runs, see --min-age, and non-runs are skipped);",
     "find its W&B path (asked now, as map-wandb does, unless --wandb-map",
-    "or --no-wandb); upload it uncompressed (archives member by member)",
+    "or --no-wandb); unshard its sharded steps (not step 0) into",
+    "--tmp-dir; upload it and them uncompressed (archives member by member)",
     "with its logs under DEST/ENTITY/PROJECT/RUN_ID/; verify every file",
     "at DEST by checksum; delete the source. State and leases live under",
     "DEST/.ckpt-process/: a rerun finishes what a crash left, and many",
@@ -38,7 +39,7 @@ static const char *const process_usage[] = {
 struct pr_opts {
     const char *dest, *wandb_map, *logs, *state_dir, *min_age, *unshard;
     const char *lease_ttl;
-    int no_wandb, keep_bad, keep_source;
+    int no_wandb, keep_bad, keep_source, step0;
     uint64_t max_archive;
 };
 
@@ -366,6 +367,8 @@ int cmd_process(int argc, char **argv)
                   "but never delete the source"),
         OPT_STR_(0, "unshard", &po.unshard, "all|latest|none",
                  "which sharded steps to unshard (default all)"),
+        OPT_BOOL_(0, "unshard-step0", &po.step0, "also unshard step 0 "
+                  "(the untrained initial weights: skipped by default)"),
         OPT_STR_(0, "logs", &po.logs, "LOCATION", "add log files naming "
                  "the run under logs/"),
         OPT_STR_(0, "state-dir", &po.state_dir, "DIR", "journals of "
@@ -384,6 +387,7 @@ int cmd_process(int argc, char **argv)
     c.dry_run = g.dry_run;
     c.keep_bad = po.keep_bad;
     c.keep_source = po.keep_source;
+    c.unshard_step0 = po.step0;
     c.jobs = g.jobs;
     c.tmp_dir = g.tmp_dir;
     return process_main(&g, &po, &c, argv, n);

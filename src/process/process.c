@@ -18,6 +18,7 @@
 
 #include "ckpt/archive.h"
 #include "ckpt/buf.h"
+#include "ckpt/unshard.h"
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
@@ -40,6 +41,8 @@ struct ckpt_process {
     char **ids;                 /* borrowed from runs, for _ids() */
     char **logs;                /* keys below cfg.logs_key */
     size_t nlogs;
+    struct ckpt_storage *local; /* owned: the unshard outputs' storage */
+    char *tmp;                  /* owned: where unshard outputs go */
 };
 
 /* One run being worked on. */
@@ -49,6 +52,7 @@ struct one {
     struct proc_keeper k;
     char *state_key, *lease_key;
     char *dkey, *ddisp;         /* where the run goes */
+    char *uns;                  /* tmp/ckpt-process/ID: unshard outputs */
     struct proc_state s;
     struct ckpt_buf fail;       /* first failed file of a pass */
     int fail_delete;            /* ...and it was a deletion */
@@ -164,6 +168,39 @@ static int up_may_delete(void *ud, struct ckpt_err *err)
     return proc_keeper_check(&o->k, err);
 }
 
+struct outs {
+    struct one *o;
+    struct ckpt_upload *u;
+};
+
+static int add_out(void *ud, const struct ckpt_entry *e)
+{
+    struct outs *x = ud;
+    struct one *o = x->o;
+    size_t n = strlen(e->name);
+    if (e->type != CKPT_ENTRY_DIR || n < 10 ||
+        strcmp(e->name + n - 10, "-unsharded") != 0)
+        return 0;
+    char *skey = ckpt_path_join(o->uns, e->name);
+    char *dkey = ckpt_path_join(o->dkey, e->name);
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (ckpt_upload_add(x->u, o->p->local, skey, o->p->cfg.dst, dkey,
+                        CKPT_UPLOAD_KEEP_SRC, &err) != 0)
+        ckpt_upload_fail_src(x->u, skey, NULL, err.msg);
+    free(skey);
+    free(dkey);
+    return 0;
+}
+
+/* Every stepN-unsharded/ the unshard phase left in o->uns (now or before
+ * a crash) goes to DEST beside the run's own steps. */
+static void add_unsharded(struct one *o, struct ckpt_upload *u)
+{
+    struct outs x = { o, u };
+    struct ckpt_err err = CKPT_ERR_INIT;
+    (void)ckpt_storage_list(o->p->local, o->uns, 0, add_out, &x, &err);
+}
+
 static void add_logs(struct one *o, struct ckpt_upload *u)
 {
     const struct ckpt_process *p = o->p;
@@ -213,6 +250,7 @@ static int upload_pass(struct one *o, int verify, int dry,
     if (rc != 0)
         ckpt_buf_addstr(&o->fail, err.msg);
     else {
+        add_unsharded(o, u);
         add_logs(o, u);
         memset(t, 0, sizeof(*t));
         rc = ckpt_upload_run(u, t);
@@ -332,6 +370,44 @@ static void set_dest(struct one *o)
     o->ddisp = ckpt_storage_display(c->dst, o->dkey);
 }
 
+static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
+{
+    struct one *o = ud;
+    if (!strcmp(ev->action, "unsharded") ||
+        !strcmp(ev->action, "would-unshard"))
+        o->steps++;
+    else if (!strcmp(ev->action, "error") && !o->fail.len)
+        ckpt_buf_addf(&o->fail, "%s: %s", ev->ckpt ? ev->ckpt->name : "run",
+                      ev->detail);
+}
+
+/* Unshard the run's sharded steps into o->uns (outputs appear
+ * atomically; a step whose output is there already is skipped, so a
+ * rerun redoes nothing). 0, or -1 after the run's row. */
+static int unshard(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    if (c->unshard == CKPT_PROC_UNSHARD_NONE)
+        return 0;
+    struct ckpt_unshard_run_cfg u = {
+        .uo = { .dry_run = c->dry_run, .sync = 1, .tmp_dir = c->tmp_dir },
+        .latest = c->unshard == CKPT_PROC_UNSHARD_LATEST,
+        .skip_step0 = !c->unshard_step0, .tmp_dir = c->tmp_dir,
+        .fetch_jobs = c->jobs, .on_step = on_step, .ud = o,
+    };
+    ckpt_buf_reset(&o->fail);
+    o->steps = 0;
+    if (ckpt_unshard_run(o->r->st, o->r->key, o->r->display, o->uns, &u)
+        != 0) {
+        fail_run(o, CKPT_PROC_UNSHARD, o->fail.len ? o->fail.ptr
+                 : "unshard failed");
+        return -1;
+    }
+    emit(o, CKPT_PROC_UNSHARD, c->dry_run ? CKPT_PROC_WOULD : CKPT_PROC_OK,
+         "", 0, 0);
+    return 0;
+}
+
 /* Copy the run to DEST (nothing deleted); state "uploaded" once every
  * object arrived. */
 static int upload(struct one *o)
@@ -373,6 +449,8 @@ static void dry_run(struct one *o)
     if (!judge(o) || map_run(o) != 0)
         return;
     set_dest(o);
+    if (unshard(o) != 0)
+        return;
     struct ckpt_upload_totals t;
     if (upload_pass(o, 0, 1, &t) != 0) {
         fail_run(o, CKPT_PROC_UPLOAD, o->fail.ptr);
@@ -435,7 +513,7 @@ static void leased(struct one *o)
         if (!judge(o) || map_run(o) != 0)
             return;
         set_dest(o);
-        if (upload(o) != 0)
+        if (unshard(o) != 0 || upload(o) != 0)
             return;
     } else {
         emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_DONE, "", o->s.files,
@@ -443,6 +521,9 @@ static void leased(struct one *o)
     }
     if (verify_delete(o) != 0)
         return;
+    /* Verified at DEST: the local unshard outputs have done their job. */
+    struct ckpt_err derr = CKPT_ERR_INIT;
+    (void)ckpt_storage_delete_tree(o->p->local, o->uns, &derr);
     finish(o, CKPT_PROC_OK, "", 0);
 }
 
@@ -461,6 +542,7 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     char *lname = ckpt_xasprintf("%s.lease", r->id);
     o.state_key = ckpt_path_join(dir, sname);
     o.lease_key = ckpt_path_join(dir, lname);
+    o.uns = ckpt_path_join(p->tmp, r->id);
     if (p->cfg.dry_run) {
         dry_run(&o);
     } else {
@@ -491,6 +573,7 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     free(o.ddisp);
     free(o.state_key);
     free(o.lease_key);
+    free(o.uns);
     free(sname);
     free(lname);
     free(dir);
@@ -686,8 +769,21 @@ int ckpt_process_new(struct ckpt_process **out,
                      struct ckpt_err *err)
 {
     struct ckpt_process *p = ckpt_xcalloc(1, sizeof(*p));
+    struct ckpt_loc loc = { CKPT_SCHEME_LOCAL, NULL, ckpt_xstrdup(""),
+                            ckpt_xstrdup("") };
+    struct ckpt_storage_cfg scfg = { 0, 0, 0, 1 };
+    const char *base = cfg->tmp_dir ? cfg->tmp_dir
+                     : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     p->cfg = *cfg;
+    p->tmp = ckpt_path_join(base, "ckpt-process");
     *out = p;
+    int rc = ckpt_storage_open(&p->local, &loc, &scfg, err);
+    ckpt_loc_release(&loc);
+    if (rc != 0) {
+        ckpt_process_free(p);
+        *out = NULL;
+        return -1;
+    }
     if (cfg->logs_st &&
         ckpt_storage_list(cfg->logs_st, cfg->logs_key, CKPT_LIST_RECURSIVE,
                           collect_log, p, err) != 0) {
@@ -710,6 +806,8 @@ void ckpt_process_free(struct ckpt_process *p)
     for (size_t i = 0; i < p->nlogs; i++)
         free(p->logs[i]);
     free(p->logs);
+    ckpt_storage_close(p->local);
+    free(p->tmp);
     free(p->runs);
     free(p->ids);
     free(p);

@@ -156,7 +156,7 @@ int proc_keeper_start(struct proc_keeper *k, struct ckpt_storage *st,
         return r;
     int64_t t = ttl > 0 ? ttl : CKPT_LEASE_TTL;
     /* More than any sane clock skew, less than what a renewal leaves. */
-    k->margin = t / 5 < 60 ? t / 5 : 60;
+    k->margin = t / 5 < 1 ? 1 : t / 5 < 60 ? t / 5 : 60;
     pthread_mutex_init(&k->mu, NULL);
     pthread_cond_init(&k->cv, NULL);
     k->started = pthread_create(&k->thread, NULL, keeper_main, k) == 0;
