@@ -323,6 +323,27 @@ def s3_dest(c, s3, env, tmp):
            s3_tree(env, "arch/ai2/olmo-tiny/e7f8a9b0"))
 
 
+def json_events(c, env, tmp):
+    """--json: one event per phase, then the run's row, then the total."""
+    runs, dest = os.path.join(tmp, "runs4"), os.path.join(tmp, "dest4")
+    gen(runs)
+    r1 = os.path.join(runs, "2871005")
+    rc, out, _ = ckpt(env, "process", "--json", "--no-wandb", r1, "--dest",
+                      dest)
+    ev = [json.loads(line) for line in out.splitlines()]
+    c.eq("json: exit 0", rc, 0)
+    c.eq("json: phases", [(e["phase"], e["status"]) for e in ev[:-1]], [
+        ("lease", "ok"), ("judge", "ok"), ("unshard", "ok"),
+        ("upload", "ok"), ("verify", "ok"), ("delete", "ok"),
+        ("run", "processed")])
+    c.eq("json: the run", {k: ev[-2][k] for k in ("run", "id", "dest",
+                                                  "files", "freed")},
+         {"run": r1, "id": "2871005", "dest": os.path.join(dest, "2871005"),
+          "files": 7, "freed": 27908})
+    c.eq("json: total", (ev[-1]["phase"], ev[-1]["processed"],
+                         ev[-1]["failed"]), ("total", 1, 0))
+
+
 def usage(c, env):
     for args, what in ((["process", "x"], "no --dest"),
                        (["process", "--dest", "d"], "no SRC"),
@@ -347,6 +368,7 @@ def main():
             local_dest(c, env, tmp)
             live_and_keep(c, env, tmp)
             s3_dest(c, s3, env, tmp)
+            json_events(c, env, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return c.finish()
