@@ -85,6 +85,8 @@ struct ckpt_process_cfg {
     int dry_run;
     int keep_bad;                /* report bad runs, do not delete them */
     int keep_source;             /* verify, but never delete the source */
+    int keep_archive;            /* store an archive as it is, at
+                                    DEST/.../RUN_ID.tar.gz, not extracted */
     enum ckpt_process_unshard unshard;
     int unshard_step0;           /* also step 0 */
     const char *tmp_dir;         /* unshard outputs wait for their upload

@@ -39,7 +39,7 @@ static const char *const process_usage[] = {
 struct pr_opts {
     const char *dest, *wandb_map, *logs, *state_dir, *min_age, *unshard;
     const char *lease_ttl;
-    int no_wandb, keep_bad, keep_source, step0;
+    int no_wandb, keep_bad, keep_source, keep_archive, step0;
     uint64_t max_archive;
 };
 
@@ -365,6 +365,8 @@ int cmd_process(int argc, char **argv)
                   "of deleting them"),
         OPT_BOOL_(0, "keep-source", &po.keep_source, "upload and verify, "
                   "but never delete the source"),
+        OPT_BOOL_(0, "keep-archive", &po.keep_archive, "store archives "
+                  "as they are, at DEST/ENTITY/PROJECT/RUN_ID.tar.gz"),
         OPT_STR_(0, "unshard", &po.unshard, "all|latest|none",
                  "which sharded steps to unshard (default all)"),
         OPT_BOOL_(0, "unshard-step0", &po.step0, "also unshard step 0 "
@@ -388,6 +390,7 @@ int cmd_process(int argc, char **argv)
     c.keep_bad = po.keep_bad;
     c.keep_source = po.keep_source;
     c.unshard_step0 = po.step0;
+    c.keep_archive = po.keep_archive;
     c.jobs = g.jobs;
     c.tmp_dir = g.tmp_dir;
     return process_main(&g, &po, &c, argv, n);

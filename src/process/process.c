@@ -226,6 +226,16 @@ static void add_logs(struct one *o, struct ckpt_upload *u)
     }
 }
 
+/* DEST/ENTITY/PROJECT/RUN_ID.tar.gz: the run's key plus the archive's
+ * extension. */
+static char *archive_key(const struct one *o)
+{
+    char *base = ckpt_path_basename(o->r->key);
+    char *key = ckpt_xasprintf("%s%s", o->dkey, base + strlen(o->r->id));
+    free(base);
+    return key;
+}
+
 /* One pass of the upload engine over the run and its logs. verify: compare
  * every file by checksum and (unless --keep-source) delete the source.
  * Returns 0, or -1 with o->fail saying why. */
@@ -242,11 +252,16 @@ static int upload_pass(struct one *o, int verify, int dry,
     };
     struct ckpt_upload *u = ckpt_upload_new(&ucfg);
     struct ckpt_err err = CKPT_ERR_INIT;
-    unsigned flags = ckpt_archive_kind_of(o->r->key) != CKPT_ARCHIVE_NONE
-                   ? CKPT_UPLOAD_EXTRACT : 0;
+    int archive = ckpt_archive_kind_of(o->r->key) != CKPT_ARCHIVE_NONE;
+    unsigned flags = archive && !c->keep_archive ? CKPT_UPLOAD_EXTRACT : 0;
+    /* --keep-archive: the archive as it is, beside the run's directory
+     * (which still gets the unsharded steps and the logs). */
+    char *dkey = archive && c->keep_archive ? archive_key(o) : o->dkey;
     ckpt_buf_reset(&o->fail);
-    int rc = ckpt_upload_add(u, o->r->st, o->r->key, c->dst, o->dkey, flags,
+    int rc = ckpt_upload_add(u, o->r->st, o->r->key, c->dst, dkey, flags,
                              &err);
+    if (dkey != o->dkey)
+        free(dkey);
     if (rc != 0)
         ckpt_buf_addstr(&o->fail, err.msg);
     else {

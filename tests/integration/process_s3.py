@@ -342,6 +342,21 @@ def json_events(c, env, tmp):
           "files": 7, "freed": 27908})
     c.eq("json: total", (ev[-1]["phase"], ev[-1]["processed"],
                          ev[-1]["failed"]), ("total", 1, 0))
+    # --keep-archive: the archive as it is, beside the run's directory.
+    a = os.path.join(runs, "2871101.tar")
+    with open(a, "rb") as f:
+        data = f.read()
+    rc, out, _ = ckpt(env, "process", "--keep-archive", "--no-wandb", a,
+                      "--dest", dest)
+    c.eq("keep-archive: exit 0, one file, freed the archive",
+         (rc, rows(out)[0][:5], rows(out)[0][6]),
+         (0, ["processed", a, os.path.join(dest, "2871101"), "1",
+              str(len(data))], str(len(data))))
+    with open(os.path.join(dest, "2871101.tar"), "rb") as f:
+        c.eq("keep-archive: stored as it was", f.read() == data, True)
+    c.eq("keep-archive: source gone, nothing extracted",
+         (os.path.exists(a), os.path.exists(os.path.join(dest, "2871101"))),
+         (False, False))
 
 
 def usage(c, env):
