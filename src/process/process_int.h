@@ -3,6 +3,7 @@
 #define CKPT_PROCESS_INT_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ckpt/err.h"
@@ -25,6 +26,11 @@ struct proc_state {
  * half-deleted source again. */
 int proc_state_read(struct ckpt_storage *st, const char *key,
                     struct proc_state *s, struct ckpt_err *err);
+/* Parse a state object's bytes (any bytes: it is read from DEST). 0, or
+ * -1 (s then empty) when they are not a state object. */
+int proc_state_parse(const char *data, size_t len, struct proc_state *s);
+/* The object's text (malloced JSON). */
+char *proc_state_format(const char *run, const struct proc_state *s);
 /* Write it whole (atomically: a reader sees the old or the new). */
 int proc_state_write(struct ckpt_storage *st, const char *key,
                      const char *run, const struct proc_state *s,

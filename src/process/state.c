@@ -6,6 +6,7 @@
 #include "process_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,17 +24,20 @@ static const char *const phase_names[] = { "new", "uploaded", "done",
 static uint64_t get_u64(const cJSON *o, const char *name)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (uint64_t)v->valuedouble
-                                                    : 0;
+    /* Anything a uint64_t cannot hold (negative, 2^64 or more) is 0. */
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 &&
+           v->valuedouble < 18446744073709551616.0
+           ? (uint64_t)v->valuedouble : 0;
 }
 
-static int parse_state(const char *data, struct proc_state *s)
+int proc_state_parse(const char *data, size_t len, struct proc_state *s)
 {
-    cJSON *o = cJSON_Parse(data);
+    memset(s, 0, sizeof(*s));
+    cJSON *o = cJSON_ParseWithLength(data, len);
     const cJSON *ph = cJSON_GetObjectItemCaseSensitive(o, "phase");
     const cJSON *dest = cJSON_GetObjectItemCaseSensitive(o, "dest");
-    int rc = -1;
     const cJSON *why = cJSON_GetObjectItemCaseSensitive(o, "why");
+    int rc = -1;
     for (int i = 0; cJSON_IsString(ph) && i < 4; i++)
         if (!strcmp(ph->valuestring, phase_names[i])) {
             s->phase = (enum proc_phase)i;
@@ -50,6 +54,8 @@ static int parse_state(const char *data, struct proc_state *s)
     s->steps = get_u64(o, "steps");
     s->freed = get_u64(o, "freed");
     cJSON_Delete(o);
+    if (rc != 0)
+        proc_state_release(s);
     return rc;
 }
 
@@ -65,21 +71,27 @@ int proc_state_read(struct ckpt_storage *st, const char *key,
         ckpt_err_clear(err);
         return 0;
     }
-    int rc = parse_state(data, s);
+    int rc = proc_state_parse(data, len, s);
     free(data);
     if (rc != 0) {
         char *d = ckpt_storage_display(st, key);
         ckpt_err_set(err, CKPT_EFORMAT, "%s: not a ckpt process state "
                      "object (remove it to start the run over)", d);
         free(d);
-        proc_state_release(s);
     }
     return rc;
 }
 
-int proc_state_write(struct ckpt_storage *st, const char *key,
-                     const char *run, const struct proc_state *s,
-                     struct ckpt_err *err)
+/* Counts as exact integers (cJSON's own number format keeps only 15
+ * significant digits). */
+static void add_u64(cJSON *o, const char *name, uint64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+    cJSON_AddRawToObject(o, name, buf);
+}
+
+char *proc_state_format(const char *run, const struct proc_state *s)
 {
     char host[256] = "";
     if (gethostname(host, sizeof(host) - 1) != 0)
@@ -91,10 +103,10 @@ int proc_state_write(struct ckpt_storage *st, const char *key,
         cJSON_AddStringToObject(o, "dest", s->dest);
     if (s->why)
         cJSON_AddStringToObject(o, "why", s->why);
-    cJSON_AddNumberToObject(o, "files", (double)s->files);
-    cJSON_AddNumberToObject(o, "bytes", (double)s->bytes);
-    cJSON_AddNumberToObject(o, "steps", (double)s->steps);
-    cJSON_AddNumberToObject(o, "freed", (double)s->freed);
+    add_u64(o, "files", s->files);
+    add_u64(o, "bytes", s->bytes);
+    add_u64(o, "steps", s->steps);
+    add_u64(o, "freed", s->freed);
     cJSON_AddStringToObject(o, "host", host);
     cJSON_AddNumberToObject(o, "pid", (double)getpid());
     cJSON_AddNumberToObject(o, "updated", (double)time(NULL));
@@ -102,6 +114,14 @@ int proc_state_write(struct ckpt_storage *st, const char *key,
     cJSON_Delete(o);
     if (!text)
         abort();
+    return text;
+}
+
+int proc_state_write(struct ckpt_storage *st, const char *key,
+                     const char *run, const struct proc_state *s,
+                     struct ckpt_err *err)
+{
+    char *text = proc_state_format(run, s);
     int rc = ckpt_storage_put(st, key, text, strlen(text), err);
     free(text);
     return rc;
