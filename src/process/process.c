@@ -498,7 +498,10 @@ static void leased(struct one *o)
     if (o->s.phase == PROC_UPLOADED || o->s.phase == PROC_DONE)
         set_dest(o);
     if (!exists && o->s.phase == PROC_NEW) {
-        fail_run(o, CKPT_PROC_JUDGE, "does not exist");
+        /* Never processed: judging says it does not exist, or finishes
+         * the delete of a bad run a killed worker left renamed aside. */
+        if (judge(o))
+            fail_run(o, CKPT_PROC_JUDGE, "does not exist");
         return;
     }
     if (!exists && o->s.phase == PROC_DELETED) {
@@ -637,6 +640,19 @@ static int child_cb(void *ud, const struct ckpt_entry *e)
 {
     struct children *c = ud;
     c->any = 1;
+    const char *del = e->name[0] == '.' ? strstr(e->name, ".ckpt-del-")
+                                        : NULL;
+    if (del && del > e->name + 1) {
+        /* A delete of a bad run that a killed worker left renamed aside:
+         * the run's own name is queued, and judging it finishes the
+         * delete (clean's rules: only a dead process's). */
+        char *name = ckpt_xstrndup(e->name + 1,
+                                   (size_t)(del - (e->name + 1)));
+        c->keys = ckpt_xreallocarray(c->keys, c->n + 1, sizeof(char *));
+        c->keys[c->n++] = ckpt_path_join(c->key, name);
+        free(name);
+        return 0;
+    }
     if (e->name[0] == '.' ||
         (e->type != CKPT_ENTRY_DIR &&
          !(e->type == CKPT_ENTRY_FILE &&
@@ -673,14 +689,17 @@ static int expand(struct ckpt_process *p, struct ckpt_storage *st,
     int rc = ckpt_storage_list(st, key, 0, child_cb, &c, err);
     if (rc == 0 && c.n)
         ckpt_sort(c.keys, c.n, sizeof(char *), cmp_str);
+    size_t queued = 0;
     for (size_t i = 0; i < c.n; i++) {
-        if (rc == 0)
+        if (rc == 0 && (i == 0 || strcmp(c.keys[i], c.keys[i - 1]))) {
             queue(p, st, c.keys[i]);
+            queued++;
+        }
         free(c.keys[i]);
     }
     free(c.keys);
     *any = c.any;
-    return rc == 0 ? (int)c.n : -1;
+    return rc == 0 ? (int)queued : -1;
 }
 
 /* Is a missing SRC a run an earlier invocation finished (its state

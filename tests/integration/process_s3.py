@@ -196,7 +196,8 @@ def local_dest(c, env, tmp):
                       os.path.join(runs, "9999999"), "--dest", dest)
     c.eq("missing run: exit 1", rc, 1)
     c.eq("missing run: row", rows(out)[0],
-         ["failed", os.path.join(runs, "9999999"), "judge: does not exist"])
+         ["failed", os.path.join(runs, "9999999"), "judge: stat '%s': No "
+          "such file or directory" % os.path.join(runs, "9999999")])
     # An empty queue: exit 0, the total only.
     os.makedirs(os.path.join(tmp, "empty"))
     rc, out, _ = ckpt(env, "process", "--no-wandb",
@@ -219,6 +220,19 @@ def live_and_keep(c, env, tmp):
          ["skipped", r1, "live: newest file written"])
     c.true("live: untouched, nothing at DEST", os.path.isdir(r1) and
            not os.path.exists(os.path.join(dest, "2871001")))
+    # A bad run's delete that a killed worker left renamed aside (a dead
+    # pid of this host): a pass over the directory finishes it.
+    r3 = os.path.join(runs, "2871003")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    aside = ".2871003.ckpt-del-%s-%d" % (os.uname().nodename, dead.pid)
+    os.rename(r3, os.path.join(runs, aside))
+    rc, out, _ = ckpt(env, "process", "--no-wandb", runs, "--dest", dest)
+    c.eq("interrupted delete: finished (the rest is live), exit 0",
+         (rc, [r for r in rows(out) if "2871003" in r[1]]),
+         (0, [["deleted", r3, "finished an interrupted delete (%s)" % aside]]))
+    c.true("interrupted delete: gone",
+           not os.path.exists(os.path.join(runs, aside)))
     rc, out, _ = ckpt(env, "process", "--no-wandb", "--min-age", "0",
                       "--keep-bad", r2, "--dest", dest)
     c.eq("keep-bad: exit 0 and row", (rc, rows(out)[0]),
