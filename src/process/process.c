@@ -690,13 +690,13 @@ static int expand(struct ckpt_process *p, struct ckpt_storage *st,
     if (rc == 0 && c.n)
         ckpt_sort(c.keys, c.n, sizeof(char *), cmp_str);
     size_t queued = 0;
-    for (size_t i = 0; i < c.n; i++) {
-        if (rc == 0 && (i == 0 || strcmp(c.keys[i], c.keys[i - 1]))) {
+    for (size_t i = 0; rc == 0 && i < c.n; i++)
+        if (i == 0 || strcmp(c.keys[i], c.keys[i - 1])) {
             queue(p, st, c.keys[i]);
             queued++;
         }
+    for (size_t i = 0; i < c.n; i++)
         free(c.keys[i]);
-    }
     free(c.keys);
     *any = c.any;
     return rc == 0 ? (int)queued : -1;
