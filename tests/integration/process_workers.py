@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# ctest-cost: 90
+# ctest-cost: 120
 """process_workers.py - many `ckpt process` workers on one queue, and
 crashes, against s3rver behind the signing proxy (conditional writes
 enforced), through the deployment scripts of scripts/deploy/ (the ones
@@ -11,10 +11,12 @@ docs/deploy.md shows):
     byte, its sharded step unsharded bit-exact (check_unshard.py);
   * process-slurm.sbatch's body as a 3-task array: the same;
   * process-cron.sh: exit 75 while a pass holds the lock, then a pass;
-  * SIGKILL at random points of `process` runs (lease TTL 3 s): after
-    each kill every file of every good run is still at the source or, byte
-    for byte, at DEST; a pass after the leases expire converges to the
-    same final state, with no lease left; with -n nothing changes."""
+  * with -n nothing changes and the plan is exact;
+  * SIGKILL at random points of `process` workers (lease TTL 3 s), in
+    rounds of 8 on a fresh queue (PROCESS_KILLS in all, default 24;
+    PROCESS_SEED): after each kill every file of every good run is still
+    at the source or, byte for byte, at DEST; a pass after the leases
+    lapse converges to the same final state, with no lease held."""
 import fcntl
 import hashlib
 import json
@@ -268,52 +270,71 @@ def safe_after_kill(c, env, runs, snaps, prefix, k):
     c.eq("kill %d: no file lost" % k, bad, [])
 
 
-def crashes(c, env, tmp, opts):
-    runs = os.path.join(tmp, "k-runs")
+def dry_run(c, env, tmp, opts):
+    runs = os.path.join(tmp, "n-runs")
     make_runs(runs)
-    snaps = {n: snapshot(os.path.join(runs, n)) for n in GOOD}
-    for n in GOOD:
-        if n.endswith(".tar.gz"):
-            snaps[n + "#size"] = os.path.getsize(os.path.join(runs, n))
-    dest = "s3://%s/k" % B
-    rng = random.Random(int(os.environ.get("PROCESS_SEED", "13")))
-    before = sorted(os.listdir(runs))
-    r = subprocess.run([CKPT, "process", "-n"] + opts + [runs, "--dest",
-                                                         dest],
+    before = {n: snapshot(os.path.join(runs, n)) for n in os.listdir(runs)}
+    r = subprocess.run([CKPT, "process", "-n"] + opts +
+                       [runs, "--dest", "s3://%s/n" % B],
                        env=env, capture_output=True, timeout=300)
     c.eq("dry run: exit 0, nothing changed, nothing at DEST",
-         (r.returncode, sorted(os.listdir(runs)), s3_tree(env, "k")),
+         (r.returncode, {n: snapshot(os.path.join(runs, n))
+                         for n in os.listdir(runs)}, s3_tree(env, "n")),
          (0, before, {}))
     acts = sorted(line.split("\t")[0] for line in
                   r.stdout.decode().splitlines())
     c.eq("dry run: the plan", acts, ["skipped", "total"] +
          ["would-delete"] * 3 + ["would-process"] * 6)
+
+
+def crash_round(c, env, tmp, opts, rng, rnd, kills):
+    """A fresh queue, `kills` workers each SIGKILLed after a random time
+    (so kills land in every phase, from the lease to the delete), then a
+    pass once the dead workers' leases lapsed. Returns how many were
+    killed before they finished."""
+    runs = os.path.join(tmp, "k%d-runs" % rnd)
+    make_runs(runs)
+    snaps = {n: snapshot(os.path.join(runs, n)) for n in GOOD}
+    for n in GOOD:
+        if n.endswith(".tar.gz"):
+            snaps[n + "#size"] = os.path.getsize(os.path.join(runs, n))
+    prefix = "k%d" % rnd
+    dest = "s3://%s/%s" % (B, prefix)
     killed = 0
-    t0 = time.time()
-    for k in range(KILLS):
+    for k in range(kills):
         p = subprocess.Popen([CKPT, "process"] + opts + ["--lease-ttl", "3",
                              runs, "--dest", dest], env=env,
                              stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.0, 0.8))
+        time.sleep(rng.uniform(0.0, 0.6))
         if p.poll() is None:
             p.kill()
             killed += 1
         p.wait()
-        safe_after_kill(c, env, runs, snaps, "k", k)
-        if k % 6 == 5:
+        safe_after_kill(c, env, runs, snaps, prefix, k)
+        if k % 4 == 3:
             time.sleep(3.5)  # leases of the dead lapse: others go on
-    print("%d of %d runs killed with SIGKILL (%.1f s)" % (killed, KILLS,
-                                                          time.time() - t0))
-    c.true("some runs were killed (%d)" % killed, killed >= KILLS // 3)
     time.sleep(3.5)
     r = subprocess.run([CKPT, "process"] + opts + [runs, "--dest", dest],
                        env=env, capture_output=True, timeout=600)
-    c.eq("converge: exit 0", r.returncode, 0)
+    c.eq("round %d converges: exit 0" % rnd, r.returncode, 0)
     if r.returncode:
         print(r.stdout.decode(), r.stderr.decode()[-3000:], file=sys.stderr)
-    check_final(c, "converge", env, runs, "k", {n: snaps[n] for n in GOOD},
-                tmp)
+    check_final(c, "round %d" % rnd, env, runs, prefix,
+                {n: snaps[n] for n in GOOD}, tmp)
+    return killed
+
+
+def crashes(c, env, tmp, opts):
+    rng = random.Random(int(os.environ.get("PROCESS_SEED", "13")))
+    killed, t0 = 0, time.time()
+    rounds = max(1, KILLS // 8)
+    for rnd in range(rounds):
+        killed += crash_round(c, env, tmp, opts, rng, rnd, KILLS // rounds)
+    print("%d of %d workers killed with SIGKILL mid-run, %d rounds "
+          "(%.1f s)" % (killed, KILLS, rounds, time.time() - t0))
+    c.true("most workers were killed mid-run (%d)" % killed,
+           killed >= KILLS // 2)
 
 
 def main():
@@ -330,6 +351,7 @@ def main():
             workers(c, env, tmp, opts)
             slurm(c, env, tmp, opts)
             cron(c, env, tmp, opts)
+            dry_run(c, env, tmp, opts)
             crashes(c, env, tmp, opts)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
