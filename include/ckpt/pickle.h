@@ -185,6 +185,9 @@ int ckpt_pv_is_global(const struct ckpt_pv *v, const char *module,
                       const char *name);
 /* The callable of a CALL if it is a GLOBAL, else NULL. */
 const struct ckpt_pv *ckpt_pv_call_global(const struct ckpt_pv *v);
+/* The items of a dict: v itself when it is a DICT, the SETITEMS of an
+ * OrderedDict() call (how torch pickles state dicts), else NULL. */
+struct ckpt_pv *ckpt_pv_dict_items(const struct ckpt_pv *v);
 /* Item i of a TUPLE/LIST, or NULL. */
 struct ckpt_pv *ckpt_pv_item(const struct ckpt_pv *v, size_t i);
 /* Number of items of a sequence or dict; 0 otherwise. */

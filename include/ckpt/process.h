@@ -95,6 +95,8 @@ struct ckpt_process_cfg {
     struct ckpt_storage *logs_st;/* borrowed, or NULL: no --logs */
     const char *logs_key;
     int jobs;                    /* upload workers; <= 0: 32 */
+    int insecure, retries;       /* how unshard opens remote runs (as
+                                    the caller's storages) */
     const char *state_dir;       /* upload journals; NULL: none */
     int64_t lease_ttl;           /* seconds; 0: CKPT_LEASE_TTL */
     void (*on_event)(void *ud, const struct ckpt_process_event *ev);

@@ -121,6 +121,9 @@ struct ckpt_checkpoint {
                           * commit marker: completeness unknown */
     uint64_t size;       /* bytes of its files */
     uint64_t nfiles;
+    int root;            /* the run directory (or the archive's top
+                          * directory) is itself this checkpoint: dir is
+                          * "", name the directory's or archive's name */
 };
 
 struct ckpt_run {
@@ -144,10 +147,11 @@ int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded);
 int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *tree,
                   struct ckpt_err *err);
 void ckpt_run_release(struct ckpt_run *run);
-/* config.yaml with wandb/ or train_data/, or at least one checkpoint. */
+/* config.yaml with wandb/ or train_data/, or at least one checkpoint
+ * directory (a root checkpoint alone does not make a run). */
 int ckpt_run_looks_like_run(const struct ckpt_run *run);
-/* The newest complete checkpoint with step > 0, or NULL: a run without one
- * is bad. */
+/* The newest complete checkpoint with step > 0 (or a complete root
+ * checkpoint, whatever its name), or NULL: a run without one is bad. */
 const struct ckpt_checkpoint *ckpt_run_best(const struct ckpt_run *run);
 
 enum ckpt_load_status {

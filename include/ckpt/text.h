@@ -51,4 +51,7 @@ void ckpt_redact_add(struct ckpt_buf *b, const char *s, size_t n);
  * (including the NUL). */
 void ckpt_redact_secret(char *s, size_t cap, const char *secret);
 
+/* The value of one hexadecimal digit (either case), or -1. */
+int ckpt_hexval(int c);
+
 #endif

@@ -70,6 +70,10 @@ struct ckpt_unshard_opts {
      * the members of a plain tar read in place; borrowed. NULL: SRC is
      * a location. DCP checkpoints only. */
     struct ckpt_storage *storage;
+    /* How to open a remote SRC when storage is NULL: TLS checks,
+     * retries, verbosity (jobs is taken from .jobs). */
+    int insecure;
+    int retries;                /* <= 0: the storage default */
     /* Polled by the workers: non-zero stops the run, which then fails
      * with "interrupted" and removes its temporary outputs (set it from a
      * SIGINT/SIGTERM handler). NULL: never. */

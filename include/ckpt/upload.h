@@ -120,18 +120,7 @@ int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out);
  * not "28710012.out"). */
 int ckpt_upload_is_log_of(const char *base, const char *run, const char *wid);
 
-/* ---- W&B mapping files (`ckpt map-wandb --output`) ----
- * One line per run: TSV "RUN_ID<TAB>ENTITY/PROJECT/RUN_ID<TAB>EVIDENCE"
- * ("-" as path when unmapped) or JSON {"run":..., "path":...|null, ...}.
- * Blank lines and '#' lines are skipped; a later line for a run replaces
- * an earlier one. */
-struct ckpt_upload_map;
-int ckpt_upload_map_parse(struct ckpt_upload_map **out, const char *data,
-                          size_t len, const char *name, struct ckpt_err *err);
-void ckpt_upload_map_free(struct ckpt_upload_map *m);
-/* The W&B path of run ("entity/project/id"), borrowed; NULL when the run
- * is absent or unmapped (*listed tells which). */
-const char *ckpt_upload_map_path(const struct ckpt_upload_map *m,
-                                 const char *run, int *listed);
+/* W&B mapping files (`ckpt map-wandb --output`, read by --wandb-map) are
+ * parsed by ckpt_wandb_map_parse (ckpt/wandb.h), the one reader. */
 
 #endif

@@ -48,10 +48,16 @@ char *ckpt_path_dirname(const char *p);
 int ckpt_str_endswith(const char *s, const char *suffix);
 int ckpt_str_startswith(const char *s, const char *prefix);
 
-/* Read at most max bytes of a small local file (credentials, netrc,
- * profiles) into a malloced NUL-terminated string. NULL with errno set
- * when it cannot be opened. */
+/* Read a small local file (credentials, netrc, profiles) of at most max
+ * bytes into a malloced NUL-terminated string. NULL with errno set when
+ * it cannot be opened or read, EFBIG when it is longer than max (never a
+ * truncated prefix). */
 char *ckpt_read_small_file(const char *path, size_t max);
+
+/* Write all n bytes of p at off (pwrite, EINTR retried); on failure
+ * "write 'NAME': strerror" in err and -1. */
+int ckpt_pwrite_all(int fd, const void *p, size_t n, uint64_t off,
+                    const char *name, struct ckpt_err *err);
 
 /* Monotonic seconds. */
 double ckpt_now(void);

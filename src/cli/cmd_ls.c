@@ -162,7 +162,10 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
             ckpt_buf_addstr(&state, "complete");
         else
             ckpt_buf_addf(&state, "incomplete: %s", c->why);
-        snprintf(step, sizeof(step), "%lld", (long long)c->step);
+        if (c->step >= 0)
+            snprintf(step, sizeof(step), "%lld", (long long)c->step);
+        else
+            snprintf(step, sizeof(step), "-");
         snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)c->size);
         snprintf(files, sizeof(files), "%llu", (unsigned long long)c->nfiles);
         const char *f[] = { it->name, c->name, step,
@@ -249,7 +252,10 @@ static int ls_one(const char *arg, struct storages *stores,
                            .explicit = 1, .arrays_too = arrays_too };
     load(&top);
     int failed = 0;
-    if (top.ok && ckpt_run_looks_like_run(&top.run)) {
+    /* A LOCATION that is itself one checkpoint (a checkpoint directory, or
+     * an archive holding one) is listed as that checkpoint. */
+    int one = top.ok && top.run.n == 1 && top.run.ckpts[0].root;
+    if (top.ok && (ckpt_run_looks_like_run(&top.run) || one)) {
         print_run(&top, g);
     } else if (!top.ok && top.err.code == CKPT_ENOTFOUND) {
         if (!empty_bucket_prefix(st, &err)) {

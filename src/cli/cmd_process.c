@@ -392,6 +392,8 @@ int cmd_process(int argc, char **argv)
     c.unshard_step0 = po.step0;
     c.keep_archive = po.keep_archive;
     c.jobs = g.jobs;
+    c.insecure = g.insecure;
+    c.retries = g.retries;
     c.tmp_dir = g.tmp_dir;
     return process_main(&g, &po, &c, argv, n);
 }

@@ -17,6 +17,7 @@
 #include "ckpt/buf.h"
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
+#include "ckpt/wandb.h"
 #include "runs.h"
 
 static const char *const upload_usage[] = {
@@ -221,7 +222,7 @@ struct plan {
     const struct up_opts *uo;
     struct storages *stores;
     struct dest *dest;
-    struct ckpt_upload_map *map;
+    struct ckpt_wandb_map *map;
     struct logs *logs;
     int nsrc;
 };
@@ -244,17 +245,22 @@ static char *dest_key(struct plan *p, const struct ckpt_loc *src,
                 ckpt_archive_kind_of(src->key) != CKPT_ARCHIVE_NONE
               ? ckpt_archive_stem(src->key) : NULL;
     if (p->map) {
-        int listed;
-        const char *path = ckpt_upload_map_path(p->map, run ? run : name,
-                                                &listed);
+        const char *rid = run ? run : name;
+        const struct ckpt_wandb_map_entry *e =
+            ckpt_wandb_map_find(p->map, rid);
+        const char *path = e ? e->path : NULL;
+        /* The map's evidence column says why a run is unmapped (what
+         * map-wandb found): print it rather than send the user off to
+         * ask again. */
+        const char *why = e && e->evidence && *e->evidence ? e->evidence
+                                                           : NULL;
         if (!path && uo->wandb)
-            ckpt_buf_addf(msg, "no W&B run path for run '%s' (`ckpt "
-                          "map-wandb -v %s` says why)", run ? run : name,
-                          name);
+            ckpt_buf_addf(msg, "no W&B run path for run '%s': %s", rid,
+                          why ? why : "no evidence found");
         else if (!path)
-            ckpt_buf_addf(msg, "run '%s' is %s the W&B map '%s'",
-                          run ? run : name,
-                          listed ? "unmapped in" : "not in", uo->wandb_map);
+            ckpt_buf_addf(msg, "run '%s' is %s the W&B map '%s'%s%s", rid,
+                          e ? "unmapped in" : "not in", uo->wandb_map,
+                          why ? ": " : "", why ? why : "");
         else
             key = ckpt_path_join(root, path);
         if (path && run) {
@@ -424,7 +430,7 @@ static int load_map(struct plan *p, const char *loc_s, struct ckpt_err *err)
     if (rc == 0)
         rc = ckpt_storage_read_all(st, loc.key, 64u << 20, &data, &len, err);
     if (rc == 0)
-        rc = ckpt_upload_map_parse(&p->map, data, len, loc_s, err);
+        rc = ckpt_wandb_map_parse(&p->map, data, len, loc_s, err);
     free(data);
     ckpt_loc_release(&loc);
     return rc;
@@ -438,7 +444,7 @@ static int ask_wandb(struct plan *p, char **srcs, int nsrc,
     if (!text)
         return ckpt_err_set(err, CKPT_EAUTH, "W&B lookup failed; nothing "
                             "uploaded");
-    int rc = ckpt_upload_map_parse(&p->map, text, strlen(text), "W&B", err);
+    int rc = ckpt_wandb_map_parse(&p->map, text, strlen(text), "W&B", err);
     free(text);
     return rc;
 }
@@ -546,7 +552,7 @@ static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
     else
         rc = run_all(&p, argv, n - 1, sdir);
     ckpt_upload_free(p.u);
-    ckpt_upload_map_free(p.map);
+    ckpt_wandb_map_free(p.map);
     logs_release(&logs);
     ckpt_loc_release(&dest.loc);
     cli_storages_release(&stores);

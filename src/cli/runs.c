@@ -52,7 +52,13 @@ static cJSON *json_checkpoint(const struct ckpt_checkpoint *c, int sizes)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", c->name);
-    cJSON_AddNumberToObject(o, "step", (double)c->step);
+    if (c->step >= 0)
+        cJSON_AddNumberToObject(o, "step", (double)c->step);
+    else
+        cJSON_AddNullToObject(o, "step");   /* a root checkpoint's name
+                                               carries no step */
+    if (c->root)
+        cJSON_AddBoolToObject(o, "root", 1);
     cJSON_AddStringToObject(o, "format", ckpt_format_name(c->format));
     cJSON_AddBoolToObject(o, "complete", c->complete);
     if (!c->complete && c->why)

@@ -4,6 +4,7 @@
  */
 #include <string.h>
 
+#include "ckpt/text.h"
 #include "unpickle_int.h"
 
 static struct ckpt_pv *new_seq(struct um *m, enum ckpt_pv_kind kind,
@@ -459,17 +460,6 @@ static void put_utf8(char *out, size_t *o, uint32_t cp)
     }
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* n hex digits at s into *cp; 0 or -1. */
 static int hexn(const char *s, size_t avail, int n, uint32_t *cp)
 {
@@ -477,7 +467,7 @@ static int hexn(const char *s, size_t avail, int n, uint32_t *cp)
         return -1;
     *cp = 0;
     for (int i = 0; i < n; i++) {
-        int h = hexval((unsigned char)s[i]);
+        int h = ckpt_hexval((unsigned char)s[i]);
         if (h < 0)
             return -1;
         *cp = (*cp << 4) | (uint32_t)h;

@@ -149,6 +149,17 @@ const struct ckpt_pv *ckpt_pv_call_global(const struct ckpt_pv *v)
     return v->u.call.fn;
 }
 
+struct ckpt_pv *ckpt_pv_dict_items(const struct ckpt_pv *v)
+{
+    if (v && v->kind == CKPT_PV_DICT)
+        return (struct ckpt_pv *)v;
+    if (v && v->kind == CKPT_PV_CALL && v->u.call.dictitems &&
+        ckpt_pv_is_global(ckpt_pv_call_global(v), "collections",
+                          "OrderedDict"))
+        return v->u.call.dictitems;
+    return NULL;
+}
+
 struct ckpt_pv *ckpt_pv_item(const struct ckpt_pv *v, size_t i)
 {
     if (!v || (v->kind != CKPT_PV_TUPLE && v->kind != CKPT_PV_LIST))

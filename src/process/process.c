@@ -405,7 +405,8 @@ static int unshard(struct one *o)
     if (c->unshard == CKPT_PROC_UNSHARD_NONE)
         return 0;
     struct ckpt_unshard_run_cfg u = {
-        .uo = { .dry_run = c->dry_run, .sync = 1, .tmp_dir = c->tmp_dir },
+        .uo = { .dry_run = c->dry_run, .sync = 1, .tmp_dir = c->tmp_dir,
+                .insecure = c->insecure, .retries = c->retries },
         .latest = c->unshard == CKPT_PROC_UNSHARD_LATEST,
         .skip_step0 = !c->unshard_step0, .tmp_dir = c->tmp_dir,
         .fetch_jobs = c->jobs, .on_step = on_step, .ud = o,

@@ -33,7 +33,8 @@ static const struct ckpt_tree_file *get(const struct view *v, const char *rel)
 
 static const char *rel_of(const struct view *v, size_t i)
 {
-    return v->t->files[i].path + strlen(v->dir) + 1;
+    size_t dl = strlen(v->dir);     /* "": a root checkpoint */
+    return v->t->files[i].path + (dl ? dl + 1 : 0);
 }
 
 static const char *base_of(const char *p)
@@ -190,6 +191,8 @@ static int judge_dcp(const struct view *v, struct ckpt_checkpoint *c,
 /* NeMo marks an unfinished checkpoint with a sibling "<name>-unfinished". */
 static int nemo_unfinished(const struct view *v)
 {
+    if (!*v->dir)       /* a root checkpoint has no sibling in the run */
+        return 0;
     char *p = ckpt_xasprintf("%s-unfinished", v->dir);
     int r = ckpt_tree_find(v->t, p) != NULL;
     free(p);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/archive.h"
 #include "ckpt/run.h"
 #include "ckpt/util.h"
 #include "run_int.h"
@@ -130,6 +131,64 @@ static void find_ckpts(struct ckpt_run *run, const struct ckpt_tree *t)
     }
 }
 
+/* Checkpoint files that make a directory one checkpoint when they sit at
+ * its top (what `ckpt unshard DIR` takes as a single checkpoint). Only the
+ * top counts: a run holds such names deeper, inside its steps. */
+static int root_marked(const struct ckpt_tree *t)
+{
+    static const char *const marks[] = {
+        ".metadata", "__0.metadata", "model_and_optim/.metadata", ".zgroup",
+        "model/rank0.pt", "model/metadata.json", "model/rank_0.safetensors",
+        "_CHECKPOINT_METADATA", "commit_success.txt", "manifest.ocdbt",
+        "rank0.pt", NULL
+    };
+    for (const char *const *m = marks; *m; m++) {
+        const struct ckpt_tree_file *f = ckpt_tree_find(t, *m);
+        if (f && f->type == CKPT_ENTRY_FILE)
+            return 1;
+    }
+    return 0;
+}
+
+/* The name a root checkpoint goes by: the archive's top directory, else
+ * the archive's stem or the directory's base name. */
+static char *root_name(const struct ckpt_tree *t)
+{
+    size_t sl = t->strip ? strlen(t->strip) : 0;
+    if (sl > 1)
+        return ckpt_xstrndup(t->strip, sl - 1);
+    char *base = ckpt_path_basename(t->key);
+    if (t->archive == CKPT_ARCHIVE_NONE)
+        return base;
+    char *stem = ckpt_archive_stem(base);
+    free(base);
+    return stem;
+}
+
+/* A directory (or archive) that holds no checkpoint directories but is
+ * itself one (`tar czf ck.tar.gz dcp/`): one checkpoint at "", so that an
+ * archive behaves like the directory it contains, and `clean --force` of
+ * a checkpoint directory judges the checkpoint instead of "no
+ * checkpoint". */
+static int add_root(struct ckpt_run *run, struct ckpt_tree *t,
+                    struct ckpt_err *err)
+{
+    if (run->n || !root_marked(t))
+        return 0;
+    size_t cap = 0;
+    char *name = root_name(t);
+    int64_t step;
+    int uns;
+    if (!ckpt_checkpoint_name(name, &step, &uns)) {
+        step = -1;
+        uns = 0;
+    }
+    add_ckpt(run, &cap, "", name, step, uns);
+    free(name);
+    run->ckpts[0].root = 1;
+    return ckpt_judge_checkpoint(t, &run->ckpts[0], err);
+}
+
 void ckpt_run_release(struct ckpt_run *run)
 {
     for (size_t i = 0; i < run->n; i++) {
@@ -174,6 +233,11 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
         run->ckpts[w++] = *c;
     }
     run->n = w;
+    if (add_root(run, t, err) != 0) {
+        ckpt_err_prefix(err, "%s", t->display);
+        ckpt_run_release(run);
+        return -1;
+    }
     if (run->n)
         ckpt_sort(run->ckpts, run->n, sizeof(*run->ckpts), cmp_ckpt);
     return 0;
@@ -181,14 +245,17 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
 
 int ckpt_run_looks_like_run(const struct ckpt_run *run)
 {
+    /* A bare checkpoint directory is not a run: `clean` needs --force for
+     * it, as before it was recognised. */
     return (run->has_config && (run->has_wandb || run->has_train_data)) ||
-           run->n > 0;
+           (run->n > 0 && !run->ckpts[0].root);
 }
 
 const struct ckpt_checkpoint *ckpt_run_best(const struct ckpt_run *run)
 {
     for (size_t i = run->n; i-- > 0;)
-        if (run->ckpts[i].complete && run->ckpts[i].step > 0)
+        if (run->ckpts[i].complete &&
+            (run->ckpts[i].step > 0 || run->ckpts[i].root))
             return &run->ckpts[i];
     return NULL;
 }

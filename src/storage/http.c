@@ -141,8 +141,8 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
-static int hdr_is(const char *line, size_t n, const char *name,
-                  const char **val, size_t *vlen)
+int http_header_is(const char *line, size_t n, const char *name,
+                   const char **val, size_t *vlen)
 {
     size_t l = strlen(name);
     if (n <= l || strncasecmp(line, name, l) || line[l] != ':')
@@ -208,7 +208,7 @@ static void parse_header(struct http_resp *r, const char *line, size_t n)
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
         const char *v;
         size_t vl;
-        if (!hdr_is(line, n, known[i], &v, &vl))
+        if (!http_header_is(line, n, known[i], &v, &vl))
             continue;
         char tmp[256];
         size_t cl = vl < sizeof(tmp) - 1 ? vl : sizeof(tmp) - 1;

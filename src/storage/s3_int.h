@@ -120,6 +120,10 @@ struct http_resp {
     int sink_full;                /* stopped: the sink had no more room */
 };
 
+/* 1 when the header line (n bytes, CRLF included or not) is "name: ..."
+ * (name in any case); *val, *vlen: the value, trimmed. */
+int http_header_is(const char *line, size_t n, const char *name,
+                   const char **val, size_t *vlen);
 void http_resp_init(struct http_resp *r);
 void http_resp_release(struct http_resp *r);
 /* Prepare h for req/resp (resets h first). */

@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "ckpt/util.h"
+#include "ckpt/text.h"
 
 #include <openssl/evp.h>
 
@@ -246,17 +247,6 @@ static void strip_quotes(char *s)
     }
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* md5(binary part MD5s)-N, from the parts' hex ETags; "" if one is no
  * MD5 (then the service's own form cannot be predicted). */
 static void composite_of(int n, const char *const *etags, char out[48])
@@ -269,7 +259,7 @@ static void composite_of(int n, const char *const *etags, char out[48])
         ok = strlen(etags[i]) == 32;
         for (int k = 0; k < 16 && ok; k++) {
             const char *x = etags[i] + 2 * k;
-            int hi = hexval(x[0]), lo = hexval(x[1]);
+            int hi = ckpt_hexval(x[0]), lo = ckpt_hexval(x[1]);
             ok = hi >= 0 && lo >= 0;
             d[k] = (unsigned char)(hi << 4 | lo);
         }
@@ -415,16 +405,11 @@ struct head_cap {
 static int hdr_value(const char *line, size_t n, const char *name,
                      char *out, size_t outlen)
 {
-    size_t l = strlen(name);
-    if (n <= l || strncasecmp(line, name, l) || line[l] != ':')
+    const char *v;
+    size_t vl;
+    if (!http_header_is(line, n, name, &v, &vl))
         return 0;
-    const char *v = line + l + 1, *end = line + n;
-    while (v < end && (*v == ' ' || *v == '\t'))
-        v++;
-    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
-        end--;
-    size_t len = (size_t)(end - v) < outlen - 1 ? (size_t)(end - v)
-                                                : outlen - 1;
+    size_t len = vl < outlen - 1 ? vl : outlen - 1;
     memcpy(out, v, len);
     out[len] = '\0';
     return 1;

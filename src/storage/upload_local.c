@@ -50,22 +50,6 @@ static char *temp_name(const char *key)
     return t;
 }
 
-static int write_all(int fd, const char *p, size_t len, uint64_t off,
-                     const char *name, struct ckpt_err *err)
-{
-    while (len > 0) {
-        ssize_t n = pwrite(fd, p, len, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return ckpt_err_sys(err, "write '%s'", name);
-        p += n;
-        off += (uint64_t)n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static int set_mtime(int fd, const char *name, int64_t mtime,
                      struct ckpt_err *err)
 {
@@ -98,7 +82,7 @@ int st_local_up_put(struct ckpt_storage *st, const char *key, const void *data,
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     int rc = fd < 0 ? ckpt_err_sys(err, "create '%s'", tmp) : 0;
     if (rc == 0)
-        rc = write_all(fd, data, len, 0, tmp, err);
+        rc = ckpt_pwrite_all(fd, data, len, 0, tmp, err);
     if (rc == 0 && meta)
         rc = set_mtime(fd, tmp, meta->mtime, err);
     if (fd >= 0 && close(fd) != 0 && rc == 0)
@@ -148,7 +132,7 @@ int st_local_up_part(struct ckpt_storage *st, const char *upload_id,
                                 "of the copy is gone", upload_id);
         return ckpt_err_sys(err, "open '%s'", upload_id);
     }
-    int rc = write_all(fd, data, len, off, upload_id, err);
+    int rc = ckpt_pwrite_all(fd, data, len, off, upload_id, err);
     if (close(fd) != 0 && rc == 0)
         rc = ckpt_err_sys(err, "close '%s'", upload_id);
     return rc;

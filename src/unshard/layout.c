@@ -311,22 +311,6 @@ static uint32_t tensor_crc(const struct utensor *t)
     return crc;
 }
 
-int uns_pwrite_all(int fd, const void *p, size_t n, uint64_t off,
-                   const char *name, struct ckpt_err *err)
-{
-    while (n) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return ckpt_err_sys(err, "write '%s'", name);
-        p = (const char *)p + w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 static int finish_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
 {
     struct ckpt_zipw_rec *r = f->recs;

@@ -84,18 +84,6 @@ static int is_st(const struct ckpt_pv *v)
                              "_rebuild_from_type_v2");
 }
 
-/* The items of a dict, or of an OrderedDict() call with SETITEMS. */
-static struct ckpt_pv *dict_of(struct ckpt_pv *v)
-{
-    if (v && v->kind == CKPT_PV_DICT)
-        return v;
-    if (v && v->kind == CKPT_PV_CALL && v->u.call.dictitems &&
-        ckpt_pv_is_global(ckpt_pv_call_global(v), "collections",
-                          "OrderedDict"))
-        return v->u.call.dictitems;
-    return NULL;
-}
-
 /* The attribute dict BUILD gave an object: a dict, or the slots dict of a
  * (None, slots) pair. */
 static struct ckpt_pv *attrs(const struct ckpt_pv *v)
@@ -119,7 +107,7 @@ typedef int (*found_fn)(void *ud, const struct found *f,
 static int walk(struct ckpt_pv *d, struct found *f, found_fn fn, void *ud,
                 struct ckpt_err *err)
 {
-    struct ckpt_pv *items = dict_of(d);
+    struct ckpt_pv *items = ckpt_pv_dict_items(d);
     if (!items || f->depth >= MAX_NEST)
         return 0;
     for (size_t i = 0; i < items->u.dict.n; i++) {
@@ -129,7 +117,7 @@ static int walk(struct ckpt_pv *d, struct found *f, found_fn fn, void *ud,
             continue;
         f->keys[f->depth++] = k;
         f->slot = &items->u.dict.v[i];
-        int rc = dict_of(*f->slot) && !is_st(*f->slot)
+        int rc = ckpt_pv_dict_items(*f->slot) && !is_st(*f->slot)
                  ? walk(*f->slot, f, fn, ud, err) : fn(ud, f, err);
         f->depth--;
         if (rc != 0)
@@ -435,7 +423,7 @@ static int compare_plain(struct lplan *p, struct ckpt_pv *root0,
                          struct ckpt_pv *root, struct rankctx *rc,
                          struct ckpt_err *err)
 {
-    struct ckpt_pv *a = dict_of(root0), *b = dict_of(root);
+    struct ckpt_pv *a = ckpt_pv_dict_items(root0), *b = ckpt_pv_dict_items(root);
     struct eqctx q = { p->z0, rc->z };
     for (size_t i = 0; i < a->u.dict.n; i++) {
         const struct ckpt_pv *k = a->u.dict.k[i];
@@ -542,7 +530,7 @@ static int load_rank(struct lplan *p, int r, struct ckpt_arena *a,
         rcode = ckpt_tzip_read(rc->z, &rd, pe, MAX_PKL, &pkl, &plen, err);
     if (rcode == 0)
         rcode = ckpt_pickle_load(a, pkl, plen, &po, root, NULL, err);
-    if (rcode == 0 && !dict_of(*root))
+    if (rcode == 0 && !ckpt_pv_dict_items(*root))
         rcode = ckpt_err_set(err, CKPT_EFORMAT, "not a state dict");
     free(pkl);
     if (rcode != 0 && rc->src && !strstr(err->msg, rc->src->name))
@@ -740,7 +728,7 @@ static int build_root(struct lplan *p, struct ckpt_pv *root0,
 {
     struct ujob *j = p->j;
     struct ckpt_dcp_meta *m = j->meta;
-    struct ckpt_pv *items = dict_of(root0);
+    struct ckpt_pv *items = ckpt_pv_dict_items(root0);
     struct ckpt_rd rd;
     uns_src_rd(&rd, p->src0, 0, p->src0->size);
     j->values = ckpt_xcalloc(m->n + 1, sizeof(*j->values));

@@ -38,17 +38,6 @@ int uns_olmoflat_allow(void *ud, const char *module, const char *name)
 
 /* --- small readers -------------------------------------------------------- */
 
-static const struct ckpt_pv *dict_of(const struct ckpt_pv *v)
-{
-    if (v && v->kind == CKPT_PV_DICT)
-        return v;
-    if (v && v->kind == CKPT_PV_CALL && v->u.call.dictitems &&
-        ckpt_pv_is_global(ckpt_pv_call_global(v), "collections",
-                          "OrderedDict"))
-        return v->u.call.dictitems;
-    return NULL;
-}
-
 static const struct ckpt_pv *seq_of(const struct ckpt_pv *v)
 {
     return v && (v->kind == CKPT_PV_TUPLE || v->kind == CKPT_PV_LIST)
@@ -262,7 +251,7 @@ static int add_handle(struct rdr *r, const char *name,
                       const struct ckpt_pv *h)
 {
     struct lmodel *m = r->m;
-    const struct ckpt_pv *d = dict_of(h);
+    const struct ckpt_pv *d = ckpt_pv_dict_items(h);
     if (m->nflats == m->flatcap) {
         m->flatcap = m->flatcap ? 2 * m->flatcap : 16;
         m->flats = ckpt_xreallocarray(m->flats, m->flatcap,
@@ -308,13 +297,13 @@ int uns_olmoflat_read(struct ckpt_arena *a, const struct ckpt_pv *root,
                       const char *file, struct lmodel *m, struct ckpt_err *err)
 {
     struct rdr r = { a, file, m, err };
-    const struct ckpt_pv *mods = seq_of(ckpt_pv_dict_get(dict_of(root),
+    const struct ckpt_pv *mods = seq_of(ckpt_pv_dict_get(ckpt_pv_dict_items(root),
                                                          "modules"));
     if (!mods)
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s': no \"modules\" list "
                             "(not an OLMo local model file)", file);
     for (size_t i = 0; i < mods->u.seq.n; i++) {
-        const struct ckpt_pv *md = dict_of(mods->u.seq.v[i]);
+        const struct ckpt_pv *md = ckpt_pv_dict_items(mods->u.seq.v[i]);
         const struct ckpt_pv *name = ckpt_pv_dict_get(md, "name");
         const struct ckpt_pv *hs = seq_of(ckpt_pv_dict_get(md, "handles"));
         if (!name || name->kind != CKPT_PV_STR || !hs)

@@ -20,17 +20,6 @@
 #include "ckpt/util.h"
 #include "olmolocal_int.h"
 
-static struct ckpt_pv *dict_of(struct ckpt_pv *v)
-{
-    if (v && v->kind == CKPT_PV_DICT)
-        return v;
-    if (v && v->kind == CKPT_PV_CALL && v->u.call.dictitems &&
-        ckpt_pv_is_global(ckpt_pv_call_global(v), "collections",
-                          "OrderedDict"))
-        return v->u.call.dictitems;
-    return NULL;
-}
-
 static const char *id_key(struct ckpt_arena *a, int64_t id)
 {
     char *k = ckpt_arena_alloc(a, sizeof(id));
@@ -50,7 +39,7 @@ static int read_groups(struct lplan *p, struct ckpt_err *err)
         return ckpt_err_set(err, CKPT_EFORMAT, "'optim/rank0.pt': no "
                             "param_groups list");
     for (size_t g = 0; g < gs->u.seq.n; g++) {
-        struct ckpt_pv *d = dict_of(gs->u.seq.v[g]);
+        struct ckpt_pv *d = ckpt_pv_dict_items(gs->u.seq.v[g]);
         const struct ckpt_pv *ids = ckpt_pv_dict_get(d, "params");
         const struct ckpt_pv *names = ckpt_pv_dict_get(d, "param_names");
         if (!ids || !names || ckpt_pv_len(ids) != ckpt_pv_len(names) ||
@@ -294,13 +283,13 @@ static int one_value(struct oval *o, struct ckpt_err *err)
 static int read_state(struct lplan *p, struct oval *o, struct ckpt_pv *root,
                       struct ckpt_err *err)
 {
-    struct ckpt_pv *st = dict_of(ckpt_pv_dict_get(dict_of(root), "state"));
+    struct ckpt_pv *st = ckpt_pv_dict_items(ckpt_pv_dict_get(ckpt_pv_dict_items(root), "state"));
     if (!st)
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s': no \"state\" dict "
                             "(not an optimizer state_dict)", o->rel);
     for (size_t i = 0; i < st->u.dict.n; i++) {
         int64_t id;
-        struct ckpt_pv *vals = dict_of(st->u.dict.v[i]);
+        struct ckpt_pv *vals = ckpt_pv_dict_items(st->u.dict.v[i]);
         if (ckpt_pv_get_int(st->u.dict.k[i], &id) != 0 || !vals)
             return ckpt_err_set(err, CKPT_EFORMAT, "'%s': state %zu is not "
                                 "an id with a dict", o->rel, i);
@@ -331,7 +320,7 @@ int uns_olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err)
         /* Any class: what is written is checked in layout.c. */
         rc = uns_olmolocal_load(p, "optim", r, a, NULL, &o.rel, &o.src, &o.z,
                                 &root, err);
-    struct ckpt_pv *groups = ckpt_pv_dict_get(dict_of(root), "param_groups");
+    struct ckpt_pv *groups = ckpt_pv_dict_get(ckpt_pv_dict_items(root), "param_groups");
     if (rc == 0 && r == 0) {
         p->groups = groups;
         p->oz0 = o.z;
@@ -358,7 +347,7 @@ int uns_olmooptim_clean_names(struct lplan *p, struct ckpt_err *err)
     struct ckpt_arena *a = p->j->arena;
     for (size_t g = 0; g < p->groups->u.seq.n; g++) {
         struct ckpt_pv *names =
-            ckpt_pv_dict_get(dict_of(p->groups->u.seq.v[g]), "param_names");
+            ckpt_pv_dict_get(ckpt_pv_dict_items(p->groups->u.seq.v[g]), "param_names");
         for (size_t i = 0; i < names->u.seq.n; i++) {
             const char *s = names->u.seq.v[i]->u.s.p;
             if (!strstr(s, OLMOFLAT_WRAPPED))

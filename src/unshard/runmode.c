@@ -142,6 +142,8 @@ static int extract_member(struct ckpt_archive *a, const char *to,
 static int below(const char *rel, const char *dir)
 {
     size_t dl = strlen(dir);
+    if (!dl)    /* a root checkpoint: the whole run */
+        return 1;
     return !strncmp(rel, dir, dl) && rel[dl] == '/';
 }
 
@@ -214,7 +216,7 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
     if (at_src)
         return ckpt_xasprintf("already unsharded: %s-unsharded in the run",
                               k->name);
-    if (is_dir(out))
+    if (is_dir(out) && !k->root)
         return ckpt_xasprintf("already unsharded: %s exists", out);
     if (!supported(k->format)) {
         *failed = 1;
@@ -399,6 +401,10 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
 
 static char *out_dir_of(struct runctx *r, const struct ckpt_checkpoint *k)
 {
+    /* An archive that is one checkpoint unshards into DEST itself, as the
+     * directory it holds does. */
+    if (k->root)
+        return ckpt_xstrdup(r->dest);
     char *name = ckpt_xasprintf("%s-unsharded", k->name);
     char *out = ckpt_path_join(r->dest, name);
     free(name);

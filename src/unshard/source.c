@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -44,14 +45,107 @@ static int storage_read(struct usrc *s, uint64_t off, void *buf, size_t len,
     return 0;
 }
 
-int uns_src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
-                 struct ckpt_err *err)
+/* ---- bounded open files ----
+ * A legacy or OLMo-local step has one file per rank and every tensor has a
+ * piece in each, so all of them are read over and over. Keeping them all
+ * open fails at ~1,000 ranks under the common limit of 1,024 descriptors
+ * (and 256 on some login nodes). Descriptors are kept in a table of at
+ * most fd_cap, the least recently used unpinned one closed to make room;
+ * a read pins its descriptor, so one is never closed under a pread. A
+ * reopened file must be the one first opened (device, inode, size): a file
+ * replaced in between fails the run rather than mixing two versions. */
+
+static size_t fd_cap_of(void)
+{
+    const char *env = getenv("CKPT_MAX_OPEN_SOURCES");  /* tests */
+    uint64_t v;
+    if (env && ckpt_parse_u64(env, &v) == 0 && v > 0)
+        return (size_t)v;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 4096;
+    /* Half of what is left after the outputs, sockets and libraries. */
+    size_t n = rl.rlim_cur > 64 ? (size_t)(rl.rlim_cur - 64) / 2 : 0;
+    return n < 4 ? 4 : n > 4096 ? 4096 : n;
+}
+
+/* Close the least recently used unpinned descriptor. Under j->mu. */
+static void evict_one(struct ujob *j)
+{
+    struct usrc *v = NULL;
+    for (size_t i = 0; i < j->nsrcs; i++) {
+        struct usrc *s = j->srcs[i];
+        if (s->lru && s->fd >= 0 && !s->pins && (!v || s->used < v->used))
+            v = s;
+    }
+    if (!v)     /* every one is in use: go over the cap for a moment */
+        return;
+    close(v->fd);
+    v->fd = -1;
+    j->fd_open--;
+}
+
+/* Make room for one more descriptor. Under j->mu. */
+static void fd_room(struct ujob *j)
+{
+    if (!j->fd_cap)
+        j->fd_cap = fd_cap_of();
+    while (j->fd_open >= j->fd_cap) {
+        size_t before = j->fd_open;
+        evict_one(j);
+        if (j->fd_open == before)
+            break;
+    }
+}
+
+static int reopen(struct usrc *s, struct ckpt_err *err)
+{
+    struct stat sb;
+    int fd = open(s->name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_err_sys(err, "open '%s'", s->name);
+    if (fstat(fd, &sb) != 0 || sb.st_dev != s->dev || sb.st_ino != s->ino ||
+        (uint64_t)sb.st_size != s->size) {
+        close(fd);
+        return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' changed during read "
+                            "(replaced or resized)", s->name);
+    }
+    s->fd = fd;
+    return 0;
+}
+
+/* The descriptor of s for one read, pinned; -1 on failure. */
+static int pin(struct usrc *s, struct ckpt_err *err)
+{
+    struct ujob *j = s->lru;
+    int rc = 0;
+    pthread_mutex_lock(&j->mu);
+    if (s->fd < 0) {
+        fd_room(j);
+        rc = reopen(s, err);
+        j->fd_open += rc == 0;
+    }
+    if (rc == 0) {
+        s->pins++;
+        s->used = ++j->fd_clock;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc == 0 ? s->fd : -1;
+}
+
+static void unpin(struct usrc *s)
+{
+    pthread_mutex_lock(&s->lru->mu);
+    s->pins--;
+    pthread_mutex_unlock(&s->lru->mu);
+}
+
+static int pread_all(struct usrc *s, int fd, uint64_t off, void *buf,
+                     size_t len, struct ckpt_err *err)
 {
     size_t done = 0;
-    if (s->fd < 0 && s->st)
-        return storage_read(s, off, buf, len, err);
     while (done < len) {
-        ssize_t n = pread(s->fd, (char *)buf + done, len - done,
+        ssize_t n = pread(fd, (char *)buf + done, len - done,
                           (off_t)(off + done));
         if (n < 0 && errno == EINTR)
             continue;
@@ -65,6 +159,21 @@ int uns_src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
         done += (size_t)n;
     }
     return 0;
+}
+
+int uns_src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
+                 struct ckpt_err *err)
+{
+    if (!s->lru && s->fd < 0 && s->st)
+        return storage_read(s, off, buf, len, err);
+    if (!s->lru)
+        return pread_all(s, s->fd, off, buf, len, err);
+    int fd = pin(s, err);
+    if (fd < 0)
+        return -1;
+    int rc = pread_all(s, fd, off, buf, len, err);
+    unpin(s);
+    return rc;
 }
 
 static int rd_read(void *ctx, uint64_t off, void *buf, size_t len,
@@ -121,7 +230,7 @@ void uns_src_rd_cached(struct ckpt_rd *rd, struct src_cache *c, struct usrc *s,
 {
     uns_src_rd(rd, s, off, len);
     memset(c, 0, sizeof(*c));
-    if (s->fd >= 0 || !s->st)
+    if (s->lru || s->fd >= 0 || !s->st)
         return;
     c->s = s;
     c->lo = off;
@@ -193,6 +302,7 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
     char *path = ckpt_path_join(j->dir, relpath);
     int fd = -1;
     uint64_t size = 0;
+    struct stat sb;
     char etag[sizeof((*out)->etag)] = "";
     if (j->st) {
         if (stat_remote(j, path, &size, etag, err) != 0) {
@@ -200,7 +310,6 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
             return -1;
         }
     } else {
-        struct stat sb;
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0 || fstat(fd, &sb) != 0) {
             int rc = ckpt_err_sys(err, "open '%s'", path);
@@ -213,6 +322,19 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
     }
     *out = add_src(j, path, fd, size);
     memcpy((*out)->etag, etag, sizeof(etag));
+    if (fd >= 0) {
+        /* Into the table of open files: a later read reopens it if it
+         * had to make room for others. */
+        struct usrc *s = *out;
+        pthread_mutex_lock(&j->mu);
+        s->lru = j;
+        s->dev = sb.st_dev;
+        s->ino = sb.st_ino;
+        s->used = ++j->fd_clock;
+        j->fd_open++;
+        fd_room(j);
+        pthread_mutex_unlock(&j->mu);
+    }
     /* Keys live as long as the metadata arena. Every data file is opened
      * by check_files before any task runs, so this insert is
      * single-threaded. */
@@ -458,7 +580,7 @@ static int open_location(struct ujob *j, const char *src, char **dir,
      * API too: the tests exercise the remote read path with it. */
     const char *via = getenv("CKPT_SOURCE_VIA_STORAGE");
     if (loc.scheme != CKPT_SCHEME_LOCAL || (via && !strcmp(via, "1"))) {
-        struct ckpt_storage_cfg cfg = { 0, 0, 0, j->o->jobs };
+        struct ckpt_storage_cfg cfg = uns_storage_cfg(j->o);
         rc = ckpt_storage_open(&j->st, &loc, &cfg, err);
         *dir = ckpt_xstrdup(loc.key);
     } else {
@@ -472,6 +594,12 @@ static int open_location(struct ujob *j, const char *src, char **dir,
     }
     ckpt_loc_release(&loc);
     return rc;
+}
+
+struct ckpt_storage_cfg uns_storage_cfg(const struct ckpt_unshard_opts *o)
+{
+    struct ckpt_storage_cfg c = { o->insecure, o->retries, 0, o->jobs };
+    return c;
 }
 
 int uns_src_open(struct ujob *j, const char *src, struct ckpt_err *err)
@@ -524,22 +652,6 @@ int uns_src_tmp_fd(struct ujob *j, struct ckpt_err *err)
     return fd;
 }
 
-static int write_all(int fd, const void *p, size_t n, uint64_t off,
-                     struct ckpt_err *err)
-{
-    while (n) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return ckpt_err_sys(err, "write temporary file");
-        p = (const char *)p + w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 /* Decompress in[off, off+len) (one or more zstd frames) into fd; the
  * output may not exceed limit. Returns the decompressed size or -1. */
 static int64_t unzstd(struct usrc *in, uint64_t off, uint64_t len, int fd,
@@ -569,7 +681,8 @@ static int64_t unzstd(struct usrc *in, uint64_t off, uint64_t len, int fd,
                                   "bytes", in->name,
                                   (unsigned long long)off,
                                   (unsigned long long)limit);
-            else if (write_all(fd, ob, obuf.pos, outn, err) == 0)
+            else if (ckpt_pwrite_all(fd, ob, obuf.pos, outn, "temporary file",
+                                     err) == 0)
                 outn += obuf.pos;
             else
                 rc = -1;

@@ -518,7 +518,7 @@ static int orbax_src(struct ujob *j, const char *src, char **key)
     const char *k = src;
     int is = 0;
     if (!st && ckpt_loc_parse(&loc, src, &e) == 0) {
-        struct ckpt_storage_cfg cfg = { 0, 0, 0, j->o->jobs };
+        struct ckpt_storage_cfg cfg = uns_storage_cfg(j->o);
         if (loc.scheme != CKPT_SCHEME_LOCAL &&
             ckpt_storage_open(&st, &loc, &cfg, &e) != 0)
             st = NULL;

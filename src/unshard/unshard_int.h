@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "ckpt/arena.h"
 #include "ckpt/dcp.h"
@@ -40,6 +41,15 @@ struct usrc {
     struct urec **recs;
     size_t nrecs, reccap;
     int recs_sorted;
+    /* A local data file in the job's table of open files (source.c): its
+     * descriptor may be closed when too many are open (fd is then -1) and
+     * is reopened on the next read, checked to be the same file. NULL for
+     * files that cannot be reopened (unlinked temporaries, outputs). */
+    struct ujob *lru;
+    int pins;                  /* reads in progress on fd, under lru->mu */
+    uint64_t used;             /* lru->fd_clock at the last read */
+    dev_t dev;
+    ino_t ino;
 };
 
 /* A stored chunk: where its elements are and how they are laid out. */
@@ -126,6 +136,10 @@ struct ujob {
     struct ckpt_arena *arena;       /* output graph, plan arrays */
     struct usrc **srcs;             /* data files and temp items */
     size_t nsrcs, srccap;
+    /* Open data files, bounded so that a step of 1,024 rank files reads
+     * under `ulimit -n 256` (source.c). Under mu. */
+    size_t fd_open, fd_cap;
+    uint64_t fd_clock;
     struct strmap srcmap;           /* relative_path -> srcs index */
     struct utensor *tensors;
     size_t ntensors;
@@ -153,6 +167,8 @@ struct ujob {
 
 /* source.c */
 int uns_src_open(struct ujob *j, const char *src, struct ckpt_err *err);
+/* The storage settings of the job's options (--insecure, --retries). */
+struct ckpt_storage_cfg uns_storage_cfg(const struct ckpt_unshard_opts *o);
 int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
             struct ckpt_err *err);
 int uns_src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
@@ -281,8 +297,8 @@ int uns_layout_finish(struct ujob *j, struct ckpt_err *err);
 
 int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                   struct ckpt_err *err);
-int uns_pwrite_all(int fd, const void *p, size_t n, uint64_t off,
-               const char *name, struct ckpt_err *err);
+/* (ckpt_pwrite_all, under the name the planners used) */
+#define uns_pwrite_all ckpt_pwrite_all
 
 /* engine.c */
 void uns_job_fail(struct ujob *j, const struct ckpt_err *err);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ckpt/util.h"
+#include "ckpt/text.h"
 
 int up_md5_check(struct ckpt_err *err)
 {
@@ -62,23 +63,12 @@ void up_hex_of(const unsigned char *d, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-static int nibble(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int up_hex_md5_parse(const char *hex, unsigned char out[16])
 {
     if (strlen(hex) != 32)
         return -1;
     for (int i = 0; i < 16; i++) {
-        int a = nibble(hex[2 * i]), b = nibble(hex[2 * i + 1]);
+        int a = ckpt_hexval(hex[2 * i]), b = ckpt_hexval(hex[2 * i + 1]);
         if (a < 0 || b < 0)
             return -1;
         out[i] = (unsigned char)(a << 4 | b);

@@ -35,6 +35,7 @@
 #include "ckpt/buf.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
+#include "ckpt/text.h"
 
 #define HEADER "# ckpt upload journal v1\n"
 
@@ -63,24 +64,13 @@ static void esc(struct ckpt_buf *b, const char *s)
     }
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 static char *unesc(const char *s, size_t n)
 {
     char *out = ckpt_xmalloc(n + 1);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
-        int lo = i + 2 < n ? hexval(s[i + 2]) : -1;
+        int hi = i + 2 < n ? ckpt_hexval(s[i + 1]) : -1;
+        int lo = i + 2 < n ? ckpt_hexval(s[i + 2]) : -1;
         if (s[i] == '%' && hi >= 0 && lo >= 0) {
             out[o++] = (char)(hi << 4 | lo);
             i += 2;

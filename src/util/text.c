@@ -114,7 +114,7 @@ char *ckpt_escape(const char *s)
     return ckpt_buf_detach(&b, NULL);
 }
 
-static int hexval(char c)
+int ckpt_hexval(int c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -135,8 +135,8 @@ static int unescape_one(const char *s, size_t *n)
     case 'x': break;
     default: return -1;
     }
-    int hi = hexval(s[2]);
-    int lo = hi >= 0 ? hexval(s[3]) : -1;
+    int hi = ckpt_hexval(s[2]);
+    int lo = hi >= 0 ? ckpt_hexval(s[3]) : -1;
     *n = 4;
     return lo >= 0 && (hi || lo) ? hi << 4 | lo : -1;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 void ckpt_die_oom(const char *fmt, ...)
 {
@@ -213,11 +214,39 @@ char *ckpt_read_small_file(const char *path, size_t max)
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    char *buf = ckpt_xmalloc(max + 1);
-    size_t n = fread(buf, 1, max, f);
+    /* One byte more than allowed tells a file that is too long from one
+     * that fits exactly: a truncated credentials file or profile must
+     * fail, not parse as a shorter (and different) one. */
+    char *buf = ckpt_xmalloc(max + 2);
+    size_t n = fread(buf, 1, max + 1, f);
+    int bad = ferror(f);
     fclose(f);
+    if (bad || n > max) {
+        free(buf);
+        errno = bad ? EIO : EFBIG;
+        return NULL;
+    }
     buf[n] = '\0';
     return buf;
+}
+
+int ckpt_pwrite_all(int fd, const void *p, size_t n, uint64_t off,
+                    const char *name, struct ckpt_err *err)
+{
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return ckpt_err_sys(err, "write '%s'", name);
+        if (w == 0)     /* no progress and no errno: do not spin */
+            return ckpt_err_set(err, CKPT_EIO, "write '%s': no progress",
+                                name);
+        p = (const char *)p + w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
 }
 
 double ckpt_now(void)

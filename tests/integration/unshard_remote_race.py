@@ -106,6 +106,22 @@ def replaced_mid_run(tmp, s3, env, etag):
             os.path.join(tmp, "rows", "expected.pt"))
 
 
+def retries_honoured(tmp, s3, env):
+    """--retries reaches the ranged reads of the sources (they used to
+    open their own storage with the defaults)."""
+    out = os.path.join(tmp, "out-retries")
+    s3.configure(slowdown=1.0, fault_match=SHARD)
+    r = subprocess.run([CKPT, "unshard", "--no-progress", "--retries", "2",
+                        "s3://%s/m" % B, out], env=env, capture_output=True,
+                       text=True)
+    s3.configure(slowdown=0.0, fault_match="")
+    want = ("s3://%s/m/%s: HTTP 503 ServiceUnavailable (after 2 attempts)" %
+            (B, SHARD))
+    check("--retries 2: exit 1, the shard's reads tried twice",
+          r.returncode == 1 and want in r.stderr, r.stderr)
+    check("--retries 2: nothing written", not os.path.exists(out))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-remote-race-")
     try:
@@ -119,6 +135,7 @@ def main():
             etag = proxy_enforces(env)
             s3.reset_stats()
             replaced_mid_run(tmp, s3, env, etag)
+            retries_honoured(tmp, s3, env)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return finish()

@@ -128,7 +128,7 @@ printf 'e\n' >logs/train-ef56gh78.log
 printf '1234567\tai2-llm/olmo-small/ab12cd34\tslurm job\ndup\t-\tambiguous: 2 runs\n{"run":"local1","path":"ai2-llm/olmo-small/ef56gh78"}\n' >map.tsv
 out=$("$CKPT" upload --wandb-map map.tsv --logs logs runs/1234567 runs/local1 runs/dup wdst 2>err)
 check "wandb-map exit" 1 $?
-check "wandb-map unmapped run" "failed	runs/dup	-	run 'dup' is unmapped in the W&B map 'map.tsv'" "$out"
+check "wandb-map unmapped run" "failed	runs/dup	-	run 'dup' is unmapped in the W&B map 'map.tsv': ambiguous: 2 runs" "$out"
 check "wandb-map placement" "f ./ai2-llm/olmo-small/ab12cd34/config.yaml 4
 f ./ai2-llm/olmo-small/ab12cd34/logs/2024/olmo-1234567-rank0.log 2
 f ./ai2-llm/olmo-small/ab12cd34/logs/slurm-1234567.out 2

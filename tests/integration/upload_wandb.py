@@ -106,8 +106,10 @@ def main():
                                   srcs + [dest], fake.url, state=tmp)
             check("exit 1 (the ambiguous run)", rc, 1)
             check("rows", out.splitlines(), [
-                "failed\t%s\t-\tno W&B run path for run 'dup' (`ckpt "
-                "map-wandb -v dup` says why)" % srcs[2]])
+                "failed\t%s\t-\tno W&B run path for run 'dup': ambiguous: "
+                "2 W&B runs with display name 'OLMo-dup' match the config: "
+                "ai2-llm/olmo-small/du000001, ai2-llm/olmo-small/du000002"
+                % srcs[2]])
             p1, p2 = "ai2-llm/olmo-small/ab12cd34/", \
                 "ai2-llm/olmo-small/sl000001/"
             check("placement", files(dest), sorted(

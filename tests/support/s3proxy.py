@@ -43,6 +43,7 @@ Faults, chosen per request at random (seeded):
   reset     fraction of GET responses cut mid-body (TCP reset)
   slow_ms   delay before each 64 KiB of a response body
   methods   only requests with these methods get faults ("" = all)
+  fault_match  only requests whose path contains this get faults ("" = all)
   complete_error  the next N CompleteMultipartUpload requests are answered
             200 with an <Error> body (InternalError), as S3 may
   no_batch_delete  answer DeleteObjects 501 NotImplemented, as GCS did
@@ -123,7 +124,7 @@ class State:
                        "echo_status": 400, "conditional": True,
                        "cond_conflict": 0, "put_before_delete": None,
                        "get_delay_ms": 0, "get_delay_nth": 0,
-                       "get_delay_match": ""}
+                       "get_delay_match": "", "fault_match": ""}
         self.get_seen = 0
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
@@ -155,11 +156,13 @@ class State:
                 d = self.stats[key]
                 d[sub] = d.get(sub, 0) + n
 
-    def draw(self, method):
+    def draw(self, method, path=""):
         """The fault (or None) for one request."""
         with self.lock:
             c = self.config
             if c["methods"] and method not in c["methods"].split(","):
+                return None
+            if c["fault_match"] and c["fault_match"] not in path:
                 return None
             x = self.rng.random()
             for name in ("slowdown", "r2_429", "reset"):
@@ -302,7 +305,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         denied = self.authenticate(body)
         if denied:
             return self.reply(*denied)
-        fault = st.draw(self.command)
+        fault = st.draw(self.command, path)
         if fault == "slowdown":
             st.count("faults", sub="slowdown")
             return self.reply(503, error_xml("SlowDown", "Please reduce "

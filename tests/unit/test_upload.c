@@ -10,6 +10,7 @@
 
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
+#include "ckpt/wandb.h"
 #include "test.h"
 #include "upload/upload_int.h"
 
@@ -144,31 +145,30 @@ static void test_upload__map(void)
         "{\"run\":\"local1\",\"path\":\"ai2-llm/olmo-small/ef56gh78\"}\n"
         "{\"run\":\"gone\",\"path\":null,\"status\":\"unknown\"}\n"
         "1234567\tai2-llm/olmo-big/zz99\tlater line wins\r\n";
-    struct ckpt_upload_map *m;
+    struct ckpt_wandb_map *m;
     struct ckpt_err err = CKPT_ERR_INIT;
-    int listed;
-    CHECK(ckpt_upload_map_parse(&m, text, strlen(text), "map.tsv",
+    CHECK(ckpt_wandb_map_parse(&m, text, strlen(text), "map.tsv",
                                 &err) == 0);
-    CHECK_STR(ckpt_upload_map_path(m, "1234567", &listed),
+    CHECK_STR(ckpt_wandb_map_path(m, "1234567", -1),
               "ai2-llm/olmo-big/zz99");
-    CHECK_STR(ckpt_upload_map_path(m, "local1", &listed),
+    CHECK_STR(ckpt_wandb_map_path(m, "local1", -1),
               "ai2-llm/olmo-small/ef56gh78");
-    CHECK(ckpt_upload_map_path(m, "dup", &listed) == NULL && listed);
-    CHECK(ckpt_upload_map_path(m, "gone", &listed) == NULL && listed);
-    CHECK(ckpt_upload_map_path(m, "nope", &listed) == NULL && !listed);
-    ckpt_upload_map_free(m);
+    CHECK(ckpt_wandb_map_path(m, "dup", -1) == NULL &&
+          ckpt_wandb_map_find(m, "dup"));
+    CHECK(ckpt_wandb_map_path(m, "gone", -1) == NULL &&
+          ckpt_wandb_map_find(m, "gone"));
+    CHECK(!ckpt_wandb_map_find(m, "nope"));
+    ckpt_wandb_map_free(m);
 
     const char *bad = "r1\tent/proj\tx\n";
-    CHECK(ckpt_upload_map_parse(&m, bad, strlen(bad), "map.tsv",
+    CHECK(ckpt_wandb_map_parse(&m, bad, strlen(bad), "map.tsv",
                                 &err) == -1);
-    CHECK_STR(err.msg, "map.tsv:1: W&B path 'ent/proj' is not "
-              "ENTITY/PROJECT/RUN_ID");
+    CHECK_STR(err.msg, "map.tsv:1: bad W&B path 'ent/proj'");
     const char *esc = "r1\ta/../b\tx\n";
-    CHECK(ckpt_upload_map_parse(&m, esc, strlen(esc), "m", &err) == -1);
+    CHECK(ckpt_wandb_map_parse(&m, esc, strlen(esc), "m", &err) == -1);
     const char *junk = "\n\njust-one-field\n";
-    CHECK(ckpt_upload_map_parse(&m, junk, strlen(junk), "m", &err) == -1);
-    CHECK_STR(err.msg, "m:3: not a mapping line (RUN_ID<TAB>ENTITY/PROJECT/"
-              "RUN_ID<TAB>EVIDENCE or {\"run\":...,\"path\":...})");
+    CHECK(ckpt_wandb_map_parse(&m, junk, strlen(junk), "m", &err) == -1);
+    CHECK_STR(err.msg, "m:3: expected RUN_ID<TAB>PATH<TAB>EVIDENCE");
 }
 
 /* SRC and DEST compared by identity, whatever the spelling. */

@@ -1,4 +1,7 @@
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -237,6 +240,26 @@ static void test_util__tempname(void)
     free(b);
 }
 
+/* A file longer than the cap is an error, never its truncated prefix. */
+static void test_util__read_small_file(void)
+{
+    char dir[] = "/tmp/ckpt-test-util-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char *p = ckpt_path_join(dir, "f");
+    FILE *f = fopen(p, "wb");
+    CHECK(f && fputs("0123456789", f) >= 0 && fclose(f) == 0);
+    char *t = ckpt_read_small_file(p, 10);
+    CHECK_STR(t, "0123456789");
+    free(t);
+    errno = 0;
+    CHECK(ckpt_read_small_file(p, 9) == NULL && errno == EFBIG);
+    CHECK(unlink(p) == 0);
+    CHECK(ckpt_read_small_file(p, 9) == NULL && errno == ENOENT);
+    CHECK(rmdir(dir) == 0);
+    free(p);
+}
+
 TEST_MAIN(T(test_util__parse_size), T(test_util__paths), T(test_util__buf),
           T(test_util__err), T(test_util__pool), T(test_util__die_oom),
-          T(test_util__escape), T(test_util__redact), T(test_util__tempname))
+          T(test_util__escape), T(test_util__redact), T(test_util__tempname),
+          T(test_util__read_small_file))
