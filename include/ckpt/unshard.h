@@ -118,4 +118,59 @@ int ckpt_unshard_dcp(const char *src, const char *dest,
 /* Free what a result owns. NULL-safe. */
 void ckpt_unshard_result_release(struct ckpt_unshard_result *res);
 
+/* 1 when ckpt_unshard_dcp reads checkpoints of this enum ckpt_format. */
+int ckpt_unshard_supported(int format);
+
+/* ---- run mode: every sharded step of a run ---- */
+
+struct ckpt_checkpoint;
+
+/* One per step acted on (or per run, ckpt NULL, when the run itself
+ * cannot be read or has nothing to unshard). */
+struct ckpt_unshard_step_event {
+    const char *action;     /* "unsharded", "would-unshard", "skip",
+                               "error"; with delete_sharded also
+                               "deleted", "would-delete" (a step whose
+                               complete copy exists, or one a killed run
+                               renamed aside); "info": a note on how the
+                               step is read, followed by its own event;
+                               "warning": a note for stderr */
+    const char *run;        /* the run as given */
+    const struct ckpt_checkpoint *ckpt;    /* or NULL */
+    const char *detail;     /* why skipped, the error, or what was
+                               written */
+    const struct ckpt_unshard_result *res; /* unsharded: the outputs */
+    const char *out;        /* the output directory, or NULL */
+};
+
+struct ckpt_unshard_run_cfg {
+    /* For every step; config_yaml and storage are set per step. planned
+     * and progress are called per step, progress_ud passed. */
+    struct ckpt_unshard_opts uo;
+    int latest;             /* only the newest complete sharded step */
+    int has_step;           /* only step `step` */
+    int64_t step;
+    int skip_step0;         /* never step 0 (nothing to keep there) */
+    int delete_sharded;     /* delete each sharded step once verified */
+    const char *tmp_dir;    /* scratch for archive and remote steps;
+                               NULL: beside the outputs */
+    int fetch_jobs;         /* files in flight fetching a remote step;
+                               <= 0: 16 */
+    void (*on_step)(void *ud, const struct ckpt_unshard_step_event *ev);
+    void *ud;
+};
+
+/*
+ * Run mode: the run at key in st (a directory or archive; src is its
+ * location as given, read again for remote DCP steps) is read into a tree
+ * and classified (ckpt_run_scan); every complete sharded checkpoint whose
+ * "-unsharded" sibling exists neither in the run nor in local directory
+ * dest becomes dest/NAME-unsharded/. Steps of an archive are extracted
+ * one at a time into a scratch directory. Returns 0, 1 when a step (or
+ * the run) failed, 2 when --delete-sharded was asked of an archive.
+ */
+int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
+                     const char *src, const char *dest,
+                     const struct ckpt_unshard_run_cfg *cfg);
+
 #endif

@@ -61,6 +61,10 @@ struct ckpt_upload_cfg {
     int max_throttles;      /* same-object throttles per request; 0: 30 */
     void (*on_event)(void *ud, const struct ckpt_upload_event *ev);
     void (*on_progress)(void *ud, uint64_t items, uint64_t bytes);
+    /* NULL, or asked right before each source deletion (from any worker
+     * thread): non-zero (err set) refuses it, and the file stays. `ckpt
+     * process` checks there that its lease on the run is still valid. */
+    int (*may_delete)(void *ud, struct ckpt_err *err);
     void *ud;
 };
 
@@ -109,6 +113,12 @@ void ckpt_upload_planned(const struct ckpt_upload *u, uint64_t *files,
 /* Run every added copy; returns 0 when every file arrived (uploaded or
  * skipped) and every requested source deletion happened, else -1. */
 int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out);
+
+/* 1 when the log file named base (a base name) belongs to run: run (the
+ * run's directory name or archive stem) or wid (its W&B run id, may be
+ * NULL) occurs in it as a whole token ("2871001.out", "slurm-2871001.err",
+ * not "28710012.out"). */
+int ckpt_upload_is_log_of(const char *base, const char *run, const char *wid);
 
 /* W&B mapping files (`ckpt map-wandb --output`, read by --wandb-map) are
  * parsed by ckpt_wandb_map_parse (ckpt/wandb.h), the one reader. */

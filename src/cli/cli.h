@@ -102,6 +102,7 @@ void cli_progress_done(struct progress *p); /* prints the final line, frees */
 int cmd_clean(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_map_wandb(int argc, char **argv);
+int cmd_process(int argc, char **argv);
 int cmd_unshard(int argc, char **argv);
 int cmd_upload(int argc, char **argv);
 

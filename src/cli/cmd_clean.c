@@ -6,23 +6,17 @@
  * Phases: parse options; load and judge every run in parallel (nothing is
  * changed yet); then, run by run, verify the verdict again just before
  * acting, and act. A failure on one run is reported and the rest go on.
+ * The rules themselves are in src/run/clean.c (shared with `process`).
  */
 #include <cjson/cJSON.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "ckpt/archive.h"
 #include "ckpt/buf.h"
+#include "ckpt/clean.h"
 #include "ckpt/pool.h"
-#include "ckpt/tempname.h"
 #include "ckpt/util.h"
 #include "runs.h"
 
@@ -41,589 +35,17 @@ static const char *const clean_usage[] = {
     NULL
 };
 
-struct clean_opts {
-    int64_t min_age;                 /* seconds; 0: no live-run guard */
-    int force;
-    uint64_t max_archive;
-    int keep_last;
-    int keep_every;
-};
-
+/* One RUN: the judged item plus what the CLI needs around it. */
 struct item {
-    const char *arg;                 /* borrowed: RUN as given */
+    struct ckpt_clean_item c;
     struct ckpt_loc loc;
-    struct ckpt_storage *st;         /* borrowed from struct storages */
     const struct ckpt_opts *g;
-    const struct clean_opts *co;
-    /* results, written by the worker */
-    const char *action;              /* static string */
-    struct ckpt_buf reason;
-    struct ckpt_stat sb;
-    struct ckpt_run run;
-    int scanned;                     /* run is valid */
-    int is_archive;
-    int gone;                        /* deleted by someone else */
-    uint64_t bytes;                  /* freed (or, -n, would be) */
-    struct ckpt_buf pruned;          /* "step100, step200" */
-    cJSON *pruned_json;              /* owned until printed */
-    char *resume;                    /* owned: dead delete's temp sibling */
-    char **resume_prune;             /* owned: dead prunes' temp dirs */
-    size_t nresume_prune;
 };
 
-/* A local delete starts by renaming the directory to a hidden sibling
- * ".BASE.ckpt-del-HOST-PID" (ckpt_del_rename): that rename is the commit
- * point, so a kill afterwards leaves a name a rerun can recognise and
- * finish, instead of a half-deleted run that no longer looks like a run.
- * Temp dirs inside the run RUN that dead deletes of this host left (a
- * prune, or unshard --delete-sharded's step) are finished with it. */
-static void find_dead_prunes(struct item *it)
+static void report(struct item *x)
 {
-    size_t n, w = 0;
-    char **v = ckpt_del_dead_in(it->loc.key, &n), *x;
-    for (size_t i = 0; i < n; i++) {
-        /* (checked again: a pid reused since the listing is live) */
-        if (!ckpt_del_dead(v[i], &x)) {
-            free(v[i]);
-            continue;
-        }
-        ckpt_buf_addf(&it->reason, "; %s an interrupted prune of %s",
-                      it->g->dry_run ? "would finish" : "finished", x);
-        free(x);
-        v[w++] = v[i];
-    }
-    it->resume_prune = v;
-    it->nresume_prune = w;
-}
-
-static const char *msg_delete(const struct ckpt_opts *g)
-{
-    return g->dry_run ? "would-delete" : "delete";
-}
-
-/* Why a run is bad: the checkpoints it has and why none counts. */
-static void bad_reason(struct item *it)
-{
-    struct ckpt_buf *r = &it->reason;
-    if (!it->run.n) {
-        ckpt_buf_addstr(r, "no checkpoint");
-        return;
-    }
-    ckpt_buf_addstr(r, "no complete checkpoint with step > 0 (");
-    for (size_t i = 0; i < it->run.n; i++) {
-        const struct ckpt_checkpoint *c = &it->run.ckpts[i];
-        ckpt_buf_addf(r, "%s%s: %s", i ? "; " : "", c->name,
-                      !c->complete ? c->why : "step 0");
-    }
-    ckpt_buf_addch(r, ')');
-}
-
-/* Lexically clean a local RUN: "." components and repeated or trailing
- * slashes go, and ".." takes off the component before it, which must not
- * be a symlink (then ".." would climb out of the link's target, not out
- * of the link's directory). Returns the cleaned path ("." for none), or
- * NULL with err set. */
-static char *clean_path(const char *key, struct ckpt_err *err)
-{
-    struct ckpt_buf b = CKPT_BUF_INIT;
-    int abs = key[0] == '/';
-    const char *p = key;
-    if (abs)
-        ckpt_buf_addch(&b, '/');
-    while (*p) {
-        const char *s = strchr(p, '/');
-        size_t n = s ? (size_t)(s - p) : strlen(p);
-        size_t root = abs ? 1 : 0;
-        int above = b.len == root ||
-                    (b.len >= root + 2 &&
-                     !strcmp(b.ptr + b.len - 2, "..") &&
-                     (b.len == root + 2 || b.ptr[b.len - 3] == '/'));
-        if (n == 2 && p[0] == '.' && p[1] == '.' && !above) {
-            struct stat lsb;
-            if (lstat(b.ptr, &lsb) == 0 && S_ISLNK(lsb.st_mode)) {
-                ckpt_err_set(err, CKPT_EUNSAFE, "'%s' goes through the "
-                             "symbolic link '%s'; not deleting through it "
-                             "(give the real path)", key, b.ptr);
-                ckpt_buf_release(&b);
-                return NULL;
-            }
-            char *slash = strrchr(b.ptr, '/');
-            size_t keep = slash ? (size_t)(slash - b.ptr) : 0;
-            ckpt_buf_setlen(&b, keep < root ? root : keep);
-            ckpt_buf_addstr(&b, "");
-        } else if (n && !(n == 1 && p[0] == '.')) {
-            if (b.len > root)
-                ckpt_buf_addch(&b, '/');
-            ckpt_buf_add(&b, p, n);
-        }
-        p += n;
-        while (*p == '/')
-            p++;
-    }
-    if (!b.len)
-        ckpt_buf_addstr(&b, ".");
-    return ckpt_buf_detach(&b, NULL);
-}
-
-/* 1 if dir is real or one of its parents. */
-static int is_at_or_below(const char *dir, const char *real)
-{
-    size_t n = strlen(real);
-    return !strncmp(dir, real, n) &&
-           (dir[n] == '/' || dir[n] == '\0' || n == 1);
-}
-
-/* Up front, before anything is read: never "/", $HOME or a directory
- * holding it, nor a mount point (its device differs from its parent's):
- * walking those is pointless and deleting them a disaster. */
-static int refuse_root(const char *key, struct ckpt_err *err)
-{
-    char real[PATH_MAX], rhome[PATH_MAX];
-    if (!realpath(key, real))
-        return 0; /* reported when the run is read */
-    const char *home = getenv("HOME");
-    if (!strcmp(real, "/"))
-        return ckpt_err_set(err, CKPT_EUNSAFE, "refusing to clean '%s': it "
-                            "is the root directory", key);
-    if (home && realpath(home, rhome) && is_at_or_below(rhome, real))
-        return ckpt_err_set(err, CKPT_EUNSAFE, "refusing to clean '%s' (%s):"
-                            " it is or holds the home directory", key, real);
-    struct stat sb, psb;
-    char *parent = ckpt_path_dirname(real);
-    int mount = stat(real, &sb) == 0 && S_ISDIR(sb.st_mode) &&
-                stat(parent, &psb) == 0 && sb.st_dev != psb.st_dev;
-    free(parent);
-    if (mount)
-        return ckpt_err_set(err, CKPT_EUNSAFE, "refusing to clean '%s' (%s):"
-                            " it is a mount point", key, real);
-    return 0;
-}
-
-/* Refuse paths whose deletion would be a disaster whatever they hold. */
-static int unsafe_local(const char *key, struct ckpt_err *err)
-{
-    char real[PATH_MAX], cwd[PATH_MAX];
-    if (!realpath(key, real))
-        return ckpt_err_sys(err, "resolve '%s'", key);
-    if (refuse_root(key, err) != 0)
-        return -1;
-    if (getcwd(cwd, sizeof(cwd)) && is_at_or_below(cwd, real))
-        return ckpt_err_set(err, CKPT_EUNSAFE,
-                            "refusing to delete '%s' (%s)", key, real);
-    return 0;
-}
-
-/* Checkpoints to prune in a kept run, per --keep-last / --keep-every.
- * Never the newest complete one, never the complete predecessor of an
- * incomplete (possibly still being written) newer one. */
-static void plan_prune(const struct ckpt_run *run, const struct clean_opts *co,
-                       int *prune)
-{
-    size_t n = run->n;
-    int *keep = ckpt_xcalloc(n ? n : 1, sizeof(int));
-    int kept_steps = 0;
-    int64_t last_step = INT64_MIN;
-    for (size_t i = n; i-- > 0;) {
-        const struct ckpt_checkpoint *c = &run->ckpts[i];
-        if (!c->complete) {
-            keep[i] = 1;
-            continue;
-        }
-        if (c->step != last_step) {
-            last_step = c->step;
-            kept_steps++;
-        }
-        int newest = kept_steps == 1;
-        int in_last = co->keep_last > 0 && kept_steps <= co->keep_last;
-        int every = co->keep_every > 0 && c->step % co->keep_every == 0;
-        keep[i] = newest || in_last || every;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (run->ckpts[i].complete)
-            continue;
-        for (size_t j = i; j-- > 0;)
-            if (run->ckpts[j].complete) {
-                /* every complete dir of that step */
-                for (size_t k = 0; k < n; k++)
-                    if (run->ckpts[k].step == run->ckpts[j].step)
-                        keep[k] = 1;
-                break;
-            }
-    }
-    for (size_t i = 0; i < n; i++)
-        prune[i] = !keep[i];
-    free(keep);
-}
-
-static void verdict(struct item *it);
-
-/* The live-run guard: a run (or archive) written to within --min-age may
- * still be growing; it is skipped whatever it holds. */
-static int is_live(struct item *it, const struct ckpt_tree *t)
-{
-    if (it->co->min_age <= 0)
-        return 0;
-    int64_t newest = it->is_archive ? it->sb.mtime : 0;
-    for (size_t i = 0; !it->is_archive && i < t->n; i++)
-        if (t->files[i].type != CKPT_ENTRY_DIR && t->files[i].mtime > newest)
-            newest = t->files[i].mtime;
-    int64_t age = (int64_t)time(NULL) - newest;
-    if (age >= it->co->min_age)
-        return 0;
-    if (age < 0)
-        age = 0;
-    it->action = "skip";
-    const char *what = it->is_archive ? "archive" : "newest file";
-    if (age < 120)
-        ckpt_buf_addf(&it->reason, "live: %s written %lld s ago", what,
-                      (long long)age);
-    else if (age < 7200)
-        ckpt_buf_addf(&it->reason, "live: %s written %lld min ago", what,
-                      (long long)(age / 60));
-    else if (age < 2 * 86400)
-        ckpt_buf_addf(&it->reason, "live: %s written %lld h ago", what,
-                      (long long)(age / 3600));
-    else
-        ckpt_buf_addf(&it->reason, "live: %s written %lld d ago", what,
-                      (long long)(age / 86400));
-    return 1;
-}
-static int refuse_path(struct item *it, struct ckpt_err *err);
-static int will_prune(const struct item *it);
-
-static void judge(void *arg)
-{
-    struct item *it = arg;
-    struct ckpt_err err = CKPT_ERR_INIT;
-    struct ckpt_tree *tree = NULL;
-    enum ckpt_load_status status;
-    it->action = "error";
-    if (ckpt_run_load_flags(it->st, it->loc.key, it->co->max_archive,
-                            CKPT_TREE_SALVAGE, &it->sb, &status, &tree,
-                            &it->run, &err) != 0) {
-        if (err.code == CKPT_ENOTFOUND && ckpt_storage_is_local(it->st) &&
-            (it->resume = ckpt_del_dead_sibling(it->loc.key)) != NULL) {
-            char *b = ckpt_path_basename(it->resume);
-            it->action = msg_delete(it->g);
-            ckpt_buf_addf(&it->reason, "%s an interrupted delete (%s)",
-                          it->g->dry_run ? "finishes" : "finished", b);
-            free(b);
-            return;
-        }
-        ckpt_buf_addstr(&it->reason, err.msg);
-        return;
-    }
-    it->is_archive = ckpt_archive_kind_of(it->loc.key) != CKPT_ARCHIVE_NONE;
-    if (status == CKPT_LOAD_TOO_LARGE) {
-        char a[32], b[32];
-        it->action = "skip";
-        ckpt_buf_addf(&it->reason, "archive is %s, above --max-archive-size "
-                      "%s", ckpt_fmt_size(it->sb.size, a, sizeof(a)),
-                      ckpt_fmt_size(it->co->max_archive, b, sizeof(b)));
-        return;
-    }
-    if (status == CKPT_LOAD_NOT_RUN_FILE) {
-        it->action = "skip";
-        ckpt_buf_addstr(&it->reason, "not a directory or archive");
-        return;
-    }
-    it->scanned = 1;
-    if (tree->archive != CKPT_ARCHIVE_NONE)
-        cli_debugf("%s: read %llu of %llu archive bytes", it->arg,
-                   (unsigned long long)tree->fetched,
-                   (unsigned long long)tree->archive_size);
-    int live = is_live(it, tree);
-    char *damage = tree->damage ? ckpt_xasprintf("%s: %s", tree->display,
-                                                 tree->damage)
-                                : NULL;
-    ckpt_tree_free(tree);
-    if (live) {
-        free(damage);
-        return;
-    }
-    verdict(it);
-    /* A damaged archive may hold more than was listed: only a complete
-     * checkpoint found anyway (keep, which changes nothing) stands. */
-    if (damage && strcmp(it->action, "keep") != 0) {
-        it->action = "error";
-        ckpt_buf_reset(&it->reason);
-        ckpt_buf_addstr(&it->reason, damage);
-    }
-    free(damage);
-    /* Refused paths are refused in the verdict, so that -n predicts
-     * exactly what the real run does. */
-    int deletes = !strcmp(it->action, msg_delete(it->g)) || will_prune(it);
-    if (deletes && refuse_path(it, &err) != 0) {
-        it->action = "error";
-        ckpt_buf_reset(&it->reason);
-        ckpt_buf_addstr(&it->reason, err.msg);
-    }
-    if (!strcmp(it->action, "keep") && !it->is_archive &&
-        ckpt_storage_is_local(it->st))
-        find_dead_prunes(it);
-}
-
-/* keep, delete or skip, from the scanned run. */
-static void verdict(struct item *it)
-{
-    if (!ckpt_run_looks_like_run(&it->run) && !it->co->force) {
-        it->action = "skip";
-        ckpt_buf_addstr(&it->reason, "does not look like a run (no "
-                        "config.yaml with wandb/ or train_data/, and no "
-                        "checkpoint directory); use --force to clean it");
-        return;
-    }
-    const struct ckpt_checkpoint *best = ckpt_run_best(&it->run);
-    /* When unsure, error, never delete: a step > 0 of unknown
-     * completeness may be the run's good checkpoint (the newest is
-     * named). */
-    for (size_t i = it->run.n; !best && i-- > 0;) {
-        const struct ckpt_checkpoint *c = &it->run.ckpts[i];
-        if (c->unknown_commit && c->step > 0) {
-            it->action = "error";
-            ckpt_buf_addf(&it->reason, "cannot tell whether Orbax step %s "
-                          "is complete (no commit marker: older Orbax "
-                          "commits by rename)", c->name);
-            return;
-        }
-    }
-    if (!best) {
-        it->action = msg_delete(it->g);
-        bad_reason(it);
-        return;
-    }
-    it->action = "keep";
-    ckpt_buf_addf(&it->reason, "complete checkpoint %s (%s)", best->name,
-                  ckpt_format_name(best->format));
-}
-
-/* Re-read the run right before deleting it: it must still be bad and must
- * not have grown (a trainer may have written a checkpoint since). It may
- * have shrunk, or vanished: another `ckpt clean` deleting the same run.
- * Returns 1 when the run is already gone, 0 to go ahead, -1 to refuse. */
-static int verify_still_bad(struct item *it, struct ckpt_tree **out,
-                            struct ckpt_err *err)
-{
-    struct ckpt_stat sb;
-    enum ckpt_load_status status;
-    struct ckpt_tree *tree = NULL;
-    struct ckpt_run run;
-    *out = NULL;
-    if (ckpt_run_load_flags(it->st, it->loc.key, 0, CKPT_TREE_SALVAGE, &sb,
-                            &status, &tree, &run, err) != 0)
-        return err->code == CKPT_ENOTFOUND ? 1 : -1;
-    int ok = status == CKPT_LOAD_OK && !tree->damage &&
-             !ckpt_run_best(&run) &&
-             run.nfiles <= it->run.nfiles && run.size <= it->run.size &&
-             (!it->is_archive || (sb.size == it->sb.size &&
-                                  sb.mtime == it->sb.mtime));
-    if (status == CKPT_LOAD_OK)
-        ckpt_run_release(&run);
-    if (!ok) {
-        ckpt_tree_free(tree);
-        return ckpt_err_set(err, CKPT_EUNSAFE, "run changed while it was "
-                            "checked; not deleted");
-    }
-    *out = tree;
-    return 0;
-}
-
-static int first_left(void *ud, const struct ckpt_entry *e)
-{
-    struct ckpt_buf *b = ud;
-    if (e->type == CKPT_ENTRY_DIR)
-        return 0;
-    ckpt_buf_addstr(b, e->name);
-    return 1;
-}
-
-/* Delete exactly the files of the tree that was judged, then list again:
- * a file written meanwhile (a trainer saving a checkpoint) is left in
- * place, and the run is an error. */
-static int delete_judged(struct item *it, struct ckpt_tree *t,
-                         const char *root, struct ckpt_err *err)
-{
-    char **keys = ckpt_xcalloc(t->n ? t->n : 1, sizeof(*keys));
-    size_t n = 0;
-    for (size_t i = 0; i < t->n; i++)
-        if (t->files[i].type != CKPT_ENTRY_DIR)
-            keys[n++] = ckpt_path_join(root, t->files[i].path);
-    int rc = ckpt_storage_delete_keys(it->st, root, keys, n, err);
-    for (size_t i = 0; i < n; i++)
-        free(keys[i]);
-    free(keys);
-    if (rc != 0)
-        return -1;
-    struct ckpt_buf left = CKPT_BUF_INIT;
-    struct ckpt_err lerr = CKPT_ERR_INIT;
-    rc = ckpt_storage_list(it->st, root, CKPT_LIST_RECURSIVE,
-                           first_left, &left, &lerr);
-    if (rc < 0 && lerr.code != CKPT_ENOTFOUND) {
-        *err = lerr;
-        rc = -1;
-    } else if (left.len) {
-        rc = ckpt_err_set(err, CKPT_EUNSAFE, "run changed during delete; "
-                          "left in place: %s", left.ptr);
-    } else {
-        rc = 0;
-    }
-    ckpt_buf_release(&left);
-    return rc;
-}
-
-/* Checks that hold whatever the run holds: never through a symlink, never
- * "/", $HOME, the cwd or its parents, never a whole bucket. */
-static int refuse_path(struct item *it, struct ckpt_err *err)
-{
-    const char *key = it->loc.key;
-    if (!ckpt_storage_is_local(it->st))
-        return *key ? 0 : ckpt_err_set(err, CKPT_EUNSAFE, "refusing to delete"
-                                       " a whole bucket ('%s')", it->arg);
-    struct stat lsb;
-    if (lstat(key, &lsb) == 0 && S_ISLNK(lsb.st_mode))
-        return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is a symbolic link; not "
-                            "deleting through it (give the real path)",
-                            it->arg);
-    return unsafe_local(key, err);
-}
-
-static int delete_renamed(struct item *it, struct ckpt_tree *t,
-                          struct ckpt_err *err);
-
-static int delete_run(struct item *it, struct ckpt_err *err)
-{
-    struct ckpt_tree *tree = NULL;
-    int v = verify_still_bad(it, &tree, err);
-    if (v == 0 && refuse_path(it, err) != 0)
-        v = err->code == CKPT_ENOTFOUND ? 1 : -1;
-    if (v != 0) {
-        /* Gone already: another cleaner got there first, which is what we
-         * wanted. */
-        if (v == 1) {
-            ckpt_buf_addstr(&it->reason, " (already deleted by another "
-                            "process)");
-            it->gone = 1;
-        }
-        ckpt_tree_free(tree);
-        return v < 0 ? -1 : 0;
-    }
-    int rc = it->is_archive ? ckpt_storage_delete(it->st, it->loc.key, err)
-                            : delete_renamed(it, tree, err);
-    ckpt_tree_free(tree);
-    return rc;
-}
-
-/* A local run: rename it aside, delete the judged files inside, then the
- * directory. What appeared meanwhile goes back under the run's name (if
- * that is still free) and the run is an error. */
-static int delete_renamed(struct item *it, struct ckpt_tree *t,
-                          struct ckpt_err *err)
-{
-    if (!ckpt_storage_is_local(it->st))
-        return delete_judged(it, t, it->loc.key, err);
-    char *tmp;
-    if (ckpt_del_rename(it->loc.key, &tmp, err) != 0) {
-        /* Renamed away since the re-check: another cleaner got there
-         * first, which is what we wanted. */
-        if (err->sys_errno != ENOENT)
-            return -1;
-        ckpt_buf_addstr(&it->reason, " (already deleted by another "
-                        "process)");
-        it->gone = 1;
-        return 0;
-    }
-    if (!tmp)
-        return delete_judged(it, t, it->loc.key, err);
-    int rc = delete_judged(it, t, tmp, err);
-    struct stat sb;
-    if (rc != 0 && lstat(tmp, &sb) == 0 && lstat(it->loc.key, &sb) != 0 &&
-        errno == ENOENT)
-        (void)rename(tmp, it->loc.key);
-    free(tmp);
-    return rc;
-}
-
-/* A kept run with checkpoints to prune (directories only). */
-static int will_prune(const struct item *it)
-{
-    if (strcmp(it->action, "keep") != 0 || it->is_archive ||
-        (it->co->keep_last <= 0 && it->co->keep_every <= 0))
-        return 0;
-    int *prune = ckpt_xcalloc(it->run.n ? it->run.n : 1, sizeof(int));
-    plan_prune(&it->run, it->co, prune);
-    int any = 0;
-    for (size_t i = 0; i < it->run.n; i++)
-        any |= prune[i];
-    free(prune);
-    return any;
-}
-
-static int prune_run(struct item *it, struct ckpt_err *err)
-{
-    if (!it->g->dry_run && will_prune(it) && refuse_path(it, err) != 0)
-        return -1;
-    int *prune = ckpt_xcalloc(it->run.n ? it->run.n : 1, sizeof(int));
-    plan_prune(&it->run, it->co, prune);
-    int rc = 0;
-    it->pruned_json = cJSON_CreateArray();
-    for (size_t i = 0; i < it->run.n && rc == 0; i++) {
-        if (!prune[i])
-            continue;
-        const struct ckpt_checkpoint *c = &it->run.ckpts[i];
-        if (it->is_archive) {
-            ckpt_buf_addstr(&it->reason, "; not pruning inside an archive");
-            break;
-        }
-        if (!it->g->dry_run) {
-            char *key = ckpt_path_join(it->loc.key, c->dir);
-            rc = ckpt_storage_delete_tree_aside(it->st, key, err);
-            free(key);
-            if (rc != 0)
-                break;
-        }
-        ckpt_buf_addf(&it->pruned, "%s%s", it->pruned.len ? ", " : "",
-                      c->name);
-        it->bytes += c->size;
-        cJSON_AddItemToArray(it->pruned_json, cJSON_CreateString(c->name));
-    }
-    if (it->pruned.len)
-        ckpt_buf_addf(&it->reason, "; %s %s",
-                      it->g->dry_run ? "would prune" : "pruned",
-                      it->pruned.ptr);
-    free(prune);
-    return rc;
-}
-
-static void act(void *arg)
-{
-    struct item *it = arg;
-    struct ckpt_err err = CKPT_ERR_INIT;
-    int rc = 0;
-    if (!strcmp(it->action, "delete") && it->resume)
-        rc = ckpt_storage_delete_tree(it->st, it->resume, &err);
-    else if (!strcmp(it->action, "delete"))
-        rc = delete_run(it, &err);
-    for (size_t i = 0; rc == 0 && !it->g->dry_run && i < it->nresume_prune;
-         i++) {
-        char *key = ckpt_path_join(it->loc.key, it->resume_prune[i]);
-        rc = ckpt_storage_delete_tree(it->st, key, &err);
-        free(key);
-    }
-    if (rc == 0 && !strcmp(it->action, msg_delete(it->g)) && !it->gone)
-        it->bytes = it->is_archive ? it->sb.size : it->run.size;
-    else if (!strcmp(it->action, "keep") &&
-             (it->co->keep_last > 0 || it->co->keep_every > 0))
-        rc = prune_run(it, &err);
-    if (rc != 0) {
-        it->action = "error";
-        ckpt_buf_reset(&it->reason);
-        ckpt_buf_addstr(&it->reason, err.msg);
-    }
-}
-
-static void report(struct item *it)
-{
-    if (!it->g->json) {
+    struct ckpt_clean_item *it = &x->c;
+    if (!x->g->json) {
         const char *f[] = { it->action, it->arg, it->reason.ptr };
         cli_out_tsv(3, f);
         return;
@@ -639,44 +61,26 @@ static void report(struct item *it)
         cJSON_AddItemToObject(o, "pruned", it->pruned_json);
         it->pruned_json = NULL;
     }
-    if (it->bytes || !strcmp(it->action, msg_delete(it->g)))
+    if (it->bytes || !strcmp(it->action, x->g->dry_run ? "would-delete"
+                                                        : "delete"))
         cJSON_AddNumberToObject(o, "bytes", (double)it->bytes);
     cli_out_json(o);
 }
 
-/* A local RUN is cleaned of "." and ".." spellings (refusing ".." out of
- * a symlink) and refused up front if it is "/", $HOME or a mount point. */
-static int local_precheck(struct item *it, struct ckpt_err *err)
+static void judge(void *arg)
 {
-    if (!ckpt_storage_is_local(it->st))
-        return 0;
-    char *c = clean_path(it->loc.key, err);
-    if (!c)
-        return -1;
-    free(it->loc.key);
-    it->loc.key = c;
-    return refuse_root(c, err);
+    struct item *x = arg;
+    ckpt_clean_judge(&x->c);
+    if (x->c.scanned && x->c.is_archive)
+        cli_debugf("%s: read %llu of %llu archive bytes", x->c.arg,
+                   (unsigned long long)x->c.fetched,
+                   (unsigned long long)x->c.sb.size);
 }
 
-/* rclone's spelling: a number with an optional unit s, m, h, d or w
- * (plain: seconds). */
-static int parse_duration(const char *s, int64_t *out)
+static void act(void *arg)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0)
-        return -1;
-    static const struct { const char *unit; double secs; } units[] = {
-        { "", 1 }, { "s", 1 }, { "m", 60 }, { "h", 3600 }, { "d", 86400 },
-        { "w", 604800 },
-    };
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-        if (!strcmp(end, units[i].unit) && v * units[i].secs < 1e15) {
-            *out = (int64_t)(v * units[i].secs + 0.5);
-            return 0;
-        }
-    return -1;
+    struct item *x = arg;
+    ckpt_clean_act(&x->c);
 }
 
 static void run_phase(struct item **items, int n, int jobs, ckpt_task_fn fn)
@@ -695,7 +99,7 @@ static void run_phase(struct item **items, int n, int jobs, ckpt_task_fn fn)
 int cmd_clean(int argc, char **argv)
 {
     struct ckpt_opts g = { 0 };
-    struct clean_opts co = { 86400, 0, 5ULL << 30, 0, 0 };
+    struct ckpt_clean_opts co = { 86400, 0, 5ULL << 30, 0, 0, 0 };
     const char *min_age = NULL;
     const struct option opts[] = {
         OPT_STR_(0, "min-age", &min_age, "DURATION",
@@ -723,30 +127,29 @@ int cmd_clean(int argc, char **argv)
                 clean_usage[0]);
         return EXIT_USAGE;
     }
-    if (min_age && parse_duration(min_age, &co.min_age) != 0) {
+    if (min_age && ckpt_parse_duration(min_age, &co.min_age) != 0) {
         fprintf(stderr, "ckpt clean: error: --min-age '%s': expected a "
                 "duration like 90m, 6h, 2d or seconds\nusage: %s\n",
                 min_age, clean_usage[0]);
         return EXIT_USAGE;
     }
     cli_init_output(&g);
+    co.dry_run = g.dry_run;
 
     struct item *items = ckpt_xcalloc((size_t)n, sizeof(*items));
     struct storages stores = { 0 };
     int jobs = cli_default_jobs(&g, n, 8);
     for (int i = 0; i < n; i++) {
-        struct item *it = &items[i];
+        struct item *x = &items[i];
+        struct ckpt_storage *st = NULL;
         struct ckpt_err err = CKPT_ERR_INIT;
-        it->arg = argv[i];
-        it->g = &g;
-        it->co = &co;
-        ckpt_buf_init(&it->reason);
-        ckpt_buf_init(&it->pruned);
-        if (ckpt_loc_parse(&it->loc, argv[i], &err) != 0 ||
-            cli_storages_get(&stores, &it->loc, &g, &it->st, &err) != 0 ||
-            local_precheck(it, &err) != 0) {
-            it->action = "error";
-            ckpt_buf_addstr(&it->reason, err.msg);
+        x->g = &g;
+        int bad = ckpt_loc_parse(&x->loc, argv[i], &err) != 0 ||
+                  cli_storages_get(&stores, &x->loc, &g, &st, &err) != 0;
+        ckpt_clean_item_init(&x->c, st, bad ? "" : x->loc.key, argv[i], &co);
+        if (bad || ckpt_clean_precheck(&x->c, &err) != 0) {
+            x->c.action = "error";
+            ckpt_buf_addstr(&x->c.reason, err.msg);
         }
     }
     /* Judge everything first, then act: nothing is touched until every
@@ -754,7 +157,7 @@ int cmd_clean(int argc, char **argv)
     struct item **todo = ckpt_xcalloc((size_t)n, sizeof(*todo));
     int m = 0;
     for (int i = 0; i < n; i++)
-        if (!items[i].action)
+        if (!items[i].c.action)
             todo[m++] = &items[i];
     run_phase(todo, m, jobs, judge);
     run_phase(todo, m, jobs, act);
@@ -762,11 +165,12 @@ int cmd_clean(int argc, char **argv)
     uint64_t freed = 0;
     for (int i = 0; i < n; i++) {
         report(&items[i]);
-        freed += items[i].bytes;
-        freed_runs += items[i].bytes > 0;
-        failed |= !strcmp(items[i].action, "error");
-        if (!strcmp(items[i].action, "skip"))
-            cli_warnf("skipped %s: %s", items[i].arg, items[i].reason.ptr);
+        const struct ckpt_clean_item *it = &items[i].c;
+        freed += it->bytes;
+        freed_runs += it->bytes > 0;
+        failed |= !strcmp(it->action, "error");
+        if (!strcmp(it->action, "skip"))
+            cli_warnf("skipped %s: %s", it->arg, it->reason.ptr);
     }
     if (freed_runs) {
         char sz[32];
@@ -776,15 +180,7 @@ int cmd_clean(int argc, char **argv)
     }
     for (int i = 0; i < n; i++) {
         ckpt_loc_release(&items[i].loc);
-        ckpt_buf_release(&items[i].reason);
-        ckpt_buf_release(&items[i].pruned);
-        if (items[i].scanned)
-            ckpt_run_release(&items[i].run);
-        cJSON_Delete(items[i].pruned_json);
-        free(items[i].resume);
-        for (size_t j = 0; j < items[i].nresume_prune; j++)
-            free(items[i].resume_prune[j]);
-        free(items[i].resume_prune);
+        ckpt_clean_item_release(&items[i].c);
     }
     free(todo);
     free(items);

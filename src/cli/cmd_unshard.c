@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,13 +246,6 @@ static void report(struct cmd *c, const char *src, const char *dest,
     cli_out_json(o);
 }
 
-static int supported(enum ckpt_format f)
-{
-    return f == CKPT_FMT_DCP || f == CKPT_FMT_OLMO_LEGACY ||
-           f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL ||
-           f == CKPT_FMT_OLMO_CORE || f == CKPT_FMT_ORBAX;
-}
-
 static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
                        const char *dest, struct ckpt_unshard_result *r,
                        struct ckpt_err *err)
@@ -262,7 +256,7 @@ static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
     c->uo.progress_ud = c;
     c->prog = NULL;
     int rc;
-    if (!supported(f))
+    if (!ckpt_unshard_supported((int)f))
         rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': unsupported "
                           "checkpoint format '%s'", src,
                           ckpt_format_name(f));
@@ -298,20 +292,6 @@ static int unshard_one(struct cmd *c, const char *src, const char *dest)
  * into a scratch directory, so scratch space never exceeds one step.
  */
 
-static const char *const msg_done[] = { "unsharded", "would-unshard" };
-
-struct runctx {
-    struct cmd *c;
-    struct storages *sts;
-    struct ckpt_storage *st;    /* borrowed from storages */
-    int remote;                 /* a run directory in object storage */
-    struct ckpt_tree *tree;     /* owned */
-    struct ckpt_run run;
-    const char *src, *dest;     /* as given */
-    char *scratch;              /* owned: archive and remote steps go here */
-    char *config;               /* owned: the run's config.yaml, or NULL */
-    struct ckpt_storage *members;   /* owned: a plain tar's members */
-};
 
 static int is_dir(const char *p)
 {
@@ -403,19 +383,33 @@ static int is_run(const char *src, const struct cmd *c, struct storages *sts)
     return !has_rank_files(src);
 }
 
-static void step_row(struct runctx *r, const char *action,
-                     const struct ckpt_checkpoint *k, const char *detail,
-                     const struct ckpt_unshard_result *res, const char *out)
+/* A step's row (ckpt_unshard_run's event). */
+static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
 {
+    struct cmd *c = ud;
+    const char *action = ev->action, *detail = ev->detail, *out = ev->out;
+    const struct ckpt_checkpoint *k = ev->ckpt;
+    const struct ckpt_unshard_result *res = ev->res;
+    if (!strcmp(action, "info")) {
+        cli_debugf("%s: %s", k ? k->name : ev->run, detail);
+        return;
+    }
+    if (!strcmp(action, "warning")) {
+        cli_warnf("%s", detail);
+        return;
+    }
+    /* The step's progress bar ends before its row. */
+    cli_progress_done(c->prog);
+    c->prog = NULL;
     if (!strcmp(action, "error"))
-        cli_errorf("%s: %s", k ? k->name : r->src, detail);
-    if (!r->c->g.json) {
+        cli_errorf("%s: %s", k ? k->name : ev->run, detail);
+    if (!c->g.json) {
         const char *f[] = { action, k ? k->name : "-", detail };
         cli_out_tsv(3, f);
         return;
     }
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "run", r->src);
+    cJSON_AddStringToObject(o, "run", ev->run);
     cJSON_AddStringToObject(o, "checkpoint", k ? k->name : "-");
     if (k) {
         cJSON_AddNumberToObject(o, "step", (double)k->step);
@@ -438,726 +432,44 @@ static void step_row(struct runctx *r, const char *action,
     cli_out_json(o);
 }
 
-static int extract_member(struct ckpt_archive *a, const char *to,
-                          const char *name, struct ckpt_err *err)
-{
-    char *parent = ckpt_path_dirname(to);
-    int rc = ckpt_mkdirs(parent, err);
-    free(parent);
-    if (rc != 0)
-        return -1;
-    int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return ckpt_err_sys(err, "create '%s'", to);
-    char *buf = ckpt_xmalloc(1 << 20);
-    for (;;) {
-        size_t n;
-        if ((rc = ckpt_archive_read(a, buf, 1 << 20, &n, err)) != 0) {
-            ckpt_err_prefix(err, "%s", name);
-            break;
-        }
-        if (n == 0)
-            break;
-        if (write(fd, buf, n) != (ssize_t)n) {
-            rc = ckpt_err_sys(err, "write '%s'", to);
-            break;
-        }
-    }
-    free(buf);
-    if (close(fd) != 0 && rc == 0)
-        rc = ckpt_err_sys(err, "close '%s'", to);
-    return rc;
-}
-
-/* rel (a run-relative path) lies below run-relative directory dir. */
-static int below(const char *rel, const char *dir)
-{
-    size_t dl = strlen(dir);
-    if (!dl)    /* a root checkpoint: the whole run */
-        return 1;
-    return !strncmp(rel, dir, dl) && rel[dl] == '/';
-}
-
-/* Extract the files below dir (run-relative) into the scratch directory.
- * Plain tars and zips seek past the other members, so this reads little
- * more than the step itself. */
-static int extract(struct runctx *r, const char *dir, struct ckpt_err *err)
-{
-    struct ckpt_archive *a;
-    struct ckpt_archive_entry e;
-    const char *strip = r->tree->strip;
-    size_t sl = strlen(strip);
-    int rc;
-    if (ckpt_archive_open(&a, r->st, r->tree->key, err) != 0)
-        return -1;
-    while ((rc = ckpt_archive_next(a, &e, err)) == 1) {
-        if (e.type != CKPT_ENTRY_FILE || strncmp(e.path, strip, sl) != 0)
-            continue;
-        const char *rel = e.path + sl;
-        if (!below(rel, dir))
-            continue;
-        char *to = ckpt_path_join(r->scratch, rel);
-        rc = extract_member(a, to, e.path, err);
-        free(to);
-        if (rc != 0)
-            break;
-    }
-    ckpt_archive_close(a);
-    if (rc < 0)
-        ckpt_err_prefix(err, "%s", r->src);
-    return rc < 0 ? -1 : 0;
-}
-
-/* Delete the sharded step k of the run: rename-first for a local run
- * (ckpt_storage_delete_tree_aside), so that a kill leaves the whole step
- * or a hidden .DIR.ckpt-del-HOST-PID that a rerun finishes, never part of
- * a step under its name; a remote step's objects go in batches. */
-static int delete_step(struct runctx *r, const struct ckpt_checkpoint *k,
-                       struct ckpt_err *err)
-{
-    char *key = ckpt_path_join(r->tree->key, k->dir);
-    int rc = ckpt_storage_delete_tree_aside(r->st, key, err);
-    free(key);
-    return rc;
-}
-
-/* Where a step's -unsharded copy already is. */
-enum copy { COPY_NONE, COPY_IN_RUN, COPY_AT_DEST };
-
-/* Why checkpoint k is not unsharded (a skip reason), or NULL. Sets *failed
- * for reasons that are errors. */
-static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
-                         const char *out, int *failed, enum copy *copy)
-{
-    char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
-    int at_src = ckpt_tree_has_dir(r->tree, sib);
-    free(sib);
-    *failed = 0;
-    *copy = COPY_NONE;
-    if (k->format == CKPT_FMT_UNSHARDED && k->complete)
-        return ckpt_xstrdup("not sharded");
-    if (k->format == CKPT_FMT_UNKNOWN && k->nfiles) {
-        /* A step directory holding files ckpt does not recognise (an
-         * empty one is an aborted save: skipped as incomplete). */
-        *failed = 1;
-        return ckpt_xstrdup("unsupported checkpoint format 'unknown' (no "
-                            "recognised checkpoint files)");
-    }
-    if (!k->complete)
-        return ckpt_xasprintf("incomplete: %s", k->why ? k->why : "?");
-    if (at_src) {
-        *copy = COPY_IN_RUN;
-        return ckpt_xasprintf("already unsharded: %s-unsharded in the run",
-                              k->name);
-    }
-    if (is_dir(out) && !k->root) {
-        *copy = COPY_AT_DEST;
-        return ckpt_xasprintf("already unsharded: %s exists", out);
-    }
-    if (!supported(k->format)) {
-        *failed = 1;
-        return ckpt_xasprintf("unsupported checkpoint format '%s'",
-                              ckpt_format_name(k->format));
-    }
-    return NULL;
-}
-
-struct fetch {
-    char *failed;       /* the first file that did not arrive; owned */
-};
-
-static void on_fetch(void *ud, const struct ckpt_upload_event *ev)
-{
-    struct fetch *f = ud;
-    if (ev->action == CKPT_UP_FAILED && !f->failed)
-        f->failed = ckpt_xasprintf("fetch '%s': %s", ev->src, ev->detail);
-}
-
-/* Copy every file below the remote key from into local directory to with
- * the upload engine: parallel, each file verified on arrival. */
-static int fetch_tree(struct runctx *r, const char *from, const char *to,
-                      struct ckpt_err *err)
-{
-    struct ckpt_loc loc;
-    struct ckpt_storage *lst;
-    struct fetch f = { NULL };
-    struct ckpt_upload_cfg cfg = {
-        .jobs = cli_default_jobs(&r->c->g, 64, 16), .on_event = on_fetch,
-        .ud = &f,
-    };
-    struct ckpt_upload_totals tot;
-    if (ckpt_loc_parse(&loc, to, err) != 0)
-        return -1;
-    int rc = cli_storages_get(r->sts, &loc, &r->c->g, &lst, err);
-    struct ckpt_upload *u = rc ? NULL : ckpt_upload_new(&cfg);
-    if (u && ckpt_upload_add(u, r->st, from, lst, loc.key, 0, err) != 0)
-        rc = -1;
-    if (u && rc == 0 && ckpt_upload_run(u, &tot) != 0)
-        rc = ckpt_err_set(err, CKPT_EIO, "%s", f.failed ? f.failed :
-                          "fetch of the step failed");
-    ckpt_upload_free(u);
-    free(f.failed);
-    ckpt_loc_release(&loc);
-    return rc;
-}
-
-/* The run's config.yaml, when the run is an archive or remote: copied
- * once from the run tree (which kept it while indexing a compressed
- * archive) into the scratch directory. It travels into every output
- * whose step has none. */
-static int save_config(struct runctx *r, struct ckpt_err *err)
-{
-    char *data = NULL;
-    size_t len;
-    int rc = ckpt_tree_read(r->tree, "config.yaml", 64u << 20, &data, &len,
-                            err);
-    r->config = ckpt_path_join(r->scratch, "run-config.yaml");
-    if (rc == 0 && ckpt_mkdirs(r->scratch, err) == 0) {
-        FILE *fp = fopen(r->config, "wb");
-        if (!fp || fwrite(data, 1, len, fp) != len || fclose(fp) != 0)
-            rc = ckpt_err_sys(err, "write '%s'", r->config);
-    } else {
-        rc = -1;
-    }
-    free(data);
-    return rc;
-}
-
-/* DCP steps of a plain tar are read in place, through a storage over the
- * archive's members (pread locally, ranged GETs remotely). */
-static int in_place(const struct runctx *r, const struct ckpt_checkpoint *k)
-{
-    return k->format == CKPT_FMT_DCP &&
-           (r->remote || r->tree->archive == CKPT_ARCHIVE_TAR);
-}
-
-/* Step k is read from a scratch copy, removed once it has been used. */
-static int copied(const struct runctx *r, const struct ckpt_checkpoint *k)
-{
-    return (r->remote || r->tree->archive != CKPT_ARCHIVE_NONE) &&
-           !in_place(r, k);
-}
-
-static int open_members(struct runctx *r, struct ckpt_err *err)
-{
-    struct ckpt_member *v = ckpt_xcalloc(r->tree->n + 1, sizeof(*v));
-    size_t n = 0;
-    for (size_t i = 0; i < r->tree->n; i++) {
-        const struct ckpt_tree_file *f = &r->tree->files[i];
-        if (f->type == CKPT_ENTRY_FILE && f->data_offset != CKPT_NO_OFFSET)
-            v[n++] = (struct ckpt_member){ f->path, f->data_offset, f->size };
-    }
-    int rc = ckpt_storage_open_members(&r->members, r->st, r->tree->key, v,
-                                       n, err);
-    free(v);
-    return rc;
-}
-
-/* Where checkpoint k is read from: in place (a local run; a DCP step of a
- * remote run or of a plain tar), or a scratch copy (a step of another
- * archive, extracted; a remote step of another format, fetched). */
-static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
-                      struct ckpt_err *err)
-{
-    if (r->tree->archive == CKPT_ARCHIVE_NONE && !r->remote)
-        return ckpt_path_join(r->tree->key, k->dir);
-    if (r->remote && k->format == CKPT_FMT_DCP)
-        return ckpt_path_join(r->src, k->dir);
-    if (in_place(r, k)) {
-        if (!r->members && open_members(r, err) != 0)
-            return NULL;
-        cli_debugf("%s: read in place from %s", k->name, r->src);
-        r->c->uo.storage = r->members;
-        return ckpt_path_join(r->tree->key, k->dir);
-    }
-    if (r->remote) {
-        char *from = ckpt_path_join(r->tree->key, k->dir);
-        char *to = ckpt_path_join(r->scratch, k->dir);
-        ckpt_rm_tree(to);
-        int rc = fetch_tree(r, from, to, err);
-        free(from);
-        if (rc != 0) {
-            ckpt_rm_tree(to);
-            free(to);
-            return NULL;
-        }
-        return to;
-    }
-    char *to = ckpt_path_join(r->scratch, k->dir);
-    ckpt_rm_tree(to);
-    if (ckpt_mkdirs(r->scratch, err) != 0 || extract(r, k->dir, err) != 0) {
-        ckpt_rm_tree(to);
-        free(to);
-        return NULL;
-    }
-    return to;
-}
-
-/* Unshard checkpoint k, read from dir (a local directory, or a location
- * of a remote run), into out, then delete the sharded original when
- * asked; one row either way. */
-static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
-                        const char *dir, const char *out)
-{
-    struct cmd *c = r->c;
-    struct ckpt_err err = CKPT_ERR_INIT;
-    struct ckpt_unshard_result res;
-    c->uo.config_yaml = r->config;
-    if (run_unshard(c, k->format, dir, out, &res, &err) != 0) {
-        step_row(r, "error", k, err.msg, NULL, NULL);
-        return -1;
-    }
-    int failed = 0;
-    char *why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", out,
-                               res.nfiles, res.nfiles == 1 ? "" : "s",
-                               (unsigned long long)res.tensors);
-    if (c->delete_sharded && !c->g.dry_run) {
-        char *sharded = ckpt_path_join(r->src, k->dir);
-        if (delete_step(r, k, &err) != 0) {
-            failed = 1;
-            step_row(r, "error", k, err.msg, &res, out);
-        } else {
-            char *w = ckpt_xasprintf("%s; deleted %s", why, sharded);
-            free(why);
-            why = w;
-        }
-        free(sharded);
-    }
-    if (!failed)
-        step_row(r, msg_done[c->g.dry_run], k, why, &res, out);
-    ckpt_unshard_result_release(&res);
-    free(why);
-    return failed ? -1 : 0;
-}
-
-static char *out_dir_of(struct runctx *r, const struct ckpt_checkpoint *k)
-{
-    /* An archive that is one checkpoint unshards into DEST itself, as the
-     * directory it holds does. */
-    if (k->root)
-        return ckpt_xstrdup(r->dest);
-    char *name = ckpt_xasprintf("%s-unsharded", k->name);
-    char *out = ckpt_path_join(r->dest, name);
-    free(name);
-    return out;
-}
-
-/* Why the copy named dir in run is not a complete unsharded checkpoint
- * (malloced), or NULL when it is one. */
-static char *copy_fault(const struct ckpt_run *run, const char *dir)
-{
-    for (size_t i = 0; i < run->n; i++) {
-        const struct ckpt_checkpoint *c = &run->ckpts[i];
-        if (strcmp(c->dir, dir) != 0)
-            continue;
-        if (!c->complete)
-            return ckpt_xstrdup(c->why ? c->why : "incomplete");
-        if (c->format != CKPT_FMT_UNSHARDED)
-            return ckpt_xasprintf("it is a %s checkpoint, not unsharded",
-                                  ckpt_format_name(c->format));
-        return NULL;
-    }
-    return ckpt_xstrdup("not a checkpoint directory");
-}
-
-/* copy_fault of the copy out at DEST, judged as `ckpt ls DEST` judges it.
- * -1 (err) if DEST cannot be read. */
-static int dest_copy_fault(struct runctx *r, const char *out, char **bad,
-                           struct ckpt_err *err)
-{
-    struct ckpt_loc loc;
-    struct ckpt_storage *st;
-    struct ckpt_stat sb;
-    enum ckpt_load_status status;
-    struct ckpt_tree *t = NULL;
-    struct ckpt_run run;
-    if (ckpt_loc_parse(&loc, r->dest, err) != 0)
-        return -1;
-    int rc = cli_storages_get(r->sts, &loc, &r->c->g, &st, err);
-    if (rc == 0)
-        rc = ckpt_run_load(st, loc.key, 0, &sb, &status, &t, &run, err);
-    if (rc == 0 && status != CKPT_LOAD_OK)
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is not a directory",
-                          r->dest);
-    else if (rc == 0) {
-        char *name = ckpt_path_basename(out);
-        *bad = copy_fault(&run, name);
-        free(name);
-        ckpt_run_release(&run);
-    }
-    ckpt_tree_free(t);
-    ckpt_loc_release(&loc);
-    return rc;
-}
-
-/* --delete-sharded on a step whose -unsharded copy exists already (made
- * earlier, or by a run killed between renaming the output into place and
- * the delete): the sharded step goes when the copy is a complete unsharded
- * checkpoint by the rules of `ckpt ls`; otherwise it stays, as an error. */
-static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
-                         const char *out, enum copy copy)
-{
-    struct ckpt_err err = CKPT_ERR_INIT;
-    char *where = copy == COPY_IN_RUN
-                  ? ckpt_xasprintf("%s-unsharded in the run", k->name)
-                  : ckpt_xstrdup(out);
-    char *bad = NULL, *why = NULL;
-    int rc = 0;
-    if (copy == COPY_IN_RUN) {
-        char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
-        bad = copy_fault(&r->run, sib);
-        free(sib);
-    } else {
-        rc = dest_copy_fault(r, out, &bad, &err);
-    }
-    if (rc != 0)
-        why = ckpt_xasprintf("already unsharded: %s exists, but it could not "
-                             "be checked (%s); %s not deleted", where,
-                             err.msg, k->name);
-    else if (bad)
-        why = ckpt_xasprintf("already unsharded: %s exists, but it is not "
-                             "complete (%s); %s not deleted", where, bad,
-                             k->name);
-    else if (r->c->g.dry_run)
-        step_row(r, "would-delete", k, (why = ckpt_xasprintf(
-                     "already unsharded: %s is complete", where)), NULL,
-                 NULL);
-    else if ((rc = delete_step(r, k, &err)) != 0)
-        why = ckpt_xstrdup(err.msg);
-    else {
-        char *sharded = ckpt_path_join(r->src, k->dir);
-        step_row(r, "deleted", k, (why = ckpt_xasprintf(
-                     "already unsharded: %s is complete; deleted %s", where,
-                     sharded)), NULL, NULL);
-        free(sharded);
-    }
-    int failed = rc != 0 || bad;
-    if (failed)
-        step_row(r, "error", k, why, NULL, NULL);
-    free(why);
-    free(bad);
-    free(where);
-    return failed ? -1 : 0;
-}
-
-/* Skip k with a row if it has nothing to do: 1 (skipped), or 0. With
- * --delete-sharded, a step already unsharded is deleted instead. */
-static int skip_step(struct runctx *r, const struct ckpt_checkpoint *k,
-                     const char *out, int *failed)
-{
-    enum copy copy;
-    char *why = skip_reason(r, k, out, failed, &copy);
-    if (why && copy != COPY_NONE && r->c->delete_sharded) {
-        free(why);
-        *failed = delete_copied(r, k, out, copy) != 0;
-        return 1;
-    }
-    if (why)
-        step_row(r, *failed ? "error" : "skip", k, why, NULL, NULL);
-    free(why);
-    return why != NULL;
-}
-
-static int do_step(struct runctx *r, const struct ckpt_checkpoint *k)
-{
-    struct ckpt_err err = CKPT_ERR_INIT;
-    char *out = out_dir_of(r, k);
-    int failed = 0;
-    if (skip_step(r, k, out, &failed)) {
-        free(out);
-        return failed ? -1 : 0;
-    }
-    char *dir = step_dir(r, k, &err);
-    if (!dir) {
-        step_row(r, "error", k, err.msg, NULL, NULL);
-        failed = 1;
-    } else {
-        failed = unshard_step(r, k, dir, out) != 0;
-    }
-    r->c->uo.storage = NULL;
-    /* Scratch copies (fetched or extracted) go as soon as they are used. */
-    if (dir && copied(r, k))
-        ckpt_rm_tree(dir);
-    free(dir);
-    free(out);
-    return failed ? -1 : 0;
-}
-
-/* --- compressed archives: one streaming pass ----------------------------- */
-
-/*
- * A .tar.gz/.zst/.bz2/.xz can only be read from the start. Rather than
- * decompressing it once per step, one pass spools the members of every
- * chosen step into the scratch directory and unshards a step (deleting
- * its spool) as soon as its last file has arrived, so scratch holds one
- * step at a time when steps are stored contiguously, as tar stores
- * directories. Rows then come in archive order.
- */
-struct spooled {
-    const struct ckpt_checkpoint *k;
-    char *out;              /* owned */
-    char *dir;              /* owned: scratch/<k->dir> */
-    size_t left;            /* files still to arrive */
-    int done;
-};
-
-static size_t step_files(const struct ckpt_tree *t, const char *dir)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < t->n; i++)
-        n += t->files[i].type == CKPT_ENTRY_FILE &&
-             below(t->files[i].path, dir);
-    return n;
-}
-
-static struct spooled *spool_of(struct spooled *v, size_t n, const char *rel)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!v[i].done && below(rel, v[i].k->dir))
-            return &v[i];
-    return NULL;
-}
-
-static int spool_pass(struct runctx *r, struct spooled *v, size_t n,
-                      struct ckpt_err *err)
-{
-    struct ckpt_archive *a;
-    struct ckpt_archive_entry e;
-    const char *strip = r->tree->strip;
-    size_t sl = strlen(strip);
-    int rc = 0, failed = 0;
-    if (ckpt_archive_open(&a, r->st, r->tree->key, err) != 0)
-        return -1;
-    while (!interrupted && (rc = ckpt_archive_next(a, &e, err)) == 1) {
-        if (e.type != CKPT_ENTRY_FILE || strncmp(e.path, strip, sl) != 0)
-            continue;
-        struct spooled *s = spool_of(v, n, e.path + sl);
-        if (!s)
-            continue;
-        char *to = ckpt_path_join(r->scratch, e.path + sl);
-        rc = extract_member(a, to, e.path, err);
-        free(to);
-        if (rc != 0)
-            break;
-        if (--s->left)
-            continue;
-        s->done = 1;
-        failed |= unshard_step(r, s->k, s->dir, s->out) != 0;
-        ckpt_rm_tree(s->dir);
-    }
-    ckpt_archive_close(a);
-    if (rc < 0)
-        ckpt_err_prefix(err, "%s", r->src);
-    return rc < 0 ? -1 : failed;
-}
-
-static int spool_run(struct runctx *r, const size_t *pick, size_t n)
-{
-    struct spooled *v = ckpt_xcalloc(n + 1, sizeof(*v));
-    struct ckpt_err err = CKPT_ERR_INIT;
-    size_t m = 0;
-    int failed = 0;
-    for (size_t i = 0; i < n; i++) {
-        const struct ckpt_checkpoint *k = &r->run.ckpts[pick[i]];
-        char *out = out_dir_of(r, k);
-        int f = 0;
-        if (skip_step(r, k, out, &f)) {
-            failed |= f;
-            free(out);
-            continue;
-        }
-        v[m] = (struct spooled){ k, out, ckpt_path_join(r->scratch, k->dir),
-                                 step_files(r->tree, k->dir), 0 };
-        m++;
-    }
-    int rc = m ? spool_pass(r, v, m, &err) : 0;
-    if (rc < 0)
-        failed = 1;
-    for (size_t i = 0; i < m; i++) {
-        if (!v[i].done && !interrupted)
-            step_row(r, "error", v[i].k, rc < 0 ? err.msg : "the archive "
-                     "ended before all of the step's files were read",
-                     NULL, NULL);
-        failed |= !v[i].done;
-        ckpt_rm_tree(v[i].dir);
-        free(v[i].dir);
-        free(v[i].out);
-    }
-    free(v);
-    return failed | rc;
-}
-
-static int stream_only(enum ckpt_archive_kind a)
-{
-    return a == CKPT_ARCHIVE_TAR_GZ || a == CKPT_ARCHIVE_TAR_BZ2 ||
-           a == CKPT_ARCHIVE_TAR_ZST || a == CKPT_ARCHIVE_TAR_XZ;
-}
-
-/* Which checkpoints to act on: sharded ones, narrowed by --step and
- * --latest (the newest complete one). Returns a malloced index array. */
-static size_t *choose(struct runctx *r, size_t *n)
-{
-    struct cmd *c = r->c;
-    uint64_t want = 0;
-    size_t *v = ckpt_xcalloc(r->run.n + 1, sizeof(*v)), latest = SIZE_MAX;
-    *n = 0;
-    if (c->step)
-        ckpt_parse_u64(c->step, &want);
-    for (size_t i = 0; i < r->run.n; i++) {
-        const struct ckpt_checkpoint *k = &r->run.ckpts[i];
-        if (k->unsharded_name || (c->step && (uint64_t)k->step != want))
-            continue;
-        if (c->latest) {
-            if (k->complete && k->format != CKPT_FMT_UNSHARDED)
-                latest = i;
-            continue;
-        }
-        v[(*n)++] = i;
-    }
-    if (c->latest && latest != SIZE_MAX)
-        v[(*n)++] = latest;
-    return v;
-}
-
-static int open_run(struct runctx *r, struct storages *sts,
-                    struct ckpt_err *err)
-{
-    struct ckpt_loc loc;
-    struct ckpt_stat sb;
-    enum ckpt_load_status status;
-    if (ckpt_loc_parse(&loc, r->src, err) != 0)
-        return -1;
-    int rc = cli_storages_get(sts, &loc, &r->c->g, &r->st, err);
-    if (rc == 0)
-        rc = ckpt_run_load(r->st, loc.key, 0, &sb, &status, &r->tree,
-                           &r->run, err);
-    if (rc == 0 && status != CKPT_LOAD_OK)
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': not a run directory "
-                          "or archive", r->src);
-    if (rc == 0)
-        r->remote = r->tree->archive == CKPT_ARCHIVE_NONE &&
-                    loc.scheme != CKPT_SCHEME_LOCAL;
-    ckpt_loc_release(&loc);
-    return rc;
-}
-
-/* The steps a killed `unshard --delete-sharded` (or clean's prune) of
- * this host renamed aside to .DIR.ckpt-del-HOST-PID: the rename committed
- * their delete, so --delete-sharded finishes it, one row each (without
- * it, a warning says what is there). */
-static int finish_dead_delete(struct runctx *r, const char *name)
-{
-    struct ckpt_checkpoint k;
-    struct ckpt_err err = CKPT_ERR_INIT;
-    memset(&k, 0, sizeof(k));
-    /* Checked again: a pid reused since the listing is live, not ours. */
-    if (!ckpt_del_dead(name, &k.name))
-        return 0;
-    ckpt_checkpoint_name(k.name, &k.step, &k.unsharded_name);
-    char *path = ckpt_path_join(r->tree->key, name), *why = NULL;
-    int rc = 0;
-    if (!r->c->delete_sharded)
-        cli_warnf("%s: left by an interrupted delete of %s; "
-                  "--delete-sharded finishes it", path, k.name);
-    else if (r->c->g.dry_run)
-        step_row(r, "would-delete", &k, (why = ckpt_xasprintf(
-                     "finishes an interrupted delete (%s)", name)), NULL,
-                 NULL);
-    else if ((rc = ckpt_storage_delete_tree(r->st, path, &err)) != 0)
-        step_row(r, "error", &k, err.msg, NULL, NULL);
-    else
-        step_row(r, "deleted", &k, (why = ckpt_xasprintf(
-                     "finished an interrupted delete (%s)", name)), NULL,
-                 NULL);
-    free(why);
-    free(path);
-    free(k.name);
-    return rc;
-}
-
-static int finish_dead_deletes(struct runctx *r, size_t *found)
-{
-    size_t n;
-    char **v = ckpt_del_dead_in(r->tree->key, &n);
-    int failed = 0;
-    *found = n;
-    for (size_t i = 0; i < n; i++) {
-        failed |= finish_dead_delete(r, v[i]) != 0;
-        free(v[i]);
-    }
-    free(v);
-    return failed ? -1 : 0;
-}
-
+/* Run mode (src/unshard/runmode.c): one row per step. */
 static int unshard_run(struct cmd *c, const char *src, const char *dest,
                        struct storages *sts)
 {
-    struct runctx r;
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
     struct ckpt_err err = CKPT_ERR_INIT;
-    int failed = 0;
-    memset(&r, 0, sizeof(r));
-    r.c = c;
-    r.sts = sts;
-    r.src = src;
-    r.dest = dest;
-    if (open_run(&r, sts, &err) != 0) {
-        step_row(&r, "error", NULL, err.msg, NULL, NULL);
-        failed = 1;
-        goto out;
-    }
-    int archive = r.tree->archive != CKPT_ARCHIVE_NONE;
-    size_t finished = 0;
-    if (!archive && !r.remote)
-        failed |= finish_dead_deletes(&r, &finished) != 0;
-    if (archive && c->delete_sharded) {
+    uint64_t step = 0;
+    if (ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE && c->delete_sharded) {
         cli_errorf("'%s': --delete-sharded never deletes inside an archive; "
                    "nothing done", src);
-        failed = 2;
-        goto out;
+        return EXIT_USAGE;
     }
-    /* Scratch beside the outputs (same file system, cleaned with them);
-     * a dry run leaves DEST alone. */
-    const char *base = c->g.tmp_dir ? c->g.tmp_dir : dest;
-    if (c->g.dry_run && !c->g.tmp_dir)
-        base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    if (archive || r.remote) {
-        /* A killed run's scratch (a whole step) goes with the next run. */
-        ckpt_temp_sweep(base);
-        r.scratch = ckpt_temp_path(base);
+    if (ckpt_loc_parse(&loc, src, &err) != 0 ||
+        cli_storages_get(sts, &loc, &c->g, &st, &err) != 0) {
+        struct ckpt_unshard_step_event ev = { "error", src, NULL, err.msg,
+                                              NULL, NULL };
+        on_step(c, &ev);
+        ckpt_loc_release(&loc);
+        return EXIT_FAILED;
     }
-    if ((archive || r.remote) && r.run.has_config &&
-        save_config(&r, &err) != 0) {
-        step_row(&r, "error", NULL, err.msg, NULL, NULL);
-        failed = 1;
-        goto out;
-    } else if (!archive && !r.remote && r.run.has_config) {
-        r.config = ckpt_path_join(r.tree->key, "config.yaml");
-    }
-    size_t n, *pick = choose(&r, &n);
-    if (!n && !c->step && (r.run.n || finished)) {
-        /* Only unsharded checkpoints: a rerun after everything was done. */
-        step_row(&r, "skip", NULL, "no sharded checkpoint", NULL, NULL);
-    } else if (!n) {
-        step_row(&r, "error", NULL, c->step ? "no sharded checkpoint with "
-                 "that step" : "no checkpoint", NULL, NULL);
-        failed = 1;
-    }
-    if (n && stream_only(r.tree->archive))
-        failed |= spool_run(&r, pick, n) != 0;
-    else
-        for (size_t i = 0; i < n && !interrupted; i++)
-            failed |= do_step(&r, &r.run.ckpts[pick[i]]) != 0;
-    free(pick);
-out:
-    ckpt_rm_tree(r.scratch);
-    free(r.scratch);
-    free(r.config);
-    ckpt_storage_close(r.members);
-    ckpt_run_release(&r.run);
-    ckpt_tree_free(r.tree);
-    return failed == 2 ? EXIT_USAGE : failed ? EXIT_FAILED : EXIT_OK;
+    if (c->step)
+        ckpt_parse_u64(c->step, &step);
+    c->uo.planned = on_planned;
+    c->uo.progress = on_progress;
+    c->uo.unsafe_pickle = on_unsafe_pickle;
+    c->uo.progress_ud = c;
+    struct ckpt_unshard_run_cfg rc = {
+        .uo = c->uo, .latest = c->latest, .has_step = c->step != NULL,
+        .step = (int64_t)step, .delete_sharded = c->delete_sharded,
+        .tmp_dir = c->g.tmp_dir,
+        .fetch_jobs = cli_default_jobs(&c->g, 64, 16),
+        .on_step = on_step, .ud = c,
+    };
+    int r = ckpt_unshard_run(st, loc.key, src, dest, &rc);
+    ckpt_loc_release(&loc);
+    return r == 2 ? EXIT_USAGE : r ? EXIT_FAILED : EXIT_OK;
 }
-
 
 int cmd_unshard(int argc, char **argv)
 {

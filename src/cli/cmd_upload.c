@@ -8,7 +8,6 @@
  * copy (SRC and DEST are listed); run them all on one pool; report.
  */
 #include <cjson/cJSON.h>
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,21 +162,6 @@ static char *src_name(const char *key, int extract)
     return extract ? ckpt_archive_stem(key) : ckpt_path_basename(key);
 }
 
-/* Does `id` occur in name as a whole token (not inside a longer id)? */
-static int has_token(const char *name, const char *id)
-{
-    size_t n = strlen(id);
-    if (!n)
-        return 0;
-    for (const char *p = strstr(name, id); p; p = strstr(p + 1, id)) {
-        int before = p == name || !isalnum((unsigned char)p[-1]);
-        int after = !isalnum((unsigned char)p[n]);
-        if (before && after)
-            return 1;
-    }
-    return 0;
-}
-
 struct logs {
     struct ckpt_loc loc;
     struct ckpt_storage *st;
@@ -210,7 +194,7 @@ static void add_logs(struct ckpt_upload *u, struct logs *l,
 {
     for (size_t i = 0; i < l->n; i++) {
         char *base = ckpt_path_basename(l->names[i]);
-        int hit = has_token(base, run) || (wid && has_token(base, wid));
+        int hit = ckpt_upload_is_log_of(base, run, wid);
         free(base);
         if (!hit)
             continue;

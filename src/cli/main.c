@@ -22,6 +22,8 @@ static const struct cmd_struct commands[] = {
     { "clean", cmd_clean, "delete runs that never produced a checkpoint" },
     { "ls", cmd_ls, "list runs and their checkpoints" },
     { "map-wandb", cmd_map_wandb, "find each run's W&B run path" },
+    { "process", cmd_process, "judge, unshard, upload, verify and delete "
+      "each run (cron- and worker-safe)" },
     { "unshard", cmd_unshard, "merge checkpoint shards into whole tensors" },
     { "upload", cmd_upload, "copy files, trees and archive contents "
       "between locations" },

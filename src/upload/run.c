@@ -160,7 +160,11 @@ static void delete_sources(struct ckpt_upload *u)
         struct group *g = u->groups[i];
         struct ckpt_err err = CKPT_ERR_INIT;
         /* The run's own `latest` links go with it, once its files did. */
-        for (size_t k = 0; deletable(g) && !g->ndel_failed &&
+        int may = !u->cfg.may_delete ||
+                  u->cfg.may_delete(u->cfg.ud, &err) == 0;
+        if (!may)
+            up_emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);
+        for (size_t k = 0; may && deletable(g) && !g->ndel_failed &&
                            k < g->nlinks; k++)
             if (ckpt_storage_delete(g->sst, g->links[k], &err) != 0)
                 up_emit(u, CKPT_UP_WARNING, NULL, g->links[k], err.msg);

@@ -437,7 +437,10 @@ static int archive_unchanged(struct unit *un)
 static void do_delete(struct unit *un)
 {
     struct obj *o = un->o;
-    int rc = o ? source_unchanged(o, &un->err) : archive_unchanged(un);
+    const struct ckpt_upload_cfg *cfg = &un->u->cfg;
+    int rc = cfg->may_delete ? cfg->may_delete(cfg->ud, &un->err) : 0;
+    if (rc == 0)
+        rc = o ? source_unchanged(o, &un->err) : archive_unchanged(un);
     if (rc == 0 && o)
         rc = dest_is_source(o, &un->err);
     if (rc != 0) {

@@ -1,0 +1,141 @@
+/*
+ * ckpt/process.h - the whole janitor job for each run (SPEC "ckpt
+ * process"): judge with clean's rules (bad runs deleted), map to the W&B
+ * path, unshard sharded steps, upload the run uncompressed under
+ * DEST/ENTITY/PROJECT/RUN_ID/ with its logs, verify every object, delete
+ * the source.
+ *
+ * Idempotent: a small state object per run, DEST/.ckpt-process/ID.json,
+ * records the phases finished ("uploaded": everything at DEST and
+ * verified; "done": the source deleted too) and where the run went. A
+ * rerun after a crash goes on from there: a run whose upload was verified
+ * is not judged again (its source may be half deleted), only verified
+ * again and deleted.
+ *
+ * Many workers: each run is worked on under a lease,
+ * DEST/.ckpt-process/ID.lease (include/ckpt/lease.h), renewed by a thread
+ * while the run is worked on and checked valid before every deletion. A
+ * run leased by a live worker is skipped.
+ *
+ * Nothing is printed: the caller gets events, one per phase per run and a
+ * final one (phase CKPT_PROC_RUN) that is the run's row.
+ */
+#ifndef CKPT_PROCESS_H
+#define CKPT_PROCESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/clean.h"
+#include "ckpt/err.h"
+#include "ckpt/storage.h"
+
+struct ckpt_wandb_map;
+
+enum ckpt_process_phase {
+    CKPT_PROC_JUDGE = 0,
+    CKPT_PROC_LEASE,
+    CKPT_PROC_MAP,
+    CKPT_PROC_UNSHARD,
+    CKPT_PROC_UPLOAD,
+    CKPT_PROC_VERIFY,
+    CKPT_PROC_DELETE,
+    CKPT_PROC_RUN           /* the run's outcome: its row */
+};
+
+enum ckpt_process_status {
+    CKPT_PROC_OK = 0,       /* phase finished (RUN: processed) */
+    CKPT_PROC_DONE,         /* phase found already finished by an earlier
+                               run (RUN: state done, source gone) */
+    CKPT_PROC_DELETED,      /* RUN: a bad run, deleted */
+    CKPT_PROC_SKIPPED,      /* live, leased, not a run, --keep-bad */
+    CKPT_PROC_FAILED,       /* detail says why; the run is left alone
+                               past this phase */
+    CKPT_PROC_WOULD         /* --dry-run: what the phase would do */
+};
+
+/* "judge", "lease", ..., "run"; "ok", "done", "deleted", ... */
+const char *ckpt_process_phase_name(enum ckpt_process_phase p);
+const char *ckpt_process_status_name(enum ckpt_process_status s);
+
+struct ckpt_process_event {
+    enum ckpt_process_phase phase;
+    enum ckpt_process_status status;
+    const char *run;        /* borrowed: the run as shown to the user */
+    const char *id;         /* borrowed: RUN_ID (base name, archive stem) */
+    const char *dest;       /* borrowed: DEST/.../RUN_ID as shown, or NULL */
+    const char *detail;     /* borrowed: reason or error, "" if none */
+    int warn;               /* SKIPPED: worth a warning (not a run) */
+    uint64_t files, bytes;  /* at DEST (upload, verify, run) */
+    uint64_t steps;         /* steps unsharded */
+    uint64_t freed;         /* bytes deleted at the source */
+    double seconds;         /* RUN: wall time of this run */
+};
+
+enum ckpt_process_unshard { CKPT_PROC_UNSHARD_ALL = 0,
+                            CKPT_PROC_UNSHARD_LATEST,
+                            CKPT_PROC_UNSHARD_NONE };
+
+struct ckpt_process_cfg {
+    struct ckpt_storage *dst;    /* borrowed: DEST's storage */
+    const char *dest_key;        /* DEST's key (root of everything) */
+    const struct ckpt_wandb_map *map; /* borrowed; NULL: DEST/RUN_ID/ */
+    struct ckpt_clean_opts clean;/* judge: min_age, max_archive (dry_run
+                                    is taken from below) */
+    int dry_run;
+    int keep_bad;                /* report bad runs, do not delete them */
+    int keep_source;             /* verify, but never delete the source */
+    int keep_archive;            /* store an archive as it is, at
+                                    DEST/.../RUN_ID.tar.gz, not extracted */
+    enum ckpt_process_unshard unshard;
+    int unshard_step0;           /* also step 0 */
+    const char *tmp_dir;         /* unshard outputs wait for their upload
+                                    in TMP/ckpt-process/RUN_ID/; NULL:
+                                    $TMPDIR or /tmp */
+    struct ckpt_storage *logs_st;/* borrowed, or NULL: no --logs */
+    const char *logs_key;
+    int jobs;                    /* upload workers; <= 0: 32 */
+    int insecure, retries;       /* how unshard opens remote runs (as
+                                    the caller's storages) */
+    const char *state_dir;       /* upload journals; NULL: none */
+    int64_t lease_ttl;           /* seconds; 0: CKPT_LEASE_TTL */
+    void (*on_event)(void *ud, const struct ckpt_process_event *ev);
+    void (*on_progress)(void *ud, uint64_t items, uint64_t bytes);
+    void *ud;
+};
+
+struct ckpt_process_totals {
+    uint64_t processed, done, deleted, skipped, failed;
+    uint64_t files, bytes, steps, freed;
+    double seconds;
+};
+
+struct ckpt_process;
+
+/* cfg is copied (its pointers must outlive the processor). Lists the
+ * --logs location now. */
+int ckpt_process_new(struct ckpt_process **out,
+                     const struct ckpt_process_cfg *cfg,
+                     struct ckpt_err *err);
+void ckpt_process_free(struct ckpt_process *p);
+
+/* Queue SRC: a run (directory or archive) or, when SRC does not look like
+ * a run but holds directories or archives, each of them (as `ckpt ls`
+ * sees it). A missing object-store prefix is an empty queue. st is
+ * borrowed. Returns the number of runs queued, or -1 (err). */
+int ckpt_process_add(struct ckpt_process *p, struct ckpt_storage *st,
+                     const char *key, struct ckpt_err *err);
+
+/* The queued runs' RUN_IDs and locations (for a batched W&B lookup before
+ * ckpt_process_run). Borrowed; n set. */
+const char *const *ckpt_process_ids(const struct ckpt_process *p, size_t *n);
+char *ckpt_process_location(const struct ckpt_process *p, size_t i);
+/* Replace the W&B map (after a batched lookup); borrowed. */
+void ckpt_process_set_map(struct ckpt_process *p,
+                          const struct ckpt_wandb_map *map);
+
+/* Process every queued run in order. Returns 0 when every run was done,
+ * deleted or legitimately skipped, -1 when one failed or was unmapped. */
+int ckpt_process_run(struct ckpt_process *p, struct ckpt_process_totals *t);
+
+#endif

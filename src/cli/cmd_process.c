@@ -1,0 +1,399 @@
+/*
+ * cmd_process.c - `ckpt process`: the whole janitor job for each run
+ * (include/ckpt/process.h does the work): options, the batched W&B
+ * lookup, rows, JSON events, log lines and progress.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/clean.h"
+#include "ckpt/process.h"
+#include "ckpt/util.h"
+#include "ckpt/wandb.h"
+#include "runs.h"
+
+static const char *const process_usage[] = {
+    "ckpt process [options] SRC... --dest DEST",
+    "",
+    "For each run (SRC: a run directory or archive, or a directory or",
+    "prefix holding runs), in order: judge it with clean's rules (a bad",
+    "run is deleted; live runs, see --min-age, and non-runs are skipped);",
+    "find its W&B path (asked now, as map-wandb does, unless --wandb-map",
+    "or --no-wandb); unshard its sharded steps (not step 0) into",
+    "--tmp-dir; upload it and them uncompressed (archives member by member)",
+    "with its logs under DEST/ENTITY/PROJECT/RUN_ID/; verify every file",
+    "at DEST by checksum; delete the source. State and leases live under",
+    "DEST/.ckpt-process/: a rerun finishes what a crash left, and many",
+    "workers (cron, GNU parallel, Slurm arrays) never take the same run.",
+    "Rows: processed RUN DEST FILES BYTES STEPS FREED SECONDS, done RUN",
+    "DEST REASON, deleted|skipped RUN REASON, failed RUN PHASE: REASON;",
+    "then a total row. Exit 0 when every run was processed, done, deleted",
+    "or legitimately skipped (live, leased, not a run), 1 when one failed",
+    "or had no W&B path.",
+    "-j default 32: files in flight per run (object-store uploads).",
+    NULL
+};
+
+struct pr_opts {
+    const char *dest, *wandb_map, *logs, *state_dir, *min_age, *unshard;
+    const char *lease_ttl;
+    int no_wandb, keep_bad, keep_source, keep_archive, step0;
+    uint64_t max_archive;
+};
+
+struct ui {
+    const struct ckpt_opts *g;
+    struct progress *prog;
+    uint64_t items, bytes;
+};
+
+/* ---- output ---- */
+
+static void row(const struct ckpt_process_event *ev, int dry)
+{
+    char f3[32], f4[32], f5[32], f6[32], f7[32];
+    const char *act = ckpt_process_status_name(ev->status);
+    const char *d = ev->dest ? ev->dest : "-";
+    snprintf(f3, sizeof(f3), "%llu", (unsigned long long)ev->files);
+    snprintf(f4, sizeof(f4), "%llu", (unsigned long long)ev->bytes);
+    snprintf(f5, sizeof(f5), "%llu", (unsigned long long)ev->steps);
+    snprintf(f6, sizeof(f6), "%llu", (unsigned long long)ev->freed);
+    snprintf(f7, sizeof(f7), "%.1f", ev->seconds);
+    switch (ev->status) {
+    case CKPT_PROC_OK: {
+        const char *f[] = { "processed", ev->run, d, f3, f4, f5, f6, f7 };
+        cli_out_tsv(8, f);
+        return;
+    }
+    case CKPT_PROC_WOULD: {
+        const char *f[] = { "would-process", ev->run, d, f3, f4, f5 };
+        cli_out_tsv(6, f);
+        return;
+    }
+    case CKPT_PROC_DONE: {
+        const char *f[] = { act, ev->run, d, ev->detail };
+        cli_out_tsv(4, f);
+        return;
+    }
+    default:
+        break;
+    }
+    if (ev->status == CKPT_PROC_DELETED && dry)
+        act = "would-delete";
+    const char *f[] = { act, ev->run, ev->detail };
+    cli_out_tsv(3, f);
+}
+
+static void json_event(const struct ckpt_process_event *ev, int dry)
+{
+    cJSON *o = cJSON_CreateObject();
+    const char *st = ckpt_process_status_name(ev->status);
+    if (ev->phase == CKPT_PROC_RUN)
+        st = ev->status == CKPT_PROC_OK ? "processed"
+           : ev->status == CKPT_PROC_WOULD ? "would-process"
+           : ev->status == CKPT_PROC_DELETED && dry ? "would-delete" : st;
+    cJSON_AddStringToObject(o, "run", ev->run);
+    cJSON_AddStringToObject(o, "id", ev->id);
+    cJSON_AddStringToObject(o, "phase", ckpt_process_phase_name(ev->phase));
+    cJSON_AddStringToObject(o, "status", st);
+    if (ev->dest)
+        cJSON_AddStringToObject(o, "dest", ev->dest);
+    if (*ev->detail)
+        cJSON_AddStringToObject(o, ev->status == CKPT_PROC_FAILED ? "error"
+                                : "reason", ev->detail);
+    cJSON_AddNumberToObject(o, "files", (double)ev->files);
+    cJSON_AddNumberToObject(o, "bytes", (double)ev->bytes);
+    if (ev->phase == CKPT_PROC_RUN) {
+        cJSON_AddNumberToObject(o, "steps", (double)ev->steps);
+        cJSON_AddNumberToObject(o, "freed", (double)ev->freed);
+        cJSON_AddNumberToObject(o, "seconds", ev->seconds);
+    }
+    cli_out_json(o);
+}
+
+static void on_event(void *ud, const struct ckpt_process_event *ev)
+{
+    struct ui *ui = ud;
+    int dry = ui->g->dry_run;
+    if (ui->g->json)
+        json_event(ev, dry);
+    if (ev->phase != CKPT_PROC_RUN) {
+        cli_infof("%s: %s %s%s%s", ev->run,
+                  ckpt_process_phase_name(ev->phase),
+                  ckpt_process_status_name(ev->status),
+                  *ev->detail ? ": " : "", ev->detail);
+        return;
+    }
+    if (ev->status == CKPT_PROC_SKIPPED && ev->warn)
+        cli_warnf("skipped %s: %s", ev->run, ev->detail);
+    if (!ui->g->json)
+        row(ev, dry);
+}
+
+static void on_progress(void *ud, uint64_t items, uint64_t bytes)
+{
+    struct ui *ui = ud;
+    /* Each upload pass counts from zero again. */
+    if (items < ui->items || bytes < ui->bytes)
+        ui->items = ui->bytes = 0;
+    cli_progress_add(ui->prog, items - ui->items, bytes - ui->bytes);
+    ui->items = items;
+    ui->bytes = bytes;
+}
+
+static void totals(const struct ckpt_opts *g,
+                   const struct ckpt_process_totals *t)
+{
+    if (g->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "phase", "total");
+        cJSON_AddBoolToObject(o, "dry_run", g->dry_run);
+        cJSON_AddNumberToObject(o, "processed", (double)t->processed);
+        cJSON_AddNumberToObject(o, "done", (double)t->done);
+        cJSON_AddNumberToObject(o, "deleted", (double)t->deleted);
+        cJSON_AddNumberToObject(o, "skipped", (double)t->skipped);
+        cJSON_AddNumberToObject(o, "failed", (double)t->failed);
+        cJSON_AddNumberToObject(o, "files", (double)t->files);
+        cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
+        cJSON_AddNumberToObject(o, "steps", (double)t->steps);
+        cJSON_AddNumberToObject(o, "freed", (double)t->freed);
+        cJSON_AddNumberToObject(o, "seconds", t->seconds);
+        cli_out_json(o);
+        return;
+    }
+    char f[10][48];
+    const char *p[11] = { "total" };
+    snprintf(f[0], 48, "processed=%llu", (unsigned long long)t->processed);
+    snprintf(f[1], 48, "done=%llu", (unsigned long long)t->done);
+    snprintf(f[2], 48, "deleted=%llu", (unsigned long long)t->deleted);
+    snprintf(f[3], 48, "skipped=%llu", (unsigned long long)t->skipped);
+    snprintf(f[4], 48, "failed=%llu", (unsigned long long)t->failed);
+    snprintf(f[5], 48, "files=%llu", (unsigned long long)t->files);
+    snprintf(f[6], 48, "bytes=%llu", (unsigned long long)t->bytes);
+    snprintf(f[7], 48, "steps=%llu", (unsigned long long)t->steps);
+    snprintf(f[8], 48, "freed=%llu", (unsigned long long)t->freed);
+    snprintf(f[9], 48, "seconds=%.1f", t->seconds);
+    for (int i = 0; i < 10; i++)
+        p[i + 1] = f[i];
+    cli_out_tsv(11, p);
+}
+
+/* ---- setup ---- */
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fputs("ckpt process: error: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nusage: %s\n", process_usage[0]);
+    return -1;
+}
+
+static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c)
+{
+    int64_t ttl = 0;
+    if (n == 0)
+        return usage_error("no SRC given%s", "");
+    if (!po->dest)
+        return usage_error("--dest DEST is required%s", "");
+    if (po->no_wandb && po->wandb_map)
+        return usage_error("--no-wandb and --wandb-map exclude each "
+                           "other%s", "");
+    if (po->min_age && ckpt_parse_duration(po->min_age,
+                                           &c->clean.min_age) != 0)
+        return usage_error("--min-age '%s': expected a duration like 90m, "
+                           "6h, 2d or seconds", po->min_age);
+    if (po->lease_ttl && (ckpt_parse_duration(po->lease_ttl, &ttl) != 0 ||
+                          ttl < 3))
+        return usage_error("--lease-ttl '%s': expected a duration of at "
+                           "least 3 s", po->lease_ttl);
+    c->lease_ttl = ttl;
+    const char *u = po->unshard ? po->unshard : "all";
+    if (!strcmp(u, "all"))
+        c->unshard = CKPT_PROC_UNSHARD_ALL;
+    else if (!strcmp(u, "latest"))
+        c->unshard = CKPT_PROC_UNSHARD_LATEST;
+    else if (!strcmp(u, "none"))
+        c->unshard = CKPT_PROC_UNSHARD_NONE;
+    else
+        return usage_error("--unshard '%s': expected all, latest or none",
+                           u);
+    return 0;
+}
+
+static int open_loc(struct storages *s, const struct ckpt_opts *g,
+                    const char *arg, struct ckpt_loc *loc,
+                    struct ckpt_storage **st, struct ckpt_err *err)
+{
+    if (ckpt_loc_parse(loc, arg, err) != 0)
+        return -1;
+    return cli_storages_get(s, loc, g, st, err);
+}
+
+/* The W&B map: --wandb-map FILE, or asked now for every queued run at
+ * once (as `ckpt map-wandb` does). */
+static int get_map(struct ckpt_process *p, const struct pr_opts *po,
+                   const struct ckpt_opts *g, struct ckpt_wandb_map **map,
+                   struct ckpt_err *err)
+{
+    if (po->no_wandb)
+        return 0;
+    if (po->wandb_map) {
+        struct ckpt_storage_cfg scfg = cli_storage_cfg(g);
+        return ckpt_wandb_map_load(map, po->wandb_map, &scfg, err);
+    }
+    size_t n;
+    ckpt_process_ids(p, &n);
+    if (!n)
+        return 0;
+    char **locs = ckpt_xcalloc(n, sizeof(char *));
+    for (size_t i = 0; i < n; i++)
+        locs[i] = ckpt_process_location(p, i);
+    char *text = cli_wandb_map_text(locs, (int)n, 0, g);
+    int rc = text ? ckpt_wandb_map_parse(map, text, strlen(text), "W&B", err)
+                  : ckpt_err_set(err, CKPT_EAUTH, "W&B lookup failed; "
+                                 "nothing processed");
+    free(text);
+    for (size_t i = 0; i < n; i++)
+        free(locs[i]);
+    free(locs);
+    return rc;
+}
+
+/* $CKPT_STATE_DIR, $XDG_STATE_HOME/ckpt, ~/.local/state/ckpt (as
+ * upload's journals). */
+static char *state_dir(const char *given)
+{
+    const char *e = getenv("CKPT_STATE_DIR");
+    if (given)
+        return ckpt_xstrdup(given);
+    if (e && *e)
+        return ckpt_xstrdup(e);
+    e = getenv("XDG_STATE_HOME");
+    if (e && *e)
+        return ckpt_xasprintf("%s/ckpt", e);
+    e = getenv("HOME");
+    return e && *e ? ckpt_xasprintf("%s/.local/state/ckpt", e) : NULL;
+}
+
+static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
+                        struct ckpt_process_cfg *c, char **srcs, int n)
+{
+    struct storages stores = { 0 };
+    struct ckpt_loc dloc = { 0 }, lloc = { 0 };
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ui ui = { g, NULL, 0, 0 };
+    struct ckpt_process *p = NULL;
+    struct ckpt_wandb_map *map = NULL;
+    char *sdir = state_dir(po->state_dir);
+    int rc = EXIT_FAILED;
+    c->state_dir = sdir;
+    c->on_event = on_event;
+    c->on_progress = on_progress;
+    c->ud = &ui;
+    if (open_loc(&stores, g, po->dest, &dloc, &c->dst, &err) != 0 ||
+        (po->logs && open_loc(&stores, g, po->logs, &lloc, &c->logs_st,
+                              &err) != 0)) {
+        cli_errorf("%s", err.msg);
+        goto out;
+    }
+    c->dest_key = dloc.key;
+    c->logs_key = po->logs ? lloc.key : NULL;
+    if (ckpt_process_new(&p, c, &err) != 0) {
+        cli_errorf("%s", err.msg);
+        goto out;
+    }
+    rc = EXIT_OK;
+    for (int i = 0; i < n; i++) {
+        struct ckpt_loc sl;
+        struct ckpt_storage *st;
+        if (open_loc(&stores, g, srcs[i], &sl, &st, &err) != 0 ||
+            ckpt_process_add(p, st, sl.key, &err) < 0) {
+            cli_errorf("%s: %s", srcs[i], err.msg);
+            ckpt_err_clear(&err);
+            rc = EXIT_FAILED;
+        }
+        ckpt_loc_release(&sl);
+    }
+    if (get_map(p, po, g, &map, &err) != 0) {
+        cli_errorf("%s", err.msg);
+        rc = EXIT_FAILED;
+        goto out;
+    }
+    ckpt_process_set_map(p, map);
+    struct ckpt_process_totals t;
+    ui.prog = cli_progress_new(g, "process", 0, 0);
+    if (ckpt_process_run(p, &t) != 0)
+        rc = EXIT_FAILED;
+    cli_progress_done(ui.prog);
+    totals(g, &t);
+out:
+    ckpt_process_free(p);
+    ckpt_wandb_map_free(map);
+    ckpt_loc_release(&dloc);
+    ckpt_loc_release(&lloc);
+    cli_storages_release(&stores);
+    free(sdir);
+    return rc;
+}
+
+int cmd_process(int argc, char **argv)
+{
+    struct ckpt_opts g = { 0 };
+    struct pr_opts po;
+    struct ckpt_process_cfg c;
+    memset(&po, 0, sizeof(po));
+    memset(&c, 0, sizeof(c));
+    po.max_archive = 5ULL << 30;
+    c.clean.min_age = 86400;
+    const struct option opts[] = {
+        OPT_STR_(0, "dest", &po.dest, "DEST", "where runs go (required): "
+                 "DEST/ENTITY/PROJECT/RUN_ID/"),
+        OPT_STR_(0, "wandb-map", &po.wandb_map, "FILE", "W&B paths from "
+                 "a map-wandb --output file instead of asking W&B"),
+        OPT_BOOL_(0, "no-wandb", &po.no_wandb, "no W&B paths: runs go to "
+                  "DEST/RUN_ID/"),
+        OPT_INT_(0, "wandb-timeout", &g.wandb_timeout, "S", "seconds one "
+                 "W&B request may take (default 60)"),
+        OPT_STR_(0, "min-age", &po.min_age, "DURATION", "skip runs with a "
+                 "file newer than this (90m, 6h, 2d; default 1d; 0: no "
+                 "limit): they may still be training"),
+        OPT_SIZE_(0, "max-archive-size", &po.max_archive, "SIZE",
+                  "skip larger archives without opening them (default 5G)"),
+        OPT_BOOL_(0, "keep-bad", &po.keep_bad, "report bad runs instead "
+                  "of deleting them"),
+        OPT_BOOL_(0, "keep-source", &po.keep_source, "upload and verify, "
+                  "but never delete the source"),
+        OPT_BOOL_(0, "keep-archive", &po.keep_archive, "store archives "
+                  "as they are, at DEST/ENTITY/PROJECT/RUN_ID.tar.gz"),
+        OPT_STR_(0, "unshard", &po.unshard, "all|latest|none",
+                 "which sharded steps to unshard (default all)"),
+        OPT_BOOL_(0, "unshard-step0", &po.step0, "also unshard step 0 "
+                  "(the untrained initial weights: skipped by default)"),
+        OPT_STR_(0, "logs", &po.logs, "LOCATION", "add log files naming "
+                 "the run under logs/"),
+        OPT_STR_(0, "state-dir", &po.state_dir, "DIR", "journals of "
+                 "unfinished uploads (default as ckpt upload)"),
+        OPT_STR_(0, "lease-ttl", &po.lease_ttl, "DURATION", "a dead "
+                 "worker's runs are taken over after this (default 10m)"),
+        OPT_END_(),
+    };
+    int n = cli_parse_options(argc, argv, opts, process_usage, &g);
+    if (n == -2)
+        return EXIT_OK;
+    if (n < 0 || check_usage(n, &po, &c) != 0)
+        return EXIT_USAGE;
+    cli_init_output(&g);
+    c.clean.max_archive = po.max_archive;
+    c.dry_run = g.dry_run;
+    c.keep_bad = po.keep_bad;
+    c.keep_source = po.keep_source;
+    c.unshard_step0 = po.step0;
+    c.keep_archive = po.keep_archive;
+    c.jobs = g.jobs;
+    c.insecure = g.insecure;
+    c.retries = g.retries;
+    c.tmp_dir = g.tmp_dir;
+    return process_main(&g, &po, &c, argv, n);
+}

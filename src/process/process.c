@@ -1,0 +1,849 @@
+/*
+ * process.c - `ckpt process` as a library (ckpt/process.h): the queue of
+ * runs, and each run's phases in order: lease, judge, map, unshard,
+ * upload, verify + delete. Each phase emits one event; the last event of
+ * a run is its row.
+ *
+ * Upload and verification are two passes of the upload engine: the first
+ * copies (nothing is deleted) and, once every object arrived, the state
+ * says "uploaded"; the second compares every source file with DEST by
+ * checksum and only then deletes it (upload's --delete-source path:
+ * sources re-checked unchanged, OLMo `latest` links and emptied
+ * directories removed), asking the lease before each deletion.
+ */
+#include "ckpt/process.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/archive.h"
+#include "ckpt/buf.h"
+#include "ckpt/unshard.h"
+#include "ckpt/upload.h"
+#include "ckpt/util.h"
+#include "ckpt/wandb.h"
+#include "process_int.h"
+
+#define STATE_DIR ".ckpt-process"
+#define DEFAULT_JOBS 32
+
+struct prun {
+    struct ckpt_storage *st;    /* borrowed */
+    char *key;
+    char *display;
+    char *id;                   /* RUN_ID: base name or archive stem */
+};
+
+struct ckpt_process {
+    struct ckpt_process_cfg cfg;
+    struct prun *runs;
+    size_t n;
+    char **ids;                 /* borrowed from runs, for _ids() */
+    char **logs;                /* keys below cfg.logs_key */
+    size_t nlogs;
+    struct ckpt_storage *local; /* owned: the unshard outputs' storage */
+    char *tmp;                  /* owned: where unshard outputs go */
+};
+
+/* One run being worked on. */
+struct one {
+    struct ckpt_process *p;
+    const struct prun *r;
+    struct proc_keeper k;
+    char *state_key, *lease_key;
+    char *dkey, *ddisp;         /* where the run goes */
+    char *uns;                  /* tmp/ckpt-process/ID: unshard outputs */
+    struct proc_state s;
+    struct ckpt_buf fail;       /* first failed file of a pass */
+    int fail_delete;            /* ...and it was a deletion */
+    uint64_t freed, steps;
+    double t0;
+    struct ckpt_process_totals *t;
+    int failed;                 /* the run failed or was unmapped */
+};
+
+const char *ckpt_process_phase_name(enum ckpt_process_phase p)
+{
+    static const char *const n[] = { "judge", "lease", "map", "unshard",
+                                     "upload", "verify", "delete", "run" };
+    return (unsigned)p < sizeof(n) / sizeof(n[0]) ? n[p] : "?";
+}
+
+const char *ckpt_process_status_name(enum ckpt_process_status s)
+{
+    static const char *const n[] = { "ok", "done", "deleted", "skipped",
+                                     "failed", "would" };
+    return (unsigned)s < sizeof(n) / sizeof(n[0]) ? n[s] : "?";
+}
+
+/* ---- events ---- */
+
+static void emit(struct one *o, enum ckpt_process_phase ph,
+                 enum ckpt_process_status st, const char *detail,
+                 uint64_t files, uint64_t bytes)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    struct ckpt_process_event ev = {
+        ph, st, o->r->display, o->r->id, o->ddisp, detail ? detail : "", 0,
+        files, bytes, o->steps, o->freed, ckpt_now() - o->t0
+    };
+    if (c->on_event)
+        c->on_event(c->ud, &ev);
+}
+
+/* The run's row; counts it in the totals. */
+static void finish(struct one *o, enum ckpt_process_status st,
+                   const char *detail, int warn)
+{
+    struct ckpt_process_totals *t = o->t;
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    struct ckpt_process_event ev = {
+        CKPT_PROC_RUN, st, o->r->display, o->r->id, o->ddisp,
+        detail ? detail : "", warn, o->s.files, o->s.bytes, o->steps,
+        o->freed, ckpt_now() - o->t0
+    };
+    switch (st) {
+    case CKPT_PROC_OK:
+    case CKPT_PROC_WOULD:
+        t->processed++;
+        break;
+    case CKPT_PROC_DONE:
+        t->done++;
+        break;
+    case CKPT_PROC_DELETED:
+        t->deleted++;
+        break;
+    case CKPT_PROC_SKIPPED:
+        t->skipped++;
+        break;
+    case CKPT_PROC_FAILED:
+        t->failed++;
+        o->failed = 1;
+        break;
+    }
+    if (st == CKPT_PROC_OK || st == CKPT_PROC_WOULD) {
+        t->files += o->s.files;
+        t->bytes += o->s.bytes;
+    }
+    t->steps += o->steps;
+    t->freed += o->freed;
+    if (c->on_event)
+        c->on_event(c->ud, &ev);
+}
+
+/* "phase: reason" as a failed row. */
+static void fail_run(struct one *o, enum ckpt_process_phase ph,
+                     const char *why)
+{
+    emit(o, ph, CKPT_PROC_FAILED, why, 0, 0);
+    char *d = ckpt_xasprintf("%s: %s", ckpt_process_phase_name(ph), why);
+    finish(o, CKPT_PROC_FAILED, d, 0);
+    free(d);
+}
+
+/* ---- the upload passes ---- */
+
+static void up_event(void *ud, const struct ckpt_upload_event *ev)
+{
+    struct one *o = ud;
+    if (ev->action == CKPT_UP_DELETED)
+        o->freed += ev->bytes;
+    if (ev->action == CKPT_UP_FAILED && !o->fail.len) {
+        ckpt_buf_addf(&o->fail, "%s: %s", ev->src, ev->detail);
+        o->fail_delete = ev->dest == NULL;
+    }
+}
+
+static void up_progress(void *ud, uint64_t items, uint64_t bytes)
+{
+    struct one *o = ud;
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    if (c->on_progress)
+        c->on_progress(c->ud, items, bytes);
+}
+
+static int up_may_delete(void *ud, struct ckpt_err *err)
+{
+    struct one *o = ud;
+    return proc_keeper_check(&o->k, err);
+}
+
+struct outs {
+    struct one *o;
+    struct ckpt_upload *u;
+};
+
+static int add_out(void *ud, const struct ckpt_entry *e)
+{
+    struct outs *x = ud;
+    struct one *o = x->o;
+    size_t n = strlen(e->name);
+    if (e->type != CKPT_ENTRY_DIR || n < 10 ||
+        strcmp(e->name + n - 10, "-unsharded") != 0)
+        return 0;
+    char *skey = ckpt_path_join(o->uns, e->name);
+    char *dkey = ckpt_path_join(o->dkey, e->name);
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (ckpt_upload_add(x->u, o->p->local, skey, o->p->cfg.dst, dkey,
+                        CKPT_UPLOAD_KEEP_SRC, &err) != 0)
+        ckpt_upload_fail_src(x->u, skey, NULL, err.msg);
+    free(skey);
+    free(dkey);
+    return 0;
+}
+
+/* Every stepN-unsharded/ the unshard phase left in o->uns (now or before
+ * a crash) goes to DEST beside the run's own steps. */
+static void add_unsharded(struct one *o, struct ckpt_upload *u)
+{
+    struct outs x = { o, u };
+    struct ckpt_err err = CKPT_ERR_INIT;
+    (void)ckpt_storage_list(o->p->local, o->uns, 0, add_out, &x, &err);
+}
+
+static void add_logs(struct one *o, struct ckpt_upload *u)
+{
+    const struct ckpt_process *p = o->p;
+    const char *wid = strrchr(o->dkey, '/');
+    for (size_t i = 0; i < p->nlogs; i++) {
+        char *base = ckpt_path_basename(p->logs[i]);
+        int hit = ckpt_upload_is_log_of(base, o->r->id, wid ? wid + 1 : NULL);
+        free(base);
+        if (!hit)
+            continue;
+        size_t root = *p->cfg.logs_key ? strlen(p->cfg.logs_key) + 1 : 0;
+        char *sub = ckpt_path_join("logs", p->logs[i] + root);
+        char *key = ckpt_path_join(o->dkey, sub);
+        struct ckpt_err err = CKPT_ERR_INIT;
+        if (ckpt_upload_add(u, p->cfg.logs_st, p->logs[i], p->cfg.dst, key,
+                            CKPT_UPLOAD_KEEP_SRC, &err) != 0) {
+            char *d = ckpt_storage_display(p->cfg.logs_st, p->logs[i]);
+            ckpt_upload_fail_src(u, d, NULL, err.msg);
+            free(d);
+        }
+        free(sub);
+        free(key);
+    }
+}
+
+/* DEST/ENTITY/PROJECT/RUN_ID.tar.gz: the run's key plus the archive's
+ * extension. */
+static char *archive_key(const struct one *o)
+{
+    char *base = ckpt_path_basename(o->r->key);
+    char *key = ckpt_xasprintf("%s%s", o->dkey, base + strlen(o->r->id));
+    free(base);
+    return key;
+}
+
+/* One pass of the upload engine over the run and its logs. verify: compare
+ * every file by checksum and (unless --keep-source) delete the source.
+ * Returns 0, or -1 with o->fail saying why. */
+static int upload_pass(struct one *o, int verify, int dry,
+                       struct ckpt_upload_totals *t)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    struct ckpt_upload_cfg ucfg = {
+        .jobs = c->jobs > 0 ? c->jobs : DEFAULT_JOBS, .dry_run = dry,
+        .checksum = verify, .delete_source = verify && !c->keep_source,
+        .strip = 1, .state_dir = c->state_dir, .on_event = up_event,
+        .on_progress = up_progress,
+        .may_delete = dry ? NULL : up_may_delete, .ud = o,
+    };
+    struct ckpt_upload *u = ckpt_upload_new(&ucfg);
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int archive = ckpt_archive_kind_of(o->r->key) != CKPT_ARCHIVE_NONE;
+    unsigned flags = archive && !c->keep_archive ? CKPT_UPLOAD_EXTRACT : 0;
+    /* --keep-archive: the archive as it is, beside the run's directory
+     * (which still gets the unsharded steps and the logs). */
+    char *dkey = archive && c->keep_archive ? archive_key(o) : o->dkey;
+    ckpt_buf_reset(&o->fail);
+    int rc = ckpt_upload_add(u, o->r->st, o->r->key, c->dst, dkey, flags,
+                             &err);
+    if (dkey != o->dkey)
+        free(dkey);
+    if (rc != 0)
+        ckpt_buf_addstr(&o->fail, err.msg);
+    else {
+        add_unsharded(o, u);
+        add_logs(o, u);
+        memset(t, 0, sizeof(*t));
+        rc = ckpt_upload_run(u, t);
+        if (rc != 0 && !o->fail.len)
+            ckpt_buf_addstr(&o->fail, "some files did not arrive");
+    }
+    ckpt_upload_free(u);
+    return rc;
+}
+
+/* ---- phases ---- */
+
+static int save_state(struct one *o, enum proc_phase ph,
+                      enum ckpt_process_phase phase)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    o->s.phase = ph;
+    o->s.steps = o->steps;
+    o->s.freed = o->freed;
+    if (proc_state_write(o->p->cfg.dst, o->state_key, o->r->id, &o->s,
+                         &err) == 0)
+        return 0;
+    fail_run(o, phase, err.msg);
+    return -1;
+}
+
+
+/* Judge with clean's rules. Returns 1 to go on (a good run), 0 when the
+ * run's row was given (deleted, skipped, failed). */
+static int judge(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    struct ckpt_clean_opts co = c->clean;
+    struct ckpt_clean_item it;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    co.dry_run = c->dry_run;
+    co.force = 0;
+    co.keep_last = co.keep_every = 0;
+    ckpt_clean_item_init(&it, o->r->st, o->r->key, o->r->display, &co);
+    if (ckpt_clean_precheck(&it, &err) == 0)
+        ckpt_clean_judge(&it);
+    else {
+        it.action = "error";
+        ckpt_buf_addstr(&it.reason, err.msg);
+    }
+    int go = 0;
+    if (!strcmp(it.action, "keep")) {
+        emit(o, CKPT_PROC_JUDGE, CKPT_PROC_OK, it.reason.ptr, 0, 0);
+        go = 1;
+    } else if (!strcmp(it.action, "skip")) {
+        /* clean's hint; process has no --force */
+        char *hint = strstr(it.reason.ptr, "; use --force");
+        if (hint)
+            ckpt_buf_setlen(&it.reason, (size_t)(hint - it.reason.ptr));
+        int live = !strncmp(it.reason.ptr, "live:", 5);
+        emit(o, CKPT_PROC_JUDGE, CKPT_PROC_SKIPPED, it.reason.ptr, 0, 0);
+        finish(o, CKPT_PROC_SKIPPED, it.reason.ptr, !live);
+    } else if (!strcmp(it.action, "error")) {
+        fail_run(o, CKPT_PROC_JUDGE, it.reason.ptr);
+    } else if (c->keep_bad) {
+        char *d = ckpt_xasprintf("bad: %s (--keep-bad)", it.reason.ptr);
+        emit(o, CKPT_PROC_JUDGE, CKPT_PROC_SKIPPED, d, 0, 0);
+        finish(o, CKPT_PROC_SKIPPED, d, 0);
+        free(d);
+    } else if (!c->dry_run && proc_keeper_check(&o->k, &err) != 0) {
+        fail_run(o, CKPT_PROC_DELETE, err.msg);
+    } else {
+        /* Re-read, still bad, unchanged: then deleted (rename-first). */
+        ckpt_clean_act(&it);
+        if (!strcmp(it.action, "error")) {
+            fail_run(o, CKPT_PROC_DELETE, it.reason.ptr);
+        } else {
+            o->freed = it.bytes;
+            emit(o, CKPT_PROC_DELETE, c->dry_run ? CKPT_PROC_WOULD
+                 : CKPT_PROC_OK, it.reason.ptr, 0, 0);
+            /* So that a rerun naming it (a stale glob) says done. */
+            o->s.why = ckpt_xstrdup(it.reason.ptr);
+            if (c->dry_run || save_state(o, PROC_DELETED, CKPT_PROC_DELETE)
+                              == 0)
+                finish(o, CKPT_PROC_DELETED, it.reason.ptr, 0);
+        }
+    }
+    ckpt_clean_item_release(&it);
+    return go;
+}
+
+/* DEST key of the run from the W&B map (or RUN_ID). 0, or -1 after the
+ * run's row (unmapped). */
+static int map_run(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    const char *path = o->r->id;
+    if (c->map) {
+        const struct ckpt_wandb_map_entry *e =
+            ckpt_wandb_map_find(c->map, o->r->id);
+        path = e ? e->path : NULL;
+        if (!path) {
+            char *why = e ? ckpt_xasprintf("no W&B run path for run '%s' "
+                                           "(%s)", o->r->id, e->evidence)
+                          : ckpt_xasprintf("run '%s' is not in the W&B map",
+                                           o->r->id);
+            fail_run(o, CKPT_PROC_MAP, why);
+            free(why);
+            return -1;
+        }
+    }
+    o->s.dest = ckpt_xstrdup(path);
+    return 0;
+}
+
+static void set_dest(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    free(o->dkey);
+    free(o->ddisp);
+    o->dkey = ckpt_path_join(c->dest_key, o->s.dest);
+    o->ddisp = ckpt_storage_display(c->dst, o->dkey);
+}
+
+static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
+{
+    struct one *o = ud;
+    if (!strcmp(ev->action, "unsharded") ||
+        !strcmp(ev->action, "would-unshard"))
+        o->steps++;
+    else if (!strcmp(ev->action, "error") && !o->fail.len)
+        ckpt_buf_addf(&o->fail, "%s: %s", ev->ckpt ? ev->ckpt->name : "run",
+                      ev->detail);
+}
+
+/* Unshard the run's sharded steps into o->uns (outputs appear
+ * atomically; a step whose output is there already is skipped, so a
+ * rerun redoes nothing). 0, or -1 after the run's row. */
+static int unshard(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    if (c->unshard == CKPT_PROC_UNSHARD_NONE)
+        return 0;
+    struct ckpt_unshard_run_cfg u = {
+        .uo = { .dry_run = c->dry_run, .sync = 1, .tmp_dir = c->tmp_dir,
+                .insecure = c->insecure, .retries = c->retries },
+        .latest = c->unshard == CKPT_PROC_UNSHARD_LATEST,
+        .skip_step0 = !c->unshard_step0, .tmp_dir = c->tmp_dir,
+        .fetch_jobs = c->jobs, .on_step = on_step, .ud = o,
+    };
+    ckpt_buf_reset(&o->fail);
+    o->steps = 0;
+    if (ckpt_unshard_run(o->r->st, o->r->key, o->r->display, o->uns, &u)
+        != 0) {
+        fail_run(o, CKPT_PROC_UNSHARD, o->fail.len ? o->fail.ptr
+                 : "unshard failed");
+        return -1;
+    }
+    emit(o, CKPT_PROC_UNSHARD, c->dry_run ? CKPT_PROC_WOULD : CKPT_PROC_OK,
+         "", 0, 0);
+    return 0;
+}
+
+/* Copy the run to DEST (nothing deleted); state "uploaded" once every
+ * object arrived. */
+static int upload(struct one *o)
+{
+    struct ckpt_upload_totals t;
+    if (upload_pass(o, 0, 0, &t) != 0) {
+        fail_run(o, CKPT_PROC_UPLOAD, o->fail.ptr);
+        return -1;
+    }
+    o->s.files = t.files;
+    o->s.bytes = t.bytes_total;
+    emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_OK, "", t.files, t.bytes_total);
+    return save_state(o, PROC_UPLOADED, CKPT_PROC_UPLOAD);
+}
+
+/* Compare every source file with DEST, then delete the source. */
+static int verify_delete(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    struct ckpt_upload_totals t;
+    uint64_t freed0 = o->freed;
+    if (upload_pass(o, 1, 0, &t) != 0) {
+        fail_run(o, o->fail_delete ? CKPT_PROC_DELETE : CKPT_PROC_VERIFY,
+                 o->fail.ptr);
+        return -1;
+    }
+    o->s.files = t.files;
+    o->s.bytes = t.bytes_total;
+    emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", t.files, t.bytes_total);
+    if (!c->keep_source)
+        emit(o, CKPT_PROC_DELETE, CKPT_PROC_OK, "", t.deleted,
+             o->freed - freed0);
+    return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
+}
+
+/* -n: the whole plan, nothing changed, no lease taken. */
+static void dry_run(struct one *o)
+{
+    if (!judge(o) || map_run(o) != 0)
+        return;
+    set_dest(o);
+    if (unshard(o) != 0)
+        return;
+    struct ckpt_upload_totals t;
+    if (upload_pass(o, 0, 1, &t) != 0) {
+        fail_run(o, CKPT_PROC_UPLOAD, o->fail.ptr);
+        return;
+    }
+    o->s.files = t.files;
+    o->s.bytes = t.bytes_total;
+    emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_WOULD, "", t.files, t.bytes_total);
+    if (!o->p->cfg.keep_source)
+        emit(o, CKPT_PROC_DELETE, CKPT_PROC_WOULD, "", 0, 0);
+    finish(o, CKPT_PROC_WOULD, "", 0);
+}
+
+/* With the lease held: from whatever the state says to done. */
+static void leased(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_stat sb;
+    if (proc_state_read(c->dst, o->state_key, &o->s, &err) != 0) {
+        fail_run(o, CKPT_PROC_JUDGE, err.msg);
+        return;
+    }
+    o->steps = o->s.steps;
+    int exists = ckpt_storage_stat(o->r->st, o->r->key, &sb, &err) == 0;
+    if (!exists && err.code != CKPT_ENOTFOUND) {
+        fail_run(o, CKPT_PROC_JUDGE, err.msg);
+        return;
+    }
+    if (o->s.phase == PROC_UPLOADED || o->s.phase == PROC_DONE)
+        set_dest(o);
+    if (!exists && o->s.phase == PROC_NEW) {
+        /* Never processed: judging says it does not exist, or finishes
+         * the delete of a bad run a killed worker left renamed aside. */
+        if (judge(o))
+            fail_run(o, CKPT_PROC_JUDGE, "does not exist");
+        return;
+    }
+    if (!exists && o->s.phase == PROC_DELETED) {
+        char *d = ckpt_xasprintf("deleted earlier: %s",
+                                 o->s.why ? o->s.why : "bad run");
+        finish(o, CKPT_PROC_DONE, d, 0);
+        free(d);
+        return;
+    }
+    /* Gone after a verified upload: a crash during the delete, or
+     * another worker finished it. */
+    if (!exists || (o->s.phase == PROC_DONE && c->keep_source)) {
+        o->freed = 0;
+        if (o->s.phase != PROC_DONE &&
+            save_state(o, PROC_DONE, CKPT_PROC_DELETE) != 0)
+            return;
+        finish(o, CKPT_PROC_DONE, "already processed", 0);
+        return;
+    }
+    o->freed = 0;
+    if (o->s.phase == PROC_DELETED) {  /* a new run under the old name */
+        proc_state_release(&o->s);
+        free(o->ddisp);
+        o->ddisp = NULL;
+    }
+    if (o->s.phase == PROC_NEW) {
+        if (!judge(o) || map_run(o) != 0)
+            return;
+        set_dest(o);
+        if (unshard(o) != 0 || upload(o) != 0)
+            return;
+    } else {
+        emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_DONE, "", o->s.files,
+             o->s.bytes);
+    }
+    if (verify_delete(o) != 0)
+        return;
+    /* Verified at DEST: the local unshard outputs have done their job. */
+    struct ckpt_err derr = CKPT_ERR_INIT;
+    (void)ckpt_storage_delete_tree(o->p->local, o->uns, &derr);
+    finish(o, CKPT_PROC_OK, "", 0);
+}
+
+static void process_one(struct ckpt_process *p, const struct prun *r,
+                        struct ckpt_process_totals *t, int *failed)
+{
+    struct one o;
+    memset(&o, 0, sizeof(o));
+    o.p = p;
+    o.r = r;
+    o.t = t;
+    o.t0 = ckpt_now();
+    ckpt_buf_init(&o.fail);
+    char *dir = ckpt_path_join(p->cfg.dest_key, STATE_DIR);
+    char *sname = ckpt_xasprintf("%s.json", r->id);
+    char *lname = ckpt_xasprintf("%s.lease", r->id);
+    o.state_key = ckpt_path_join(dir, sname);
+    o.lease_key = ckpt_path_join(dir, lname);
+    o.uns = ckpt_path_join(p->tmp, r->id);
+    if (p->cfg.dry_run) {
+        dry_run(&o);
+    } else {
+        struct ckpt_lease_holder h;
+        struct ckpt_err err = CKPT_ERR_INIT;
+        int lr = proc_keeper_start(&o.k, p->cfg.dst, o.lease_key, r->id,
+                                   p->cfg.lease_ttl, &h, &err);
+        if (lr == CKPT_LEASE_LEASED) {
+            char who[400], *d;
+            ckpt_lease_holder_str(&h, who, sizeof(who));
+            d = ckpt_xasprintf("leased by %s", who);
+            emit(&o, CKPT_PROC_LEASE, CKPT_PROC_SKIPPED, d, 0, 0);
+            finish(&o, CKPT_PROC_SKIPPED, d, 0);
+            free(d);
+        } else if (lr < 0) {
+            fail_run(&o, CKPT_PROC_LEASE, err.msg);
+        } else {
+            emit(&o, CKPT_PROC_LEASE, CKPT_PROC_OK,
+                 ckpt_lease_result_name(lr), 0, 0);
+            leased(&o);
+            proc_keeper_stop(&o.k);
+        }
+    }
+    *failed |= o.failed;
+    proc_state_release(&o.s);
+    ckpt_buf_release(&o.fail);
+    free(o.dkey);
+    free(o.ddisp);
+    free(o.state_key);
+    free(o.lease_key);
+    free(o.uns);
+    free(sname);
+    free(lname);
+    free(dir);
+}
+
+int ckpt_process_run(struct ckpt_process *p, struct ckpt_process_totals *t)
+{
+    int failed = 0;
+    double t0 = ckpt_now();
+    memset(t, 0, sizeof(*t));
+    for (size_t i = 0; i < p->n; i++)
+        process_one(p, &p->runs[i], t, &failed);
+    t->seconds = ckpt_now() - t0;
+    return failed ? -1 : 0;
+}
+
+/* ---- the queue ---- */
+
+static void queue(struct ckpt_process *p, struct ckpt_storage *st,
+                  const char *key)
+{
+    p->runs = ckpt_xreallocarray(p->runs, p->n + 1, sizeof(*p->runs));
+    struct prun *r = &p->runs[p->n++];
+    r->st = st;
+    r->key = ckpt_xstrdup(key);
+    r->display = ckpt_storage_display(st, key);
+    r->id = ckpt_archive_stem(key);
+    p->ids = ckpt_xreallocarray(p->ids, p->n, sizeof(*p->ids));
+    for (size_t i = 0; i < p->n; i++)
+        p->ids[i] = p->runs[i].id;
+}
+
+struct children {
+    struct ckpt_process *p;
+    struct ckpt_storage *st;
+    const char *key;
+    char **keys;
+    size_t n;
+    int any;                    /* SRC holds anything at all */
+};
+
+/* Directories and archives below SRC, not hidden (clean's rename-aside
+ * siblings, our own state directory), not DEST, not the --logs location,
+ * nor a place holding either. */
+static int child_cb(void *ud, const struct ckpt_entry *e)
+{
+    struct children *c = ud;
+    c->any = 1;
+    const char *del = e->name[0] == '.' ? strstr(e->name, ".ckpt-del-")
+                                        : NULL;
+    if (del && del > e->name + 1) {
+        /* A delete of a bad run that a killed worker left renamed aside:
+         * the run's own name is queued, and judging it finishes the
+         * delete (clean's rules: only a dead process's). */
+        char *name = ckpt_xstrndup(e->name + 1,
+                                   (size_t)(del - (e->name + 1)));
+        c->keys = ckpt_xreallocarray(c->keys, c->n + 1, sizeof(char *));
+        c->keys[c->n++] = ckpt_path_join(c->key, name);
+        free(name);
+        return 0;
+    }
+    if (e->name[0] == '.' ||
+        (e->type != CKPT_ENTRY_DIR &&
+         !(e->type == CKPT_ENTRY_FILE &&
+           ckpt_archive_kind_of(e->name) != CKPT_ARCHIVE_NONE)))
+        return 0;
+    char *key = ckpt_path_join(c->key, e->name);
+    enum ckpt_loc_rel rel = ckpt_storage_relation(c->st, key, c->p->cfg.dst,
+                                                  c->p->cfg.dest_key);
+    enum ckpt_loc_rel lrel = c->p->cfg.logs_st
+        ? ckpt_storage_relation(c->st, key, c->p->cfg.logs_st,
+                                c->p->cfg.logs_key) : CKPT_LOC_APART;
+    if (rel == CKPT_LOC_SAME || rel == CKPT_LOC_B_INSIDE_A ||
+        lrel == CKPT_LOC_SAME || lrel == CKPT_LOC_B_INSIDE_A) {
+        free(key);
+        return 0;
+    }
+    c->keys = ckpt_xreallocarray(c->keys, c->n + 1, sizeof(char *));
+    c->keys[c->n++] = key;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Does a directory SRC that is not a run hold runs? Its directories and
+ * archives are queued (sorted); returns how many, or -1. *any tells
+ * whether SRC holds anything at all. */
+static int expand(struct ckpt_process *p, struct ckpt_storage *st,
+                  const char *key, int *any, struct ckpt_err *err)
+{
+    struct children c = { p, st, key, NULL, 0, 0 };
+    int rc = ckpt_storage_list(st, key, 0, child_cb, &c, err);
+    if (rc == 0 && c.n)
+        ckpt_sort(c.keys, c.n, sizeof(char *), cmp_str);
+    size_t queued = 0;
+    for (size_t i = 0; rc == 0 && i < c.n; i++)
+        if (i == 0 || strcmp(c.keys[i], c.keys[i - 1])) {
+            queue(p, st, c.keys[i]);
+            queued++;
+        }
+    for (size_t i = 0; i < c.n; i++)
+        free(c.keys[i]);
+    free(c.keys);
+    *any = c.any;
+    return rc == 0 ? (int)queued : -1;
+}
+
+/* Is a missing SRC a run an earlier invocation finished (its state
+ * object exists)? */
+static int has_state(struct ckpt_process *p, const char *key)
+{
+    char *id = ckpt_archive_stem(key);
+    char *name = ckpt_xasprintf("%s/%s.json", STATE_DIR, id);
+    char *sk = ckpt_path_join(p->cfg.dest_key, name);
+    struct ckpt_stat sb;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int rc = ckpt_storage_stat(p->cfg.dst, sk, &sb, &err) == 0;
+    free(id);
+    free(name);
+    free(sk);
+    return rc;
+}
+
+int ckpt_process_add(struct ckpt_process *p, struct ckpt_storage *st,
+                     const char *key, struct ckpt_err *err)
+{
+    struct ckpt_stat sb;
+    if (ckpt_storage_stat(st, key, &sb, err) != 0) {
+        if (err->code != CKPT_ENOTFOUND)
+            return -1;
+        ckpt_err_clear(err);
+        /* An object store has no directories: an empty prefix is an
+         * empty queue, not an error (while the bucket is there). */
+        if (!ckpt_storage_is_local(st) && !has_state(p, key)) {
+            struct ckpt_stat root;
+            return ckpt_storage_stat(st, "", &root, err) == 0 ? 0 : -1;
+        }
+        queue(p, st, key);
+        return 1;
+    }
+    if (sb.type != CKPT_ENTRY_DIR) {
+        queue(p, st, key);
+        return 1;
+    }
+    struct ckpt_tree *tree = NULL;
+    struct ckpt_run run;
+    enum ckpt_load_status status;
+    struct ckpt_err lerr = CKPT_ERR_INIT;
+    int is_run;
+    if (ckpt_run_load(st, key, 0, &sb, &status, &tree, &run, &lerr) == 0) {
+        is_run = status == CKPT_LOAD_OK && ckpt_run_looks_like_run(&run);
+        if (status == CKPT_LOAD_OK)
+            ckpt_run_release(&run);
+        ckpt_tree_free(tree);
+    } else {
+        /* Unreadable checkpoint metadata: a run with config.yaml is
+         * still a run (judging reports the error), never its steps. */
+        char *cfg = ckpt_path_join(key, "config.yaml");
+        is_run = ckpt_storage_stat(st, cfg, &sb, &lerr) == 0;
+        free(cfg);
+    }
+    if (is_run) {
+        queue(p, st, key);
+        return 1;
+    }
+    int any = 0;
+    int n = expand(p, st, key, &any, err);
+    if (n == 0 && any) {
+        queue(p, st, key);  /* judged: "does not look like a run" */
+        n = 1;
+    }
+    return n;
+}
+
+const char *const *ckpt_process_ids(const struct ckpt_process *p, size_t *n)
+{
+    *n = p->n;
+    return (const char *const *)p->ids;
+}
+
+char *ckpt_process_location(const struct ckpt_process *p, size_t i)
+{
+    return ckpt_xstrdup(p->runs[i].display);
+}
+
+void ckpt_process_set_map(struct ckpt_process *p,
+                          const struct ckpt_wandb_map *map)
+{
+    p->cfg.map = map;
+}
+
+/* ---- setup ---- */
+
+static int collect_log(void *ud, const struct ckpt_entry *e)
+{
+    struct ckpt_process *p = ud;
+    if (e->type != CKPT_ENTRY_FILE)
+        return 0;
+    p->logs = ckpt_xreallocarray(p->logs, p->nlogs + 1, sizeof(char *));
+    p->logs[p->nlogs++] = ckpt_path_join(p->cfg.logs_key, e->name);
+    return 0;
+}
+
+int ckpt_process_new(struct ckpt_process **out,
+                     const struct ckpt_process_cfg *cfg,
+                     struct ckpt_err *err)
+{
+    struct ckpt_process *p = ckpt_xcalloc(1, sizeof(*p));
+    struct ckpt_loc loc = { CKPT_SCHEME_LOCAL, NULL, ckpt_xstrdup(""),
+                            ckpt_xstrdup("") };
+    struct ckpt_storage_cfg scfg = { 0, 0, 0, 1 };
+    const char *base = cfg->tmp_dir ? cfg->tmp_dir
+                     : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    p->cfg = *cfg;
+    p->tmp = ckpt_path_join(base, "ckpt-process");
+    *out = p;
+    int rc = ckpt_storage_open(&p->local, &loc, &scfg, err);
+    ckpt_loc_release(&loc);
+    if (rc != 0) {
+        ckpt_process_free(p);
+        *out = NULL;
+        return -1;
+    }
+    if (cfg->logs_st &&
+        ckpt_storage_list(cfg->logs_st, cfg->logs_key, CKPT_LIST_RECURSIVE,
+                          collect_log, p, err) != 0) {
+        ckpt_process_free(p);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void ckpt_process_free(struct ckpt_process *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n; i++) {
+        free(p->runs[i].key);
+        free(p->runs[i].display);
+        free(p->runs[i].id);
+    }
+    for (size_t i = 0; i < p->nlogs; i++)
+        free(p->logs[i]);
+    free(p->logs);
+    ckpt_storage_close(p->local);
+    free(p->tmp);
+    free(p->runs);
+    free(p->ids);
+    free(p);
+}

@@ -1,0 +1,64 @@
+/* process_int.h - shared by the files of src/process (not installed). */
+#ifndef CKPT_PROCESS_INT_H
+#define CKPT_PROCESS_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/err.h"
+#include "ckpt/lease.h"
+#include "ckpt/storage.h"
+
+/* ---- state.c: the per-run state object ---- */
+
+enum proc_phase { PROC_NEW = 0, PROC_UPLOADED, PROC_DONE, PROC_DELETED };
+
+struct proc_state {
+    enum proc_phase phase;
+    char *dest;             /* owned: DEST-relative key of the run, or NULL */
+    char *why;              /* owned: DELETED: why the run was bad */
+    uint64_t files, bytes, steps, freed;
+};
+
+/* Read the state at key: a missing object is PROC_NEW (0). A state that
+ * cannot be parsed is an error, never "new": a rerun must not judge a
+ * half-deleted source again. */
+int proc_state_read(struct ckpt_storage *st, const char *key,
+                    struct proc_state *s, struct ckpt_err *err);
+/* Parse a state object's bytes (any bytes: it is read from DEST). 0, or
+ * -1 (s then empty) when they are not a state object. */
+int proc_state_parse(const char *data, size_t len, struct proc_state *s);
+/* The object's text (malloced JSON). */
+char *proc_state_format(const char *run, const struct proc_state *s);
+/* Write it whole (atomically: a reader sees the old or the new). */
+int proc_state_write(struct ckpt_storage *st, const char *key,
+                     const char *run, const struct proc_state *s,
+                     struct ckpt_err *err);
+void proc_state_release(struct proc_state *s);
+
+/* ---- state.c: the lease, renewed by a thread while a run is worked on */
+
+struct proc_keeper {
+    struct ckpt_lease *lease;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int stop, started;
+    int64_t margin;         /* valid = lasts more than this */
+};
+
+/* Take the lease (see ckpt_lease_acquire) and, when it is ours, start
+ * renewing it. Returns ACQUIRED/TAKEN_OVER, LEASED (holder filled) or
+ * -1. */
+int proc_keeper_start(struct proc_keeper *k, struct ckpt_storage *st,
+                      const char *key, const char *run, int64_t ttl,
+                      struct ckpt_lease_holder *holder,
+                      struct ckpt_err *err);
+/* 0 while the lease is ours with more than the margin left; else -1 with
+ * err saying so (nothing may be deleted then). Thread-safe. */
+int proc_keeper_check(struct proc_keeper *k, struct ckpt_err *err);
+/* Stop renewing and release the lease. */
+void proc_keeper_stop(struct proc_keeper *k);
+
+#endif

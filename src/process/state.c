@@ -1,0 +1,215 @@
+/*
+ * state.c - what `ckpt process` keeps under DEST/.ckpt-process/ for each
+ * run: the state object (phases finished, where the run went) and the
+ * lease, renewed by a thread for as long as the run is worked on.
+ */
+#include "process_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "ckpt/util.h"
+
+#define STATE_MAX (64u << 10)
+
+static const char *const phase_names[] = { "new", "uploaded", "done",
+                                           "deleted" };
+
+static uint64_t get_u64(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    /* Anything a uint64_t cannot hold (negative, 2^64 or more) is 0. */
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 &&
+           v->valuedouble < 18446744073709551616.0
+           ? (uint64_t)v->valuedouble : 0;
+}
+
+int proc_state_parse(const char *data, size_t len, struct proc_state *s)
+{
+    memset(s, 0, sizeof(*s));
+    cJSON *o = cJSON_ParseWithLength(data, len);
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(o, "phase");
+    const cJSON *dest = cJSON_GetObjectItemCaseSensitive(o, "dest");
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(o, "why");
+    int rc = -1;
+    for (int i = 0; cJSON_IsString(ph) && i < 4; i++)
+        if (!strcmp(ph->valuestring, phase_names[i])) {
+            s->phase = (enum proc_phase)i;
+            rc = 0;
+        }
+    if (rc == 0 && cJSON_IsString(dest))
+        s->dest = ckpt_xstrdup(dest->valuestring);
+    else if (rc == 0 && (s->phase == PROC_UPLOADED || s->phase == PROC_DONE))
+        rc = -1;  /* a finished upload must say where the run went */
+    if (rc == 0 && cJSON_IsString(why))
+        s->why = ckpt_xstrdup(why->valuestring);
+    s->files = get_u64(o, "files");
+    s->bytes = get_u64(o, "bytes");
+    s->steps = get_u64(o, "steps");
+    s->freed = get_u64(o, "freed");
+    cJSON_Delete(o);
+    if (rc != 0)
+        proc_state_release(s);
+    return rc;
+}
+
+int proc_state_read(struct ckpt_storage *st, const char *key,
+                    struct proc_state *s, struct ckpt_err *err)
+{
+    char *data = NULL;
+    size_t len = 0;
+    memset(s, 0, sizeof(*s));
+    if (ckpt_storage_read_all(st, key, STATE_MAX, &data, &len, err) != 0) {
+        if (err->code != CKPT_ENOTFOUND)
+            return -1;
+        ckpt_err_clear(err);
+        return 0;
+    }
+    int rc = proc_state_parse(data, len, s);
+    free(data);
+    if (rc != 0) {
+        char *d = ckpt_storage_display(st, key);
+        ckpt_err_set(err, CKPT_EFORMAT, "%s: not a ckpt process state "
+                     "object (remove it to start the run over)", d);
+        free(d);
+    }
+    return rc;
+}
+
+/* Counts as exact integers (cJSON's own number format keeps only 15
+ * significant digits). */
+static void add_u64(cJSON *o, const char *name, uint64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+    cJSON_AddRawToObject(o, name, buf);
+}
+
+char *proc_state_format(const char *run, const struct proc_state *s)
+{
+    char host[256] = "";
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        strcpy(host, "unknown");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "run", run);
+    cJSON_AddStringToObject(o, "phase", phase_names[s->phase]);
+    if (s->dest)
+        cJSON_AddStringToObject(o, "dest", s->dest);
+    if (s->why)
+        cJSON_AddStringToObject(o, "why", s->why);
+    add_u64(o, "files", s->files);
+    add_u64(o, "bytes", s->bytes);
+    add_u64(o, "steps", s->steps);
+    add_u64(o, "freed", s->freed);
+    cJSON_AddStringToObject(o, "host", host);
+    cJSON_AddNumberToObject(o, "pid", (double)getpid());
+    cJSON_AddNumberToObject(o, "updated", (double)time(NULL));
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text)
+        abort();
+    return text;
+}
+
+int proc_state_write(struct ckpt_storage *st, const char *key,
+                     const char *run, const struct proc_state *s,
+                     struct ckpt_err *err)
+{
+    char *text = proc_state_format(run, s);
+    int rc = ckpt_storage_put(st, key, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+void proc_state_release(struct proc_state *s)
+{
+    free(s->dest);
+    free(s->why);
+    memset(s, 0, sizeof(*s));
+}
+
+/* ---- the lease keeper ---- */
+
+/* Renew every renew_interval until stopped. A failed renewal (storage
+ * error) is retried sooner; a lost lease stays lost, and
+ * proc_keeper_check then refuses every deletion. */
+static void *keeper_main(void *arg)
+{
+    struct proc_keeper *k = arg;
+    pthread_mutex_lock(&k->mu);
+    int64_t wait = ckpt_lease_renew_interval(k->lease);
+    while (!k->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += wait > 0 ? wait : 1;
+        int rc = 0;
+        while (!k->stop && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+        if (k->stop)
+            break;
+        struct ckpt_err err = CKPT_ERR_INIT;
+        int r = ckpt_lease_renew(k->lease, NULL, &err);
+        if (r == CKPT_LEASE_LOST)
+            break;
+        wait = r < 0 ? (ckpt_lease_renew_interval(k->lease) + 3) / 4
+                     : ckpt_lease_renew_interval(k->lease);
+    }
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
+}
+
+int proc_keeper_start(struct proc_keeper *k, struct ckpt_storage *st,
+                      const char *key, const char *run, int64_t ttl,
+                      struct ckpt_lease_holder *holder,
+                      struct ckpt_err *err)
+{
+    memset(k, 0, sizeof(*k));
+    struct ckpt_lease_cfg cfg = { .ttl = ttl };
+    int r = ckpt_lease_acquire(st, key, run, &cfg, &k->lease, holder, err);
+    if (r != CKPT_LEASE_ACQUIRED && r != CKPT_LEASE_TAKEN_OVER)
+        return r;
+    int64_t t = ttl > 0 ? ttl : CKPT_LEASE_TTL;
+    /* More than any sane clock skew, less than what a renewal leaves. */
+    k->margin = t / 5 < 1 ? 1 : t / 5 < 60 ? t / 5 : 60;
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv, NULL);
+    k->started = pthread_create(&k->thread, NULL, keeper_main, k) == 0;
+    return r;
+}
+
+int proc_keeper_check(struct proc_keeper *k, struct ckpt_err *err)
+{
+    pthread_mutex_lock(&k->mu);
+    int ok = ckpt_lease_valid(k->lease, k->margin);
+    int64_t exp = ckpt_lease_expires(k->lease);
+    pthread_mutex_unlock(&k->mu);
+    if (ok)
+        return 0;
+    return ckpt_err_set(err, CKPT_EUNSAFE, "the lease on this run was lost "
+                        "or ends within %lld s (expires %lld); not deleting",
+                        (long long)k->margin, (long long)exp);
+}
+
+void proc_keeper_stop(struct proc_keeper *k)
+{
+    if (!k->lease)
+        return;
+    pthread_mutex_lock(&k->mu);
+    k->stop = 1;
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    if (k->started)
+        pthread_join(k->thread, NULL);
+    struct ckpt_err err = CKPT_ERR_INIT;
+    /* A lease we could not delete lapses at its expiry. */
+    (void)ckpt_lease_release(k->lease, &err);
+    k->lease = NULL;
+    pthread_mutex_destroy(&k->mu);
+    pthread_cond_destroy(&k->cv);
+}

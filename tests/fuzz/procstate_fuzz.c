@@ -1,0 +1,46 @@
+/*
+ * procstate_fuzz - the state object `ckpt process` keeps per run under
+ * DEST/.ckpt-process/ (src/process/state.c): read back from storage by
+ * every later worker, so its bytes are whatever DEST holds.
+ *
+ * Input: the object's bytes.
+ * Properties: never crashes or leaks; a finished upload ("uploaded",
+ * "done") always says where the run went; what parses, written again and
+ * re-read, gives the same state (phase, dest, why, and every count up to
+ * 2^53, which a JSON number holds exactly).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "process/process_int.h"
+
+static int same_u64(uint64_t a, uint64_t b)
+{
+    return a == b || (a >= (1ull << 53) && b >= (1ull << 53));
+}
+
+static int same_str(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct proc_state s, t;
+    if (proc_state_parse((const char *)data, size, &s) != 0)
+        return 0;
+    if ((s.phase == PROC_UPLOADED || s.phase == PROC_DONE) && !s.dest)
+        __builtin_trap();
+    char *text = proc_state_format("run", &s);
+    if (proc_state_parse(text, strlen(text), &t) != 0 ||
+        t.phase != s.phase || !same_str(t.dest, s.dest) ||
+        !same_str(t.why, s.why) || !same_u64(t.files, s.files) ||
+        !same_u64(t.bytes, s.bytes) || !same_u64(t.steps, s.steps) ||
+        !same_u64(t.freed, s.freed))
+        __builtin_trap();
+    free(text);
+    proc_state_release(&s);
+    proc_state_release(&t);
+    return 0;
+}

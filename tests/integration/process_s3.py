@@ -1,0 +1,407 @@
+#!/usr/bin/python3
+# ctest-cost: 60
+"""process_s3.py - `ckpt process` end to end on the sample runs of
+tests/support/gen_runs.py (directories and every archive kind), to a
+local DEST and to s3rver behind the signing proxy (conditional writes
+enforced): exact rows and exit codes; every good run at
+DEST/[ENTITY/PROJECT/]RUN_ID/ uncompressed, byte for byte, with its logs
+and without OLMo's `latest` link; bad runs and processed sources gone;
+an unmapped run, a live run and a run leased by another worker untouched
+and reported; --keep-bad and --keep-source change nothing they should
+not; a rerun says `done`; a run whose state says uploaded (a crash before
+its delete) is verified again and deleted, never judged again."""
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from s3test import BUILD, Checker, S3Env, tool  # noqa: E402
+
+CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
+LEASE_TOOL = os.path.join(BUILD, "lease_tool")
+GEN = os.path.join(HERE, "..", "support", "gen_runs.py")
+B = "ckpt-test"
+
+BAD = {
+    "2871002": "no complete checkpoint with step > 0 (step0: step 0)",
+    "2871003": "no complete checkpoint with step > 0 (step0: step 0; "
+               "step500: model_and_optim/.metadata missing)",
+    "2871004": "no checkpoint",
+    "2871006": "no complete checkpoint with step > 0 (step1500: "
+               "model_and_optim/__1_0.distcp truncated)",
+}
+ARCH = {"2871101.tar": "2871001", "2871102.tar.gz": "2871002",
+        "2871103.tar.zst": "2871003", "2871105.zip": "2871005",
+        "2871106.tar.xz": "2871006", "2871107.tar.bz2": "2871004"}
+NOT_RUN = ("does not look like a run (no config.yaml with wandb/ or "
+           "train_data/, and no checkpoint directory)")
+
+
+def ckpt(env, *args):
+    r = subprocess.run([CKPT] + list(args), env=env, capture_output=True,
+                       timeout=600)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def rows(out):
+    """Rows without the seconds column (processed rows) and the total's
+    seconds field."""
+    res = []
+    for line in out.splitlines():
+        f = line.split("\t")
+        if f[0] == "processed":
+            f = f[:-1]
+        if f[0] == "total":
+            f = [x for x in f if not x.startswith("seconds=")]
+        res.append(f)
+    return res
+
+
+def gen(root):
+    subprocess.run([sys.executable, GEN, root, "--archives"], check=True,
+                   capture_output=True)
+    # Old enough for the default --min-age 1d.
+    for d, ds, fs in os.walk(root):
+        for n in ds + fs:
+            os.utime(os.path.join(d, n), (1e9, 1e9), follow_symlinks=False)
+
+
+def snapshot(path):
+    """{relative path: bytes} of a run directory (links left out) or an
+    archive (its single top directory stepped into)."""
+    files = {}
+    if os.path.isdir(path):
+        for d, _, fs in os.walk(path):
+            for n in fs:
+                p = os.path.join(d, n)
+                if not os.path.islink(p):
+                    with open(p, "rb") as f:
+                        files[os.path.relpath(p, path)] = f.read()
+        return files
+    if path.endswith(".zip"):
+        with zipfile.ZipFile(path) as z:
+            for i in z.infolist():
+                if not i.is_dir():
+                    files[i.filename] = z.read(i)
+    else:
+        with tarfile.open(path) as t:
+            for m in t.getmembers():
+                if m.isfile():
+                    files[m.name] = t.extractfile(m).read()
+    tops = {k.split("/")[0] for k in files}
+    if len(tops) == 1 and all("/" in k for k in files):
+        files = {k.split("/", 1)[1]: v for k, v in files.items()}
+    return files
+
+
+def local_tree(root):
+    out = {}
+    for d, _, fs in os.walk(root):
+        for n in fs:
+            p = os.path.join(d, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = f.read()
+    return out
+
+
+def s3_tree(env, prefix):
+    _, out, _ = tool(env, "ls", "-r", "s3://%s/%s" % (B, prefix))
+    res = {}
+    for line in out.decode().splitlines():
+        name = line.split("\t")[2]
+        _, data, _ = tool(env, "cat", "s3://%s/%s/%s" % (B, prefix, name))
+        res[name] = data
+    return res
+
+
+def expected_with_logs(runs, src, run_id):
+    want = dict(snapshot(os.path.join(runs, src)))
+    for n in sorted(os.listdir(os.path.join(runs, "logs"))):
+        if run_id in n:
+            with open(os.path.join(runs, "logs", n), "rb") as f:
+                want["logs/" + n] = f.read()
+    return want
+
+
+def local_dest(c, env, tmp):
+    """--no-wandb to a local DEST, the whole sample in one SRC."""
+    runs, dest = os.path.join(tmp, "runs"), os.path.join(tmp, "dest")
+    gen(runs)
+    good = {"2871001": "2871001", "2871005": "2871005",
+            "2871101.tar": "2871101", "2871105.zip": "2871105"}
+    want = {rid: expected_with_logs(runs, src, rid)
+            for src, rid in good.items()}
+    rc, out, err = ckpt(env, "process", "--no-wandb", "--logs",
+                        os.path.join(runs, "logs"), runs, "--dest", dest)
+    c.eq("local: exit 0", rc, 0)
+    size = {s: sum(len(v) for v in want[r].values())
+            for s, r in good.items()}
+    got = rows(out)
+    exp = []
+    for name in sorted(list(good) + list(BAD) + [a for a in ARCH
+                       if ARCH[a] in BAD] + ["notes"]):
+        p = os.path.join(runs, name)
+        if name in good:
+            rid = good[name]
+            exp.append(["processed", p, os.path.join(dest, rid),
+                        str(len(want[rid])), str(size[name]), "0"])
+        elif name == "notes":
+            exp.append(["skipped", p, NOT_RUN])
+        else:
+            exp.append(["deleted", p, BAD[ARCH.get(name, name)]])
+    got_cmp = [g[:6] if g[0] == "processed" else g for g in got[:-1]]
+    c.eq("local: rows", got_cmp, exp)
+    c.eq("local: freed of the directory runs", [g[6] for g in got
+         if g[0] == "processed" and not g[1].endswith((".tar", ".zip"))],
+         ["468352", "27908"])
+    c.eq("local: total", got[-1],
+         ["total", "processed=4", "done=0", "deleted=8", "skipped=1",
+          "failed=0", "files=%d" % sum(len(w) for w in want.values()),
+          "bytes=%d" % sum(size.values()), "steps=0",
+          "freed=%s" % got[-1][9].split("=")[1]])
+    c.true("local: notes warned about", "warning: skipped %s/notes" % runs
+           in err)
+    for rid, w in want.items():
+        c.eq("local: %s at DEST byte for byte" % rid,
+             local_tree(os.path.join(dest, rid)), w)
+    c.eq("local: sources left", sorted(os.listdir(runs)), ["logs", "notes"])
+    c.eq("local: logs kept", sorted(os.listdir(os.path.join(runs, "logs"))),
+         ["slurm-2871001.err", "slurm-2871001.out", "slurm-2871005.out"])
+    st = json.load(open(os.path.join(dest, ".ckpt-process", "2871001.json")))
+    c.eq("local: state", (st["phase"], st["dest"], st["files"]),
+         ("done", "2871001", len(want["2871001"])))
+    c.true("local: no lease left", not [n for n in os.listdir(os.path.join(
+        dest, ".ckpt-process")) if n.endswith(".lease")])
+    # A rerun naming runs that are gone (a stale glob): done, exit 0.
+    rc, out, _ = ckpt(env, "process", "--no-wandb", os.path.join(runs,
+                      "2871001"), os.path.join(runs, "2871002"),
+                      os.path.join(runs, "2871105.zip"), "--dest", dest)
+    c.eq("local rerun: exit 0", rc, 0)
+    c.eq("local rerun: rows", rows(out)[:-1], [
+        ["done", os.path.join(runs, "2871001"), os.path.join(dest, "2871001"),
+         "already processed"],
+        ["done", os.path.join(runs, "2871002"), "-",
+         "deleted earlier: " + BAD["2871002"]],
+        ["done", os.path.join(runs, "2871105.zip"),
+         os.path.join(dest, "2871105"), "already processed"]])
+    # A run never seen that does not exist is a failure.
+    rc, out, _ = ckpt(env, "process", "--no-wandb",
+                      os.path.join(runs, "9999999"), "--dest", dest)
+    c.eq("missing run: exit 1", rc, 1)
+    c.eq("missing run: row", rows(out)[0],
+         ["failed", os.path.join(runs, "9999999"), "judge: stat '%s': No "
+          "such file or directory" % os.path.join(runs, "9999999")])
+    # An empty queue: exit 0, the total only.
+    os.makedirs(os.path.join(tmp, "empty"))
+    rc, out, _ = ckpt(env, "process", "--no-wandb",
+                      os.path.join(tmp, "empty"), "--dest", dest)
+    c.eq("empty queue: exit 0", (rc, [r[0] for r in rows(out)]),
+         (0, ["total"]))
+
+
+def live_and_keep(c, env, tmp):
+    """Fresh runs are live (default --min-age 1d); --keep-bad reports a
+    bad run; --keep-source uploads and verifies but keeps the source, and
+    a later run without it deletes the source."""
+    runs, dest = os.path.join(tmp, "runs2"), os.path.join(tmp, "dest2")
+    subprocess.run([sys.executable, GEN, runs], check=True,
+                   capture_output=True)
+    r1, r2 = os.path.join(runs, "2871001"), os.path.join(runs, "2871002")
+    rc, out, _ = ckpt(env, "process", "--no-wandb", r1, "--dest", dest)
+    c.eq("live: exit 0", rc, 0)
+    c.eq("live: row", rows(out)[0][:2] + [rows(out)[0][2][:25]],
+         ["skipped", r1, "live: newest file written"])
+    c.true("live: untouched, nothing at DEST", os.path.isdir(r1) and
+           not os.path.exists(os.path.join(dest, "2871001")))
+    # A bad run's delete that a killed worker left renamed aside (a dead
+    # pid of this host): a pass over the directory finishes it.
+    r3 = os.path.join(runs, "2871003")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    aside = ".2871003.ckpt-del-%s-%d" % (os.uname().nodename, dead.pid)
+    os.rename(r3, os.path.join(runs, aside))
+    rc, out, _ = ckpt(env, "process", "--no-wandb", runs, "--dest", dest)
+    c.eq("interrupted delete: finished (the rest is live), exit 0",
+         (rc, [r for r in rows(out) if "2871003" in r[1]]),
+         (0, [["deleted", r3, "finished an interrupted delete (%s)" % aside]]))
+    c.true("interrupted delete: gone",
+           not os.path.exists(os.path.join(runs, aside)))
+    rc, out, _ = ckpt(env, "process", "--no-wandb", "--min-age", "0",
+                      "--keep-bad", r2, "--dest", dest)
+    c.eq("keep-bad: exit 0 and row", (rc, rows(out)[0]),
+         (0, ["skipped", r2, "bad: %s (--keep-bad)" % BAD["2871002"]]))
+    c.true("keep-bad: kept", os.path.isdir(os.path.join(r2, "step0")))
+    want = snapshot(r1)
+    rc, out, _ = ckpt(env, "process", "--no-wandb", "--min-age", "0",
+                      "--keep-source", r1, "--dest", dest)
+    c.eq("keep-source: exit 0, processed, nothing freed",
+         (rc, rows(out)[0][0], rows(out)[0][6]), (0, "processed", "0"))
+    c.eq("keep-source: source intact", snapshot(r1), want)
+    c.true("keep-source: latest link intact",
+           os.path.islink(os.path.join(r1, "latest")))
+    c.eq("keep-source: at DEST", local_tree(os.path.join(dest, "2871001")),
+         want)
+    rc, out, _ = ckpt(env, "process", "--no-wandb", "--min-age", "0",
+                      "--keep-source", r1, "--dest", dest)
+    c.eq("keep-source rerun: done", (rc, rows(out)[0][0]), (0, "done"))
+    rc, out, _ = ckpt(env, "process", "--no-wandb", "--min-age", "0", r1,
+                      "--dest", dest)
+    c.eq("then without it: processed, source freed",
+         (rc, rows(out)[0][0], rows(out)[0][6]), (0, "processed", "468352"))
+    c.true("then without it: source and latest link gone",
+           not os.path.lexists(r1))
+
+
+def s3_dest(c, s3, env, tmp):
+    """--wandb-map to s3://: runs under ENTITY/PROJECT/RUN_ID; an
+    unmapped run and a leased run are untouched; a crash after the upload
+    (state "uploaded", source half deleted) finishes with verify and
+    delete, without judging the rest of the run again."""
+    runs = os.path.join(tmp, "runs3")
+    gen(runs)
+    dest = "s3://%s/arch" % B
+    mp = os.path.join(tmp, "map.tsv")
+    with open(mp, "w") as f:
+        f.write("# RUN_ID\tPATH\tEVIDENCE\n"
+                "2871001\tai2/olmo-tiny/a1b2c3d4\tlocal-id\n"
+                "2871005\t-\tno W&B run fits\n"
+                "2871101\tai2/olmo-tiny/a1b2c3d4-tar\tlocal-id\n")
+    want1 = expected_with_logs(runs, "2871001", "2871001")
+    want101 = snapshot(os.path.join(runs, "2871101.tar"))
+    # Another worker holds 2871105's lease.
+    r = subprocess.run([LEASE_TOOL, "acquire",
+                        dest + "/.ckpt-process/2871105.lease", "--host",
+                        "other-node"], env=env, capture_output=True)
+    c.true("lease planted: %r" % r.stdout, r.stdout.startswith(b"acquired"))
+    srcs = [os.path.join(runs, n) for n in
+            ("2871001", "2871005", "2871101.tar", "2871105.zip", "2871002")]
+    rc, out, err = ckpt(env, "process", "--wandb-map", mp, "--logs",
+                        os.path.join(runs, "logs"), *srcs, "--dest", dest)
+    got = rows(out)
+    c.eq("s3: exit 1 (one unmapped)", rc, 1)
+    c.eq("s3: rows", [g[:3] for g in got[:-1]], [
+        ["processed", srcs[0], dest + "/ai2/olmo-tiny/a1b2c3d4"],
+        ["failed", srcs[1], "map: no W&B run path for run '2871005' "
+         "(no W&B run fits)"],
+        ["processed", srcs[2], dest + "/ai2/olmo-tiny/a1b2c3d4-tar"],
+        ["skipped", srcs[3], got[3][2] if got[3][2].startswith(
+            "leased by other-node:") else "leased by other-node:..."],
+        ["deleted", srcs[4], BAD["2871002"]]])
+    c.true("s3: leased row names the expiry", " until 20" in got[3][2])
+    c.eq("s3: 2871001 at DEST", s3_tree(env, "arch/ai2/olmo-tiny/a1b2c3d4"),
+         want1)
+    c.eq("s3: 2871101.tar at DEST, extracted",
+         s3_tree(env, "arch/ai2/olmo-tiny/a1b2c3d4-tar"), want101)
+    c.eq("s3: sources", sorted(os.listdir(runs)), sorted(
+        ["2871003", "2871004", "2871005", "2871006", "2871102.tar.gz",
+         "2871103.tar.zst", "2871105.zip", "2871106.tar.xz",
+         "2871107.tar.bz2", "logs", "notes"]))
+    _, ls, _ = tool(env, "ls", "s3://%s/arch/.ckpt-process" % B)
+    names = sorted(line.split("\t")[2] for line in
+                   ls.decode().splitlines())
+    c.eq("s3: state objects; only the other worker's lease left", names,
+         ["2871001.json", "2871002.json", "2871101.json", "2871105.lease"])
+    # Crash between upload and delete: state "uploaded", half the source
+    # deleted (its complete checkpoint among it). A rerun must verify and
+    # delete, not judge the remains as a bad run.
+    r5 = os.path.join(runs, "2871005")
+    with open(mp, "a") as f:
+        f.write("2871005\tai2/olmo-tiny/e7f8a9b0\tlocal-id\n")
+    rc, out, _ = ckpt(env, "process", "--wandb-map", mp, "--keep-source",
+                      r5, "--dest", dest)
+    c.eq("s3 keep-source: processed", (rc, rows(out)[0][0]),
+         (0, "processed"))
+    state = {"run": "2871005", "phase": "uploaded",
+             "dest": "ai2/olmo-tiny/e7f8a9b0", "files": 8, "bytes": 0}
+    p = os.path.join(tmp, "state.json")
+    with open(p, "w") as f:
+        json.dump(state, f)
+    tool(env, "put", p, dest + "/.ckpt-process/2871005.json")
+    shutil.rmtree(os.path.join(r5, "step3000-unsharded"))
+    rc, out, err = ckpt(env, "process", "--wandb-map", mp, r5, "--dest",
+                        dest)
+    c.eq("s3 crash rerun: processed, not deleted as bad",
+         (rc, rows(out)[0][:3]),
+         (0, ["processed", r5, dest + "/ai2/olmo-tiny/e7f8a9b0"]))
+    c.true("s3 crash rerun: not judged again", "judge" not in err)
+    c.true("s3 crash rerun: source gone", not os.path.exists(r5))
+    c.true("s3 crash rerun: checkpoint still at DEST",
+           "step3000-unsharded/model.pt" in
+           s3_tree(env, "arch/ai2/olmo-tiny/e7f8a9b0"))
+
+
+def json_events(c, env, tmp):
+    """--json: one event per phase, then the run's row, then the total."""
+    runs, dest = os.path.join(tmp, "runs4"), os.path.join(tmp, "dest4")
+    gen(runs)
+    r1 = os.path.join(runs, "2871005")
+    rc, out, _ = ckpt(env, "process", "--json", "--no-wandb", r1, "--dest",
+                      dest)
+    ev = [json.loads(line) for line in out.splitlines()]
+    c.eq("json: exit 0", rc, 0)
+    c.eq("json: phases", [(e["phase"], e["status"]) for e in ev[:-1]], [
+        ("lease", "ok"), ("judge", "ok"), ("unshard", "ok"),
+        ("upload", "ok"), ("verify", "ok"), ("delete", "ok"),
+        ("run", "processed")])
+    c.eq("json: the run", {k: ev[-2][k] for k in ("run", "id", "dest",
+                                                  "files", "freed")},
+         {"run": r1, "id": "2871005", "dest": os.path.join(dest, "2871005"),
+          "files": 7, "freed": 27908})
+    c.eq("json: total", (ev[-1]["phase"], ev[-1]["processed"],
+                         ev[-1]["failed"]), ("total", 1, 0))
+    # --keep-archive: the archive as it is, beside the run's directory.
+    a = os.path.join(runs, "2871101.tar")
+    with open(a, "rb") as f:
+        data = f.read()
+    rc, out, _ = ckpt(env, "process", "--keep-archive", "--no-wandb", a,
+                      "--dest", dest)
+    c.eq("keep-archive: exit 0, one file, freed the archive",
+         (rc, rows(out)[0][:5], rows(out)[0][6]),
+         (0, ["processed", a, os.path.join(dest, "2871101"), "1",
+              str(len(data))], str(len(data))))
+    with open(os.path.join(dest, "2871101.tar"), "rb") as f:
+        c.eq("keep-archive: stored as it was", f.read() == data, True)
+    c.eq("keep-archive: source gone, nothing extracted",
+         (os.path.exists(a), os.path.exists(os.path.join(dest, "2871101"))),
+         (False, False))
+
+
+def usage(c, env):
+    for args, what in ((["process", "x"], "no --dest"),
+                       (["process", "--dest", "d"], "no SRC"),
+                       (["process", "--no-wandb", "--wandb-map", "m", "x",
+                         "--dest", "d"], "both map options"),
+                       (["process", "--unshard", "some", "x", "--dest", "d"],
+                        "bad --unshard"),
+                       (["process", "--min-age", "soon", "x", "--dest", "d"],
+                        "bad --min-age")):
+        rc, out, err = ckpt(env, *args)
+        c.eq("usage: %s: exit 2, no rows" % what, (rc, out), (2, ""))
+
+
+def main():
+    c = Checker()
+    tmp = tempfile.mkdtemp(prefix="process-")
+    try:
+        with S3Env() as s3:
+            env = s3.env()
+            env["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
+            usage(c, env)
+            local_dest(c, env, tmp)
+            live_and_keep(c, env, tmp)
+            s3_dest(c, s3, env, tmp)
+            json_events(c, env, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
