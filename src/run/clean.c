@@ -236,6 +236,48 @@ static void plan_prune(const struct ckpt_run *run, const struct ckpt_clean_opts 
 }
 
 static void verdict(struct ckpt_clean_item *it);
+static int is_live(struct ckpt_clean_item *it, const struct ckpt_tree *t);
+
+/* A dead process's delete renamed the run to it->resume and was killed.
+ * That run was judged bad then, but a writer holding the directory open
+ * may have written since: judge what is there again. A complete
+ * checkpoint is an error (left in place), a file written within --min-age
+ * makes it live (skipped); otherwise the delete is finished. */
+static void resume_verdict(struct ckpt_clean_item *it)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_tree *t = NULL;
+    struct ckpt_run run;
+    struct ckpt_stat sb;
+    enum ckpt_load_status status;
+    char *b = ckpt_path_basename(it->resume);
+    it->action = "error";
+    if (ckpt_run_load_flags(it->st, it->resume, 0, CKPT_TREE_SALVAGE, &sb,
+                            &status, &t, &run, &err) != 0) {
+        ckpt_buf_addf(&it->reason, "%s (an interrupted delete): %s", b,
+                      err.msg);
+        free(b);
+        return;
+    }
+    const struct ckpt_checkpoint *best =
+        status == CKPT_LOAD_OK ? ckpt_run_best(&run) : NULL;
+    if (best)
+        ckpt_buf_addf(&it->reason, "%s (an interrupted delete) now holds "
+                      "complete checkpoint %s (%s); left in place", b,
+                      best->name, ckpt_format_name(best->format));
+    else if (status != CKPT_LOAD_OK)
+        ckpt_buf_addf(&it->reason, "%s (an interrupted delete) is not a "
+                      "directory; left in place", b);
+    else if (!is_live(it, t)) {
+        it->action = msg_delete(it->co);
+        ckpt_buf_addf(&it->reason, "%s an interrupted delete (%s)",
+                      it->co->dry_run ? "finishes" : "finished", b);
+    }
+    if (status == CKPT_LOAD_OK)
+        ckpt_run_release(&run);
+    ckpt_tree_free(t);
+    free(b);
+}
 
 /* The live-run guard: a run (or archive) written to within --min-age may
  * still be growing; it is skipped whatever it holds. */
@@ -282,11 +324,7 @@ void ckpt_clean_judge(struct ckpt_clean_item *it)
                             &it->run, &err) != 0) {
         if (err.code == CKPT_ENOTFOUND && ckpt_storage_is_local(it->st) &&
             (it->resume = ckpt_del_dead_sibling(it->key)) != NULL) {
-            char *b = ckpt_path_basename(it->resume);
-            it->action = msg_delete(it->co);
-            ckpt_buf_addf(&it->reason, "%s an interrupted delete (%s)",
-                          it->co->dry_run ? "finishes" : "finished", b);
-            free(b);
+            resume_verdict(it);
             return;
         }
         ckpt_buf_addstr(&it->reason, err.msg);
