@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,30 @@ struct ckpt_orbax {
     /* last shard index read (sharded zarr3) */
     char *ixkey;
     uint64_t *ix;
+    /* ckpt_orbax_chunk runs in several threads at once (the unshard
+     * engine's workers): mu guards sizes and incomplete, ixmu ixkey/ix */
+    pthread_mutex_t mu, ixmu;
 };
+
+static void locks_init(struct ckpt_orbax *o)
+{
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_mutex_init(&o->ixmu, NULL);
+}
+
+static void locks_destroy(struct ckpt_orbax *o)
+{
+    pthread_mutex_destroy(&o->mu);
+    pthread_mutex_destroy(&o->ixmu);
+}
+
+static struct ckpt_orbax *orbax_new(const char *dir)
+{
+    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
+    o->dir = ckpt_xstrdup(dir);
+    locks_init(o);
+    return o;
+}
 
 int ckpt_orbax_is_item(const char *dir)
 {
@@ -170,20 +194,31 @@ static int local_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
 static int cached_size(struct ckpt_orbax *o, const char *rel, uint64_t *size,
                        struct ckpt_err *err)
 {
+    pthread_mutex_lock(&o->mu);
     for (int i = 0; i < o->nsizes; i++)
         if (!strcmp(o->sizes[i].path, rel)) {
             *size = o->sizes[i].size;
+            pthread_mutex_unlock(&o->mu);
             return 0;
         }
-    if (o->io->size(o->io->ctx, rel, size, err) != 0) {
+    int rc = o->io->size(o->io->ctx, rel, size, err);
+    if (rc != 0) {
         o->incomplete = err->code == CKPT_ENOTFOUND;
-        return -1;
+    } else {
+        int i = o->nsizes < 16 ? o->nsizes++ : o->nextsize++ % 16;
+        free(o->sizes[i].path);
+        o->sizes[i].path = ckpt_xstrdup(rel);
+        o->sizes[i].size = *size;
     }
-    int i = o->nsizes < 16 ? o->nsizes++ : o->nextsize++ % 16;
-    free(o->sizes[i].path);
-    o->sizes[i].path = ckpt_xstrdup(rel);
-    o->sizes[i].size = *size;
-    return 0;
+    pthread_mutex_unlock(&o->mu);
+    return rc != 0 ? -1 : 0;
+}
+
+static void set_incomplete(struct ckpt_orbax *o)
+{
+    pthread_mutex_lock(&o->mu);
+    o->incomplete = 1;
+    pthread_mutex_unlock(&o->mu);
 }
 
 /* Bounds-checked read through io: the file must hold [off, off+len). */
@@ -197,7 +232,7 @@ static int io_read(struct ckpt_orbax *o, const char *rel, uint64_t off,
     if (cached_size(o, rel, &size, err) != 0)
         return -1;
     if (size < off + len) {
-        o->incomplete = 1;
+        set_incomplete(o);
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s' has %llu bytes, the "
                             "OCDBT tree references bytes up to %llu "
                             "(truncated)", o->dir, rel,
@@ -718,8 +753,7 @@ static int open_common(struct ckpt_orbax *o, struct ckpt_err *err)
 int ckpt_orbax_open(const char *dir, struct ckpt_orbax **out,
                     struct ckpt_err *err)
 {
-    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
-    o->dir = ckpt_xstrdup(dir);
+    struct ckpt_orbax *o = orbax_new(dir);
     o->local_io = (struct ckpt_orbax_io){ o->dir, local_size, local_read,
                                           local_list };
     o->io = &o->local_io;
@@ -736,8 +770,7 @@ int ckpt_orbax_open_io(const struct ckpt_orbax_io *io, const char *name,
                        int ocdbt, struct ckpt_orbax **out,
                        struct ckpt_err *err)
 {
-    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
-    o->dir = ckpt_xstrdup(name);
+    struct ckpt_orbax *o = orbax_new(name);
     o->io = io;
     o->ocdbt = ocdbt;
     if (open_common(o, err) != 0) {
@@ -812,11 +845,10 @@ static int sio_list(void *ctx, int (*fn)(void *ud, const char *rel),
 int ckpt_orbax_open_storage(struct ckpt_storage *st, const char *dir,
                             struct ckpt_orbax **out, struct ckpt_err *err)
 {
-    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
+    struct ckpt_orbax *o = orbax_new(dir);
     struct ckpt_stat sb;
     struct ckpt_err e2 = CKPT_ERR_INIT;
     char *m = ckpt_path_join(dir, "manifest.ocdbt");
-    o->dir = ckpt_xstrdup(dir);
     o->sio = (struct sio){ st, o->dir };
     o->remote_io = (struct ckpt_orbax_io){ &o->sio, sio_size, sio_read,
                                            sio_list };
@@ -866,7 +898,7 @@ static char *chunk_key(const struct ckpt_orbax_array *a, const uint64_t *idx)
 }
 
 /* Locate inner chunk idx of a sharded array: its shard key and range. */
-static int shard_locate(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
+static int shard_locate_locked(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
                         const uint64_t *idx, char **key, uint64_t *off,
                         uint64_t *len, struct ckpt_err *err)
 {
@@ -912,6 +944,16 @@ static int shard_locate(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
         return ckpt_err_set(err, CKPT_EFORMAT, "%s/%s: inner chunk outside "
                             "the shard", o->dir, *key);
     return 0;
+}
+
+static int shard_locate(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
+                        const uint64_t *idx, char **key, uint64_t *off,
+                        uint64_t *len, struct ckpt_err *err)
+{
+    pthread_mutex_lock(&o->ixmu);
+    int rc = shard_locate_locked(o, a, idx, key, off, len, err);
+    pthread_mutex_unlock(&o->ixmu);
+    return rc;
 }
 
 /* Rows [idx0 * chunk rows, ...) of a raw array, straight from the file. */
@@ -971,6 +1013,7 @@ int ckpt_ocdbt_check(const struct ckpt_orbax_io *io, const char *name,
 {
     struct ckpt_orbax o;
     memset(&o, 0, sizeof(o));
+    locks_init(&o);
     o.dir = (char *)name;
     o.io = io;
     o.ocdbt = 1;
@@ -985,6 +1028,7 @@ int ckpt_ocdbt_check(const struct ckpt_orbax_io *io, const char *name,
     for (int i = 0; i < o.nsizes; i++)
         free(o.sizes[i].path);
     free(o.kv);
+    locks_destroy(&o);
     return rc;
 }
 
@@ -1004,5 +1048,6 @@ void ckpt_orbax_close(struct ckpt_orbax *o)
     free(o->ixkey);
     free(o->ix);
     free(o->dir);
+    locks_destroy(o);
     free(o);
 }

@@ -8,6 +8,8 @@
  * The CRC-32 of every zip record read from is checked on the way
  * (crccheck.c).
  *
+ * Decoded chunks (zarr, Orbax) come from decode.c's cache instead.
+ *
  * Reads: when a chunk's part of the band is contiguous in both source and
  * output (row sharding, or column sharding of whole rows) it is one pread
  * straight into the band buffer; otherwise the source span is read once
@@ -189,6 +191,23 @@ static int run_swap(void *ud, int64_t s, int64_t d)
     return 0;
 }
 
+/* A decoded chunk (decode.c): its runs come from the decoded buffer. */
+static int copy_decoded(struct ujob *j, const struct utensor *t,
+                        const struct uchunk *c, const struct runs *r,
+                        const struct box *bx, struct gather *g)
+{
+    char *dbuf;
+    int shared;
+    if (uns_dec_get(j, t, c, &dbuf, &shared, g->err) != 0)
+        return -1;
+    g->span = dbuf + (uint64_t)r->s0 * g->size;
+    each_run(bx, c, r, run_copy, g);
+    if (c->big_endian)
+        each_run(bx, c, r, run_swap, g);
+    uns_dec_put(j, c, dbuf, shared);
+    return 0;
+}
+
 static int copy_box(struct ujob *j, const struct utensor *t,
                     const struct uchunk *c, const struct box *bx, char *buf,
                     char *rbuf, int note, struct ckpt_err *err)
@@ -199,6 +218,8 @@ static int copy_box(struct ujob *j, const struct utensor *t,
     struct gather g = { c, size, t->e->dtype->swap, r.run, buf, NULL, r.s0,
                         note, err };
     uint64_t span = src_span(bx, c), vol = r.nruns * r.run;
+    if (c->dec)
+        return copy_decoded(j, t, c, &r, bx, &g);
     if (r.nruns > 1 && span * size <= j->band &&
         span <= 4 * vol + (65536 / size)) {
         /* One read of the whole source span, then scatter. */
@@ -343,6 +364,28 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
     return 0;
 }
 
+/* A band of a direct tensor is chunk `band`, decoded into a buffer of its
+ * own (followed by room to read the band back when verifying): its first
+ * len bytes are the band, written without another copy. */
+static int direct_fill(struct task *k, char **buf, char **rbuf, uint64_t *at,
+                       uint64_t *len, struct ckpt_err *err)
+{
+    struct ujob *j = k->j;
+    const struct utensor *t = k->t;
+    const struct uchunk *c = &t->chunks[k->band];
+    const struct ckpt_dtype *dt = t->e->dtype;
+    uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
+    uns_plan_band_box(t, k->band, lo, hi, &dst, len);
+    *at = out_off(j, t->file, t->rec, t->out_off) + dst;
+    *buf = ckpt_xmalloc((size_t)c->dec->bytes + (k->verify ? *len : 0) + 1);
+    *rbuf = *buf + c->dec->bytes;
+    if (j->decode(j, t, c, *buf, err) != 0)
+        return -1;
+    if (c->big_endian)
+        swap_elems(*buf, *len / dt->itemsize, dt->itemsize, dt->swap);
+    return 0;
+}
+
 static void band_task(void *arg)
 {
     struct task *k = arg;
@@ -357,8 +400,16 @@ static void band_task(void *arg)
         free(k);
         return;
     }
-    char *buf = bufpool_get(&j->bufs), *rbuf = buf + j->band;
-    int rc = task_fill(k, buf, rbuf, &at, &len, &err);
+    int direct = k->t && k->t->direct;
+    char *buf = NULL, *rbuf = NULL;
+    int rc;
+    if (direct) {
+        rc = direct_fill(k, &buf, &rbuf, &at, &len, &err);
+    } else {
+        buf = bufpool_get(&j->bufs);
+        rbuf = buf + j->band;
+        rc = task_fill(k, buf, rbuf, &at, &len, &err);
+    }
     if (rc == 0 && k->verify) {
         rc = task_verify(k, buf, rbuf, at, len, &err);
     } else if (rc == 0) {
@@ -368,7 +419,10 @@ static void band_task(void *arg)
             crcs[k->band] = ckpt_crc32(0, buf, len);
         rc = uns_pwrite_all(f->fd, buf, len, at, f->tmp, &err);
     }
-    bufpool_put(&j->bufs, buf);
+    if (direct)
+        free(buf);
+    else
+        bufpool_put(&j->bufs, buf);
     if (rc != 0)
         uns_job_fail(j, &err);
     else if (j->o->progress)
@@ -392,6 +446,7 @@ int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
 {
     if (!verify)
         uns_src_records_ready(j);
+    uns_dec_reset(j);
     for (size_t i = 0; i < j->ntensors && !j->failed; i++) {
         struct utensor *t = &j->tensors[i];
         if (t->file < 0 || j->files[t->file].copy_from)
@@ -412,6 +467,7 @@ int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
             submit(j, NULL, c, b, verify);
     }
     ckpt_pool_wait(j->pool);
+    uns_dec_release(j);
     if (j->failed) {
         *err = j->err;
         return -1;

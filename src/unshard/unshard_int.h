@@ -42,10 +42,21 @@ struct usrc {
     int recs_sorted;
 };
 
+/* A decoded chunk (decode.c): compressed formats (zarr, Orbax) decode
+ * each chunk once, in the engine, into a buffer shared by the bands that
+ * need it; freed when the last of them is done. */
+struct udec {
+    uint64_t bytes;         /* decoded size: the full chunk */
+    char *buf;              /* while cached */
+    int state;              /* DEC_* in decode.c */
+    uint64_t uses;          /* bands of this run still to read it */
+};
+
 /* A stored chunk: where its elements are and how they are laid out. */
 struct uchunk {
     const struct ckpt_dcp_chunk *meta;  /* offsets/sizes in the tensor */
-    struct usrc *src;
+    struct usrc *src;       /* NULL for a decoded chunk (dec) */
+    struct udec *dec;       /* arena; decoded by j->decode, else NULL */
     uint64_t item_off;      /* start of the item (its zip) within src */
     uint64_t data;          /* absolute offset of the storage data in src */
     int64_t *stride;        /* arena, ndim; element strides in storage */
@@ -70,6 +81,7 @@ struct utensor {
     uint64_t per_prefix;    /* bands per index of the dims before bdim */
     uint64_t nbands;
     uint32_t *crcs;         /* malloced, nbands */
+    int direct;             /* decoded row chunks: band b is chunk b */
 };
 
 /* A storage record of a byte item, copied verbatim. */
@@ -149,6 +161,16 @@ struct ujob {
     int (*locate)(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err);
     void *fmtplan;                  /* legacy.c, zarrplan.c plan state */
+    /* Formats whose chunks are decoded by the engine (zarrplan.c,
+     * orbaxplan.c): decode chunk c of t into out (c->dec->bytes, element
+     * strides c->stride, little-endian unless c->big_endian); called from
+     * pool workers concurrently. fmtfree releases fmtplan with the job. */
+    int (*decode)(struct ujob *j, const struct utensor *t,
+                  const struct uchunk *c, char *out, struct ckpt_err *err);
+    void (*fmtfree)(void *fmtplan);
+    pthread_mutex_t dmu;            /* decode.c: the cache below */
+    pthread_cond_t dcv;
+    uint64_t dlive;                 /* bytes of cached decoded chunks */
 };
 
 /* source.c */
@@ -209,6 +231,51 @@ int uns_src_read_noted(struct usrc *s, uint64_t off, void *buf, size_t len,
  * (gaps are read now), else an error naming file and record. */
 int uns_src_check_records(struct ujob *j, struct ckpt_err *err);
 void uns_src_records_free(struct usrc *s);
+
+/* decode.c: the decoded-chunk cache. reset before each engine run
+ * (counts the bands that read each chunk); get returns chunk c decoded
+ * (*buf), shared, or private to the caller when the cache is full; put
+ * after reading it. free_all drops what a failed run left. */
+void uns_dec_init(struct ujob *j);
+void uns_dec_reset(struct ujob *j);
+int uns_dec_get(struct ujob *j, const struct utensor *t,
+                const struct uchunk *c, char **buf, int *shared,
+                struct ckpt_err *err);
+void uns_dec_put(struct ujob *j, const struct uchunk *c, char *buf,
+                 int shared);
+void uns_dec_release(struct ujob *j);
+/* After probing: tensors whose decoded chunks are runs of whole rows in
+ * C order (the usual Orbax and zarr layout) become direct: one band per
+ * chunk, decoded straight into the buffer that is written. */
+void uns_dec_bands(struct ujob *j);
+
+/* grid.c: the chunks of an array stored on a regular chunk grid (zarr v2,
+ * Orbax), shared by the planners of those formats: e gets one chunk per
+ * grid cell (C order of the grid), edge chunks clipped to the shape;
+ * each is decoded by j->decode into a full chunk of chunk_bytes laid out
+ * in C order (F with fortran). *strides: the element strides of such a
+ * chunk, *decs: one decode state per chunk (both in the metadata's
+ * arena). */
+struct ugrid {
+    int ndim;
+    const uint64_t *shape, *chunks;
+    int fortran;
+    uint64_t chunk_bytes;
+};
+int uns_grid_chunks(struct ujob *j, struct ckpt_dcp_entry *e,
+                    const struct ugrid *g, int64_t **strides,
+                    struct udec **decs, struct ckpt_err *err);
+/* Chunk c of a grid array as a decoded chunk (a locate callback's work,
+ * in a pool worker): dec is its element of *decs. */
+void uns_grid_locate(struct uchunk *c, const struct ugrid *g,
+                     const int64_t *strides, struct udec *dec,
+                     int big_endian);
+/* Grid index of chunk c of a grid array. */
+void uns_grid_index(const struct uchunk *c, const struct ugrid *g,
+                    uint64_t *idx);
+/* Fill out (chunk_bytes) with the element fill, itemsize bytes. */
+void uns_grid_fill(char *out, uint64_t chunk_bytes, const void *fill,
+                   size_t itemsize);
 
 /* plan.c */
 int uns_plan_tensors(struct ujob *j, struct ckpt_err *err);

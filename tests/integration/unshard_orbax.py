@@ -12,7 +12,9 @@ legacy msgpack `checkpoint` file (Flax ndarray extensions). Each unshards
 to torch and to safetensors; every tensor is compared bit for bit with the
 numpy array it was made from (torch 1.13 reads the files through
 tests/support/check_unshard.py's safe loader); `ls -l` rows; run mode;
-`ckpt clean` deleting only on exact verdicts. Bad input: a truncated or
+`ckpt clean` deleting only on exact verdicts. Arrays larger than the
+engine's bands (row chunks, chunks shared by several bands) at 1 and 3
+workers. Bad input: a truncated or
 missing data file, a corrupt manifest, an uncommitted step: exit 1, one
 error line, nothing at DEST.
 """
@@ -98,6 +100,48 @@ def case_steps(tmp):
         p = unshard(os.path.join(src, item), os.path.join(tmp, "it%d" % step))
         check("step %d item dir: exit 0" % step, p.returncode == 0,
               p.stdout + p.stderr)
+
+
+def case_bands(tmp):
+    """Arrays larger than the engine's 1 MiB bands: chunks of whole rows
+    (each decoded straight into the output), chunks of rows and columns
+    that several bands share (decoded once into the cache), a big-endian
+    zarr3 array, at 1 and 3 workers, with --verify."""
+    rng = np.random.default_rng(9)
+    f = rng.standard_normal
+    items = [
+        (("rows",), f((1000, 300)).astype("<f4"), (256, 300), 0),
+        (("grid",), f((600, 500)).astype("<f4"), (256, 192), 0),
+        # "i32": make_orbax writes this name big-endian in zarr3
+        (("cols", "i32"), f((700, 400)).astype("<f8"), (700, 150), 0),
+    ]
+    want = {make_orbax.name_of(p): a for p, a, _, _ in items}
+    for v3 in (False, True):
+        step = os.path.join(tmp, "bands%d" % v3, "5")
+        make_orbax.build_ocdbt(os.path.join(step, "state"), items, v3)
+        make_orbax.step_meta(step, "state")
+        for jobs in ("1", "3"):
+            label = "bands zarr%d -j%s" % (3 if v3 else 2, jobs)
+            out = os.path.join(tmp, "bands-out%d-%s" % (v3, jobs))
+            p = unshard("--verify", "-j", jobs, step, out)
+            check(label + " torch: exit 0", p.returncode == 0,
+                  p.stdout + p.stderr)
+            st = out + "-st"
+            q = unshard("-j", jobs, "--format", "safetensors", step, st)
+            check(label + " safetensors: exit 0", q.returncode == 0,
+                  q.stdout + q.stderr)
+            if p.returncode or q.returncode:
+                continue
+            for kind, got in (("torch", check_unshard.safe_load(
+                    os.path.join(out, "checkpoint.pt"))),
+                    ("safetensors", check_unshard.load_safetensors(
+                        os.path.join(st, "model.safetensors")))):
+                check("%s %s: names" % (label, kind),
+                      sorted(got) == sorted(want), str(sorted(got)))
+                for k, a in want.items():
+                    ok = k in got and bits(got[k]) == (
+                        NAMES[str(a.dtype)], a.shape, a.tobytes())
+                    check("%s %s: %s bit-exact" % (label, kind, k), ok, k)
 
 
 def case_ls(tmp):
@@ -237,6 +281,7 @@ def main():
                                              "make_orbax.py"),
             os.path.join(tmp, "fx"))
         case_steps(tmp)
+        case_bands(tmp)
         global P1_END
         P1_END = os.path.getsize(os.path.join(tmp, "fx", "run", "1", P1))
         case_ls(tmp)
