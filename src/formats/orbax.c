@@ -362,27 +362,89 @@ static int load_node(struct ckpt_orbax *o, const struct ckpt_ocdbt_ref *ref,
     return rc;
 }
 
-static int load_ocdbt(struct ckpt_orbax *o, struct ckpt_err *err)
+/* Read and parse the manifest file rel of the database. */
+static int read_manifest(struct ckpt_orbax *o, const char *rel,
+                         struct ckpt_ocdbt_manifest **m, struct ckpt_err *err)
 {
-    char *path = ckpt_path_join(o->dir, "manifest.ocdbt"), *buf = NULL;
-    struct ckpt_ocdbt_manifest *m = NULL;
+    char *path = ckpt_path_join(o->dir, rel), *buf = NULL;
     uint64_t size = 0;
-    size_t len = 0;
-    int rc = o->io->size(o->io->ctx, "manifest.ocdbt", &size, err);
+    int rc = o->io->size(o->io->ctx, rel, &size, err);
     if (rc == 0 && size > CKPT_OCDBT_MAX_NODE)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is larger than %zu bytes",
                           path, CKPT_OCDBT_MAX_NODE);
     if (rc == 0) {
-        len = (size_t)size;
-        buf = ckpt_xmalloc(len + 1);
-        rc = o->io->read(o->io->ctx, "manifest.ocdbt", 0, size, buf, err);
+        buf = ckpt_xmalloc((size_t)size + 1);
+        rc = o->io->read(o->io->ctx, rel, 0, size, buf, err);
     }
     if (rc == 0)
-        rc = ckpt_ocdbt_manifest_parse(buf, len, path, &m, err);
+        rc = ckpt_ocdbt_manifest_parse(buf, (size_t)size, path, m, err);
     free(buf);
+    free(path);
+    return rc;
+}
+
+struct newest {
+    uint64_t gen;
+};
+
+static int note_numbered(void *ud, const char *name)
+{
+    struct newest *n = ud;
+    uint64_t g;
+    if (ckpt_ocdbt_numbered_name(name, &g) && g > n->gen)
+        n->gen = g;
+    return 0;
+}
+
+/* manifest_kind 1: manifest.ocdbt holds the config only; the database is
+ * the newest numbered manifest, manifest.%016x, a single-kind manifest
+ * whose latest generation is its number (TensorStore io/manifest_cache.cc
+ * writes one per commit and deletes old ones). *m is replaced by it. */
+static int load_numbered(struct ckpt_orbax *o, struct ckpt_ocdbt_manifest **m,
+                         struct ckpt_err *err)
+{
+    struct newest n = { 0 };
+    char name[32];
+    if (!o->io->names)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: numbered manifests "
+                            "(manifest_kind 1) cannot be listed here",
+                            o->dir);
+    if (o->io->names(o->io->ctx, note_numbered, &n, err) != 0)
+        return -1;
+    ckpt_arena_free((*m)->arena);
+    *m = NULL;
+    if (!n.gen)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: manifest.ocdbt says "
+                            "numbered manifests, and there is none "
+                            "(manifest.NNNNNNNNNNNNNNNN): no generation to "
+                            "read", o->dir);
+    snprintf(name, sizeof(name), "manifest.%016llx",
+             (unsigned long long)n.gen);
+    if (read_manifest(o, name, m, err) != 0) {
+        if (err->code == CKPT_ENOTFOUND)    /* vanished since the listing */
+            err->code = CKPT_EIO;
+        return -1;
+    }
+    const struct ckpt_ocdbt_manifest *x = *m;
+    if (x->manifest_kind != 0)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s/%s: a numbered manifest "
+                            "of manifest_kind %u (must be 0)", o->dir, name,
+                            x->manifest_kind);
+    if (x->versions[x->nversions - 1].generation != n.gen)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s/%s: latest generation "
+                            "%llu, the name says %llu", o->dir, name,
+                            (unsigned long long)
+                            x->versions[x->nversions - 1].generation,
+                            (unsigned long long)n.gen);
+    return 0;
+}
+
+static int load_ocdbt(struct ckpt_orbax *o, struct ckpt_err *err)
+{
+    struct ckpt_ocdbt_manifest *m = NULL;
+    int rc = read_manifest(o, "manifest.ocdbt", &m, err);
     if (rc == 0 && m->manifest_kind != 0)
-        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: numbered manifests "
-                          "(manifest_kind 1) are not supported yet", path);
+        rc = load_numbered(o, &m, err);
     if (rc == 0) {
         const struct ckpt_ocdbt_version *v = &m->versions[m->nversions - 1];
         if (v->root.file)
@@ -390,7 +452,6 @@ static int load_ocdbt(struct ckpt_orbax *o, struct ckpt_err *err)
     }
     if (m)
         ckpt_arena_free(m->arena);
-    free(path);
     return rc;
 }
 
@@ -431,6 +492,21 @@ static int local_list(void *ctx, int (*fn)(void *ud, const char *rel),
             free(rel);
         }
     }
+    closedir(d);
+    return rc;
+}
+
+static int local_names(void *ctx, int (*fn)(void *ud, const char *name),
+                       void *ud, struct ckpt_err *err)
+{
+    DIR *d = opendir(ctx);
+    struct dirent *de;
+    int rc = 0;
+    if (!d)
+        return ckpt_err_sys(err, "open '%s'", (const char *)ctx);
+    while (rc == 0 && (de = readdir(d)) != NULL)
+        if (de->d_name[0] != '.')
+            rc = fn(ud, de->d_name);
     closedir(d);
     return rc;
 }
@@ -755,7 +831,7 @@ int ckpt_orbax_open(const char *dir, struct ckpt_orbax **out,
 {
     struct ckpt_orbax *o = orbax_new(dir);
     o->local_io = (struct ckpt_orbax_io){ o->dir, local_size, local_read,
-                                          local_list };
+                                          local_list, local_names };
     o->io = &o->local_io;
     o->ocdbt = ckpt_is_file_in(dir, "manifest.ocdbt");
     if (open_common(o, err) != 0) {
@@ -842,6 +918,23 @@ static int sio_list(void *ctx, int (*fn)(void *ud, const char *rel),
     return l.rc;
 }
 
+static int sio_name(void *ud, const struct ckpt_entry *e)
+{
+    struct sio_ls l = *(struct sio_ls *)ud;
+    if (e->type != CKPT_ENTRY_FILE || strchr(e->name, '/'))
+        return 0;
+    return l.fn(l.ud, e->name);
+}
+
+/* The files directly under the item (one level). */
+static int sio_names(void *ctx, int (*fn)(void *ud, const char *name),
+                     void *ud, struct ckpt_err *err)
+{
+    struct sio_ls l = { ctx, fn, ud, 0 };
+    struct sio *x = ctx;
+    return ckpt_storage_list(x->st, x->dir, 0, sio_name, &l, err);
+}
+
 int ckpt_orbax_open_storage(struct ckpt_storage *st, const char *dir,
                             struct ckpt_orbax **out, struct ckpt_err *err)
 {
@@ -851,7 +944,7 @@ int ckpt_orbax_open_storage(struct ckpt_storage *st, const char *dir,
     char *m = ckpt_path_join(dir, "manifest.ocdbt");
     o->sio = (struct sio){ st, o->dir };
     o->remote_io = (struct ckpt_orbax_io){ &o->sio, sio_size, sio_read,
-                                           sio_list };
+                                           sio_list, sio_names };
     o->io = &o->remote_io;
     o->ocdbt = ckpt_storage_stat(st, m, &sb, &e2) == 0;
     free(m);

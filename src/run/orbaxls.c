@@ -69,12 +69,32 @@ static int tio_list(void *ctx, int (*fn)(void *ud, const char *rel),
     return 0;
 }
 
+/* Files directly in the database directory (numbered manifests). */
+static int tio_names(void *ctx, int (*fn)(void *ud, const char *name),
+                     void *ud, struct ckpt_err *err)
+{
+    struct run_tio *x = ctx;
+    size_t lo, hi, dl = strlen(x->db);
+    (void)err;
+    ckpt_tree_range(x->t, x->db, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
+        const char *r = x->t->files[i].path + dl + 1;
+        if (strchr(r, '/') || x->t->files[i].type == CKPT_ENTRY_DIR)
+            continue;
+        int rc = fn(ud, r);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 void run_tree_io(struct run_tio *x, struct ckpt_orbax_io *io,
                  struct ckpt_tree *t, const char *db)
 {
     x->t = t;
     x->db = db;
-    *io = (struct ckpt_orbax_io){ x, tio_size, tio_read, tio_list };
+    *io = (struct ckpt_orbax_io){ x, tio_size, tio_read, tio_list,
+                                  tio_names };
 }
 
 static int is_item(struct ckpt_tree *t, const char *dir, int *ocdbt)

@@ -14,7 +14,8 @@ numpy array it was made from (torch 1.13 reads the files through
 tests/support/check_unshard.py's safe loader); `ls -l` rows; run mode;
 `ckpt clean` deleting only on exact verdicts. Arrays larger than the
 engine's bands (row chunks, chunks shared by several bands) at 1 and 3
-workers. Bad input: a truncated or
+workers. A database with numbered manifests (manifest_kind 1). Bad
+input: a truncated or
 missing data file, a corrupt manifest, an uncommitted step: exit 1, one
 error line, nothing at DEST.
 """
@@ -231,6 +232,53 @@ def case_clean(tmp):
           ["corrupt", "good"], str(os.listdir(c)))
 
 
+def case_numbered(tmp):
+    """A database with numbered manifests (config-only manifest.ocdbt,
+    manifest.0000000000000001 empty, ...2 the tree): unshard reads the
+    newest; ls judges it exactly; clean deletes only the run whose newest
+    generation references a truncated file, and a numbered database
+    without its numbered manifests is an error, kept."""
+    nb = os.path.join(tmp, "numbered")
+    good = os.path.join(nb, "good")
+    step = os.path.join(good, "1")
+    make_orbax.build_ocdbt(os.path.join(step, "state"),
+                           make_orbax.leaves(np.random.default_rng(5)),
+                           False, numbered=True)
+    make_orbax.step_meta(step, "state")
+    st = os.path.join(tmp, "numbered-st")
+    p = unshard("--format", "safetensors", step, st)
+    check("numbered: unshard exit 0", p.returncode == 0, p.stdout + p.stderr)
+    if p.returncode == 0:
+        compare("numbered", check_unshard.load_safetensors(
+            os.path.join(st, "model.safetensors")), 1)
+    p = run(CKPT, "ls", "-l", good, ok=False)
+    rows = [ln.split("\t") for ln in p.stdout.splitlines()]
+    check("numbered: ls complete", p.returncode == 0 and
+          rows[0][3:5] == ["orbax", "complete"], p.stdout + p.stderr)
+    check("numbered: ls -l arrays", [r[3] for r in rows[1:]] ==
+          sorted(make_orbax.expected(1)), p.stdout)
+    trunc = os.path.join(nb, "trunc")
+    shutil.copytree(good, trunc)
+    end = os.path.getsize(os.path.join(trunc, "1", P1))
+    truncate(os.path.join(trunc, "1", P1), 10)
+    gone = os.path.join(nb, "gone")
+    shutil.copytree(good, gone)
+    for n in (1, 2):
+        os.remove(os.path.join(gone, "1", "state", "manifest.%016x" % n))
+    p = run(CKPT, "clean", "--min-age", "0", good, trunc, gone, ok=False)
+    rows = p.stdout.splitlines()
+    check("numbered: clean verdicts", p.returncode == 1 and rows == [
+        "keep\t%s\tcomplete checkpoint 1 (orbax)" % good,
+        "delete\t%s\tno complete checkpoint with step > 0 (1: '1/%s' has 10 "
+        "bytes, the OCDBT tree references bytes up to %d (truncated))" %
+        (trunc, P1, end),
+        "error\t%s\t%s: 1/state: manifest.ocdbt says numbered manifests, "
+        "and there is none (manifest.NNNNNNNNNNNNNNNN): no generation to "
+        "read" % (gone, gone)], "\n".join(rows) + p.stderr)
+    check("numbered: only the truncated run deleted",
+          sorted(os.listdir(nb)) == ["gone", "good"], str(os.listdir(nb)))
+
+
 def bad(tmp, name, step, mutate, want):
     ck = os.path.join(tmp, "bad-" + name)
     shutil.copytree(os.path.join(tmp, "fx", "run", str(step)), ck)
@@ -287,6 +335,7 @@ def main():
         case_ls(tmp)
         case_run_mode(tmp)
         case_clean(tmp)
+        case_numbered(tmp)
         bad(tmp, "truncated-data", 1,
             lambda d: truncate(os.path.join(d, P1), 10),
             "'%(d)s/state/" + P1[6:] + "' has 10 bytes, the OCDBT tree "
