@@ -42,14 +42,9 @@ struct usrc {
     int recs_sorted;
 };
 
-/* A decoded chunk (decode.c): compressed formats (zarr, Orbax) decode
- * each chunk once, in the engine, into a buffer shared by the bands that
- * need it; freed when the last of them is done. */
+/* A chunk the engine decodes (decode.c: zarr, Orbax). */
 struct udec {
     uint64_t bytes;         /* decoded size: the full chunk */
-    char *buf;              /* while cached */
-    int state;              /* DEC_* in decode.c */
-    uint64_t uses;          /* bands of this run still to read it */
 };
 
 /* A stored chunk: where its elements are and how they are laid out. */
@@ -81,7 +76,8 @@ struct utensor {
     uint64_t per_prefix;    /* bands per index of the dims before bdim */
     uint64_t nbands;
     uint32_t *crcs;         /* malloced, nbands */
-    int direct;             /* decoded row chunks: band b is chunk b */
+    int chunked;            /* decoded chunks: one task per chunk */
+    int rows;               /* ... each whole rows: band b is chunk b */
 };
 
 /* A storage record of a byte item, copied verbatim. */
@@ -168,9 +164,9 @@ struct ujob {
     int (*decode)(struct ujob *j, const struct utensor *t,
                   const struct uchunk *c, char *out, struct ckpt_err *err);
     void (*fmtfree)(void *fmtplan);
-    pthread_mutex_t dmu;            /* decode.c: the cache below */
+    pthread_mutex_t dmu;            /* decode.c: the memory gate */
     pthread_cond_t dcv;
-    uint64_t dlive;                 /* bytes of cached decoded chunks */
+    uint64_t dlive;                 /* bytes of decoded chunks held */
 };
 
 /* source.c */
@@ -232,21 +228,14 @@ int uns_src_read_noted(struct usrc *s, uint64_t off, void *buf, size_t len,
 int uns_src_check_records(struct ujob *j, struct ckpt_err *err);
 void uns_src_records_free(struct usrc *s);
 
-/* decode.c: the decoded-chunk cache. reset before each engine run
- * (counts the bands that read each chunk); get returns chunk c decoded
- * (*buf), shared, or private to the caller when the cache is full; put
- * after reading it. free_all drops what a failed run left. */
+/* decode.c: acquire room for bytes of decoded chunk (waits while others
+ * hold too much), release it after. */
 void uns_dec_init(struct ujob *j);
-void uns_dec_reset(struct ujob *j);
-int uns_dec_get(struct ujob *j, const struct utensor *t,
-                const struct uchunk *c, char **buf, int *shared,
-                struct ckpt_err *err);
-void uns_dec_put(struct ujob *j, const struct uchunk *c, char *buf,
-                 int shared);
-void uns_dec_release(struct ujob *j);
-/* After probing: tensors whose decoded chunks are runs of whole rows in
- * C order (the usual Orbax and zarr layout) become direct: one band per
- * chunk, decoded straight into the buffer that is written. */
+void uns_dec_acquire(struct ujob *j, uint64_t bytes);
+void uns_dec_release(struct ujob *j, uint64_t bytes);
+/* After probing: tensors whose every chunk is decoded become chunked (one
+ * task per chunk); those whose chunks are whole rows in C order (the
+ * usual Orbax and zarr layout) also rows: one band per chunk. */
 void uns_dec_bands(struct ujob *j);
 
 /* grid.c: the chunks of an array stored on a regular chunk grid (zarr v2,
