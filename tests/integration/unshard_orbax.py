@@ -13,7 +13,7 @@ to torch and to safetensors; every tensor is compared bit for bit with the
 numpy array it was made from (torch 1.13 reads the files through
 tests/support/check_unshard.py's safe loader); `ls -l` rows; run mode;
 `ckpt clean` deleting only on exact verdicts. Arrays larger than the
-engine's bands (row chunks, chunks shared by several bands) at 1 and 3
+engine's bands (row chunks, chunks of rows and columns) at 1 and 3
 workers. A database with numbered manifests (manifest_kind 1). Steps
 inside .tar and .tar.zst judged exactly. Bad input: a truncated or
 missing data file, a corrupt manifest, an uncommitted step: exit 1, one
@@ -105,9 +105,9 @@ def case_steps(tmp):
 
 def case_bands(tmp):
     """Arrays larger than the engine's 1 MiB bands: chunks of whole rows
-    (each decoded straight into the output), chunks of rows and columns
-    that several bands share (decoded once into the cache), a big-endian
-    zarr3 array, at 1 and 3 workers, with --verify."""
+    (each written in one piece), chunks of rows and columns (written run
+    by run; torch CRCs read back), a big-endian zarr3 array, at 1 and 3
+    workers, with --verify."""
     rng = np.random.default_rng(9)
     f = rng.standard_normal
     items = [
