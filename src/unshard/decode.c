@@ -67,7 +67,7 @@ void uns_dec_bands(struct ujob *j)
         const struct ckpt_dcp_entry *e = t->e;
         int all = e->nchunks > 0;
         for (size_t k = 0; all && k < e->nchunks; k++)
-            all = t->chunks[k].dec != NULL;
+            all = t->chunks[k].dec != 0;
         if (!all)
             continue;
         t->chunked = 1;

@@ -391,7 +391,7 @@ static int chunk_task(struct task *k, uint64_t *len, struct ckpt_err *err)
     const struct utensor *t = k->t;
     const struct uchunk *c = &t->chunks[k->band];
     const struct ckpt_dtype *dt = t->e->dtype;
-    uint64_t cb = c->dec->bytes;
+    uint64_t cb = c->dec;
     struct box bx = { .nd = t->e->ndim, .base = 0 };
     struct runs r;
     int64_t s = 1;

@@ -4,8 +4,8 @@
  * one chunk of the output tensor; its box is clipped to the array at the
  * edges while the stored (decoded) chunk stays full-size, so its element
  * strides are those of the full chunk in C or F order. The engine decodes
- * each chunk once, straight into the bands of the output that need it
- * (decode.c): no temporary copy of the decoded data.
+ * each chunk once and writes it from its buffer to the output (decode.c):
+ * no temporary copy of the decoded data.
  */
 #include <string.h>
 
@@ -29,7 +29,7 @@ static int64_t *chunk_strides(struct ckpt_arena *a, const struct ugrid *g)
 
 int uns_grid_chunks(struct ujob *j, struct ckpt_dcp_entry *e,
                     const struct ugrid *g, int64_t **strides,
-                    struct udec **decs, struct ckpt_err *err)
+                    struct ckpt_err *err)
 {
     struct ckpt_arena *ma = j->meta->arena;
     uint64_t grid[CKPT_MAX_DIMS], idx[CKPT_MAX_DIMS], n = 1;
@@ -43,10 +43,8 @@ int uns_grid_chunks(struct ujob *j, struct ckpt_dcp_entry *e,
     }
     e->chunks = ckpt_arena_array(ma, n + 1, sizeof(*e->chunks));
     *strides = chunk_strides(ma, g);
-    *decs = ckpt_arena_array(ma, n + 1, sizeof(**decs));
-    if (!e->chunks || !*strides || !*decs)
+    if (!e->chunks || !*strides)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-    memset(*decs, 0, (n + 1) * sizeof(**decs));
     e->chunkcap = n;
     e->nchunks = 0;
     for (uint64_t c = 0; c < n; c++) {
@@ -75,10 +73,9 @@ int uns_grid_chunks(struct ujob *j, struct ckpt_dcp_entry *e,
 /* Runs in the probing pool's workers: allocates nothing (the arenas are
  * not shared between threads). */
 void uns_grid_locate(struct uchunk *c, const struct ugrid *g,
-                     const int64_t *strides, struct udec *dec, int big_endian)
+                     const int64_t *strides, int big_endian)
 {
-    c->dec = dec;
-    c->dec->bytes = g->chunk_bytes;
+    c->dec = g->chunk_bytes;
     c->src = NULL;
     c->item_off = 0;
     c->data = 0;

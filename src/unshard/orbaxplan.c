@@ -6,7 +6,7 @@
  * (prefixed by the item name when the step has several items). Chunks
  * are compressed: they are placed on the array's chunk grid (grid.c, as
  * for zarr v2) and the engine decodes each once, in its workers, straight
- * into the output bands (decode.c). A chunk never written takes
+ * into the output (decode.c). A chunk never written takes
  * fill_value.
  */
 #include <dirent.h>
@@ -30,7 +30,6 @@ struct oarr {
     size_t ai;
     struct ugrid g;
     int64_t *strides;
-    struct udec *decs;      /* per chunk */
 };
 
 /* Lives until the job ends: the engine decodes from the open items. */
@@ -236,7 +235,7 @@ static int add_array(struct oplan *z, struct ckpt_orbax *ob, size_t ai,
     a->ai = ai;
     a->g = (struct ugrid){ oa->ndim, oa->shape, oa->chunks, oa->fortran,
                            oa->chunk_bytes };
-    if (uns_grid_chunks(z->j, e, &a->g, &a->strides, &a->decs, err) != 0)
+    if (uns_grid_chunks(z->j, e, &a->g, &a->strides, err) != 0)
         return -1;
     m->n++;
     return 0;
@@ -249,8 +248,7 @@ static int olocate(struct ujob *j, struct utensor *t, struct uchunk *c,
     const struct oarr *a = &z->arrs[t->e - j->meta->entries];
     (void)err;
     /* ckpt_orbax_chunk decodes to little-endian. */
-    uns_grid_locate(c, &a->g, a->strides, &a->decs[c->meta - t->e->chunks],
-                    0);
+    uns_grid_locate(c, &a->g, a->strides, 0);
     return 0;
 }
 

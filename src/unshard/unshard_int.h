@@ -42,16 +42,12 @@ struct usrc {
     int recs_sorted;
 };
 
-/* A chunk the engine decodes (decode.c: zarr, Orbax). */
-struct udec {
-    uint64_t bytes;         /* decoded size: the full chunk */
-};
-
 /* A stored chunk: where its elements are and how they are laid out. */
 struct uchunk {
     const struct ckpt_dcp_chunk *meta;  /* offsets/sizes in the tensor */
     struct usrc *src;       /* NULL for a decoded chunk (dec) */
-    struct udec *dec;       /* arena; decoded by j->decode, else NULL */
+    uint64_t dec;           /* bytes of the full chunk j->decode decodes
+                               (zarr, Orbax; decode.c), or 0 */
     uint64_t item_off;      /* start of the item (its zip) within src */
     uint64_t data;          /* absolute offset of the storage data in src */
     int64_t *stride;        /* arena, ndim; element strides in storage */
@@ -243,8 +239,7 @@ void uns_dec_bands(struct ujob *j);
  * grid cell (C order of the grid), edge chunks clipped to the shape;
  * each is decoded by j->decode into a full chunk of chunk_bytes laid out
  * in C order (F with fortran). *strides: the element strides of such a
- * chunk, *decs: one decode state per chunk (both in the metadata's
- * arena). */
+ * chunk (in the metadata's arena). */
 struct ugrid {
     int ndim;
     const uint64_t *shape, *chunks;
@@ -253,12 +248,11 @@ struct ugrid {
 };
 int uns_grid_chunks(struct ujob *j, struct ckpt_dcp_entry *e,
                     const struct ugrid *g, int64_t **strides,
-                    struct udec **decs, struct ckpt_err *err);
+                    struct ckpt_err *err);
 /* Chunk c of a grid array as a decoded chunk (a locate callback's work,
- * in a pool worker): dec is its element of *decs. */
+ * in a pool worker). */
 void uns_grid_locate(struct uchunk *c, const struct ugrid *g,
-                     const int64_t *strides, struct udec *dec,
-                     int big_endian);
+                     const int64_t *strides, int big_endian);
 /* Grid index of chunk c of a grid array. */
 void uns_grid_index(const struct uchunk *c, const struct ugrid *g,
                     uint64_t *idx);

@@ -6,7 +6,7 @@
  * Each array becomes one output tensor keyed by its path in the group.
  * Chunks are compressed, so they cannot be pread in place: they are placed
  * on the array's chunk grid (grid.c, shared with Orbax) and the engine
- * decodes each once, in its workers, straight into the output bands
+ * decodes each once, in its workers, straight into the output
  * (decode.c). Edge chunks are stored full-size: their box is clipped to
  * the array and their strides stay those of the full chunk (C or F
  * order). A missing chunk (found while planning) takes fill_value, or is
@@ -35,7 +35,6 @@ struct zarr_a {
     struct ckpt_zarray za;
     struct ugrid g;
     int64_t *strides;
-    struct udec *decs;      /* per chunk */
     unsigned char *missing; /* arena, per chunk: takes fill_value */
 };
 
@@ -260,7 +259,7 @@ static int add_array(struct zplan *z, const char *src, const char *rel,
                                za->chunk_bytes };
     }
     if (rc == 0)
-        rc = uns_grid_chunks(z->j, e, &a->g, &a->strides, &a->decs, err);
+        rc = uns_grid_chunks(z->j, e, &a->g, &a->strides, err);
     if (rc == 0)
         rc = find_missing(z, a, e, err);
     if (rc == 0)
@@ -278,7 +277,7 @@ static int zlocate(struct ujob *j, struct utensor *t, struct uchunk *c,
     /* The fill element is little-endian whatever the array's order. */
     size_t ci = c->meta - t->e->chunks;
     (void)err;
-    uns_grid_locate(c, &a->g, a->strides, &a->decs[ci],
+    uns_grid_locate(c, &a->g, a->strides,
                     a->missing[ci] ? 0 : a->za.big_endian);
     return 0;
 }
