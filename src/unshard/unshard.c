@@ -451,6 +451,10 @@ static void job_release(struct ujob *j)
     free(j->values);
     free(j->paths);
     uns_src_close_all(j);
+    if (j->fmtfree)
+        j->fmtfree(j->fmtplan);
+    pthread_mutex_destroy(&j->dmu);
+    pthread_cond_destroy(&j->dcv);
     ckpt_dcp_meta_free(j->meta);
     ckpt_arena_free(j->arena);
     free(j->dir);
@@ -467,6 +471,7 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
     j->o = o;
     j->allow_replicas = o->allow_replicas;
     pthread_mutex_init(&j->mu, NULL);
+    uns_dec_init(j);
     int jobs = o->jobs > 0 ? o->jobs : ckpt_ncpus();
     /* Three band-sized buffers per worker within the buffer budget: peak
      * memory stays flat whatever the checkpoint size. */
