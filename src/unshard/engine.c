@@ -372,7 +372,7 @@ static int chunk_run(void *ud, int64_t s, int64_t d)
     const char *p = x->buf + (uint64_t)s * x->size;
     uint64_t n = x->run * x->size, at = x->at + (uint64_t)d * x->size;
     if (!x->back)
-        return uns_pwrite_all(x->f->fd, p, (size_t)n, at, x->f->tmp,
+        return ckpt_pwrite_all(x->f->fd, p, (size_t)n, at, x->f->tmp,
                               x->err);
     struct usrc out = { .name = x->f->tmp, .fd = x->f->fd,
                         .size = x->f->size };
@@ -468,7 +468,7 @@ static int band_work(struct task *k, uint64_t *len, struct ckpt_err *err)
             uint32_t *crcs = k->t ? k->t->crcs : k->c->crcs;
             if (j->o->format == CKPT_FORMAT_TORCH)
                 crcs[k->band] = ckpt_crc32(0, buf, *len);
-            rc = uns_pwrite_all(f->fd, buf, *len, at, f->tmp, err);
+            rc = ckpt_pwrite_all(f->fd, buf, *len, at, f->tmp, err);
         }
     }
     bufpool_put(&j->bufs, buf);

@@ -325,7 +325,7 @@ static int create_outputs(struct ujob *j, struct dest *d,
             return ckpt_err_sys(err, "create '%s'", f->tmp);
         if (f->raw || j->o->format == CKPT_FORMAT_SAFETENSORS) {
             /* JSON files, and safetensors headers: known already. */
-            if (uns_pwrite_all(f->fd, f->head.ptr, f->head.len, 0, f->tmp,
+            if (ckpt_pwrite_all(f->fd, f->head.ptr, f->head.len, 0, f->tmp,
                                err) != 0)
                 return -1;
             if (f->raw)

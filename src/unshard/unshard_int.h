@@ -347,8 +347,6 @@ int uns_layout_finish(struct ujob *j, struct ckpt_err *err);
 
 int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                   struct ckpt_err *err);
-/* (ckpt_pwrite_all, under the name the planners used) */
-#define uns_pwrite_all ckpt_pwrite_all
 
 /* engine.c */
 void uns_job_fail(struct ujob *j, const struct ckpt_err *err);
