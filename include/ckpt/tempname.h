@@ -85,6 +85,11 @@ int ckpt_del_rename(const char *path, char **tmp, struct ckpt_err *err);
  * malloced); else 0. A live pid or another host's name is never ours. */
 int ckpt_del_dead(const char *name, char **x);
 
+/* 1 if the base name has the shape ".X.ckpt-del-HOST-PID" (any host, any
+ * pid): a directory being deleted, or left by an interrupted delete; not
+ * content to copy or judge. */
+int ckpt_is_del_name(const char *name);
+
 /* The sibling a dead process of this host left when it was killed
  * deleting path, or NULL. Malloced. */
 char *ckpt_del_dead_sibling(const char *path);

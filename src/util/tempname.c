@@ -268,6 +268,26 @@ int ckpt_del_dead(const char *name, char **x)
     return 1;
 }
 
+int ckpt_is_del_name(const char *name)
+{
+    const char *b = base_of(name), *m = NULL;
+    for (const char *p = b + 1; b[0] == '.' && (p = strstr(p, DEL_MARK));
+         p++)
+        m = p;
+    if (!m || m == b + 1)
+        return 0;
+    /* HOST "-" PID after the mark: the pid is the digits after the last
+     * '-' (host names may hold '-'). */
+    const char *dash = strrchr(m + strlen(DEL_MARK), '-');
+    if (!dash || dash == m + strlen(DEL_MARK) || dash[1] < '1' ||
+        dash[1] > '9')
+        return 0;
+    for (const char *d = dash + 1; *d; d++)
+        if (*d < '0' || *d > '9')
+            return 0;
+    return 1;
+}
+
 char *ckpt_del_dead_sibling(const char *path)
 {
     char *dir = ckpt_path_dirname(path), *base = ckpt_path_basename(path);

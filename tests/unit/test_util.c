@@ -242,6 +242,19 @@ static void test_util__tempname(void)
 }
 
 /* A file longer than the cap is an error, never its truncated prefix. */
+static void test_util__is_del_name(void)
+{
+    CHECK(ckpt_is_del_name(".step10.ckpt-del-vm-1-42"));
+    CHECK(ckpt_is_del_name("run/.2871001.ckpt-del-host-7"));
+    CHECK(ckpt_is_del_name("..ckpt-del-x.ckpt-del-h-9"));
+    CHECK(!ckpt_is_del_name("step10.ckpt-del-vm-42"));    /* no dot */
+    CHECK(!ckpt_is_del_name(".ckpt-del-vm-42"));         /* no X */
+    CHECK(!ckpt_is_del_name(".step10.ckpt-del-vm-042"));
+    CHECK(!ckpt_is_del_name(".step10.ckpt-del-vm-4x"));
+    CHECK(!ckpt_is_del_name(".step10.ckpt-del--42"));
+    CHECK(!ckpt_is_del_name(".step10.ckpt-del-vm"));
+}
+
 static void test_util__read_small_file(void)
 {
     char dir[] = "/tmp/ckpt-test-util-XXXXXX";
@@ -339,4 +352,5 @@ static void test_util__del_names(void)
 TEST_MAIN(T(test_util__parse_size), T(test_util__paths), T(test_util__buf),
           T(test_util__err), T(test_util__pool), T(test_util__die_oom),
           T(test_util__escape), T(test_util__redact), T(test_util__tempname),
-          T(test_util__read_small_file), T(test_util__del_names))
+          T(test_util__read_small_file), T(test_util__del_names),
+          T(test_util__is_del_name))
