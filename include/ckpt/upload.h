@@ -56,7 +56,7 @@ struct ckpt_upload_cfg {
     int follow_links;       /* follow symlinks inside local trees */
     int strip;              /* --extract: step into a single top directory */
     uint64_t part_size;     /* minimum part size; 0: 8 MiB */
-    uint64_t mem_budget;    /* bytes of data buffers; 0: 160 MiB */
+    uint64_t mem_budget;    /* bytes of data buffers; 0: 96 MiB */
     const char *state_dir;  /* journal directory; NULL: no journal */
     int max_throttles;      /* same-object throttles per request; 0: 30 */
     void (*on_event)(void *ud, const struct ckpt_upload_event *ev);

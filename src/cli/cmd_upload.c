@@ -589,7 +589,7 @@ int cmd_upload(int argc, char **argv)
         OPT_SIZE_(0, "part-size", &uo.part_size, "SIZE", "minimum "
                   "multipart part size (default 8M)"),
         OPT_SIZE_(0, "memory", &uo.memory, "SIZE", "data buffers in "
-                  "flight (default 160M)"),
+                  "flight (default 96M)"),
         OPT_STR_(0, "state-dir", &uo.state_dir, "DIR", "journals of "
                  "unfinished copies"),
         OPT_END_(),

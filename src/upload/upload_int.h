@@ -23,7 +23,7 @@
 #define DEFAULT_PART (8 * MIB)
 #define MAX_PARTS 10000ull
 #define MAX_PART (5ull << 30)
-#define DEFAULT_BUDGET (160 * MIB)
+#define DEFAULT_BUDGET (96 * MIB)   /* peak RSS ~123 MiB (bench/RESULTS.md) */
 #define CHECK_CHUNK (4 * MIB)
 #define DEFAULT_THROTTLES 30
 #define MAX_CACHE 64
