@@ -72,7 +72,7 @@ struct ckpt_ocdbt_vref {
 struct ckpt_ocdbt_manifest {
     struct ckpt_arena *arena;
     unsigned char uuid[16];
-    unsigned manifest_kind;     /* 0 single, 1 numbered */
+    unsigned manifest_kind;     /* 0 single, 1 numbered (config only) */
     uint64_t max_inline_value_bytes, max_decoded_node_bytes;
     uint8_t arity_log2;
     unsigned compression;       /* 0 none, 1 zstd */
@@ -239,7 +239,16 @@ struct ckpt_orbax_io {
      * "NAME/zarr.json") of the item, in any order. */
     int (*list)(void *ctx, int (*fn)(void *ud, const char *rel), void *ud,
                 struct ckpt_err *err);
+    /* The names of the files directly in the database directory (where
+     * numbered manifests are found), in any order; NULL when the files
+     * cannot be listed (a numbered database is then CKPT_EUNSUPPORTED). */
+    int (*names)(void *ctx, int (*fn)(void *ud, const char *name), void *ud,
+                 struct ckpt_err *err);
 };
+
+/* Whether name is a numbered manifest, "manifest." and 16 hex digits
+ * (TensorStore writes "manifest.%016x"), of generation *gen >= 1. */
+int ckpt_ocdbt_numbered_name(const char *name, uint64_t *gen);
 
 /* Whether an OCDBT database (named name in messages) is whole: reads the
  * manifest and every B+tree node of the latest generation through io and

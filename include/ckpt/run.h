@@ -90,6 +90,17 @@ int ckpt_tree_read(struct ckpt_tree *t, const char *path, size_t max,
 int ckpt_tree_read_head(struct ckpt_tree *t, const char *path, size_t max,
                         char **data, size_t *len, int *truncated,
                         struct ckpt_err *err);
+/* Read exactly len bytes at off of a file of the tree: a ranged read of
+ * a directory tree's object or of a plain tar member, the bytes captured
+ * while listing, or else (a member of a compressed archive) one more pass
+ * over the archive up to it; *passes (may be NULL) counts those. */
+int ckpt_tree_read_at(struct ckpt_tree *t, const char *path, uint64_t off,
+                      void *buf, size_t len, unsigned *passes,
+                      struct ckpt_err *err);
+/* Whether reading [off, off+len) of path needs a pass over a compressed
+ * archive. */
+int ckpt_tree_read_streams(const struct ckpt_tree *t, const char *path,
+                           uint64_t off, size_t len);
 /* Storage key of a file of a directory tree (malloced); NULL for
  * archives. */
 char *ckpt_tree_key(const struct ckpt_tree *t, const char *path);

@@ -172,6 +172,14 @@ int ckpt_storage_delete(struct ckpt_storage *st, const char *key,
  * (unlinks them), survives concurrent deleters. Remote: batched. */
 int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
                              struct ckpt_err *err);
+/* ckpt_storage_delete_tree, rename-first where the storage is local: dir
+ * is first renamed to its hidden ".BASE.ckpt-del-HOST-PID" sibling
+ * (ckpt_del_rename, tempname.h), the commit point of the delete, and the
+ * sibling is deleted; a kill leaves dir whole or the sibling, which
+ * ckpt_del_dead finds once this process is gone. A missing dir is
+ * success. Remote storages delete in place (batched). */
+int ckpt_storage_delete_tree_aside(struct ckpt_storage *st, const char *dir,
+                                   struct ckpt_err *err);
 
 /* Delete exactly the files/objects keys[0..n) (all below dir, as a listing
  * of dir named them), then, locally, the directories below dir left empty

@@ -16,7 +16,10 @@
 #ifndef CKPT_TEMPNAME_H
 #define CKPT_TEMPNAME_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+struct ckpt_err;
 
 /* A fresh temporary path in dir ("" or NULL: the current directory),
  * unique within this process. Malloced. */
@@ -49,5 +52,51 @@ void ckpt_temp_keep(const char *path);
  * CLI prints it); NULL: nobody is told. */
 typedef void (*ckpt_temp_removed_fn)(const char *path, long pid);
 void ckpt_temp_on_removed(ckpt_temp_removed_fn fn);
+
+/* Remove path and, if it is a directory, everything below it, depth
+ * first, never following symbolic links. Best effort, for ckpt's own
+ * scratch and temporaries: errors are ignored, what cannot go stays. */
+void ckpt_rm_tree(const char *path);
+
+/*
+ * Rename-first deletes of local directories (clean's runs and pruned
+ * checkpoints, unshard --delete-sharded's steps). The delete starts by
+ * renaming PATH to the hidden sibling
+ *
+ *     .BASE.ckpt-del-HOST-PID
+ *
+ * (HOST: the host name): that rename is the commit point. A kill before
+ * it leaves PATH whole, a kill after it a name no reader takes for a
+ * checkpoint or run, which a later ckpt run of this host finishes once
+ * PID is dead.
+ */
+
+/* The sibling name for path (malloced), or NULL when it would exceed
+ * NAME_MAX (such a directory is deleted in place). */
+char *ckpt_del_temp(const char *path);
+
+/* Rename path to ckpt_del_temp(path). 0 with *tmp the new name, or NULL
+ * when the name would be too long and path was not renamed; -1 with err
+ * set if the rename failed (*tmp NULL). */
+int ckpt_del_rename(const char *path, char **tmp, struct ckpt_err *err);
+
+/* 1 if the base name is ".X.ckpt-del-HOST-PID" of this host and of a
+ * process that no longer exists (then *x, if x is not NULL, is X,
+ * malloced); else 0. A live pid or another host's name is never ours. */
+int ckpt_del_dead(const char *name, char **x);
+
+/* 1 if the base name has the shape ".X.ckpt-del-HOST-PID" (any host, any
+ * pid): a directory being deleted, or left by an interrupted delete; not
+ * content to copy or judge. */
+int ckpt_is_del_name(const char *name);
+
+/* The sibling a dead process of this host left when it was killed
+ * deleting path, or NULL. Malloced. */
+char *ckpt_del_dead_sibling(const char *path);
+
+/* The base names of the siblings dead processes of this host left in
+ * directory dir, any X (malloced array of malloced names, sorted; *n
+ * set). NULL with *n = 0 when there are none or dir cannot be read. */
+char **ckpt_del_dead_in(const char *dir, size_t *n);
 
 #endif

@@ -129,8 +129,12 @@ struct ckpt_checkpoint;
  * cannot be read or has nothing to unshard). */
 struct ckpt_unshard_step_event {
     const char *action;     /* "unsharded", "would-unshard", "skip",
-                               "error"; "info": a note on how the step
-                               is read, followed by its own event */
+                               "error"; with delete_sharded also
+                               "deleted", "would-delete" (a step whose
+                               complete copy exists, or one a killed run
+                               renamed aside); "info": a note on how the
+                               step is read, followed by its own event;
+                               "warning": a note for stderr */
     const char *run;        /* the run as given */
     const struct ckpt_checkpoint *ckpt;    /* or NULL */
     const char *detail;     /* why skipped, the error, or what was

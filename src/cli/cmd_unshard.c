@@ -394,6 +394,10 @@ static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
         cli_debugf("%s: %s", k ? k->name : ev->run, detail);
         return;
     }
+    if (!strcmp(action, "warning")) {
+        cli_warnf("%s", detail);
+        return;
+    }
     /* The step's progress bar ends before its row. */
     cli_progress_done(c->prog);
     c->prog = NULL;

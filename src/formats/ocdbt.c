@@ -579,6 +579,31 @@ int ckpt_ocdbt_manifest_parse(const void *p, size_t n, const char *name,
     return 0;
 }
 
+int ckpt_ocdbt_numbered_name(const char *name, uint64_t *gen)
+{
+    static const char pre[] = "manifest.";
+    uint64_t g = 0;
+    if (strncmp(name, pre, sizeof(pre) - 1))
+        return 0;
+    name += sizeof(pre) - 1;
+    for (int i = 0; i < 16; i++) {
+        int c = (unsigned char)name[i], v;
+        if (c >= '0' && c <= '9')
+            v = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            v = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            v = c - 'A' + 10;
+        else
+            return 0;
+        g = g << 4 | (uint64_t)v;
+    }
+    if (name[16] || g == 0)
+        return 0;
+    *gen = g;
+    return 1;
+}
+
 /* --- version tree node ---------------------------------------------------- */
 
 int ckpt_ocdbt_vtree_parse(const void *p, size_t n, const char *base,

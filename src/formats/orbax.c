@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,30 @@ struct ckpt_orbax {
     /* last shard index read (sharded zarr3) */
     char *ixkey;
     uint64_t *ix;
+    /* ckpt_orbax_chunk runs in several threads at once (the unshard
+     * engine's workers): mu guards sizes and incomplete, ixmu ixkey/ix */
+    pthread_mutex_t mu, ixmu;
 };
+
+static void locks_init(struct ckpt_orbax *o)
+{
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_mutex_init(&o->ixmu, NULL);
+}
+
+static void locks_destroy(struct ckpt_orbax *o)
+{
+    pthread_mutex_destroy(&o->mu);
+    pthread_mutex_destroy(&o->ixmu);
+}
+
+static struct ckpt_orbax *orbax_new(const char *dir)
+{
+    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
+    o->dir = ckpt_xstrdup(dir);
+    locks_init(o);
+    return o;
+}
 
 int ckpt_orbax_is_item(const char *dir)
 {
@@ -170,20 +194,31 @@ static int local_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
 static int cached_size(struct ckpt_orbax *o, const char *rel, uint64_t *size,
                        struct ckpt_err *err)
 {
+    pthread_mutex_lock(&o->mu);
     for (int i = 0; i < o->nsizes; i++)
         if (!strcmp(o->sizes[i].path, rel)) {
             *size = o->sizes[i].size;
+            pthread_mutex_unlock(&o->mu);
             return 0;
         }
-    if (o->io->size(o->io->ctx, rel, size, err) != 0) {
+    int rc = o->io->size(o->io->ctx, rel, size, err);
+    if (rc != 0) {
         o->incomplete = err->code == CKPT_ENOTFOUND;
-        return -1;
+    } else {
+        int i = o->nsizes < 16 ? o->nsizes++ : o->nextsize++ % 16;
+        free(o->sizes[i].path);
+        o->sizes[i].path = ckpt_xstrdup(rel);
+        o->sizes[i].size = *size;
     }
-    int i = o->nsizes < 16 ? o->nsizes++ : o->nextsize++ % 16;
-    free(o->sizes[i].path);
-    o->sizes[i].path = ckpt_xstrdup(rel);
-    o->sizes[i].size = *size;
-    return 0;
+    pthread_mutex_unlock(&o->mu);
+    return rc != 0 ? -1 : 0;
+}
+
+static void set_incomplete(struct ckpt_orbax *o)
+{
+    pthread_mutex_lock(&o->mu);
+    o->incomplete = 1;
+    pthread_mutex_unlock(&o->mu);
 }
 
 /* Bounds-checked read through io: the file must hold [off, off+len). */
@@ -197,7 +232,7 @@ static int io_read(struct ckpt_orbax *o, const char *rel, uint64_t off,
     if (cached_size(o, rel, &size, err) != 0)
         return -1;
     if (size < off + len) {
-        o->incomplete = 1;
+        set_incomplete(o);
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s' has %llu bytes, the "
                             "OCDBT tree references bytes up to %llu "
                             "(truncated)", o->dir, rel,
@@ -327,27 +362,89 @@ static int load_node(struct ckpt_orbax *o, const struct ckpt_ocdbt_ref *ref,
     return rc;
 }
 
-static int load_ocdbt(struct ckpt_orbax *o, struct ckpt_err *err)
+/* Read and parse the manifest file rel of the database. */
+static int read_manifest(struct ckpt_orbax *o, const char *rel,
+                         struct ckpt_ocdbt_manifest **m, struct ckpt_err *err)
 {
-    char *path = ckpt_path_join(o->dir, "manifest.ocdbt"), *buf = NULL;
-    struct ckpt_ocdbt_manifest *m = NULL;
+    char *path = ckpt_path_join(o->dir, rel), *buf = NULL;
     uint64_t size = 0;
-    size_t len = 0;
-    int rc = o->io->size(o->io->ctx, "manifest.ocdbt", &size, err);
+    int rc = o->io->size(o->io->ctx, rel, &size, err);
     if (rc == 0 && size > CKPT_OCDBT_MAX_NODE)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is larger than %zu bytes",
                           path, CKPT_OCDBT_MAX_NODE);
     if (rc == 0) {
-        len = (size_t)size;
-        buf = ckpt_xmalloc(len + 1);
-        rc = o->io->read(o->io->ctx, "manifest.ocdbt", 0, size, buf, err);
+        buf = ckpt_xmalloc((size_t)size + 1);
+        rc = o->io->read(o->io->ctx, rel, 0, size, buf, err);
     }
     if (rc == 0)
-        rc = ckpt_ocdbt_manifest_parse(buf, len, path, &m, err);
+        rc = ckpt_ocdbt_manifest_parse(buf, (size_t)size, path, m, err);
     free(buf);
+    free(path);
+    return rc;
+}
+
+struct newest {
+    uint64_t gen;
+};
+
+static int note_numbered(void *ud, const char *name)
+{
+    struct newest *n = ud;
+    uint64_t g;
+    if (ckpt_ocdbt_numbered_name(name, &g) && g > n->gen)
+        n->gen = g;
+    return 0;
+}
+
+/* manifest_kind 1: manifest.ocdbt holds the config only; the database is
+ * the newest numbered manifest, manifest.%016x, a single-kind manifest
+ * whose latest generation is its number (TensorStore io/manifest_cache.cc
+ * writes one per commit and deletes old ones). *m is replaced by it. */
+static int load_numbered(struct ckpt_orbax *o, struct ckpt_ocdbt_manifest **m,
+                         struct ckpt_err *err)
+{
+    struct newest n = { 0 };
+    char name[32];
+    if (!o->io->names)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: numbered manifests "
+                            "(manifest_kind 1) cannot be listed here",
+                            o->dir);
+    if (o->io->names(o->io->ctx, note_numbered, &n, err) != 0)
+        return -1;
+    ckpt_arena_free((*m)->arena);
+    *m = NULL;
+    if (!n.gen)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: manifest.ocdbt says "
+                            "numbered manifests, and there is none "
+                            "(manifest.NNNNNNNNNNNNNNNN): no generation to "
+                            "read", o->dir);
+    snprintf(name, sizeof(name), "manifest.%016llx",
+             (unsigned long long)n.gen);
+    if (read_manifest(o, name, m, err) != 0) {
+        if (err->code == CKPT_ENOTFOUND)    /* vanished since the listing */
+            err->code = CKPT_EIO;
+        return -1;
+    }
+    const struct ckpt_ocdbt_manifest *x = *m;
+    if (x->manifest_kind != 0)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s/%s: a numbered manifest "
+                            "of manifest_kind %u (must be 0)", o->dir, name,
+                            x->manifest_kind);
+    if (x->versions[x->nversions - 1].generation != n.gen)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s/%s: latest generation "
+                            "%llu, the name says %llu", o->dir, name,
+                            (unsigned long long)
+                            x->versions[x->nversions - 1].generation,
+                            (unsigned long long)n.gen);
+    return 0;
+}
+
+static int load_ocdbt(struct ckpt_orbax *o, struct ckpt_err *err)
+{
+    struct ckpt_ocdbt_manifest *m = NULL;
+    int rc = read_manifest(o, "manifest.ocdbt", &m, err);
     if (rc == 0 && m->manifest_kind != 0)
-        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: numbered manifests "
-                          "(manifest_kind 1) are not supported yet", path);
+        rc = load_numbered(o, &m, err);
     if (rc == 0) {
         const struct ckpt_ocdbt_version *v = &m->versions[m->nversions - 1];
         if (v->root.file)
@@ -355,7 +452,6 @@ static int load_ocdbt(struct ckpt_orbax *o, struct ckpt_err *err)
     }
     if (m)
         ckpt_arena_free(m->arena);
-    free(path);
     return rc;
 }
 
@@ -396,6 +492,21 @@ static int local_list(void *ctx, int (*fn)(void *ud, const char *rel),
             free(rel);
         }
     }
+    closedir(d);
+    return rc;
+}
+
+static int local_names(void *ctx, int (*fn)(void *ud, const char *name),
+                       void *ud, struct ckpt_err *err)
+{
+    DIR *d = opendir(ctx);
+    struct dirent *de;
+    int rc = 0;
+    if (!d)
+        return ckpt_err_sys(err, "open '%s'", (const char *)ctx);
+    while (rc == 0 && (de = readdir(d)) != NULL)
+        if (de->d_name[0] != '.')
+            rc = fn(ud, de->d_name);
     closedir(d);
     return rc;
 }
@@ -718,10 +829,9 @@ static int open_common(struct ckpt_orbax *o, struct ckpt_err *err)
 int ckpt_orbax_open(const char *dir, struct ckpt_orbax **out,
                     struct ckpt_err *err)
 {
-    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
-    o->dir = ckpt_xstrdup(dir);
+    struct ckpt_orbax *o = orbax_new(dir);
     o->local_io = (struct ckpt_orbax_io){ o->dir, local_size, local_read,
-                                          local_list };
+                                          local_list, local_names };
     o->io = &o->local_io;
     o->ocdbt = ckpt_is_file_in(dir, "manifest.ocdbt");
     if (open_common(o, err) != 0) {
@@ -736,8 +846,7 @@ int ckpt_orbax_open_io(const struct ckpt_orbax_io *io, const char *name,
                        int ocdbt, struct ckpt_orbax **out,
                        struct ckpt_err *err)
 {
-    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
-    o->dir = ckpt_xstrdup(name);
+    struct ckpt_orbax *o = orbax_new(name);
     o->io = io;
     o->ocdbt = ocdbt;
     if (open_common(o, err) != 0) {
@@ -809,17 +918,33 @@ static int sio_list(void *ctx, int (*fn)(void *ud, const char *rel),
     return l.rc;
 }
 
+static int sio_name(void *ud, const struct ckpt_entry *e)
+{
+    struct sio_ls l = *(struct sio_ls *)ud;
+    if (e->type != CKPT_ENTRY_FILE || strchr(e->name, '/'))
+        return 0;
+    return l.fn(l.ud, e->name);
+}
+
+/* The files directly under the item (one level). */
+static int sio_names(void *ctx, int (*fn)(void *ud, const char *name),
+                     void *ud, struct ckpt_err *err)
+{
+    struct sio_ls l = { ctx, fn, ud, 0 };
+    struct sio *x = ctx;
+    return ckpt_storage_list(x->st, x->dir, 0, sio_name, &l, err);
+}
+
 int ckpt_orbax_open_storage(struct ckpt_storage *st, const char *dir,
                             struct ckpt_orbax **out, struct ckpt_err *err)
 {
-    struct ckpt_orbax *o = ckpt_xcalloc(1, sizeof(*o));
+    struct ckpt_orbax *o = orbax_new(dir);
     struct ckpt_stat sb;
     struct ckpt_err e2 = CKPT_ERR_INIT;
     char *m = ckpt_path_join(dir, "manifest.ocdbt");
-    o->dir = ckpt_xstrdup(dir);
     o->sio = (struct sio){ st, o->dir };
     o->remote_io = (struct ckpt_orbax_io){ &o->sio, sio_size, sio_read,
-                                           sio_list };
+                                           sio_list, sio_names };
     o->io = &o->remote_io;
     o->ocdbt = ckpt_storage_stat(st, m, &sb, &e2) == 0;
     free(m);
@@ -866,7 +991,7 @@ static char *chunk_key(const struct ckpt_orbax_array *a, const uint64_t *idx)
 }
 
 /* Locate inner chunk idx of a sharded array: its shard key and range. */
-static int shard_locate(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
+static int shard_locate_locked(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
                         const uint64_t *idx, char **key, uint64_t *off,
                         uint64_t *len, struct ckpt_err *err)
 {
@@ -912,6 +1037,16 @@ static int shard_locate(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
         return ckpt_err_set(err, CKPT_EFORMAT, "%s/%s: inner chunk outside "
                             "the shard", o->dir, *key);
     return 0;
+}
+
+static int shard_locate(struct ckpt_orbax *o, const struct ckpt_orbax_array *a,
+                        const uint64_t *idx, char **key, uint64_t *off,
+                        uint64_t *len, struct ckpt_err *err)
+{
+    pthread_mutex_lock(&o->ixmu);
+    int rc = shard_locate_locked(o, a, idx, key, off, len, err);
+    pthread_mutex_unlock(&o->ixmu);
+    return rc;
 }
 
 /* Rows [idx0 * chunk rows, ...) of a raw array, straight from the file. */
@@ -971,6 +1106,7 @@ int ckpt_ocdbt_check(const struct ckpt_orbax_io *io, const char *name,
 {
     struct ckpt_orbax o;
     memset(&o, 0, sizeof(o));
+    locks_init(&o);
     o.dir = (char *)name;
     o.io = io;
     o.ocdbt = 1;
@@ -985,6 +1121,7 @@ int ckpt_ocdbt_check(const struct ckpt_orbax_io *io, const char *name,
     for (int i = 0; i < o.nsizes; i++)
         free(o.sizes[i].path);
     free(o.kv);
+    locks_destroy(&o);
     return rc;
 }
 
@@ -1004,5 +1141,6 @@ void ckpt_orbax_close(struct ckpt_orbax *o)
     free(o->ixkey);
     free(o->ix);
     free(o->dir);
+    locks_destroy(o);
     free(o);
 }

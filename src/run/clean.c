@@ -20,6 +20,7 @@
 
 #include "ckpt/buf.h"
 #include "ckpt/clean.h"
+#include "ckpt/tempname.h"
 #include "ckpt/util.h"
 
 void ckpt_clean_item_init(struct ckpt_clean_item *it, struct ckpt_storage *st,
@@ -51,94 +52,28 @@ void ckpt_clean_item_release(struct ckpt_clean_item *it)
 }
 
 /* A local delete starts by renaming the directory to a hidden sibling
- * ".BASE.ckpt-del-HOST-PID": that rename is the commit point, so a kill
- * afterwards leaves a name a rerun can recognise and finish, instead of a
- * half-deleted run that no longer looks like a run. */
-static char *del_prefix(const char *base)
-{
-    char host[256] = "";
-    if (gethostname(host, sizeof(host) - 1) != 0 || !*host)
-        strcpy(host, "unknown");
-    return ckpt_xasprintf(".%s.ckpt-del-%s-", base, host);
-}
-
-/* The temp sibling for KEY, or NULL when its name would exceed NAME_MAX
- * (such a directory is deleted in place, as before). */
-static char *del_temp(const char *key)
-{
-    char *dir = ckpt_path_dirname(key), *base = ckpt_path_basename(key);
-    char *pre = del_prefix(base);
-    char *name = ckpt_xasprintf("%s%ld", pre, (long)getpid());
-    char *path = strlen(name) > NAME_MAX ? NULL
-                 : *dir ? ckpt_path_join(dir, name) : ckpt_xstrdup(name);
-    free(dir);
-    free(base);
-    free(pre);
-    free(name);
-    return path;
-}
-
-/* NAME minus PRE is the pid of a process of this host that no longer
- * exists. A live pid or a name of another host is never ours to touch. */
-static int dead_temp(const char *name, const char *pre)
-{
-    size_t n = strlen(pre);
-    if (strncmp(name, pre, n) != 0 || !name[n])
-        return 0;
-    char *end;
-    errno = 0;
-    long pid = strtol(name + n, &end, 10);
-    if (*end || errno || pid <= 0 || name[n] < '1' || name[n] > '9')
-        return 0;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-}
-
-/* The temp sibling a dead process of this host left when it was killed
- * deleting KEY, or NULL. */
-static char *dead_sibling(const char *key)
-{
-    char *dir = ckpt_path_dirname(key), *base = ckpt_path_basename(key);
-    char *pre = del_prefix(base), *found = NULL;
-    DIR *d = opendir(*dir ? dir : ".");
-    struct dirent *de;
-    while (d && !found && (de = readdir(d)) != NULL)
-        if (dead_temp(de->d_name, pre))
-            found = *dir ? ckpt_path_join(dir, de->d_name)
-                         : ckpt_xstrdup(de->d_name);
-    if (d)
-        closedir(d);
-    free(dir);
-    free(base);
-    free(pre);
-    return found;
-}
-
-/* Temp dirs inside the run RUN that dead prunes of this host left:
- * ".DIR.ckpt-del-HOST-PID", DIR any name. */
+ * ".BASE.ckpt-del-HOST-PID" (ckpt_del_rename): that rename is the commit
+ * point, so a kill afterwards leaves a name a rerun can recognise and
+ * finish, instead of a half-deleted run that no longer looks like a run.
+ * Temp dirs inside the run RUN that dead deletes of this host left (a
+ * prune, or unshard --delete-sharded's step) are finished with it. */
 static void find_dead_prunes(struct ckpt_clean_item *it)
 {
-    char *pre = del_prefix(""), *p;
-    DIR *d = opendir(it->key);
-    struct dirent *de;
-    while (d && (de = readdir(d)) != NULL) {
-        const char *name = de->d_name;
-        /* ".X" then pre (which is "." + ".ckpt-del-HOST-") minus its
-         * leading "." */
-        if (name[0] != '.' || !(p = strstr(name + 1, pre + 1)) ||
-            p == name + 1 || !dead_temp(p, pre + 1))
+    size_t n, w = 0;
+    char **v = ckpt_del_dead_in(it->key, &n), *x;
+    for (size_t i = 0; i < n; i++) {
+        /* (checked again: a pid reused since the listing is live) */
+        if (!ckpt_del_dead(v[i], &x)) {
+            free(v[i]);
             continue;
-        it->resume_prune = realloc(it->resume_prune, (it->nresume_prune + 1) *
-                                   sizeof(*it->resume_prune));
-        if (!it->resume_prune)
-            abort();
-        it->resume_prune[it->nresume_prune++] = ckpt_xstrdup(name);
-        ckpt_buf_addf(&it->reason, "; %s an interrupted prune of %.*s",
-                      it->co->dry_run ? "would finish" : "finished",
-                      (int)(p - (name + 1)), name + 1);
+        }
+        ckpt_buf_addf(&it->reason, "; %s an interrupted prune of %s",
+                      it->co->dry_run ? "would finish" : "finished", x);
+        free(x);
+        v[w++] = v[i];
     }
-    if (d)
-        closedir(d);
-    free(pre);
+    it->resume_prune = v;
+    it->nresume_prune = w;
 }
 
 static const char *msg_delete(const struct ckpt_clean_opts *co)
@@ -301,6 +236,48 @@ static void plan_prune(const struct ckpt_run *run, const struct ckpt_clean_opts 
 }
 
 static void verdict(struct ckpt_clean_item *it);
+static int is_live(struct ckpt_clean_item *it, const struct ckpt_tree *t);
+
+/* A dead process's delete renamed the run to it->resume and was killed.
+ * That run was judged bad then, but a writer holding the directory open
+ * may have written since: judge what is there again. A complete
+ * checkpoint is an error (left in place), a file written within --min-age
+ * makes it live (skipped); otherwise the delete is finished. */
+static void resume_verdict(struct ckpt_clean_item *it)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_tree *t = NULL;
+    struct ckpt_run run;
+    struct ckpt_stat sb;
+    enum ckpt_load_status status;
+    char *b = ckpt_path_basename(it->resume);
+    it->action = "error";
+    if (ckpt_run_load_flags(it->st, it->resume, 0, CKPT_TREE_SALVAGE, &sb,
+                            &status, &t, &run, &err) != 0) {
+        ckpt_buf_addf(&it->reason, "%s (an interrupted delete): %s", b,
+                      err.msg);
+        free(b);
+        return;
+    }
+    const struct ckpt_checkpoint *best =
+        status == CKPT_LOAD_OK ? ckpt_run_best(&run) : NULL;
+    if (best)
+        ckpt_buf_addf(&it->reason, "%s (an interrupted delete) now holds "
+                      "complete checkpoint %s (%s); left in place", b,
+                      best->name, ckpt_format_name(best->format));
+    else if (status != CKPT_LOAD_OK)
+        ckpt_buf_addf(&it->reason, "%s (an interrupted delete) is not a "
+                      "directory; left in place", b);
+    else if (!is_live(it, t)) {
+        it->action = msg_delete(it->co);
+        ckpt_buf_addf(&it->reason, "%s an interrupted delete (%s)",
+                      it->co->dry_run ? "finishes" : "finished", b);
+    }
+    if (status == CKPT_LOAD_OK)
+        ckpt_run_release(&run);
+    ckpt_tree_free(t);
+    free(b);
+}
 
 /* The live-run guard: a run (or archive) written to within --min-age may
  * still be growing; it is skipped whatever it holds. */
@@ -346,12 +323,8 @@ void ckpt_clean_judge(struct ckpt_clean_item *it)
                             CKPT_TREE_SALVAGE, &it->sb, &status, &tree,
                             &it->run, &err) != 0) {
         if (err.code == CKPT_ENOTFOUND && ckpt_storage_is_local(it->st) &&
-            (it->resume = dead_sibling(it->key)) != NULL) {
-            char *b = ckpt_path_basename(it->resume);
-            it->action = msg_delete(it->co);
-            ckpt_buf_addf(&it->reason, "%s an interrupted delete (%s)",
-                          it->co->dry_run ? "finishes" : "finished", b);
-            free(b);
+            (it->resume = ckpt_del_dead_sibling(it->key)) != NULL) {
+            resume_verdict(it);
             return;
         }
         ckpt_buf_addstr(&it->reason, err.msg);
@@ -554,20 +527,6 @@ static int delete_run(struct ckpt_clean_item *it, struct ckpt_err *err)
     return rc;
 }
 
-/* Rename KEY aside to its temp sibling (the commit point of the delete).
- * *tmp is NULL when the name would be too long: delete in place. */
-static int rename_aside(const char *key, char **tmp, struct ckpt_err *err)
-{
-    *tmp = del_temp(key);
-    if (*tmp && renameat(AT_FDCWD, key, AT_FDCWD, *tmp) != 0) {
-        int rc = ckpt_err_sys(err, "rename '%s' to '%s'", key, *tmp);
-        free(*tmp);
-        *tmp = NULL;
-        return rc;
-    }
-    return 0;
-}
-
 /* A local run: rename it aside, delete the judged files inside, then the
  * directory. What appeared meanwhile goes back under the run's name (if
  * that is still free) and the run is an error. */
@@ -577,8 +536,16 @@ static int delete_renamed(struct ckpt_clean_item *it, struct ckpt_tree *t,
     if (!ckpt_storage_is_local(it->st))
         return delete_judged(it, t, it->key, err);
     char *tmp;
-    if (rename_aside(it->key, &tmp, err) != 0)
-        return -1;
+    if (ckpt_del_rename(it->key, &tmp, err) != 0) {
+        /* Renamed away since the re-check: another cleaner got there
+         * first, which is what we wanted. */
+        if (err->sys_errno != ENOENT)
+            return -1;
+        ckpt_buf_addstr(&it->reason, " (already deleted by another "
+                        "process)");
+        it->gone = 1;
+        return 0;
+    }
     if (!tmp)
         return delete_judged(it, t, it->key, err);
     int rc = delete_judged(it, t, tmp, err);
@@ -622,11 +589,8 @@ static int prune_run(struct ckpt_clean_item *it, struct ckpt_err *err)
             break;
         }
         if (!it->co->dry_run) {
-            char *key = ckpt_path_join(it->key, c->dir), *tmp = NULL;
-            rc = rename_aside(key, &tmp, err);
-            if (rc == 0)
-                rc = ckpt_storage_delete_tree(it->st, tmp ? tmp : key, err);
-            free(tmp);
+            char *key = ckpt_path_join(it->key, c->dir);
+            rc = ckpt_storage_delete_tree_aside(it->st, key, err);
             free(key);
             if (rc != 0)
                 break;

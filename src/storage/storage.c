@@ -3,10 +3,12 @@
  */
 #include "storage_int.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/buf.h"
+#include "ckpt/tempname.h"
 #include "ckpt/util.h"
 
 static const struct {
@@ -274,6 +276,25 @@ int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
                              struct ckpt_err *err)
 {
     return st->ops->delete_tree(st, dir, err);
+}
+
+int ckpt_storage_delete_tree_aside(struct ckpt_storage *st, const char *dir,
+                                   struct ckpt_err *err)
+{
+    if (!ckpt_storage_is_local(st))
+        return ckpt_storage_delete_tree(st, dir, err);
+    char *tmp;
+    struct ckpt_err rerr = CKPT_ERR_INIT;
+    if (ckpt_del_rename(dir, &tmp, &rerr) != 0) {
+        /* Gone already (another deleter): what was wanted. */
+        if (rerr.sys_errno == ENOENT)
+            return 0;
+        *err = rerr;
+        return -1;
+    }
+    int rc = ckpt_storage_delete_tree(st, tmp ? tmp : dir, err);
+    free(tmp);
+    return rc;
 }
 
 int ckpt_storage_delete_keys(struct ckpt_storage *st, const char *dir,

@@ -8,6 +8,9 @@
  * The CRC-32 of every zip record read from is checked on the way
  * (crccheck.c).
  *
+ * Tensors of decoded chunks (zarr, Orbax; decode.c) go chunk by chunk
+ * instead: a task decodes one chunk and writes it from its buffer.
+ *
  * Reads: when a chunk's part of the band is contiguous in both source and
  * output (row sharding, or column sharding of whole rows) it is one pread
  * straight into the band buffer; otherwise the source span is read once
@@ -254,12 +257,17 @@ static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
 
 /* --- tasks ------------------------------------------------------------- */
 
+/* A band of a tensor or a piece of a copied record; a chunk of a chunked
+ * tensor (band = chunk index); or the CRC of a chunked tensor's band. */
+enum { TASK_BAND, TASK_CHUNK, TASK_CRC };
+
 struct task {
     struct ujob *j;
     struct utensor *t;        /* a tensor band, or */
     struct ucopy *c;          /* a piece of a copied record */
     uint64_t band;
     int verify;
+    int mode;                 /* TASK_* */
 };
 
 static uint64_t out_off(struct ujob *j, int file, size_t rec, uint64_t off)
@@ -343,12 +351,136 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
     return 0;
 }
 
+/* --- decoded chunks (decode.c) ------------------------------------------ */
+
+/* Chunk k->band of a chunked tensor, decoded into its own buffer, then
+ * written from it run by run (one run for whole rows: the band), or with
+ * verify compared with what the output holds. */
+struct crun {
+    struct ujob *j;
+    const char *buf;
+    char *back;               /* verify: read-back space, or NULL */
+    unsigned size;
+    uint64_t run, at;         /* run elements; tensor's output offset */
+    const struct ufile *f;
+    struct ckpt_err *err;
+};
+
+static int chunk_run(void *ud, int64_t s, int64_t d)
+{
+    struct crun *x = ud;
+    const char *p = x->buf + (uint64_t)s * x->size;
+    uint64_t n = x->run * x->size, at = x->at + (uint64_t)d * x->size;
+    if (!x->back)
+        return ckpt_pwrite_all(x->f->fd, p, (size_t)n, at, x->f->tmp,
+                              x->err);
+    struct usrc out = { .name = x->f->tmp, .fd = x->f->fd,
+                        .size = x->f->size };
+    if (uns_src_read(&out, at, x->back, (size_t)n, x->err) != 0)
+        return -1;
+    if (memcmp(p, x->back, (size_t)n) != 0)
+        return ckpt_err_set(x->err, CKPT_EFORMAT, "verify: '%s' differs "
+                            "from the source at offset %llu", x->f->name,
+                            (unsigned long long)at);
+    return 0;
+}
+
+static int chunk_task(struct task *k, uint64_t *len, struct ckpt_err *err)
+{
+    struct ujob *j = k->j;
+    const struct utensor *t = k->t;
+    const struct uchunk *c = &t->chunks[k->band];
+    const struct ckpt_dtype *dt = t->e->dtype;
+    uint64_t cb = c->dec;
+    struct box bx = { .nd = t->e->ndim, .base = 0 };
+    struct runs r;
+    int64_t s = 1;
+    for (int d = bx.nd - 1; d >= 0; d--) {
+        bx.lo[d] = c->meta->offsets[d];
+        bx.e[d] = c->meta->sizes[d];
+        bx.gstride[d] = s;
+        s *= (int64_t)t->e->size[d];
+    }
+    make_runs(&bx, c, &r);
+    *len = r.nruns * r.run * dt->itemsize;
+    uns_dec_acquire(j, cb);
+    char *buf = ckpt_xmalloc((size_t)cb + 1);
+    char *back = k->verify ? ckpt_xmalloc((size_t)(r.run * dt->itemsize))
+                           : NULL;
+    struct crun x = { j, buf, back, dt->itemsize, r.run,
+                      out_off(j, t->file, t->rec, t->out_off),
+                      &j->files[t->file], err };
+    int rc = j->decode(j, t, c, buf, err);
+    if (rc == 0 && c->big_endian)
+        swap_elems(buf, cb / dt->itemsize, dt->itemsize, dt->swap);
+    if (rc == 0)
+        rc = each_run(&bx, c, &r, chunk_run, &x);
+    /* Whole rows are one run, the band: its CRC for the zip record. */
+    if (rc == 0 && t->rows && j->o->format == CKPT_FORMAT_TORCH) {
+        uint32_t crc = ckpt_crc32(0, buf + (uint64_t)r.s0 * dt->itemsize,
+                                  (size_t)*len);
+        if (!k->verify)
+            t->crcs[k->band] = crc;
+        else if (crc != t->crcs[k->band])
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "verify: tensor '%s': "
+                              "checksum mismatch", t->e->fqn);
+    }
+    free(back);
+    free(buf);
+    uns_dec_release(j, cb);
+    return rc;
+}
+
+/* Band k->band of a chunked tensor written run by run: its CRC-32 for the
+ * zip record, read back once every chunk is in place. */
+static int crc_task(struct task *k, char *buf, uint64_t *len,
+                    struct ckpt_err *err)
+{
+    struct ujob *j = k->j;
+    const struct utensor *t = k->t;
+    const struct ufile *f = &j->files[t->file];
+    struct usrc out = { .name = f->tmp, .fd = f->fd, .size = f->size };
+    uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
+    uns_plan_band_box(t, k->band, lo, hi, &dst, len);
+    if (uns_src_read(&out, out_off(j, t->file, t->rec, t->out_off) + dst,
+                     buf, (size_t)*len, err) != 0)
+        return -1;
+    t->crcs[k->band] = ckpt_crc32(0, buf, (size_t)*len);
+    *len = 0;           /* progress counted by the chunks */
+    return 0;
+}
+
+/* A band, a copied piece or a CRC task, in a pooled buffer. */
+static int band_work(struct task *k, uint64_t *len, struct ckpt_err *err)
+{
+    struct ujob *j = k->j;
+    char *buf = bufpool_get(&j->bufs), *rbuf = buf + j->band;
+    uint64_t at;
+    int rc;
+    if (k->mode == TASK_CRC) {
+        rc = crc_task(k, buf, len, err);
+    } else {
+        rc = task_fill(k, buf, rbuf, &at, len, err);
+        if (rc == 0 && k->verify) {
+            rc = task_verify(k, buf, rbuf, at, *len, err);
+        } else if (rc == 0) {
+            struct ufile *f = &j->files[k->t ? k->t->file : k->c->file];
+            uint32_t *crcs = k->t ? k->t->crcs : k->c->crcs;
+            if (j->o->format == CKPT_FORMAT_TORCH)
+                crcs[k->band] = ckpt_crc32(0, buf, *len);
+            rc = ckpt_pwrite_all(f->fd, buf, *len, at, f->tmp, err);
+        }
+    }
+    bufpool_put(&j->bufs, buf);
+    return rc;
+}
+
 static void band_task(void *arg)
 {
     struct task *k = arg;
     struct ujob *j = k->j;
     struct ckpt_err err = CKPT_ERR_INIT;
-    uint64_t at, len;
+    uint64_t len = 0;
     if (j->o->cancel && *j->o->cancel && !j->failed) {
         ckpt_err_set(&err, CKPT_EIO, "interrupted");
         uns_job_fail(j, &err);
@@ -357,27 +489,17 @@ static void band_task(void *arg)
         free(k);
         return;
     }
-    char *buf = bufpool_get(&j->bufs), *rbuf = buf + j->band;
-    int rc = task_fill(k, buf, rbuf, &at, &len, &err);
-    if (rc == 0 && k->verify) {
-        rc = task_verify(k, buf, rbuf, at, len, &err);
-    } else if (rc == 0) {
-        struct ufile *f = &j->files[k->t ? k->t->file : k->c->file];
-        uint32_t *crcs = k->t ? k->t->crcs : k->c->crcs;
-        if (j->o->format == CKPT_FORMAT_TORCH)
-            crcs[k->band] = ckpt_crc32(0, buf, len);
-        rc = uns_pwrite_all(f->fd, buf, len, at, f->tmp, &err);
-    }
-    bufpool_put(&j->bufs, buf);
+    int rc = k->mode == TASK_CHUNK ? chunk_task(k, &len, &err)
+                                   : band_work(k, &len, &err);
     if (rc != 0)
         uns_job_fail(j, &err);
-    else if (j->o->progress)
+    else if (j->o->progress && len)
         j->o->progress(j->o->progress_ud, len);
     free(k);
 }
 
 static void submit(struct ujob *j, struct utensor *t, struct ucopy *c,
-                   uint64_t band, int verify)
+                   uint64_t band, int verify, int mode)
 {
     struct task *k = ckpt_xmalloc(sizeof(*k));
     k->j = j;
@@ -385,7 +507,25 @@ static void submit(struct ujob *j, struct utensor *t, struct ucopy *c,
     k->c = c;
     k->band = band;
     k->verify = verify;
+    k->mode = mode;
     ckpt_pool_submit(j->pool, band_task, k);
+}
+
+/* Torch records of chunked tensors written run by run: their band CRCs,
+ * from the output, once the chunks are all in place. */
+static void crc_pass(struct ujob *j)
+{
+    if (j->o->format != CKPT_FORMAT_TORCH)
+        return;
+    for (size_t i = 0; i < j->ntensors && !j->failed; i++) {
+        struct utensor *t = &j->tensors[i];
+        if (t->file < 0 || j->files[t->file].copy_from || !t->chunked ||
+            t->rows)
+            continue;
+        for (uint64_t b = 0; b < t->nbands && !j->failed; b++)
+            submit(j, t, NULL, b, 0, TASK_CRC);
+    }
+    ckpt_pool_wait(j->pool);
 }
 
 int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
@@ -398,8 +538,11 @@ int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
             continue;
         if (!verify)
             t->crcs = ckpt_xcalloc(t->nbands ? t->nbands : 1, 4);
-        for (uint64_t b = 0; b < t->nbands && !j->failed; b++)
-            submit(j, t, NULL, b, verify);
+        uint64_t n = t->chunked ? (t->nbytes ? t->e->nchunks : 0)
+                                : t->nbands;
+        for (uint64_t b = 0; b < n && !j->failed; b++)
+            submit(j, t, NULL, b, verify,
+                   t->chunked ? TASK_CHUNK : TASK_BAND);
     }
     for (size_t i = 0; i < j->ncopies && !j->failed; i++) {
         struct ucopy *c = &j->copies[i];
@@ -409,9 +552,11 @@ int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
         if (!verify)
             c->crcs = ckpt_xcalloc(c->nbands ? c->nbands : 1, 4);
         for (uint64_t b = 0; b < c->nbands && !j->failed; b++)
-            submit(j, NULL, c, b, verify);
+            submit(j, NULL, c, b, verify, TASK_BAND);
     }
     ckpt_pool_wait(j->pool);
+    if (!verify && !j->failed)
+        crc_pass(j);
     if (j->failed) {
         *err = j->err;
         return -1;

@@ -330,21 +330,21 @@ static int finish_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
     for (size_t i = 0; rc == 0 && i < f->nrecs; i++) {
         ckpt_buf_reset(&b);
         ckpt_zipw_local_header(&r[i], &b);
-        rc = uns_pwrite_all(f->fd, b.ptr, b.len, r[i].lho, f->tmp, err);
+        rc = ckpt_pwrite_all(f->fd, b.ptr, b.len, r[i].lho, f->tmp, err);
     }
     if (rc == 0)
-        rc = uns_pwrite_all(f->fd, f->head.ptr, f->head.len, r[0].data_off,
+        rc = ckpt_pwrite_all(f->fd, f->head.ptr, f->head.len, r[0].data_off,
                             f->tmp, err);
     if (rc == 0)
-        rc = uns_pwrite_all(f->fd, "3\n", 2, r[f->nrecs - 2].data_off, f->tmp,
+        rc = ckpt_pwrite_all(f->fd, "3\n", 2, r[f->nrecs - 2].data_off, f->tmp,
                             err);
     if (rc == 0)
-        rc = uns_pwrite_all(f->fd, "little", 6, r[f->nrecs - 1].data_off,
+        rc = ckpt_pwrite_all(f->fd, "little", 6, r[f->nrecs - 1].data_off,
                             f->tmp, err);
     ckpt_buf_reset(&b);
     ckpt_zipw_central(r, f->nrecs, f->cd_off, &b);
     if (rc == 0)
-        rc = uns_pwrite_all(f->fd, b.ptr, b.len, f->cd_off, f->tmp, err);
+        rc = ckpt_pwrite_all(f->fd, b.ptr, b.len, f->cd_off, f->tmp, err);
     ckpt_buf_release(&b);
     return rc;
 }

@@ -3,11 +3,11 @@
  * one-zarr-directory-per-array format (docs/formats/orbax.md).
  *
  * Each array becomes one output tensor keyed by its dotted pytree path
- * (prefixed by the item name when the step has several items). As in
- * zarrplan.c, chunks are compressed: while planning, each is decoded (one
- * chunk buffer in memory) and appended to one unlinked temporary file,
- * which the engine then copies from like any DCP chunk. A chunk never
- * written takes fill_value.
+ * (prefixed by the item name when the step has several items). Chunks
+ * are compressed: they are placed on the array's chunk grid (grid.c, as
+ * for zarr v2) and the engine decodes each once, in its workers, straight
+ * into the output (decode.c). A chunk never written takes
+ * fill_value.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -24,19 +24,20 @@
 #include "ckpt/util.h"
 #include "unshard_int.h"
 
-struct oloc {
-    uint64_t off;
-    const int64_t *stride;
+/* One output tensor: its array and the grid it is stored on. */
+struct oarr {
+    struct ckpt_orbax *ob;
+    size_t ai;
+    struct ugrid g;
+    int64_t *strides;
 };
 
+/* Lives until the job ends: the engine decodes from the open items. */
 struct oplan {
     struct ujob *j;
-    struct oloc **locs;     /* per entry, per chunk */
-    struct usrc *tmp;
-    int fd;
-    uint64_t size;
-    char *buf, *scratch;    /* one decoded chunk each */
-    size_t bufcap;
+    struct ckpt_orbax **obs;
+    size_t nobs;
+    struct oarr *arrs;      /* per entry */
 };
 
 /* Local directories (st NULL) or a ckpt_storage prefix (remote SRC). */
@@ -189,93 +190,27 @@ static int check_committed(struct ckpt_storage *st, const char *step,
     return rc;
 }
 
-static int append(struct oplan *z, const void *p, uint64_t n, uint64_t *off,
-                  struct ckpt_err *err)
+/* Chunk idx of array ai of item ob, decoded in a pool worker. A chunk
+ * never written takes fill_value. */
+static int odecode(struct ujob *j, const struct utensor *t,
+                   const struct uchunk *c, char *out, struct ckpt_err *err)
 {
-    *off = z->size;
-    if (uns_pwrite_all(z->fd, p, (size_t)n, z->size, "temporary file",
-                       err) != 0)
-        return -1;
-    z->size += n;
-    z->tmp->size = z->size;
-    return 0;
-}
-
-static int64_t *chunk_strides(struct ckpt_arena *a,
-                              const struct ckpt_orbax_array *oa)
-{
-    int64_t *s = ckpt_arena_array(a, (size_t)oa->ndim + 1, sizeof(*s));
-    int64_t acc = 1;
-    if (!s)
-        return NULL;
-    for (int k = 0; k < oa->ndim; k++) {
-        int d = oa->fortran ? k : oa->ndim - 1 - k;
-        s[d] = acc;
-        acc *= (int64_t)oa->chunks[d];
-    }
-    return s;
-}
-
-static int fill_chunk(struct oplan *z, const struct ckpt_orbax_array *oa,
-                      const char *name, uint64_t *off, struct ckpt_err *err)
-{
-    size_t isz = oa->dtype->itemsize;
-    if (!oa->has_fill)
+    struct oplan *z = j->fmtplan;
+    const struct oarr *a = &z->arrs[t->e - j->meta->entries];
+    const struct ckpt_orbax_array *oa = ckpt_orbax_get(a->ob, a->ai);
+    uint64_t idx[CKPT_MAX_DIMS];
+    uns_grid_index(c, &a->g, idx);
+    /* zarr3 codecs (transpose, zstd) need a second chunk buffer. */
+    char *scratch = oa->v3 ? ckpt_xmalloc((size_t)oa->chunk_bytes + 1)
+                           : NULL;
+    int rc = ckpt_orbax_chunk(a->ob, a->ai, idx, out, scratch, err);
+    free(scratch);
+    if (rc == 1 && !oa->has_fill)
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: a chunk is missing and "
-                            "the array has no fill_value", name);
-    for (uint64_t b = 0; b < oa->chunk_bytes; b += isz)
-        memcpy(z->buf + b, oa->fill, isz);
-    return append(z, z->buf, oa->chunk_bytes, off, err);
-}
-
-static int add_chunks(struct oplan *z, struct ckpt_orbax *ob, size_t ai,
-                      struct ckpt_dcp_entry *e, struct oloc *locs,
-                      struct ckpt_err *err)
-{
-    const struct ckpt_orbax_array *oa = ckpt_orbax_get(ob, ai);
-    struct ckpt_arena *ma = z->j->meta->arena;
-    uint64_t grid[CKPT_MAX_DIMS], idx[CKPT_MAX_DIMS] = { 0 }, fill_off = 0;
-    int have_fill = 0, nd = oa->ndim;
-    int64_t *stride = chunk_strides(ma, oa);
-    if (!stride)
-        return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-    ckpt_orbax_grid(ob, ai, grid);
-    for (size_t c = 0; c < e->chunkcap; c++) {
-        uint64_t *off = ckpt_arena_array(ma, (size_t)nd + 1, 8);
-        uint64_t *size = ckpt_arena_array(ma, (size_t)nd + 1, 8);
-        if (!off || !size)
-            return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-        for (int d = 0; d < nd; d++) {
-            off[d] = idx[d] * oa->chunks[d];
-            size[d] = oa->shape[d] - off[d] < oa->chunks[d]
-                      ? oa->shape[d] - off[d] : oa->chunks[d];
-        }
-        uint64_t at = 0;
-        int rc = ckpt_orbax_chunk(ob, ai, idx, z->buf, z->scratch, err);
-        if (rc == 0)
-            rc = append(z, z->buf, oa->chunk_bytes, &at, err);
-        else if (rc == 1 && !have_fill) {
-            rc = fill_chunk(z, oa, e->fqn, &fill_off, err);
-            have_fill = rc == 0;
-            at = fill_off;
-        } else if (rc == 1) {
-            rc = 0;
-            at = fill_off;
-        }
-        if (rc < 0)
-            return -1;
-        e->chunks[c].offsets = off;
-        e->chunks[c].sizes = size;
-        locs[c].off = at;
-        locs[c].stride = stride;
-        e->nchunks++;
-        for (int d = nd - 1; d >= 0; d--) {
-            if (++idx[d] < grid[d])
-                break;
-            idx[d] = 0;
-        }
-    }
-    return 0;
+                            "the array has no fill_value", t->e->fqn);
+    if (rc == 1)
+        uns_grid_fill(out, oa->chunk_bytes, oa->fill, oa->dtype->itemsize);
+    return rc < 0 ? -1 : 0;
 }
 
 static int add_array(struct oplan *z, struct ckpt_orbax *ob, size_t ai,
@@ -284,36 +219,23 @@ static int add_array(struct oplan *z, struct ckpt_orbax *ob, size_t ai,
     struct ckpt_dcp_meta *m = z->j->meta;
     const struct ckpt_orbax_array *oa = ckpt_orbax_get(ob, ai);
     struct ckpt_dcp_entry *e = &m->entries[m->n];
-    uint64_t grid[CKPT_MAX_DIMS], nchunks = 1;
-    ckpt_orbax_grid(ob, ai, grid);
-    for (int d = 0; d < oa->ndim; d++)
-        if (ckpt_mul_u64(nchunks, grid[d], &nchunks) != 0 ||
-            nchunks > (1u << 24))
-            return ckpt_err_set(err, CKPT_EFORMAT, "%s: too many chunks",
-                                oa->name);
+    struct oarr *a = &z->arrs[m->n];
     char *fqn = ckpt_xasprintf("%s%s", prefix, oa->name);
     uint64_t *shape = ckpt_arena_array(m->arena, (size_t)oa->ndim + 1, 8);
-    e->chunks = ckpt_arena_array(m->arena, nchunks + 1, sizeof(*e->chunks));
-    z->locs[m->n] = ckpt_arena_array(m->arena, nchunks + 1,
-                                     sizeof(struct oloc));
     e->fqn = ckpt_arena_strdup(m->arena, fqn);
     free(fqn);
-    if (!shape || !e->chunks || !z->locs[m->n] || !e->fqn)
+    if (!shape || !e->fqn)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     memcpy(shape, oa->shape, sizeof(uint64_t) * (size_t)oa->ndim);
     e->kind = CKPT_DCP_TENSOR;
     e->dtype = oa->dtype;
     e->ndim = oa->ndim;
     e->size = shape;
-    e->chunkcap = nchunks;
-    if (oa->chunk_bytes > z->bufcap) {
-        free(z->buf);
-        free(z->scratch);
-        z->bufcap = (size_t)oa->chunk_bytes;
-        z->buf = ckpt_xmalloc(z->bufcap);
-        z->scratch = ckpt_xmalloc(z->bufcap);
-    }
-    if (add_chunks(z, ob, ai, e, z->locs[m->n], err) != 0)
+    a->ob = ob;
+    a->ai = ai;
+    a->g = (struct ugrid){ oa->ndim, oa->shape, oa->chunks, oa->fortran,
+                           oa->chunk_bytes };
+    if (uns_grid_chunks(z->j, e, &a->g, &a->strides, err) != 0)
         return -1;
     m->n++;
     return 0;
@@ -323,32 +245,30 @@ static int olocate(struct ujob *j, struct utensor *t, struct uchunk *c,
                    struct ckpt_err *err)
 {
     struct oplan *z = j->fmtplan;
-    const struct oloc *l = &z->locs[t->e - j->meta->entries]
-                                   [c->meta - t->e->chunks];
+    const struct oarr *a = &z->arrs[t->e - j->meta->entries];
     (void)err;
-    c->src = z->tmp;
-    c->item_off = 0;
-    c->data = l->off;
-    memcpy(c->stride, l->stride, sizeof(int64_t) * (size_t)t->e->ndim);
-    c->soff = 0;
-    c->big_endian = 0;
+    /* ckpt_orbax_chunk decodes to little-endian. */
+    uns_grid_locate(c, &a->g, a->strides, 0);
     return 0;
 }
 
-/* Open every item; entries are sized to the total array count. */
+/* Open every item (kept open: the engine decodes the chunks); entries
+ * are sized to the total array count. */
 static int plan_items(struct oplan *z, const char *src, char **items,
                       size_t n, struct ckpt_err *err)
 {
-    struct ckpt_orbax **obs = ckpt_xcalloc(n, sizeof(*obs));
     size_t total = 0;
     int rc = 0;
+    z->obs = ckpt_xcalloc(n ? n : 1, sizeof(*z->obs));
     for (size_t i = 0; rc == 0 && i < n; i++) {
         char *dir = *items[i] ? ckpt_path_join(src, items[i])
                               : ckpt_xstrdup(src);
-        rc = z->j->st ? ckpt_orbax_open_storage(z->j->st, dir, &obs[i], err)
-                      : ckpt_orbax_open(dir, &obs[i], err);
+        rc = z->j->st ? ckpt_orbax_open_storage(z->j->st, dir, &z->obs[i],
+                                                err)
+                      : ckpt_orbax_open(dir, &z->obs[i], err);
         if (rc == 0)
-            total += ckpt_orbax_count(obs[i]);
+            total += ckpt_orbax_count(z->obs[i]);
+        z->nobs = i + 1;
         free(dir);
     }
     if (rc == 0 && total == 0)
@@ -356,7 +276,7 @@ static int plan_items(struct oplan *z, const char *src, char **items,
     struct ckpt_dcp_meta *m = z->j->meta;
     if (rc == 0) {
         m->entries = ckpt_arena_array(m->arena, total, sizeof(*m->entries));
-        z->locs = ckpt_xcalloc(total, sizeof(*z->locs));
+        z->arrs = ckpt_xcalloc(total, sizeof(*z->arrs));
         if (!m->entries)
             rc = ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
         else
@@ -365,28 +285,38 @@ static int plan_items(struct oplan *z, const char *src, char **items,
     for (size_t i = 0; rc == 0 && i < n; i++) {
         char *prefix = n > 1 ? ckpt_xasprintf("%s.", items[i])
                              : ckpt_xstrdup("");
-        for (size_t a = 0; rc == 0 && a < ckpt_orbax_count(obs[i]); a++)
-            rc = add_array(z, obs[i], a, prefix, err);
+        for (size_t a = 0; rc == 0 && a < ckpt_orbax_count(z->obs[i]); a++)
+            rc = add_array(z, z->obs[i], a, prefix, err);
         free(prefix);
     }
-    for (size_t i = 0; i < n; i++)
-        ckpt_orbax_close(obs[i]);
-    free(obs);
     return rc;
+}
+
+static void oplan_free(void *p)
+{
+    struct oplan *z = p;
+    if (!z)
+        return;
+    for (size_t i = 0; i < z->nobs; i++)
+        ckpt_orbax_close(z->obs[i]);
+    free(z->obs);
+    free(z->arrs);
+    free(z);
 }
 
 int uns_orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
-    struct oplan z;
+    struct oplan *z = ckpt_xcalloc(1, sizeof(*z));
     struct ckpt_pv *root;
     size_t n;
-    memset(&z, 0, sizeof(z));
-    z.j = j;
+    z->j = j;
     j->dir = ckpt_xstrdup(src);
     j->metaname = "_METADATA";
     j->meta = ckpt_dcp_meta_new();
-    j->fmtplan = &z;
+    j->fmtplan = z;
+    j->fmtfree = oplan_free;
     j->locate = olocate;
+    j->decode = odecode;
     j->olmo = j->o->layout == CKPT_LAYOUT_OLMO;
     struct ckpt_storage *st = j->st;    /* remote SRC, else NULL */
     char **items = items_of(st, src, &n);
@@ -399,16 +329,8 @@ int uns_orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
         rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, ORBAX_NO_ARRAYS);
     if (rc == 0) {
         ckpt_sort(items, n, sizeof(*items), cmp_str);
-        rc = uns_src_tmp_fd(j, err);
-        if (rc >= 0) {
-            z.fd = rc;
-            z.tmp = uns_src_add(j, ckpt_xasprintf("%s (decoded chunks)", src),
-                                rc, 0);
-            rc = 0;
-        }
+        rc = plan_items(z, src, items, n, err);
     }
-    if (rc == 0)
-        rc = plan_items(&z, src, items, n, err);
     if (rc == 0)
         rc = uns_plan_tensors(j, err);
     if (rc == 0)
@@ -419,9 +341,5 @@ int uns_orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
         free(items[i]);
     free(items);
     free(step);
-    free(z.locs);
-    free(z.buf);
-    free(z.scratch);
-    j->fmtplan = NULL;
     return rc;
 }

@@ -317,5 +317,6 @@ int uns_plan_tensors(struct ujob *j, struct ckpt_err *err)
         *err = j->err;
         return -1;
     }
+    uns_dec_bands(j);
     return 0;
 }

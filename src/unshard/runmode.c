@@ -6,7 +6,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,21 +91,6 @@ static int run_unshard(struct runctx *r, enum ckpt_format f, const char *src,
     return ckpt_unshard_dcp(src, dest, &r->uo, res, err);
 }
 
-static int rm_cb(const char *p, const struct stat *sb, int flag,
-                 struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void rm_rf(const char *dir)
-{
-    if (dir && is_dir(dir))
-        nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static int extract_member(struct ckpt_archive *a, const char *to,
                           const char *name, struct ckpt_err *err)
 {
@@ -177,31 +161,32 @@ static int extract(struct runctx *r, const char *dir, struct ckpt_err *err)
     return rc < 0 ? -1 : 0;
 }
 
-static int delete_step(const char *dir, struct ckpt_err *err)
+/* Delete the sharded step k of the run: rename-first for a local run
+ * (ckpt_storage_delete_tree_aside), so that a kill leaves the whole step
+ * or a hidden .DIR.ckpt-del-HOST-PID that a rerun finishes, never part of
+ * a step under its name; a remote step's objects go in batches. */
+static int delete_step(struct runctx *r, const struct ckpt_checkpoint *k,
+                       struct ckpt_err *err)
 {
-    struct ckpt_loc loc;
-    struct ckpt_storage *st;
-    struct ckpt_storage_cfg cfg = { 0, 0, 0, 1 };
-    if (ckpt_loc_parse(&loc, dir, err) != 0)
-        return -1;
-    int rc = ckpt_storage_open(&st, &loc, &cfg, err);
-    if (rc == 0) {
-        rc = ckpt_storage_delete_tree(st, loc.key, err);
-        ckpt_storage_close(st);
-    }
-    ckpt_loc_release(&loc);
+    char *key = ckpt_path_join(r->tree->key, k->dir);
+    int rc = ckpt_storage_delete_tree_aside(r->st, key, err);
+    free(key);
     return rc;
 }
+
+/* Where a step's -unsharded copy already is. */
+enum copy { COPY_NONE, COPY_IN_RUN, COPY_AT_DEST };
 
 /* Why checkpoint k is not unsharded (a skip reason), or NULL. Sets *failed
  * for reasons that are errors. */
 static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
-                         const char *out, int *failed)
+                         const char *out, int *failed, enum copy *copy)
 {
     char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
     int at_src = ckpt_tree_has_dir(r->tree, sib);
     free(sib);
     *failed = 0;
+    *copy = COPY_NONE;
     if (k->format == CKPT_FMT_UNSHARDED && k->complete)
         return ckpt_xstrdup("not sharded");
     if (k->format == CKPT_FMT_UNKNOWN && k->nfiles) {
@@ -213,11 +198,15 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
     }
     if (!k->complete)
         return ckpt_xasprintf("incomplete: %s", k->why ? k->why : "?");
-    if (at_src)
+    if (at_src) {
+        *copy = COPY_IN_RUN;
         return ckpt_xasprintf("already unsharded: %s-unsharded in the run",
                               k->name);
-    if (is_dir(out) && !k->root)
+    }
+    if (is_dir(out) && !k->root) {
+        *copy = COPY_AT_DEST;
         return ckpt_xasprintf("already unsharded: %s exists", out);
+    }
     if (!supported(k->format)) {
         *failed = 1;
         return ckpt_xasprintf("unsupported checkpoint format '%s'",
@@ -341,20 +330,20 @@ static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
     if (r->remote) {
         char *from = ckpt_path_join(r->tree->key, k->dir);
         char *to = ckpt_path_join(r->scratch, k->dir);
-        rm_rf(to);
+        ckpt_rm_tree(to);
         int rc = fetch_tree(r, from, to, err);
         free(from);
         if (rc != 0) {
-            rm_rf(to);
+            ckpt_rm_tree(to);
             free(to);
             return NULL;
         }
         return to;
     }
     char *to = ckpt_path_join(r->scratch, k->dir);
-    rm_rf(to);
+    ckpt_rm_tree(to);
     if (ckpt_mkdirs(r->scratch, err) != 0 || extract(r, k->dir, err) != 0) {
-        rm_rf(to);
+        ckpt_rm_tree(to);
         free(to);
         return NULL;
     }
@@ -382,7 +371,7 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
                                (unsigned long long)res.tensors);
     if (c->delete_sharded && !c->uo.dry_run) {
         char *sharded = ckpt_path_join(r->src, k->dir);
-        if (delete_step(sharded, &err) != 0) {
+        if (delete_step(r, k, &err) != 0) {
             failed = 1;
             step_row(r, "error", k, err.msg, &res, out);
         } else {
@@ -411,11 +400,118 @@ static char *out_dir_of(struct runctx *r, const struct ckpt_checkpoint *k)
     return out;
 }
 
-/* Skip k with a row if it has nothing to do: 1 (skipped), or 0. */
+/* Why the copy named dir in run is not a complete unsharded checkpoint
+ * (malloced), or NULL when it is one. */
+static char *copy_fault(const struct ckpt_run *run, const char *dir)
+{
+    for (size_t i = 0; i < run->n; i++) {
+        const struct ckpt_checkpoint *c = &run->ckpts[i];
+        if (strcmp(c->dir, dir) != 0)
+            continue;
+        if (!c->complete)
+            return ckpt_xstrdup(c->why ? c->why : "incomplete");
+        if (c->format != CKPT_FMT_UNSHARDED)
+            return ckpt_xasprintf("it is a %s checkpoint, not unsharded",
+                                  ckpt_format_name(c->format));
+        return NULL;
+    }
+    return ckpt_xstrdup("not a checkpoint directory");
+}
+
+/* copy_fault of the copy out in the local directory DEST, judged as
+ * `ckpt ls DEST` judges it. -1 (err) if DEST cannot be read. */
+static int dest_copy_fault(struct runctx *r, const char *out, char **bad,
+                           struct ckpt_err *err)
+{
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = NULL;
+    struct ckpt_storage_cfg scfg = { 0, 0, 0, 1 };
+    struct ckpt_stat sb;
+    enum ckpt_load_status status;
+    struct ckpt_tree *t = NULL;
+    struct ckpt_run run;
+    if (ckpt_loc_parse(&loc, r->dest, err) != 0)
+        return -1;
+    int rc = ckpt_storage_open(&st, &loc, &scfg, err);
+    if (rc == 0)
+        rc = ckpt_run_load(st, loc.key, 0, &sb, &status, &t, &run, err);
+    if (rc == 0 && status != CKPT_LOAD_OK)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is not a directory",
+                          r->dest);
+    else if (rc == 0) {
+        char *name = ckpt_path_basename(out);
+        *bad = copy_fault(&run, name);
+        free(name);
+        ckpt_run_release(&run);
+    }
+    ckpt_tree_free(t);
+    ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    return rc;
+}
+
+/* --delete-sharded on a step whose -unsharded copy exists already (made
+ * earlier, or by a run killed between renaming the output into place and
+ * the delete): the sharded step goes when the copy is a complete unsharded
+ * checkpoint by the rules of `ckpt ls`; otherwise it stays, as an error. */
+static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
+                         const char *out, enum copy copy)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    char *where = copy == COPY_IN_RUN
+                  ? ckpt_xasprintf("%s-unsharded in the run", k->name)
+                  : ckpt_xstrdup(out);
+    char *bad = NULL, *why = NULL;
+    int rc = 0;
+    if (copy == COPY_IN_RUN) {
+        char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
+        bad = copy_fault(&r->run, sib);
+        free(sib);
+    } else {
+        rc = dest_copy_fault(r, out, &bad, &err);
+    }
+    if (rc != 0)
+        why = ckpt_xasprintf("already unsharded: %s exists, but it could not "
+                             "be checked (%s); %s not deleted", where,
+                             err.msg, k->name);
+    else if (bad)
+        why = ckpt_xasprintf("already unsharded: %s exists, but it is not "
+                             "complete (%s); %s not deleted", where, bad,
+                             k->name);
+    else if (r->cfg->uo.dry_run)
+        step_row(r, "would-delete", k, (why = ckpt_xasprintf(
+                     "already unsharded: %s is complete", where)), NULL,
+                 NULL);
+    else if ((rc = delete_step(r, k, &err)) != 0)
+        why = ckpt_xstrdup(err.msg);
+    else {
+        char *sharded = ckpt_path_join(r->src, k->dir);
+        step_row(r, "deleted", k, (why = ckpt_xasprintf(
+                     "already unsharded: %s is complete; deleted %s", where,
+                     sharded)), NULL, NULL);
+        free(sharded);
+    }
+    int failed = rc != 0 || bad;
+    if (failed)
+        step_row(r, "error", k, why, NULL, NULL);
+    free(why);
+    free(bad);
+    free(where);
+    return failed ? -1 : 0;
+}
+
+/* Skip k with a row if it has nothing to do: 1 (skipped), or 0. With
+ * --delete-sharded, a step already unsharded is deleted instead. */
 static int skip_step(struct runctx *r, const struct ckpt_checkpoint *k,
                      const char *out, int *failed)
 {
-    char *why = skip_reason(r, k, out, failed);
+    enum copy copy;
+    char *why = skip_reason(r, k, out, failed, &copy);
+    if (why && copy != COPY_NONE && r->cfg->delete_sharded) {
+        free(why);
+        *failed = delete_copied(r, k, out, copy) != 0;
+        return 1;
+    }
     if (why)
         step_row(r, *failed ? "error" : "skip", k, why, NULL, NULL);
     free(why);
@@ -441,7 +537,7 @@ static int do_step(struct runctx *r, const struct ckpt_checkpoint *k)
     r->uo.storage = NULL;
     /* Scratch copies (fetched or extracted) go as soon as they are used. */
     if (dir && copied(r, k))
-        rm_rf(dir);
+        ckpt_rm_tree(dir);
     free(dir);
     free(out);
     return failed ? -1 : 0;
@@ -507,7 +603,7 @@ static int spool_pass(struct runctx *r, struct spooled *v, size_t n,
             continue;
         s->done = 1;
         failed |= unshard_step(r, s->k, s->dir, s->out) != 0;
-        rm_rf(s->dir);
+        ckpt_rm_tree(s->dir);
     }
     ckpt_archive_close(a);
     if (rc < 0)
@@ -543,7 +639,7 @@ static int spool_run(struct runctx *r, const size_t *pick, size_t n)
                      "ended before all of the step's files were read",
                      NULL, NULL);
         failed |= !v[i].done;
-        rm_rf(v[i].dir);
+        ckpt_rm_tree(v[i].dir);
         free(v[i].dir);
         free(v[i].out);
     }
@@ -599,6 +695,56 @@ static int open_run(struct runctx *r, const char *key, struct ckpt_err *err)
     return rc;
 }
 
+/* The steps a killed `unshard --delete-sharded` (or clean's prune) of
+ * this host renamed aside to .DIR.ckpt-del-HOST-PID: the rename committed
+ * their delete, so --delete-sharded finishes it, one event each (without
+ * it, a "warning" event says what is there). */
+static int finish_dead_delete(struct runctx *r, const char *name)
+{
+    struct ckpt_checkpoint k;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    memset(&k, 0, sizeof(k));
+    /* Checked again: a pid reused since the listing is live, not ours. */
+    if (!ckpt_del_dead(name, &k.name))
+        return 0;
+    ckpt_checkpoint_name(k.name, &k.step, &k.unsharded_name);
+    char *path = ckpt_path_join(r->tree->key, name), *why = NULL;
+    int rc = 0;
+    if (!r->cfg->delete_sharded)
+        step_row(r, "warning", &k, (why = ckpt_xasprintf(
+                     "%s: left by an interrupted delete of %s; "
+                     "--delete-sharded finishes it", path, k.name)), NULL,
+                 NULL);
+    else if (r->cfg->uo.dry_run)
+        step_row(r, "would-delete", &k, (why = ckpt_xasprintf(
+                     "finishes an interrupted delete (%s)", name)), NULL,
+                 NULL);
+    else if ((rc = ckpt_storage_delete_tree(r->st, path, &err)) != 0)
+        step_row(r, "error", &k, err.msg, NULL, NULL);
+    else
+        step_row(r, "deleted", &k, (why = ckpt_xasprintf(
+                     "finished an interrupted delete (%s)", name)), NULL,
+                 NULL);
+    free(why);
+    free(path);
+    free(k.name);
+    return rc;
+}
+
+static int finish_dead_deletes(struct runctx *r, size_t *found)
+{
+    size_t n;
+    char **v = ckpt_del_dead_in(r->tree->key, &n);
+    int failed = 0;
+    *found = n;
+    for (size_t i = 0; i < n; i++) {
+        failed |= finish_dead_delete(r, v[i]) != 0;
+        free(v[i]);
+    }
+    free(v);
+    return failed ? -1 : 0;
+}
+
 int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
                      const char *src, const char *dest,
                      const struct ckpt_unshard_run_cfg *cfg)
@@ -618,6 +764,9 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
         goto out;
     }
     int archive = r.tree->archive != CKPT_ARCHIVE_NONE;
+    size_t finished = 0;
+    if (!archive && !r.remote)
+        failed |= finish_dead_deletes(&r, &finished) != 0;
     if (archive && cfg->delete_sharded) {
         step_row(&r, "error", NULL, "--delete-sharded never deletes inside "
                  "an archive; nothing done", NULL, NULL);
@@ -643,7 +792,7 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
         r.config = ckpt_path_join(r.tree->key, "config.yaml");
     }
     size_t n, *pick = choose(&r, &n);
-    if (!n && !cfg->has_step && r.run.n) {
+    if (!n && !cfg->has_step && (r.run.n || finished)) {
         /* Only unsharded checkpoints: a rerun after everything was done. */
         step_row(&r, "skip", NULL, "no sharded checkpoint", NULL, NULL);
     } else if (!n) {
@@ -658,7 +807,7 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
             failed |= do_step(&r, &r.run.ckpts[pick[i]]) != 0;
     free(pick);
 out:
-    rm_rf(r.scratch);
+    ckpt_rm_tree(r.scratch);
     free(r.scratch);
     free(r.config);
     ckpt_storage_close(r.members);

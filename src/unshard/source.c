@@ -534,7 +534,7 @@ int uns_src_copy(struct ujob *j, const char *path, int local, int fd,
                                             : 1 << 20;
         rc = uns_src_read(&s, off, buf, n, err);
         if (rc == 0)
-            rc = uns_pwrite_all(fd, buf, n, off, to, err);
+            rc = ckpt_pwrite_all(fd, buf, n, off, to, err);
     }
     free(buf);
     if (s.fd >= 0)

@@ -15,7 +15,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,23 +70,11 @@ static int prepare_dest(const char *dest, struct dest *d,
     return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-                    struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
 /* The temporary directory holds only our outputs and hard links. */
 static void remove_tmp(struct dest *d)
 {
     if (d->tmpdir)
-        nftw(d->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        ckpt_rm_tree(d->tmpdir);
 }
 
 static int is_output(const struct ujob *j, const char *name)
@@ -338,7 +325,7 @@ static int create_outputs(struct ujob *j, struct dest *d,
             return ckpt_err_sys(err, "create '%s'", f->tmp);
         if (f->raw || j->o->format == CKPT_FORMAT_SAFETENSORS) {
             /* JSON files, and safetensors headers: known already. */
-            if (uns_pwrite_all(f->fd, f->head.ptr, f->head.len, 0, f->tmp,
+            if (ckpt_pwrite_all(f->fd, f->head.ptr, f->head.len, 0, f->tmp,
                                err) != 0)
                 return -1;
             if (f->raw)
@@ -464,6 +451,10 @@ static void job_release(struct ujob *j)
     free(j->values);
     free(j->paths);
     uns_src_close_all(j);
+    if (j->fmtfree)
+        j->fmtfree(j->fmtplan);
+    pthread_mutex_destroy(&j->dmu);
+    pthread_cond_destroy(&j->dcv);
     ckpt_dcp_meta_free(j->meta);
     ckpt_arena_free(j->arena);
     free(j->dir);
@@ -480,6 +471,7 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
     j->o = o;
     j->allow_replicas = o->allow_replicas;
     pthread_mutex_init(&j->mu, NULL);
+    uns_dec_init(j);
     int jobs = o->jobs > 0 ? o->jobs : ckpt_ncpus();
     /* Three band-sized buffers per worker within the buffer budget: peak
      * memory stays flat whatever the checkpoint size. */

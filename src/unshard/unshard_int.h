@@ -55,7 +55,9 @@ struct usrc {
 /* A stored chunk: where its elements are and how they are laid out. */
 struct uchunk {
     const struct ckpt_dcp_chunk *meta;  /* offsets/sizes in the tensor */
-    struct usrc *src;
+    struct usrc *src;       /* NULL for a decoded chunk (dec) */
+    uint64_t dec;           /* bytes of the full chunk j->decode decodes
+                               (zarr, Orbax; decode.c), or 0 */
     uint64_t item_off;      /* start of the item (its zip) within src */
     uint64_t data;          /* absolute offset of the storage data in src */
     int64_t *stride;        /* arena, ndim; element strides in storage */
@@ -80,6 +82,8 @@ struct utensor {
     uint64_t per_prefix;    /* bands per index of the dims before bdim */
     uint64_t nbands;
     uint32_t *crcs;         /* malloced, nbands */
+    int chunked;            /* decoded chunks: one task per chunk */
+    int rows;               /* ... each whole rows: band b is chunk b */
 };
 
 /* A storage record of a byte item, copied verbatim. */
@@ -163,6 +167,16 @@ struct ujob {
     int (*locate)(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err);
     void *fmtplan;                  /* legacy.c, zarrplan.c plan state */
+    /* Formats whose chunks are decoded by the engine (zarrplan.c,
+     * orbaxplan.c): decode chunk c of t into out (c->dec->bytes, element
+     * strides c->stride, little-endian unless c->big_endian); called from
+     * pool workers concurrently. fmtfree releases fmtplan with the job. */
+    int (*decode)(struct ujob *j, const struct utensor *t,
+                  const struct uchunk *c, char *out, struct ckpt_err *err);
+    void (*fmtfree)(void *fmtplan);
+    pthread_mutex_t dmu;            /* decode.c: the memory gate */
+    pthread_cond_t dcv;
+    uint64_t dlive;                 /* bytes of decoded chunks held */
 };
 
 /* source.c */
@@ -225,6 +239,42 @@ int uns_src_read_noted(struct usrc *s, uint64_t off, void *buf, size_t len,
  * (gaps are read now), else an error naming file and record. */
 int uns_src_check_records(struct ujob *j, struct ckpt_err *err);
 void uns_src_records_free(struct usrc *s);
+
+/* decode.c: acquire room for bytes of decoded chunk (waits while others
+ * hold too much), release it after. */
+void uns_dec_init(struct ujob *j);
+void uns_dec_acquire(struct ujob *j, uint64_t bytes);
+void uns_dec_release(struct ujob *j, uint64_t bytes);
+/* After probing: tensors whose every chunk is decoded become chunked (one
+ * task per chunk); those whose chunks are whole rows in C order (the
+ * usual Orbax and zarr layout) also rows: one band per chunk. */
+void uns_dec_bands(struct ujob *j);
+
+/* grid.c: the chunks of an array stored on a regular chunk grid (zarr v2,
+ * Orbax), shared by the planners of those formats: e gets one chunk per
+ * grid cell (C order of the grid), edge chunks clipped to the shape;
+ * each is decoded by j->decode into a full chunk of chunk_bytes laid out
+ * in C order (F with fortran). *strides: the element strides of such a
+ * chunk (in the metadata's arena). */
+struct ugrid {
+    int ndim;
+    const uint64_t *shape, *chunks;
+    int fortran;
+    uint64_t chunk_bytes;
+};
+int uns_grid_chunks(struct ujob *j, struct ckpt_dcp_entry *e,
+                    const struct ugrid *g, int64_t **strides,
+                    struct ckpt_err *err);
+/* Chunk c of a grid array as a decoded chunk (a locate callback's work,
+ * in a pool worker). */
+void uns_grid_locate(struct uchunk *c, const struct ugrid *g,
+                     const int64_t *strides, int big_endian);
+/* Grid index of chunk c of a grid array. */
+void uns_grid_index(const struct uchunk *c, const struct ugrid *g,
+                    uint64_t *idx);
+/* Fill out (chunk_bytes) with the element fill, itemsize bytes. */
+void uns_grid_fill(char *out, uint64_t chunk_bytes, const void *fill,
+                   size_t itemsize);
 
 /* plan.c */
 int uns_plan_tensors(struct ujob *j, struct ckpt_err *err);
@@ -297,8 +347,6 @@ int uns_layout_finish(struct ujob *j, struct ckpt_err *err);
 
 int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                   struct ckpt_err *err);
-/* (ckpt_pwrite_all, under the name the planners used) */
-#define uns_pwrite_all ckpt_pwrite_all
 
 /* engine.c */
 void uns_job_fail(struct ujob *j, const struct ckpt_err *err);

@@ -349,6 +349,12 @@ static void walk_entry(struct walk *w, const char *dir, const char *rel,
         g->links[g->nlinks++] = ckpt_xstrdup(path);
     } else if (e->type == CKPT_ENTRY_FILE && !is_temp(e->name)) {
         add_file(g, path, r, e->size, e->mtime, NULL);
+    } else if (e->type == CKPT_ENTRY_DIR && ckpt_is_del_name(e->name)) {
+        /* A step or run being deleted (or left by a killed delete, which
+         * `ckpt clean`/`unshard --delete-sharded` finish): not content. */
+        char *disp = ckpt_storage_display(g->sst, path);
+        plan_warn(g, disp, "left by an interrupted delete; not copied");
+        free(disp);
     } else if (e->type == CKPT_ENTRY_DIR) {
         walk_dir(w, path, r);
     } else if (e->type == CKPT_ENTRY_LINK && g->u->cfg.follow_links) {

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/err.h"
 #include "ckpt/util.h"
 
 #define PREFIX ".ckpt-"
@@ -134,6 +136,13 @@ static int rm_one(const char *path, const struct stat *sb, int flag,
     return 0;
 }
 
+void ckpt_rm_tree(const char *path)
+{
+    struct stat sb;
+    if (path && lstat(path, &sb) == 0)
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 /* Whether the temporary base in dir belongs to a dead process here. */
 static int stale(const char *base, long *pid)
 {
@@ -157,7 +166,7 @@ static void sweep_entry(const char *dir, const char *base)
     struct stat sb;
     if (!keep && lstat(path, &sb) == 0) {
         /* Depth first, never following links: only the litter goes. */
-        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        ckpt_rm_tree(path);
         ckpt_temp_removed_fn fn = atomic_load(&removed_fn);
         if (lstat(path, &sb) != 0 && fn)
             fn(path, pid);
@@ -191,4 +200,134 @@ void ckpt_temp_sweep(const char *dir)
         free(names[i]);
     }
     free(names);
+}
+
+/* --- rename-first deletes ------------------------------------------------ */
+
+#define DEL_MARK ".ckpt-del-"
+
+static void host_name(char *host, size_t n)
+{
+    host[0] = '\0';
+    if (gethostname(host, n - 1) != 0 || !*host)
+        snprintf(host, n, "unknown");
+    host[n - 1] = '\0';
+}
+
+char *ckpt_del_temp(const char *path)
+{
+    char host[256];
+    host_name(host, sizeof(host));
+    char *dir = ckpt_path_dirname(path), *base = ckpt_path_basename(path);
+    char *name = ckpt_xasprintf(".%s" DEL_MARK "%s-%ld", base, host,
+                                (long)getpid());
+    char *out = strlen(name) > NAME_MAX ? NULL
+                : *dir ? ckpt_path_join(dir, name) : ckpt_xstrdup(name);
+    free(dir);
+    free(base);
+    free(name);
+    return out;
+}
+
+int ckpt_del_rename(const char *path, char **tmp, struct ckpt_err *err)
+{
+    *tmp = ckpt_del_temp(path);
+    if (*tmp && rename(path, *tmp) != 0) {
+        int rc = ckpt_err_sys(err, "rename '%s' to '%s'", path, *tmp);
+        free(*tmp);
+        *tmp = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+int ckpt_del_dead(const char *name, char **x)
+{
+    char host[256];
+    host_name(host, sizeof(host));
+    const char *b = base_of(name);
+    /* ".X" DEL_MARK HOST "-" PID: X may itself hold DEL_MARK, so the mark
+     * is the last one followed by exactly this host, a '-' and digits. */
+    size_t hl = strlen(host);
+    const char *m = NULL;
+    for (const char *p = b + 1; (p = strstr(p, DEL_MARK)) != NULL; p++)
+        if (!strncmp(p + strlen(DEL_MARK), host, hl) &&
+            p[strlen(DEL_MARK) + hl] == '-')
+            m = p;
+    if (b[0] != '.' || !m || m == b + 1)
+        return 0;
+    const char *digits_at = m + strlen(DEL_MARK) + hl + 1;
+    char *end;
+    errno = 0;
+    long pid = strtol(digits_at, &end, 10);
+    if (*digits_at < '1' || *digits_at > '9' || *end || errno || pid <= 0 ||
+        pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        return 0;
+    if (x)
+        *x = ckpt_xstrndup(b + 1, (size_t)(m - (b + 1)));
+    return 1;
+}
+
+int ckpt_is_del_name(const char *name)
+{
+    const char *b = base_of(name), *m = NULL;
+    for (const char *p = b + 1; b[0] == '.' && (p = strstr(p, DEL_MARK));
+         p++)
+        m = p;
+    if (!m || m == b + 1)
+        return 0;
+    /* HOST "-" PID after the mark: the pid is the digits after the last
+     * '-' (host names may hold '-'). */
+    const char *dash = strrchr(m + strlen(DEL_MARK), '-');
+    if (!dash || dash == m + strlen(DEL_MARK) || dash[1] < '1' ||
+        dash[1] > '9')
+        return 0;
+    for (const char *d = dash + 1; *d; d++)
+        if (*d < '0' || *d > '9')
+            return 0;
+    return 1;
+}
+
+char *ckpt_del_dead_sibling(const char *path)
+{
+    char *dir = ckpt_path_dirname(path), *base = ckpt_path_basename(path);
+    char *found = NULL, *x;
+    DIR *d = opendir(*dir ? dir : ".");
+    struct dirent *de;
+    while (d && !found && (de = readdir(d)) != NULL) {
+        if (!ckpt_del_dead(de->d_name, &x))
+            continue;
+        if (!strcmp(x, base))
+            found = *dir ? ckpt_path_join(dir, de->d_name)
+                         : ckpt_xstrdup(de->d_name);
+        free(x);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+    free(base);
+    return found;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+char **ckpt_del_dead_in(const char *dir, size_t *n)
+{
+    char **v = NULL;
+    *n = 0;
+    DIR *d = opendir(dir && *dir ? dir : ".");
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL)
+        if (ckpt_del_dead(de->d_name, NULL)) {
+            v = ckpt_xreallocarray(v, *n + 1, sizeof(*v));
+            v[(*n)++] = ckpt_xstrdup(de->d_name);
+        }
+    if (d)
+        closedir(d);
+    if (*n)
+        qsort(v, *n, sizeof(*v), by_name);
+    return v;
 }

@@ -22,6 +22,9 @@ input, the command started and sent SIGKILL after a delay drawn uniformly
 from [0, 0.9 T) (T: the shorter of two uninterrupted runs; a kill that comes after the command ended counts as "missed",
 not as a kill point), the invariants checked on what the kill left, the
 command rerun to completion, and the invariants of the end state checked.
+In the local unshard scenario every other kill instead comes the moment
+the delete of a step drawn at random starts (the step renamed aside or a
+file of it unlinked): that window is a few milliseconds of the run.
 
 Invariants after a kill (each violation is a bug):
   - nothing deleted without a verified copy: a source file (upload), a
@@ -183,6 +186,15 @@ def under(s, prefix):
 
 # ---- scenarios ----
 
+DEL = re.compile(r"^\.(.+)\.ckpt-del-.*-[0-9]+$")
+
+
+def undo_rename(k):
+    """k with each ".NAME.ckpt-del-HOST-PID" component (a rename-first
+    delete, clean's or unshard's) put back as NAME."""
+    return "/".join(DEL.sub(r"\1", p) for p in k.split("/"))
+
+
 class Scenario:
     """prepare(d) makes the input in directory d (and remote prefix);
     argv(d) is the command; state(d) -> (src snapshot, dest snapshot);
@@ -197,6 +209,10 @@ class Scenario:
 
     def state(self, d):
         return snap(os.path.join(d, "src")), snap(os.path.join(d, "dst"))
+
+    def probe(self, d):
+        """None, or a function that says when to kill (see Unshard)."""
+        return None
 
 
 class Clean(Scenario):
@@ -221,17 +237,13 @@ class Clean(Scenario):
 
     # clean's delete starts by renaming the run (or pruned checkpoint) to
     # ".NAME.ckpt-del-HOST-PID": the same files under that name are no
-    # change.
-    DEL = re.compile(r"^\.(.+)\.ckpt-del-.*-[0-9]+$")
-
-    def undo_rename(self, k):
-        return "/".join(self.DEL.sub(r"\1", p) for p in k.split("/"))
+    # change (undo_rename).
 
     def after_kill(self, d, orig, ref):
         src, _ = self.state(d)
         v = []
         for k, val in src.items():
-            if orig[0].get(self.undo_rename(k)) != val:
+            if orig[0].get(undo_rename(k)) != val:
                 v.append("clean changed or created %s" % k)
         for k, val in ref[0].items():
             if src.get(k) != val:
@@ -260,12 +272,35 @@ class Unshard(Scenario):
     def src_loc(self, d):
         return os.path.join(d, "src")
 
+    def probe(self, d):
+        """Every other kill comes the moment the delete of a step drawn at
+        random starts (the step renamed aside or a file of it unlinked):
+        a window of a few milliseconds that delays drawn over the whole
+        run seldom hit."""
+        step = os.path.join(d, "src", "step%d" % self.rng.randrange(
+            100, 700, 100))
+
+        def fingerprint():
+            out = []
+            for sub in ("", "model_and_optim", "train"):
+                try:
+                    out.append(os.lstat(os.path.join(step, sub)).st_mtime_ns)
+                except FileNotFoundError:
+                    out.append(None)
+            return out
+        first = fingerprint()
+        return lambda: fingerprint() != first
+
     def argv(self, d):
         return [CKPT, "unshard", "--delete-sharded", "--no-progress", "-q",
                 self.src_loc(d), os.path.join(d, "dst")]
 
+    # A local step's delete starts by renaming it to
+    # ".stepN.ckpt-del-HOST-PID": its files under that name are the step,
+    # gone from its name (the output must be complete), not new files.
     def after_kill(self, d, orig, ref):
         src, dst = self.state(d)
+        src = {undo_rename(k): val for k, val in src.items()}
         v = []
         steps = sorted({k.split("/")[0] for k in orig[0]
                         if k.startswith("step")})
@@ -322,6 +357,9 @@ class UnshardS3(Unshard):
 
     def src_loc(self, d):
         return "s3://%s/u/%s" % (BUCKET, os.path.basename(d))
+
+    def probe(self, d):
+        return None
 
     def state(self, d):
         return (snap_s3(self.env, "u/%s" % os.path.basename(d)),
@@ -429,6 +467,23 @@ def run_killed(argv, env, delay):
         return True
 
 
+def run_killed_on(argv, env, probe, limit):
+    """Start argv, SIGKILL it as soon as probe() is true. (hit, seconds
+    from the start to the kill)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    while p.poll() is None and time.monotonic() - t0 < limit:
+        if probe():
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            return p.returncode == -signal.SIGKILL, time.monotonic() - t0
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    return False, time.monotonic() - t0
+
+
 def classify(name, end, ref, orig):
     """Kind of a rerun's end state that differs from the reference:
     "litter" when every difference is a temporary name left behind (a dead
@@ -493,7 +548,8 @@ def scenario(cls, env, rng, work, kills, report):
     shutil.rmtree(d2, ignore_errors=True)
     r = {"scenario": sc.name, "reference_seconds": round(dur, 3),
          "reference_exit": p.returncode, "rerun_exit": p_again.returncode,
-         "kills": 0, "missed": 0, "survived": 0, "violations": []}
+         "kills": 0, "probed": 0, "missed": 0, "survived": 0,
+         "violations": []}
     report.append(r)
 
     def violation(kind, delay, msg):
@@ -508,8 +564,13 @@ def scenario(cls, env, rng, work, kills, report):
         d = os.path.join(work, "%s-%04d" % (sc.name, i))
         os.makedirs(d)
         sc.prepare(d)
-        delay = rng.uniform(0, 0.9 * dur)
-        hit = run_killed(sc.argv(d), env, delay)
+        probe = sc.probe(d) if i % 2 else None
+        if probe:
+            hit, delay = run_killed_on(sc.argv(d), env, probe, 10 * dur + 5)
+            r["probed"] += hit
+        else:
+            delay = rng.uniform(0, 0.9 * dur)
+            hit = run_killed(sc.argv(d), env, delay)
         before = len(r["violations"])
         if not hit:
             r["missed"] += 1
@@ -587,10 +648,12 @@ def show(r, known):
     kinds = {}
     for v in r["violations"]:
         kinds[v["kind"]] = kinds.get(v["kind"], 0) + 1
-    print("%-11s reference %.2fs exit %d; kill points survived %d/%d, "
+    probed = (" (%d at the start of a step's delete)" % r["probed"]
+              if r["probed"] else "")
+    print("%-11s reference %.2fs exit %d; kill points survived %d/%d%s, "
           "missed (ended before the kill) %d, violations %s" % (
               r["scenario"], r["reference_seconds"], r["reference_exit"],
-              r["survived"], r["kills"], r["missed"],
+              r["survived"], r["kills"], probed, r["missed"],
               ", ".join("%s %d" % kv for kv in sorted(kinds.items()))
               or "0"), flush=True)
     shown = {}

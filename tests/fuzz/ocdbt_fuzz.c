@@ -6,10 +6,14 @@
  * object (manifest, version tree, B+tree), 3 a data file table under a
  * base path, 4-6 the rest as the body of a valid uncompressed envelope
  * (magic, length and CRC-32C computed), so mutations reach the parsers
- * behind the checksum.
+ * behind the checksum. Target 3 also reads the bytes as a file name: a
+ * numbered manifest name must print back as manifest.%016x of a
+ * generation >= 1.
  */
 #include <stddef.h>
+#include <ctype.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +65,23 @@ static void parse(int kind, const uint8_t *p, size_t n)
     }
 }
 
+static void numbered(const uint8_t *p, size_t n)
+{
+    char name[64], back[64];
+    uint64_t g = 0;
+    if (n >= sizeof(name))
+        return;
+    memcpy(name, p, n);
+    name[n] = 0;
+    if (!ckpt_ocdbt_numbered_name(name, &g))
+        return;
+    snprintf(back, sizeof(back), "manifest.%016llx", (unsigned long long)g);
+    for (size_t i = 0; i < n; i++)
+        name[i] = (char)tolower((unsigned char)name[i]);
+    if (g == 0 || strcmp(name, back))
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -79,6 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                    &err) == 0 && used > n)
             abort();
         ckpt_arena_free(a);
+        numbered(p, n);
     } else {
         uint32_t m = magic[k - 4];
         size_t total = 4 + 8 + 2 + n + 4;

@@ -4,7 +4,8 @@
 # signature-verifying proxy): the same verdicts and array rows as on local
 # disk, an OCDBT step listed and judged from its manifest, B+tree nodes and
 # array metadata only (bytes counted by the proxy), and a truncated data
-# file judged incomplete from the listing's sizes.
+# file judged incomplete from the listing's sizes; a database with numbered
+# manifests.
 source "$(dirname "$0")/../support/lib.sh"
 source "$SRC/tests/support/s3env.sh"
 s3env_start --bucket runs || exit 1
@@ -47,6 +48,33 @@ out=$("$CKPT" unshard --no-progress s3://runs/orbax/bad/1 "$T/rem-bad" 2>&1)
 check "remote unshard of a truncated step: exit 1" 1 $?
 check "remote unshard of a truncated step: nothing written" no \
     "$([ -e "$T/rem-bad" ] && echo yes || echo no)"
+
+# Numbered manifests (manifest_kind 1): the newest one found by listing
+# the database directory in S3, judged and unsharded in place.
+/usr/bin/python3 - "$T/num/1" "$SRC/tests/support" <<'PY' || exit 1
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+import make_orbax
+make_orbax.build_ocdbt(sys.argv[1] + "/state",
+                       make_orbax.leaves(np.random.default_rng(5)), False,
+                       numbered=True)
+make_orbax.step_meta(sys.argv[1], "state")
+PY
+aws s3 cp --quiet --recursive "$T/num" s3://runs/orbax/num/
+check "numbered: remote ls -l = local ls -l" \
+    "$("$CKPT" ls -l "$T/num" | cut -f2-)" \
+    "$("$CKPT" ls -l s3://runs/orbax/num | cut -f2-)"
+check "numbered: complete, 13 arrays" "complete 13" \
+    "$("$CKPT" ls -l s3://runs/orbax/num | awk -F'\t' '$3 != "array" {v=$5} $3 == "array" {n++} END {print v, n}')"
+"$CKPT" unshard --no-progress --format safetensors "$T/num/1" "$T/num-loc" \
+    >/dev/null 2>&1
+"$CKPT" unshard --no-progress --format safetensors s3://runs/orbax/num/1 \
+    "$T/num-rem" >/dev/null 2>"$T/err"
+check "numbered: remote unshard exit" 0 $?
+check "numbered: remote unshard same bytes" \
+    "$(md5sum < "$T/num-loc/model.safetensors")" \
+    "$(md5sum < "$T/num-rem/model.safetensors" 2>/dev/null)"
 
 # A 32 MiB step: listing reads a tiny fraction of it.
 /usr/bin/python3 "$SRC/tests/support/make_orbax.py" "$T/big" --big 32 || exit 1

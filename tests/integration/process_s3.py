@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -227,6 +228,13 @@ def live_and_keep(c, env, tmp):
     dead.wait()
     aside = ".2871003.ckpt-del-%s-%d" % (os.uname().nodename, dead.pid)
     os.rename(r3, os.path.join(runs, aside))
+    # The renamed run is judged again before its delete is finished: it
+    # must still be bad and not live, so its files are given the age of a
+    # run that a clean judged bad (older than --min-age).
+    old = time.time() - 3 * 86400
+    for d, _, names in os.walk(os.path.join(runs, aside)):
+        for n in names:
+            os.utime(os.path.join(d, n), (old, old), follow_symlinks=False)
     rc, out, _ = ckpt(env, "process", "--no-wandb", runs, "--dest", dest)
     c.eq("interrupted delete: finished (the rest is live), exit 0",
          (rc, [r for r in rows(out) if "2871003" in r[1]]),

@@ -248,6 +248,21 @@ test -d "$T/k/.2871004.ckpt-del-$H-$dead"; check "interrupted delete -n keeps" 0
 out=$(cd "$T/k" && "$CKPT" clean --min-age 0 2871004 2>/dev/null)
 check "interrupted delete finished" "delete	2871004	finished an interrupted delete (.2871004.ckpt-del-$H-$dead)" "$out"
 test -e "$T/k/.2871004.ckpt-del-$H-$dead"; check "interrupted delete gone" 1 $?
+# a dead delete's sibling that now holds a complete checkpoint (a trainer
+# that kept the directory open wrote one after the rename) is judged again
+# and left: error, never delete
+mv "$T/k/2871002" "$T/k/.2871002.ckpt-del-$H-$dead"
+cp -r "$T/k/2871001/step1000" "$T/k/.2871002.ckpt-del-$H-$dead/step1000"
+out=$(cd "$T/k" && "$CKPT" clean --min-age 0 2871002 2>/dev/null)
+check "interrupted delete, complete checkpoint since" "error	2871002	.2871002.ckpt-del-$H-$dead (an interrupted delete) now holds complete checkpoint step1000 (dcp); left in place" "$out"
+test -d "$T/k/.2871002.ckpt-del-$H-$dead/step1000/model_and_optim"; check "interrupted delete, complete checkpoint kept" 0 $?
+rm -r "$T/k/.2871002.ckpt-del-$H-$dead/step1000"
+# ... and one written to within --min-age is live
+touch "$T/k/.2871002.ckpt-del-$H-$dead/config.yaml"
+out=$(cd "$T/k" && "$CKPT" clean --min-age 1h 2871002 2>/dev/null)
+check "interrupted delete, written since" "skip	2871002	live: newest file written 0 s ago" "$out"
+test -d "$T/k/.2871002.ckpt-del-$H-$dead"; check "interrupted delete, written since kept" 0 $?
+mv "$T/k/.2871002.ckpt-del-$H-$dead" "$T/k/2871002"
 mv "$T/k/2871002" "$T/k/.2871002.ckpt-del-$H-$$"
 mv "$T/k/2871003" "$T/k/.2871003.ckpt-del-otherhost-$dead"
 before=$(tree "$T/k")

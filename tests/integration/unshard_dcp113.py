@@ -91,7 +91,12 @@ def run_mode(tmp):
     check("run: config.yaml copied", sorted(os.listdir(os.path.join(
         dest, "step20-unsharded"))) == ["checkpoint.pt", "config.yaml"])
     p = run(CKPT, "unshard", "--delete-sharded", run_dir, dest)
-    check("run: step20 skipped", "skip\t" in p.stdout, p.stdout)
+    # step20's complete copy exists already (the --latest run): deleted
+    # too (issue 13), not unsharded again.
+    check("run: step20 (already unsharded) deleted", p.stdout.splitlines()[1]
+          == "deleted\tstep20\talready unsharded: %s/step20-unsharded is "
+          "complete; deleted %s/step20" % (dest, run_dir) and
+          not os.path.exists(os.path.join(run_dir, "step20")), p.stdout)
     check("run: step10 unsharded and deleted",
           os.path.isdir(os.path.join(dest, "step10-unsharded")) and
           not os.path.exists(os.path.join(run_dir, "step10")))

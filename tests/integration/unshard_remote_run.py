@@ -145,7 +145,8 @@ def main():
                 compare(name + " bit-exact", got, want)
 
             # --delete-sharded: each step's objects go once its output is
-            # written and verified; the rest of the run stays.
+            # written and verified; step5, whose complete -unsharded copy
+            # is in the run, goes too; the rest of the run stays.
             dest2 = os.path.join(tmp, "out-del")
             p = subprocess.run([CKPT, "unshard", "--no-progress",
                                 "--delete-sharded", "--tmp-dir", scratch,
@@ -156,11 +157,11 @@ def main():
                 line.split("; deleted ")[-1]
                 for line in p.stdout.splitlines() if "; deleted " in line],
                 ["s3://%s/runs/run1/%s" % (B, s) for s in
-                 ("step10", "step15", "step20", "0000000050")])
+                 ("step5", "step10", "step15", "step20", "0000000050")])
             c.eq("delete: exactly the unsharded steps' objects",
                  objects(env, "runs/run1"),
                  [k for k in before if not k.split("/")[0] in
-                  ("step10", "step15", "step20", "0000000050")])
+                  ("step5", "step10", "step15", "step20", "0000000050")])
             c.eq("delete: outputs", files(dest2), files(dest))
             c.eq("delete: scratch left empty", os.listdir(scratch), [])
     finally:

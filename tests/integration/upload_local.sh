@@ -148,6 +148,15 @@ check "run directory gone" "no" "$([ -e runs/1234567 ] && echo yes || echo no)"
 check "logs kept" "a" "$(cat logs/slurm-1234567.out)"
 check "DEST holds the run" "" "$(diff -r mv1 wdst2/ai2-llm/olmo-small/ab12cd34 | grep -v '^Only in wdst2.*: logs$')"
 
+# --- a step being deleted (renamed aside by clean or unshard
+# --delete-sharded, or left so by a killed one) is not content
+mkdir -p deld/step10 deld/.step20.ckpt-del-somehost-4242
+printf 'a' >deld/step10/model.pt; printf 'b' >deld/.step20.ckpt-del-somehost-4242/model.pt
+out=$("$CKPT" upload deld deldst 2>err)
+check "del sibling: exit" 0 $?
+check "del sibling: not copied" "f ./step10/model.pt 1" "$(tree deldst | grep '^f')"
+check "del sibling: warned" "1" "$(grep -c 'deld/.step20.ckpt-del-somehost-4242: left by an interrupted delete; not copied' err)"
+
 # --- killed mid-copy: the rerun finishes it, no temporary file is left
 mkdir big && head -c 300000000 /dev/urandom >big/z
 "$CKPT" upload -q --part-size 5M -j 2 big bigdst & pid=$!

@@ -173,13 +173,24 @@ def interior_node(height, children, files, compress):
     return envelope(BTREE_MAGIC, bytes(body), compress)
 
 
-def manifest(files, versions, compress, uuid=bytes(range(16))):
-    """versions: [(gen, root_height, fid, off, len, stats3, commit_ms)]."""
+def config(kind, uuid=bytes(range(16))):
     body = bytearray(uuid)
-    body.append(0)                              # manifest_kind single
+    body.append(kind)                           # manifest_kind
     body += varint(100) + varint(8 << 20)       # TensorStore defaults
     body.append(4)                              # version_tree_arity_log2
     body += varint(1) + struct.pack("<i", 0)    # zstd, level 0
+    return body
+
+
+def config_manifest():
+    """manifest.ocdbt of a database with numbered manifests: the config
+    alone, manifest_kind 1 (TensorStore format/manifest.cc)."""
+    return envelope(MANIFEST_MAGIC, bytes(config(1)), True)
+
+
+def manifest(files, versions, compress, uuid=bytes(range(16))):
+    """versions: [(gen, root_height, fid, off, len, stats3, commit_ms)]."""
+    body = config(0, uuid)
     body += file_table(files)
     body += varint(len(versions))
     for v in versions:
@@ -375,10 +386,13 @@ class DataFile:
         self.f.close()
 
 
-def write_ocdbt(item_dir, kv, nproc=2):
+def write_ocdbt(item_dir, kv, nproc=2, numbered=False):
     """kv: {key bytes: value bytes}. Keys are split across nproc
     'processes', each with its own sub-database; the root B+tree's
-    interior node points into them through base paths."""
+    interior node points into them through base paths. numbered: the
+    merged database keeps its generations in numbered manifests
+    (manifest.0000000000000001 empty, ...2 the tree) behind a config-only
+    manifest.ocdbt, as TensorStore's manifest_kind numbered writes them."""
     keys = sorted(kv)
     per = (len(keys) + nproc - 1) // nproc
     children = []
@@ -424,17 +438,23 @@ def write_ocdbt(item_dir, kv, nproc=2):
            ln + sum(c[6][1] for c in children),
            sum(c[6][2] for c in children))
     # Generation 1: the empty database (missing root); 2: the merged tree.
-    write(os.path.join(item_dir, "manifest.ocdbt"), manifest(
-        [(b"", root.rel)],
-        [(1, 0, 0, MISSING, MISSING, (0, 0, 0), 1700000000000),
-         (2, 1, 0, off, ln, tot, 1700000002000)], compress=True))
+    gens = [(1, 0, 0, MISSING, MISSING, (0, 0, 0), 1700000000000),
+            (2, 1, 0, off, ln, tot, 1700000002000)]
+    if not numbered:
+        write(os.path.join(item_dir, "manifest.ocdbt"), manifest(
+            [(b"", root.rel)], gens, compress=True))
+        return
+    write(os.path.join(item_dir, "manifest.ocdbt"), config_manifest())
+    for n in (1, 2):
+        write(os.path.join(item_dir, "manifest.%016x" % n), manifest(
+            [(b"", root.rel)], gens[:n], compress=True))
 
 
 def name_of(path):
     return ".".join(path)
 
 
-def build_ocdbt(item_dir, items, use_zarr3):
+def build_ocdbt(item_dir, items, use_zarr3, numbered=False):
     kv = {}
     for path, a, chunks, bf16 in items:
         name = name_of(path).encode()
@@ -450,7 +470,7 @@ def build_ocdbt(item_dir, items, use_zarr3):
         kv[name + b"/zarr.json"] = zarr3_json(a, chunks, bf16, shard, big)
         for k, v in v3_chunks(a, chunks, shard, big):
             kv[name + b"/" + k.encode()] = v
-    write_ocdbt(item_dir, kv)
+    write_ocdbt(item_dir, kv, numbered=numbered)
     write(os.path.join(item_dir, "_METADATA"), tree_metadata(items,
                                                             use_zarr3))
     write(os.path.join(item_dir, "_sharding"), b"{}")

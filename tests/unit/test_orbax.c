@@ -814,13 +814,225 @@ static void test_orbax__dag_capped(void)
     vi(&m, 0);
     db.m = malloc(4200);
     db.mn = envelope(CKPT_OCDBT_MANIFEST_MAGIC, &m, 0, db.m);
-    struct ckpt_orbax_io io = { &db, mem_size, mem_read, NULL };
+    struct ckpt_orbax_io io = { &db, mem_size, mem_read, NULL, NULL };
     struct ckpt_err err = CKPT_ERR_INIT;
     uint64_t nkeys = 0;
     CHECK_EQ(ckpt_ocdbt_check(&io, "dag", &nkeys, &err), -1);
     CHECK(strstr(err.msg, "B+tree of more than 1048576 nodes") != NULL);
     free(db.d);
     free(db.m);
+}
+
+/* --- numbered manifests (manifest_kind 1) ------------------------------- */
+
+/* TensorStore (io/manifest_cache.cc, format/manifest.cc) writes a
+ * config-only manifest.ocdbt and one full single-kind manifest per commit,
+ * manifest.%016x, keeping the last few; the newest is the database. Its
+ * OCDBT driver_test.cc (distributed/) shows the sequence of a first
+ * write: manifest.ocdbt, manifest.0000000000000001 (generation 1, empty),
+ * then d/... and manifest.0000000000000002. No encoded bytes are kept
+ * upstream: these are encoded per index.rst and manifest.cc. */
+struct nfile {
+    const char *name;
+    unsigned char b[512];
+    size_t n;
+    int gone;
+};
+
+struct ndb {
+    struct nfile f[8];
+    int n;
+};
+
+static struct nfile *nfind(struct ndb *db, const char *name)
+{
+    for (int i = 0; i < db->n; i++)
+        if (!db->f[i].gone && !strcmp(db->f[i].name, name))
+            return &db->f[i];
+    return NULL;
+}
+
+static int n_size(void *ctx, const char *rel, uint64_t *size,
+                  struct ckpt_err *err)
+{
+    struct nfile *f = nfind(ctx, rel);
+    if (!f)
+        return ckpt_err_set(err, CKPT_ENOTFOUND, "%s missing", rel);
+    *size = f->n;
+    return 0;
+}
+
+static int n_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
+                  void *buf, struct ckpt_err *err)
+{
+    struct nfile *f = nfind(ctx, rel);
+    if (!f || off + len > f->n)
+        return ckpt_err_set(err, CKPT_EIO, "%s: bad read", rel);
+    memcpy(buf, f->b + off, (size_t)len);
+    return 0;
+}
+
+static int n_names(void *ctx, int (*fn)(void *ud, const char *name),
+                   void *ud, struct ckpt_err *err)
+{
+    struct ndb *db = ctx;
+    (void)err;
+    for (int i = 0; i < db->n; i++)
+        if (!db->f[i].gone && !strchr(db->f[i].name, '/'))
+            fn(ud, db->f[i].name);
+    return 0;
+}
+
+static struct nfile *nadd(struct ndb *db, const char *name)
+{
+    struct nfile *f = &db->f[db->n++];
+    memset(f, 0, sizeof(*f));
+    f->name = name;
+    return f;
+}
+
+/* Config: uuid 0..15, the given manifest_kind, arity 2^1, no compression. */
+static void n_config(struct enc *e, unsigned kind)
+{
+    for (unsigned i = 0; i < 16; i++)
+        u8(e, i);
+    u8(e, kind);
+    vi(e, 100);
+    vi(e, 8388608);
+    u8(e, 1);
+    vi(e, 0);
+}
+
+/* A single-kind manifest of generations 1..gens: generation 1 empty, the
+ * others rooted at the leaf node in d/a (nbytes of it). */
+static size_t n_manifest(unsigned char *out, unsigned kind, uint64_t gens,
+                         size_t nbytes)
+{
+    static const char *const f[] = { "", "d/a" };
+    struct enc e = { .n = 0 };
+    n_config(&e, kind);
+    table(&e, f, 1);
+    vi(&e, gens);
+    for (uint64_t g = 1; g <= gens; g++)
+        vi(&e, g);
+    for (uint64_t g = 1; g <= gens; g++)
+        u8(&e, 0);                              /* root heights */
+    for (uint64_t g = 1; g <= gens; g++)
+        vi(&e, 0);                              /* data file ids */
+    for (uint64_t g = 1; g <= gens; g++)
+        vi(&e, g == 1 ? CKPT_OCDBT_MISSING : 0);
+    for (uint64_t g = 1; g <= gens; g++)
+        vi(&e, g == 1 ? CKPT_OCDBT_MISSING : nbytes);
+    for (uint64_t g = 1; g <= gens; g++)
+        vi(&e, g == 1 ? 0 : 1);                 /* num_keys */
+    for (uint64_t g = 1; g <= 2 * gens; g++)
+        vi(&e, 0);                              /* tree, indirect bytes */
+    for (uint64_t g = 1; g <= gens; g++)
+        le(&e, g, 8);                           /* commit times */
+    vi(&e, 0);                                  /* no version nodes */
+    return envelope(CKPT_OCDBT_MANIFEST_MAGIC, &e, 0, out);
+}
+
+/* manifest.ocdbt (config only), manifest.…1 and …2, d/a: a leaf whose
+ * key "k" is 10 bytes out of line in d/v. */
+static void n_db(struct ndb *db)
+{
+    static const char *const f[] = { "", "d/v" };
+    struct enc e = { .n = 0 };
+    struct nfile *x;
+    db->n = 0;
+    x = nadd(db, "manifest.ocdbt");
+    n_config(&e, 1);
+    x->n = envelope(CKPT_OCDBT_MANIFEST_MAGIC, &e, 0, x->b);
+    e.n = 0;
+    u8(&e, 0);                                  /* leaf */
+    table(&e, f, 1);
+    vi(&e, 1);
+    vi(&e, 1);
+    str(&e, "k");
+    vi(&e, 10);                                 /* value length */
+    u8(&e, 1);                                  /* out of line */
+    vi(&e, 0);
+    vi(&e, 0);
+    x = nadd(db, "d/a");
+    x->n = envelope(CKPT_OCDBT_BTREE_MAGIC, &e, 0, x->b);
+    size_t leaf = x->n;
+    x = nadd(db, "d/v");
+    x->n = 10;
+    x = nadd(db, "manifest.0000000000000001");
+    x->n = n_manifest(x->b, 0, 1, leaf);
+    x = nadd(db, "manifest.0000000000000002");
+    x->n = n_manifest(x->b, 0, 2, leaf);
+}
+
+static void test_orbax__numbered_names(void)
+{
+    uint64_t g = 0;
+    CHECK(ckpt_ocdbt_numbered_name("manifest.0000000000000001", &g));
+    CHECK_EQ(g, 1);
+    CHECK(ckpt_ocdbt_numbered_name("manifest.00000000000000ff", &g));
+    CHECK_EQ(g, 255);
+    CHECK(ckpt_ocdbt_numbered_name("manifest.FFFFFFFFFFFFFFFF", &g));
+    CHECK(g == UINT64_MAX);
+    CHECK(!ckpt_ocdbt_numbered_name("manifest.0000000000000000", &g));
+    CHECK(!ckpt_ocdbt_numbered_name("manifest.ocdbt", &g));
+    CHECK(!ckpt_ocdbt_numbered_name("manifest.000000000000001", &g));
+    CHECK(!ckpt_ocdbt_numbered_name("manifest.00000000000000001", &g));
+    CHECK(!ckpt_ocdbt_numbered_name("manifest.000000000000000g", &g));
+    CHECK(!ckpt_ocdbt_numbered_name("xmanifest.0000000000000001", &g));
+}
+
+static void test_orbax__numbered(void)
+{
+    struct ndb db;
+    struct ckpt_orbax_io io = { &db, n_size, n_read, NULL, n_names };
+    struct ckpt_err err = CKPT_ERR_INIT;
+    uint64_t nkeys = 0;
+
+    n_db(&db);          /* the newest generation (2) holds the key */
+    CHECK_EQ(ckpt_ocdbt_check(&io, "db", &nkeys, &err), 0);
+    CHECK_EQ(nkeys, 1);
+
+    n_db(&db);          /* its value's data file is gone: incomplete */
+    nfind(&db, "d/v")->gone = 1;
+    err = (struct ckpt_err)CKPT_ERR_INIT;
+    CHECK_EQ(ckpt_ocdbt_check(&io, "db", &nkeys, &err), 1);
+    CHECK(strstr(err.msg, "d/v") != NULL);
+
+    n_db(&db);          /* only generation 1 (empty) left: whole, no key */
+    nfind(&db, "manifest.0000000000000002")->gone = 1;
+    nfind(&db, "d/v")->gone = 1;
+    CHECK_EQ(ckpt_ocdbt_check(&io, "db", &nkeys, &err), 0);
+    CHECK_EQ(nkeys, 0);
+
+    n_db(&db);          /* the name must match its latest generation */
+    nfind(&db, "manifest.0000000000000002")->name =
+        "manifest.0000000000000003";
+    err = (struct ckpt_err)CKPT_ERR_INIT;
+    CHECK_EQ(ckpt_ocdbt_check(&io, "db", &nkeys, &err), -1);
+    CHECK(strstr(err.msg, "db/manifest.0000000000000003: latest generation "
+                          "2, the name says 3") != NULL);
+
+    n_db(&db);          /* a numbered manifest is a single-kind one */
+    struct nfile *m2 = nfind(&db, "manifest.0000000000000002");
+    m2->n = n_manifest(m2->b, 1, 2, 0);
+    err = (struct ckpt_err)CKPT_ERR_INIT;
+    CHECK_EQ(ckpt_ocdbt_check(&io, "db", &nkeys, &err), -1);
+    CHECK_EQ(err.code, CKPT_EFORMAT);
+
+    n_db(&db);          /* no numbered manifest at all: an error, never
+                           "incomplete" (which clean would delete) */
+    nfind(&db, "manifest.0000000000000001")->gone = 1;
+    nfind(&db, "manifest.0000000000000002")->gone = 1;
+    err = (struct ckpt_err)CKPT_ERR_INIT;
+    CHECK_EQ(ckpt_ocdbt_check(&io, "db", &nkeys, &err), -1);
+    CHECK(strstr(err.msg, "there is none") != NULL);
+
+    n_db(&db);          /* an io that cannot list: unsupported */
+    io.names = NULL;
+    err = (struct ckpt_err)CKPT_ERR_INIT;
+    CHECK_EQ(ckpt_ocdbt_check(&io, "db", &nkeys, &err), -1);
+    CHECK_EQ(err.code, CKPT_EUNSUPPORTED);
 }
 
 /* --- msgpack (kawanet/msgpack-test-suite) ------------------------------ */
@@ -985,4 +1197,5 @@ TEST_MAIN(T(test_orbax__crc32c), T(test_orbax__files_upstream),
           T(test_orbax__manifest), T(test_orbax__vtree),
           T(test_orbax__zarr3_meta), T(test_orbax__zarr3_decode),
           T(test_orbax__shard_index), T(test_orbax__msgpack_suite),
-          T(test_orbax__msgpack_hostile), T(test_orbax__dag_capped))
+          T(test_orbax__msgpack_hostile), T(test_orbax__dag_capped),
+          T(test_orbax__numbered_names), T(test_orbax__numbered))

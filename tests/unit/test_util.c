@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -241,6 +242,19 @@ static void test_util__tempname(void)
 }
 
 /* A file longer than the cap is an error, never its truncated prefix. */
+static void test_util__is_del_name(void)
+{
+    CHECK(ckpt_is_del_name(".step10.ckpt-del-vm-1-42"));
+    CHECK(ckpt_is_del_name("run/.2871001.ckpt-del-host-7"));
+    CHECK(ckpt_is_del_name("..ckpt-del-x.ckpt-del-h-9"));
+    CHECK(!ckpt_is_del_name("step10.ckpt-del-vm-42"));    /* no dot */
+    CHECK(!ckpt_is_del_name(".ckpt-del-vm-42"));         /* no X */
+    CHECK(!ckpt_is_del_name(".step10.ckpt-del-vm-042"));
+    CHECK(!ckpt_is_del_name(".step10.ckpt-del-vm-4x"));
+    CHECK(!ckpt_is_del_name(".step10.ckpt-del--42"));
+    CHECK(!ckpt_is_del_name(".step10.ckpt-del-vm"));
+}
+
 static void test_util__read_small_file(void)
 {
     char dir[] = "/tmp/ckpt-test-util-XXXXXX";
@@ -259,7 +273,84 @@ static void test_util__read_small_file(void)
     free(p);
 }
 
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0);
+    return pid;
+}
+
+/* Rename-first delete names: ".X.ckpt-del-HOST-PID", ours only when HOST
+ * is this host and PID a dead process; X may hold the mark itself. */
+static void test_util__del_names(void)
+{
+    char host[256] = "", name[600], *x = NULL;
+    gethostname(host, sizeof(host) - 1);
+    long dead = (long)dead_pid(), me = (long)getpid();
+    char *t = ckpt_del_temp("a/step10");
+    snprintf(name, sizeof(name), "a/.step10.ckpt-del-%s-%ld", host, me);
+    CHECK_STR(t, name);
+    free(t);
+    char longbase[300];
+    memset(longbase, 'n', 250);
+    longbase[250] = '\0';
+    CHECK(ckpt_del_temp(longbase) == NULL);      /* above NAME_MAX */
+    CHECK(!ckpt_del_dead(name, NULL));           /* a live pid: ours */
+    snprintf(name, sizeof(name), ".step10.ckpt-del-%s-%ld", host, dead);
+    CHECK(ckpt_del_dead(name, &x) == 1);
+    CHECK_STR(x, "step10");
+    free(x);
+    snprintf(name, sizeof(name), "d/.a.ckpt-del-b.ckpt-del-%s-%ld", host,
+             dead);
+    CHECK(ckpt_del_dead(name, &x) == 1);
+    CHECK_STR(x, "a.ckpt-del-b");
+    free(x);
+    snprintf(name, sizeof(name), ".step10.ckpt-del-%s-%ld", "otherhost",
+             dead);
+    CHECK(!ckpt_del_dead(name, NULL));
+    snprintf(name, sizeof(name), ".ckpt-del-%s-%ld", host, dead);
+    CHECK(!ckpt_del_dead(name, NULL));           /* no X */
+    snprintf(name, sizeof(name), ".s.ckpt-del-%s-0%ld", host, dead);
+    CHECK(!ckpt_del_dead(name, NULL));
+    snprintf(name, sizeof(name), ".s.ckpt-del-%s-%ldx", host, dead);
+    CHECK(!ckpt_del_dead(name, NULL));
+    snprintf(name, sizeof(name), "s.ckpt-del-%s-%ld", host, dead);
+    CHECK(!ckpt_del_dead(name, NULL));           /* not hidden */
+
+    /* In a directory: siblings found, sorted; the tree goes. */
+    char dir[] = "/tmp/ckpt-test-del-XXXXXX", p[700];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(p, sizeof(p), "%s/.b.ckpt-del-%s-%ld", dir, host, dead);
+    CHECK(mkdir(p, 0755) == 0);
+    snprintf(p, sizeof(p), "%s/.b.ckpt-del-%s-%ld/sub", dir, host, dead);
+    CHECK(mkdir(p, 0755) == 0);
+    snprintf(p, sizeof(p), "%s/.a.ckpt-del-%s-%ld", dir, host, dead);
+    CHECK(mkdir(p, 0755) == 0);
+    snprintf(p, sizeof(p), "%s/.c.ckpt-del-%s-%ld", dir, host, me);
+    CHECK(mkdir(p, 0755) == 0);
+    size_t n;
+    char **v = ckpt_del_dead_in(dir, &n);
+    CHECK(n == 2);
+    snprintf(name, sizeof(name), ".a.ckpt-del-%s-%ld", host, dead);
+    CHECK(n == 2 && !strcmp(v[0], name));
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+    snprintf(name, sizeof(name), "%s/b", dir);
+    t = ckpt_del_dead_sibling(name);
+    snprintf(p, sizeof(p), "%s/.b.ckpt-del-%s-%ld", dir, host, dead);
+    CHECK(t && !strcmp(t, p));
+    free(t);
+    snprintf(name, sizeof(name), "%s/c", dir);
+    CHECK(ckpt_del_dead_sibling(name) == NULL);  /* a live pid's */
+    ckpt_rm_tree(dir);
+    CHECK(access(dir, F_OK) != 0);
+}
+
 TEST_MAIN(T(test_util__parse_size), T(test_util__paths), T(test_util__buf),
           T(test_util__err), T(test_util__pool), T(test_util__die_oom),
           T(test_util__escape), T(test_util__redact), T(test_util__tempname),
-          T(test_util__read_small_file))
+          T(test_util__read_small_file), T(test_util__del_names),
+          T(test_util__is_del_name))
