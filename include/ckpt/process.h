@@ -7,7 +7,8 @@
  *
  * Idempotent: a small state object per run, DEST/.ckpt-process/ID.json,
  * records the phases finished ("uploaded": everything at DEST and
- * verified; "done": the source deleted too) and where the run went. A
+ * verified, written right before the first source file is deleted;
+ * "done": the source deleted too) and where the run went. A
  * rerun after a crash goes on from there: a run whose upload was verified
  * is not judged again (its source may be half deleted), only verified
  * again and deleted.

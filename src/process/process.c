@@ -4,15 +4,18 @@
  * upload, verify + delete. Each phase emits one event; the last event of
  * a run is its row.
  *
- * Upload and verification are two passes of the upload engine: the first
- * copies (nothing is deleted) and, once every object arrived, the state
- * says "uploaded"; the second compares every source file with DEST by
- * checksum and only then deletes it (upload's --delete-source path:
- * sources re-checked unchanged, OLMo `latest` links and emptied
- * directories removed), asking the lease before each deletion.
+ * Upload, verification and deletion are one pass of the upload engine,
+ * as `upload --delete-source` (every file's MD5 checked against DEST,
+ * nothing deleted unless everything arrived; sources re-checked unchanged
+ * before each deletion, OLMo `latest` links and emptied directories
+ * removed). Before the first deletion the lease is checked and the state
+ * written as "uploaded"; before every other one the lease is checked. A
+ * run found "uploaded" later (a worker died while deleting) gets a second
+ * kind of pass: every source file compared by checksum, then deleted.
  */
 #include "ckpt/process.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +63,11 @@ struct one {
     double t0;
     struct ckpt_process_totals *t;
     int failed;                 /* the run failed or was unmapped */
+    /* First pass: state "uploaded" is written right before the first
+     * deletion (upload deletes only once everything arrived and was
+     * verified), from whichever worker thread gets there. */
+    int save_on_delete, saved;
+    pthread_mutex_t mu;
 };
 
 const char *ckpt_process_phase_name(enum ckpt_process_phase p)
@@ -162,10 +170,27 @@ static void up_progress(void *ud, uint64_t items, uint64_t bytes)
         c->on_progress(c->ud, items, bytes);
 }
 
+/* Before each deletion of a source file: the lease must still be ours,
+ * and the state must say "uploaded" (a worker killed from here on leaves
+ * a run the next one verifies and deletes, never judges again). */
 static int up_may_delete(void *ud, struct ckpt_err *err)
 {
     struct one *o = ud;
-    return proc_keeper_check(&o->k, err);
+    if (proc_keeper_check(&o->k, err) != 0)
+        return -1;
+    int rc = 0;
+    pthread_mutex_lock(&o->mu);
+    if (o->save_on_delete && !o->saved) {
+        struct proc_state s = o->s;   /* counts come with "done" */
+        s.phase = PROC_UPLOADED;
+        s.files = s.bytes = s.freed = 0;
+        s.steps = o->steps;
+        rc = proc_state_write(o->p->cfg.dst, o->state_key, o->r->id, &s,
+                              err);
+        o->saved = rc == 0;
+    }
+    pthread_mutex_unlock(&o->mu);
+    return rc;
 }
 
 struct outs {
@@ -245,7 +270,7 @@ static int upload_pass(struct one *o, int verify, int dry,
     const struct ckpt_process_cfg *c = &o->p->cfg;
     struct ckpt_upload_cfg ucfg = {
         .jobs = c->jobs > 0 ? c->jobs : DEFAULT_JOBS, .dry_run = dry,
-        .checksum = verify, .delete_source = verify && !c->keep_source,
+        .checksum = verify, .delete_source = !dry && !c->keep_source,
         .strip = 1, .state_dir = c->state_dir, .on_event = up_event,
         .on_progress = up_progress,
         .may_delete = dry ? NULL : up_may_delete, .ud = o,
@@ -424,19 +449,31 @@ static int unshard(struct one *o)
     return 0;
 }
 
-/* Copy the run to DEST (nothing deleted); state "uploaded" once every
- * object arrived. */
+/* Copy the run to DEST, verify and delete the source in one pass of the
+ * upload engine, as `upload --delete-source` does (it deletes nothing
+ * unless every file arrived; with --keep-source every file is compared
+ * by checksum instead); state "done". */
 static int upload(struct one *o)
 {
+    const struct ckpt_process_cfg *c = &o->p->cfg;
     struct ckpt_upload_totals t;
-    if (upload_pass(o, 0, 0, &t) != 0) {
-        fail_run(o, CKPT_PROC_UPLOAD, o->fail.ptr);
+    uint64_t freed0 = o->freed;
+    o->save_on_delete = 1;
+    int rc = upload_pass(o, c->keep_source, 0, &t);
+    o->save_on_delete = 0;
+    if (rc != 0) {
+        fail_run(o, o->fail_delete ? CKPT_PROC_DELETE : CKPT_PROC_UPLOAD,
+                 o->fail.ptr);
         return -1;
     }
     o->s.files = t.files;
     o->s.bytes = t.bytes_total;
     emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_OK, "", t.files, t.bytes_total);
-    return save_state(o, PROC_UPLOADED, CKPT_PROC_UPLOAD);
+    emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", t.files, t.bytes_total);
+    if (!c->keep_source)
+        emit(o, CKPT_PROC_DELETE, CKPT_PROC_OK, "", t.deleted,
+             o->freed - freed0);
+    return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
 }
 
 /* Compare every source file with DEST, then delete the source. */
@@ -537,9 +574,9 @@ static void leased(struct one *o)
     } else {
         emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_DONE, "", o->s.files,
              o->s.bytes);
+        if (verify_delete(o) != 0)
+            return;
     }
-    if (verify_delete(o) != 0)
-        return;
     /* Verified at DEST: the local unshard outputs have done their job. */
     struct ckpt_err derr = CKPT_ERR_INIT;
     (void)ckpt_storage_delete_tree(o->p->local, o->uns, &derr);
@@ -556,6 +593,7 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     o.t = t;
     o.t0 = ckpt_now();
     ckpt_buf_init(&o.fail);
+    pthread_mutex_init(&o.mu, NULL);
     char *dir = ckpt_path_join(p->cfg.dest_key, STATE_DIR);
     char *sname = ckpt_xasprintf("%s.json", r->id);
     char *lname = ckpt_xasprintf("%s.lease", r->id);
@@ -593,6 +631,7 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     free(o.state_key);
     free(o.lease_key);
     free(o.uns);
+    pthread_mutex_destroy(&o.mu);
     free(sname);
     free(lname);
     free(dir);
