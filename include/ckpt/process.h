@@ -88,6 +88,13 @@ struct ckpt_process_cfg {
     int keep_source;             /* verify, but never delete the source */
     int keep_archive;            /* store an archive as it is, at
                                     DEST/.../RUN_ID.tar.gz, not extracted */
+    const struct ckpt_filter *filter; /* borrowed, or NULL: --include/
+                                    --exclude (ckpt/upload.h): files left
+                                    out stay at the source */
+    int drop_sharded;            /* leave out sharded steps with a
+                                    complete -unsharded copy... */
+    int drop_incomplete;         /* ...and incomplete steps; deleted with
+                                    the source (verified uploads first) */
     enum ckpt_process_unshard unshard;
     int unshard_step0;           /* also step 0 */
     const char *tmp_dir;         /* unshard outputs wait for their upload

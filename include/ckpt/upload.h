@@ -45,6 +45,16 @@ struct ckpt_upload_event {
     const char *detail;     /* borrowed: reason or error, "" if none */
 };
 
+/* What a copy does with one file of a SRC added with CKPT_UPLOAD_PICK
+ * (ckpt_upload_cfg.pick). */
+enum ckpt_upload_pick {
+    CKPT_PICK_COPY = 0,     /* copy it (and delete it with the source) */
+    CKPT_PICK_LEAVE,        /* not copied, and never deleted: the source
+                               keeps it (an archive SRC is then kept) */
+    CKPT_PICK_DROP          /* not copied, but deleted with the source
+                               once everything copied was verified */
+};
+
 struct ckpt_upload_cfg {
     int jobs;               /* workers (files and parts together), >= 1 */
     int dry_run;
@@ -65,6 +75,10 @@ struct ckpt_upload_cfg {
      * thread): non-zero (err set) refuses it, and the file stays. `ckpt
      * process` checks there that its lease on the run is still valid. */
     int (*may_delete)(void *ud, struct ckpt_err *err);
+    /* NULL, or asked (on the thread that plans) for every file of a SRC
+     * added with CKPT_UPLOAD_PICK, by its path below SRC's root as it
+     * would be at DEST ("step1000/model.pt"). */
+    enum ckpt_upload_pick (*pick)(void *ud, const char *rel);
     void *ud;
 };
 
@@ -77,12 +91,17 @@ struct ckpt_upload_totals {
     uint64_t bytes_sent;    /* data bytes sent (resumed parts excluded) */
     uint64_t bytes_resumed; /* bytes of parts an earlier run had sent */
     uint64_t throttled;     /* same-object throttles backed off */
+    uint64_t left;          /* files picked CKPT_PICK_LEAVE (kept) */
+    uint64_t dropped;       /* files picked CKPT_PICK_DROP */
+    uint64_t kept_archives; /* archive SRCs not deleted: they hold files
+                               left out */
     double seconds;
 };
 
 /* Flags of ckpt_upload_add. */
 #define CKPT_UPLOAD_EXTRACT   1u  /* SRC is an archive: copy its members */
 #define CKPT_UPLOAD_KEEP_SRC  2u  /* never delete this SRC (logs) */
+#define CKPT_UPLOAD_PICK      4u  /* ask cfg.pick about each file */
 
 struct ckpt_upload;
 
@@ -119,6 +138,19 @@ int ckpt_upload_run(struct ckpt_upload *u, struct ckpt_upload_totals *out);
  * NULL) occurs in it as a whole token ("2871001.out", "slurm-2871001.err",
  * not "28710012.out"). */
 int ckpt_upload_is_log_of(const char *base, const char *run, const char *wid);
+
+/* rclone-style --include/--exclude rules (filter.c; the rules are in
+ * docs/commands/process.md). */
+struct ckpt_filter;
+struct ckpt_filter *ckpt_filter_new(void);
+void ckpt_filter_free(struct ckpt_filter *f);
+/* Append a rule; -1 (CKPT_EUSAGE) for a pattern it cannot take. */
+int ckpt_filter_add(struct ckpt_filter *f, int include, const char *pat,
+                    struct ckpt_err *err);
+/* 1 when rel (a path below the root, '/'-separated) is taken; a NULL
+ * filter takes everything. */
+int ckpt_filter_match(const struct ckpt_filter *f, const char *rel);
+size_t ckpt_filter_count(const struct ckpt_filter *f);
 
 /* W&B mapping files (`ckpt map-wandb --output`, read by --wandb-map) are
  * parsed by ckpt_wandb_map_parse (ckpt/wandb.h), the one reader. */

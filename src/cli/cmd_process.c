@@ -10,6 +10,7 @@
 
 #include "ckpt/clean.h"
 #include "ckpt/process.h"
+#include "ckpt/upload.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
 #include "runs.h"
@@ -40,7 +41,9 @@ struct pr_opts {
     const char *dest, *wandb_map, *logs, *state_dir, *min_age, *unshard;
     const char *lease_ttl;
     int no_wandb, keep_bad, keep_source, keep_archive, step0;
+    int drop_sharded, drop_incomplete;
     uint64_t max_archive;
+    struct opt_list include, exclude;
 };
 
 struct ui {
@@ -222,6 +225,41 @@ static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c)
     return 0;
 }
 
+/* Where in the command line (argv as given) the option value v is: the
+ * rules' order is the order they were given in. */
+static int arg_index(char **argv, int argc, const char *v)
+{
+    for (int i = 0; i < argc; i++)
+        if (v >= argv[i] && v <= argv[i] + strlen(argv[i]))
+            return i;
+    return argc;
+}
+
+/* --include/--exclude, in command-line order, into one filter. */
+static int build_filter(struct pr_opts *po, char **argv, int argc,
+                        struct ckpt_filter **out)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int ni = po->include.n, ne = po->exclude.n, i = 0, e = 0;
+    *out = NULL;
+    if (ni + ne == 0)
+        return 0;
+    struct ckpt_filter *f = ckpt_filter_new();
+    while (i < ni || e < ne) {
+        int inc = e >= ne || (i < ni &&
+                              arg_index(argv, argc, po->include.items[i]) <
+                              arg_index(argv, argc, po->exclude.items[e]));
+        const char *pat = inc ? po->include.items[i++]
+                              : po->exclude.items[e++];
+        if (ckpt_filter_add(f, inc, pat, &err) != 0) {
+            ckpt_filter_free(f);
+            return usage_error("%s", err.msg);
+        }
+    }
+    *out = f;
+    return 0;
+}
+
 static int open_loc(struct storages *s, const struct ckpt_opts *g,
                     const char *arg, struct ckpt_loc *loc,
                     struct ckpt_storage **st, struct ckpt_err *err)
@@ -367,6 +405,16 @@ int cmd_process(int argc, char **argv)
                   "but never delete the source"),
         OPT_BOOL_(0, "keep-archive", &po.keep_archive, "store archives "
                   "as they are, at DEST/ENTITY/PROJECT/RUN_ID.tar.gz"),
+        OPT_LIST_(0, "include", &po.include, "GLOB", "upload only "
+                  "matching files (repeatable; rclone rules); the rest "
+                  "stays at the source"),
+        OPT_LIST_(0, "exclude", &po.exclude, "GLOB", "do not upload "
+                  "matching files (repeatable); they stay at the source"),
+        OPT_BOOL_(0, "drop-sharded", &po.drop_sharded, "leave out sharded "
+                  "steps with a complete -unsharded copy (deleted with "
+                  "the source)"),
+        OPT_BOOL_(0, "drop-incomplete", &po.drop_incomplete, "leave out "
+                  "incomplete steps (deleted with the source)"),
         OPT_STR_(0, "unshard", &po.unshard, "all|latest|none",
                  "which sharded steps to unshard (default all)"),
         OPT_BOOL_(0, "unshard-step0", &po.step0, "also unshard step 0 "
@@ -379,11 +427,23 @@ int cmd_process(int argc, char **argv)
                  "worker's runs are taken over after this (default 10m)"),
         OPT_END_(),
     };
+    /* argv is reordered by the parser; the rules' order is kept here. */
+    char **given = ckpt_xcalloc((size_t)argc + 1, sizeof(*given));
+    memcpy(given, argv, (size_t)argc * sizeof(*given));
+    struct ckpt_filter *filter = NULL;
     int n = cli_parse_options(argc, argv, opts, process_usage, &g);
+    int rc = EXIT_USAGE;
     if (n == -2)
-        return EXIT_OK;
-    if (n < 0 || check_usage(n, &po, &c) != 0)
-        return EXIT_USAGE;
+        rc = EXIT_OK;
+    else if (n >= 0 && check_usage(n, &po, &c) == 0 &&
+             build_filter(&po, given, argc, &filter) == 0)
+        rc = -1;
+    free(given);
+    if (rc != -1) {
+        cli_opt_list_release(&po.include);
+        cli_opt_list_release(&po.exclude);
+        return rc;
+    }
     cli_init_output(&g);
     c.clean.max_archive = po.max_archive;
     c.dry_run = g.dry_run;
@@ -395,5 +455,12 @@ int cmd_process(int argc, char **argv)
     c.insecure = g.insecure;
     c.retries = g.retries;
     c.tmp_dir = g.tmp_dir;
-    return process_main(&g, &po, &c, argv, n);
+    c.filter = filter;
+    c.drop_sharded = po.drop_sharded;
+    c.drop_incomplete = po.drop_incomplete;
+    rc = process_main(&g, &po, &c, argv, n);
+    ckpt_filter_free(filter);
+    cli_opt_list_release(&po.include);
+    cli_opt_list_release(&po.exclude);
+    return rc;
 }

@@ -68,6 +68,7 @@ struct one {
      * verified), from whichever worker thread gets there. */
     int save_on_delete, saved;
     pthread_mutex_t mu;
+    struct proc_drops drops;    /* steps left out and deleted */
 };
 
 const char *ckpt_process_phase_name(enum ckpt_process_phase p)
@@ -193,6 +194,13 @@ static int up_may_delete(void *ud, struct ckpt_err *err)
     return rc;
 }
 
+static enum ckpt_upload_pick up_pick_cb(void *ud, const char *rel)
+{
+    struct one *o = ud;
+    return (enum ckpt_upload_pick)proc_pick(o->p->cfg.filter, &o->drops,
+                                            rel);
+}
+
 struct outs {
     struct one *o;
     struct ckpt_upload *u;
@@ -273,12 +281,16 @@ static int upload_pass(struct one *o, int verify, int dry,
         .checksum = verify, .delete_source = !dry && !c->keep_source,
         .strip = 1, .state_dir = c->state_dir, .on_event = up_event,
         .on_progress = up_progress,
-        .may_delete = dry ? NULL : up_may_delete, .ud = o,
+        .may_delete = dry ? NULL : up_may_delete, .pick = up_pick_cb,
+        .ud = o,
     };
     struct ckpt_upload *u = ckpt_upload_new(&ucfg);
     struct ckpt_err err = CKPT_ERR_INIT;
     int archive = ckpt_archive_kind_of(o->r->key) != CKPT_ARCHIVE_NONE;
-    unsigned flags = archive && !c->keep_archive ? CKPT_UPLOAD_EXTRACT : 0;
+    unsigned flags = archive && !c->keep_archive ? CKPT_UPLOAD_EXTRACT
+                                                 : 0;
+    if (!(archive && c->keep_archive))
+        flags |= CKPT_UPLOAD_PICK;
     /* --keep-archive: the archive as it is, beside the run's directory
      * (which still gets the unsharded steps and the logs). */
     char *dkey = archive && c->keep_archive ? archive_key(o) : o->dkey;
@@ -449,6 +461,35 @@ static int unshard(struct one *o)
     return 0;
 }
 
+/* The delete phase's event; files the rules left out stayed, and say
+ * so (the run's directory is then not gone). */
+static void emit_delete(struct one *o, const struct ckpt_upload_totals *t,
+                        uint64_t freed0)
+{
+    char *d = t->left ? ckpt_xasprintf("kept %llu file(s) left out by "
+                                       "--include/--exclude",
+                                       (unsigned long long)t->left)
+                      : ckpt_xstrdup("");
+    emit(o, CKPT_PROC_DELETE, CKPT_PROC_OK, d, t->deleted,
+         o->freed - freed0);
+    free(d);
+}
+
+/* Steps to leave out (--drop-*): judged on the run as it is before any
+ * of it is deleted, after the unshard phase made its outputs. 0, or -1
+ * after the run's row. */
+static int find_drops(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (proc_drops_find(&o->drops, o->r->st, o->r->key, c->clean.max_archive,
+                        c->drop_sharded, c->drop_incomplete, o->p->local,
+                        o->uns, &err) == 0)
+        return 0;
+    fail_run(o, CKPT_PROC_UPLOAD, err.msg);
+    return -1;
+}
+
 /* Copy the run to DEST, verify and delete the source in one pass of the
  * upload engine, as `upload --delete-source` does (it deletes nothing
  * unless every file arrived; with --keep-source every file is compared
@@ -471,8 +512,7 @@ static int upload(struct one *o)
     emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_OK, "", t.files, t.bytes_total);
     emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", t.files, t.bytes_total);
     if (!c->keep_source)
-        emit(o, CKPT_PROC_DELETE, CKPT_PROC_OK, "", t.deleted,
-             o->freed - freed0);
+        emit_delete(o, &t, freed0);
     return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
 }
 
@@ -491,8 +531,7 @@ static int verify_delete(struct one *o)
     o->s.bytes = t.bytes_total;
     emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", t.files, t.bytes_total);
     if (!c->keep_source)
-        emit(o, CKPT_PROC_DELETE, CKPT_PROC_OK, "", t.deleted,
-             o->freed - freed0);
+        emit_delete(o, &t, freed0);
     return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
 }
 
@@ -502,7 +541,7 @@ static void dry_run(struct one *o)
     if (!judge(o) || map_run(o) != 0)
         return;
     set_dest(o);
-    if (unshard(o) != 0)
+    if (unshard(o) != 0 || find_drops(o) != 0)
         return;
     struct ckpt_upload_totals t;
     if (upload_pass(o, 0, 1, &t) != 0) {
@@ -569,7 +608,7 @@ static void leased(struct one *o)
         if (!judge(o) || map_run(o) != 0)
             return;
         set_dest(o);
-        if (unshard(o) != 0 || upload(o) != 0)
+        if (unshard(o) != 0 || find_drops(o) != 0 || upload(o) != 0)
             return;
     } else {
         emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_DONE, "", o->s.files,
@@ -624,6 +663,7 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
         }
     }
     *failed |= o.failed;
+    proc_drops_release(&o.drops);
     proc_state_release(&o.s);
     ckpt_buf_release(&o.fail);
     free(o.dkey);

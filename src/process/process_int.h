@@ -61,4 +61,27 @@ int proc_keeper_check(struct proc_keeper *k, struct ckpt_err *err);
 /* Stop renewing and release the lease. */
 void proc_keeper_stop(struct proc_keeper *k);
 
+/* ---- drop.c: --drop-sharded, --drop-incomplete, --include/--exclude */
+
+struct ckpt_filter;
+
+/* The steps of a run left out of DEST and deleted with its source. */
+struct proc_drops {
+    char **dirs;            /* owned: step directories, paths in the run */
+    size_t n;
+};
+
+/* Which step directories of the run at key to drop: incomplete ones (as
+ * `ckpt ls` judges them), and sharded ones with a complete -unsharded
+ * sibling in the run or an unshard output in uns (on local). 0, or -1. */
+int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
+                    const char *key, uint64_t max_archive, int sharded,
+                    int incomplete, struct ckpt_storage *local,
+                    const char *uns, struct ckpt_err *err);
+void proc_drops_release(struct proc_drops *d);
+/* COPY, LEAVE (the filter leaves it out: it stays at the source) or DROP
+ * (below a dropped step). As enum ckpt_upload_pick. */
+int proc_pick(const struct ckpt_filter *f, const struct proc_drops *d,
+              const char *rel);
+
 #endif

@@ -260,7 +260,7 @@ int up_extract_step(struct ckpt_upload *u, struct group *g)
                      x->strip);
         up_emit(u, CKPT_UP_FAILED, NULL, disp, err.msg);
         g->plan_failed = 1;
-    } else {
+    } else if (up_pick(g, e.path, rel, e.size)) {
         new_member(u, g, &e, rel);
     }
     free(disp);

@@ -173,6 +173,10 @@ void up_group_free(struct group *g)
     up_extract_close(g);
     up_journal_close(g->jr);
     up_dmap_release(&g->dmap);
+    for (size_t i = 0; i < g->ndrops; i++)
+        free(g->drops[i]);
+    free(g->drops);
+    free(g->drop_sizes);
     for (size_t i = 0; i < g->nlinks; i++)
         free(g->links[i]);
     free(g->links);
@@ -202,11 +206,39 @@ static void plan_warn(struct group *g, const char *what, const char *msg)
         g->u->cfg.on_event(g->u->cfg.ud, &ev);
 }
 
+int up_pick(struct group *g, const char *skey, const char *rel,
+            uint64_t size)
+{
+    struct ckpt_upload *u = g->u;
+    if (!(g->flags & CKPT_UPLOAD_PICK) || !u->cfg.pick)
+        return 1;
+    enum ckpt_upload_pick pk = u->cfg.pick(u->cfg.ud, rel);
+    if (pk == CKPT_PICK_COPY)
+        return 1;
+    if (pk == CKPT_PICK_LEAVE) {
+        g->nleft++;
+        u->t.left++;
+        return 0;
+    }
+    u->t.dropped++;
+    if (g->kind != G_ARCHIVE) {   /* an archive goes whole */
+        g->drops = ckpt_xreallocarray(g->drops, g->ndrops + 1,
+                                      sizeof(*g->drops));
+        g->drop_sizes = ckpt_xreallocarray(g->drop_sizes, g->ndrops + 1,
+                                           sizeof(*g->drop_sizes));
+        g->drop_sizes[g->ndrops] = size;
+        g->drops[g->ndrops++] = ckpt_xstrdup(skey);
+    }
+    return 0;
+}
+
 /* A local file is planned as the version stat(2) sees now: every read
  * of it is checked against that version. */
 static void add_file(struct group *g, const char *skey, const char *rel,
                      uint64_t size, int64_t mtime, const char *etag)
 {
+    if (!up_pick(g, skey, rel, size))
+        return;
     char sig[96];
     struct srcver v = { 0 };
     struct ckpt_err err = CKPT_ERR_INIT;

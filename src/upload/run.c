@@ -141,12 +141,57 @@ static int deletable(const struct group *g)
     return !(g->flags & CKPT_UPLOAD_KEEP_SRC);
 }
 
+static void drop_event(struct ckpt_upload *u, enum ckpt_upload_action a,
+                       const char *src, uint64_t bytes, const char *detail)
+{
+    struct ckpt_upload_event ev = { a, src, NULL, bytes, detail };
+    if (a == CKPT_UP_FAILED)
+        u->t.failed++;
+    else
+        u->t.deleted++;
+    if (u->cfg.on_event)
+        u->cfg.on_event(u->cfg.ud, &ev);
+}
+
+/* The files picked DROP go once every copied file of the group was
+ * verified and deleted: what the caller asked to leave out of DEST. One
+ * request each, the lease (may_delete) checked before each. */
+static void delete_drops(struct ckpt_upload *u, struct group *g)
+{
+    for (size_t k = 0; k < g->ndrops; k++) {
+        struct ckpt_err err = CKPT_ERR_INIT;
+        char *disp = ckpt_storage_display(g->sst, g->drops[k]);
+        if (u->cfg.dry_run) {
+            drop_event(u, CKPT_UP_WOULD_DELETE, disp, g->drop_sizes[k], "");
+        } else if ((u->cfg.may_delete &&
+                    u->cfg.may_delete(u->cfg.ud, &err) != 0) ||
+                   ckpt_storage_delete(g->sst, g->drops[k], &err) != 0) {
+            ckpt_err_prefix(&err, "not deleted");
+            g->ndel_failed++;
+            drop_event(u, CKPT_UP_FAILED, disp, g->drop_sizes[k], err.msg);
+        } else {
+            drop_event(u, CKPT_UP_DELETED, disp, g->drop_sizes[k], "");
+        }
+        free(disp);
+    }
+}
+
 static void delete_sources(struct ckpt_upload *u)
 {
     for (size_t i = 0; i < u->ngroups; i++) {
         struct group *g = u->groups[i];
         if (!deletable(g))
             continue;
+        if (g->kind == G_ARCHIVE && g->nleft) {
+            /* Never delete a file that was not copied and verified. */
+            char *d = ckpt_xasprintf("not deleted: %zu file(s) in it were "
+                                     "left out (--include/--exclude)",
+                                     g->nleft);
+            up_emit(u, CKPT_UP_WARNING, NULL, g->sdisp, d);
+            free(d);
+            u->t.kept_archives++;
+            continue;
+        }
         if (g->kind == G_ARCHIVE) {
             queue_delete(u, g, NULL);
             continue;
@@ -156,6 +201,11 @@ static void delete_sources(struct ckpt_upload *u)
                 queue_delete(u, g, u->objs[k]);
     }
     up_engine_loop(u);
+    for (size_t i = 0; i < u->ngroups; i++) {
+        struct group *g = u->groups[i];
+        if (deletable(g) && g->kind != G_ARCHIVE && !g->ndel_failed)
+            delete_drops(u, g);
+    }
     for (size_t i = 0; i < u->ngroups && !u->cfg.dry_run; i++) {
         struct group *g = u->groups[i];
         struct ckpt_err err = CKPT_ERR_INIT;
@@ -164,8 +214,9 @@ static void delete_sources(struct ckpt_upload *u)
                   u->cfg.may_delete(u->cfg.ud, &err) == 0;
         if (!may)
             up_emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);
+        /* ...unless files stay (left out): a link may name them. */
         for (size_t k = 0; may && deletable(g) && !g->ndel_failed &&
-                           k < g->nlinks; k++)
+                           !g->nleft && k < g->nlinks; k++)
             if (ckpt_storage_delete(g->sst, g->links[k], &err) != 0)
                 up_emit(u, CKPT_UP_WARNING, NULL, g->links[k], err.msg);
         if (deletable(g) && g->kind == G_TREE &&

@@ -141,6 +141,12 @@ void up_dmap_release(struct dmap *m);
 
 /* ---- objects and groups ---- */
 
+struct group;
+/* 1 when the file rel of g is to be copied; else it was recorded as
+ * left or dropped (plan.c). */
+int up_pick(struct group *g, const char *skey, const char *rel,
+            uint64_t size);
+
 enum group_kind { G_FILE, G_TREE, G_ARCHIVE };
 
 struct extract;
@@ -163,6 +169,11 @@ struct group {
     char **links;                    /* owned: OLMo `latest` links, not
                                         copied, deleted with the run */
     size_t nlinks;
+    char **drops;                    /* owned: files picked DROP (a
+                                        tree), deleted with the source */
+    uint64_t *drop_sizes;            /* owned */
+    size_t ndrops;
+    size_t nleft;                    /* files picked LEAVE: kept */
     struct extract *x;               /* owned while streaming */
     int extracted;                   /* archive fully read */
 };

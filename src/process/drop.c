@@ -1,0 +1,121 @@
+/*
+ * drop.c - what `ckpt process` leaves out of DEST (docs/commands/
+ * process.md "Leaving files out"): steps dropped on purpose
+ * (--drop-sharded, --drop-incomplete), deleted with the source once
+ * everything uploaded was verified, and files the --include/--exclude
+ * rules leave out, which are never deleted (never delete a file that was
+ * not uploaded and verified).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/run.h"
+#include "ckpt/upload.h"
+#include "ckpt/util.h"
+#include "process_int.h"
+
+static void add_dir(struct proc_drops *d, const char *dir)
+{
+    d->dirs = ckpt_xreallocarray(d->dirs, d->n + 1, sizeof(*d->dirs));
+    d->dirs[d->n++] = ckpt_xstrdup(dir);
+}
+
+/* A complete -unsharded copy of step in the run. */
+static int has_unsharded(const struct ckpt_run *run, int64_t step)
+{
+    for (size_t i = 0; i < run->n; i++)
+        if (run->ckpts[i].unsharded_name && run->ckpts[i].step == step &&
+            run->ckpts[i].complete)
+            return 1;
+    return 0;
+}
+
+struct outs {
+    int64_t *steps;
+    size_t n;
+};
+
+static int collect_out(void *ud, const struct ckpt_entry *e)
+{
+    struct outs *x = ud;
+    int64_t step;
+    int unsharded = 0;
+    if (e->type == CKPT_ENTRY_DIR &&
+        ckpt_checkpoint_name(e->name, &step, &unsharded) && unsharded) {
+        x->steps = ckpt_xreallocarray(x->steps, x->n + 1, sizeof(step));
+        x->steps[x->n++] = step;
+    }
+    return 0;
+}
+
+/* The unshard phase's outputs (they appear atomically, written and
+ * checked bit-exact by unshard): stepN-unsharded/ in uns. */
+static int made_unsharded(const struct outs *x, int64_t step)
+{
+    for (size_t i = 0; i < x->n; i++)
+        if (x->steps[i] == step)
+            return 1;
+    return 0;
+}
+
+int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
+                    const char *key, uint64_t max_archive, int sharded,
+                    int incomplete, struct ckpt_storage *local,
+                    const char *uns, struct ckpt_err *err)
+{
+    memset(d, 0, sizeof(*d));
+    if (!sharded && !incomplete)
+        return 0;
+    struct ckpt_stat sb;
+    enum ckpt_load_status ls;
+    struct ckpt_tree *tree = NULL;
+    struct ckpt_run run;
+    if (ckpt_run_load(st, key, max_archive, &sb, &ls, &tree, &run, err)
+        != 0)
+        return -1;
+    if (ls != CKPT_LOAD_OK)
+        return ckpt_err_set(err, CKPT_EUNSAFE, "cannot read its steps to "
+                            "drop them");
+    struct outs x = { NULL, 0 };
+    struct ckpt_err lerr = CKPT_ERR_INIT;
+    if (sharded)
+        (void)ckpt_storage_list(local, uns, 0, collect_out, &x, &lerr);
+    for (size_t i = 0; i < run.n; i++) {
+        const struct ckpt_checkpoint *c = &run.ckpts[i];
+        if (c->root || !*c->dir)
+            continue;  /* the run itself: never dropped */
+        int drop = incomplete && !c->complete && !c->unknown_commit;
+        if (sharded && c->complete && !c->unsharded_name &&
+            c->format != CKPT_FMT_UNSHARDED &&
+            (has_unsharded(&run, c->step) || made_unsharded(&x, c->step)))
+            drop = 1;
+        if (drop)
+            add_dir(d, c->dir);
+    }
+    free(x.steps);
+    ckpt_run_release(&run);
+    ckpt_tree_free(tree);
+    return 0;
+}
+
+void proc_drops_release(struct proc_drops *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        free(d->dirs[i]);
+    free(d->dirs);
+    memset(d, 0, sizeof(*d));
+}
+
+int proc_pick(const struct ckpt_filter *f, const struct proc_drops *d,
+              const char *rel)
+{
+    /* The rules first: a file they leave out is never deleted. */
+    if (!ckpt_filter_match(f, rel))
+        return CKPT_PICK_LEAVE;
+    for (size_t i = 0; d && i < d->n; i++) {
+        size_t n = strlen(d->dirs[i]);
+        if (!strncmp(rel, d->dirs[i], n) && rel[n] == '/')
+            return CKPT_PICK_DROP;
+    }
+    return CKPT_PICK_COPY;
+}

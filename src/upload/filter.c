@@ -1,0 +1,139 @@
+/*
+ * filter.c - rclone-style --include/--exclude rules (docs/commands/process.md
+ * "Filters"): what a copy takes from its SRC.
+ *
+ * A path is relative to SRC's root ("step1000/model.pt"). A pattern that
+ * contains '/' (a leading one is dropped) is anchored at the root; one
+ * without matches a name at any level. `*` and `?` never cross '/', `**`
+ * does. A trailing '/' makes the pattern match directories: every file
+ * below a matching directory matches. Rules are tried in order, the first
+ * that matches decides; a path no rule matches is taken unless some rule
+ * is an include. Character classes and braces are refused, not guessed.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/upload.h"
+#include "ckpt/util.h"
+
+struct rule {
+    int include;
+    int dir;        /* trailing '/': matches directories */
+    int anchored;   /* contains '/': matched against the whole path */
+    char *pat;      /* owned, without leading and trailing '/' */
+};
+
+struct ckpt_filter {
+    struct rule *v;
+    size_t n;
+    int any_include;
+};
+
+struct ckpt_filter *ckpt_filter_new(void)
+{
+    return ckpt_xcalloc(1, sizeof(struct ckpt_filter));
+}
+
+void ckpt_filter_free(struct ckpt_filter *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->n; i++)
+        free(f->v[i].pat);
+    free(f->v);
+    free(f);
+}
+
+int ckpt_filter_add(struct ckpt_filter *f, int include, const char *pat,
+                    struct ckpt_err *err)
+{
+    const char *p = pat;
+    while (*p == '/')
+        p++;
+    size_t n = strlen(p);
+    int dir = n > 0 && p[n - 1] == '/';
+    while (n > 0 && p[n - 1] == '/')
+        n--;
+    if (n == 0)
+        return ckpt_err_set(err, CKPT_EUSAGE, "--%s '%s': empty pattern",
+                            include ? "include" : "exclude", pat);
+    if (strpbrk(pat, "[]{}\\"))
+        return ckpt_err_set(err, CKPT_EUSAGE, "--%s '%s': only *, ** and ? "
+                            "are supported (no [...], {...} or \\)",
+                            include ? "include" : "exclude", pat);
+    f->v = ckpt_xreallocarray(f->v, f->n + 1, sizeof(*f->v));
+    struct rule *r = &f->v[f->n++];
+    r->include = include;
+    r->dir = dir;
+    r->pat = ckpt_xstrndup(p, n);
+    r->anchored = pat[0] == '/' || strchr(r->pat, '/') != NULL;
+    f->any_include |= include;
+    return 0;
+}
+
+/* Glob match of the whole of s[0..sn) against p. */
+static int glob(const char *p, const char *s, size_t sn)
+{
+    if (*p == '\0')
+        return sn == 0;
+    if (p[0] == '*' && p[1] == '*') {
+        for (size_t k = 0; k <= sn; k++)
+            if (glob(p + 2, s + k, sn - k))
+                return 1;
+        return 0;
+    }
+    if (*p == '*') {
+        for (size_t k = 0; k <= sn; k++) {
+            if (glob(p + 1, s + k, sn - k))
+                return 1;
+            if (k < sn && s[k] == '/')
+                return 0;
+        }
+        return 0;
+    }
+    if (sn == 0)
+        return 0;
+    if (*p == '?')
+        return *s != '/' && glob(p + 1, s + 1, sn - 1);
+    return *p == *s && glob(p + 1, s + 1, sn - 1);
+}
+
+/* Does r match some prefix of rel that ends at a '/' (directory rules) or
+ * rel itself (file rules)? Unanchored rules are tried from every path
+ * component on. */
+static int rule_match(const struct rule *r, const char *rel)
+{
+    size_t len = strlen(rel);
+    for (size_t start = 0; start <= len; start++) {
+        if (start > 0 && rel[start - 1] != '/')
+            continue;
+        if (start > 0 && r->anchored)
+            break;
+        const char *s = rel + start;
+        size_t sn = len - start;
+        if (!r->dir) {
+            if (glob(r->pat, s, sn))
+                return 1;
+            continue;
+        }
+        for (size_t end = 0; end < sn; end++)
+            if (s[end] == '/' && glob(r->pat, s, end))
+                return 1;
+    }
+    return 0;
+}
+
+int ckpt_filter_match(const struct ckpt_filter *f, const char *rel)
+{
+    if (!f)
+        return 1;
+    for (size_t i = 0; i < f->n; i++)
+        if (rule_match(&f->v[i], rel))
+            return f->v[i].include;
+    return !f->any_include;
+}
+
+size_t ckpt_filter_count(const struct ckpt_filter *f)
+{
+    return f ? f->n : 0;
+}
