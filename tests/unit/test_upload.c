@@ -275,8 +275,51 @@ static void test_upload__srcver(void)
     free(other);
 }
 
+/* rclone-style rules: anchoring, '*' vs '**', '?', directory rules,
+ * first match wins, default by whether any include was given. */
+static void test_upload__filter(void)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    CHECK(ckpt_filter_match(NULL, "a/b") == 1);
+    struct ckpt_filter *f = ckpt_filter_new();
+    CHECK(ckpt_filter_add(f, 0, "*.npy", &err) == 0);
+    CHECK(ckpt_filter_add(f, 0, "step0/", &err) == 0);
+    CHECK(ckpt_filter_add(f, 0, "/a/*.pt", &err) == 0);
+    CHECK(ckpt_filter_match(f, "train_data/rank0.npy") == 0);
+    CHECK(ckpt_filter_match(f, "rank0.npy") == 0);
+    CHECK(ckpt_filter_match(f, "step0/train/rank0.pt") == 0);
+    CHECK(ckpt_filter_match(f, "x/step0/model.pt") == 0);  /* any level */
+    CHECK(ckpt_filter_match(f, "step0") == 1);      /* a file, not a dir */
+    CHECK(ckpt_filter_match(f, "step00/model.pt") == 1);
+    CHECK(ckpt_filter_match(f, "a/model.pt") == 0);
+    CHECK(ckpt_filter_match(f, "a/b/model.pt") == 1);  /* '*' stops at / */
+    CHECK(ckpt_filter_match(f, "x/a/model.pt") == 1);  /* anchored */
+    CHECK(ckpt_filter_count(f) == 3);
+    ckpt_filter_free(f);
+
+    f = ckpt_filter_new();
+    CHECK(ckpt_filter_add(f, 1, "step0/**", &err) == 0);
+    CHECK(ckpt_filter_add(f, 0, "step0/train/", &err) == 0);
+    CHECK(ckpt_filter_add(f, 1, "rank?.pt", &err) == 0);
+    CHECK(ckpt_filter_match(f, "step0/train/rank0.pt") == 1);  /* first */
+    CHECK(ckpt_filter_match(f, "step1/train/rank1.pt") == 1);
+    CHECK(ckpt_filter_match(f, "step1/train/rank10.pt") == 0);
+    CHECK(ckpt_filter_match(f, "config.yaml") == 0);  /* includes given */
+    ckpt_filter_free(f);
+
+    f = ckpt_filter_new();
+    CHECK(ckpt_filter_add(f, 1, "[ab]", &err) == -1 &&
+          err.code == CKPT_EUSAGE);
+    ckpt_err_clear(&err);
+    CHECK(ckpt_filter_add(f, 0, "/", &err) == -1);
+    ckpt_err_clear(&err);
+    CHECK(ckpt_filter_count(f) == 0);
+    ckpt_filter_free(f);
+}
+
 TEST_MAIN(T(test_upload__part_size), T(test_upload__etags),
           T(test_upload__srcver),
           T(test_upload__relation),
           T(test_upload__journal_roundtrip),
-          T(test_upload__journal_torn_line), T(test_upload__map))
+          T(test_upload__journal_torn_line), T(test_upload__map),
+          T(test_upload__filter))
