@@ -3,7 +3,9 @@
  * process"): judge with clean's rules (bad runs deleted), map to the W&B
  * path, unshard sharded steps, upload the run uncompressed under
  * DEST/ENTITY/PROJECT/RUN_ID/ with its logs, verify every object, delete
- * the source.
+ * the source. --include/--exclude leave files out that then stay at the
+ * source (never deleted unless uploaded and verified); --drop-sharded and
+ * --drop-incomplete leave steps out that are deleted with it (drop.c).
  *
  * Idempotent: a small state object per run, DEST/.ckpt-process/ID.json,
  * records the phases finished ("uploaded": everything at DEST and
