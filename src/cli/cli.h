@@ -32,6 +32,7 @@ struct ckpt_opts {
     int wandb_timeout; /* s per W&B request; 0: default (map-wandb and
                         * upload --wandb set it) */
     const char *tmp_dir;
+    const char *log_file;  /* messages (stderr) appended there instead */
 };
 
 enum opt_type { OPT_END = 0, OPT_BOOL, OPT_INT, OPT_STR, OPT_SIZE, OPT_LIST };

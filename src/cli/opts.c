@@ -2,9 +2,12 @@
  * opts.c - a small parse-options: each command has a usage array and an
  * option table; the global options are appended to every table.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "ckpt/text.h"
@@ -12,9 +15,26 @@
 
 static int want_help, want_version;
 
+/* --log-file: what would go to stderr (messages, log lines) is appended to
+ * FILE, as rclone's --log-file does; rows stay on stdout. Opened O_APPEND,
+ * so several workers (cron, GNU parallel) can share one file line by line. */
+static int redirect_stderr(const char *cmd, const char *path)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) {
+        fprintf(stderr, "ckpt %s: error: --log-file '%s': %s\n", cmd, path,
+                strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
 static const struct option *global_opts(struct ckpt_opts *g)
 {
-    static struct option t[11];
+    static struct option t[12];
     struct option tmp[] = {
         OPT_BOOL_('n', "dry-run", &g->dry_run,
                   "say what would happen, change nothing"),
@@ -27,6 +47,8 @@ static const struct option *global_opts(struct ckpt_opts *g)
         OPT_BOOL_(0, "insecure", &g->insecure, "do not verify TLS"),
         OPT_INT_(0, "retries", &g->retries, "N",
                  "attempts for transient failures"),
+        OPT_STR_(0, "log-file", &g->log_file, "FILE",
+                 "append messages (stderr) to FILE instead, timestamped"),
         OPT_BOOL_(0, "version", &want_version, "print the version"),
         OPT_END_(),
     };
@@ -224,6 +246,8 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
     if (g->quiet && g->verbose)
         return usage_error(cmd, opts, usage, "%s",
                            "--quiet and --verbose exclude each other");
+    if (g->log_file && redirect_stderr(cmd, g->log_file) != 0)
+        return -1;
     return nargs;
 }
 
