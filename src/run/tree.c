@@ -388,21 +388,37 @@ char *ckpt_tree_key(const struct ckpt_tree *t, const char *path)
 
 /* Fetch the head of a compressed-archive member that was not captured:
  * stream the archive again. */
+/* Open the archive again and read up to member path: 1 with *a open at
+ * it (*want: its name in the archive, malloced), or -1 (*a closed). */
+static int seek_member(struct ckpt_tree *t, const char *path,
+                       struct ckpt_archive **a, char **want,
+                       struct ckpt_err *err)
+{
+    *want = NULL;
+    if (ckpt_archive_open(a, t->st, t->key, err) != 0)
+        return -1;
+    *want = ckpt_xasprintf("%s%s", t->strip, path);
+    struct ckpt_archive_entry e;
+    int rc;
+    while ((rc = ckpt_archive_next(*a, &e, err)) == 1)
+        if (!strcmp(e.path, *want))
+            break;
+    if (rc == 0)
+        rc = ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no member '%s'",
+                          t->display, *want);
+    if (rc != 1) {
+        ckpt_archive_close(*a);
+        *a = NULL;
+    }
+    return rc == 1 ? 1 : -1;
+}
+
 static int restream(struct ckpt_tree *t, const char *path, size_t max,
                     char **data, size_t *len, struct ckpt_err *err)
 {
     struct ckpt_archive *a;
-    if (ckpt_archive_open(&a, t->st, t->key, err) != 0)
-        return -1;
-    char *want = ckpt_xasprintf("%s%s", t->strip, path);
-    struct ckpt_archive_entry e;
-    int rc;
-    while ((rc = ckpt_archive_next(a, &e, err)) == 1)
-        if (!strcmp(e.path, want))
-            break;
-    if (rc == 0)
-        rc = ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no member '%s'",
-                          t->display, want);
+    char *want;
+    int rc = seek_member(t, path, &a, &want, err);
     if (rc == 1) {
         struct ckpt_tree_file f = { .path = want };
         rc = capture(a, &f, max, err);
@@ -410,9 +426,9 @@ static int restream(struct ckpt_tree *t, const char *path, size_t max,
             *data = f.content;
             *len = f.content_len;
         }
+        ckpt_archive_close(a);
     }
     free(want);
-    ckpt_archive_close(a);
     return rc;
 }
 
@@ -447,17 +463,8 @@ static int restream_at(struct ckpt_tree *t, const char *path, uint64_t off,
                        char *buf, size_t len, struct ckpt_err *err)
 {
     struct ckpt_archive *a;
-    if (ckpt_archive_open(&a, t->st, t->key, err) != 0)
-        return -1;
-    char *want = ckpt_xasprintf("%s%s", t->strip, path);
-    struct ckpt_archive_entry e;
-    int rc;
-    while ((rc = ckpt_archive_next(a, &e, err)) == 1)
-        if (!strcmp(e.path, want))
-            break;
-    if (rc == 0)
-        rc = ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no member '%s'",
-                          t->display, want);
+    char *want;
+    int rc = seek_member(t, path, &a, &want, err);
     char skip[65536];
     uint64_t pos = 0;
     size_t got = 0;
@@ -477,7 +484,8 @@ static int restream_at(struct ckpt_tree *t, const char *path, uint64_t off,
             got += n;
     }
     free(want);
-    ckpt_archive_close(a);
+    if (a)
+        ckpt_archive_close(a);
     return rc == 1 ? 0 : -1;
 }
 
