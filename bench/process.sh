@@ -9,7 +9,8 @@
 #              each run (the output lands in the run as stepN-unsharded);
 #              ckpt upload --delete-source RUNS... s3://bench/stages/
 #   process    ckpt process --no-wandb --min-age 0 RUNDIR --dest
-#              s3://bench/process-1 (one worker)
+#              s3://bench/process-1 (one worker; it works on --runs,
+#              default 4, runs at once)
 #   process x4 four `ckpt process` workers started together on the same
 #              RUNDIR (they share the queue through their leases)
 # Input: RUNS_N run directories (default 40) named by Slurm-like ids, each
