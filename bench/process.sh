@@ -9,7 +9,8 @@
 #              each run (the output lands in the run as stepN-unsharded);
 #              ckpt upload --delete-source RUNS... s3://bench/stages/
 #   process    ckpt process --no-wandb --min-age 0 RUNDIR --dest
-#              s3://bench/process-1 (one worker)
+#              s3://bench/process-1 (one worker; it works on --runs,
+#              default 4, runs at once)
 #   process x4 four `ckpt process` workers started together on the same
 #              RUNDIR (they share the queue through their leases)
 # Input: RUNS_N run directories (default 40) named by Slurm-like ids, each
@@ -24,6 +25,9 @@
 #   bash bench/process.sh                  (build/ckpt, build/storage_tool)
 #   RUNS_N=40 STEP_MB=256 ROUNDS=3 bash bench/process.sh
 #   BENCH_DIR=...   where data lives (default /tmp/ckpt-bench-process)
+#   PROCESS_ARGS="--runs 1"   extra options of every `ckpt process`
+#                  (--runs 1: one run at a time, the behaviour before
+#                  --runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CKPT=$(realpath "${CKPT:-build/ckpt}")
@@ -89,13 +93,15 @@ stages() {
     "$CKPT" upload -q --delete-source "$1"/* "s3://bench/$2" >/dev/null
 }
 
-proc1() { "$CKPT" process -q --no-progress --no-wandb --min-age 0 "$1" --dest "s3://bench/$2" >/dev/null; }
+# shellcheck disable=SC2086  # PROCESS_ARGS: words on purpose
+proc1() { "$CKPT" process -q --no-progress --no-wandb --min-age 0 ${PROCESS_ARGS:-} "$1" --dest "s3://bench/$2" >/dev/null; }
 
 proc4() {
     local i pids=()
     for i in 1 2 3 4; do
-        "$CKPT" process -q --no-progress --no-wandb --min-age 0 "$1" \
-            --dest "s3://bench/$2" >/dev/null & pids+=($!)
+        # shellcheck disable=SC2086
+        "$CKPT" process -q --no-progress --no-wandb --min-age 0 \
+            ${PROCESS_ARGS:-} "$1" --dest "s3://bench/$2" >/dev/null & pids+=($!)
     done
     local rc=0
     for i in "${pids[@]}"; do wait "$i" || rc=1; done

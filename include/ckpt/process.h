@@ -104,15 +104,28 @@ struct ckpt_process_cfg {
                                     $TMPDIR or /tmp */
     struct ckpt_storage *logs_st;/* borrowed, or NULL: no --logs */
     const char *logs_key;
-    int jobs;                    /* upload workers; <= 0: 32 */
+    int runs;                    /* runs worked on at once; <= 0:
+                                    CKPT_PROC_DEFAULT_RUNS */
+    int jobs;                    /* files in flight, all runs together
+                                    (each run gets jobs / runs); <= 0:
+                                    32 */
+    uint64_t mem_budget;         /* upload data buffers, all runs
+                                    together (each run gets its share,
+                                    at least 16 MiB); 0: 96 MiB */
     int insecure, retries;       /* how unshard opens remote runs (as
                                     the caller's storages) */
     const char *state_dir;       /* upload journals; NULL: none */
     int64_t lease_ttl;           /* seconds; 0: CKPT_LEASE_TTL */
+    /* Called one at a time (never concurrently), from whichever thread
+     * works on the run; a run's events come in phase order, runs'
+     * events interleave when runs > 1. on_progress gets the items and
+     * bytes of every run's upload so far (never going back). */
     void (*on_event)(void *ud, const struct ckpt_process_event *ev);
     void (*on_progress)(void *ud, uint64_t items, uint64_t bytes);
     void *ud;
 };
+
+#define CKPT_PROC_DEFAULT_RUNS 4
 
 struct ckpt_process_totals {
     uint64_t processed, done, deleted, skipped, failed;
@@ -144,7 +157,8 @@ char *ckpt_process_location(const struct ckpt_process *p, size_t i);
 void ckpt_process_set_map(struct ckpt_process *p,
                           const struct ckpt_wandb_map *map);
 
-/* Process every queued run in order. Returns 0 when every run was done,
+/* Process every queued run: cfg.runs at a time (each run's phases in
+ * order; runs started in queue order). Returns 0 when every run was done,
  * deleted or legitimately skipped, -1 when one failed or was unmapped. */
 int ckpt_process_run(struct ckpt_process *p, struct ckpt_process_totals *t);
 

@@ -33,13 +33,16 @@ static const char *const process_usage[] = {
     "then a total row. Exit 0 when every run was processed, done, deleted",
     "or legitimately skipped (live, leased, not a run), 1 when one failed",
     "or had no W&B path.",
-    "-j default 32: files in flight per run (object-store uploads).",
+    "--runs N runs are worked on at once (default 4; 1: one after the",
+    "other); -j (default 32, files in flight) and the upload memory are",
+    "shared among them, so rows of different runs may interleave.",
     NULL
 };
 
 struct pr_opts {
     const char *dest, *wandb_map, *logs, *state_dir, *min_age, *unshard;
     const char *lease_ttl;
+    int runs;
     int no_wandb, keep_bad, keep_source, keep_archive, step0;
     int drop_sharded, drop_incomplete;
     uint64_t max_archive;
@@ -138,7 +141,7 @@ static void on_event(void *ud, const struct ckpt_process_event *ev)
 static void on_progress(void *ud, uint64_t items, uint64_t bytes)
 {
     struct ui *ui = ud;
-    /* Each upload pass counts from zero again. */
+    /* The library sums every run's passes; this guards a reset. */
     if (items < ui->items || bytes < ui->bytes)
         ui->items = ui->bytes = 0;
     cli_progress_add(ui->prog, items - ui->items, bytes - ui->bytes);
@@ -212,6 +215,9 @@ static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c)
         return usage_error("--lease-ttl '%s': expected a duration of at "
                            "least 3 s", po->lease_ttl);
     c->lease_ttl = ttl;
+    if (po->runs < 0 || po->runs > 64)
+        return usage_error("--runs: expected 1 to 64%s", "");
+    c->runs = po->runs;
     const char *u = po->unshard ? po->unshard : "all";
     if (!strcmp(u, "all"))
         c->unshard = CKPT_PROC_UNSHARD_ALL;
@@ -423,6 +429,8 @@ int cmd_process(int argc, char **argv)
                  "the run under logs/"),
         OPT_STR_(0, "state-dir", &po.state_dir, "DIR", "journals of "
                  "unfinished uploads (default as ckpt upload)"),
+        OPT_INT_(0, "runs", &po.runs, "N", "runs worked on at once "
+                 "(default 4; 1: one at a time); -j is shared among them"),
         OPT_STR_(0, "lease-ttl", &po.lease_ttl, "DURATION", "a dead "
                  "worker's runs are taken over after this (default 10m)"),
         OPT_END_(),

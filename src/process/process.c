@@ -29,6 +29,9 @@
 
 #define STATE_DIR ".ckpt-process"
 #define DEFAULT_JOBS 32
+#define MIB (1024ULL * 1024)
+#define DEFAULT_MEM (96 * MIB)  /* upload's own default, for all runs */
+#define MIN_RUN_MEM (16 * MIB)  /* upload's --memory floor */
 
 struct prun {
     struct ckpt_storage *st;    /* borrowed */
@@ -46,6 +49,16 @@ struct ckpt_process {
     size_t nlogs;
     struct ckpt_storage *local; /* owned: the unshard outputs' storage */
     char *tmp;                  /* owned: where unshard outputs go */
+    /* Several runs are worked on at once (cfg.runs): events, totals and
+     * progress from their threads go through mu, so the caller sees
+     * whole events one at a time and the totals stay exact. */
+    pthread_mutex_t mu;
+    struct ckpt_process_totals *t;
+    size_t next;                /* the next queued run to start */
+    int par;                    /* runs in flight */
+    int run_jobs;               /* upload workers per run */
+    uint64_t run_mem;           /* upload data buffers per run */
+    uint64_t items, bytes;      /* progress of every run together */
 };
 
 /* One run being worked on. */
@@ -61,7 +74,7 @@ struct one {
     int fail_delete;            /* ...and it was a deletion */
     uint64_t freed, steps;
     double t0;
-    struct ckpt_process_totals *t;
+    uint64_t pitems, pbytes;    /* progress of the current upload pass */
     int failed;                 /* the run failed or was unmapped */
     /* First pass: state "uploaded" is written right before the first
      * deletion (upload deletes only once everything arrived and was
@@ -96,21 +109,27 @@ static void emit(struct one *o, enum ckpt_process_phase ph,
         ph, st, o->r->display, o->r->id, o->ddisp, detail ? detail : "", 0,
         files, bytes, o->steps, o->freed, ckpt_now() - o->t0
     };
-    if (c->on_event)
-        c->on_event(c->ud, &ev);
+    if (!c->on_event)
+        return;
+    pthread_mutex_lock(&o->p->mu);
+    c->on_event(c->ud, &ev);
+    pthread_mutex_unlock(&o->p->mu);
 }
 
 /* The run's row; counts it in the totals. */
 static void finish(struct one *o, enum ckpt_process_status st,
                    const char *detail, int warn)
 {
-    struct ckpt_process_totals *t = o->t;
+    struct ckpt_process_totals *t = o->p->t;
     const struct ckpt_process_cfg *c = &o->p->cfg;
     struct ckpt_process_event ev = {
         CKPT_PROC_RUN, st, o->r->display, o->r->id, o->ddisp,
         detail ? detail : "", warn, o->s.files, o->s.bytes, o->steps,
         o->freed, ckpt_now() - o->t0
     };
+    if (st == CKPT_PROC_FAILED)
+        o->failed = 1;
+    pthread_mutex_lock(&o->p->mu);
     switch (st) {
     case CKPT_PROC_OK:
     case CKPT_PROC_WOULD:
@@ -127,7 +146,6 @@ static void finish(struct one *o, enum ckpt_process_status st,
         break;
     case CKPT_PROC_FAILED:
         t->failed++;
-        o->failed = 1;
         break;
     }
     if (st == CKPT_PROC_OK || st == CKPT_PROC_WOULD) {
@@ -138,6 +156,7 @@ static void finish(struct one *o, enum ckpt_process_status st,
     t->freed += o->freed;
     if (c->on_event)
         c->on_event(c->ud, &ev);
+    pthread_mutex_unlock(&o->p->mu);
 }
 
 /* "phase: reason" as a failed row. */
@@ -163,12 +182,22 @@ static void up_event(void *ud, const struct ckpt_upload_event *ev)
     }
 }
 
+/* Each pass counts from zero; the caller gets the sum over every run
+ * (several passes run at once), never going back. */
 static void up_progress(void *ud, uint64_t items, uint64_t bytes)
 {
     struct one *o = ud;
-    const struct ckpt_process_cfg *c = &o->p->cfg;
-    if (c->on_progress)
-        c->on_progress(c->ud, items, bytes);
+    struct ckpt_process *p = o->p;
+    pthread_mutex_lock(&p->mu);
+    if (items >= o->pitems && bytes >= o->pbytes) {
+        p->items += items - o->pitems;
+        p->bytes += bytes - o->pbytes;
+        o->pitems = items;
+        o->pbytes = bytes;
+        if (p->cfg.on_progress)
+            p->cfg.on_progress(p->cfg.ud, p->items, p->bytes);
+    }
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* Before each deletion of a source file: the lease must still be ours,
@@ -277,7 +306,8 @@ static int upload_pass(struct one *o, int verify, int dry,
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     struct ckpt_upload_cfg ucfg = {
-        .jobs = c->jobs > 0 ? c->jobs : DEFAULT_JOBS, .dry_run = dry,
+        .jobs = o->p->run_jobs, .mem_budget = o->p->run_mem,
+        .dry_run = dry,
         .checksum = verify, .delete_source = !dry && !c->keep_source,
         .strip = 1, .state_dir = c->state_dir, .on_event = up_event,
         .on_progress = up_progress,
@@ -295,6 +325,9 @@ static int upload_pass(struct one *o, int verify, int dry,
      * (which still gets the unsharded steps and the logs). */
     char *dkey = archive && c->keep_archive ? archive_key(o) : o->dkey;
     ckpt_buf_reset(&o->fail);
+    pthread_mutex_lock(&o->p->mu);
+    o->pitems = o->pbytes = 0;
+    pthread_mutex_unlock(&o->p->mu);
     int rc = ckpt_upload_add(u, o->r->st, o->r->key, c->dst, dkey, flags,
                              &err);
     if (dkey != o->dkey)
@@ -446,7 +479,8 @@ static int unshard(struct one *o)
                 .insecure = c->insecure, .retries = c->retries },
         .latest = c->unshard == CKPT_PROC_UNSHARD_LATEST,
         .skip_step0 = !c->unshard_step0, .tmp_dir = c->tmp_dir,
-        .fetch_jobs = c->jobs, .on_step = on_step, .ud = o,
+        .fetch_jobs = c->jobs > 0 ? o->p->run_jobs : 0,
+        .on_step = on_step, .ud = o,
     };
     ckpt_buf_reset(&o->fail);
     o->steps = 0;
@@ -623,13 +657,12 @@ static void leased(struct one *o)
 }
 
 static void process_one(struct ckpt_process *p, const struct prun *r,
-                        struct ckpt_process_totals *t, int *failed)
+                        int *failed)
 {
     struct one o;
     memset(&o, 0, sizeof(o));
     o.p = p;
     o.r = r;
-    o.t = t;
     o.t0 = ckpt_now();
     ckpt_buf_init(&o.fail);
     pthread_mutex_init(&o.mu, NULL);
@@ -677,14 +710,65 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     free(dir);
 }
 
+/* A run-worker: takes the next queued run until none is left. Each run
+ * goes through its phases in order under its own lease. */
+static void *run_worker(void *arg)
+{
+    struct ckpt_process *p = arg;
+    int failed = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        size_t i = p->next < p->n ? p->next++ : p->n;
+        pthread_mutex_unlock(&p->mu);
+        if (i == p->n)
+            break;
+        process_one(p, &p->runs[i], &failed);
+    }
+    return failed ? arg : NULL;
+}
+
+/* Runs in flight, and each one's share of -j and of the memory budget:
+ * K runs at once keep the same number of files in flight and the same
+ * data buffers as one run alone. */
+static void plan_pool(struct ckpt_process *p)
+{
+    const struct ckpt_process_cfg *c = &p->cfg;
+    int k = c->runs > 0 ? c->runs : CKPT_PROC_DEFAULT_RUNS;
+    int jobs = c->jobs > 0 ? c->jobs : DEFAULT_JOBS;
+    uint64_t mem = c->mem_budget ? c->mem_budget : DEFAULT_MEM;
+    if ((size_t)k > p->n)
+        k = p->n ? (int)p->n : 1;
+    p->par = k;
+    p->run_jobs = jobs / k > 0 ? jobs / k : 1;
+    p->run_mem = mem / (uint64_t)k > MIN_RUN_MEM ? mem / (uint64_t)k
+                                                  : MIN_RUN_MEM;
+    p->next = 0;
+    p->items = p->bytes = 0;
+}
+
 int ckpt_process_run(struct ckpt_process *p, struct ckpt_process_totals *t)
 {
     int failed = 0;
     double t0 = ckpt_now();
     memset(t, 0, sizeof(*t));
-    for (size_t i = 0; i < p->n; i++)
-        process_one(p, &p->runs[i], t, &failed);
+    p->t = t;
+    plan_pool(p);
+    pthread_t *th = ckpt_xcalloc((size_t)p->par, sizeof(*th));
+    int started = 0;
+    /* Run-worker 0 is this thread; a thread that cannot be started
+     * leaves its share to the others. */
+    for (int i = 1; i < p->par; i++)
+        if (pthread_create(&th[started], NULL, run_worker, p) == 0)
+            started++;
+    failed = run_worker(p) != NULL;
+    for (int i = 0; i < started; i++) {
+        void *r = NULL;
+        pthread_join(th[i], &r);
+        failed |= r != NULL;
+    }
+    free(th);
     t->seconds = ckpt_now() - t0;
+    p->t = NULL;
     return failed ? -1 : 0;
 }
 
@@ -883,6 +967,7 @@ int ckpt_process_new(struct ckpt_process **out,
                      struct ckpt_err *err)
 {
     struct ckpt_process *p = ckpt_xcalloc(1, sizeof(*p));
+    pthread_mutex_init(&p->mu, NULL);
     struct ckpt_loc loc = { CKPT_SCHEME_LOCAL, NULL, ckpt_xstrdup(""),
                             ckpt_xstrdup("") };
     struct ckpt_storage_cfg scfg = { 0, 0, 0, 1 };
@@ -921,6 +1006,7 @@ void ckpt_process_free(struct ckpt_process *p)
         free(p->logs[i]);
     free(p->logs);
     ckpt_storage_close(p->local);
+    pthread_mutex_destroy(&p->mu);
     free(p->tmp);
     free(p->runs);
     free(p->ids);

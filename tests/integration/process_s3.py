@@ -65,6 +65,13 @@ def rows(out):
     return res
 
 
+def in_order(rs, runs):
+    """Run rows in the order of runs (several runs are worked on at once,
+    so rows come as runs finish); rows of other runs last, by name."""
+    return sorted(rs, key=lambda r: (runs.index(r[1]) if r[1] in runs
+                                     else len(runs), r[1]))
+
+
 def gen(root):
     subprocess.run([sys.executable, GEN, root, "--archives"], check=True,
                    capture_output=True)
@@ -157,11 +164,13 @@ def local_dest(c, env, tmp):
             exp.append(["skipped", p, NOT_RUN])
         else:
             exp.append(["deleted", p, BAD[ARCH.get(name, name)]])
-    got_cmp = [g[:6] if g[0] == "processed" else g for g in got[:-1]]
+    got_cmp = in_order([g[:6] if g[0] == "processed" else g
+                        for g in got[:-1]], [e[1] for e in exp])
     c.eq("local: rows", got_cmp, exp)
-    c.eq("local: freed of the directory runs", [g[6] for g in got
-         if g[0] == "processed" and not g[1].endswith((".tar", ".zip"))],
-         ["468352", "27908"])
+    c.eq("local: freed of the directory runs", sorted(
+         (os.path.basename(g[1]), g[6]) for g in got
+         if g[0] == "processed" and not g[1].endswith((".tar", ".zip"))),
+         [("2871001", "468352"), ("2871005", "27908")])
     c.eq("local: total", got[-1],
          ["total", "processed=4", "done=0", "deleted=8", "skipped=1",
           "failed=0", "files=%d" % sum(len(w) for w in want.values()),
@@ -181,11 +190,11 @@ def local_dest(c, env, tmp):
     c.true("local: no lease left", not [n for n in os.listdir(os.path.join(
         dest, ".ckpt-process")) if n.endswith(".lease")])
     # A rerun naming runs that are gone (a stale glob): done, exit 0.
-    rc, out, _ = ckpt(env, "process", "--no-wandb", os.path.join(runs,
-                      "2871001"), os.path.join(runs, "2871002"),
-                      os.path.join(runs, "2871105.zip"), "--dest", dest)
+    again = [os.path.join(runs, n) for n in
+             ("2871001", "2871002", "2871105.zip")]
+    rc, out, _ = ckpt(env, "process", "--no-wandb", *again, "--dest", dest)
     c.eq("local rerun: exit 0", rc, 0)
-    c.eq("local rerun: rows", rows(out)[:-1], [
+    c.eq("local rerun: rows", in_order(rows(out)[:-1], again), [
         ["done", os.path.join(runs, "2871001"), os.path.join(dest, "2871001"),
          "already processed"],
         ["done", os.path.join(runs, "2871002"), "-",
@@ -267,6 +276,66 @@ def live_and_keep(c, env, tmp):
            not os.path.lexists(r1))
 
 
+def many_runs(c, env, tmp):
+    """--runs 4 to s3:// (-j 3: fewer files in flight than runs): each
+    queued run gets exactly one row and is worked on exactly once (one
+    lease, one state object), every good run arrives byte for byte, and
+    the totals are the exact sums of the rows."""
+    runs = os.path.join(tmp, "runs4")
+    gen(runs)
+    good = {"2871001": "2871001", "2871005": "2871005",
+            "2871101.tar": "2871101", "2871105.zip": "2871105"}
+    want = {rid: expected_with_logs(runs, src, rid)
+            for src, rid in good.items()}
+    queued = sorted(list(good) + list(BAD) + [a for a in ARCH
+                    if ARCH[a] in BAD] + ["notes"])
+    rc, out, err = ckpt(env, "process", "--no-wandb", "--runs", "4", "-j",
+                        "3", "--logs", os.path.join(runs, "logs"), runs, "--dest", "s3://%s/many" % B)
+    c.eq("runs 4: exit 0", rc, 0)
+    got = rows(out)
+    c.eq("runs 4: one row per queued run",
+         sorted(os.path.basename(g[1]) for g in got[:-1]), queued)
+    c.eq("runs 4: actions", sorted((os.path.basename(g[1]), g[0])
+                                   for g in got[:-1]),
+         sorted([(n, "processed") for n in good] +
+                [(n, "skipped") for n in ["notes"]] +
+                [(n, "deleted") for n in queued
+                 if n not in good and n != "notes"]))
+    files = sum(len(w) for w in want.values())
+    size = sum(len(v) for w in want.values() for v in w.values())
+    proc = [g for g in got if g[0] == "processed"]
+    c.eq("runs 4: rows add up", (sum(int(g[3]) for g in proc),
+                                 sum(int(g[4]) for g in proc)),
+         (files, size))
+    freed = sum(int(g[6]) for g in proc)
+    c.eq("runs 4: total", got[-1],
+         ["total", "processed=4", "done=0", "deleted=8", "skipped=1",
+          "failed=0", "files=%d" % files, "bytes=%d" % size, "steps=0",
+          "freed=%s" % got[-1][9].split("=")[1]])
+    c.true("runs 4: freed total >= the processed rows' freed",
+           int(got[-1][9].split("=")[1]) >= freed > 0)
+    for rid, w in want.items():
+        c.eq("runs 4: %s at DEST byte for byte" % rid,
+             s3_tree(env, "many/" + rid), w)
+    _, ls, _ = tool(env, "ls", "-r", "s3://%s/many/.ckpt-process" % B)
+    names = sorted(line.split("\t")[2] for line in
+                   ls.decode().splitlines())
+    c.eq("runs 4: one state object per run, no lease left", names,
+         sorted("%s.json" % n.split(".")[0] for n in queued
+                if n != "notes"))
+    c.eq("runs 4: sources left", sorted(os.listdir(runs)),
+         ["logs", "notes"])
+    # --runs 1: one run after the other, rows in the queue's order.
+    runs1 = os.path.join(tmp, "runs1")
+    gen(runs1)
+    rc, out, _ = ckpt(env, "process", "--no-wandb", "--runs", "1", "--logs",
+                      os.path.join(runs1, "logs"), runs1,
+                      "--dest", os.path.join(tmp, "dest1"))
+    c.eq("runs 1: exit 0, rows in queue order",
+         (rc, [os.path.basename(g[1]) for g in rows(out)[:-1]]),
+         (0, queued))
+
+
 def s3_dest(c, s3, env, tmp):
     """--wandb-map to s3://: runs under ENTITY/PROJECT/RUN_ID; an
     unmapped run and a leased run are untouched; a crash after the upload
@@ -293,6 +362,7 @@ def s3_dest(c, s3, env, tmp):
     rc, out, err = ckpt(env, "process", "--wandb-map", mp, "--logs",
                         os.path.join(runs, "logs"), *srcs, "--dest", dest)
     got = rows(out)
+    got = in_order(got[:-1], srcs) + got[-1:]
     c.eq("s3: exit 1 (one unmapped)", rc, 1)
     c.eq("s3: rows", [g[:3] for g in got[:-1]], [
         ["processed", srcs[0], dest + "/ai2/olmo-tiny/a1b2c3d4"],
@@ -389,7 +459,9 @@ def usage(c, env):
                        (["process", "--unshard", "some", "x", "--dest", "d"],
                         "bad --unshard"),
                        (["process", "--min-age", "soon", "x", "--dest", "d"],
-                        "bad --min-age")):
+                        "bad --min-age"),
+                       (["process", "--runs", "65", "x", "--dest", "d"],
+                        "bad --runs")):
         rc, out, err = ckpt(env, *args)
         c.eq("usage: %s: exit 2, no rows" % what, (rc, out), (2, ""))
 
@@ -405,6 +477,7 @@ def main():
             local_dest(c, env, tmp)
             live_and_keep(c, env, tmp)
             s3_dest(c, s3, env, tmp)
+            many_runs(c, env, tmp)
             json_events(c, env, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -113,6 +113,11 @@ def main():
                                    fake.url, home=tmp)
             check("exit 1 (the ambiguous run)", rc, 1)
             rows = [line.split("\t") for line in out.splitlines()]
+            # runs are worked on at once: their rows in the queue's order
+            order = [arc] + [os.path.join(runs, n)
+                             for n in ("bad1", "dup", "local1")]
+            rows = sorted(rows[:-1], key=lambda r: (
+                order.index(r[1]) if r[1] in order else 9, r[1])) + rows[-1:]
             p1 = os.path.join(dest, "ai2-llm/olmo-small/ab12cd34")
             p2 = os.path.join(dest, "ai2-llm/olmo-small/sl000001")
             check("rows", [r[:3] for r in rows[:-1]], [
