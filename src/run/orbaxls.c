@@ -64,7 +64,7 @@ static int tio_list(void *ctx, int (*fn)(void *ud, const char *rel),
     (void)err;
     ckpt_tree_range(x->t, x->db, &lo, &hi);
     for (size_t i = lo; i < hi; i++) {
-        const char *r = x->t->files[i].path + dl + 1;
+        const char *r = x->t->files[i].path + (dl ? dl + 1 : 0);
         const char *s = strchr(r, '/');
         if (!s || strchr(s + 1, '/') || r[0] == '.' ||
             (strcmp(s + 1, ".zarray") && strcmp(s + 1, "zarr.json")))
@@ -85,7 +85,7 @@ static int tio_names(void *ctx, int (*fn)(void *ud, const char *name),
     (void)err;
     ckpt_tree_range(x->t, x->db, &lo, &hi);
     for (size_t i = lo; i < hi; i++) {
-        const char *r = x->t->files[i].path + dl + 1;
+        const char *r = x->t->files[i].path + (dl ? dl + 1 : 0);
         if (strchr(r, '/') || x->t->files[i].type == CKPT_ENTRY_DIR)
             continue;
         int rc = fn(ud, r);
@@ -147,7 +147,8 @@ static char **items_of(struct ckpt_tree *t, const char *dir, size_t *n)
     *n = 0;
     ckpt_tree_range(t, dir, &lo, &hi);
     for (size_t i = lo; i < hi; i++) {
-        const char *r = t->files[i].path + dl + 1;
+        /* dl 0: the step is the run's root checkpoint */
+        const char *r = t->files[i].path + (dl ? dl + 1 : 0);
         const char *s = strchr(r, '/');
         if (!s || strstr(r, ".orbax-checkpoint-tmp") ||
             (*n && !strncmp(v[*n - 1], r, (size_t)(s - r)) &&

@@ -10,8 +10,9 @@ forced clean).
 
 Every archive kind ckpt reads (.tar, .tar.gz, .tar.zst, .tar.bz2,
 .tar.xz, .zip), each with a top directory and without one, for a real
-torch 1.13 DCP checkpoint (make_dcp.py), an OLMo legacy step (2 ranks)
-and a zarr v2 checkpoint (Debian's python3-zarr).
+torch 1.13 DCP checkpoint (make_dcp.py), an OLMo legacy step (2 ranks),
+a zarr v2 checkpoint (Debian's python3-zarr) and an Orbax OCDBT step
+(make_orbax.py; `ls -l` lists its arrays as for the step in its run).
 """
 import os
 import shutil
@@ -128,6 +129,19 @@ def main():
         compare("zarr: reference output bit-exact",
                 os.path.join(ref, "checkpoint.pt"),
                 os.path.join(tmp, "zarr", "expected.pt"))
+        subprocess.run([PY, os.path.join(SUP, "make_orbax.py"),
+                        os.path.join(tmp, "orbax")], check=True,
+                       stdout=subprocess.DEVNULL)
+        step = os.path.join(tmp, "orbax", "run", "1")
+        one_format(tmp, "orbax", step, "orbax")
+        arrays = [ln.split("\t", 3)[3] for ln in
+                  ckpt("ls", "-l", os.path.join(tmp, "orbax", "run"))
+                  .stdout.splitlines() if "\tarray\t" in ln and
+                  ln.split("\t")[1] == "1"]
+        root = [ln.split("\t", 3)[3] for ln in ckpt("ls", "-l", step)
+                .stdout.splitlines() if "\tarray\t" in ln]
+        check("orbax root checkpoint: ls -l lists its arrays",
+              len(arrays) > 3 and root == arrays, str(root))
         # A plain directory that is one checkpoint: forced clean judges it.
         r = ckpt("clean", "-n", "--force", "--min-age", "0",
                  os.path.join(tmp, "rows", "ckpt"))
