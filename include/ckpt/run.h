@@ -165,6 +165,15 @@ int ckpt_run_looks_like_run(const struct ckpt_run *run);
  * checkpoint, whatever its name), or NULL: a run without one is bad. */
 const struct ckpt_checkpoint *ckpt_run_best(const struct ckpt_run *run);
 
+/* The format of the checkpoint at dir of t ("" the root) from its file
+ * names alone (nothing is read); CKPT_FMT_UNKNOWN when it has no files. */
+enum ckpt_format ckpt_judge_format(const struct ckpt_tree *t,
+                                   const char *dir);
+/* The format of t's root checkpoint when t is one checkpoint (no
+ * checkpoint directories, checkpoint files at its top), by name alone,
+ * for a tree ckpt_run_scan could not judge; -1 when t is not one. */
+int ckpt_run_root_format(const struct ckpt_tree *t);
+
 enum ckpt_load_status {
     CKPT_LOAD_OK = 0,
     CKPT_LOAD_TOO_LARGE,   /* archive above the size limit: not opened */

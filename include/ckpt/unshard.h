@@ -52,6 +52,11 @@ typedef void (*ckpt_unshard_planned_fn)(void *ud,
 struct ckpt_unshard_opts {
     enum ckpt_unshard_layout layout;
     enum ckpt_unshard_format format;
+    /* SRC's enum ckpt_format (ckpt/run.h) as the run module judged it
+     * (ckpt_run_load / ckpt_judge_checkpoint): picks the planner, so the
+     * library never probes SRC itself. CKPT_FMT_UNKNOWN (0) and formats
+     * without a planner are read as DCP (whose errors then say why). */
+    int source_format;
     uint64_t max_shard_size;    /* safetensors split size; 0: 5 GiB */
     int allow_replicas;         /* identical duplicate chunks are fine */
     /* Write pickled values naming globals outside the allow-list (a
@@ -124,6 +129,8 @@ int ckpt_unshard_supported(int format);
 /* ---- run mode: every sharded step of a run ---- */
 
 struct ckpt_checkpoint;
+struct ckpt_tree;
+struct ckpt_run;
 
 /* One per step acted on (or per run, ckpt NULL, when the run itself
  * cannot be read or has nothing to unshard). */
@@ -158,6 +165,11 @@ struct ckpt_unshard_run_cfg {
                                <= 0: 16 */
     void (*on_step)(void *ud, const struct ckpt_unshard_step_event *ev);
     void *ud;
+    /* The run at key as the caller already loaded it (ckpt_run_load,
+     * CKPT_LOAD_OK): taken over and released by ckpt_unshard_run, which
+     * then reads nothing twice. NULL: loaded there. */
+    struct ckpt_tree *tree;
+    struct ckpt_run *run;
 };
 
 /*

@@ -5,7 +5,6 @@
  * Phases: parse, find checkpoints, unshard each, report.
  */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -267,13 +266,15 @@ static int run_unshard(struct cmd *c, enum ckpt_format f, const char *src,
     return rc;
 }
 
-static int unshard_one(struct cmd *c, const char *src, const char *dest)
+static int unshard_one(struct cmd *c, const char *src, const char *dest,
+                       int format)
 {
     struct ckpt_unshard_result r;
     struct ckpt_err err = CKPT_ERR_INIT;
     double t0 = ckpt_now();
-    /* ckpt_unshard_dcp recognises legacy, local, olmo_core and zarr steps
-     * itself. */
+    /* The run module's verdict picks ckpt_unshard_dcp's planner; what it
+     * could not name is read as DCP, whose errors say why. */
+    c->uo.source_format = format;
     int rc = run_unshard(c, CKPT_FMT_DCP, src, dest, &r, &err);
     report(c, src, dest, &r, ckpt_now() - t0, rc ? &err : NULL);
     if (rc != 0)
@@ -292,95 +293,84 @@ static int unshard_one(struct cmd *c, const char *src, const char *dest)
  * into a scratch directory, so scratch space never exceeds one step.
  */
 
+/* SRC as the run module sees it: loaded once (ckpt_run_load) through the
+ * storage run mode then reads it with; loaded is 0 when it could not be
+ * read as a run (the single-checkpoint path then reports why). */
+struct verdict {
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;    /* borrowed from the storages */
+    struct ckpt_tree *tree;
+    struct ckpt_run run;
+    int loaded;
+    int root_format;            /* not loaded: ckpt_run_root_format of
+                                   its tree, or -2 (no tree either) */
+};
 
-static int is_dir(const char *p)
+static void judge_src(struct verdict *v, const char *src, struct cmd *c,
+                      struct storages *sts)
 {
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-/* rank<N>.pt: an OLMo torch_legacy rank file. */
-static int rank_name(const char *s)
-{
-    size_t l = strlen(s);
-    return l > 7 && !strncmp(s, "rank", 4) && !strcmp(s + l - 3, ".pt") &&
-           s[4] >= '0' && s[4] <= '9';
-}
-
-/* rank<N>.pt files directly in dir (an OLMo torch_legacy step). */
-static int has_rank_files(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    int is = 0;
-    while (d && !is && (de = readdir(d)) != NULL) {
-        is = rank_name(de->d_name);
-    }
-    if (d)
-        closedir(d);
-    return is;
-}
-
-static int note_ckpt_file(void *ud, const struct ckpt_entry *e)
-{
-    const char *s = e->name;
-    if (e->type == CKPT_ENTRY_FILE &&
-        (!strcmp(s, ".metadata") || !strcmp(s, "__0.metadata") ||
-         !strcmp(s, ".zgroup") || rank_name(s) ||
-         !strcmp(s, "_CHECKPOINT_METADATA") ||
-         !strcmp(s, "commit_success.txt") || !strcmp(s, "manifest.ocdbt")))
-        *(int *)ud = 1;
-    return 0;
-}
-
-/* A prefix in object storage is one checkpoint if it holds checkpoint
- * files of its own (one listing, one level), else a run. */
-static int is_remote_run(const struct ckpt_loc *loc, const struct cmd *c,
-                         struct storages *sts)
-{
-    struct ckpt_storage *st;
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_stat sb;
-    int ckpt = 0;
-    /* A storage that cannot open: the single-checkpoint path reports it. */
-    if (cli_storages_get(sts, loc, &c->g, &st, &err) != 0 ||
-        ckpt_storage_list(st, loc->key, 0, note_ckpt_file, &ckpt, &err) != 0)
-        return 0;
-    if (ckpt)
-        return 0;
-    char *m = ckpt_path_join(loc->key, "model_and_optim/.metadata");
-    ckpt = ckpt_storage_stat(st, m, &sb, &err) == 0;
-    free(m);
-    return !ckpt;
+    enum ckpt_load_status status;
+    memset(v, 0, sizeof(*v));
+    memset(&sb, 0, sizeof(sb));
+    v->root_format = -2;
+    if (ckpt_loc_parse(&v->loc, src, &err) != 0 ||
+        cli_storages_get(sts, &v->loc, &c->g, &v->st, &err) != 0)
+        return;
+    if (ckpt_run_load(v->st, v->loc.key, 0, &sb, &status, &v->tree, &v->run,
+                      &err) != 0) {
+        /* Files it could not judge: by their names, one checkpoint (its
+         * planner reports what is wrong) or a run (run mode does). */
+        struct ckpt_tree *t;
+        if (sb.type == CKPT_ENTRY_DIR &&
+            ckpt_tree_load(&t, v->st, v->loc.key, NULL, &err) == 0) {
+            v->root_format = ckpt_run_root_format(t);
+            ckpt_tree_free(t);
+        }
+        return;
+    }
+    v->loaded = status == CKPT_LOAD_OK;
+    if (!v->loaded) {
+        ckpt_tree_free(v->tree);
+        v->tree = NULL;
+    }
 }
 
-/* SRC names a run (not one checkpoint): an archive, or a directory that
- * holds no checkpoint files of its own. */
-static int is_run(const char *src, const struct cmd *c, struct storages *sts)
+static void verdict_release(struct verdict *v)
 {
-    struct ckpt_loc loc;
-    struct ckpt_err err = CKPT_ERR_INIT;
-    if (ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE)
-        return 1;
-    if (ckpt_loc_parse(&loc, src, &err) == 0) {
-        int remote = loc.scheme != CKPT_SCHEME_LOCAL;
-        int run = remote && is_remote_run(&loc, c, sts);
-        ckpt_loc_release(&loc);
-        if (remote)
-            return run;
+    if (v->loaded) {
+        ckpt_run_release(&v->run);
+        ckpt_tree_free(v->tree);
     }
-    if (!is_dir(src))
-        return 0;
-    static const char *const marks[] = {
-        ".metadata", "__0.metadata", "model_and_optim/.metadata", ".zgroup",
-        "metadata.yaml", "model/rank0.pt", "model/metadata.json",
-        "model/rank_0.safetensors", "_CHECKPOINT_METADATA",
-        "commit_success.txt", "manifest.ocdbt", "_METADATA", NULL
-    };
-    for (const char *const *m = marks; *m; m++)
-        if (ckpt_is_file_in(src, *m))
-            return 0;
-    return !has_rank_files(src);
+    ckpt_loc_release(&v->loc);
+}
+
+/* SRC is one checkpoint when the run module found only the root
+ * checkpoint: its format, else -1 (a run). Archives are runs (run mode
+ * reads their root checkpoint too), and so is a remote checkpoint
+ * ckpt_unshard_dcp cannot read in place (run mode fetches it). What
+ * could not be loaded goes to the single-checkpoint path, except an
+ * archive, whose errors run mode reports. */
+static int single_format(const struct verdict *v, const char *src)
+{
+    int f;
+    if (v->loaded) {
+        if (v->tree->archive != CKPT_ARCHIVE_NONE || v->run.n != 1 ||
+            !v->run.ckpts[0].root)
+            return -1;
+        f = (int)v->run.ckpts[0].format;
+    } else if (v->root_format != -2) {
+        if ((f = v->root_format) < 0)
+            return -1;
+    } else {
+        return ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE
+                   ? -1 : CKPT_FMT_UNKNOWN;
+    }
+    if (!ckpt_storage_is_local(v->st) && f != CKPT_FMT_DCP &&
+        f != CKPT_FMT_ORBAX)
+        return -1;
+    return f;
 }
 
 /* A step's row (ckpt_unshard_run's event). */
@@ -432,19 +422,15 @@ static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
     cli_out_json(o);
 }
 
-/* Run mode (src/unshard/runmode.c): one row per step. */
+/* Run mode (src/unshard/runmode.c): one row per step. The run loaded
+ * into v is handed over. */
 static int unshard_run(struct cmd *c, const char *src, const char *dest,
-                       struct storages *sts)
+                       struct verdict *v, struct storages *sts)
 {
     struct ckpt_loc loc;
     struct ckpt_storage *st;
     struct ckpt_err err = CKPT_ERR_INIT;
     uint64_t step = 0;
-    if (ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE && c->delete_sharded) {
-        cli_errorf("'%s': --delete-sharded never deletes inside an archive; "
-                   "nothing done", src);
-        return EXIT_USAGE;
-    }
     if (ckpt_loc_parse(&loc, src, &err) != 0 ||
         cli_storages_get(sts, &loc, &c->g, &st, &err) != 0) {
         struct ckpt_unshard_step_event ev = { "error", src, NULL, err.msg,
@@ -465,7 +451,10 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest,
         .tmp_dir = c->g.tmp_dir,
         .fetch_jobs = cli_default_jobs(&c->g, 64, 16),
         .on_step = on_step, .ud = c,
+        .tree = v->loaded ? v->tree : NULL,
+        .run = v->loaded ? &v->run : NULL,
     };
+    v->loaded = 0;  /* taken over */
     int r = ckpt_unshard_run(st, loc.key, src, dest, &rc);
     ckpt_loc_release(&loc);
     return r == 2 ? EXIT_USAGE : r ? EXIT_FAILED : EXIT_OK;
@@ -484,12 +473,21 @@ int cmd_unshard(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     const char *src = argv[0], *dest = argv[1];
-    /* One storage per bucket, shared by run detection and the run. */
+    if (ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE && c.delete_sharded) {
+        cli_errorf("'%s': --delete-sharded never deletes inside an archive; "
+                   "nothing done", src);
+        return EXIT_USAGE;
+    }
+    /* One storage per bucket, shared by the verdict and the run. */
     struct storages sts = { 0 };
-    if (is_run(src, &c, &sts))
-        rc = unshard_run(&c, src, dest, &sts);
+    struct verdict v;
+    judge_src(&v, src, &c, &sts);
+    int format = single_format(&v, src);
+    if (format < 0)
+        rc = unshard_run(&c, src, dest, &v, &sts);
     else
-        rc = unshard_one(&c, src, dest) ? EXIT_FAILED : EXIT_OK;
+        rc = unshard_one(&c, src, dest, format) ? EXIT_FAILED : EXIT_OK;
+    verdict_release(&v);
     cli_storages_release(&sts);
     return rc;
 }

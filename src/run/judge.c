@@ -443,6 +443,9 @@ static enum ckpt_format detect(const struct view *v, const char **mdir)
         const char *sl = strchr(r, '/');
         if (sl && sl == b - 1 && !strcmp(b, "_METADATA"))
             return CKPT_FMT_ORBAX;
+        /* The item itself (`ckpt unshard STEP/default`). */
+        if (v->dir[0] == '\0' && !strcmp(r, "_METADATA"))
+            return CKPT_FMT_ORBAX;
     }
     static const char *dcpdirs[] = { "", "model_and_optim" };
     for (size_t d = 0; d < 2; d++) {
@@ -464,6 +467,15 @@ static enum ckpt_format detect(const struct view *v, const char **mdir)
     if (has_prefix_file(v, "", "rank", ".pt"))
         return CKPT_FMT_OLMO_LEGACY;
     return CKPT_FMT_UNSHARDED;
+}
+
+enum ckpt_format ckpt_judge_format(const struct ckpt_tree *t,
+                                   const char *dir)
+{
+    struct view v = { (struct ckpt_tree *)t, dir, 0, 0 };
+    const char *mdir;
+    ckpt_tree_range(t, dir, &v.lo, &v.hi);
+    return v.lo < v.hi ? detect(&v, &mdir) : CKPT_FMT_UNKNOWN;
 }
 
 int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,

@@ -140,11 +140,21 @@ static int root_marked(const struct ckpt_tree *t)
         ".metadata", "__0.metadata", "model_and_optim/.metadata", ".zgroup",
         "model/rank0.pt", "model/metadata.json", "model/rank_0.safetensors",
         "_CHECKPOINT_METADATA", "commit_success.txt", "manifest.ocdbt",
-        "rank0.pt", NULL
+        "metadata.yaml", "_METADATA", NULL
     };
     for (const char *const *m = marks; *m; m++) {
         const struct ckpt_tree_file *f = ckpt_tree_find(t, *m);
         if (f && f->type == CKPT_ENTRY_FILE)
+            return 1;
+    }
+    /* Any rank<N>.pt: an OLMo torch_legacy step whose rank0.pt is the
+     * one missing is still that step (unshard then says so). */
+    for (size_t i = 0; i < t->n; i++) {
+        const char *p = t->files[i].path;
+        size_t l = strlen(p);
+        if (t->files[i].type == CKPT_ENTRY_FILE && !strchr(p, '/') &&
+            l > 7 && !strncmp(p, "rank", 4) && p[4] >= '0' && p[4] <= '9' &&
+            !strcmp(p + l - 3, ".pt"))
             return 1;
     }
     return 0;
@@ -187,6 +197,18 @@ static int add_root(struct ckpt_run *run, struct ckpt_tree *t,
     free(name);
     run->ckpts[0].root = 1;
     return ckpt_judge_checkpoint(t, &run->ckpts[0], err);
+}
+
+int ckpt_run_root_format(const struct ckpt_tree *t)
+{
+    struct ckpt_run run;
+    memset(&run, 0, sizeof(run));
+    find_ckpts(&run, t);
+    size_t n = run.n;
+    ckpt_run_release(&run);
+    if (n || !root_marked(t))
+        return -1;
+    return (int)ckpt_judge_format(t, "");
 }
 
 void ckpt_run_release(struct ckpt_run *run)

@@ -789,28 +789,6 @@ static int other_ranks(struct lplan *p, struct ckpt_pv *root0,
     return 0;
 }
 
-/* No DCP metadata, and rank<N>.pt files (rank0.pt itself may be the one
- * missing: count_ranks then says so). */
-int uns_legacy_is_step(const char *dir)
-{
-    char *m = ckpt_path_join(dir, ".metadata");
-    struct stat sb;
-    int dcp = stat(m, &sb) == 0;
-    free(m);
-    DIR *d = dcp ? NULL : opendir(dir);
-    int is = 0;
-    struct dirent *de;
-    while (d && !is && (de = readdir(d)) != NULL) {
-        const char *s = de->d_name;
-        size_t l = strlen(s);
-        is = l > 7 && !strncmp(s, "rank", 4) && !strcmp(s + l - 3, ".pt") &&
-             s[4] >= '0' && s[4] <= '9';
-    }
-    if (d)
-        closedir(d);
-    return is;
-}
-
 int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct lplan p;

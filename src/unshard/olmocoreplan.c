@@ -100,27 +100,6 @@ static int has(const char *dir, const char *rel)
     return r;
 }
 
-/* model/metadata.json or a model/rank_N.safetensors, and no DCP metadata
- * (which would make it a torch_new step). */
-int uns_olmocore_is_step(const char *dir)
-{
-    if (has(dir, ".metadata") || has(dir, "model_and_optim/.metadata"))
-        return 0;
-    if (has(dir, "model/metadata.json"))
-        return 1;
-    char *m = ckpt_path_join(dir, "model");
-    DIR *d = opendir(m);
-    struct dirent *de;
-    int is = 0;
-    while (d && !is && (de = readdir(d)) != NULL)
-        is = ckpt_str_startswith(de->d_name, "rank_") &&
-             ckpt_str_endswith(de->d_name, ".safetensors");
-    if (d)
-        closedir(d);
-    free(m);
-    return is;
-}
-
 /* --- files ------------------------------------------------------------- */
 
 /* rank_<N>.safetensors -> N, or -1. */

@@ -36,28 +36,6 @@
 
 /* --- files ------------------------------------------------------------- */
 
-/* No DCP metadata; model/ holds rank<N>.pt, or metadata.yaml says
- * world_size (model/rank0.pt itself may be the one missing). */
-int uns_olmolocal_is_step(const char *dir)
-{
-    if (ckpt_is_file_in(dir, ".metadata"))
-        return 0;
-    char *m = ckpt_path_join(dir, "model");
-    DIR *d = opendir(m);
-    int is = d && ckpt_is_file_in(dir, "metadata.yaml");
-    struct dirent *de;
-    while (d && !is && (de = readdir(d)) != NULL) {
-        const char *s = de->d_name;
-        size_t l = strlen(s);
-        is = l > 7 && !strncmp(s, "rank", 4) && !strcmp(s + l - 3, ".pt") &&
-             s[4] >= '0' && s[4] <= '9';
-    }
-    if (d)
-        closedir(d);
-    free(m);
-    return is;
-}
-
 /* world_size from metadata.yaml (OLMo _LocalShardedCheckpointerMetadata,
  * saved with OmegaConf). */
 static int world_size(struct ujob *j, int *n, struct ckpt_err *err)

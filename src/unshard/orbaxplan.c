@@ -137,29 +137,6 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int step_of(struct ckpt_storage *st, const char *dir)
-{
-    size_t n;
-    char **v = items_of(st, dir, &n);
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-    return n > 0 || fs_is_file(st, dir, "_CHECKPOINT_METADATA") ||
-           fs_is_file(st, dir, "commit_success.txt");
-}
-
-/* Items, or Orbax's step markers (a step whose items ckpt cannot read
- * is then reported as such, not as another format). */
-int uns_orbax_is_step(const char *dir)
-{
-    return step_of(NULL, dir);
-}
-
-int uns_orbax_is_remote_step(struct ckpt_storage *st, const char *key)
-{
-    return step_of(st, key);
-}
-
 /* commit_success.txt, or _CHECKPOINT_METADATA with commit_timestamp_nsecs
  * (written when the save is finalized), in the step directory. */
 static int check_committed(struct ckpt_storage *st, const char *step,

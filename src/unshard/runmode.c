@@ -88,7 +88,9 @@ static int run_unshard(struct runctx *r, enum ckpt_format f, const char *src,
         return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': unsupported "
                             "checkpoint format '%s'", src,
                             ckpt_format_name(f));
-    return ckpt_unshard_dcp(src, dest, &r->uo, res, err);
+    struct ckpt_unshard_opts uo = r->uo;
+    uo.source_format = (int)f;
+    return ckpt_unshard_dcp(src, dest, &uo, res, err);
 }
 
 static int extract_member(struct ckpt_archive *a, const char *to,
@@ -680,9 +682,15 @@ static size_t *choose(struct runctx *r, size_t *n)
 static int open_run(struct runctx *r, const char *key, struct ckpt_err *err)
 {
     struct ckpt_stat sb;
-    enum ckpt_load_status status;
-    int rc = ckpt_run_load(r->st, key, 0, &sb, &status, &r->tree, &r->run,
+    enum ckpt_load_status status = CKPT_LOAD_OK;
+    int rc = 0;
+    if (r->cfg->tree) {     /* loaded by the caller: taken over */
+        r->tree = r->cfg->tree;
+        r->run = *r->cfg->run;
+    } else {
+        rc = ckpt_run_load(r->st, key, 0, &sb, &status, &r->tree, &r->run,
                            err);
+    }
     if (rc == 0 && status != CKPT_LOAD_OK) {
         ckpt_tree_free(r->tree);
         r->tree = NULL;

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/run.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
 #include "unshard_int.h"
@@ -498,69 +499,37 @@ int uns_olmo_job_init(struct ujob *j, const char *src, const char *metaname,
     return j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
 }
 
-/* An Orbax step at src: a local directory, a remote URL or a key of
- * o->storage. Remote steps are read in place through j->st (set here,
- * so config.yaml beside the step is found through it too); *key is
- * where the step is in it. */
-static int orbax_src(struct ujob *j, const char *src, char **key)
+/* An Orbax step at src: a key of o->storage, a remote URL or a local
+ * directory. Remote steps are read in place through j->st (set here, so
+ * config.yaml beside the step is found through it too); j->top is where
+ * the step is in it. */
+static int plan_orbax(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_loc loc;
-    struct ckpt_err e = CKPT_ERR_INIT;
-    struct ckpt_storage *st = j->o->storage;
-    const char *k = src;
-    int is = 0;
-    if (!st && ckpt_loc_parse(&loc, src, &e) == 0) {
-        struct ckpt_storage_cfg cfg = uns_storage_cfg(j->o);
-        if (loc.scheme != CKPT_SCHEME_LOCAL &&
-            ckpt_storage_open(&st, &loc, &cfg, &e) != 0)
-            st = NULL;
-        if (loc.scheme == CKPT_SCHEME_LOCAL)
-            is = uns_orbax_is_step(src);
-        else if (st && (is = uns_orbax_is_remote_step(st, loc.key)) != 0)
-            k = loc.key;
-        if (is)
-            *key = ckpt_xstrdup(k);
-        if (is && st) {
-            j->st = st;
-            j->st_borrowed = 0;
-        } else if (st) {
-            ckpt_storage_close(st);
-        }
-        ckpt_loc_release(&loc);
-        return is;
-    }
-    if (st && uns_orbax_is_remote_step(st, src)) {
-        j->st = st;
+    if (j->o->storage) {
+        j->st = j->o->storage;
         j->st_borrowed = 1;
-        *key = ckpt_xstrdup(src);
-        return 1;
+        j->top = ckpt_xstrdup(src);
+        return uns_orbax_plan(j, j->top, err);
     }
-    return 0;
+    if (ckpt_loc_parse(&loc, src, err) != 0)
+        return -1;
+    int rc = 0;
+    if (loc.scheme != CKPT_SCHEME_LOCAL) {
+        struct ckpt_storage_cfg cfg = uns_storage_cfg(j->o);
+        rc = ckpt_storage_open(&j->st, &loc, &cfg, err);
+        j->st_borrowed = 0;
+    }
+    j->top = ckpt_xstrdup(loc.scheme != CKPT_SCHEME_LOCAL ? loc.key : src);
+    ckpt_loc_release(&loc);
+    return rc != 0 ? -1 : uns_orbax_plan(j, j->top, err);
 }
 
-/* Plan everything; nothing is written. */
-static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
+/* DCP (and whatever the run module could not name: its errors say why),
+ * read through uns_src_open. */
+static int plan_dcp(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_pv *root;
-    if (!j->o->storage && uns_olmolocal_is_step(src)) {
-        j->top = ckpt_xstrdup(src);
-        return uns_olmolocal_plan(j, src, err);
-    }
-    if (!j->o->storage && uns_olmocore_is_step(src)) {
-        j->top = ckpt_xstrdup(src);
-        return uns_olmocore_plan(j, src, err);
-    }
-    char *okey = NULL;
-    if (orbax_src(j, src, &okey)) {
-        j->top = okey;
-        return uns_orbax_plan(j, okey, err);
-    }
-    if (!j->o->storage && (uns_legacy_is_step(src) || uns_zarr_is_step(src))) {
-        /* Local step directories: their config.yaml travels too. */
-        j->top = ckpt_xstrdup(src);
-        return uns_legacy_is_step(src) ? uns_legacy_plan(j, src, err)
-                                   : uns_zarr_plan(j, src, err);
-    }
     if (uns_src_open(j, src, err) != 0)
         return -1;
     j->olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
@@ -568,6 +537,35 @@ static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (uns_plan_tensors(j, err) != 0 || uns_tree_build(j, &root, err) != 0)
         return -1;
     return uns_layout_files(j, root, err);
+}
+
+/* The planner of each format the run module names. local: reads a local
+ * step directory only (its config.yaml travels too); through o->storage
+ * such a step is read as DCP, as before formats had planners. */
+static const struct {
+    enum ckpt_format format;
+    int local;
+    int (*plan)(struct ujob *j, const char *src, struct ckpt_err *err);
+} planners[] = {
+    { CKPT_FMT_OLMO_LOCAL, 1, uns_olmolocal_plan },
+    { CKPT_FMT_OLMO_CORE, 1, uns_olmocore_plan },
+    { CKPT_FMT_OLMO_LEGACY, 1, uns_legacy_plan },
+    { CKPT_FMT_ZARR, 1, uns_zarr_plan },
+    { CKPT_FMT_ORBAX, 0, plan_orbax },
+};
+
+/* Plan everything; nothing is written. */
+static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
+{
+    enum ckpt_format f = (enum ckpt_format)j->o->source_format;
+    for (size_t i = 0; i < sizeof(planners) / sizeof(planners[0]); i++) {
+        if (planners[i].format != f || (planners[i].local && j->o->storage))
+            continue;
+        if (planners[i].local)
+            j->top = ckpt_xstrdup(src);
+        return planners[i].plan(j, src, err);
+    }
+    return plan_dcp(j, src, err);
 }
 
 static int write_all_outputs(struct ujob *j, struct dest *d,

@@ -293,7 +293,6 @@ int uns_tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
                struct ckpt_err *err);
 
 /* legacy.c: OLMo torch_legacy rank*.pt steps */
-int uns_legacy_is_step(const char *dir);
 int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 /* Structural equality of two values from the rank files za and zb
  * (storages by record size and CRC), as legacy steps compare ranks. */
@@ -325,19 +324,14 @@ int uns_flat_boxes(int ndim, const uint64_t *size, uint64_t start,
                uint64_t count, struct flat_box *out, int cap);
 
 /* zarrplan.c: zarr v2 pytree checkpoints (.zgroup + one array per leaf) */
-int uns_zarr_is_step(const char *dir);
 int uns_zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* orbaxplan.c: Orbax steps (<step>/<item>/, OCDBT or zarr v2 per array) */
-int uns_orbax_is_step(const char *dir);
-int uns_orbax_is_remote_step(struct ckpt_storage *st, const char *key);
 int uns_orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* olmolocal.c: OLMo local steps ({model,optim,train}/rank{R}.pt) */
-int uns_olmolocal_is_step(const char *dir);
 int uns_olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 /* olmocoreplan.c: OLMo olmo_core steps (OLMo-core 0.1 safetensors) */
-int uns_olmocore_is_step(const char *dir);
 int uns_olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* layout.c */

@@ -45,12 +45,6 @@ struct zplan {
     struct zarr_a *arrs;    /* per entry */
 };
 
-int uns_zarr_is_step(const char *dir)
-{
-    return ckpt_is_file_in(dir, ".zgroup") &&
-           !ckpt_is_file_in(dir, ".metadata");
-}
-
 static int read_small(const char *path, size_t max, char **out, size_t *len,
                       struct ckpt_err *err)
 {
