@@ -56,6 +56,9 @@ views of one buffer), w4-21fp (4 ranks, 2.1fp, a rank with padding only),
 w4-20 (4 ranks, 2.0, flat_param.data a view at an offset of a larger
 storage). Dtypes: float32 and bfloat16 flat parameters; 0-d, 1-D, 2-D and
 3-D parameters.
+With --world N only OUTDIR/wN-21/ (N ranks, layout 2.1) is written, e.g.
+1,024 ranks in about 2 s: every rank file is built in this one process
+anyway, so a many-rank case differs from the four above only in size.
 Also OUTDIR/bad/: single rank files for the error tests (w4-21fp rank 1
 unless named): model-shape.pt (a _shapes entry differs), model-dtype.pt
 (a flat parameter in float16), model-oob.pt (offset_in_shard past the data),
@@ -590,6 +593,8 @@ def main(argv=None):
     ap.add_argument("outdir", nargs="?")
     ap.add_argument("--no-verify", action="store_true")
     ap.add_argument("--check", metavar="CHECKS.json")
+    ap.add_argument("--world", type=int, metavar="N",
+                    help="write only OUTDIR/wN-21: N ranks, layout 2.1 (no bad/)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if args.check:
@@ -598,6 +603,15 @@ def main(argv=None):
         ap.error("OUTDIR is required")
     out = os.path.abspath(args.outdir)
     os.makedirs(out, exist_ok=True)
+    if args.world:      # one case of many ranks, all in this process
+        if args.world < 2:
+            ap.error("--world must be at least 2")
+        name = f"w{args.world}-21"
+        write_case(out, name, args.world, "2.1", "")
+        if not args.no_verify:
+            verify(os.path.join(out, name))
+        print(f"make_olmo_local: {args.world} ranks -> {os.path.join(out, name)}")
+        return 0
     for name, world, layout, variant in CASES:
         write_case(out, name, world, layout, variant)
         if not args.no_verify:
