@@ -79,6 +79,10 @@ const struct ckpt_tree_file *ckpt_tree_find(const struct ckpt_tree *t,
 /* Index range [*lo, *hi) of the files below directory dir ("" = all). */
 void ckpt_tree_range(const struct ckpt_tree *t, const char *dir, size_t *lo,
                      size_t *hi);
+/* The path of file i (an index ckpt_tree_range gave for dir) relative to
+ * dir; dir "" (the whole tree, a root checkpoint) leaves it whole. */
+const char *ckpt_tree_rel(const struct ckpt_tree *t, size_t i,
+                          const char *dir);
 /* 1 if dir exists (has an entry or anything below it). */
 int ckpt_tree_has_dir(const struct ckpt_tree *t, const char *dir);
 /* Read a whole small file of the tree (malloced, NUL-terminated); a file

@@ -33,8 +33,7 @@ static const struct ckpt_tree_file *get(const struct view *v, const char *rel)
 
 static const char *rel_of(const struct view *v, size_t i)
 {
-    size_t dl = strlen(v->dir);     /* "": a root checkpoint */
-    return v->t->files[i].path + (dl ? dl + 1 : 0);
+    return ckpt_tree_rel(v->t, i, v->dir);
 }
 
 static const char *base_of(const char *p)

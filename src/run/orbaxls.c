@@ -60,11 +60,11 @@ static int tio_list(void *ctx, int (*fn)(void *ud, const char *rel),
                     void *ud, struct ckpt_err *err)
 {
     struct run_tio *x = ctx;
-    size_t lo, hi, dl = strlen(x->db);
+    size_t lo, hi;
     (void)err;
     ckpt_tree_range(x->t, x->db, &lo, &hi);
     for (size_t i = lo; i < hi; i++) {
-        const char *r = x->t->files[i].path + (dl ? dl + 1 : 0);
+        const char *r = ckpt_tree_rel(x->t, i, x->db);
         const char *s = strchr(r, '/');
         if (!s || strchr(s + 1, '/') || r[0] == '.' ||
             (strcmp(s + 1, ".zarray") && strcmp(s + 1, "zarr.json")))
@@ -81,11 +81,11 @@ static int tio_names(void *ctx, int (*fn)(void *ud, const char *name),
                      void *ud, struct ckpt_err *err)
 {
     struct run_tio *x = ctx;
-    size_t lo, hi, dl = strlen(x->db);
+    size_t lo, hi;
     (void)err;
     ckpt_tree_range(x->t, x->db, &lo, &hi);
     for (size_t i = lo; i < hi; i++) {
-        const char *r = x->t->files[i].path + (dl ? dl + 1 : 0);
+        const char *r = ckpt_tree_rel(x->t, i, x->db);
         if (strchr(r, '/') || x->t->files[i].type == CKPT_ENTRY_DIR)
             continue;
         int rc = fn(ud, r);
@@ -141,14 +141,13 @@ static int list_item(struct ckpt_tree *t, const char *db, const char *item,
 /* The item subdirectories of dir (sorted: tree files are). */
 static char **items_of(struct ckpt_tree *t, const char *dir, size_t *n)
 {
-    size_t lo, hi, dl = strlen(dir);
+    size_t lo, hi;
     char **v = NULL;
     int ocdbt;
     *n = 0;
     ckpt_tree_range(t, dir, &lo, &hi);
     for (size_t i = lo; i < hi; i++) {
-        /* dl 0: the step is the run's root checkpoint */
-        const char *r = t->files[i].path + (dl ? dl + 1 : 0);
+        const char *r = ckpt_tree_rel(t, i, dir);
         const char *s = strchr(r, '/');
         if (!s || strstr(r, ".orbax-checkpoint-tmp") ||
             (*n && !strncmp(v[*n - 1], r, (size_t)(s - r)) &&

@@ -369,6 +369,13 @@ void ckpt_tree_range(const struct ckpt_tree *t, const char *dir, size_t *lo,
     free(b);
 }
 
+const char *ckpt_tree_rel(const struct ckpt_tree *t, size_t i,
+                          const char *dir)
+{
+    size_t dl = strlen(dir);
+    return t->files[i].path + (dl ? dl + 1 : 0);
+}
+
 int ckpt_tree_has_dir(const struct ckpt_tree *t, const char *dir)
 {
     const struct ckpt_tree_file *f = ckpt_tree_find(t, dir);

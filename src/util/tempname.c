@@ -241,27 +241,45 @@ int ckpt_del_rename(const char *path, char **tmp, struct ckpt_err *err)
     return 0;
 }
 
+/* Split the base name b, ".X" DEL_MARK HOST "-" PID, at its parts: 1
+ * with *m the mark, *host and *hl the host, *pid the digits; else 0. X
+ * may itself hold DEL_MARK, so the mark is the last one; HOST may hold
+ * '-', so the pid is the digits after the last '-'. */
+static int del_parse(const char *b, const char **m, const char **host,
+                     size_t *hl, const char **pid)
+{
+    *m = NULL;
+    for (const char *p = b + 1; b[0] == '.' && (p = strstr(p, DEL_MARK));
+         p++)
+        *m = p;
+    if (!*m || *m == b + 1)
+        return 0;
+    *host = *m + strlen(DEL_MARK);
+    const char *dash = strrchr(*host, '-');
+    if (!dash || dash == *host || dash[1] < '1' || dash[1] > '9')
+        return 0;
+    for (const char *d = dash + 1; *d; d++)
+        if (*d < '0' || *d > '9')
+            return 0;
+    *hl = (size_t)(dash - *host);
+    *pid = dash + 1;
+    return 1;
+}
+
 int ckpt_del_dead(const char *name, char **x)
 {
-    char host[256];
-    host_name(host, sizeof(host));
-    const char *b = base_of(name);
-    /* ".X" DEL_MARK HOST "-" PID: X may itself hold DEL_MARK, so the mark
-     * is the last one followed by exactly this host, a '-' and digits. */
-    size_t hl = strlen(host);
-    const char *m = NULL;
-    for (const char *p = b + 1; (p = strstr(p, DEL_MARK)) != NULL; p++)
-        if (!strncmp(p + strlen(DEL_MARK), host, hl) &&
-            p[strlen(DEL_MARK) + hl] == '-')
-            m = p;
-    if (b[0] != '.' || !m || m == b + 1)
+    char me[256];
+    host_name(me, sizeof(me));
+    const char *b = base_of(name), *m, *host, *digits;
+    size_t hl;
+    if (!del_parse(b, &m, &host, &hl, &digits) || hl != strlen(me) ||
+        strncmp(host, me, hl) != 0)
         return 0;
-    const char *digits_at = m + strlen(DEL_MARK) + hl + 1;
     char *end;
     errno = 0;
-    long pid = strtol(digits_at, &end, 10);
-    if (*digits_at < '1' || *digits_at > '9' || *end || errno || pid <= 0 ||
-        pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+    long pid = strtol(digits, &end, 10);
+    if (*end || errno || pid <= 0 || pid == (long)getpid() ||
+        kill((pid_t)pid, 0) == 0 || errno != ESRCH)
         return 0;
     if (x)
         *x = ckpt_xstrndup(b + 1, (size_t)(m - (b + 1)));
@@ -270,22 +288,9 @@ int ckpt_del_dead(const char *name, char **x)
 
 int ckpt_is_del_name(const char *name)
 {
-    const char *b = base_of(name), *m = NULL;
-    for (const char *p = b + 1; b[0] == '.' && (p = strstr(p, DEL_MARK));
-         p++)
-        m = p;
-    if (!m || m == b + 1)
-        return 0;
-    /* HOST "-" PID after the mark: the pid is the digits after the last
-     * '-' (host names may hold '-'). */
-    const char *dash = strrchr(m + strlen(DEL_MARK), '-');
-    if (!dash || dash == m + strlen(DEL_MARK) || dash[1] < '1' ||
-        dash[1] > '9')
-        return 0;
-    for (const char *d = dash + 1; *d; d++)
-        if (*d < '0' || *d > '9')
-            return 0;
-    return 1;
+    const char *m, *host, *pid;
+    size_t hl;
+    return del_parse(base_of(name), &m, &host, &hl, &pid);
 }
 
 char *ckpt_del_dead_sibling(const char *path)
