@@ -38,6 +38,9 @@ struct prun {
     char *key;
     char *display;
     char *id;                   /* RUN_ID: base name or archive stem */
+    char *srcid;                /* what the state records as its source */
+    size_t dup;                 /* 1 + index of an earlier run of the
+                                   queue with the same id, or 0 */
 };
 
 struct ckpt_process {
@@ -353,6 +356,8 @@ static int save_state(struct one *o, enum proc_phase ph,
 {
     struct ckpt_err err = CKPT_ERR_INIT;
     o->s.phase = ph;
+    if (!o->s.src)
+        o->s.src = ckpt_xstrdup(o->r->srcid);
     o->s.steps = o->steps;
     o->s.freed = o->freed;
     if (proc_state_write(o->p->cfg.dst, o->state_key, o->r->id, &o->s,
@@ -590,6 +595,27 @@ static void dry_run(struct one *o)
     finish(o, CKPT_PROC_WOULD, "", 0);
 }
 
+/* Lease and state are keyed by run id: a state whose upload another
+ * source made belongs to another run of the same id (two scratch
+ * directories with the same Slurm job id). Going on would upload this
+ * run over that one's objects at DEST, or delete it as "already
+ * processed". A state written before sources were recorded is taken as
+ * ours. 1 after the run's failed row. */
+static int other_source(struct one *o)
+{
+    if ((o->s.phase != PROC_UPLOADED && o->s.phase != PROC_DONE) ||
+        !o->s.src || !strcmp(o->s.src, o->r->srcid))
+        return 0;
+    char *at = ckpt_storage_display(o->p->cfg.dst, o->state_key);
+    char *d = ckpt_xasprintf("run id '%s' at DEST was processed from %s "
+                             "(%s); this is another run with the same id: "
+                             "left untouched", o->r->id, o->s.src, at);
+    fail_run(o, CKPT_PROC_LEASE, d);
+    free(d);
+    free(at);
+    return 1;
+}
+
 /* With the lease held: from whatever the state says to done. */
 static void leased(struct one *o)
 {
@@ -601,6 +627,8 @@ static void leased(struct one *o)
         return;
     }
     o->steps = o->s.steps;
+    if (other_source(o))
+        return;
     int exists = ckpt_storage_stat(o->r->st, o->r->key, &sb, &err) == 0;
     if (!exists && err.code != CKPT_ENOTFOUND) {
         fail_run(o, CKPT_PROC_JUDGE, err.msg);
@@ -672,7 +700,14 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     o.state_key = ckpt_path_join(dir, sname);
     o.lease_key = ckpt_path_join(dir, lname);
     o.uns = ckpt_path_join(p->tmp, r->id);
-    if (p->cfg.dry_run) {
+    if (r->dup) {
+        char *d = ckpt_xasprintf("run id '%s' is also the id of %s, queued "
+                                 "before it: the two would share one state "
+                                 "at DEST; left untouched", r->id,
+                                 p->runs[r->dup - 1].display);
+        fail_run(&o, CKPT_PROC_LEASE, d);
+        free(d);
+    } else if (p->cfg.dry_run) {
         dry_run(&o);
     } else {
         struct ckpt_lease_holder h;
@@ -774,15 +809,44 @@ int ckpt_process_run(struct ckpt_process *p, struct ckpt_process_totals *t)
 
 /* ---- the queue ---- */
 
+/* The source as the state records it: a local path made absolute (its
+ * directory resolved, so that cron and a shell in another directory
+ * name the same run alike), else the URL. */
+static char *source_id(struct ckpt_storage *st, const char *key)
+{
+    if (!ckpt_storage_is_local(st))
+        return ckpt_storage_display(st, key);
+    char *dir = ckpt_path_dirname(key), *base = ckpt_path_basename(key);
+    char *real = realpath(*dir ? dir : ".", NULL);
+    char *id = real ? ckpt_path_join(real, base) : ckpt_xstrdup(key);
+    free(real);
+    free(dir);
+    free(base);
+    return id;
+}
+
 static void queue(struct ckpt_process *p, struct ckpt_storage *st,
                   const char *key)
 {
+    char *srcid = source_id(st, key), *id = ckpt_archive_stem(key);
+    size_t dup = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (!strcmp(p->runs[i].srcid, srcid)) {  /* named twice */
+            free(srcid);
+            free(id);
+            return;
+        }
+        if (!dup && !strcmp(p->runs[i].id, id))
+            dup = i + 1;
+    }
     p->runs = ckpt_xreallocarray(p->runs, p->n + 1, sizeof(*p->runs));
     struct prun *r = &p->runs[p->n++];
     r->st = st;
     r->key = ckpt_xstrdup(key);
     r->display = ckpt_storage_display(st, key);
-    r->id = ckpt_archive_stem(key);
+    r->id = id;
+    r->srcid = srcid;
+    r->dup = dup;
     p->ids = ckpt_xreallocarray(p->ids, p->n, sizeof(*p->ids));
     for (size_t i = 0; i < p->n; i++)
         p->ids[i] = p->runs[i].id;
@@ -1001,6 +1065,7 @@ void ckpt_process_free(struct ckpt_process *p)
         free(p->runs[i].key);
         free(p->runs[i].display);
         free(p->runs[i].id);
+        free(p->runs[i].srcid);
     }
     for (size_t i = 0; i < p->nlogs; i++)
         free(p->logs[i]);

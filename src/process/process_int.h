@@ -18,6 +18,9 @@ struct proc_state {
     enum proc_phase phase;
     char *dest;             /* owned: DEST-relative key of the run, or NULL */
     char *why;              /* owned: DELETED: why the run was bad */
+    char *src;              /* owned: the source it was made from (an
+                               absolute path, or a URL), or NULL (states
+                               written before it was recorded) */
     uint64_t files, bytes, steps, freed;
 };
 

@@ -37,6 +37,7 @@ int proc_state_parse(const char *data, size_t len, struct proc_state *s)
     const cJSON *ph = cJSON_GetObjectItemCaseSensitive(o, "phase");
     const cJSON *dest = cJSON_GetObjectItemCaseSensitive(o, "dest");
     const cJSON *why = cJSON_GetObjectItemCaseSensitive(o, "why");
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(o, "src");
     int rc = -1;
     for (int i = 0; cJSON_IsString(ph) && i < 4; i++)
         if (!strcmp(ph->valuestring, phase_names[i])) {
@@ -49,6 +50,8 @@ int proc_state_parse(const char *data, size_t len, struct proc_state *s)
         rc = -1;  /* a finished upload must say where the run went */
     if (rc == 0 && cJSON_IsString(why))
         s->why = ckpt_xstrdup(why->valuestring);
+    if (rc == 0 && cJSON_IsString(src))
+        s->src = ckpt_xstrdup(src->valuestring);
     s->files = get_u64(o, "files");
     s->bytes = get_u64(o, "bytes");
     s->steps = get_u64(o, "steps");
@@ -103,6 +106,8 @@ char *proc_state_format(const char *run, const struct proc_state *s)
         cJSON_AddStringToObject(o, "dest", s->dest);
     if (s->why)
         cJSON_AddStringToObject(o, "why", s->why);
+    if (s->src)
+        cJSON_AddStringToObject(o, "src", s->src);
     add_u64(o, "files", s->files);
     add_u64(o, "bytes", s->bytes);
     add_u64(o, "steps", s->steps);

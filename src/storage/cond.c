@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/util.h"
@@ -30,22 +31,52 @@ static void md5_hex(const void *data, size_t len, char out[CKPT_VERSION_MAX])
     snprintf(out, CKPT_VERSION_MAX, "%s", hex);
 }
 
-/* flock(LOCK_EX) on "KEY.lock"; the fd, or -1. */
-static int lock_sidecar(const char *key, struct ckpt_err *err)
+/* Is fd still the file at path? A holder removes the sidecar before it
+ * unlocks, so a waiter that then gets the lock may hold a file no longer
+ * there, and must lock the path's new file instead. */
+static int same_file(int fd, const char *path)
 {
-    char *path = ckpt_xasprintf("%s.lock", key);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0)
-        ckpt_err_sys(err, "open '%s'", path);
-    while (fd >= 0 && flock(fd, LOCK_EX) != 0) {
-        if (errno == EINTR)
-            continue;
-        ckpt_err_sys(err, "flock '%s'", path);
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* flock(LOCK_EX) on "KEY.lock" (*path, malloced); the fd, or -1. */
+static int lock_sidecar(const char *key, char **path, struct ckpt_err *err)
+{
+    *path = ckpt_xasprintf("%s.lock", key);
+    for (;;) {
+        int fd = open(*path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            ckpt_err_sys(err, "open '%s'", *path);
+            break;
+        }
+        while (flock(fd, LOCK_EX) != 0) {
+            if (errno == EINTR)
+                continue;
+            ckpt_err_sys(err, "flock '%s'", *path);
+            close(fd);
+            fd = -1;
+            break;
+        }
+        if (fd < 0)
+            break;
+        if (same_file(fd, *path))
+            return fd;
         close(fd);
-        fd = -1;
     }
+    free(*path);
+    *path = NULL;
+    return -1;
+}
+
+/* Remove the sidecar while still holding it (no lock files are left
+ * beside the leases and states), then unlock. */
+static void unlock_sidecar(int fd, char *path)
+{
+    unlink(path);
+    close(fd);
     free(path);
-    return fd;
 }
 
 /* Under the lock: fail CKPT_EEXIST unless key's bytes have version. */
@@ -118,13 +149,14 @@ static int local_put_if_match(struct ckpt_storage *st, const char *key,
                               const char *version, char *new_version,
                               struct ckpt_err *err)
 {
-    int fd = lock_sidecar(key, err);
+    char *lock;
+    int fd = lock_sidecar(key, &lock, err);
     if (fd < 0)
         return -1;
     int rc = local_check(st, key, version, 0, err);
     if (rc == 0)
         rc = local_replace(key, data, len, err);
-    close(fd);
+    unlock_sidecar(fd, lock);
     if (rc == 0 && new_version)
         md5_hex(data, len, new_version);
     return rc;
@@ -133,13 +165,14 @@ static int local_put_if_match(struct ckpt_storage *st, const char *key,
 static int local_delete_if_match(struct ckpt_storage *st, const char *key,
                                  const char *version, struct ckpt_err *err)
 {
-    int fd = lock_sidecar(key, err);
+    char *lock;
+    int fd = lock_sidecar(key, &lock, err);
     if (fd < 0)
         return -1;
     int rc = local_check(st, key, version, 1, err);
     if (rc == 0 && unlink(key) != 0 && errno != ENOENT)
         rc = ckpt_err_sys(err, "delete '%s'", key);
-    close(fd);
+    unlock_sidecar(fd, lock);
     return rc < 0 ? -1 : 0;
 }
 
