@@ -61,7 +61,8 @@ static int made_unsharded(const struct outs *x, int64_t step)
 int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
                     const char *key, uint64_t max_archive, int sharded,
                     int incomplete, struct ckpt_storage *local,
-                    const char *uns, struct ckpt_err *err)
+                    const char *uns, const int64_t *would, size_t nwould,
+                    struct ckpt_err *err)
 {
     memset(d, 0, sizeof(*d));
     if (!sharded && !incomplete)
@@ -80,6 +81,10 @@ int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
     struct ckpt_err lerr = CKPT_ERR_INIT;
     if (sharded)
         (void)ckpt_storage_list(local, uns, 0, collect_out, &x, &lerr);
+    for (size_t i = 0; sharded && i < nwould; i++) {
+        x.steps = ckpt_xreallocarray(x.steps, x.n + 1, sizeof(*x.steps));
+        x.steps[x.n++] = would[i];
+    }
     for (size_t i = 0; i < run.n; i++) {
         const struct ckpt_checkpoint *c = &run.ckpts[i];
         if (c->root || !*c->dir)

@@ -85,6 +85,12 @@ struct one {
     int save_on_delete, saved;
     pthread_mutex_t mu;
     struct proc_drops drops;    /* steps left out and deleted */
+    /* -n: what the unshard phase would make (it writes nothing): its
+     * steps count as unsharded for --drop-sharded, its planned files
+     * as uploaded, so the plan predicts the run's row exactly. */
+    int64_t *would;
+    size_t nwould;
+    uint64_t wfiles, wbytes;
 };
 
 const char *ckpt_process_phase_name(enum ckpt_process_phase p)
@@ -177,7 +183,8 @@ static void fail_run(struct one *o, enum ckpt_process_phase ph,
 static void up_event(void *ud, const struct ckpt_upload_event *ev)
 {
     struct one *o = ud;
-    if (ev->action == CKPT_UP_DELETED)
+    /* -n: what would be freed, as the plan's row says. */
+    if (ev->action == CKPT_UP_DELETED || ev->action == CKPT_UP_WOULD_DELETE)
         o->freed += ev->bytes;
     if (ev->action == CKPT_UP_FAILED && !o->fail.len) {
         ckpt_buf_addf(&o->fail, "%s: %s", ev->src, ev->detail);
@@ -311,7 +318,7 @@ static int upload_pass(struct one *o, int verify, int dry,
     struct ckpt_upload_cfg ucfg = {
         .jobs = o->p->run_jobs, .mem_budget = o->p->run_mem,
         .dry_run = dry,
-        .checksum = verify, .delete_source = !dry && !c->keep_source,
+        .checksum = verify, .delete_source = !c->keep_source,
         .strip = 1, .state_dir = c->state_dir, .on_event = up_event,
         .on_progress = up_progress,
         .may_delete = dry ? NULL : up_may_delete, .pick = up_pick_cb,
@@ -466,6 +473,14 @@ static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
     if (!strcmp(ev->action, "unsharded") ||
         !strcmp(ev->action, "would-unshard"))
         o->steps++;
+    if (!strcmp(ev->action, "would-unshard") && ev->ckpt && ev->res) {
+        o->would = ckpt_xreallocarray(o->would, o->nwould + 1,
+                                      sizeof(*o->would));
+        o->would[o->nwould++] = ev->ckpt->step;
+        o->wfiles += ev->res->nfiles;
+        for (size_t i = 0; i < ev->res->nfiles; i++)
+            o->wbytes += ev->res->files[i].size;
+    }
     else if (!strcmp(ev->action, "error") && !o->fail.len)
         ckpt_buf_addf(&o->fail, "%s: %s", ev->ckpt ? ev->ckpt->name : "run",
                       ev->detail);
@@ -523,7 +538,7 @@ static int find_drops(struct one *o)
     struct ckpt_err err = CKPT_ERR_INIT;
     if (proc_drops_find(&o->drops, o->r->st, o->r->key, c->clean.max_archive,
                         c->drop_sharded, c->drop_incomplete, o->p->local,
-                        o->uns, &err) == 0)
+                        o->uns, o->would, o->nwould, &err) == 0)
         return 0;
     fail_run(o, CKPT_PROC_UPLOAD, err.msg);
     return -1;
@@ -587,9 +602,9 @@ static void dry_run(struct one *o)
         fail_run(o, CKPT_PROC_UPLOAD, o->fail.ptr);
         return;
     }
-    o->s.files = t.files;
-    o->s.bytes = t.bytes_total;
-    emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_WOULD, "", t.files, t.bytes_total);
+    o->s.files = t.files + o->wfiles;
+    o->s.bytes = t.bytes_total + o->wbytes;
+    emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_WOULD, "", o->s.files, o->s.bytes);
     if (!o->p->cfg.keep_source)
         emit(o, CKPT_PROC_DELETE, CKPT_PROC_WOULD, "", 0, 0);
     finish(o, CKPT_PROC_WOULD, "", 0);
@@ -732,6 +747,7 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     }
     *failed |= o.failed;
     proc_drops_release(&o.drops);
+    free(o.would);
     proc_state_release(&o.s);
     ckpt_buf_release(&o.fail);
     free(o.dkey);

@@ -76,11 +76,14 @@ struct proc_drops {
 
 /* Which step directories of the run at key to drop: incomplete ones (as
  * `ckpt ls` judges them), and sharded ones with a complete -unsharded
- * sibling in the run or an unshard output in uns (on local). 0, or -1. */
+ * sibling in the run or an unshard output in uns (on local), or whose
+ * step is one of would[nwould] (a dry run's unshard outputs, not made).
+ * 0, or -1. */
 int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
                     const char *key, uint64_t max_archive, int sharded,
                     int incomplete, struct ckpt_storage *local,
-                    const char *uns, struct ckpt_err *err);
+                    const char *uns, const int64_t *would, size_t nwould,
+                    struct ckpt_err *err);
 void proc_drops_release(struct proc_drops *d);
 /* COPY, LEAVE (the filter leaves it out: it stays at the source) or DROP
  * (below a dropped step). As enum ckpt_upload_pick. */

@@ -89,8 +89,9 @@ static int check_globals(struct ujob *j, const char *name,
 }
 
 /* A file copied whole (train.pt = train/rank0.pt) is written too: its
- * data.pkl is read (within the default caps of a load) and checked. */
-static int check_copy(struct ujob *j, const struct ufile *f,
+ * data.pkl is read (within the default caps of a load) and checked. Its
+ * size is the plan's (a dry run reports it). */
+static int check_copy(struct ujob *j, struct ufile *f,
                       struct ckpt_err *err)
 {
     struct usrc s;
@@ -105,6 +106,7 @@ static int check_copy(struct ujob *j, const struct ufile *f,
     int rc = a ? uns_src_file(j, f->copy_from, f->copy_local, &s, err)
                : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0) {
+        f->size = s.size;
         uns_src_rd(&rd, &s, 0, s.size);
         rc = ckpt_tzip_open(&z, &rd, err);
         if (rc == 0 && !(e = ckpt_tzip_find(z, "data.pkl")))

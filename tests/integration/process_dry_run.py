@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+# ctest-cost: 10
+"""process_dry_run.py - `ckpt process -n` predicts the real run exactly:
+the same rows (would-process / would-delete / skipped) with the same
+files, bytes and steps per run, and the same totals, freed bytes
+included, on the sample runs (directories and every archive kind) with
+a sharded step to unshard and --drop-sharded. Before, a dry run counted
+the sharded step that the real run drops (its -unsharded copy is made
+only by the real run), left out the unshard outputs, gave a copied
+train.pt size 0 and freed=0; and -n changes nothing."""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from s3test import BUILD, Checker  # noqa: E402
+
+CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
+GEN = os.path.join(HERE, "..", "support", "gen_runs.py")
+
+
+def ckpt(*args):
+    r = subprocess.run([CKPT] + list(args), capture_output=True, timeout=300)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def tree(root):
+    out = {}
+    for d, ds, fs in os.walk(root):
+        for n in ds + fs:
+            p = os.path.join(d, n)
+            if os.path.isfile(p) and not os.path.islink(p):
+                with open(p, "rb") as f:
+                    out[os.path.relpath(p, root)] = hashlib.sha256(
+                        f.read()).hexdigest()
+            else:
+                out[os.path.relpath(p, root)] = "dir-or-link"
+    return out
+
+
+def plan(out):
+    """Rows as (action, run, numbers...) with the real run's words and
+    without the columns a plan has not (freed per run, seconds)."""
+    res = []
+    for line in out.splitlines():
+        f = line.split("\t")
+        if f[0] == "total":
+            res.append(tuple(x for x in f if not x.startswith("seconds=")))
+        elif f[0] in ("processed", "would-process"):
+            res.append(("processed",) + tuple(f[1:6]))
+        else:
+            res.append((f[0].replace("would-delete", "deleted"),) +
+                       tuple(f[1:]))
+    return sorted(res)
+
+
+def main():
+    c = Checker()
+    tmp = tempfile.mkdtemp(prefix="ckpt-dry-")
+    try:
+        runs = os.path.join(tmp, "runs")
+        subprocess.run([sys.executable, GEN, runs, "--archives"], check=True,
+                       capture_output=True)
+        # step1000 of 2871001 becomes a step to unshard (and then drop).
+        shutil.rmtree(os.path.join(runs, "2871001", "step1000-unsharded"))
+        for d, ds, fs in os.walk(runs):
+            for n in ds + fs:
+                os.utime(os.path.join(d, n), (1e9, 1e9),
+                         follow_symlinks=False)
+        dest = os.path.join(tmp, "D")
+        args = [runs, "--dest", dest, "--no-wandb", "--drop-sharded",
+                "--logs", os.path.join(runs, "logs")]
+        before = tree(runs)
+        rc, dry, err = ckpt("process", "-n", *args)
+        c.eq("dry: exit", rc, 0)
+        c.eq("dry: nothing changed", tree(runs), before)
+        c.eq("dry: nothing at DEST", os.path.exists(dest), False)
+        rc, real, err = ckpt("process", *args)
+        c.eq("real: exit", rc, 0)
+        c.eq("the plan is the run", plan(dry), plan(real))
+        got = [r for r in plan(real) if r[1].endswith("/2871001")]
+        c.eq("the unsharded run: 25 files (2 logs), the step dropped", got,
+             [("processed", os.path.join(runs, "2871001"),
+               os.path.join(dest, "2871001"), "25", got[0][4] if got else
+               "", "1")])
+        c.eq("dropped step not at DEST", os.path.exists(os.path.join(
+            dest, "2871001", "step1000")), False)
+        c.eq("unsharded step at DEST", sorted(os.listdir(os.path.join(
+            dest, "2871001", "step1000-unsharded"))),
+            ["config.yaml", "model.pt", "optim.pt", "train.pt"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
