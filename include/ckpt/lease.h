@@ -62,6 +62,13 @@ enum ckpt_lease_result {
     CKPT_LEASE_LOST             /* renew/release: no longer ours */
 };
 
+/* A lease object's bytes as read from storage (any bytes): 0 with *h, or
+ * -1 when they are not a lease (every field present, a token). */
+int ckpt_lease_parse(const char *data, size_t len,
+                     struct ckpt_lease_holder *h);
+/* The lease object of h: malloced JSON and a newline, *len bytes. */
+char *ckpt_lease_format(const struct ckpt_lease_holder *h, size_t *len);
+
 /* Stable lowercase name: "acquired", "taken-over", "leased", "lost". */
 const char *ckpt_lease_result_name(int r);
 

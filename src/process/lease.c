@@ -60,7 +60,7 @@ static int new_token(char out[40], struct ckpt_err *err)
     return 0;
 }
 
-static char *to_json(const struct ckpt_lease_holder *h, size_t *len)
+char *ckpt_lease_format(const struct ckpt_lease_holder *h, size_t *len)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "host", h->host);
@@ -99,7 +99,8 @@ static int get_num(const cJSON *o, const char *name, int64_t *out)
     return 0;
 }
 
-static int parse(const char *data, size_t len, struct ckpt_lease_holder *h)
+int ckpt_lease_parse(const char *data, size_t len,
+                     struct ckpt_lease_holder *h)
 {
     memset(h, 0, sizeof(*h));
     cJSON *o = cJSON_ParseWithLength(data, len);
@@ -128,7 +129,7 @@ static int read_lease(struct ckpt_storage *st, const char *key,
     if (ckpt_storage_get_versioned(st, key, LEASE_MAX, &data, &len, version,
                                    err) != 0)
         return -1;
-    int rc = parse(data, len, h);
+    int rc = ckpt_lease_parse(data, len, h);
     free(data);
     if (rc != 0) {
         char *what = ckpt_storage_display(st, key);
@@ -172,7 +173,7 @@ static char *stamp(struct ckpt_lease *l, int fresh, size_t *len)
     if (fresh)
         l->me.acquired = now;
     l->me.expires = now + l->cfg.ttl;
-    return to_json(&l->me, len);
+    return ckpt_lease_format(&l->me, len);
 }
 
 /* Created: learn our version from a read (put_if_absent does not return

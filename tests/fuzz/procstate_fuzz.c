@@ -6,7 +6,7 @@
  * Input: the object's bytes.
  * Properties: never crashes or leaks; a finished upload ("uploaded",
  * "done") always says where the run went; what parses, written again and
- * re-read, gives the same state (phase, dest, why, and every count up to
+ * re-read, gives the same state (phase, dest, why, src, and every count up to
  * 2^53, which a JSON number holds exactly).
  */
 #include <stdint.h>
@@ -35,7 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *text = proc_state_format("run", &s);
     if (proc_state_parse(text, strlen(text), &t) != 0 ||
         t.phase != s.phase || !same_str(t.dest, s.dest) ||
-        !same_str(t.why, s.why) || !same_u64(t.files, s.files) ||
+        !same_str(t.why, s.why) || !same_str(t.src, s.src) ||
+        !same_u64(t.files, s.files) ||
         !same_u64(t.bytes, s.bytes) || !same_u64(t.steps, s.steps) ||
         !same_u64(t.freed, s.freed))
         __builtin_trap();
