@@ -60,14 +60,23 @@ static int new_token(char out[40], struct ckpt_err *err)
     return 0;
 }
 
+/* An exact integer (cJSON's own number format keeps 15 significant
+ * digits, which a re-read would then not match). */
+static void add_i64(cJSON *o, const char *name, int64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%lld", (long long)v);
+    cJSON_AddRawToObject(o, name, buf);
+}
+
 char *ckpt_lease_format(const struct ckpt_lease_holder *h, size_t *len)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "host", h->host);
-    cJSON_AddNumberToObject(o, "pid", (double)h->pid);
+    add_i64(o, "pid", h->pid);
     cJSON_AddStringToObject(o, "run", h->run);
-    cJSON_AddNumberToObject(o, "acquired", (double)h->acquired);
-    cJSON_AddNumberToObject(o, "expires", (double)h->expires);
+    add_i64(o, "acquired", h->acquired);
+    add_i64(o, "expires", h->expires);
     cJSON_AddStringToObject(o, "token", h->token);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

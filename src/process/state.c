@@ -136,6 +136,7 @@ void proc_state_release(struct proc_state *s)
 {
     free(s->dest);
     free(s->why);
+    free(s->src);
     memset(s, 0, sizeof(*s));
 }
 
