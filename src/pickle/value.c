@@ -127,9 +127,14 @@ struct ckpt_pv *ckpt_pv_dict_get(const struct ckpt_pv *d, const char *key)
 {
     if (!d || d->kind != CKPT_PV_DICT)
         return NULL;
-    for (size_t i = d->u.dict.n; i-- > 0;)
-        if (ckpt_pv_str_eq(d->u.dict.k[i], key))
+    size_t n = strlen(key);
+    /* From the end: the last of duplicate keys wins, as in Python. */
+    for (size_t i = d->u.dict.n; i-- > 0;) {
+        const struct ckpt_pv *k = d->u.dict.k[i];
+        if (k->kind == CKPT_PV_STR && k->u.s.len == n &&
+            memcmp(k->u.s.p, key, n) == 0)
             return d->u.dict.v[i];
+    }
     return NULL;
 }
 
