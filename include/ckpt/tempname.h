@@ -94,6 +94,10 @@ int ckpt_is_del_name(const char *name);
  * deleting path, or NULL. Malloced. */
 char *ckpt_del_dead_sibling(const char *path);
 
+/* Any ".BASE.ckpt-del-HOST-PID" sibling of path (any host, any pid: a
+ * delete in progress, or a dead one), or NULL. Malloced base name. */
+char *ckpt_del_sibling(const char *path);
+
 /* The base names of the siblings dead processes of this host left in
  * directory dir, any X (malloced array of malloced names, sorted; *n
  * set). NULL with *n = 0 when there are none or dir cannot be read. */

@@ -313,6 +313,24 @@ static int is_live(struct ckpt_clean_item *it, const struct ckpt_tree *t)
 static int refuse_path(struct ckpt_clean_item *it, struct ckpt_err *err);
 static int will_prune(const struct ckpt_clean_item *it);
 
+/* A local run gone (before or while it was read) because another
+ * process renamed it aside to delete it (two cleaners over the same runs
+ * under GNU parallel): skipped, not an error; the other one reports it.
+ * 1 with the verdict set, else 0. */
+static int being_deleted(struct ckpt_clean_item *it)
+{
+    char *sib = ckpt_storage_is_local(it->st) ? ckpt_del_sibling(it->key)
+                                              : NULL;
+    if (!sib)
+        return 0;
+    it->action = "skip";
+    ckpt_buf_reset(&it->reason);
+    ckpt_buf_addf(&it->reason, "being deleted by another process (%s)",
+                  sib);
+    free(sib);
+    return 1;
+}
+
 void ckpt_clean_judge(struct ckpt_clean_item *it)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -327,6 +345,8 @@ void ckpt_clean_judge(struct ckpt_clean_item *it)
             resume_verdict(it);
             return;
         }
+        if (err.code == CKPT_ENOTFOUND && being_deleted(it))
+            return;
         ckpt_buf_addstr(&it->reason, err.msg);
         return;
     }
@@ -367,7 +387,8 @@ void ckpt_clean_judge(struct ckpt_clean_item *it)
     /* Refused paths are refused in the verdict, so that -n predicts
      * exactly what the real run does. */
     int deletes = !strcmp(it->action, msg_delete(it->co)) || will_prune(it);
-    if (deletes && refuse_path(it, &err) != 0) {
+    if (deletes && refuse_path(it, &err) != 0 &&
+        !(err.sys_errno == ENOENT && being_deleted(it))) {
         it->action = "error";
         ckpt_buf_reset(&it->reason);
         ckpt_buf_addstr(&it->reason, err.msg);

@@ -314,6 +314,28 @@ char *ckpt_del_dead_sibling(const char *path)
     return found;
 }
 
+char *ckpt_del_sibling(const char *path)
+{
+    char *dir = ckpt_path_dirname(path), *base = ckpt_path_basename(path);
+    char *found = NULL;
+    size_t bl = strlen(base);
+    DIR *d = opendir(*dir ? dir : ".");
+    struct dirent *de;
+    while (d && !found && (de = readdir(d)) != NULL) {
+        const char *m, *host, *pid;
+        size_t hl;
+        if (del_parse(de->d_name, &m, &host, &hl, &pid) &&
+            (size_t)(m - (de->d_name + 1)) == bl &&
+            !strncmp(de->d_name + 1, base, bl))
+            found = ckpt_xstrdup(de->d_name);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+    free(base);
+    return found;
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
