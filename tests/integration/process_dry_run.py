@@ -11,21 +11,12 @@ train.pt size 0 and freed=0; and -n changes nothing."""
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import BUILD, Checker  # noqa: E402
-
-CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
-GEN = os.path.join(HERE, "..", "support", "gen_runs.py")
-
-
-def ckpt(*args):
-    r = subprocess.run([CKPT] + list(args), capture_output=True, timeout=300)
-    return r.returncode, r.stdout.decode(), r.stderr.decode()
+from s3test import Checker, age_tree, ckpt, gen_runs  # noqa: E402
 
 
 def tree(root):
@@ -63,14 +54,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-dry-")
     try:
         runs = os.path.join(tmp, "runs")
-        subprocess.run([sys.executable, GEN, runs, "--archives"], check=True,
-                       capture_output=True)
+        gen_runs(runs, archives=True)
         # step1000 of 2871001 becomes a step to unshard (and then drop).
         shutil.rmtree(os.path.join(runs, "2871001", "step1000-unsharded"))
-        for d, ds, fs in os.walk(runs):
-            for n in ds + fs:
-                os.utime(os.path.join(d, n), (1e9, 1e9),
-                         follow_symlinks=False)
+        age_tree(runs)
         dest = os.path.join(tmp, "D")
         args = [runs, "--dest", dest, "--no-wandb", "--drop-sharded",
                 "--logs", os.path.join(runs, "logs")]

@@ -13,21 +13,12 @@ it: one run's checkpoint lost, the other's mixed into it."""
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import BUILD, Checker  # noqa: E402
-
-CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
-GEN = os.path.join(HERE, "..", "support", "gen_runs.py")
-
-
-def ckpt(*args):
-    r = subprocess.run([CKPT] + list(args), capture_output=True, timeout=300)
-    return r.returncode, r.stdout.decode(), r.stderr.decode()
+from s3test import Checker, age_tree, ckpt, gen_runs  # noqa: E402
 
 
 def tree(root):
@@ -43,12 +34,6 @@ def tree(root):
     return out
 
 
-def age(root):
-    for d, ds, fs in os.walk(root):
-        for n in ds + fs:
-            os.utime(os.path.join(d, n), (1e9, 1e9), follow_symlinks=False)
-
-
 def rows(out):
     return [line.split("\t")[:3] for line in out.splitlines()
             if not line.startswith("total")]
@@ -59,8 +44,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-sameid-")
     try:
         g = os.path.join(tmp, "g")
-        subprocess.run([sys.executable, GEN, g], check=True,
-                       capture_output=True)
+        gen_runs(g)
         a = os.path.join(tmp, "a", "1234")
         b = os.path.join(tmp, "b", "1234")
         os.makedirs(os.path.dirname(a))
@@ -70,7 +54,7 @@ def main():
         # Same file names, other bytes: a merge would overwrite a's.
         with open(os.path.join(b, "config.yaml"), "ab") as f:
             f.write(b"# run b\n")
-        age(tmp)
+        age_tree(tmp)
         want_a, want_b = tree(a), tree(b)
         dest = os.path.join(tmp, "D")
         args = ["--dest", dest, "--no-wandb", "--min-age", "0",
@@ -112,7 +96,7 @@ def main():
         shutil.copytree(b, a, symlinks=True)
         shutil.copy(os.path.join(g, "2871001", "config.yaml"),
                     os.path.join(a, "config.yaml"))
-        age(a)
+        age_tree(a)
         rc, out, err = ckpt("process", os.path.dirname(a), *args)
         c.eq("own state: exit", rc, 0)
         c.eq("own state: row", [r[0] for r in rows(out)], ["processed"])

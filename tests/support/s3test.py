@@ -12,6 +12,31 @@ from s3env import S3Env  # noqa: E402,F401
 BUILD = os.environ.get("CKPT_BUILD") or os.path.join(HERE, "..", "..",
                                                      "build")
 TOOL = os.path.join(BUILD, "storage_tool")
+CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
+GEN_RUNS = os.path.join(HERE, "gen_runs.py")
+
+
+def ckpt(*args, env=None, timeout=600):
+    """Run ckpt; returns (rc, stdout str, stderr str)."""
+    r = subprocess.run([CKPT] + list(args), env=env, capture_output=True,
+                       timeout=timeout)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def age_tree(root, when=1e9):
+    """Every file and directory below root (not root) older than any
+    --min-age: mtime `when`."""
+    for d, ds, fs in os.walk(root):
+        for n in ds + fs:
+            os.utime(os.path.join(d, n), (when, when), follow_symlinks=False)
+
+
+def gen_runs(root, archives=False):
+    """tests/support/gen_runs.py's sample runs under root, aged."""
+    subprocess.run([sys.executable, GEN_RUNS, root] +
+                   (["--archives"] if archives else []), check=True,
+                   capture_output=True)
+    age_tree(root)
 
 
 class Checker:
