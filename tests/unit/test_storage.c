@@ -1,4 +1,8 @@
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
 
 #include "ckpt/buf.h"
 #include "ckpt/storage.h"
@@ -158,6 +162,119 @@ static void test_storage__writer_atomic(void)
     ckpt_storage_close(st);
     free(f);
     free(root);
+}
+
+#define MIB (1024ull * 1024)
+
+/* The write policy's rules, one by one (write_policy.c). */
+static void test_storage__write_plan(void)
+{
+    struct ckpt_write_plan p;
+    struct ckpt_write_in in = { 20 * MIB, 8, 0, 0, 1 };
+    ckpt_write_plan(0, &in, &p);             /* many files: one PUT */
+    CHECK(!p.multipart && p.nparts == 1 && p.part_size == 8 * MIB);
+    in.files_in_flight = 3;                  /* too few: parts */
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.nparts == 3 && p.part_size == 8 * MIB);
+    in.size = 8 * MIB;                       /* one part's worth */
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart && p.nparts == 1);
+    in.size = 0;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart && p.nparts == 1);
+    in.files_in_flight = 32;
+    in.size = CKPT_SINGLE_PUT_MAX;           /* the cut-off is inclusive */
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart);
+    in.size = CKPT_SINGLE_PUT_MAX + 1;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.nparts == 26);
+    in.size = 64 * MIB;                      /* buffered: budget / 4 */
+    in.streamed = 0;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.nparts == 8);
+    in.size = 24 * MIB;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart);
+    in.mem_budget = 64 * MIB;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart);
+    in.streamed = 1;                         /* local DEST: ranges */
+    ckpt_write_plan(1, &in, &p);
+    CHECK(p.multipart && p.nparts == 3);
+    in.min_part = 5 * MIB;                   /* the floor given */
+    in.size = 1ull << 40;                    /* and 10,000 parts at most */
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.part_size == 105 * MIB && p.nparts <= 10000);
+}
+
+struct membody {
+    const char *p;
+    int calls;
+};
+
+static int mem_body(void *ud, uint64_t off, void *buf, size_t len,
+                    struct ckpt_err *err)
+{
+    struct membody *m = ud;
+    (void)err;
+    m->calls++;
+    memcpy(buf, m->p + off, len);
+    return 0;
+}
+
+static int fail_body(void *ud, uint64_t off, void *buf, size_t len,
+                     struct ckpt_err *err)
+{
+    (void)ud;
+    (void)off;
+    (void)buf;
+    (void)len;
+    return ckpt_err_set(err, CKPT_EIO, "source gone");
+}
+
+/* A local streamed PUT lands whole, hashed on the way; bytes that differ
+ * from the MD5 given, or a body that fails, leave nothing behind. */
+static void test_storage__put_stream_local(void)
+{
+    struct ckpt_storage *st = local();
+    struct ckpt_err err;
+    char *root = ckpt_path_join(test_tmpdir(), "stream");
+    char *f = ckpt_path_join(root, "o.bin");
+    size_t n = 3 * 1024 * 1024 + 5;
+    char *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (char)(i * 7 + 3);
+    unsigned char md5[16], bad[16];
+    EVP_Digest(data, n, md5, NULL, EVP_md5(), NULL);
+    memcpy(bad, md5, 16);
+    bad[0] ^= 1;
+    struct membody m = { data, 0 };
+    CHECK(ckpt_storage_put_stream(st, f, n, mem_body, &m, bad, NULL, 0, NULL,
+                                  &err) == -1);
+    CHECK_EQ(err.code, CKPT_EIO);
+    CHECK(ckpt_storage_list(st, root, CKPT_LIST_RECURSIVE, collect, NULL,
+                            &err) == 0);
+    CHECK_STR(sorted_listing(), "");
+    CHECK(ckpt_storage_put_stream(st, f, n, fail_body, NULL, md5, NULL, 0,
+                                  NULL, &err) == -1);
+    CHECK_STR(err.msg, "source gone");
+    CHECK(ckpt_storage_list(st, root, CKPT_LIST_RECURSIVE, collect, NULL,
+                            &err) == 0);
+    CHECK_STR(sorted_listing(), "");
+    m.calls = 0;
+    CHECK(ckpt_storage_put_stream(st, f, n, mem_body, &m, md5, NULL, 0, NULL,
+                                  &err) == 0);
+    CHECK_EQ(m.calls, 4);                    /* 1 MiB at a time */
+    char *back = malloc(n + 1);
+    size_t got = 0;
+    CHECK(ckpt_storage_read(st, f, 0, back, n + 1, &got, &err) == 0);
+    CHECK(got == n && !memcmp(back, data, n));
+    free(back);
+    free(data);
+    free(f);
+    free(root);
+    ckpt_storage_close(st);
 }
 
 static void test_storage__delete_tree_never_follows_links(void)
@@ -332,6 +449,7 @@ static void test_storage__tar_members(void)
 TEST_MAIN(T(test_storage__loc_parse), T(test_storage__local_ops),
           T(test_storage__tar_members),
           T(test_storage__writer_atomic),
+          T(test_storage__write_plan), T(test_storage__put_stream_local),
           T(test_storage__delete_tree_never_follows_links),
           T(test_storage__delete_keys_exactly),
           T(test_storage__concurrent_deleters))
