@@ -155,6 +155,19 @@ int ckpt_storage_open_members(struct ckpt_storage **out,
                               const struct ckpt_member *v, size_t n,
                               struct ckpt_err *err);
 
+/* A read-only storage over under (borrowed) whose reads are served from
+ * aligned blocks of `block` bytes, each fetched whole with one ranged read
+ * (If-Match the ETag the read names), at most nblocks held (memory: block
+ * * nblocks), and fetched ahead of sequential readers by `threads`
+ * threads: a read of block k of a key has k+1..k+depth fetched meanwhile.
+ * For readers that go through remote files in small pieces (unshard):
+ * fewer, larger GETs, several in flight. stat and list pass through;
+ * writes fail CKPT_EUNSUPPORTED. */
+int ckpt_storage_open_readahead(struct ckpt_storage **out,
+                                struct ckpt_storage *under, size_t block,
+                                size_t nblocks, int threads, int depth,
+                                struct ckpt_err *err);
+
 /* Write a small object in one call (atomic as above). */
 int ckpt_storage_put(struct ckpt_storage *st, const char *key,
                      const void *data, size_t len, struct ckpt_err *err);

@@ -277,6 +277,85 @@ static void test_storage__put_stream_local(void)
     ckpt_storage_close(st);
 }
 
+struct ra_reader {
+    struct ckpt_storage *ra;
+    const char *key;
+    const char *data;
+    size_t n;
+    unsigned seed;
+    int bad;
+};
+
+/* Random ranges, some across block edges and the end of the file. */
+static void *ra_reads(void *arg)
+{
+    struct ra_reader *r = arg;
+    char *buf = malloc(3 << 20);
+    struct ckpt_err err;
+    for (int i = 0; i < 300 && !r->bad; i++) {
+        uint64_t off = (uint64_t)rand_r(&r->seed) % (r->n + 100);
+        size_t len = (size_t)rand_r(&r->seed) % (i % 3 ? 70000 : 3 << 20);
+        size_t got = 0, want = off >= r->n ? 0
+                             : r->n - off < len ? r->n - off : len;
+        if (ckpt_storage_read(r->ra, r->key, off, buf, len, &got, &err) ||
+            got != want || (got && memcmp(buf, r->data + off, got)))
+            r->bad = 1;
+    }
+    free(buf);
+    return NULL;
+}
+
+/* The read-ahead view gives exactly the bytes of the file whatever the
+ * ranges, from several threads, with fewer slots than the file has
+ * blocks (eviction, fetches ahead dropped), and refuses writes. */
+static void test_storage__readahead(void)
+{
+    struct ckpt_storage *st = local(), *ra;
+    struct ckpt_err err;
+    char *f = ckpt_path_join(test_tmpdir(), "ra.bin");
+    size_t n = 5 * 1024 * 1024 + 123;
+    char *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (char)(i * 131 + (i >> 12));
+    CHECK(ckpt_storage_put(st, f, data, n, &err) == 0);
+    CHECK(ckpt_storage_open_readahead(&ra, st, 1 << 20, 1, 2, 2,
+                                      &err) == -1);
+    CHECK_EQ(err.code, CKPT_EUSAGE);
+    CHECK(ckpt_storage_open_readahead(&ra, st, 1 << 20, 3, 2, 2, &err) == 0);
+    struct ckpt_stat sb;
+    CHECK(ckpt_storage_stat(ra, f, &sb, &err) == 0 && sb.size == n);
+    char small[10];
+    size_t got = 1;
+    CHECK(ckpt_storage_read(ra, f, n, small, 10, &got, &err) == 0);
+    CHECK_EQ(got, 0);
+    CHECK(ckpt_storage_read(ra, f, n - 3, small, 10, &got, &err) == 0);
+    CHECK(got == 3 && !memcmp(small, data + n - 3, 3));
+    pthread_t th[4];
+    struct ra_reader rr[4];
+    for (int i = 0; i < 4; i++) {
+        rr[i] = (struct ra_reader){ ra, f, data, n, 17u + (unsigned)i, 0 };
+        pthread_create(&th[i], NULL, ra_reads, &rr[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ(rr[i].bad, 0);
+    }
+    CHECK(ckpt_storage_put(ra, f, "x", 1, &err) == -1);
+    CHECK_EQ(err.code, CKPT_EUNSUPPORTED);
+    CHECK(ckpt_storage_read(ra, "/nonexistent/x", 0, small, 10, &got,
+                            &err) == -1);
+    ckpt_storage_close(ra);
+    /* No fetchers at all: reads on demand only. */
+    CHECK(ckpt_storage_open_readahead(&ra, st, 1 << 20, 2, 0, 2, &err) == 0);
+    rr[0] = (struct ra_reader){ ra, f, data, n, 5, 0 };
+    ra_reads(&rr[0]);
+    CHECK_EQ(rr[0].bad, 0);
+    ckpt_storage_close(ra);
+    ckpt_storage_close(st);
+    free(data);
+    free(f);
+}
+
 static void test_storage__delete_tree_never_follows_links(void)
 {
     struct ckpt_storage *st = local();
@@ -450,6 +529,7 @@ TEST_MAIN(T(test_storage__loc_parse), T(test_storage__local_ops),
           T(test_storage__tar_members),
           T(test_storage__writer_atomic),
           T(test_storage__write_plan), T(test_storage__put_stream_local),
+          T(test_storage__readahead),
           T(test_storage__delete_tree_never_follows_links),
           T(test_storage__delete_keys_exactly),
           T(test_storage__concurrent_deleters))
