@@ -2,7 +2,7 @@
 # ctest-cost: 20
 # upload_policy.sh - the write policy (storage.h "Write policy") as the
 # signing proxy counts it: with four files in flight a 20 MiB file goes
-# as one streamed PUT, a lone 20 MiB file as a multipart upload of 8 MiB
+# as one PUT streamed from the file (not buffered: peak RSS stays low), a lone 20 MiB file as a multipart upload of 8 MiB
 # parts; a PUT body damaged on the way (proxy flips a byte; s3rver stores
 # it and answers its MD5 as ETag) is caught by the ETag and sent again,
 # and a PUT damaged on every attempt fails and its object is taken away.
@@ -21,10 +21,12 @@ for i in 1 2 3 4; do
 done
 cp "$T/four/f1" "$T/one/f1"
 
-# --- four files in flight: one PUT each, no multipart request
+# --- four files in flight: one PUT each, no multipart request, streamed
+# from the files (buffered whole, the four would need 80 MiB)
 s3env_reset_stats
-"$CKPT" upload -q "$T/four" s3://ckpt-test/four
+/usr/bin/time -f %M -o "$T/rss" "$CKPT" upload -q "$T/four" s3://ckpt-test/four
 check "four: exit" 0 $?
+check "four: peak RSS below 48 MiB" 1 $(($(cat "$T/rss") < 48 * 1024))
 check "four: requests" "PUT=4 POST=0" \
     "$(stat_of '"PUT=%d POST=%d" % (m.get("PUT", 0), m.get("POST", 0))')"
 check "four: bytes sent once" $((80 << 20)) "$(stat_of 'd["put_bytes"]')"
