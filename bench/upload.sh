@@ -13,6 +13,9 @@
 # R rounds (default 3), tools interleaved within a round; ckpt's peak RSS
 # (max over rounds) from /usr/bin/time.
 #   bench/upload.sh [ROUNDS]      (build/ckpt and build/storage_tool)
+#   CKPT_BASE=path  also time another ckpt binary (tool "base": before/after
+#                   in the same run)
+#   CASES="a c"     only these cases (default: a b c)
 #   BENCH_DIR=...   where the data sets live (default /tmp/ckpt-bench-upload,
 #                   kept between runs; needs ~3 GiB plus s3rver's copy)
 set -euo pipefail
@@ -60,6 +63,8 @@ cmd_for() { # tool src prefix: sets cmd
     case $1 in
     ckpt) cmd=(env "CKPT_STATE_DIR=$tmp/state" "$CKPT" upload -q "$2"
                "s3://bench/$3") ;;
+    base) cmd=(env "CKPT_STATE_DIR=$tmp/state" "$CKPT_BASE" upload -q "$2"
+               "s3://bench/$3") ;;
     aws) cmd=(aws --endpoint-url "$AWS_ENDPOINT_URL" s3 cp --recursive
               --only-show-errors "$2" "s3://bench/$3/") ;;
     rclone) cmd=(env -u AWS_CA_BUNDLE rclone --config /dev/null copy "$2"
@@ -88,11 +93,14 @@ measure() { # case tool round src files bytes
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
-tools=(ckpt aws)
+tools=(ckpt)
+[ -n "${CKPT_BASE:-}" ] && tools+=(base)
+tools+=(aws)
+CASES=${CASES:-a b c}
 command -v rclone >/dev/null && tools+=(rclone)
 make_data
 echo "host: $(nproc) CPUs, $(uname -r); s3rver 3.7.1 on Node $(node --version)" >&2
-for c in a b c; do
+for c in $CASES; do
     src=$DATA/$c
     [ -d "$src" ] || { echo "case $c: no data (needs torch); skipped" >&2; continue; }
     files=$(find "$src" -type f | wc -l)
@@ -107,7 +115,7 @@ done
 
 echo "| case | tool | median s ($R rounds) | MB/s | ckpt speed-up | peak RSS MiB |"
 echo "| --- | --- | --- | --- | --- | --- |"
-for c in a b c; do
+for c in $CASES; do
     [ -f "$tmp/$c.size" ] || continue
     read -r files bytes <"$tmp/$c.size"
     base=$(median <"$tmp/$c-ckpt.times")

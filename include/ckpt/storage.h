@@ -155,6 +155,19 @@ int ckpt_storage_open_members(struct ckpt_storage **out,
                               const struct ckpt_member *v, size_t n,
                               struct ckpt_err *err);
 
+/* A read-only storage over under (borrowed) whose reads are served from
+ * aligned blocks of `block` bytes, each fetched whole with one ranged read
+ * (If-Match the ETag the read names), at most nblocks held (memory: block
+ * * nblocks), and fetched ahead of sequential readers by `threads`
+ * threads: a read of block k of a key has k+1..k+depth fetched meanwhile.
+ * For readers that go through remote files in small pieces (unshard):
+ * fewer, larger GETs, several in flight. stat and list pass through;
+ * writes fail CKPT_EUNSUPPORTED. */
+int ckpt_storage_open_readahead(struct ckpt_storage **out,
+                                struct ckpt_storage *under, size_t block,
+                                size_t nblocks, int threads, int depth,
+                                struct ckpt_err *err);
+
 /* Write a small object in one call (atomic as above). */
 int ckpt_storage_put(struct ckpt_storage *st, const char *key,
                      const void *data, size_t len, struct ckpt_err *err);
@@ -252,6 +265,63 @@ int ckpt_storage_put_object(struct ckpt_storage *st, const char *key,
                             const struct ckpt_obj_meta *meta, unsigned flags,
                             struct ckpt_put_result *res,
                             struct ckpt_err *err);
+/* Supplies the len bytes of an object's body at offset off into buf
+ * (a retried PUT asks for the same bytes again). 0, or -1 with err set:
+ * the PUT then fails with that error. */
+typedef int (*ckpt_body_fn)(void *ud, uint64_t off, void *buf, size_t len,
+                            struct ckpt_err *err);
+
+/* One PUT of size bytes pulled through body while they are sent, never
+ * held whole in memory: Content-MD5 from md5 (the MD5 of the bytes body
+ * gives), metadata from meta (may be NULL). A reply ETag that is a plain
+ * MD5 other than md5 means the bytes changed on the way: the PUT is
+ * repeated within the retry budget, and if it never matches the object
+ * it wrote is deleted (If-Match that ETag) and the call fails CKPT_EHTTP.
+ * Local storage: a temporary file renamed into place. res may be NULL. */
+int ckpt_storage_put_stream(struct ckpt_storage *st, const char *key,
+                            uint64_t size, ckpt_body_fn body, void *ud,
+                            const unsigned char md5[16],
+                            const struct ckpt_obj_meta *meta, unsigned flags,
+                            struct ckpt_put_result *res,
+                            struct ckpt_err *err);
+
+/* ---- Write policy: one PUT or a multipart upload ----
+ *
+ * One rule for every writer of objects (upload, unshard outputs), so they
+ * agree on what is fastest within the memory bound (docs/storage.md
+ * "Write policy"). A single PUT is one request and, on services that
+ * assemble multipart objects by copying (s3rver, MinIO on one disk), half
+ * the service's writes; multipart is the only parallelism within one
+ * object, and the only way past 5 GiB. */
+#define CKPT_SINGLE_PUT_MAX (200ull << 20)  /* rclone's cut-off too */
+#define CKPT_PUT_PARALLEL 4   /* files in flight that keep a service busy */
+
+struct ckpt_write_in {
+    uint64_t size;            /* object bytes */
+    unsigned files_in_flight; /* objects written at the same time (>= 1) */
+    uint64_t min_part;        /* part size floor; 0: 8 MiB */
+    uint64_t mem_budget;      /* bytes of buffers the writer has; 0: 96 MiB */
+    int streamed;             /* the body can be re-read by offset
+                                 (ckpt_body_fn): a PUT holds no buffer */
+};
+
+struct ckpt_write_plan {
+    int multipart;            /* 0: one PUT */
+    uint64_t part_size;       /* multipart: bytes per part, whole MiB */
+    int nparts;               /* 1 for a PUT */
+};
+
+/* The plan for an object of object storage (local = 0) or of a local
+ * file (local = 1: "parts" are ranges written at offsets in parallel, so
+ * anything above one part is split). Pure; see the rules in
+ * write_policy.c. */
+void ckpt_write_plan(int local, const struct ckpt_write_in *in,
+                     struct ckpt_write_plan *out);
+/* ckpt_write_plan for DEST storage st. */
+void ckpt_storage_write_plan(const struct ckpt_storage *st,
+                             const struct ckpt_write_in *in,
+                             struct ckpt_write_plan *out);
+
 /* Start a multipart upload of an object of size bytes; *upload_id is
  * malloced. */
 int ckpt_storage_mpu_start(struct ckpt_storage *st, const char *key,

@@ -95,7 +95,15 @@ static size_t read_cb(char *dst, size_t size, size_t nmemb, void *ud)
     size_t room = size * nmemb;
     size_t left = r->req->body_len - r->up_off;
     size_t n = left < room ? left : room;
-    memcpy(dst, r->req->body + r->up_off, n);
+    if (r->req->body_fn) {
+        if (n && r->req->body_fn(r->req->body_ud, r->up_off, dst, n,
+                                 r->req->body_err) != 0) {
+            r->body_failed = 1;
+            return CURL_READFUNC_ABORT;
+        }
+    } else {
+        memcpy(dst, r->req->body + r->up_off, n);
+    }
     r->up_off += n;
     atomic_fetch_add(&r->hc->stats.bytes_out, n);
     return n;
@@ -277,7 +285,7 @@ void http_setup(struct http_client *hc, CURL *h, const struct http_req *req,
     curl_easy_setopt(h, CURLOPT_HEADERDATA, resp);
     if (!strcmp(req->method, "HEAD")) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-    } else if (req->body || !strcmp(req->method, "PUT") ||
+    } else if (req->body || req->body_fn || !strcmp(req->method, "PUT") ||
                !strcmp(req->method, "POST")) {
         /* Every body goes through the read callback so a retry or a
          * curl-internal resend can rewind it. */

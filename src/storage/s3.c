@@ -163,6 +163,9 @@ static void fill_http_req(struct http_req *hr, const struct s3_req *r,
     hr->headers = hdrs;
     hr->body = r->body;
     hr->body_len = r->body_len;
+    hr->body_fn = r->body_fn;
+    hr->body_ud = r->body_ud;
+    hr->body_err = r->body_err;
     hr->sink = r->sink;
     hr->sink_cap = r->sink_cap;
     hr->sink_skip = r->sink_skip;

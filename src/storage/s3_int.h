@@ -91,6 +91,12 @@ struct http_req {
     struct curl_slist *headers;   /* borrowed */
     const char *body;             /* request body, or NULL */
     size_t body_len;
+    /* Or the body pulled by offset while it is sent (body NULL,
+     * body_len its size); a failure stops the transfer and lands in
+     * *body_err (resp->body_failed set). */
+    ckpt_body_fn body_fn;
+    void *body_ud;
+    struct ckpt_err *body_err;
     /* Response body: into sink[0..sink_cap) when sink is set (a ranged
      * read), else appended to resp->body. */
     char *sink;
@@ -116,6 +122,7 @@ struct http_resp {
     struct http_client *hc;
     const struct http_req *req;
     size_t up_off;                /* request body bytes handed to curl */
+    int body_failed;              /* req->body_fn failed: not retried */
     size_t skip_left;             /* sink bytes still to drop */
     int sink_full;                /* stopped: the sink had no more room */
 };
@@ -219,6 +226,9 @@ struct s3_req {
     size_t nh;
     const char *body;          /* borrowed */
     size_t body_len;
+    ckpt_body_fn body_fn;      /* or pulled by offset (http_req) */
+    void *body_ud;
+    struct ckpt_err *body_err;
     int unsigned_payload;      /* large bodies: don't hash */
     char *sink;                /* GET body destination (ranged read) */
     size_t sink_cap;
@@ -343,6 +353,11 @@ int s3_up_put(struct ckpt_storage *st, const char *key, const void *data,
               size_t len, const unsigned char md5[16],
               const struct ckpt_obj_meta *meta, unsigned flags,
               struct ckpt_put_result *res, struct ckpt_err *err);
+int s3_up_put_stream(struct ckpt_storage *st, const char *key,
+                     uint64_t size, ckpt_body_fn body, void *ud,
+                     const unsigned char md5[16],
+                     const struct ckpt_obj_meta *meta, unsigned flags,
+                     struct ckpt_put_result *res, struct ckpt_err *err);
 int s3_up_start(struct ckpt_storage *st, const char *key,
                 const struct ckpt_obj_meta *meta, char **upload_id,
                 struct ckpt_err *err);

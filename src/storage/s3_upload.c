@@ -145,6 +145,103 @@ int s3_up_put(struct ckpt_storage *st, const char *key, const void *data,
     return rc;
 }
 
+/* ---- streamed PUT ---- */
+
+static int plain_md5(const char *etag)
+{
+    if (strlen(etag) != 32)
+        return 0;
+    for (int i = 0; i < 32; i++)
+        if (ckpt_hexval(etag[i]) < 0)
+            return 0;
+    return 1;
+}
+
+/* After the last attempt still stored other bytes than ours: take that
+ * object away again (only if it is still the one we wrote), so nothing
+ * reads bytes that were damaged on the way. */
+static int reject_stored(struct ckpt_storage *st, const char *key,
+                         const char *etag, const char *hex, int attempts,
+                         const char *what, struct ckpt_err *err)
+{
+    struct ckpt_err e2;
+    ckpt_storage_delete_if_match(st, key, etag, &e2);
+    return ckpt_err_set(err, CKPT_EHTTP, "%s: DEST reports ETag %s, but "
+                        "the bytes sent have MD5 %s (%d attempts)", what,
+                        etag, hex, attempts);
+}
+
+int s3_up_put_stream(struct ckpt_storage *st, const char *key,
+                     uint64_t size, ckpt_body_fn body, void *ud,
+                     const unsigned char md5[16],
+                     const struct ckpt_obj_meta *meta, unsigned flags,
+                     struct ckpt_put_result *res, struct ckpt_err *err)
+{
+    struct s3 *s3 = st->impl;
+    struct s3_req r;
+    struct meta_hdrs mh;
+    struct ckpt_put_result own;
+    struct ckpt_err body_err = CKPT_ERR_INIT;
+    char b64[25], hex[33];
+    if (!res)
+        res = &own;
+    res_init(res);
+    s3_req_init(&r, "PUT", key);
+    b64_md5(md5, b64);
+    for (int k = 0; k < 16; k++)
+        snprintf(hex + 2 * k, 3, "%02x", md5[k]);
+    s3_req_header(&r, "Content-MD5", b64);
+    add_meta(s3, &r, &mh, meta);
+    r.body_fn = body;
+    r.body_ud = ud;
+    r.body_err = &body_err;
+    r.body_len = (size_t)size;
+    r.unsigned_payload = 1;  /* Content-MD5 guards the bytes */
+    struct http_resp resp;
+    http_resp_init(&resp);
+    char *what = s3_what(st, key);
+    int rc;
+    for (int attempt = 1;; attempt++) {
+        http_resp_release(&resp);
+        http_resp_init(&resp);
+        if ((rc = s3_attempt(s3, &r, &resp, err)) != 0)
+            break;
+        if (resp.body_failed) {
+            *err = body_err;  /* the source, not the service: no retry */
+            rc = -1;
+            break;
+        }
+        double delay = 0;
+        int v = s3_judge(s3, &resp, attempt, what, &delay, err);
+        if (v == 0 && plain_md5(resp.etag) && strcasecmp(resp.etag, hex)) {
+            if (attempt >= s3->attempts) {
+                rc = reject_stored(st, key, resp.etag, hex, attempt, what,
+                                   err);
+                break;
+            }
+            /* Damaged on the way: the next PUT replaces it. */
+            atomic_fetch_add(&s3->hc.stats.retries, 1);
+            http_sleep(http_backoff(attempt, -1));
+            continue;
+        }
+        if (v <= 0) {
+            rc = v;
+            break;
+        }
+        if ((flags & CKPT_PUT_THROTTLE_RETURN) &&
+            throttled(res, &resp, what, err)) {
+            rc = -1;
+            break;
+        }
+        http_sleep(delay);
+    }
+    if (rc == 0)
+        snprintf(res->etag, sizeof(res->etag), "%s", resp.etag);
+    free(what);
+    http_resp_release(&resp);
+    return rc;
+}
+
 int s3_up_start(struct ckpt_storage *st, const char *key,
                 const struct ckpt_obj_meta *meta, char **upload_id,
                 struct ckpt_err *err)

@@ -530,6 +530,7 @@ static void crc_pass(struct ujob *j)
 
 int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
 {
+    uns_src_readahead(j);
     if (!verify)
         uns_src_records_ready(j);
     for (size_t i = 0; i < j->ntensors && !j->failed; i++) {

@@ -161,11 +161,27 @@ static int pread_all(struct usrc *s, int fd, uint64_t off, void *buf,
     return 0;
 }
 
+static int shared_get(struct usrc *s, uint64_t off, void *buf, size_t len);
+
+#define RA_BUDGET (64u << 20)
+
+/* Bytes of read-ahead blocks; CKPT_READAHEAD_MB (tests, benchmarks) sets
+ * it, and 0 turns read-ahead and shared probe windows off: every read is
+ * then its own ranged GET, as before. */
+static uint64_t ra_budget(void)
+{
+    uint64_t v;
+    const char *env = getenv("CKPT_READAHEAD_MB");
+    return env && ckpt_parse_u64(env, &v) == 0 ? v << 20 : RA_BUDGET;
+}
+
 int uns_src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
                  struct ckpt_err *err)
 {
     if (!s->lru && s->fd < 0 && s->st)
-        return storage_read(s, off, buf, len, err);
+        return shared_get(s, off, buf, len) ? 0
+                                            : storage_read(s, off, buf, len,
+                                                           err);
     if (!s->lru)
         return pread_all(s, s->fd, off, buf, len, err);
     int fd = pin(s, err);
@@ -193,6 +209,75 @@ void uns_src_rd(struct ckpt_rd *rd, struct usrc *s, uint64_t off, uint64_t len)
 
 #define WINDOW (64u << 10)
 
+/* ---- probe windows shared by neighbouring items ----
+ * Items of a data file lie back to back, and probing visits them in file
+ * order (tensor order, as they were written). A window fetched at the end
+ * of one item (its zip central directory) reaches into the start of the
+ * next (its local headers and pickle), so a remote item's probe costs one
+ * GET instead of two: on s3rver the probe phase of a 1 GiB, 1,250-item
+ * checkpoint went from 2,525 requests to 1,290. The last SHARED_WINS
+ * windows of each remote file are kept (for steps of up to
+ * SHARED_MAX_SRCS files: memory SHARED_WINS * WINDOW per file) and serve
+ * the copy's reads too: a small file read whole while probing, or a small
+ * tensor next to an item's head, is not fetched again. */
+#define SHARED_WINS 4
+#define SHARED_MAX_SRCS 128
+
+struct src_win {
+    struct { uint64_t off; size_t len; char *buf; uint64_t used; }
+        w[SHARED_WINS];
+    uint64_t clock;
+};
+
+static pthread_mutex_t win_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int shared_get(struct usrc *s, uint64_t off, void *buf, size_t len)
+{
+    int hit = 0;
+    pthread_mutex_lock(&win_mu);
+    struct src_win *sw = s->win;
+    for (int i = 0; sw && i < SHARED_WINS && !hit; i++)
+        if (sw->w[i].buf && off >= sw->w[i].off &&
+            off + len <= sw->w[i].off + sw->w[i].len) {
+            memcpy(buf, sw->w[i].buf + (off - sw->w[i].off), len);
+            sw->w[i].used = ++sw->clock;
+            hit = 1;
+        }
+    pthread_mutex_unlock(&win_mu);
+    return hit;
+}
+
+static void shared_put(struct usrc *s, uint64_t off, const char *p,
+                       size_t len)
+{
+    pthread_mutex_lock(&win_mu);
+    struct src_win *sw = s->win;
+    if (sw) {
+        int k = 0;
+        for (int i = 1; i < SHARED_WINS; i++)
+            if (sw->w[i].used < sw->w[k].used)
+                k = i;
+        if (!sw->w[k].buf)
+            sw->w[k].buf = ckpt_xmalloc(WINDOW);
+        memcpy(sw->w[k].buf, p, len);
+        sw->w[k].off = off;
+        sw->w[k].len = len;
+        sw->w[k].used = ++sw->clock;
+    }
+    pthread_mutex_unlock(&win_mu);
+}
+
+static void shared_free(struct usrc *s)
+{
+    pthread_mutex_lock(&win_mu);
+    struct src_win *sw = s->win;
+    s->win = NULL;
+    pthread_mutex_unlock(&win_mu);
+    for (int i = 0; sw && i < SHARED_WINS; i++)
+        free(sw->w[i].buf);
+    free(sw);
+}
+
 static int cached_read(void *ctx, uint64_t off, void *buf, size_t len,
                        struct ckpt_err *err)
 {
@@ -204,15 +289,27 @@ static int cached_read(void *ctx, uint64_t off, void *buf, size_t len,
         }
     if (len > WINDOW / 2)
         return uns_src_read(c->s, off, buf, len, err);
-    /* A window that holds the read and as much around it as the range
-     * allows; near the end it reaches back, since zip records sit at
-     * both ends of an item. */
+    if (shared_get(c->s, off, buf, len))
+        return 0;
+    /* A window that holds the read and as much around it as the file
+     * allows. Near the item's end it reaches back (zip records sit at
+     * both ends of an item) and on into the next item, whose probe then
+     * finds its head here; elsewhere it reaches forward. */
     uint64_t start = off, end;
-    if (c->hi - c->lo <= WINDOW)
-        start = c->lo;
-    else if (off + WINDOW > c->hi)
-        start = c->hi - WINDOW;
-    end = start + WINDOW < c->hi ? start + WINDOW : c->hi;
+    int share = c->s->win != NULL;
+    if (share) {
+        if (c->hi - c->lo <= WINDOW / 2)
+            start = c->lo;
+        else if (off + WINDOW / 2 > c->hi)
+            start = c->hi - WINDOW / 2;
+        end = start + WINDOW < c->s->size ? start + WINDOW : c->s->size;
+    } else {
+        if (c->hi - c->lo <= WINDOW)
+            start = c->lo;
+        else if (off + WINDOW > c->hi)
+            start = c->hi - WINDOW;
+        end = start + WINDOW < c->hi ? start + WINDOW : c->hi;
+    }
     int k = c->n < 4 ? c->n++ : c->next++ % 4;
     char *w = c->w[k].buf ? c->w[k].buf : ckpt_xmalloc(WINDOW);
     c->w[k].buf = w;
@@ -221,6 +318,10 @@ static int cached_read(void *ctx, uint64_t off, void *buf, size_t len,
         return -1;
     c->w[k].off = start;
     c->w[k].len = (size_t)(end - start);
+    /* Worth sharing: it reaches into the next item, or holds the end of
+     * the file (a small file whole, read again by the copy). */
+    if (share && (end > c->hi || end == c->s->size))
+        shared_put(c->s, start, w, c->w[k].len);
     memcpy(buf, w + (off - start), len);
     return 0;
 }
@@ -322,6 +423,8 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
     }
     *out = add_src(j, path, fd, size);
     memcpy((*out)->etag, etag, sizeof(etag));
+    if (fd < 0 && j->nsrcs <= SHARED_MAX_SRCS && ra_budget())
+        (*out)->win = ckpt_xcalloc(1, sizeof(*(*out)->win));
     if (fd >= 0) {
         /* Into the table of open files: a later read reopens it if it
          * had to make room for others. */
@@ -344,12 +447,63 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
     return rc ? ckpt_err_set(err, CKPT_ENOMEM, "out of memory") : 0;
 }
 
+/* ---- read-ahead for the copy ----
+ * The copy reads each remote data file nearly in order, but in pieces of
+ * at most a band (<= 1 MiB, often a few KiB), one ranged GET each, as many
+ * at a time as there are workers (2 on a 2-core machine). Through the
+ * read-ahead view a piece comes from a block of up to 8 MiB fetched with
+ * one GET, and the next blocks of the file are already on their way: the
+ * bytes a download would fetch, in about as many requests. Memory: the
+ * blocks, RA_BUDGET at most, split so that every file has room for the
+ * block being read, one spare and RA_DEPTH ahead (with less room the
+ * fetches ahead push out blocks still being read: measured on a 4-file
+ * step, 2.7x the bytes). */
+#define RA_BLOCK_MAX (8u << 20)
+#define RA_BLOCK_MIN (1u << 20)
+#define RA_DEPTH 3
+#define RA_THREADS 8
+
+void uns_src_readahead(struct ujob *j)
+{
+    if (!j->st || j->ra)
+        return;
+    size_t n = 0;
+    for (size_t i = 0; i < j->nsrcs; i++)
+        n += j->srcs[i]->st == j->st;
+    if (!n)
+        return;
+    uint64_t budget = ra_budget();
+    struct ckpt_err err;
+    if (!budget)
+        return;   /* 0: off */
+    /* Per file: the block being read, one more (two workers may straddle
+     * a block edge) and `depth` ahead; fewer ahead when files are many,
+     * none (reads as before) when not even one fits. */
+    uint64_t per = budget / n / RA_BLOCK_MIN;
+    if (per < 3)
+        return;
+    int depth = per - 2 < RA_DEPTH ? (int)(per - 2) : RA_DEPTH;
+    uint64_t block = budget / ((uint64_t)(depth + 2) * n);
+    block = block > RA_BLOCK_MAX ? RA_BLOCK_MAX : block >> 20 << 20;
+    size_t nblocks = (size_t)(budget / block);
+    int threads = nblocks / 2 < RA_THREADS ? (int)(nblocks / 2) : RA_THREADS;
+    if (ckpt_storage_open_readahead(&j->ra, j->st, (size_t)block, nblocks,
+                                    threads, depth, &err) != 0)
+        return;   /* read piece by piece, as before */
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->nsrcs; i++)
+        if (j->srcs[i]->st == j->st)
+            j->srcs[i]->st = j->ra;
+    pthread_mutex_unlock(&j->mu);
+}
+
 void uns_src_close_all(struct ujob *j)
 {
     for (size_t i = 0; i < j->nsrcs; i++) {
         if (j->srcs[i]->fd >= 0)
             close(j->srcs[i]->fd);
         uns_src_records_free(j->srcs[i]);
+        shared_free(j->srcs[i]);
         free(j->srcs[i]->name);
         free(j->srcs[i]);
     }
@@ -357,6 +511,8 @@ void uns_src_close_all(struct ujob *j)
     j->srcs = NULL;
     j->nsrcs = 0;
     tf_strmap_release(&j->srcmap);
+    ckpt_storage_close(j->ra);
+    j->ra = NULL;
 }
 
 static int read_file(struct ujob *j, const char *path, char **data,

@@ -37,6 +37,8 @@ struct usrc {
     const char *key;           /* borrowed (name); remote sources */
     char etag[80];             /* remote: the ETag stat saw; reads are of
                                   that version only (If-Match) */
+    struct src_win *win;       /* remote: probe windows shared by the
+                                  items of this file (source.c), or NULL */
     /* crccheck.c: zip records inside, their CRCs checked as read */
     struct urec **recs;
     size_t nrecs, reccap;
@@ -131,6 +133,8 @@ struct ujob {
     char *dir;                      /* directory with metadata and data */
     struct ckpt_storage *st;        /* remote SRC, or NULL (local) */
     int st_borrowed;                /* st is opts->storage */
+    struct ckpt_storage *ra;        /* read-ahead view of st for the copy
+                                       (source.c), or NULL; owned */
     char *dest;
     char *tmpdir;                   /* temporary output directory */
     int olmo_step;                  /* src is an OLMo step */
@@ -223,6 +227,10 @@ void uns_src_rd_cached(struct ckpt_rd *rd, struct src_cache *c, struct usrc *s,
                    uint64_t off, uint64_t len);
 void uns_src_cache_release(struct src_cache *c);
 void uns_src_close_all(struct ujob *j);
+/* Before the copy: remote data files are read from then on through large
+ * blocks fetched ahead (ckpt_storage_open_readahead), within a memory
+ * bound; probing, before, reads only what it needs. */
+void uns_src_readahead(struct ujob *j);
 /* Register an open file (name malloced, taken over) as a source. */
 struct usrc *uns_src_add(struct ujob *j, char *name, int fd, uint64_t size);
 

@@ -291,8 +291,10 @@ static struct unit *pick_small(struct ckpt_upload *u, int force)
         o->st = O_PUTTING;
     } else {
         un = up_unit_new(u, U_PUT, o);
-        /* One byte more than listed, to notice a file that grew. */
-        if (unit_buf(u, un, (size_t)o->size + 1, force) != 0) {
+        /* One byte more than listed, to notice a file that grew; a
+         * streamed PUT only needs a buffer to hash the file through. */
+        size_t n = o->stream ? STREAM_CHUNK : (size_t)o->size + 1;
+        if (unit_buf(u, un, n, force) != 0) {
             free(un);
             return NULL;
         }

@@ -240,8 +240,36 @@ static int any_failure(const struct ckpt_upload *u)
 
 /* ---- the run ---- */
 
+/* The write policy (storage.h) for every planned file, now that the run
+ * knows how many files it has: with enough files in flight, files below
+ * CKPT_SINGLE_PUT_MAX go as one PUT each, streamed from a local source.
+ * Archive members were decided as they were read (no file to stream
+ * from). */
+static void apply_policy(struct ckpt_upload *u)
+{
+    size_t files = 0;
+    for (size_t i = 0; i < u->nobjs; i++)
+        files += !u->objs[i]->from_archive;
+    unsigned inflight = files < (size_t)u->cfg.jobs ? (unsigned)files
+                                                    : (unsigned)u->cfg.jobs;
+    for (size_t i = 0; i < u->nobjs; i++) {
+        struct obj *o = u->objs[i];
+        if (o->from_archive)
+            continue;
+        struct ckpt_write_in in = { o->size, inflight, u->cfg.part_size,
+                                    u->budget, o->has_ver };
+        struct ckpt_write_plan p;
+        ckpt_storage_write_plan(o->g->dst, &in, &p);
+        o->big = p.multipart;
+        o->part_size = p.part_size;
+        /* Small files are read into one buffer as before: fewer reads. */
+        o->stream = !p.multipart && o->has_ver && o->size > STREAM_CHUNK;
+    }
+}
+
 static void start_groups(struct ckpt_upload *u)
 {
+    apply_policy(u);
     for (size_t i = 0; i < u->nobjs; i++)
         up_obj_route(u, u->objs[i]);
     for (size_t i = 0; i < u->ngroups; i++) {

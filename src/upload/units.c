@@ -292,10 +292,77 @@ static int same_as_dest(struct unit *un, const char *hex)
     return same;
 }
 
+/* ---- streamed PUT: a large local file, never held whole ---- */
+
+/* The body of a streamed PUT, read from the file by offset (again on a
+ * retry). A file that shrank stops it; any other change is caught by the
+ * version check after the PUT and by Content-MD5 (and the ETag). */
+static int stream_body(void *ud, uint64_t off, void *buf, size_t len,
+                       struct ckpt_err *err)
+{
+    struct obj *o = ud;
+    size_t got = 0;
+    if (ckpt_storage_read(o->g->sst, o->skey, off, buf, len, &got,
+                          err) != 0)
+        return -1;
+    if (got != len)
+        return ckpt_err_set(err, CKPT_EIO, "%s: changed while being read "
+                            "(now shorter than %llu bytes)", o->sdisp,
+                            (unsigned long long)o->size);
+    return 0;
+}
+
+/* MD5 of the planned version, read through the unit's small buffer. */
+static int hash_file(struct unit *un)
+{
+    struct obj *o = un->o;
+    struct md5c m;
+    up_md5c_init(&m);
+    int rc = 0;
+    for (uint64_t off = 0; off < o->size && rc == 0;) {
+        size_t n = o->size - off < un->cap ? (size_t)(o->size - off)
+                                           : un->cap;
+        rc = read_exact(o, off, un->buf, n, &un->err);
+        if (rc == 0)
+            up_md5c_update(&m, un->buf, n);
+        off += n;
+    }
+    up_md5c_final(&m, un->md5);
+    return rc;
+}
+
+static void do_put_stream(struct unit *un)
+{
+    struct obj *o = un->o;
+    /* A throttled try already hashed the file (and the version is
+     * checked again below). */
+    if (!un->have_data && hash_file(un) != 0) {
+        un->rc = -1;
+        return;
+    }
+    up_hex_of(un->md5, 16, un->whole);
+    struct ckpt_obj_meta meta;
+    memset(&meta, 0, sizeof(meta));
+    memcpy(meta.md5, un->whole, 33);
+    meta.mtime = o->mtime;
+    un->rc = ckpt_storage_put_stream(o->g->dst, o->dkey, o->size,
+                                     stream_body, o, un->md5, &meta,
+                                     CKPT_PUT_THROTTLE_RETURN, &un->res,
+                                     &un->err);
+    /* Every byte sent came from the version hashed: it is still the
+     * version planned after the last one was read. */
+    if (un->rc == 0)
+        un->rc = local_unchanged(o, &un->err);
+}
+
 static void do_put(struct unit *un)
 {
     struct obj *o = un->o;
     char hex[33];
+    if (o->stream) {
+        do_put_stream(un);
+        return;
+    }
     if (!un->have_data) {
         /* One byte more than listed: a file that grew is caught too. */
         size_t got = 0;

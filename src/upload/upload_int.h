@@ -25,6 +25,7 @@
 #define MAX_PART (5ull << 30)
 #define DEFAULT_BUDGET (96 * MIB)   /* peak RSS ~123 MiB (bench/RESULTS.md) */
 #define CHECK_CHUNK (4 * MIB)
+#define STREAM_CHUNK (1 * MIB)      /* hash buffer of a streamed PUT */
 #define DEFAULT_THROTTLES 30
 #define MAX_CACHE 64
 /* Journals untouched this long, with nothing unfinished, are pruned. */
@@ -199,6 +200,8 @@ struct obj {
     struct dentry dfile;        /* DEST of a file group (dest points at) */
     enum obj_state st;
     int big;                    /* multipart */
+    int stream;                 /* one PUT streamed from the local file
+                                   (write policy), not buffered whole */
     int from_archive;
     uint64_t part_size;
     int nparts;
@@ -236,7 +239,8 @@ struct unit {
     size_t len;
     char *buf;                  /* owned by the main thread */
     size_t cap;
-    int have_data;              /* buf holds the bytes already (archive) */
+    int have_data;              /* buf holds the bytes already (archive);
+                                   streamed PUT: md5 holds their MD5 */
     int dry;                    /* CHECK only decides */
     int quiet;                  /* ABORT of our own failed upload */
     int throttles;              /* same-object throttles of this unit */

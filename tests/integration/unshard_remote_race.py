@@ -65,11 +65,15 @@ def replaced_mid_run(tmp, s3, env, etag):
     zippatch.patch(fresh, "/data/0", fix_crc=True)
     out = os.path.join(tmp, "out")
     # GET 1 of the shard reads its item's structure, GET 2 its tensor
-    # bytes: hold GET 2 back while the object is replaced.
+    # bytes: hold GET 2 back while the object is replaced. (With read-ahead
+    # on, this small shard is read whole by GET 1, whose window is shared
+    # with the copy: one version by construction. Off, reads are piece by
+    # piece, so the If-Match of every ranged GET is what is tested.)
     s3.configure(get_delay_ms=4000, get_delay_nth=2,
                  get_delay_match="m/" + SHARD)
     p = subprocess.Popen([CKPT, "unshard", "--no-progress", "-j", "1",
-                          "s3://%s/m" % B, out], env=env, text=True,
+                          "s3://%s/m" % B, out],
+                         env=dict(env, CKPT_READAHEAD_MB="0"), text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 60
     while s3.stats()["delayed"] < 1 and p.poll() is None and \

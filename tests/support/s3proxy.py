@@ -54,6 +54,11 @@ Faults, chosen per request at random (seeded):
   put_before_delete  {"path": "/BUCKET/KEY", "body": "..."}: before the
             next DeleteObjects or DELETE is forwarded, store this object
             (once): a writer racing a tree delete, deterministically
+  corrupt_put  the next N PUTs of whole objects (not parts) whose path
+            contains corrupt_match have one body byte flipped before they
+            are forwarded (after the signature check), as a bad link or
+            NIC could: s3rver stores them and answers the MD5 of what it
+            stored as ETag
   reset_writes  "reset" faults also hit PUT/POST: the request reaches
             s3rver (it is stored), then the connection is reset before
             any reply, so the client must repeat a request that succeeded
@@ -124,7 +129,8 @@ class State:
                        "echo_status": 400, "conditional": True,
                        "cond_conflict": 0, "put_before_delete": None,
                        "get_delay_ms": 0, "get_delay_nth": 0,
-                       "get_delay_match": "", "fault_match": ""}
+                       "get_delay_match": "", "fault_match": "",
+                       "corrupt_put": 0, "corrupt_match": ""}
         self.get_seen = 0
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
@@ -139,6 +145,7 @@ class State:
                           "get_bytes": 0, "put_bytes": 0,
                           "faults": {"slowdown": 0,
                           "r2_429": 0, "reset": 0, "complete_error": 0,
+                          "corrupt_put": 0,
                           "no_batch_delete": 0, "delete_key_errors": 0},
                           "sig_ok": 0,
                           "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
@@ -316,6 +323,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         special = self.special_fault(path)
         if special:
             return self.reply(*special)
+        body = self.maybe_corrupt(path, body)
         self.maybe_delay(path)
         cond = (self.command == "PUT" and
                 self.headers.get("If-None-Match", "").strip() == "*")
@@ -387,6 +395,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "internal error. Please try again."))
         return (501, error_xml("NotImplemented", "POST ?delete is not "
                 "implemented for objects."))
+
+    def maybe_corrupt(self, path, body):
+        """corrupt_put: flip one byte of a whole-object PUT's body."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query,
+                                      keep_blank_values=True)
+        if self.command != "PUT" or not body or "partNumber" in query:
+            return body
+        with self.st.lock:
+            c = self.st.config
+            if c["corrupt_put"] <= 0 or c["corrupt_match"] not in path:
+                return body
+            c["corrupt_put"] -= 1
+            self.st.stats["faults"]["corrupt_put"] += 1
+        b = bytearray(body)
+        b[len(b) // 2] ^= 0x01
+        return bytes(b)
 
     def race_delete(self, path):
         """put_before_delete: store an object just before a delete."""

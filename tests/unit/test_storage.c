@@ -1,4 +1,8 @@
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
 
 #include "ckpt/buf.h"
 #include "ckpt/storage.h"
@@ -158,6 +162,198 @@ static void test_storage__writer_atomic(void)
     ckpt_storage_close(st);
     free(f);
     free(root);
+}
+
+#define MIB (1024ull * 1024)
+
+/* The write policy's rules, one by one (write_policy.c). */
+static void test_storage__write_plan(void)
+{
+    struct ckpt_write_plan p;
+    struct ckpt_write_in in = { 20 * MIB, 8, 0, 0, 1 };
+    ckpt_write_plan(0, &in, &p);             /* many files: one PUT */
+    CHECK(!p.multipart && p.nparts == 1 && p.part_size == 8 * MIB);
+    in.files_in_flight = 3;                  /* too few: parts */
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.nparts == 3 && p.part_size == 8 * MIB);
+    in.size = 8 * MIB;                       /* one part's worth */
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart && p.nparts == 1);
+    in.size = 0;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart && p.nparts == 1);
+    in.files_in_flight = 32;
+    in.size = CKPT_SINGLE_PUT_MAX;           /* the cut-off is inclusive */
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart);
+    in.size = CKPT_SINGLE_PUT_MAX + 1;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.nparts == 26);
+    in.size = 64 * MIB;                      /* buffered: budget / 4 */
+    in.streamed = 0;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.nparts == 8);
+    in.size = 24 * MIB;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart);
+    in.mem_budget = 64 * MIB;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart);
+    in.streamed = 1;                         /* local DEST: ranges */
+    ckpt_write_plan(1, &in, &p);
+    CHECK(p.multipart && p.nparts == 3);
+    in.min_part = 5 * MIB;                   /* the floor given */
+    in.size = 1ull << 40;                    /* and 10,000 parts at most */
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.part_size == 105 * MIB && p.nparts <= 10000);
+}
+
+struct membody {
+    const char *p;
+    int calls;
+};
+
+static int mem_body(void *ud, uint64_t off, void *buf, size_t len,
+                    struct ckpt_err *err)
+{
+    struct membody *m = ud;
+    (void)err;
+    m->calls++;
+    memcpy(buf, m->p + off, len);
+    return 0;
+}
+
+static int fail_body(void *ud, uint64_t off, void *buf, size_t len,
+                     struct ckpt_err *err)
+{
+    (void)ud;
+    (void)off;
+    (void)buf;
+    (void)len;
+    return ckpt_err_set(err, CKPT_EIO, "source gone");
+}
+
+/* A local streamed PUT lands whole, hashed on the way; bytes that differ
+ * from the MD5 given, or a body that fails, leave nothing behind. */
+static void test_storage__put_stream_local(void)
+{
+    struct ckpt_storage *st = local();
+    struct ckpt_err err;
+    char *root = ckpt_path_join(test_tmpdir(), "stream");
+    char *f = ckpt_path_join(root, "o.bin");
+    size_t n = 3 * 1024 * 1024 + 5;
+    char *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (char)(i * 7 + 3);
+    unsigned char md5[16], bad[16];
+    EVP_Digest(data, n, md5, NULL, EVP_md5(), NULL);
+    memcpy(bad, md5, 16);
+    bad[0] ^= 1;
+    struct membody m = { data, 0 };
+    CHECK(ckpt_storage_put_stream(st, f, n, mem_body, &m, bad, NULL, 0, NULL,
+                                  &err) == -1);
+    CHECK_EQ(err.code, CKPT_EIO);
+    CHECK(ckpt_storage_list(st, root, CKPT_LIST_RECURSIVE, collect, NULL,
+                            &err) == 0);
+    CHECK_STR(sorted_listing(), "");
+    CHECK(ckpt_storage_put_stream(st, f, n, fail_body, NULL, md5, NULL, 0,
+                                  NULL, &err) == -1);
+    CHECK_STR(err.msg, "source gone");
+    CHECK(ckpt_storage_list(st, root, CKPT_LIST_RECURSIVE, collect, NULL,
+                            &err) == 0);
+    CHECK_STR(sorted_listing(), "");
+    m.calls = 0;
+    CHECK(ckpt_storage_put_stream(st, f, n, mem_body, &m, md5, NULL, 0, NULL,
+                                  &err) == 0);
+    CHECK_EQ(m.calls, 4);                    /* 1 MiB at a time */
+    char *back = malloc(n + 1);
+    size_t got = 0;
+    CHECK(ckpt_storage_read(st, f, 0, back, n + 1, &got, &err) == 0);
+    CHECK(got == n && !memcmp(back, data, n));
+    free(back);
+    free(data);
+    free(f);
+    free(root);
+    ckpt_storage_close(st);
+}
+
+struct ra_reader {
+    struct ckpt_storage *ra;
+    const char *key;
+    const char *data;
+    size_t n;
+    unsigned seed;
+    int bad;
+};
+
+/* Random ranges, some across block edges and the end of the file. */
+static void *ra_reads(void *arg)
+{
+    struct ra_reader *r = arg;
+    char *buf = malloc(3 << 20);
+    struct ckpt_err err;
+    for (int i = 0; i < 300 && !r->bad; i++) {
+        uint64_t off = (uint64_t)rand_r(&r->seed) % (r->n + 100);
+        size_t len = (size_t)rand_r(&r->seed) % (i % 3 ? 70000 : 3 << 20);
+        size_t got = 0, want = off >= r->n ? 0
+                             : r->n - off < len ? r->n - off : len;
+        if (ckpt_storage_read(r->ra, r->key, off, buf, len, &got, &err) ||
+            got != want || (got && memcmp(buf, r->data + off, got)))
+            r->bad = 1;
+    }
+    free(buf);
+    return NULL;
+}
+
+/* The read-ahead view gives exactly the bytes of the file whatever the
+ * ranges, from several threads, with fewer slots than the file has
+ * blocks (eviction, fetches ahead dropped), and refuses writes. */
+static void test_storage__readahead(void)
+{
+    struct ckpt_storage *st = local(), *ra;
+    struct ckpt_err err;
+    char *f = ckpt_path_join(test_tmpdir(), "ra.bin");
+    size_t n = 5 * 1024 * 1024 + 123;
+    char *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (char)(i * 131 + (i >> 12));
+    CHECK(ckpt_storage_put(st, f, data, n, &err) == 0);
+    CHECK(ckpt_storage_open_readahead(&ra, st, 1 << 20, 1, 2, 2,
+                                      &err) == -1);
+    CHECK_EQ(err.code, CKPT_EUSAGE);
+    CHECK(ckpt_storage_open_readahead(&ra, st, 1 << 20, 3, 2, 2, &err) == 0);
+    struct ckpt_stat sb;
+    CHECK(ckpt_storage_stat(ra, f, &sb, &err) == 0 && sb.size == n);
+    char small[10];
+    size_t got = 1;
+    CHECK(ckpt_storage_read(ra, f, n, small, 10, &got, &err) == 0);
+    CHECK_EQ(got, 0);
+    CHECK(ckpt_storage_read(ra, f, n - 3, small, 10, &got, &err) == 0);
+    CHECK(got == 3 && !memcmp(small, data + n - 3, 3));
+    pthread_t th[4];
+    struct ra_reader rr[4];
+    for (int i = 0; i < 4; i++) {
+        rr[i] = (struct ra_reader){ ra, f, data, n, 17u + (unsigned)i, 0 };
+        pthread_create(&th[i], NULL, ra_reads, &rr[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ(rr[i].bad, 0);
+    }
+    CHECK(ckpt_storage_put(ra, f, "x", 1, &err) == -1);
+    CHECK_EQ(err.code, CKPT_EUNSUPPORTED);
+    CHECK(ckpt_storage_read(ra, "/nonexistent/x", 0, small, 10, &got,
+                            &err) == -1);
+    ckpt_storage_close(ra);
+    /* No fetchers at all: reads on demand only. */
+    CHECK(ckpt_storage_open_readahead(&ra, st, 1 << 20, 2, 0, 2, &err) == 0);
+    rr[0] = (struct ra_reader){ ra, f, data, n, 5, 0 };
+    ra_reads(&rr[0]);
+    CHECK_EQ(rr[0].bad, 0);
+    ckpt_storage_close(ra);
+    ckpt_storage_close(st);
+    free(data);
+    free(f);
 }
 
 static void test_storage__delete_tree_never_follows_links(void)
@@ -332,6 +528,8 @@ static void test_storage__tar_members(void)
 TEST_MAIN(T(test_storage__loc_parse), T(test_storage__local_ops),
           T(test_storage__tar_members),
           T(test_storage__writer_atomic),
+          T(test_storage__write_plan), T(test_storage__put_stream_local),
+          T(test_storage__readahead),
           T(test_storage__delete_tree_never_follows_links),
           T(test_storage__delete_keys_exactly),
           T(test_storage__concurrent_deleters))
