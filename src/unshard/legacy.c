@@ -500,6 +500,7 @@ static int load_rank(struct lplan *p, int r, struct ckpt_arena *a,
 {
     char name[32];
     struct ckpt_rd rd;
+    struct src_cache cache;
     char *pkl = NULL;
     size_t plen;
     snprintf(name, sizeof(name), "rank%d.pt", r);
@@ -511,7 +512,8 @@ static int load_rank(struct lplan *p, int r, struct ckpt_arena *a,
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (uns_src_get(p->j, rc->file, &rc->src, err) != 0)
         return -1;
-    uns_src_rd(&rd, rc->src, 0, rc->src->size);
+    /* Remote: the zip's records and data.pkl in a few ranged GETs. */
+    uns_src_rd_cached(&rd, &cache, rc->src, 0, rc->src->size);
     const struct ckpt_tzip_entry *pe;
     /* A whole rank's state: bounded by the arena. */
     struct ckpt_pickle_opts po = { .name = "data.pkl", .allow = NULL,
@@ -527,6 +529,7 @@ static int load_rank(struct lplan *p, int r, struct ckpt_arena *a,
     if (rcode == 0 && !ckpt_pv_dict_items(*root))
         rcode = ckpt_err_set(err, CKPT_EFORMAT, "not a state dict");
     free(pkl);
+    uns_src_cache_release(&cache);
     if (rcode != 0 && rc->src && !strstr(err->msg, rc->src->name))
         ckpt_err_prefix(err, "%s", rc->src->name);
     return rcode;

@@ -380,11 +380,14 @@ static int read_headers(struct oplan *p, struct ckpt_err *err)
         struct usrc *src;
         struct ckpt_safetensors *h = NULL;
         struct ckpt_rd rd;
+        struct src_cache cache;
         if (uns_src_get(p->j, f->rel, &src, err) != 0)
             return -1;
         f->src = src;
-        uns_src_rd(&rd, src, 0, src->size);
+        /* Remote: length and header in one ranged GET. */
+        uns_src_rd_cached(&rd, &cache, src, 0, src->size);
         int rc = ckpt_safetensors_open(&h, &rd, err);
+        uns_src_cache_release(&cache);
         for (size_t k = 0; rc == 0 && k < f->n; k++)
             rc = check_piece(p, &p->pieces[f->pieces[k]], h, src->name, err);
         ckpt_safetensors_free(h);

@@ -106,6 +106,7 @@ int uns_olmolocal_load(struct lplan *p, const char *dir, int r,
 {
     char name[64];
     struct ckpt_rd rd;
+    struct src_cache cache;
     const struct ckpt_tzip_entry *pe = NULL;
     char *pkl = NULL;
     size_t plen;
@@ -116,7 +117,8 @@ int uns_olmolocal_load(struct lplan *p, const char *dir, int r,
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (uns_src_get(p->j, *rel, src, err) != 0)
         return -1;
-    uns_src_rd(&rd, *src, 0, (*src)->size);
+    /* Remote: the zip's records and data.pkl in a few ranged GETs. */
+    uns_src_rd_cached(&rd, &cache, *src, 0, (*src)->size);
     /* A whole rank's state: bounded by the arena. */
     struct ckpt_pickle_opts po = { .name = "data.pkl", .allow = allow,
                                    .max_values = SIZE_MAX,
@@ -129,6 +131,7 @@ int uns_olmolocal_load(struct lplan *p, const char *dir, int r,
     if (rc == 0)
         rc = ckpt_pickle_load(a, pkl, plen, &po, root, NULL, err);
     free(pkl);
+    uns_src_cache_release(&cache);
     if (rc != 0 && !strstr(err->msg, *rel))
         ckpt_err_prefix(err, "%s", *rel);
     return rc;
