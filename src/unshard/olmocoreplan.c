@@ -197,9 +197,7 @@ static int load_meta(struct oplan *p, int part, struct ckpt_err *err)
                                   : uns_fs_find(&p->ls[part], "metadata.json");
     /* Not listed: the stat says why. */
     if (rc == 0)
-        rc = uns_fs_read(p->j, path, e && e->type == CKPT_ENTRY_FILE
-                                         ? e->size : UINT64_MAX,
-                         MAX_META, &text, &len, err);
+        rc = uns_fs_read(p->j, path, e, MAX_META, &text, &len, err);
     if (rc == 0)
         rc = ckpt_olmocore_meta_parse(text, len, rel, &p->meta[part], err);
     free(text);

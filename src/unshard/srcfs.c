@@ -11,6 +11,7 @@
  * followed); a link counts as a file, as stat() would have found it.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ static int add_ent(void *ud, const struct ckpt_entry *e)
     d->v[d->n].name = ckpt_xstrdup(e->name);
     d->v[d->n].type = e->type;
     d->v[d->n].size = e->size;
+    d->v[d->n].etag = ckpt_xstrdup(e->etag ? e->etag : "");
     d->n++;
     return 0;
 }
@@ -78,7 +80,7 @@ int uns_fs_list(struct ujob *j, const char *dir, int recursive,
 
 const struct uns_dent *uns_fs_find(const struct uns_dir *d, const char *name)
 {
-    struct uns_dent k = { (char *)name, CKPT_ENTRY_FILE, 0 };
+    struct uns_dent k = { (char *)name, CKPT_ENTRY_FILE, 0, NULL };
     return d->n ? bsearch(&k, d->v, d->n, sizeof(*d->v), by_name) : NULL;
 }
 
@@ -90,8 +92,10 @@ int uns_fs_has_file(const struct uns_dir *d, const char *name)
 
 void uns_fs_free(struct uns_dir *d)
 {
-    for (size_t i = 0; i < d->n; i++)
+    for (size_t i = 0; i < d->n; i++) {
         free(d->v[i].name);
+        free(d->v[i].etag);
+    }
     free(d->v);
     memset(d, 0, sizeof(*d));
 }
@@ -103,16 +107,18 @@ int uns_fs_is_file(struct ujob *j, const char *path)
     return uns_src_stat(j, path, &size, &err) == 0;
 }
 
-/* Read len bytes at 0 of path, through j->st or a local descriptor; one
- * byte more is asked for, so a file that grew since it was listed fails
- * rather than being read in part. */
-static int read_exact(struct ujob *j, const char *path, char *b, size_t len,
-                      struct ckpt_err *err)
+/* Read len bytes at 0 of path, through j->st (as it was when it had
+ * ETag etag: a replaced object fails) or a local descriptor; one byte more
+ * is asked for, so a file that grew since it was listed fails rather than
+ * being read in part. */
+static int read_exact(struct ujob *j, const char *path, const char *etag,
+                      char *b, size_t len, struct ckpt_err *err)
 {
     size_t got = 0;
     int rc;
     if (j->st) {
-        rc = ckpt_storage_read(j->st, path, 0, b, len + 1, &got, err);
+        rc = ckpt_storage_read_if(j->st, path, etag, 0, b, len + 1, &got,
+                                  err);
     } else {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
@@ -137,17 +143,30 @@ static int read_exact(struct ujob *j, const char *path, char *b, size_t len,
     return rc;
 }
 
-int uns_fs_read(struct ujob *j, const char *path, uint64_t size, size_t max,
-                char **data, size_t *len, struct ckpt_err *err)
+int uns_fs_read(struct ujob *j, const char *path, const struct uns_dent *e,
+                size_t max, char **data, size_t *len, struct ckpt_err *err)
 {
-    if (size == UINT64_MAX && uns_src_stat(j, path, &size, err) != 0)
-        return -1;
+    char etag[sizeof(((struct usrc *)0)->etag)] = "";
+    uint64_t size;
+    if (e && e->type == CKPT_ENTRY_FILE) {
+        size = e->size;
+        snprintf(etag, sizeof(etag), "%s", e->etag);
+    } else {
+        /* Not listed (or a local link): its stat says what it is. */
+        struct usrc s;
+        if (uns_src_file(j, path, 0, &s, err) != 0)
+            return -1;
+        if (s.fd >= 0)
+            close(s.fd);
+        size = s.size;
+        memcpy(etag, s.etag, sizeof(etag));
+    }
     if (size > max)
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s' is larger than %zu "
                             "bytes", path, max);
     /* Room for the byte past the end that read_exact asks for. */
     char *b = ckpt_xmalloc((size_t)size + 2);
-    if (read_exact(j, path, b, (size_t)size, err) != 0) {
+    if (read_exact(j, path, etag, b, (size_t)size, err) != 0) {
         free(b);
         return -1;
     }

@@ -248,6 +248,7 @@ struct uns_dent {
     char *name;
     enum ckpt_entry_type type;
     uint64_t size;
+    char *etag;                 /* object storage ETag, or "" */
 };
 struct uns_dir {
     struct uns_dent *v;
@@ -261,10 +262,11 @@ int uns_fs_has_file(const struct uns_dir *d, const char *name);
 void uns_fs_free(struct uns_dir *d);
 /* path is a file of the source (stat). */
 int uns_fs_is_file(struct ujob *j, const char *path);
-/* A whole small file (at most max bytes; NUL-terminated) in one read;
- * size: as listed, or UINT64_MAX to stat it first. */
-int uns_fs_read(struct ujob *j, const char *path, uint64_t size, size_t max,
-                char **data, size_t *len, struct ckpt_err *err);
+/* A whole small file (at most max bytes; NUL-terminated) in one read, as
+ * listed in e (size, ETag: a replaced object fails), or with e NULL as its
+ * stat finds it. */
+int uns_fs_read(struct ujob *j, const char *path, const struct uns_dent *e,
+                size_t max, char **data, size_t *len, struct ckpt_err *err);
 
 /* decode.c: acquire room for bytes of decoded chunk (waits while others
  * hold too much), release it after. */

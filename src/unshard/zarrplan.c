@@ -47,9 +47,7 @@ static int read_small(struct zplan *z, const char *rel, size_t max,
 {
     const struct uns_dent *e = uns_fs_find(&z->ls, rel);
     char *path = ckpt_path_join(z->j->dir, rel);
-    int rc = uns_fs_read(z->j, path, e && e->type == CKPT_ENTRY_FILE
-                                         ? e->size : UINT64_MAX,
-                         max, out, len, err);
+    int rc = uns_fs_read(z->j, path, e, max, out, len, err);
     free(path);
     return rc;
 }
