@@ -289,8 +289,8 @@ static int unshard_one(struct cmd *c, const char *src, const char *dest,
  * Run mode: SRC is a run directory or archive. The run is read into a tree
  * and classified (ckpt_run_scan); every complete sharded checkpoint whose
  * "-unsharded" sibling exists neither in the run nor at DEST becomes
- * DEST/NAME-unsharded/. Steps of an archive are extracted one at a time
- * into a scratch directory, so scratch space never exceeds one step.
+ * DEST/NAME-unsharded/ (src/unshard/runmode.c says where each step is
+ * read from).
  */
 
 /* SRC as the run module sees it: loaded once (ckpt_run_load) through the
