@@ -70,10 +70,12 @@ struct ckpt_unshard_opts {
     const char *tmp_dir;        /* scratch for decompressed items in a
                                    dry run; NULL: $TMPDIR or /tmp */
     const char *config_yaml;    /* copied in as config.yaml when the
-                                   checkpoint has none; NULL: no copy */
+                                   checkpoint has none; NULL: no copy.
+                                   A key of storage when that is set,
+                                   else a local file */
     /* Read SRC (then a key, not a location) through this storage, e.g.
-     * the members of a plain tar read in place; borrowed. NULL: SRC is
-     * a location. DCP checkpoints only. */
+     * a remote run's storage or the members of a plain tar, read in
+     * place; borrowed. NULL: SRC is a location. */
     struct ckpt_storage *storage;
     /* How to open a remote SRC when storage is NULL: TLS checks,
      * retries, verbosity (jobs is taken from .jobs). */
@@ -159,10 +161,9 @@ struct ckpt_unshard_run_cfg {
     int64_t step;
     int skip_step0;         /* never step 0 (nothing to keep there) */
     int delete_sharded;     /* delete each sharded step once verified */
-    const char *tmp_dir;    /* scratch for archive and remote steps;
+    const char *tmp_dir;    /* scratch for the steps of a compressed
+                               archive (.tar.gz, .tar.zst, ...) or a zip;
                                NULL: beside the outputs */
-    int fetch_jobs;         /* files in flight fetching a remote step;
-                               <= 0: 16 */
     void (*on_step)(void *ud, const struct ckpt_unshard_step_event *ev);
     void *ud;
     /* The run at key as the caller already loaded it (ckpt_run_load,
@@ -174,11 +175,13 @@ struct ckpt_unshard_run_cfg {
 
 /*
  * Run mode: the run at key in st (a directory or archive; src is its
- * location as given, read again for remote DCP steps) is read into a tree
+ * location as given) is read into a tree
  * and classified (ckpt_run_scan); every complete sharded checkpoint whose
  * "-unsharded" sibling exists neither in the run nor in local directory
- * dest becomes dest/NAME-unsharded/. Steps of an archive are extracted
- * one at a time into a scratch directory. Returns 0, 1 when a step (or
+ * dest becomes dest/NAME-unsharded/. Steps of a remote run or of a plain
+ * tar are read in place (ranged reads, member reads); steps of a
+ * compressed archive or a zip are extracted one at a time into a scratch
+ * directory. Returns 0, 1 when a step (or
  * the run) failed, 2 when --delete-sharded was asked of an archive.
  */
 int ckpt_unshard_run(struct ckpt_storage *st, const char *key,

@@ -34,12 +34,12 @@ static const char *const usage[] = {
     "model_and_optim/ of an OLMo step), OLMo torch_legacy (rank*.pt), OLMo",
     "local (model/, optim/, train/rank*.pt, metadata.yaml), OLMo olmo_core",
     "(model/ and optim/ rank_*.safetensors), zarr v2 (.zgroup) and",
-    "Orbax steps (OCDBT, per-array zarr or msgpack items; read in place",
-    "from S3/GCS/R2 too). If SRC is a run (directory or archive), each",
-    "complete sharded stepN becomes DEST/stepN-unsharded/.",
+    "Orbax steps (OCDBT, per-array zarr or msgpack items). Every format",
+    "is read in place from S3/GCS/R2 and from a plain .tar. If SRC is a",
+    "run (directory or archive), each complete sharded stepN becomes",
+    "DEST/stepN-unsharded/.",
     "Outputs appear atomically; nothing is executed from any pickle.",
-    "-j default: one worker per CPU core (decoding is CPU-bound); fetching",
-    "a remote run: 16 files in flight.",
+    "-j default: one worker per CPU core (decoding is CPU-bound).",
     NULL
 };
 
@@ -289,8 +289,8 @@ static int unshard_one(struct cmd *c, const char *src, const char *dest,
  * Run mode: SRC is a run directory or archive. The run is read into a tree
  * and classified (ckpt_run_scan); every complete sharded checkpoint whose
  * "-unsharded" sibling exists neither in the run nor at DEST becomes
- * DEST/NAME-unsharded/. Steps of an archive are extracted one at a time
- * into a scratch directory, so scratch space never exceeds one step.
+ * DEST/NAME-unsharded/ (src/unshard/runmode.c says where each step is
+ * read from).
  */
 
 /* SRC as the run module sees it: loaded once (ckpt_run_load) through the
@@ -348,10 +348,9 @@ static void verdict_release(struct verdict *v)
 
 /* SRC is one checkpoint when the run module found only the root
  * checkpoint: its format, else -1 (a run). Archives are runs (run mode
- * reads their root checkpoint too), and so is a remote checkpoint
- * ckpt_unshard_dcp cannot read in place (run mode fetches it). What
- * could not be loaded goes to the single-checkpoint path, except an
- * archive, whose errors run mode reports. */
+ * reads their root checkpoint too). What could not be loaded goes to the
+ * single-checkpoint path, except an archive, whose errors run mode
+ * reports. */
 static int single_format(const struct verdict *v, const char *src)
 {
     int f;
@@ -367,9 +366,6 @@ static int single_format(const struct verdict *v, const char *src)
         return ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE
                    ? -1 : CKPT_FMT_UNKNOWN;
     }
-    if (!ckpt_storage_is_local(v->st) && f != CKPT_FMT_DCP &&
-        f != CKPT_FMT_ORBAX)
-        return -1;
     return f;
 }
 
@@ -449,7 +445,6 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest,
         .uo = c->uo, .latest = c->latest, .has_step = c->step != NULL,
         .step = (int64_t)step, .delete_sharded = c->delete_sharded,
         .tmp_dir = c->g.tmp_dir,
-        .fetch_jobs = cli_default_jobs(&c->g, 64, 16),
         .on_step = on_step, .ud = c,
         .tree = v->loaded ? v->tree : NULL,
         .run = v->loaded ? &v->run : NULL,

@@ -499,7 +499,6 @@ static int unshard(struct one *o)
                 .insecure = c->insecure, .retries = c->retries },
         .latest = c->unshard == CKPT_PROC_UNSHARD_LATEST,
         .skip_step0 = !c->unshard_step0, .tmp_dir = c->tmp_dir,
-        .fetch_jobs = c->jobs > 0 ? o->p->run_jobs : 0,
         .on_step = on_step, .ud = o,
     };
     ckpt_buf_reset(&o->fail);

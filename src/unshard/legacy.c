@@ -13,11 +13,9 @@
  * "rng" is dropped, as OLMo's own unsharder does; the other trainer state
  * (pathlib paths, ints, lists) is re-emitted from rank 0's parsed graph.
  */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ckpt/util.h"
 #include "unshard_int.h"
@@ -461,51 +459,47 @@ static int compare_plain(struct lplan *p, struct ckpt_pv *root0,
 
 /* --- ranks --------------------------------------------------------------- */
 
-/* Number of rank files: rank0.pt .. rank{N-1}.pt must all exist. */
-static int count_ranks(const char *dir, int *n, struct ckpt_err *err)
+/* rankN.pt -> N, or -1. */
+static long rank_file(const char *s)
 {
-    DIR *d = opendir(dir);
-    int max = -1;
-    size_t found = 0;
-    if (!d)
-        return ckpt_err_sys(err, "open '%s'", dir);
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        const char *s = de->d_name;
-        uint64_t r;
-        size_t l = strlen(s);
-        if (l < 8 || strncmp(s, "rank", 4) || strcmp(s + l - 3, ".pt"))
-            continue;
-        char num[32];
-        if (l - 7 >= sizeof(num))
-            continue;
-        memcpy(num, s + 4, l - 7);
-        num[l - 7] = 0;
-        if (ckpt_parse_u64(num, &r) != 0 || r >= MAX_RANKS)
-            continue;
-        found++;
-        max = (int)r > max ? (int)r : max;
+    uint64_t r;
+    size_t l = strlen(s);
+    char num[32];
+    if (l < 8 || strncmp(s, "rank", 4) || strcmp(s + l - 3, ".pt") ||
+        l - 7 >= sizeof(num))
+        return -1;
+    memcpy(num, s + 4, l - 7);
+    num[l - 7] = 0;
+    return ckpt_parse_u64(num, &r) == 0 && r < MAX_RANKS ? (long)r : -1;
+}
+
+/* Number of rank files: rank0.pt .. rank{N-1}.pt must all exist. One
+ * listing of the step (a LIST remotely, however many ranks). */
+static int count_ranks(struct ujob *j, const char *dir, int *n,
+                       struct ckpt_err *err)
+{
+    struct uns_dir d;
+    long max = -1;
+    if (uns_fs_list(j, dir, 0, &d, err) != 0)
+        return -1;
+    for (size_t i = 0; i < d.n; i++) {
+        long r = rank_file(d.v[i].name);
+        max = r > max ? r : max;
     }
-    closedir(d);
-    if (max < 0)
-        return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': no rank*.pt files",
-                            dir);
-    for (int r = 0; r <= max; r++) {
+    int rc = max < 0 ? ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': no rank*.pt "
+                                    "files", dir) : 0;
+    for (long r = 0; rc == 0 && r <= max; r++) {
         char name[32];
-        snprintf(name, sizeof(name), "rank%d.pt", r);
-        char *p = ckpt_path_join(dir, name);
-        struct stat sb;
-        int ok = stat(p, &sb) == 0;
-        if (!ok)
-            ckpt_err_set(err, CKPT_ENOTFOUND, "'%s' is missing (rank files "
-                         "up to rank%d.pt exist)", p, max);
-        free(p);
-        if (!ok)
-            return -1;
+        snprintf(name, sizeof(name), "rank%ld.pt", r);
+        if (!uns_fs_has_file(&d, name))
+            rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s' is missing "
+                              "(rank files up to rank%ld.pt exist)", dir,
+                              name, max);
     }
-    (void)found;
-    *n = max + 1;
-    return 0;
+    uns_fs_free(&d);
+    if (rc == 0)
+        *n = (int)max + 1;
+    return rc;
 }
 
 /* Open rank r's zip and parse its data.pkl into arena a. */
@@ -515,6 +509,7 @@ static int load_rank(struct lplan *p, int r, struct ckpt_arena *a,
 {
     char name[32];
     struct ckpt_rd rd;
+    struct src_cache cache;
     char *pkl = NULL;
     size_t plen;
     snprintf(name, sizeof(name), "rank%d.pt", r);
@@ -526,7 +521,8 @@ static int load_rank(struct lplan *p, int r, struct ckpt_arena *a,
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (uns_src_get(p->j, rc->file, &rc->src, err) != 0)
         return -1;
-    uns_src_rd(&rd, rc->src, 0, rc->src->size);
+    /* Remote: the zip's records and data.pkl in a few ranged GETs. */
+    uns_src_rd_cached(&rd, &cache, rc->src, 0, rc->src->size);
     const struct ckpt_tzip_entry *pe;
     /* A whole rank's state: bounded by the arena. */
     struct ckpt_pickle_opts po = { .name = "data.pkl", .allow = NULL,
@@ -542,6 +538,7 @@ static int load_rank(struct lplan *p, int r, struct ckpt_arena *a,
     if (rcode == 0 && !ckpt_pv_dict_items(*root))
         rcode = ckpt_err_set(err, CKPT_EFORMAT, "not a state dict");
     free(pkl);
+    uns_src_cache_release(&cache);
     if (rcode != 0 && rc->src && !strstr(err->msg, rc->src->name))
         ckpt_err_prefix(err, "%s", rc->src->name);
     return rcode;
@@ -814,7 +811,7 @@ int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     p.j = j;
     int rc = uns_olmo_job_init(j, src, "rank*.pt", &p, locate, err);
     if (rc == 0)
-        rc = count_ranks(src, &p.nranks, err);
+        rc = count_ranks(j, src, &p.nranks, err);
     if (rc == 0)
         rc = load_rank(&p, 0, j->arena, &rc0, &root0, err);
     p.z0 = rc0.z;

@@ -21,11 +21,9 @@
  * {state key: tensor}}, "param_groups": groups without "_param_names"};
  * model.pt is {key: tensor}, train.pt a copy of train/rank0.pt.
  */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ckpt/olmocore.h"
 #include "ckpt/util.h"
@@ -84,20 +82,12 @@ struct oplan {
     size_t npieces, piececap;
     size_t *ent;                    /* malloced: output entry -> tensor */
     struct ckpt_pv *groups;         /* LIST: the output param groups */
+    struct uns_dir ls[2];           /* listing of model/ and optim/ */
 };
 
 static int oom(struct ckpt_err *err)
 {
     return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-}
-
-static int has(const char *dir, const char *rel)
-{
-    char *p = ckpt_path_join(dir, rel);
-    struct stat sb;
-    int r = stat(p, &sb) == 0;
-    free(p);
-    return r;
 }
 
 /* --- files ------------------------------------------------------------- */
@@ -117,34 +107,26 @@ static long rank_of(const char *name)
     return ckpt_parse_u64(num, &r) == 0 && r < MAX_RANK ? (long)r : -1;
 }
 
-/* The rank files of a part must be rank_0 .. rank_N without a gap. */
+/* The rank files of a part must be rank_0 .. rank_N without a gap
+ * (in the part's listing). */
 static int check_ranks(struct oplan *p, int part, struct ckpt_err *err)
 {
-    char *dir = ckpt_path_join(p->j->dir, parts[part]);
-    DIR *d = opendir(dir);
-    struct dirent *de;
+    const struct uns_dir *l = &p->ls[part];
     long max = -1;
-    if (!d) {
-        int rc = ckpt_err_sys(err, "open '%s'", dir);
-        free(dir);
-        return rc;
-    }
-    while ((de = readdir(d)) != NULL) {
-        long r = rank_of(de->d_name);
+    for (size_t i = 0; i < l->n; i++) {
+        long r = rank_of(l->v[i].name);
         max = r > max ? r : max;
     }
-    closedir(d);
-    int rc = 0;
-    for (long r = 0; r <= max && rc == 0; r++) {
+    for (long r = 0; r <= max; r++) {
         char name[48];
         snprintf(name, sizeof(name), "rank_%ld.safetensors", r);
-        if (!has(dir, name))
-            rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s' is missing "
-                              "(rank files up to rank_%ld.safetensors "
-                              "exist)", dir, name, max);
+        if (!uns_fs_has_file(l, name))
+            return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s/%s' is "
+                                "missing (rank files up to "
+                                "rank_%ld.safetensors exist)", p->j->dir,
+                                parts[part], name, max);
     }
-    free(dir);
-    return rc;
+    return 0;
 }
 
 /* The file a piece names (registered once; it must exist). */
@@ -161,7 +143,7 @@ static int file_of(struct oplan *p, int part, const char *name, size_t *out,
         *out = (size_t)i;
         return 0;
     }
-    if (!has(p->j->dir, rel))
+    if (!uns_fs_has_file(&p->ls[part], name))
         return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s' is missing "
                             "(%s/metadata.json places tensor '%s' in it)",
                             p->j->dir, rel, parts[part], key);
@@ -202,24 +184,24 @@ static int add_piece(struct oplan *p, size_t ti,
 
 /* --- metadata ------------------------------------------------------------ */
 
+/* List the part's directory, then read its metadata.json. */
 static int load_meta(struct oplan *p, int part, struct ckpt_err *err)
 {
     char *rel = ckpt_xasprintf("%s/metadata.json", parts[part]);
     char *path = ckpt_path_join(p->j->dir, rel);
-    struct stat sb;
+    char *dir = ckpt_path_join(p->j->dir, parts[part]);
     char *text = NULL;
-    int rc = 0;
-    if (stat(path, &sb) != 0)
-        rc = ckpt_err_sys(err, "open '%s'", path);
-    else if ((uint64_t)sb.st_size > MAX_META)
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is larger than %u "
-                          "bytes", path, MAX_META);
-    else if (!(text = ckpt_read_small_file(path, MAX_META)))
-        rc = ckpt_err_sys(err, "read '%s'", path);
+    size_t len;
+    int rc = uns_fs_list(p->j, dir, 0, &p->ls[part], err);
+    const struct uns_dent *e = rc ? NULL
+                                  : uns_fs_find(&p->ls[part], "metadata.json");
+    /* Not listed: the stat says why. */
     if (rc == 0)
-        rc = ckpt_olmocore_meta_parse(text, strlen(text), rel,
-                                      &p->meta[part], err);
+        rc = uns_fs_read(p->j, path, e, MAX_META, &text, &len, err);
+    if (rc == 0)
+        rc = ckpt_olmocore_meta_parse(text, len, rel, &p->meta[part], err);
     free(text);
+    free(dir);
     free(path);
     free(rel);
     return rc;
@@ -396,11 +378,14 @@ static int read_headers(struct oplan *p, struct ckpt_err *err)
         struct usrc *src;
         struct ckpt_safetensors *h = NULL;
         struct ckpt_rd rd;
+        struct src_cache cache;
         if (uns_src_get(p->j, f->rel, &src, err) != 0)
             return -1;
         f->src = src;
-        uns_src_rd(&rd, src, 0, src->size);
+        /* Remote: length and header in one ranged GET. */
+        uns_src_rd_cached(&rd, &cache, src, 0, src->size);
         int rc = ckpt_safetensors_open(&h, &rd, err);
+        uns_src_cache_release(&cache);
         for (size_t k = 0; rc == 0 && k < f->n; k++)
             rc = check_piece(p, &p->pieces[f->pieces[k]], h, src->name, err);
         ckpt_safetensors_free(h);
@@ -813,7 +798,10 @@ static int build_root(struct oplan *p, struct ckpt_pv **root,
 /* OLMo's unsharder reads train/rank0.pt; train.pt is its copy. */
 static int check_train(struct ujob *j, struct ckpt_err *err)
 {
-    if (has(j->dir, "train/rank0.pt"))
+    char *p = ckpt_path_join(j->dir, "train/rank0.pt");
+    int ok = uns_fs_is_file(j, p);
+    free(p);
+    if (ok)
         return 0;
     return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/train/rank0.pt' is "
                         "missing", j->dir);
@@ -829,6 +817,8 @@ static void plan_release(struct oplan *p)
         free(p->files[i].pieces);
     free(p->files);
     tf_strmap_release(&p->byfile);
+    uns_fs_free(&p->ls[0]);
+    uns_fs_free(&p->ls[1]);
     free(p->pieces);
     free(p->ts);
     free(p->ent);

@@ -20,11 +20,9 @@
  * byte copy of train/rank0.pt (layout.c), config.yaml (unshard.c).
  */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ckpt/util.h"
 #include "ckpt/yaml.h"
@@ -43,7 +41,7 @@ static int world_size(struct ujob *j, int *n, struct ckpt_err *err)
     struct usrc *s;
     char *path = ckpt_path_join(j->dir, "metadata.yaml");
     int rc = 0;
-    if (!ckpt_is_file_in(j->dir, "metadata.yaml"))
+    if (!uns_fs_is_file(j, path))
         rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s' is missing: the "
                           "checkpoint is incomplete", path);
     else if (uns_src_get(j, "metadata.yaml", &s, err) != 0)
@@ -72,20 +70,31 @@ static int world_size(struct ujob *j, int *n, struct ckpt_err *err)
     return rc;
 }
 
-/* Every rank file metadata.yaml promises, before any is read. */
+/* Every rank file metadata.yaml promises, before any is read: one
+ * listing per directory (a LIST remotely, however many ranks). */
 static int check_ranks(struct lplan *p, struct ckpt_err *err)
 {
     static const char *const dirs[] = { "model", "optim", "train" };
-    for (int d = 0; d < 3; d++)
-        for (int r = 0; r < p->nranks; r++) {
-            char name[64];
-            snprintf(name, sizeof(name), "%s/rank%d.pt", dirs[d], r);
-            if (!ckpt_is_file_in(p->j->dir, name))
-                return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s' is "
-                                    "missing (metadata.yaml: world_size "
-                                    "%d)", p->j->dir, name, p->nranks);
+    int rc = 0;
+    for (int d = 0; rc == 0 && d < 3; d++) {
+        char *dir = ckpt_path_join(p->j->dir, dirs[d]);
+        struct uns_dir l;
+        if (uns_fs_list(p->j, dir, 0, &l, err) != 0) {
+            free(dir);
+            return -1;
         }
-    return 0;
+        for (int r = 0; rc == 0 && r < p->nranks; r++) {
+            char name[64];
+            snprintf(name, sizeof(name), "rank%d.pt", r);
+            if (!uns_fs_has_file(&l, name))
+                rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s/%s' is "
+                                  "missing (metadata.yaml: world_size %d)",
+                                  p->j->dir, dirs[d], name, p->nranks);
+        }
+        uns_fs_free(&l);
+        free(dir);
+    }
+    return rc;
 }
 
 /* The name stays in the metadata arena: src_get keeps it as a key. */
@@ -97,6 +106,7 @@ int uns_olmolocal_load(struct lplan *p, const char *dir, int r,
 {
     char name[64];
     struct ckpt_rd rd;
+    struct src_cache cache;
     const struct ckpt_tzip_entry *pe = NULL;
     char *pkl = NULL;
     size_t plen;
@@ -107,7 +117,8 @@ int uns_olmolocal_load(struct lplan *p, const char *dir, int r,
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (uns_src_get(p->j, *rel, src, err) != 0)
         return -1;
-    uns_src_rd(&rd, *src, 0, (*src)->size);
+    /* Remote: the zip's records and data.pkl in a few ranged GETs. */
+    uns_src_rd_cached(&rd, &cache, *src, 0, (*src)->size);
     /* A whole rank's state: bounded by the arena. */
     struct ckpt_pickle_opts po = { .name = "data.pkl", .allow = allow,
                                    .max_values = SIZE_MAX,
@@ -120,6 +131,7 @@ int uns_olmolocal_load(struct lplan *p, const char *dir, int r,
     if (rc == 0)
         rc = ckpt_pickle_load(a, pkl, plen, &po, root, NULL, err);
     free(pkl);
+    uns_src_cache_release(&cache);
     if (rc != 0 && !strstr(err->msg, *rel))
         ckpt_err_prefix(err, "%s", *rel);
     return rc;

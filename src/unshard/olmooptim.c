@@ -113,6 +113,11 @@ struct oval {
     const char *key;
     struct ckpt_pv *v;
     struct ckpt_tensor t;
+    /* The rank file for the scalars' few bytes: through 64 KiB windows
+     * when remote, so a parameter's step and grad_norm_exp_avg are not a
+     * ranged GET each. */
+    struct ckpt_rd rd;
+    struct src_cache cache;
 };
 
 static int disagree(const struct oval *o, const struct lvalue *x,
@@ -125,7 +130,7 @@ static int disagree(const struct oval *o, const struct lvalue *x,
 
 /* A 0-d tensor: equal on every rank that has it (OLMo: step,
  * grad_norm_exp_avg). */
-static int scalar(const struct oval *o, struct lvalue *x,
+static int scalar(struct oval *o, struct lvalue *x,
                   const struct ckpt_tzip_entry *ze, struct ckpt_err *err)
 {
     unsigned char b[16];
@@ -133,7 +138,7 @@ static int scalar(const struct oval *o, struct lvalue *x,
     if (size > sizeof(b))
         return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': dtype %s of "
                             "'%s'", o->rel, o->t.dtype->name, o->key);
-    if (uns_src_read(o->src, ze->data_off + (uint64_t)o->t.storage_offset *
+    if (ckpt_rd_read(&o->rd, ze->data_off + (uint64_t)o->t.storage_offset *
                      size, b, size, err) != 0)
         return -1;
     if (x->sl.n)
@@ -330,8 +335,11 @@ int uns_olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "ranks 0 and %d disagree on "
                           "param_groups (%s)", r, o.rel);
     }
-    if (rc == 0)
+    if (rc == 0) {
+        uns_src_rd_cached(&o.rd, &o.cache, o.src, 0, o.src->size);
         rc = read_state(p, &o, root, err);
+        uns_src_cache_release(&o.cache);
+    }
     if (r) {
         ckpt_tzip_free(o.z);
         ckpt_arena_free(a);

@@ -17,7 +17,6 @@
 #include "ckpt/storage.h"
 #include "ckpt/tempname.h"
 #include "ckpt/unshard.h"
-#include "ckpt/upload.h"
 #include "ckpt/util.h"
 
 /* --- runs ---------------------------------------------------------------- */
@@ -26,8 +25,12 @@
  * Run mode: SRC is a run directory or archive. The run is read into a tree
  * and classified (ckpt_run_scan); every complete sharded checkpoint whose
  * "-unsharded" sibling exists neither in the run nor at DEST becomes
- * DEST/NAME-unsharded/. Steps of an archive are extracted one at a time
- * into a scratch directory, so scratch space never exceeds one step.
+ * DEST/NAME-unsharded/. Every format is read in place from a local or
+ * remote run (ranged reads) and from a plain tar (member reads through
+ * ckpt_storage_open_members: pread locally, ranged GETs remotely). Only
+ * the steps of a compressed archive (one streaming pass) or a zip are
+ * extracted into a scratch directory, one step at a time, so scratch
+ * space never exceeds one step.
  */
 
 static const char *const msg_done[] = { "unsharded", "would-unshard" };
@@ -40,8 +43,10 @@ struct runctx {
     struct ckpt_tree *tree;     /* owned */
     struct ckpt_run run;
     const char *src, *dest;     /* as given */
-    char *scratch;              /* owned: archive and remote steps go here */
-    char *config;               /* owned: the run's config.yaml, or NULL */
+    char *scratch;              /* owned: extracted steps go here */
+    char *config;               /* owned: the run's config.yaml (a key of
+                                   the step's storage when read in place,
+                                   else a local file), or NULL */
     struct ckpt_storage *members;   /* owned: a plain tar's members */
 };
 
@@ -217,49 +222,8 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
     return NULL;
 }
 
-struct fetch {
-    char *failed;       /* the first file that did not arrive; owned */
-};
-
-static void on_fetch(void *ud, const struct ckpt_upload_event *ev)
-{
-    struct fetch *f = ud;
-    if (ev->action == CKPT_UP_FAILED && !f->failed)
-        f->failed = ckpt_xasprintf("fetch '%s': %s", ev->src, ev->detail);
-}
-
-/* Copy every file below the remote key from into local directory to with
- * the upload engine: parallel, each file verified on arrival. */
-static int fetch_tree(struct runctx *r, const char *from, const char *to,
-                      struct ckpt_err *err)
-{
-    struct ckpt_loc loc;
-    struct ckpt_storage *lst = NULL;
-    struct fetch f = { NULL };
-    struct ckpt_upload_cfg cfg = {
-        .jobs = r->cfg->fetch_jobs > 0 ? r->cfg->fetch_jobs : 16,
-        .on_event = on_fetch, .ud = &f,
-    };
-    struct ckpt_storage_cfg scfg = { 0, 0, 0, 1 };
-    struct ckpt_upload_totals tot;
-    if (ckpt_loc_parse(&loc, to, err) != 0)
-        return -1;
-    int rc = ckpt_storage_open(&lst, &loc, &scfg, err);
-    struct ckpt_upload *u = rc ? NULL : ckpt_upload_new(&cfg);
-    if (u && ckpt_upload_add(u, r->st, from, lst, loc.key, 0, err) != 0)
-        rc = -1;
-    if (u && rc == 0 && ckpt_upload_run(u, &tot) != 0)
-        rc = ckpt_err_set(err, CKPT_EIO, "%s", f.failed ? f.failed :
-                          "fetch of the step failed");
-    ckpt_upload_free(u);
-    ckpt_storage_close(lst);
-    free(f.failed);
-    ckpt_loc_release(&loc);
-    return rc;
-}
-
-/* The run's config.yaml, when the run is an archive or remote: copied
- * once from the run tree (which kept it while indexing a compressed
+/* The run's config.yaml, when the run is a compressed archive or a zip:
+ * copied once from the run tree (which kept it while indexing the
  * archive) into the scratch directory. It travels into every output
  * whose step has none. */
 static int save_config(struct runctx *r, struct ckpt_err *err)
@@ -280,19 +244,18 @@ static int save_config(struct runctx *r, struct ckpt_err *err)
     return rc;
 }
 
-/* DCP steps of a plain tar are read in place, through a storage over the
- * archive's members (pread locally, ranged GETs remotely). */
-static int in_place(const struct runctx *r, const struct ckpt_checkpoint *k)
+/* Steps of a remote run (ranged reads) and of a plain tar (member reads)
+ * are read in place; a local directory's are read where they are. */
+static int in_place(const struct runctx *r)
 {
-    return k->format == CKPT_FMT_DCP &&
-           (r->remote || r->tree->archive == CKPT_ARCHIVE_TAR);
+    return r->remote || r->tree->archive == CKPT_ARCHIVE_TAR;
 }
 
-/* Step k is read from a scratch copy, removed once it has been used. */
-static int copied(const struct runctx *r, const struct ckpt_checkpoint *k)
+/* Steps are read from a scratch copy, removed once it has been used: a
+ * zip's (a compressed archive's are spooled, spool_run). */
+static int copied(const struct runctx *r)
 {
-    return (r->remote || r->tree->archive != CKPT_ARCHIVE_NONE) &&
-           !in_place(r, k);
+    return r->tree->archive != CKPT_ARCHIVE_NONE && !in_place(r);
 }
 
 static int open_members(struct runctx *r, struct ckpt_err *err)
@@ -310,37 +273,22 @@ static int open_members(struct runctx *r, struct ckpt_err *err)
     return rc;
 }
 
-/* Where checkpoint k is read from: in place (a local run; a DCP step of a
- * remote run or of a plain tar), or a scratch copy (a step of another
- * archive, extracted; a remote step of another format, fetched). */
+/* Where checkpoint k is read from: in place (a local run; a step of a
+ * remote run through the run's storage; a step of a plain tar through
+ * its members), or a scratch copy (a step of a zip, extracted). */
 static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
                       struct ckpt_err *err)
 {
     if (r->tree->archive == CKPT_ARCHIVE_NONE && !r->remote)
         return ckpt_path_join(r->tree->key, k->dir);
-    if (r->remote && k->format == CKPT_FMT_DCP)
-        return ckpt_path_join(r->src, k->dir);
-    if (in_place(r, k)) {
-        if (!r->members && open_members(r, err) != 0)
+    if (in_place(r)) {
+        if (!r->remote && !r->members && open_members(r, err) != 0)
             return NULL;
         char *why = ckpt_xasprintf("read in place from %s", r->src);
         step_row(r, "info", k, why, NULL, NULL);
         free(why);
-        r->uo.storage = r->members;
+        r->uo.storage = r->remote ? r->st : r->members;
         return ckpt_path_join(r->tree->key, k->dir);
-    }
-    if (r->remote) {
-        char *from = ckpt_path_join(r->tree->key, k->dir);
-        char *to = ckpt_path_join(r->scratch, k->dir);
-        ckpt_rm_tree(to);
-        int rc = fetch_tree(r, from, to, err);
-        free(from);
-        if (rc != 0) {
-            ckpt_rm_tree(to);
-            free(to);
-            return NULL;
-        }
-        return to;
     }
     char *to = ckpt_path_join(r->scratch, k->dir);
     ckpt_rm_tree(to);
@@ -537,8 +485,8 @@ static int do_step(struct runctx *r, const struct ckpt_checkpoint *k)
         failed = unshard_step(r, k, dir, out) != 0;
     }
     r->uo.storage = NULL;
-    /* Scratch copies (fetched or extracted) go as soon as they are used. */
-    if (dir && copied(r, k))
+    /* Scratch copies (extracted) go as soon as they are used. */
+    if (dir && copied(r))
         ckpt_rm_tree(dir);
     free(dir);
     free(out);
@@ -786,17 +734,19 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
     const char *base = cfg->tmp_dir ? cfg->tmp_dir : dest;
     if (cfg->uo.dry_run && !cfg->tmp_dir)
         base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    if (archive || r.remote) {
+    int scratch = archive && !in_place(&r);
+    if (scratch) {
         /* A killed run's scratch (a whole step) goes with the next run. */
         ckpt_temp_sweep(base);
         r.scratch = ckpt_temp_path(base);
     }
-    if ((archive || r.remote) && r.run.has_config &&
-        save_config(&r, &err) != 0) {
+    if (scratch && r.run.has_config && save_config(&r, &err) != 0) {
         step_row(&r, "error", NULL, err.msg, NULL, NULL);
         failed = 1;
         goto out;
-    } else if (!archive && !r.remote && r.run.has_config) {
+    } else if (!scratch && r.run.has_config) {
+        /* Read where the steps are: a local file, or a key of the run's
+         * storage (remote) or of the tar's members. */
         r.config = ckpt_path_join(r.tree->key, "config.yaml");
     }
     size_t n, *pick = choose(&r, &n);

@@ -373,10 +373,15 @@ static int add_config(struct ujob *j, struct ckpt_err *err)
     const char *from = uns_src_stat(j, own, &size, &e2) == 0 ? own : NULL;
     struct stat sb;
     int local = !j->st;
-    /* The run's config.yaml (run mode) is a local file, even when the
-     * checkpoint is remote (run mode fetched it). */
-    if (!from && j->o->config_yaml && stat(j->o->config_yaml, &sb) == 0 &&
-        S_ISREG(sb.st_mode)) {
+    /* The run's config.yaml (run mode): read where the step is read when
+     * that is o->storage (a remote run, a plain tar), else a local file,
+     * even when the checkpoint is remote (a compressed archive's, kept
+     * in scratch). */
+    if (!from && j->o->config_yaml && j->o->storage &&
+        uns_src_stat(j, j->o->config_yaml, &size, &e2) == 0) {
+        from = j->o->config_yaml;
+    } else if (!from && j->o->config_yaml && !j->o->storage &&
+               stat(j->o->config_yaml, &sb) == 0 && S_ISREG(sb.st_mode)) {
         from = j->o->config_yaml;
         size = (uint64_t)sb.st_size;
         local = 1;
@@ -499,18 +504,19 @@ int uns_olmo_job_init(struct ujob *j, const char *src, const char *metaname,
     return j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
 }
 
-/* An Orbax step at src: a key of o->storage, a remote URL or a local
- * directory. Remote steps are read in place through j->st (set here, so
- * config.yaml beside the step is found through it too); j->top is where
- * the step is in it. */
-static int plan_orbax(struct ujob *j, const char *src, struct ckpt_err *err)
+/* Where the step at src is read from: a key of o->storage (a remote run,
+ * the members of a plain tar), a remote URL (opened here, --insecure and
+ * --retries applied) or a local directory. Remote steps are read in place
+ * through j->st, so config.yaml beside the step is found through it too;
+ * j->top is where the step is in it. */
+static int open_step(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_loc loc;
     if (j->o->storage) {
         j->st = j->o->storage;
         j->st_borrowed = 1;
         j->top = ckpt_xstrdup(src);
-        return uns_orbax_plan(j, j->top, err);
+        return 0;
     }
     if (ckpt_loc_parse(&loc, src, err) != 0)
         return -1;
@@ -522,7 +528,7 @@ static int plan_orbax(struct ujob *j, const char *src, struct ckpt_err *err)
     }
     j->top = ckpt_xstrdup(loc.scheme != CKPT_SCHEME_LOCAL ? loc.key : src);
     ckpt_loc_release(&loc);
-    return rc != 0 ? -1 : uns_orbax_plan(j, j->top, err);
+    return rc;
 }
 
 /* DCP (and whatever the run module could not name: its errors say why),
@@ -539,19 +545,17 @@ static int plan_dcp(struct ujob *j, const char *src, struct ckpt_err *err)
     return uns_layout_files(j, root, err);
 }
 
-/* The planner of each format the run module names. local: reads a local
- * step directory only (its config.yaml travels too); through o->storage
- * such a step is read as DCP, as before formats had planners. */
+/* The planner of each format the run module names; each reads the step
+ * where it is (open_step). DCP opens its source itself (source.c). */
 static const struct {
     enum ckpt_format format;
-    int local;
     int (*plan)(struct ujob *j, const char *src, struct ckpt_err *err);
 } planners[] = {
-    { CKPT_FMT_OLMO_LOCAL, 1, uns_olmolocal_plan },
-    { CKPT_FMT_OLMO_CORE, 1, uns_olmocore_plan },
-    { CKPT_FMT_OLMO_LEGACY, 1, uns_legacy_plan },
-    { CKPT_FMT_ZARR, 1, uns_zarr_plan },
-    { CKPT_FMT_ORBAX, 0, plan_orbax },
+    { CKPT_FMT_OLMO_LOCAL, uns_olmolocal_plan },
+    { CKPT_FMT_OLMO_CORE, uns_olmocore_plan },
+    { CKPT_FMT_OLMO_LEGACY, uns_legacy_plan },
+    { CKPT_FMT_ZARR, uns_zarr_plan },
+    { CKPT_FMT_ORBAX, uns_orbax_plan },
 };
 
 /* Plan everything; nothing is written. */
@@ -559,11 +563,11 @@ static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     enum ckpt_format f = (enum ckpt_format)j->o->source_format;
     for (size_t i = 0; i < sizeof(planners) / sizeof(planners[0]); i++) {
-        if (planners[i].format != f || (planners[i].local && j->o->storage))
+        if (planners[i].format != f)
             continue;
-        if (planners[i].local)
-            j->top = ckpt_xstrdup(src);
-        return planners[i].plan(j, src, err);
+        if (open_step(j, src, err) != 0)
+            return -1;
+        return planners[i].plan(j, j->top, err);
     }
     return plan_dcp(j, src, err);
 }

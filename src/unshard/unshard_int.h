@@ -248,6 +248,34 @@ int uns_src_read_noted(struct usrc *s, uint64_t off, void *buf, size_t len,
 int uns_src_check_records(struct ujob *j, struct ckpt_err *err);
 void uns_src_records_free(struct usrc *s);
 
+/* srcfs.c: directories and small files of the source, read where it is
+ * (local, object storage, tar members; j->st), for the planners. A
+ * listing is kept sorted by name; with recursive, names are paths below
+ * dir and only files (and local links) are listed. */
+struct uns_dent {
+    char *name;
+    enum ckpt_entry_type type;
+    uint64_t size;
+    char *etag;                 /* object storage ETag, or "" */
+};
+struct uns_dir {
+    struct uns_dent *v;
+    size_t n, cap;
+};
+int uns_fs_list(struct ujob *j, const char *dir, int recursive,
+                struct uns_dir *d, struct ckpt_err *err);
+const struct uns_dent *uns_fs_find(const struct uns_dir *d, const char *name);
+/* A file (or a local link, which stat() would follow) named name. */
+int uns_fs_has_file(const struct uns_dir *d, const char *name);
+void uns_fs_free(struct uns_dir *d);
+/* path is a file of the source (stat). */
+int uns_fs_is_file(struct ujob *j, const char *path);
+/* A whole small file (at most max bytes; NUL-terminated) in one read, as
+ * listed in e (size, ETag: a replaced object fails), or with e NULL as its
+ * stat finds it. */
+int uns_fs_read(struct ujob *j, const char *path, const struct uns_dent *e,
+                size_t max, char **data, size_t *len, struct ckpt_err *err);
+
 /* decode.c: acquire room for bytes of decoded chunk (waits while others
  * hold too much), release it after. */
 void uns_dec_init(struct ujob *j);

@@ -13,14 +13,9 @@
  * an error when fill_value is null.
  */
 #include <cjson/cJSON.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "ckpt/util.h"
 #include "ckpt/zarr.h"
@@ -31,7 +26,7 @@
 
 /* One array: lives until the job ends (the engine decodes its chunks). */
 struct zarr_a {
-    char *adir;             /* malloced */
+    const char *rel;        /* the array's path in the group (z->arrays) */
     struct ckpt_zarray za;
     struct ugrid g;
     int64_t *strides;
@@ -40,60 +35,33 @@ struct zarr_a {
 
 struct zplan {
     struct ujob *j;
+    struct uns_dir ls;      /* every file below the group, listed once */
     char **arrays;          /* malloced relative paths, sorted */
     size_t n, cap;
     struct zarr_a *arrs;    /* per entry */
 };
 
-static int read_small(const char *path, size_t max, char **out, size_t *len,
-                      struct ckpt_err *err)
+/* A file of the group (rel below j->dir), as listed. */
+static int read_small(struct zplan *z, const char *rel, size_t max,
+                      char **out, size_t *len, struct ckpt_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        int rc = ckpt_err_sys(err, "open '%s'", path);
-        if (fd >= 0)
-            close(fd);
-        return rc;
-    }
-    if ((uint64_t)sb.st_size > max) {
-        close(fd);
-        return ckpt_err_set(err, CKPT_EFORMAT, "'%s' is larger than %zu "
-                            "bytes", path, max);
-    }
-    char *b = ckpt_xmalloc((size_t)sb.st_size + 1);
-    size_t got = 0;
-    while (got < (size_t)sb.st_size) {
-        ssize_t n = pread(fd, b + got, (size_t)sb.st_size - got,
-                          (off_t)got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            free(b);
-            close(fd);
-            return n < 0 ? ckpt_err_sys(err, "read '%s'", path)
-                         : ckpt_err_set(err, CKPT_EIO, "read '%s': "
-                                        "file shrank", path);
-        }
-        got += (size_t)n;
-    }
-    close(fd);
-    b[got] = 0;
-    *out = b;
-    *len = got;
-    return 0;
+    const struct uns_dent *e = uns_fs_find(&z->ls, rel);
+    char *path = ckpt_path_join(z->j->dir, rel);
+    int rc = uns_fs_read(z->j, path, e, max, out, len, err);
+    free(path);
+    return rc;
 }
 
 /* Root .zattrs must say write_completed (set after the final barrier). */
-static int check_completed(const char *src, struct ckpt_err *err)
+static int check_completed(struct zplan *z, struct ckpt_err *err)
 {
-    char *p = ckpt_path_join(src, ".zattrs"), *text = NULL;
+    char *p = ckpt_path_join(z->j->dir, ".zattrs"), *text = NULL;
     size_t len;
     int rc = 0;
-    if (!ckpt_is_file_in(src, ".zattrs"))
+    if (!uns_fs_has_file(&z->ls, ".zattrs"))
         rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' missing: the checkpoint "
                           "is incomplete (no write_completed)", p);
-    else if (read_small(p, MAX_ZARRAY, &text, &len, err) != 0)
+    else if (read_small(z, ".zattrs", MAX_ZARRAY, &text, &len, err) != 0)
         rc = -1;
     if (rc == 0) {
         cJSON *o = cJSON_ParseWithLength(text, len);
@@ -109,49 +77,31 @@ static int check_completed(const char *src, struct ckpt_err *err)
     return rc;
 }
 
-/* Every directory below src holding .zarray (dot-named ones included). */
-static int find_arrays(struct zplan *z, const char *src, const char *rel,
-                       int depth, struct ckpt_err *err)
+/* Every directory below the group holding .zarray (dot-named ones
+ * included), from the listing. */
+static int find_arrays(struct zplan *z, struct ckpt_err *err)
 {
-    char *dir = *rel ? ckpt_path_join(src, rel) : ckpt_xstrdup(src);
-    DIR *d = opendir(dir);
-    int rc = 0;
-    if (!d) {
-        rc = ckpt_err_sys(err, "open '%s'", dir);
-        free(dir);
-        return rc;
-    }
-    if (*rel && ckpt_is_file_in(dir, ".zarray")) {
+    static const char tail[] = "/.zarray";
+    for (size_t i = 0; i < z->ls.n; i++) {
+        const char *name = z->ls.v[i].name;
+        size_t depth = 0, l = strlen(name);
+        for (const char *c = name; *c; c++)
+            depth += *c == '/';
+        if (depth > MAX_DEPTH)
+            return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s': directories "
+                                "nested too deep", z->j->dir, name);
+        if (l <= sizeof(tail) - 1 || strcmp(name + l - (sizeof(tail) - 1),
+                                            tail) ||
+            !uns_fs_has_file(&z->ls, name))
+            continue;
         if (z->n == z->cap) {
             z->cap = z->cap ? 2 * z->cap : 16;
             z->arrays = ckpt_xreallocarray(z->arrays, z->cap,
                                            sizeof(*z->arrays));
         }
-        z->arrays[z->n++] = ckpt_xstrdup(rel);
+        z->arrays[z->n++] = ckpt_xstrndup(name, l - (sizeof(tail) - 1));
     }
-    struct dirent *de;
-    while (rc == 0 && (de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        char *p = ckpt_path_join(dir, de->d_name);
-        struct stat sb;
-        int sub = lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-        free(p);
-        if (!sub)
-            continue;
-        if (depth >= MAX_DEPTH) {
-            rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': directories nested "
-                              "too deep", dir);
-            break;
-        }
-        char *r = *rel ? ckpt_path_join(rel, de->d_name)
-                       : ckpt_xstrdup(de->d_name);
-        rc = find_arrays(z, src, r, depth + 1, err);
-        free(r);
-    }
-    closedir(d);
-    free(dir);
-    return rc;
+    return 0;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -159,7 +109,8 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static char *chunk_path(const struct zarr_a *a, const uint64_t *idx)
+/* The chunk's path in the group. */
+static char *chunk_rel(const struct zarr_a *a, const uint64_t *idx)
 {
     struct ckpt_buf key = CKPT_BUF_INIT;
     for (int d = 0; d < a->za.ndim; d++)
@@ -167,13 +118,13 @@ static char *chunk_path(const struct zarr_a *a, const uint64_t *idx)
                       (unsigned long long)idx[d]);
     if (a->za.ndim == 0)
         ckpt_buf_addstr(&key, "0");
-    char *path = ckpt_path_join(a->adir, key.ptr);
+    char *rel = ckpt_path_join(a->rel, key.ptr);
     ckpt_buf_release(&key);
-    return path;
+    return rel;
 }
 
-/* Which chunks exist (a stat each): a missing one takes fill_value, or
- * fails the plan when the array has none. */
+/* Which chunks exist (in the listing): a missing one takes fill_value,
+ * or fails the plan when the array has none. */
 static int find_missing(struct zplan *z, struct zarr_a *a,
                         const struct ckpt_dcp_entry *e, struct ckpt_err *err)
 {
@@ -184,13 +135,16 @@ static int find_missing(struct zplan *z, struct zarr_a *a,
         uint64_t idx[CKPT_MAX_DIMS];
         struct uchunk uc = { .meta = &e->chunks[c] };
         uns_grid_index(&uc, &a->g, idx);
-        char *path = chunk_path(a, idx);
-        struct stat sb;
-        a->missing[c] = stat(path, &sb) != 0 && errno == ENOENT;
-        int rc = a->missing[c] && !a->za.has_fill
-                 ? ckpt_err_set(err, CKPT_EFORMAT, "'%s' missing and the "
-                                "array has no fill_value", path) : 0;
-        free(path);
+        char *rel = chunk_rel(a, idx);
+        a->missing[c] = !uns_fs_has_file(&z->ls, rel);
+        int rc = 0;
+        if (a->missing[c] && !a->za.has_fill) {
+            char *path = ckpt_path_join(z->j->dir, rel);
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' missing and the "
+                              "array has no fill_value", path);
+            free(path);
+        }
+        free(rel);
         if (rc != 0)
             return -1;
     }
@@ -212,29 +166,33 @@ static int zdecode(struct ujob *j, const struct utensor *t,
         return 0;
     }
     uns_grid_index(c, &a->g, idx);
-    char *path = chunk_path(a, idx);
+    char *rel = chunk_rel(a, idx);
+    char *path = ckpt_path_join(j->dir, rel);
     /* A compressed frame may exceed the raw size by its header and a few
-     * bytes per block; anything far larger is not a chunk of this array. */
-    int rc = read_small(path, (size_t)za->chunk_bytes * 2 + 65536, &in, &len,
-                        err);
+     * bytes per block; anything far larger is not a chunk of this array.
+     * One read of the whole chunk: one GET of an object. */
+    int rc = read_small(z, rel, (size_t)za->chunk_bytes * 2 + 65536, &in,
+                        &len, err);
     if (rc == 0)
         rc = ckpt_zarr_decode(za, in, len, out, path, err);
     free(in);
+    free(rel);
     free(path);
     return rc;
 }
 
-static int add_array(struct zplan *z, const char *src, const char *rel,
-                     struct ckpt_err *err)
+static int add_array(struct zplan *z, const char *rel, struct ckpt_err *err)
 {
     struct ckpt_dcp_meta *m = z->j->meta;
     struct zarr_a *a = &z->arrs[m->n];
     struct ckpt_zarray *za = &a->za;
     char *doc, *text = NULL;
     size_t len;
-    a->adir = ckpt_path_join(src, rel);
-    doc = ckpt_path_join(a->adir, ".zarray");
-    int rc = read_small(doc, MAX_ZARRAY, &text, &len, err);
+    a->rel = rel;
+    char *drel = ckpt_path_join(rel, ".zarray");
+    doc = ckpt_path_join(z->j->dir, drel);
+    int rc = read_small(z, drel, MAX_ZARRAY, &text, &len, err);
+    free(drel);
     if (rc == 0)
         rc = ckpt_zarray_parse(text, len, doc, za, err);
     struct ckpt_dcp_entry *e = &m->entries[m->n];
@@ -281,11 +239,9 @@ static void zplan_free(void *p)
     struct zplan *z = p;
     if (!z)
         return;
-    for (size_t i = 0; i < z->n; i++) {
+    for (size_t i = 0; i < z->n; i++)
         free(z->arrays[i]);
-        if (z->arrs)
-            free(z->arrs[i].adir);
-    }
+    uns_fs_free(&z->ls);
     free(z->arrays);
     free(z->arrs);
     free(z);
@@ -306,9 +262,11 @@ int uns_zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     j->olmo = j->o->layout == CKPT_LAYOUT_OLMO;
     int rc = j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = check_completed(src, err);
+        rc = uns_fs_list(j, src, 1, &z->ls, err);
     if (rc == 0)
-        rc = find_arrays(z, src, "", 0, err);
+        rc = check_completed(z, err);
+    if (rc == 0)
+        rc = find_arrays(z, err);
     if (rc == 0 && !z->n)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': zarr group without "
                           "arrays", src);
@@ -321,7 +279,7 @@ int uns_zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err)
             rc = ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     }
     for (size_t i = 0; rc == 0 && i < z->n; i++)
-        rc = add_array(z, src, z->arrays[i], err);
+        rc = add_array(z, z->arrays[i], err);
     if (rc == 0)
         rc = uns_plan_tensors(j, err);
     if (rc == 0)

@@ -17,6 +17,8 @@ of ShardedTensors, the bytes real ranks write) and OLMo local
 - make_olmo_legacy_many.py --ranks 4 writes the same bytes as 4 real gloo
   ranks (make_olmo_legacy.py), so the one-process writer is checked
   against real ranks.
+- The local and legacy 1,024-rank steps as a plain .tar, read in place
+  under the same limit with no scratch: the same bytes as the directory.
 - DCP under CKPT_MAX_OPEN_SOURCES=1 (every read reopens its file), and the
   4-rank legacy step that way: the same bytes as with no limit.
 """
@@ -25,6 +27,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,10 +39,10 @@ def limit(n):
     return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
 
-def unshard(src, out, env=None, nofile=None):
+def unshard(src, out, env=None, nofile=None, args=()):
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([CKPT, "unshard", "--no-progress", src, out],
+    return subprocess.run([CKPT, "unshard", "--no-progress", *args, src, out],
                           capture_output=True, text=True, env=e,
                           preexec_fn=limit(nofile) if nofile else None)
 
@@ -63,6 +66,18 @@ def many_rank_case(label, src, expected, out, nrank_files):
     check(f"{label}, 1,024 ranks, ulimit -n 256: exit 0", r.returncode == 0,
           r.stdout + r.stderr)
     compare(f"{label}, 1,024 ranks, ulimit -n 256: bit-exact", out, expected)
+    # The step as a plain .tar (one checkpoint at its root): read in place
+    # by member offsets through the archive's one descriptor, with scratch
+    # impossible (--tmp-dir below a regular file).
+    tar, trap = out + ".tar", out + ".trap"
+    with tarfile.open(tar, "w") as t:
+        t.add(src, arcname=".")
+    open(trap, "w").close()
+    r = unshard(tar, out + "-tar", nofile=256,
+                args=("--tmp-dir", os.path.join(trap, "scratch")))
+    check(f"{label}, 1,024 ranks in a plain .tar, ulimit -n 256, no scratch: "
+          "the same bytes", r.returncode == 0 and
+          same_files(out, out + "-tar"), f"rc {r.returncode}: {r.stderr}")
     old = out + "-all-open"
     r = unshard(src, old, env={"CKPT_MAX_OPEN_SOURCES": "1000000"}, nofile=256)
     check(f"{label}, every file kept open (old behaviour): Too many open files",

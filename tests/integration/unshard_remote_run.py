@@ -4,10 +4,9 @@
 S3 (s3rver behind the signature-checking proxy).
 
 The run holds a DCP step with an existing -unsharded sibling (skipped), an
-OLMo torch_new step (DCP, read in place by ranged GETs), an OLMo
-torch_legacy step and a zarr step (fetched into scratch, one step at a
-time), a plain DCP step without config.yaml (gets the run's) and an
-aborted step. Outputs are compared value for value with what torch 1.13
+OLMo torch_new step (DCP), an OLMo torch_legacy step and a zarr step (all
+read in place by ranged GETs), a plain DCP step without config.yaml (gets
+the run's, read from the bucket) and an aborted step. Outputs are compared value for value with what torch 1.13
 saved (tests/support/check_unshard.py); --delete-sharded then removes
 exactly the unsharded steps' objects; scratch is left empty."""
 import os

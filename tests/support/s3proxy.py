@@ -72,6 +72,9 @@ Faults, chosen per request at random (seeded):
             once they start waiting): a window to replace the object in
 Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
 Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them.
+"object_gets" counts the object GETs that succeeded (listings excluded):
+"ranged" (with a Range header) and "whole", their "bytes", the largest
+body ("max_body") and per object path "keys": [GETs, bytes].
 
 Listens on 127.0.0.1 only; prints "s3proxy listening on 127.0.0.1:PORT".
 Exits by itself after --max-seconds.
@@ -153,7 +156,10 @@ class State:
                           "emulated": {"if_none_match": 0, "abort": 0,
                                        "empty_range": 0, "if_match": 0,
                                        "precondition": 0},
-                          "conditions": {}}
+                          "conditions": {},
+                          "object_gets": {"ranged": 0, "whole": 0,
+                                          "bytes": 0, "max_body": 0,
+                                          "keys": {}}}
 
     def count(self, key, n=1, sub=None):
         with self.lock:
@@ -359,7 +365,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 st.config["reset_writes"]):
             st.count("faults", sub="reset")
             return self.reset_no_reply()
+        self.count_object_get(path, status, rbody)
         self.reply(status, rbody, headers)
+
+    def count_object_get(self, path, status, body):
+        """Object GETs (not listings) that succeeded: ranged or whole, and
+        the largest body, so a test can tell reads in place from
+        downloads."""
+        if self.command != "GET" or status not in (200, 206):
+            return
+        if urllib.parse.urlsplit(path).query:
+            return  # a listing or another bucket call
+        kind = "ranged" if self.headers.get("Range") else "whole"
+        with self.st.lock:
+            og = self.st.stats["object_gets"]
+            og[kind] += 1
+            og["bytes"] += len(body)
+            og["max_body"] = max(og["max_body"], len(body))
+            key = og["keys"].setdefault(
+                urllib.parse.unquote(urllib.parse.urlsplit(path).path),
+                [0, 0])
+            key[0] += 1
+            key[1] += len(body)
 
     def echo(self):
         with self.st.lock:
