@@ -109,6 +109,9 @@ struct ckpt_unshard_result {
     uint64_t pieces;           /* copy tasks (progress calls) planned */
     const char *layout;        /* "single" / "olmo" (static) */
     const char *metadata;      /* which metadata was read (static name) */
+    /* Remote DEST: most bytes of part buffers held at once (the
+     * --memory bound, plus at most the parts of one band). */
+    uint64_t buffers_peak;
 };
 
 /*

@@ -226,6 +226,8 @@ static void report(struct cmd *c, const char *src, const char *dest,
     cJSON_AddNumberToObject(o, "chunks", (double)r->chunks);
     cJSON_AddNumberToObject(o, "bytes", (double)r->bytes);
     cJSON_AddNumberToObject(o, "seconds", secs);
+    if (r->buffers_peak)
+        cJSON_AddNumberToObject(o, "buffers_peak", (double)r->buffers_peak);
     cJSON *files = cJSON_AddArrayToObject(o, "files");
     for (size_t i = 0; i < r->nfiles; i++) {
         cJSON *f = cJSON_CreateObject();

@@ -290,6 +290,8 @@ int ckpt_unshard_dcp(const char *src, const char *dest,
     if (rc == 0 && !opts->dry_run)
         for (size_t i = 0; i < j.nfiles; i++)
             res->files[i].size = j.files[i].size;
+    if (rc == 0 && !opts->dry_run)
+        res->buffers_peak = uns_outobj_peak(&j);
     if (rc != 0 && j.out)
         j.out->ops->abort(&j);
     if (rc != 0 && res->files)
