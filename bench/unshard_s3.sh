@@ -60,7 +60,7 @@ alt() { # round
     t2=$(date +%s.%N)
     aws s3 cp --quiet "$tmp/u/checkpoint.pt" "s3://bench/alt-$1/checkpoint.pt"
     t3=$(date +%s.%N)
-    disk=$(du -sb "$tmp/dl" "$tmp/u" | awk '{ s += $1 } END { print s }')
+    disk=$(du -sb "$tmp/dl" "$tmp/u" | awk '{ s += $1 } END { printf "%.0f\n", s }')
     rm -rf "$tmp/dl" "$tmp/u"
     check "alt-$1"
     python3 -c "print($t3 - $t0)" >>"$tmp/alt.times"
