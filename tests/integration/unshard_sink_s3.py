@@ -15,7 +15,7 @@ no local copy.
 - --memory 16M: the part buffers held never exceed it by more than one
   band's parts (buffers_peak), and peak RSS stays well below the output;
 - run mode (RUN s3://…: stepN-unsharded/ under DEST) and a
-  single-checkpoint archive to s3;
+  single-checkpoint archive (.tar, .tar.zst; local or in S3) to s3;
 - DEST refusals as for a local DEST (an output name that is a
   "directory", DEST an object), and a rerun over a killed run's leftovers
   (marker, stale object) finishes it.
@@ -262,6 +262,24 @@ def main():
                  ["checkpoint.pt"])
             s.same("archive", "out/tar",
                    os.path.join(tmp, "loc", "rows-torch"))
+
+            # The same archive in S3 (read in place), and as .tar.zst.
+            zst = os.path.join(tmp, "one.tar.zst")
+            sh("tar", "-I", "zstd", "-cf", zst, "-C",
+               os.path.join(fx, "rows"), "--transform", "s,^ckpt,final,",
+               "ckpt")
+            for arch in (tar, zst):
+                key = "arch/" + os.path.basename(arch)
+                sh("aws", "s3", "cp", "--quiet", arch, "s3://%s/%s" % (B, key),
+                   env=env)
+                for where, src in (("local", arch),
+                                   ("s3", "s3://%s/%s" % (B, key))):
+                    what = "archive %s %s" % (where, os.path.basename(arch))
+                    prefix = "out/arch-%s-%s" % (where, arch[-3:])
+                    p = ckpt(env, src, "s3://%s/%s" % (B, prefix))
+                    c.eq(what + ": exit", (p.returncode, p.stderr), (0, ""))
+                    s.same(what, prefix, os.path.join(tmp, "loc",
+                                                      "rows-torch"))
 
             # Refusals, as for a local DEST.
             tool(env, "put", "/dev/stdin",
