@@ -615,6 +615,24 @@ static void add_ordered(struct ordered **v, size_t *n, size_t *cap,
     o->file = (size_t)(task_range(&o->k, &o->at, &len) - k->j->files);
 }
 
+/* Tensors decoded chunk by chunk whose chunks are not whole rows are
+ * written run by run all over their range (and, for torch, checksummed by
+ * reading the output back): not into parts sent as they fill. Checked
+ * before anything is written. */
+int uns_engine_remote_ok(struct ujob *j, struct ckpt_err *err)
+{
+    for (size_t i = 0; i < j->ntensors; i++) {
+        const struct utensor *t = &j->tensors[i];
+        if (t->file >= 0 && !j->files[t->file].copy_from && t->chunked &&
+            !t->rows && t->nbytes)
+            return ckpt_err_set(err, CKPT_EUNSUPPORTED, "tensor '%s': its "
+                                "stored chunks are not whole rows, which a "
+                                "remote DEST cannot take; unshard to a "
+                                "local directory", t->e->fqn);
+    }
+    return 0;
+}
+
 /* A remote output's copy: every task in output order, so that the
  * oldest task not done is always running (outobj.c's memory gate). Empty
  * records have no task: their headers went first (uns_layout_early). */
@@ -627,13 +645,6 @@ static int run_remote(struct ujob *j, struct ckpt_err *err)
         if (t->file < 0 || j->files[t->file].copy_from)
             continue;
         t->crcs = ckpt_xcalloc(t->nbands ? t->nbands : 1, 4);
-        if (t->chunked && !t->rows && t->nbytes) {
-            free(v);
-            return ckpt_err_set(err, CKPT_EUNSUPPORTED, "tensor '%s': its "
-                                "stored chunks are not whole rows, which a "
-                                "remote DEST cannot take; unshard to a "
-                                "local directory", t->e->fqn);
-        }
         uint64_t nt = !t->nbytes ? 0 : t->chunked ? t->e->nchunks
                                                   : t->nbands;
         atomic_store(&t->left, nt);

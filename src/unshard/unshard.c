@@ -240,7 +240,8 @@ static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 static int write_all_outputs(struct ujob *j, struct ckpt_err *err)
 {
     const struct uns_out_ops *ops = j->out->ops;
-    if (ops->begin(j, err) != 0)
+    if ((j->out->remote && uns_engine_remote_ok(j, err) != 0) ||
+        ops->begin(j, err) != 0)
         return -1;
     for (size_t i = 0; i < j->nfiles; i++) {
         if (ops->create(j, &j->files[i], err) != 0)

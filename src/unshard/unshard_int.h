@@ -360,6 +360,8 @@ int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
 /* engine.c */
 void uns_job_fail(struct ujob *j, const struct ckpt_err *err);
 int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err);
+/* 0 when every tensor can go to a remote output, else -1 naming one. */
+int uns_engine_remote_ok(struct ujob *j, struct ckpt_err *err);
 int uns_bufpool_init(struct bufpool *b, size_t size);
 void uns_bufpool_release(struct bufpool *b);
 

@@ -16,6 +16,9 @@ no local copy.
   band's parts (buffers_peak), and peak RSS stays well below the output;
 - run mode (RUN s3://…: stepN-unsharded/ under DEST) and a
   single-checkpoint archive (.tar, .tar.zst; local or in S3) to s3;
+- OLMo torch_legacy and olmo_core steps, local -> s3, the same;
+- zarr chunks that are not whole rows: refused before anything is
+  written;
 - DEST refusals as for a local DEST (an output name that is a
   "directory", DEST an object), and a rerun over a killed run's leftovers
   (marker, stale object) finishes it.
@@ -156,7 +159,11 @@ def main():
         generate(*[["make_dcp.py", os.path.join(fx, case), "--case", case,
                     "--no-verify"] for case in ("rows", "olmo")],
                  ["make_dcp.py", os.path.join(fx, "big"), "--case", "big",
-                  "--size-mb", "40", "--no-verify"])
+                  "--size-mb", "40", "--no-verify"],
+                 ["make_zarr.py", os.path.join(fx, "zarr")],
+                 ["make_olmo_legacy.py", os.path.join(fx, "legacy"),
+                  "--ranks", "3", "--no-verify"],
+                 ["make_olmo_core.py", os.path.join(fx, "core")])
         v2 = os.path.join(SRCDIR, "tests", "fixtures")
         cases = [("rows", os.path.join(fx, "rows"), "expected.pt"),
                  ("big", os.path.join(fx, "big"), "expected.pt")]
@@ -280,6 +287,21 @@ def main():
                     c.eq(what + ": exit", (p.returncode, p.stderr), (0, ""))
                     s.same(what, prefix, os.path.join(tmp, "loc",
                                                       "rows-torch"))
+
+            # Other formats' planners write through the same sink.
+            s.case("legacy", os.path.join(fx, "legacy", "ckpt"), None, None)
+            s.case("olmo_core", os.path.join(fx, "core", "f32-2", "ckpt"),
+                   None, None)
+
+            # zarr chunks that are not whole rows: refused before anything
+            # is written (no marker, no object).
+            p = ckpt(env, os.path.join(fx, "zarr", "ckpt"),
+                     "s3://%s/out/zarr" % B)
+            c.eq("zarr: exit 1", p.returncode, 1)
+            c.true("zarr: why", "its stored chunks are not whole rows, "
+                   "which a remote DEST cannot take" in p.stderr)
+            c.eq("zarr: nothing written", objects(env, "out/zarr") +
+                 objects(env, "out/zarr-unfinished"), [])
 
             # Refusals, as for a local DEST.
             tool(env, "put", "/dev/stdin",
