@@ -67,6 +67,8 @@ struct ckpt_unshard_opts {
     int jobs;                   /* worker threads; <= 0: cores */
     int dry_run;                /* plan and check only; write nothing */
     int sync;                   /* fsync outputs before renaming */
+    /* Remote DEST: bytes of part buffers held at once; 0: 96 MiB. */
+    uint64_t memory;
     const char *tmp_dir;        /* scratch for decompressed items in a
                                    dry run; NULL: $TMPDIR or /tmp */
     const char *config_yaml;    /* copied in as config.yaml when the
@@ -109,6 +111,9 @@ struct ckpt_unshard_result {
     uint64_t pieces;           /* copy tasks (progress calls) planned */
     const char *layout;        /* "single" / "olmo" (static) */
     const char *metadata;      /* which metadata was read (static name) */
+    /* Remote DEST: most bytes of part buffers held at once (the
+     * --memory bound, plus at most the parts of one band). */
+    uint64_t buffers_peak;
 };
 
 /*

@@ -38,6 +38,8 @@ static const char *const usage[] = {
     "is read in place from S3/GCS/R2 and from a plain .tar. If SRC is a",
     "run (directory or archive), each complete sharded stepN becomes",
     "DEST/stepN-unsharded/.",
+    "DEST may be s3://, r2:// or gs://: outputs are uploaded as they are",
+    "written (no local copy), DEST-unfinished marks them until all are.",
     "Outputs appear atomically; nothing is executed from any pickle.",
     "-j default: one worker per CPU core (decoding is CPU-bound).",
     NULL
@@ -46,7 +48,7 @@ static const char *const usage[] = {
 struct cmd {
     struct ckpt_opts g;
     const char *layout, *format;
-    uint64_t max_shard;
+    uint64_t max_shard, memory;
     int allow_replicas, allow_unsafe_pickle, verify, latest, delete_sharded;
     int no_sync;
     const char *step;
@@ -83,6 +85,8 @@ static int parse(struct cmd *c, int *argc, char **argv)
         OPT_STR_(0, "step", &c->step, "N", "run: only step N"),
         OPT_BOOL_(0, "delete-sharded", &c->delete_sharded,
                   "run: delete each sharded step once verified"),
+        OPT_SIZE_(0, "memory", &c->memory, "SIZE", "remote DEST: part "
+                  "buffers held at once (default 96M)"),
         OPT_BOOL_(0, "no-sync", &c->no_sync,
                   "do not fsync outputs before renaming them"),
         OPT_END_(),
@@ -104,31 +108,18 @@ static int usage_err(const char *msg, const char *arg)
     return EXIT_USAGE;
 }
 
-/* Remote output does not exist yet: a remote DEST would otherwise be
- * taken for a local path and make a directory named "s3:". */
-static int local_dest(const char *dest)
-{
-    struct ckpt_loc loc;
-    struct ckpt_err err;
-    if (ckpt_loc_parse(&loc, dest, &err) != 0)
-        return usage_err("%s", err.msg);
-    int remote = loc.scheme != CKPT_SCHEME_LOCAL;
-    ckpt_loc_release(&loc);
-    if (remote)
-        return usage_err("DEST '%s' is remote: unshard writes to a local "
-                         "directory only (unshard there, then ckpt upload)",
-                         dest);
-    return -1;
-}
-
 static int validate(struct cmd *c, int argc, char **argv)
 {
     struct ckpt_unshard_opts *o = &c->uo;
     if (argc != 2)
         return usage_err("%s", "expected SRC and DEST");
-    int rc = local_dest(argv[1]);
-    if (rc >= 0)
-        return rc;
+    struct ckpt_loc loc;
+    struct ckpt_err err;
+    if (ckpt_loc_parse(&loc, argv[1], &err) != 0)
+        return usage_err("%s", err.msg);
+    ckpt_loc_release(&loc);
+    if (c->memory && c->memory < (16u << 20))
+        return usage_err("%s", "--memory must be at least 16M");
     if (!c->layout)
         o->layout = CKPT_LAYOUT_AUTO;
     else if (!strcmp(c->layout, "single"))
@@ -156,6 +147,7 @@ static int validate(struct cmd *c, int argc, char **argv)
     o->retries = c->g.retries;
     o->dry_run = c->g.dry_run;
     o->sync = !c->no_sync;
+    o->memory = c->memory;
     o->tmp_dir = c->g.tmp_dir;
     o->cancel = &interrupted;
     return -1;
@@ -234,6 +226,8 @@ static void report(struct cmd *c, const char *src, const char *dest,
     cJSON_AddNumberToObject(o, "chunks", (double)r->chunks);
     cJSON_AddNumberToObject(o, "bytes", (double)r->bytes);
     cJSON_AddNumberToObject(o, "seconds", secs);
+    if (r->buffers_peak)
+        cJSON_AddNumberToObject(o, "buffers_peak", (double)r->buffers_peak);
     cJSON *files = cJSON_AddArrayToObject(o, "files");
     for (size_t i = 0; i < r->nfiles; i++) {
         cJSON *f = cJSON_CreateObject();

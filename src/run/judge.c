@@ -187,11 +187,29 @@ static int judge_dcp(const struct view *v, struct ckpt_checkpoint *c,
     return rc;
 }
 
-/* NeMo marks an unfinished checkpoint with a sibling "<name>-unfinished". */
+/* NeMo marks an unfinished checkpoint with a sibling "<name>-unfinished",
+ * and so does `ckpt unshard` while it writes to object storage. A root
+ * checkpoint (`ckpt ls s3://b/out`) has no sibling in the tree: its
+ * marker is looked up in the storage. */
+static int root_unfinished(const struct view *v)
+{
+    const char *k = v->t->key;
+    size_t n = k ? strlen(k) : 0;
+    if (v->t->archive != CKPT_ARCHIVE_NONE || !v->t->st || !n ||
+        k[n - 1] == '/' || !strcmp(k, "."))
+        return 0;
+    char *p = ckpt_xasprintf("%s-unfinished", k);
+    struct ckpt_stat sb;
+    struct ckpt_err err;
+    int r = ckpt_storage_stat(v->t->st, p, &sb, &err) == 0;
+    free(p);
+    return r;
+}
+
 static int nemo_unfinished(const struct view *v)
 {
-    if (!*v->dir)       /* a root checkpoint has no sibling in the run */
-        return 0;
+    if (!*v->dir)
+        return root_unfinished(v);
     char *p = ckpt_xasprintf("%s-unfinished", v->dir);
     int r = ckpt_tree_find(v->t, p) != NULL;
     free(p);

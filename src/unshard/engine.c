@@ -71,6 +71,7 @@ void uns_job_fail(struct ujob *j, const struct ckpt_err *err)
         j->failed = 1;
     }
     pthread_mutex_unlock(&j->mu);
+    uns_outobj_wake(j);     /* tasks waiting for memory give up */
 }
 
 /* --- gathering a band ------------------------------------------------ */
@@ -268,6 +269,8 @@ struct task {
     uint64_t band;
     int verify;
     int mode;                 /* TASK_* */
+    int gated;                /* remote output: reserve, in seq order */
+    uint64_t seq;
 };
 
 static uint64_t out_off(struct ujob *j, int file, size_t rec, uint64_t off)
@@ -330,8 +333,9 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
 {
     struct ujob *j = k->j;
     struct ufile *f = &j->files[k->t ? k->t->file : k->c->file];
-    struct usrc out = { .name = f->tmp, .fd = f->fd, .size = f->size };
+    struct usrc out;
     char what[300];
+    uns_out_reader(j, f, &out);
     if (k->t && check_replicas(k, buf, rbuf + j->band, rbuf, len, err) != 0)
         return -1;
     if (uns_src_read(&out, at, rbuf, len, err) != 0)
@@ -362,7 +366,7 @@ struct crun {
     char *back;               /* verify: read-back space, or NULL */
     unsigned size;
     uint64_t run, at;         /* run elements; tensor's output offset */
-    const struct ufile *f;
+    struct ufile *f;
     struct ckpt_err *err;
 };
 
@@ -372,10 +376,9 @@ static int chunk_run(void *ud, int64_t s, int64_t d)
     const char *p = x->buf + (uint64_t)s * x->size;
     uint64_t n = x->run * x->size, at = x->at + (uint64_t)d * x->size;
     if (!x->back)
-        return ckpt_pwrite_all(x->f->fd, p, (size_t)n, at, x->f->tmp,
-                              x->err);
-    struct usrc out = { .name = x->f->tmp, .fd = x->f->fd,
-                        .size = x->f->size };
+        return uns_out_write(x->j, x->f, p, (size_t)n, at, x->err);
+    struct usrc out;
+    uns_out_reader(x->j, x->f, &out);
     if (uns_src_read(&out, at, x->back, (size_t)n, x->err) != 0)
         return -1;
     if (memcmp(p, x->back, (size_t)n) != 0)
@@ -438,9 +441,9 @@ static int crc_task(struct task *k, char *buf, uint64_t *len,
 {
     struct ujob *j = k->j;
     const struct utensor *t = k->t;
-    const struct ufile *f = &j->files[t->file];
-    struct usrc out = { .name = f->tmp, .fd = f->fd, .size = f->size };
+    struct usrc out;
     uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
+    uns_out_reader(j, &j->files[t->file], &out);
     uns_plan_band_box(t, k->band, lo, hi, &dst, len);
     if (uns_src_read(&out, out_off(j, t->file, t->rec, t->out_off) + dst,
                      buf, (size_t)*len, err) != 0)
@@ -468,11 +471,61 @@ static int band_work(struct task *k, uint64_t *len, struct ckpt_err *err)
             uint32_t *crcs = k->t ? k->t->crcs : k->c->crcs;
             if (j->o->format == CKPT_FORMAT_TORCH)
                 crcs[k->band] = ckpt_crc32(0, buf, *len);
-            rc = ckpt_pwrite_all(f->fd, buf, *len, at, f->tmp, err);
+            rc = uns_out_write(j, f, buf, *len, at, err);
         }
     }
     bufpool_put(&j->bufs, buf);
     return rc;
+}
+
+/* --- remote output (outobj.c) ------------------------------------------ */
+
+/* The output file and byte range a writing task fills. */
+static struct ufile *task_range(struct task *k, uint64_t *at, uint64_t *len)
+{
+    struct ujob *j = k->j;
+    if (k->c) {
+        uint64_t from = k->band * j->band;
+        *len = k->c->nbytes - from < j->band ? k->c->nbytes - from : j->band;
+        *at = out_off(j, k->c->file, k->c->rec, k->c->out_off) + from;
+        return &j->files[k->c->file];
+    }
+    const struct utensor *t = k->t;
+    uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
+    if (k->mode == TASK_CHUNK) {
+        /* Whole rows (t->rows): the chunk is one run of the output. */
+        const struct uchunk *c = &t->chunks[k->band];
+        uint64_t first = 0, n = 1, s = 1;
+        for (int d = t->e->ndim - 1; d >= 0; d--) {
+            first += c->meta->offsets[d] * s;
+            n *= c->meta->sizes[d];
+            s *= t->e->size[d];
+        }
+        dst = first * t->e->dtype->itemsize;
+        *len = n * t->e->dtype->itemsize;
+    } else {
+        uns_plan_band_box(t, k->band, lo, hi, &dst, len);
+    }
+    *at = out_off(j, t->file, t->rec, t->out_off) + dst;
+    return &j->files[t->file];
+}
+
+/* Before reading anything: room for the part buffers the task fills. */
+static int gate(struct task *k)
+{
+    uint64_t at, len;
+    struct ufile *f = task_range(k, &at, &len);
+    return uns_outobj_reserve(k->j, f, at, len, k->seq);
+}
+
+/* The task's record has one band fewer to go; the last one writes its
+ * zip header, so the part holding it goes without waiting for the end. */
+static int record_progress(struct task *k, struct ckpt_err *err)
+{
+    atomic_uint_fast64_t *left = k->t ? &k->t->left : &k->c->left;
+    if (atomic_fetch_sub(left, 1) != 1)
+        return 0;
+    return uns_layout_record_done(k->j, k->t, k->c, err);
 }
 
 static void band_task(void *arg)
@@ -485,16 +538,21 @@ static void band_task(void *arg)
         ckpt_err_set(&err, CKPT_EIO, "interrupted");
         uns_job_fail(j, &err);
     }
-    if (j->failed) {
-        free(k);
-        return;
-    }
-    int rc = k->mode == TASK_CHUNK ? chunk_task(k, &len, &err)
+    int rc = j->failed ? -1 : 0;
+    if (rc == 0 && k->gated)
+        rc = gate(k);
+    if (rc == 0) {
+        rc = k->mode == TASK_CHUNK ? chunk_task(k, &len, &err)
                                    : band_work(k, &len, &err);
-    if (rc != 0)
-        uns_job_fail(j, &err);
-    else if (j->o->progress && len)
-        j->o->progress(j->o->progress_ud, len);
+        if (rc == 0 && k->gated)
+            rc = record_progress(k, &err);
+        if (rc != 0)
+            uns_job_fail(j, &err);
+        else if (j->o->progress && len)
+            j->o->progress(j->o->progress_ud, len);
+    }
+    if (k->gated)
+        uns_outobj_done(j, k->seq);
     free(k);
 }
 
@@ -508,6 +566,8 @@ static void submit(struct ujob *j, struct utensor *t, struct ucopy *c,
     k->band = band;
     k->verify = verify;
     k->mode = mode;
+    k->gated = 0;
+    k->seq = 0;
     ckpt_pool_submit(j->pool, band_task, k);
 }
 
@@ -515,7 +575,7 @@ static void submit(struct ujob *j, struct utensor *t, struct ucopy *c,
  * from the output, once the chunks are all in place. */
 static void crc_pass(struct ujob *j)
 {
-    if (j->o->format != CKPT_FORMAT_TORCH)
+    if (j->o->format != CKPT_FORMAT_TORCH || j->out->remote)
         return;
     for (size_t i = 0; i < j->ntensors && !j->failed; i++) {
         struct utensor *t = &j->tensors[i];
@@ -528,11 +588,108 @@ static void crc_pass(struct ujob *j)
     ckpt_pool_wait(j->pool);
 }
 
+struct ordered {
+    size_t file;
+    uint64_t at;
+    struct task k;
+};
+
+static int by_offset(const void *a, const void *b)
+{
+    const struct ordered *x = a, *y = b;
+    if (x->file != y->file)
+        return x->file < y->file ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static void add_ordered(struct ordered **v, size_t *n, size_t *cap,
+                        struct task *k)
+{
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 1024;
+        *v = ckpt_xreallocarray(*v, *cap, sizeof(**v));
+    }
+    struct ordered *o = &(*v)[(*n)++];
+    uint64_t len;
+    o->k = *k;
+    o->file = (size_t)(task_range(&o->k, &o->at, &len) - k->j->files);
+}
+
+/* Tensors decoded chunk by chunk whose chunks are not whole rows are
+ * written run by run all over their range (and, for torch, checksummed by
+ * reading the output back): not into parts sent as they fill. Checked
+ * before anything is written. */
+int uns_engine_remote_ok(struct ujob *j, struct ckpt_err *err)
+{
+    for (size_t i = 0; i < j->ntensors; i++) {
+        const struct utensor *t = &j->tensors[i];
+        if (t->file >= 0 && !j->files[t->file].copy_from && t->chunked &&
+            !t->rows && t->nbytes)
+            return ckpt_err_set(err, CKPT_EUNSUPPORTED, "tensor '%s': its "
+                                "stored chunks are not whole rows, which a "
+                                "remote DEST cannot take; unshard to a "
+                                "local directory", t->e->fqn);
+    }
+    return 0;
+}
+
+/* A remote output's copy: every task in output order, so that the
+ * oldest task not done is always running (outobj.c's memory gate). Empty
+ * records have no task: their headers went first (uns_layout_early). */
+static int run_remote(struct ujob *j, struct ckpt_err *err)
+{
+    struct ordered *v = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < j->ntensors; i++) {
+        struct utensor *t = &j->tensors[i];
+        if (t->file < 0 || j->files[t->file].copy_from)
+            continue;
+        t->crcs = ckpt_xcalloc(t->nbands ? t->nbands : 1, 4);
+        uint64_t nt = !t->nbytes ? 0 : t->chunked ? t->e->nchunks
+                                                  : t->nbands;
+        atomic_store(&t->left, nt);
+        for (uint64_t b = 0; b < nt; b++) {
+            struct task k = { j, t, NULL, b, 0,
+                              t->chunked ? TASK_CHUNK : TASK_BAND, 1, 0 };
+            add_ordered(&v, &n, &cap, &k);
+        }
+    }
+    for (size_t i = 0; i < j->ncopies; i++) {
+        struct ucopy *c = &j->copies[i];
+        if (c->file < 0 || j->files[c->file].copy_from)
+            continue;
+        c->nbands = (c->nbytes + j->band - 1) / j->band;
+        c->crcs = ckpt_xcalloc(c->nbands ? c->nbands : 1, 4);
+        atomic_store(&c->left, c->nbands);
+        for (uint64_t b = 0; b < c->nbands; b++) {
+            struct task k = { j, NULL, c, b, 0, TASK_BAND, 1, 0 };
+            add_ordered(&v, &n, &cap, &k);
+        }
+    }
+    qsort(v, n, sizeof(*v), by_offset);
+    uns_outobj_tasks(j, n);
+    for (size_t i = 0; i < n; i++) {
+        struct task *k = ckpt_xmalloc(sizeof(*k));
+        *k = v[i].k;
+        k->seq = i;
+        ckpt_pool_submit(j->pool, band_task, k);
+    }
+    free(v);
+    ckpt_pool_wait(j->pool);
+    if (j->failed) {
+        *err = j->err;
+        return -1;
+    }
+    return uns_src_check_records(j, err);
+}
+
 int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
 {
     uns_src_readahead(j);
     if (!verify)
         uns_src_records_ready(j);
+    if (!verify && j->out->remote)
+        return run_remote(j, err);
     for (size_t i = 0; i < j->ntensors && !j->failed; i++) {
         struct utensor *t = &j->tensors[i];
         if (t->file < 0 || j->files[t->file].copy_from)

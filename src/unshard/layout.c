@@ -8,9 +8,10 @@
  * for an OLMo step whose trainer state is in train/rank0.pt, a copy of
  * that file, as OLMo's own unsharder does).
  *
- * Every offset is fixed here, before any data is written: workers pwrite
+ * Every offset is fixed here, before any data is written: workers write
  * straight to data_off of their record, and layout_finish writes the zip
- * headers once the CRCs are known.
+ * headers once the CRCs are known (for a remote output, each record's
+ * local header as soon as its CRC is: uns_layout_record_done).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -313,12 +314,64 @@ static uint32_t tensor_crc(const struct utensor *t)
     return crc;
 }
 
-static int finish_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
+/* Local header of record i, then (data known up front) its bytes. */
+static int write_record(struct ujob *j, struct ufile *f, size_t i,
+                        const void *data, size_t len, struct ckpt_err *err)
+{
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    const struct ckpt_zipw_rec *r = &f->recs[i];
+    ckpt_zipw_local_header(r, &b);
+    int rc = uns_out_write(j, f, b.ptr, b.len, r->lho, err);
+    ckpt_buf_release(&b);
+    if (rc == 0 && len)
+        rc = uns_out_write(j, f, data, len, r->data_off, err);
+    return rc;
+}
+
+static void fixed_crcs(struct ufile *f)
 {
     struct ckpt_zipw_rec *r = f->recs;
     r[0].crc = ckpt_crc32(0, f->head.ptr, f->head.len);
     r[f->nrecs - 2].crc = ckpt_crc32(0, "3\n", 2);
     r[f->nrecs - 1].crc = ckpt_crc32(0, "little", 6);
+}
+
+int uns_layout_early(struct ujob *j, struct ufile *f, struct ckpt_err *err)
+{
+    if (j->o->format != CKPT_FORMAT_TORCH)
+        return 0;
+    size_t fi = (size_t)(f - j->files);
+    fixed_crcs(f);
+    int rc = write_record(j, f, 0, f->head.ptr, f->head.len, err);
+    if (rc == 0)
+        rc = write_record(j, f, f->nrecs - 2, "3\n", 2, err);
+    if (rc == 0)
+        rc = write_record(j, f, f->nrecs - 1, "little", 6, err);
+    for (size_t i = 0; rc == 0 && i < j->ntensors; i++)
+        if (j->tensors[i].file == (int)fi && !j->tensors[i].nbytes)
+            rc = write_record(j, f, j->tensors[i].rec, NULL, 0, err);
+    for (size_t i = 0; rc == 0 && i < j->ncopies; i++)
+        if (j->copies[i].file == (int)fi && !j->copies[i].nbytes)
+            rc = write_record(j, f, j->copies[i].rec, NULL, 0, err);
+    return rc;
+}
+
+int uns_layout_record_done(struct ujob *j, struct utensor *t,
+                           struct ucopy *c, struct ckpt_err *err)
+{
+    if (j->o->format != CKPT_FORMAT_TORCH)
+        return 0;
+    struct ufile *f = &j->files[t ? t->file : c->file];
+    size_t rec = t ? t->rec : c->rec;
+    f->recs[rec].crc = t ? tensor_crc(t)
+                         : band_crcs(c->crcs, c->nbands, j->band, c->nbytes);
+    return write_record(j, f, rec, NULL, 0, err);
+}
+
+static int finish_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
+{
+    struct ckpt_zipw_rec *r = f->recs;
+    fixed_crcs(f);
     for (size_t i = 0; i < j->ntensors; i++)
         if (&j->files[j->tensors[i].file] == f)
             r[j->tensors[i].rec].crc = tensor_crc(&j->tensors[i]);
@@ -329,28 +382,28 @@ static int finish_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
                                                 j->copies[i].nbytes);
     struct ckpt_buf b = CKPT_BUF_INIT;
     int rc = 0;
-    for (size_t i = 0; rc == 0 && i < f->nrecs; i++) {
+    /* A remote output has its records in place already (uns_layout_early,
+     * uns_layout_record_done): only the central directory is left. */
+    for (size_t i = 0; rc == 0 && !j->out->remote && i < f->nrecs; i++) {
         ckpt_buf_reset(&b);
         ckpt_zipw_local_header(&r[i], &b);
-        rc = ckpt_pwrite_all(f->fd, b.ptr, b.len, r[i].lho, f->tmp, err);
+        rc = uns_out_write(j, f, b.ptr, b.len, r[i].lho, err);
     }
-    if (rc == 0)
-        rc = ckpt_pwrite_all(f->fd, f->head.ptr, f->head.len, r[0].data_off,
-                            f->tmp, err);
-    if (rc == 0)
-        rc = ckpt_pwrite_all(f->fd, "3\n", 2, r[f->nrecs - 2].data_off, f->tmp,
-                            err);
-    if (rc == 0)
-        rc = ckpt_pwrite_all(f->fd, "little", 6, r[f->nrecs - 1].data_off,
-                            f->tmp, err);
+    if (rc == 0 && !j->out->remote)
+        rc = uns_out_write(j, f, f->head.ptr, f->head.len, r[0].data_off,
+                           err);
+    if (rc == 0 && !j->out->remote)
+        rc = uns_out_write(j, f, "3\n", 2, r[f->nrecs - 2].data_off, err);
+    if (rc == 0 && !j->out->remote)
+        rc = uns_out_write(j, f, "little", 6, r[f->nrecs - 1].data_off,
+                           err);
     ckpt_buf_reset(&b);
     ckpt_zipw_central(r, f->nrecs, f->cd_off, &b);
     if (rc == 0)
-        rc = ckpt_pwrite_all(f->fd, b.ptr, b.len, f->cd_off, f->tmp, err);
+        rc = uns_out_write(j, f, b.ptr, b.len, f->cd_off, err);
     ckpt_buf_release(&b);
     return rc;
 }
-
 int uns_layout_finish(struct ujob *j, struct ckpt_err *err)
 {
     for (size_t i = 0; i < j->nfiles; i++) {

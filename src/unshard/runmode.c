@@ -48,6 +48,7 @@ struct runctx {
                                    the step's storage when read in place,
                                    else a local file), or NULL */
     struct ckpt_storage *members;   /* owned: a plain tar's members */
+    int dest_remote;            /* DEST is object storage */
 };
 
 static int is_dir(const char *p)
@@ -184,6 +185,8 @@ static int delete_step(struct runctx *r, const struct ckpt_checkpoint *k,
 /* Where a step's -unsharded copy already is. */
 enum copy { COPY_NONE, COPY_IN_RUN, COPY_AT_DEST };
 
+static int dest_complete(struct runctx *r, const char *out);
+
 /* Why checkpoint k is not unsharded (a skip reason), or NULL. Sets *failed
  * for reasons that are errors. */
 static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
@@ -210,7 +213,7 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
         return ckpt_xasprintf("already unsharded: %s-unsharded in the run",
                               k->name);
     }
-    if (is_dir(out) && !k->root) {
+    if (!k->root && (r->dest_remote ? dest_complete(r, out) : is_dir(out))) {
         *copy = COPY_AT_DEST;
         return ckpt_xasprintf("already unsharded: %s exists", out);
     }
@@ -375,7 +378,7 @@ static int dest_copy_fault(struct runctx *r, const char *out, char **bad,
 {
     struct ckpt_loc loc;
     struct ckpt_storage *st = NULL;
-    struct ckpt_storage_cfg scfg = { 0, 0, 0, 1 };
+    struct ckpt_storage_cfg scfg = { r->uo.insecure, r->uo.retries, 0, 1 };
     struct ckpt_stat sb;
     enum ckpt_load_status status;
     struct ckpt_tree *t = NULL;
@@ -398,6 +401,17 @@ static int dest_copy_fault(struct runctx *r, const char *out, char **bad,
     ckpt_storage_close(st);
     ckpt_loc_release(&loc);
     return rc;
+}
+
+/* A remote DEST's copy counts as there only when `ckpt ls` would judge
+ * it complete: one a killed run left (marked unfinished) is redone. */
+static int dest_complete(struct runctx *r, const char *out)
+{
+    char *bad = NULL;
+    struct ckpt_err err;
+    int ok = dest_copy_fault(r, out, &bad, &err) == 0 && !bad;
+    free(bad);
+    return ok;
 }
 
 /* --delete-sharded on a step whose -unsharded copy exists already (made
@@ -714,6 +728,7 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
     r.st = st;
     r.src = src;
     r.dest = dest;
+    r.dest_remote = strstr(dest, "://") && strncmp(dest, "file://", 7);
     if (open_run(&r, key, &err) != 0) {
         step_row(&r, "error", NULL, err.msg, NULL, NULL);
         failed = 1;
@@ -732,7 +747,7 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
     /* Scratch beside the outputs (same file system, cleaned with them);
      * a dry run leaves DEST alone. */
     const char *base = cfg->tmp_dir ? cfg->tmp_dir : dest;
-    if (cfg->uo.dry_run && !cfg->tmp_dir)
+    if ((cfg->uo.dry_run || r.dest_remote) && !cfg->tmp_dir)
         base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     int scratch = archive && !in_place(&r);
     if (scratch) {

@@ -84,6 +84,7 @@ struct utensor {
     uint64_t per_prefix;    /* bands per index of the dims before bdim */
     uint64_t nbands;
     uint32_t *crcs;         /* malloced, nbands */
+    atomic_uint_fast64_t left;  /* remote output: tasks not yet written */
     int chunked;            /* decoded chunks: one task per chunk */
     int rows;               /* ... each whole rows: band b is chunk b */
 };
@@ -99,6 +100,7 @@ struct ucopy {
     uint64_t out_off;
     uint64_t nbands;
     uint32_t *crcs;
+    atomic_uint_fast64_t left;  /* remote output: tasks not yet written */
 };
 
 /* One output file. */
@@ -118,6 +120,7 @@ struct ufile {
     int raw;                /* content is exactly head (JSON files) */
     char *copy_from;        /* train.pt copied from this file; owned */
     int copy_local;         /* copy_from is a local file, SRC or not */
+    void *out;              /* the output's state (outobj.c), or NULL */
 };
 
 struct bufpool {
@@ -127,8 +130,12 @@ struct bufpool {
     size_t size;
 };
 
+struct uns_out;
+
 struct ujob {
     const struct ckpt_unshard_opts *o;
+    struct uns_out *out;            /* where outputs go (out.c); NULL in
+                                       a dry run */
     char *top;                      /* SRC as a path or key */
     char *dir;                      /* directory with metadata and data */
     struct ckpt_storage *st;        /* remote SRC, or NULL (local) */
@@ -374,6 +381,14 @@ int uns_olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 int uns_layout_files(struct ujob *j, struct ckpt_pv *root,
                      struct ckpt_err *err);
 int uns_layout_finish(struct ujob *j, struct ckpt_err *err);
+/* Remote output (the parts holding a record's local header are sent
+ * when it is written): the records whose CRC is known before the copy
+ * (data.pkl, version, byteorder, empty ones) written whole at once. */
+int uns_layout_early(struct ujob *j, struct ufile *f, struct ckpt_err *err);
+/* The local header of the record of tensor t or copy c (one of them),
+ * once all its bands are written. */
+int uns_layout_record_done(struct ujob *j, struct utensor *t,
+                           struct ucopy *c, struct ckpt_err *err);
 
 int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                   struct ckpt_err *err);
@@ -381,11 +396,76 @@ int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
 /* engine.c */
 void uns_job_fail(struct ujob *j, const struct ckpt_err *err);
 int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err);
+/* 0 when every tensor can go to a remote output, else -1 naming one. */
+int uns_engine_remote_ok(struct ujob *j, struct ckpt_err *err);
 int uns_bufpool_init(struct bufpool *b, size_t size);
 void uns_bufpool_release(struct bufpool *b);
 
 /* stout.c */
 int uns_st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
+
+/* out.c: where the outputs go. Two kinds: a local directory (outlocal.c:
+ * files in a temporary directory beside DEST, pwrite, fsync, then one
+ * atomic rename) and a prefix of object storage (outobj.c: one multipart
+ * upload per output, each part a fixed byte range of the planned file,
+ * sent as soon as all its bytes are written). Writes come from pool
+ * workers concurrently, at any offsets; every byte of every output is
+ * written exactly once. */
+struct uns_out_ops {
+    /* DEST against the plan: an output name DEST holds as a directory is
+     * refused; remote: the -unfinished marker is written. */
+    int (*begin)(struct ujob *j, struct ckpt_err *err);
+    /* Output f of the plan (f->size known) starts. */
+    int (*create)(struct ujob *j, struct ufile *f, struct ckpt_err *err);
+    int (*write)(struct ujob *j, struct ufile *f, const void *p, size_t n,
+                 uint64_t off, struct ckpt_err *err);
+    /* Every byte written: local fsync and close, remote completes the
+     * uploads (the objects appear). */
+    int (*close)(struct ujob *j, struct ckpt_err *err);
+    /* The outputs become DEST: local rename, remote marker removed. */
+    int (*commit)(struct ujob *j, struct ckpt_err *err);
+    /* Failure: temporary files or unfinished uploads go. */
+    void (*abort)(struct ujob *j);
+    void (*release)(struct ujob *j);
+};
+
+struct uns_out {
+    const struct uns_out_ops *ops;
+    int remote;                 /* object storage: see outobj.c */
+    void *impl;
+};
+
+/* Open DEST: a local directory or an object storage location. */
+int uns_out_open(struct ujob *j, const char *dest, struct ckpt_err *err);
+static inline int uns_out_write(struct ujob *j, struct ufile *f,
+                                const void *p, size_t n, uint64_t off,
+                                struct ckpt_err *err)
+{
+    return j->out->ops->write(j, f, p, n, off, err);
+}
+/* A reader of output f as written (verify): local, the temporary file;
+ * remote, the completed object. */
+void uns_out_reader(struct ujob *j, struct ufile *f, struct usrc *s);
+/* outlocal.c / outobj.c */
+int uns_outlocal_open(struct ujob *j, const char *dest,
+                      struct ckpt_err *err);
+int uns_outobj_open(struct ujob *j, const char *dest, struct ckpt_err *err);
+/* outobj.c: the memory gate of a remote output. A task that will write
+ * [off, off+len) of f first reserves the part buffers it needs: it waits
+ * while they would exceed --memory unless it is the oldest task not yet
+ * done (seq order is output order), which always goes on, so the parts
+ * it and its elders fill complete and free memory: no deadlock. done
+ * marks a task finished (also when skipped). Returns -1 when the job
+ * failed meanwhile. */
+int uns_outobj_reserve(struct ujob *j, struct ufile *f, uint64_t off,
+                       uint64_t len, uint64_t seq);
+void uns_outobj_done(struct ujob *j, uint64_t seq);
+/* Tasks of the run about to start (seq 0..n-1). */
+void uns_outobj_tasks(struct ujob *j, uint64_t n);
+void uns_outobj_wake(struct ujob *j);
+void uns_outobj_reader(struct ujob *j, struct ufile *f, struct usrc *s);
+/* Peak bytes of part buffers held (tests, --debug). */
+uint64_t uns_outobj_peak(const struct ujob *j);
 
 /* verify.c: outputs read back through ckpt's own readers */
 int uns_verify_outputs(struct ujob *j, struct ckpt_err *err);

@@ -60,7 +60,7 @@ static int verify_records(const struct ufile *f, const struct ckpt_tzip *z,
 
 static int verify_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
 {
-    struct usrc s = { .name = f->tmp, .fd = f->fd, .size = f->size };
+    struct usrc s;
     struct ckpt_rd rd;
     struct ckpt_tzip *z = NULL;
     struct ckpt_arena *a = ckpt_arena_new(1ULL << 31);
@@ -71,6 +71,7 @@ static int verify_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
      * (layout.c): any class, bounded by the arena only. */
     struct ckpt_pickle_opts po = { .name = f->name, .max_values = SIZE_MAX,
                                    .max_bytes = SIZE_MAX };
+    uns_out_reader(j, f, &s);
     uns_src_rd(&rd, &s, 0, f->size);
     int rc = ckpt_tzip_open(&z, &rd, err);
     const struct ckpt_tzip_entry *e = rc ? NULL : ckpt_tzip_find(z,
@@ -96,10 +97,11 @@ static int verify_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
     return rc;
 }
 
-static int verify_st(struct ufile *f, struct ckpt_err *err)
+static int verify_st(struct ujob *j, struct ufile *f, struct ckpt_err *err)
 {
-    struct usrc s = { .name = f->tmp, .fd = f->fd, .size = f->size };
+    struct usrc s;
     unsigned char n8[8];
+    uns_out_reader(j, f, &s);
     if (uns_src_read(&s, 0, n8, 8, err) != 0)
         return -1;
     uint64_t n = 0;
@@ -127,7 +129,7 @@ int uns_verify_outputs(struct ujob *j, struct ckpt_err *err)
         if (f->raw || f->copy_from)
             continue;
         if (j->o->format == CKPT_FORMAT_TORCH ? verify_torch(j, f, err)
-                                              : verify_st(f, err))
+                                              : verify_st(j, f, err))
             return -1;
     }
     return 0;

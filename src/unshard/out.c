@@ -1,0 +1,32 @@
+/*
+ * out.c - where the outputs of an unshard go: a local directory
+ * (outlocal.c) or a prefix of object storage (outobj.c), picked by DEST.
+ */
+#include <string.h>
+
+#include "ckpt/util.h"
+#include "unshard_int.h"
+
+int uns_out_open(struct ujob *j, const char *dest, struct ckpt_err *err)
+{
+    struct ckpt_loc loc;
+    if (ckpt_loc_parse(&loc, dest, err) != 0)
+        return -1;
+    int remote = loc.scheme != CKPT_SCHEME_LOCAL;
+    ckpt_loc_release(&loc);
+    return remote ? uns_outobj_open(j, dest, err)
+                  : uns_outlocal_open(j, dest, err);
+}
+
+void uns_out_reader(struct ujob *j, struct ufile *f, struct usrc *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->size = f->size;
+    s->fd = -1;
+    if (!j->out->remote) {
+        s->name = f->tmp;
+        s->fd = f->fd;
+        return;
+    }
+    uns_outobj_reader(j, f, s);
+}
