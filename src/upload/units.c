@@ -22,18 +22,26 @@ static int local_unchanged(struct obj *o, struct ckpt_err *err);
 
 /* Read exactly len bytes at off of the version planned; a short read
  * means the source shrank. */
-static int read_exact(struct obj *o, uint64_t off, char *buf, size_t len,
-                      struct ckpt_err *err)
+/* len bytes at off of the source, or an error if it is shorter now. */
+static int read_full(struct obj *o, uint64_t off, void *buf, size_t len,
+                     struct ckpt_err *err)
 {
     size_t got = 0;
-    if (local_unchanged(o, err) != 0 ||
-        ckpt_storage_read(o->g->sst, o->skey, off, buf, len, &got,
+    if (ckpt_storage_read(o->g->sst, o->skey, off, buf, len, &got,
                           err) != 0)
         return -1;
     if (got != len)
         return ckpt_err_set(err, CKPT_EIO, "%s: changed while being read "
                             "(now shorter than %llu bytes)", o->sdisp,
                             (unsigned long long)o->size);
+    return 0;
+}
+
+static int read_exact(struct obj *o, uint64_t off, char *buf, size_t len,
+                      struct ckpt_err *err)
+{
+    if (local_unchanged(o, err) != 0 || read_full(o, off, buf, len, err) != 0)
+        return -1;
     return local_unchanged(o, err);
 }
 
@@ -300,16 +308,7 @@ static int same_as_dest(struct unit *un, const char *hex)
 static int stream_body(void *ud, uint64_t off, void *buf, size_t len,
                        struct ckpt_err *err)
 {
-    struct obj *o = ud;
-    size_t got = 0;
-    if (ckpt_storage_read(o->g->sst, o->skey, off, buf, len, &got,
-                          err) != 0)
-        return -1;
-    if (got != len)
-        return ckpt_err_set(err, CKPT_EIO, "%s: changed while being read "
-                            "(now shorter than %llu bytes)", o->sdisp,
-                            (unsigned long long)o->size);
-    return 0;
+    return read_full(ud, off, buf, len, err);
 }
 
 /* MD5 of the planned version, read through the unit's small buffer. */

@@ -293,28 +293,9 @@ int ckpt_is_del_name(const char *name)
     return del_parse(base_of(name), &m, &host, &hl, &pid);
 }
 
-char *ckpt_del_dead_sibling(const char *path)
-{
-    char *dir = ckpt_path_dirname(path), *base = ckpt_path_basename(path);
-    char *found = NULL, *x;
-    DIR *d = opendir(*dir ? dir : ".");
-    struct dirent *de;
-    while (d && !found && (de = readdir(d)) != NULL) {
-        if (!ckpt_del_dead(de->d_name, &x))
-            continue;
-        if (!strcmp(x, base))
-            found = *dir ? ckpt_path_join(dir, de->d_name)
-                         : ckpt_xstrdup(de->d_name);
-        free(x);
-    }
-    if (d)
-        closedir(d);
-    free(dir);
-    free(base);
-    return found;
-}
-
-char *ckpt_del_sibling(const char *path)
+/* The base name of a ".BASE.ckpt-del-HOST-PID" sibling of path (of a
+ * dead process of this host with dead_only, else any), or NULL. */
+static char *find_sibling(const char *path, int dead_only)
 {
     char *dir = ckpt_path_dirname(path), *base = ckpt_path_basename(path);
     char *found = NULL;
@@ -326,7 +307,8 @@ char *ckpt_del_sibling(const char *path)
         size_t hl;
         if (del_parse(de->d_name, &m, &host, &hl, &pid) &&
             (size_t)(m - (de->d_name + 1)) == bl &&
-            !strncmp(de->d_name + 1, base, bl))
+            !strncmp(de->d_name + 1, base, bl) &&
+            (!dead_only || ckpt_del_dead(de->d_name, NULL)))
             found = ckpt_xstrdup(de->d_name);
     }
     if (d)
@@ -334,6 +316,22 @@ char *ckpt_del_sibling(const char *path)
     free(dir);
     free(base);
     return found;
+}
+
+char *ckpt_del_dead_sibling(const char *path)
+{
+    char *name = find_sibling(path, 1);
+    char *dir = name ? ckpt_path_dirname(path) : NULL;
+    char *found = !name ? NULL : *dir ? ckpt_path_join(dir, name)
+                                      : ckpt_xstrdup(name);
+    free(dir);
+    free(name);
+    return found;
+}
+
+char *ckpt_del_sibling(const char *path)
+{
+    return find_sibling(path, 0);
 }
 
 static int by_name(const void *a, const void *b)

@@ -18,21 +18,12 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUP = os.path.join(HERE, "..", "support")
 sys.path.insert(0, SUP)
-from s3test import BUILD, Checker, S3Env, tool  # noqa: E402
+from s3test import BUILD, Checker, S3Env, sh, tool  # noqa: E402
 import harness  # noqa: E402
 from harness import compare, generate  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 B = "ck"
-
-
-def sh(*args, env=None):
-    p = subprocess.run(list(args), env=env, capture_output=True, text=True,
-                       timeout=600)
-    if p.returncode:
-        raise AssertionError("%s: %d\n%s%s" % (" ".join(args), p.returncode,
-                                               p.stdout, p.stderr))
-    return p
 
 
 def make_run(tmp, fx):

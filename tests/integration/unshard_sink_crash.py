@@ -27,21 +27,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import BUILD, Checker, S3Env, tool  # noqa: E402
+from s3test import BUILD, Checker, S3Env, digests, tool  # noqa: E402
 from harness import generate  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 B = "ck"
-
-
-def digests(root):
-    out = {}
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            with open(os.path.join(d, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(d, f), root)] = \
-                    hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 def remote_digests(env, prefix):

@@ -23,7 +23,6 @@ no local copy.
   "directory", DEST an object), and a rerun over a killed run's leftovers
   (marker, stale object) finishes it.
 """
-import hashlib
 import json
 import os
 import shutil
@@ -37,22 +36,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SUP = os.path.join(HERE, "..", "support")
 SRCDIR = os.path.join(HERE, "..", "..")
 sys.path.insert(0, SUP)
-from s3test import BUILD, Checker, S3Env, tool  # noqa: E402
+from s3test import BUILD, Checker, S3Env, digests, sh, tool  # noqa: E402
 import harness  # noqa: E402
 from harness import compare, generate  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 B = "ck"
 MIB = 1 << 20
-
-
-def sh(*args, env=None):
-    p = subprocess.run(list(args), env=env, capture_output=True, text=True,
-                       timeout=600)
-    if p.returncode:
-        raise AssertionError("%s: %d\n%s%s" % (" ".join(args), p.returncode,
-                                               p.stdout, p.stderr))
-    return p
 
 
 def ckpt(env, *args):
@@ -83,17 +73,6 @@ def sanitized():
             return "CKPT_SANITIZE:BOOL=ON" in f.read()
     except OSError:
         return False
-
-
-def digests(root):
-    """{relative path: sha256} of the files below root."""
-    out = {}
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            with open(os.path.join(d, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(d, f), root)] = \
-                    hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 def objects(env, prefix):

@@ -1,5 +1,6 @@
 """s3test.py - shared helpers for the Python object-storage integration
 tests: run storage_tool, check results, count passes."""
+import hashlib
 import os
 import subprocess
 import sys
@@ -21,6 +22,28 @@ def ckpt(*args, env=None, timeout=600):
     r = subprocess.run([CKPT] + list(args), env=env, capture_output=True,
                        timeout=timeout)
     return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def sh(*args, env=None):
+    """Run a command (text output); a non-zero exit raises AssertionError
+    with its output."""
+    p = subprocess.run(list(args), env=env, capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode:
+        raise AssertionError("%s: %d\n%s%s" % (" ".join(args), p.returncode,
+                                               p.stdout, p.stderr))
+    return p
+
+
+def digests(root):
+    """{relative path: sha256} of the files below root."""
+    out = {}
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            with open(os.path.join(d, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(d, f), root)] = \
+                    hashlib.sha256(fh.read()).hexdigest()
+    return out
 
 
 def age_tree(root, when=1e9):
