@@ -75,8 +75,8 @@ static int cmp_rec(const void *a, const void *b)
 /* Before the copy (single-threaded): records in offset order. */
 void uns_src_records_ready(struct ujob *j)
 {
-    for (size_t i = 0; i < j->nsrcs; i++) {
-        struct usrc *s = j->srcs[i];
+    for (size_t i = 0; i < j->src.nsrcs; i++) {
+        struct usrc *s = j->src.srcs[i];
         if (s->nrecs && !s->recs_sorted)
             qsort(s->recs, s->nrecs, sizeof(*s->recs), cmp_rec);
         s->recs_sorted = 1;
@@ -187,11 +187,11 @@ static int check_one(struct usrc *s, struct urec *r, char *buf, size_t cap,
 
 int uns_src_check_records(struct ujob *j, struct ckpt_err *err)
 {
-    size_t cap = (size_t)j->band;
+    size_t cap = (size_t)j->plan.band;
     char *buf = NULL;
     int rc = 0;
-    for (size_t i = 0; rc == 0 && i < j->nsrcs; i++) {
-        struct usrc *s = j->srcs[i];
+    for (size_t i = 0; rc == 0 && i < j->src.nsrcs; i++) {
+        struct usrc *s = j->src.srcs[i];
         for (size_t k = 0; rc == 0 && k < s->nrecs; k++) {
             struct urec *r = s->recs[k];
             if (!r->n && !r->whole)

@@ -62,8 +62,8 @@ static int row_chunk(const struct utensor *t, size_t k, uint64_t rows)
 
 void uns_dec_bands(struct ujob *j)
 {
-    for (size_t i = 0; j->decode && i < j->ntensors; i++) {
-        struct utensor *t = &j->tensors[i];
+    for (size_t i = 0; j->plan.decode && i < j->plan.ntensors; i++) {
+        struct utensor *t = &j->plan.tensors[i];
         const struct ckpt_dcp_entry *e = t->e;
         int all = e->nchunks > 0;
         for (size_t k = 0; all && k < e->nchunks; k++)

@@ -203,7 +203,7 @@ static int copy_box(struct ujob *j, const struct utensor *t,
     struct gather g = { c, size, t->e->dtype->swap, r.run, buf, NULL, r.s0,
                         note, err };
     uint64_t span = src_span(bx, c), vol = r.nruns * r.run;
-    if (r.nruns > 1 && span * size <= j->band &&
+    if (r.nruns > 1 && span * size <= j->plan.band &&
         span <= 4 * vol + (65536 / size)) {
         /* One read of the whole source span, then scatter. */
         if ((note ? uns_src_read_noted : uns_src_read)(
@@ -275,7 +275,7 @@ struct task {
 
 static uint64_t out_off(struct ujob *j, int file, size_t rec, uint64_t off)
 {
-    struct ufile *f = &j->files[file];
+    struct ufile *f = &j->dst.files[file];
     if (j->o->format == CKPT_FORMAT_TORCH)
         return f->recs[rec].data_off;
     return off;
@@ -293,8 +293,8 @@ static int task_fill(struct task *k, char *buf, char *rbuf, uint64_t *at,
         return fill_band(j, k->t, k->band, buf, rbuf, len, 0, !k->verify,
                          err);
     }
-    uint64_t from = k->band * j->band;
-    *len = k->c->nbytes - from < j->band ? k->c->nbytes - from : j->band;
+    uint64_t from = k->band * j->plan.band;
+    *len = k->c->nbytes - from < j->plan.band ? k->c->nbytes - from : j->plan.band;
     *at = out_off(j, k->c->file, k->c->rec, k->c->out_off) + from;
     return (k->verify ? uns_src_read : uns_src_read_noted)(
         k->c->src, k->c->off + from, buf, *len, err);
@@ -332,11 +332,11 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
                        uint64_t len, struct ckpt_err *err)
 {
     struct ujob *j = k->j;
-    struct ufile *f = &j->files[k->t ? k->t->file : k->c->file];
+    struct ufile *f = &j->dst.files[k->t ? k->t->file : k->c->file];
     struct usrc out;
     char what[300];
     uns_out_reader(j, f, &out);
-    if (k->t && check_replicas(k, buf, rbuf + j->band, rbuf, len, err) != 0)
+    if (k->t && check_replicas(k, buf, rbuf + j->plan.band, rbuf, len, err) != 0)
         return -1;
     if (uns_src_read(&out, at, rbuf, len, err) != 0)
         return -1;
@@ -412,8 +412,8 @@ static int chunk_task(struct task *k, uint64_t *len, struct ckpt_err *err)
                            : NULL;
     struct crun x = { j, buf, back, dt->itemsize, r.run,
                       out_off(j, t->file, t->rec, t->out_off),
-                      &j->files[t->file], err };
-    int rc = j->decode(j, t, c, buf, err);
+                      &j->dst.files[t->file], err };
+    int rc = j->plan.decode(j, t, c, buf, err);
     if (rc == 0 && c->big_endian)
         swap_elems(buf, cb / dt->itemsize, dt->itemsize, dt->swap);
     if (rc == 0)
@@ -443,7 +443,7 @@ static int crc_task(struct task *k, char *buf, uint64_t *len,
     const struct utensor *t = k->t;
     struct usrc out;
     uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
-    uns_out_reader(j, &j->files[t->file], &out);
+    uns_out_reader(j, &j->dst.files[t->file], &out);
     uns_plan_band_box(t, k->band, lo, hi, &dst, len);
     if (uns_src_read(&out, out_off(j, t->file, t->rec, t->out_off) + dst,
                      buf, (size_t)*len, err) != 0)
@@ -457,7 +457,7 @@ static int crc_task(struct task *k, char *buf, uint64_t *len,
 static int band_work(struct task *k, uint64_t *len, struct ckpt_err *err)
 {
     struct ujob *j = k->j;
-    char *buf = bufpool_get(&j->bufs), *rbuf = buf + j->band;
+    char *buf = bufpool_get(&j->bufs), *rbuf = buf + j->plan.band;
     uint64_t at;
     int rc;
     if (k->mode == TASK_CRC) {
@@ -467,7 +467,7 @@ static int band_work(struct task *k, uint64_t *len, struct ckpt_err *err)
         if (rc == 0 && k->verify) {
             rc = task_verify(k, buf, rbuf, at, *len, err);
         } else if (rc == 0) {
-            struct ufile *f = &j->files[k->t ? k->t->file : k->c->file];
+            struct ufile *f = &j->dst.files[k->t ? k->t->file : k->c->file];
             uint32_t *crcs = k->t ? k->t->crcs : k->c->crcs;
             if (j->o->format == CKPT_FORMAT_TORCH)
                 crcs[k->band] = ckpt_crc32(0, buf, *len);
@@ -485,10 +485,10 @@ static struct ufile *task_range(struct task *k, uint64_t *at, uint64_t *len)
 {
     struct ujob *j = k->j;
     if (k->c) {
-        uint64_t from = k->band * j->band;
-        *len = k->c->nbytes - from < j->band ? k->c->nbytes - from : j->band;
+        uint64_t from = k->band * j->plan.band;
+        *len = k->c->nbytes - from < j->plan.band ? k->c->nbytes - from : j->plan.band;
         *at = out_off(j, k->c->file, k->c->rec, k->c->out_off) + from;
-        return &j->files[k->c->file];
+        return &j->dst.files[k->c->file];
     }
     const struct utensor *t = k->t;
     uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
@@ -507,7 +507,7 @@ static struct ufile *task_range(struct task *k, uint64_t *at, uint64_t *len)
         uns_plan_band_box(t, k->band, lo, hi, &dst, len);
     }
     *at = out_off(j, t->file, t->rec, t->out_off) + dst;
-    return &j->files[t->file];
+    return &j->dst.files[t->file];
 }
 
 /* Before reading anything: room for the part buffers the task fills. */
@@ -575,11 +575,11 @@ static void submit(struct ujob *j, struct utensor *t, struct ucopy *c,
  * from the output, once the chunks are all in place. */
 static void crc_pass(struct ujob *j)
 {
-    if (j->o->format != CKPT_FORMAT_TORCH || j->out->remote)
+    if (j->o->format != CKPT_FORMAT_TORCH || j->dst.out->remote)
         return;
-    for (size_t i = 0; i < j->ntensors && !j->failed; i++) {
-        struct utensor *t = &j->tensors[i];
-        if (t->file < 0 || j->files[t->file].copy_from || !t->chunked ||
+    for (size_t i = 0; i < j->plan.ntensors && !j->failed; i++) {
+        struct utensor *t = &j->plan.tensors[i];
+        if (t->file < 0 || j->dst.files[t->file].copy_from || !t->chunked ||
             t->rows)
             continue;
         for (uint64_t b = 0; b < t->nbands && !j->failed; b++)
@@ -612,7 +612,7 @@ static void add_ordered(struct ordered **v, size_t *n, size_t *cap,
     struct ordered *o = &(*v)[(*n)++];
     uint64_t len;
     o->k = *k;
-    o->file = (size_t)(task_range(&o->k, &o->at, &len) - k->j->files);
+    o->file = (size_t)(task_range(&o->k, &o->at, &len) - k->j->dst.files);
 }
 
 /* Tensors decoded chunk by chunk whose chunks are not whole rows are
@@ -621,9 +621,9 @@ static void add_ordered(struct ordered **v, size_t *n, size_t *cap,
  * before anything is written. */
 int uns_engine_remote_ok(struct ujob *j, struct ckpt_err *err)
 {
-    for (size_t i = 0; i < j->ntensors; i++) {
-        const struct utensor *t = &j->tensors[i];
-        if (t->file >= 0 && !j->files[t->file].copy_from && t->chunked &&
+    for (size_t i = 0; i < j->plan.ntensors; i++) {
+        const struct utensor *t = &j->plan.tensors[i];
+        if (t->file >= 0 && !j->dst.files[t->file].copy_from && t->chunked &&
             !t->rows && t->nbytes)
             return ckpt_err_set(err, CKPT_EUNSUPPORTED, "tensor '%s': its "
                                 "stored chunks are not whole rows, which a "
@@ -640,9 +640,9 @@ static int run_remote(struct ujob *j, struct ckpt_err *err)
 {
     struct ordered *v = NULL;
     size_t n = 0, cap = 0;
-    for (size_t i = 0; i < j->ntensors; i++) {
-        struct utensor *t = &j->tensors[i];
-        if (t->file < 0 || j->files[t->file].copy_from)
+    for (size_t i = 0; i < j->plan.ntensors; i++) {
+        struct utensor *t = &j->plan.tensors[i];
+        if (t->file < 0 || j->dst.files[t->file].copy_from)
             continue;
         t->crcs = ckpt_xcalloc(t->nbands ? t->nbands : 1, 4);
         uint64_t nt = !t->nbytes ? 0 : t->chunked ? t->e->nchunks
@@ -654,11 +654,11 @@ static int run_remote(struct ujob *j, struct ckpt_err *err)
             add_ordered(&v, &n, &cap, &k);
         }
     }
-    for (size_t i = 0; i < j->ncopies; i++) {
-        struct ucopy *c = &j->copies[i];
-        if (c->file < 0 || j->files[c->file].copy_from)
+    for (size_t i = 0; i < j->plan.ncopies; i++) {
+        struct ucopy *c = &j->plan.copies[i];
+        if (c->file < 0 || j->dst.files[c->file].copy_from)
             continue;
-        c->nbands = (c->nbytes + j->band - 1) / j->band;
+        c->nbands = (c->nbytes + j->plan.band - 1) / j->plan.band;
         c->crcs = ckpt_xcalloc(c->nbands ? c->nbands : 1, 4);
         atomic_store(&c->left, c->nbands);
         for (uint64_t b = 0; b < c->nbands; b++) {
@@ -688,11 +688,11 @@ int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
     uns_src_readahead(j);
     if (!verify)
         uns_src_records_ready(j);
-    if (!verify && j->out->remote)
+    if (!verify && j->dst.out->remote)
         return run_remote(j, err);
-    for (size_t i = 0; i < j->ntensors && !j->failed; i++) {
-        struct utensor *t = &j->tensors[i];
-        if (t->file < 0 || j->files[t->file].copy_from)
+    for (size_t i = 0; i < j->plan.ntensors && !j->failed; i++) {
+        struct utensor *t = &j->plan.tensors[i];
+        if (t->file < 0 || j->dst.files[t->file].copy_from)
             continue;
         if (!verify)
             t->crcs = ckpt_xcalloc(t->nbands ? t->nbands : 1, 4);
@@ -702,11 +702,11 @@ int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
             submit(j, t, NULL, b, verify,
                    t->chunked ? TASK_CHUNK : TASK_BAND);
     }
-    for (size_t i = 0; i < j->ncopies && !j->failed; i++) {
-        struct ucopy *c = &j->copies[i];
-        if (c->file < 0 || j->files[c->file].copy_from)
+    for (size_t i = 0; i < j->plan.ncopies && !j->failed; i++) {
+        struct ucopy *c = &j->plan.copies[i];
+        if (c->file < 0 || j->dst.files[c->file].copy_from)
             continue;
-        c->nbands = (c->nbytes + j->band - 1) / j->band;
+        c->nbands = (c->nbytes + j->plan.band - 1) / j->plan.band;
         if (!verify)
             c->crcs = ckpt_xcalloc(c->nbands ? c->nbands : 1, 4);
         for (uint64_t b = 0; b < c->nbands && !j->failed; b++)

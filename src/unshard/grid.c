@@ -31,7 +31,7 @@ int uns_grid_chunks(struct ujob *j, struct ckpt_dcp_entry *e,
                     const struct ugrid *g, int64_t **strides,
                     struct ckpt_err *err)
 {
-    struct ckpt_arena *ma = j->meta->arena;
+    struct ckpt_arena *ma = j->plan.meta->arena;
     uint64_t grid[CKPT_MAX_DIMS], idx[CKPT_MAX_DIMS], n = 1;
     int nd = g->ndim;
     for (int d = 0; d < nd; d++) {

@@ -29,7 +29,7 @@ enum { F_MODEL = 0, F_OPTIM = 1, F_TRAIN = 2 };
 static const char *top_key(const struct ujob *j,
                            const struct ckpt_dcp_entry *e)
 {
-    const struct ckpt_pv *k = j->paths[e - j->meta->entries];
+    const struct ckpt_pv *k = j->plan.paths[e - j->plan.meta->entries];
     k = k->u.seq.v[0];
     return k->kind == CKPT_PV_STR ? k->u.s.p : NULL;
 }
@@ -47,8 +47,8 @@ static int olmo_part(const char *top, int have_optim_key)
 static void add_file(struct ujob *j, const char *base, const char *ext,
                      struct ckpt_pv *root)
 {
-    j->files = ckpt_xreallocarray(j->files, j->nfiles + 1, sizeof(*j->files));
-    struct ufile *f = &j->files[j->nfiles++];
+    j->dst.files = ckpt_xreallocarray(j->dst.files, j->dst.nfiles + 1, sizeof(*j->dst.files));
+    struct ufile *f = &j->dst.files[j->dst.nfiles++];
     memset(f, 0, sizeof(*f));
     f->name = ckpt_xasprintf("%s%s", base, ext);
     f->prefix = ckpt_xstrdup(base);
@@ -139,7 +139,7 @@ static int split_olmo(struct ujob *j, struct ckpt_pv *root, const char *ext,
 {
     struct ckpt_pv *parts[3] = { NULL, NULL, NULL };
     int have_optim = ckpt_pv_dict_get(root, "optim") != NULL;
-    parts[F_TRAIN] = ckpt_pv_new(j->arena, CKPT_PV_DICT);
+    parts[F_TRAIN] = ckpt_pv_new(j->plan.arena, CKPT_PV_DICT);
     if (!parts[F_TRAIN])
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     for (size_t i = 0; i < root->u.dict.n; i++) {
@@ -147,27 +147,27 @@ static int split_olmo(struct ujob *j, struct ckpt_pv *root, const char *ext,
         int p = olmo_part(k->kind == CKPT_PV_STR ? k->u.s.p : NULL,
                           have_optim);
         if (p == F_TRAIN)
-            ckpt_pv_dict_add(j->arena, parts[F_TRAIN], root->u.dict.k[i],
+            ckpt_pv_dict_add(j->plan.arena, parts[F_TRAIN], root->u.dict.k[i],
                              root->u.dict.v[i]);
         else
             parts[p] = root->u.dict.v[i];
     }
     if (!parts[F_MODEL])
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: no top-level 'model' "
-                            "entry for --layout olmo", j->dir);
-    char *rank0 = ckpt_xasprintf("%s/train/rank0.pt", j->top);
+                            "entry for --layout olmo", j->src.dir);
+    char *rank0 = ckpt_xasprintf("%s/train/rank0.pt", j->src.top);
     static const char *const names[] = { "model", "optim", "train" };
     for (int p = 0; p < 3; p++) {
         map[p] = -1;
-        int copy = p == F_TRAIN && !parts[p]->u.dict.n && j->olmo_step &&
+        int copy = p == F_TRAIN && !parts[p]->u.dict.n && j->src.olmo_step &&
                    is_file(j, rank0);
         if (!parts[p] || (p == F_TRAIN && !parts[p]->u.dict.n && !copy))
             continue;
-        map[p] = (int)j->nfiles;
+        map[p] = (int)j->dst.nfiles;
         add_file(j, names[p], ext, parts[p]);
         if (copy)
-            j->files[j->nfiles - 1].copy_from = ckpt_xstrdup(rank0);
-        if (copy && check_copy(j, &j->files[j->nfiles - 1], err) != 0) {
+            j->dst.files[j->dst.nfiles - 1].copy_from = ckpt_xstrdup(rank0);
+        if (copy && check_copy(j, &j->dst.files[j->dst.nfiles - 1], err) != 0) {
             free(rank0);
             return -1;
         }
@@ -180,7 +180,7 @@ int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
                       struct ckpt_err *err)
 {
     int map[3] = { 0, -1, -1 };
-    int olmo = j->olmo;
+    int olmo = j->plan.olmo;
     if (!olmo)
         add_file(j, j->o->format == CKPT_FORMAT_TORCH ? "checkpoint"
                                                       : "model", ext, root);
@@ -188,19 +188,19 @@ int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
         return -1;
     /* With --format safetensors the values that can name globals go to
      * extra.json. */
-    for (size_t i = 0; i < j->nfiles; i++)
-        if (!j->files[i].copy_from &&
+    for (size_t i = 0; i < j->dst.nfiles; i++)
+        if (!j->dst.files[i].copy_from &&
             check_globals(j, j->o->format == CKPT_FORMAT_SAFETENSORS
-                                 ? "extra.json" : j->files[i].name,
-                          j->files[i].root, err) != 0)
+                                 ? "extra.json" : j->dst.files[i].name,
+                          j->dst.files[i].root, err) != 0)
             return -1;
     int have_optim = ckpt_pv_dict_get(root, "optim") != NULL;
-    for (size_t i = 0; i < j->ntensors; i++) {
-        const char *top = top_key(j, j->tensors[i].e);
-        j->tensors[i].file = olmo ? map[olmo_part(top, have_optim)] : 0;
+    for (size_t i = 0; i < j->plan.ntensors; i++) {
+        const char *top = top_key(j, j->plan.tensors[i].e);
+        j->plan.tensors[i].file = olmo ? map[olmo_part(top, have_optim)] : 0;
     }
-    for (size_t i = 0; i < j->ncopies; i++)
-        j->copies[i].file = olmo ? map[olmo_part(top_key(j, j->copies[i].e),
+    for (size_t i = 0; i < j->plan.ncopies; i++)
+        j->plan.copies[i].file = olmo ? map[olmo_part(top_key(j, j->plan.copies[i].e),
                                                  have_optim)] : 0;
     return 0;
 }
@@ -226,7 +226,7 @@ static int set_key(struct ujob *j, struct ckpt_pv *keystr, uint64_t k)
 {
     char tmp[24];
     int n = snprintf(tmp, sizeof(tmp), "%llu", (unsigned long long)k);
-    keystr->u.s.p = ckpt_arena_strndup(j->arena, tmp, (size_t)n);
+    keystr->u.s.p = ckpt_arena_strndup(j->plan.arena, tmp, (size_t)n);
     keystr->u.s.len = (size_t)n;
     return keystr->u.s.p ? 0 : -1;
 }
@@ -234,11 +234,11 @@ static int set_key(struct ujob *j, struct ckpt_pv *keystr, uint64_t k)
 /* Storage records of file fi: keys 0.. in metadata order. */
 static int torch_records(struct ujob *j, int fi, struct ckpt_err *err)
 {
-    struct ufile *f = &j->files[fi];
+    struct ufile *f = &j->dst.files[fi];
     uint64_t k = 0;
     add_rec(f, ckpt_xasprintf("%s/data.pkl", f->prefix), 0);
-    for (size_t i = 0; i < j->ntensors; i++) {
-        struct utensor *t = &j->tensors[i];
+    for (size_t i = 0; i < j->plan.ntensors; i++) {
+        struct utensor *t = &j->plan.tensors[i];
         if (t->file != fi)
             continue;
         if (set_key(j, t->keystr, k) != 0)
@@ -248,8 +248,8 @@ static int torch_records(struct ujob *j, int fi, struct ckpt_err *err)
                          t->nbytes);
         f->ntensors++;
     }
-    for (size_t i = 0; i < j->ncopies; i++) {
-        struct ucopy *c = &j->copies[i];
+    for (size_t i = 0; i < j->plan.ncopies; i++) {
+        struct ucopy *c = &j->plan.copies[i];
         if (c->file != fi)
             continue;
         if (set_key(j, c->keystr, k) != 0)
@@ -265,8 +265,8 @@ static int torch_records(struct ujob *j, int fi, struct ckpt_err *err)
 
 static int torch_layout(struct ujob *j, struct ckpt_err *err)
 {
-    for (size_t fi = 0; fi < j->nfiles; fi++) {
-        struct ufile *f = &j->files[fi];
+    for (size_t fi = 0; fi < j->dst.nfiles; fi++) {
+        struct ufile *f = &j->dst.files[fi];
         if (f->copy_from)
             continue;
         if (torch_records(j, (int)fi, err) != 0)
@@ -340,19 +340,19 @@ int uns_layout_early(struct ujob *j, struct ufile *f, struct ckpt_err *err)
 {
     if (j->o->format != CKPT_FORMAT_TORCH)
         return 0;
-    size_t fi = (size_t)(f - j->files);
+    size_t fi = (size_t)(f - j->dst.files);
     fixed_crcs(f);
     int rc = write_record(j, f, 0, f->head.ptr, f->head.len, err);
     if (rc == 0)
         rc = write_record(j, f, f->nrecs - 2, "3\n", 2, err);
     if (rc == 0)
         rc = write_record(j, f, f->nrecs - 1, "little", 6, err);
-    for (size_t i = 0; rc == 0 && i < j->ntensors; i++)
-        if (j->tensors[i].file == (int)fi && !j->tensors[i].nbytes)
-            rc = write_record(j, f, j->tensors[i].rec, NULL, 0, err);
-    for (size_t i = 0; rc == 0 && i < j->ncopies; i++)
-        if (j->copies[i].file == (int)fi && !j->copies[i].nbytes)
-            rc = write_record(j, f, j->copies[i].rec, NULL, 0, err);
+    for (size_t i = 0; rc == 0 && i < j->plan.ntensors; i++)
+        if (j->plan.tensors[i].file == (int)fi && !j->plan.tensors[i].nbytes)
+            rc = write_record(j, f, j->plan.tensors[i].rec, NULL, 0, err);
+    for (size_t i = 0; rc == 0 && i < j->plan.ncopies; i++)
+        if (j->plan.copies[i].file == (int)fi && !j->plan.copies[i].nbytes)
+            rc = write_record(j, f, j->plan.copies[i].rec, NULL, 0, err);
     return rc;
 }
 
@@ -361,10 +361,10 @@ int uns_layout_record_done(struct ujob *j, struct utensor *t,
 {
     if (j->o->format != CKPT_FORMAT_TORCH)
         return 0;
-    struct ufile *f = &j->files[t ? t->file : c->file];
+    struct ufile *f = &j->dst.files[t ? t->file : c->file];
     size_t rec = t ? t->rec : c->rec;
     f->recs[rec].crc = t ? tensor_crc(t)
-                         : band_crcs(c->crcs, c->nbands, j->band, c->nbytes);
+                         : band_crcs(c->crcs, c->nbands, j->plan.band, c->nbytes);
     return write_record(j, f, rec, NULL, 0, err);
 }
 
@@ -372,29 +372,29 @@ static int finish_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
 {
     struct ckpt_zipw_rec *r = f->recs;
     fixed_crcs(f);
-    for (size_t i = 0; i < j->ntensors; i++)
-        if (&j->files[j->tensors[i].file] == f)
-            r[j->tensors[i].rec].crc = tensor_crc(&j->tensors[i]);
-    for (size_t i = 0; i < j->ncopies; i++)
-        if (&j->files[j->copies[i].file] == f)
-            r[j->copies[i].rec].crc = band_crcs(j->copies[i].crcs,
-                                                j->copies[i].nbands, j->band,
-                                                j->copies[i].nbytes);
+    for (size_t i = 0; i < j->plan.ntensors; i++)
+        if (&j->dst.files[j->plan.tensors[i].file] == f)
+            r[j->plan.tensors[i].rec].crc = tensor_crc(&j->plan.tensors[i]);
+    for (size_t i = 0; i < j->plan.ncopies; i++)
+        if (&j->dst.files[j->plan.copies[i].file] == f)
+            r[j->plan.copies[i].rec].crc = band_crcs(j->plan.copies[i].crcs,
+                                                j->plan.copies[i].nbands, j->plan.band,
+                                                j->plan.copies[i].nbytes);
     struct ckpt_buf b = CKPT_BUF_INIT;
     int rc = 0;
     /* A remote output has its records in place already (uns_layout_early,
      * uns_layout_record_done): only the central directory is left. */
-    for (size_t i = 0; rc == 0 && !j->out->remote && i < f->nrecs; i++) {
+    for (size_t i = 0; rc == 0 && !j->dst.out->remote && i < f->nrecs; i++) {
         ckpt_buf_reset(&b);
         ckpt_zipw_local_header(&r[i], &b);
         rc = uns_out_write(j, f, b.ptr, b.len, r[i].lho, err);
     }
-    if (rc == 0 && !j->out->remote)
+    if (rc == 0 && !j->dst.out->remote)
         rc = uns_out_write(j, f, f->head.ptr, f->head.len, r[0].data_off,
                            err);
-    if (rc == 0 && !j->out->remote)
+    if (rc == 0 && !j->dst.out->remote)
         rc = uns_out_write(j, f, "3\n", 2, r[f->nrecs - 2].data_off, err);
-    if (rc == 0 && !j->out->remote)
+    if (rc == 0 && !j->dst.out->remote)
         rc = uns_out_write(j, f, "little", 6, r[f->nrecs - 1].data_off,
                            err);
     ckpt_buf_reset(&b);
@@ -406,8 +406,8 @@ static int finish_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
 }
 int uns_layout_finish(struct ujob *j, struct ckpt_err *err)
 {
-    for (size_t i = 0; i < j->nfiles; i++) {
-        struct ufile *f = &j->files[i];
+    for (size_t i = 0; i < j->dst.nfiles; i++) {
+        struct ufile *f = &j->dst.files[i];
         if (f->copy_from || f->raw || j->o->format != CKPT_FORMAT_TORCH)
             continue;
         if (finish_torch(j, f, err) != 0)

@@ -244,7 +244,7 @@ static int add_shards(void *ud, const struct found *f, struct ckpt_err *err)
 {
     struct rankctx *rc = ud;
     struct lplan *p = rc->p;
-    struct ckpt_arena *ma = p->j->meta->arena;
+    struct ckpt_arena *ma = p->j->plan.meta->arena;
     if (!is_st(*f->slot))
         return 0;
     char *fqn = join_keys(ma, f);
@@ -257,7 +257,7 @@ static int add_shards(void *ud, const struct found *f, struct ckpt_err *err)
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s': sharded tensor '%s' "
                             "is not in rank0.pt", rc->file, fqn);
     struct lst *s = &p->sts[idx];
-    struct ckpt_dcp_entry *e = &p->j->meta->entries[idx];
+    struct ckpt_dcp_entry *e = &p->j->plan.meta->entries[idx];
     if (st_parts(*f->slot, &sp, fqn, err) != 0)
         return -1;
     if (sp.dtype != e->dtype || sp.ndim != e->ndim ||
@@ -516,7 +516,7 @@ static int load_rank(struct lplan *p, int r, struct ckpt_arena *a,
     memset(rc, 0, sizeof(*rc));
     rc->p = p;
     rc->rank = r;
-    rc->file = ckpt_arena_strndup(p->j->meta->arena, name, strlen(name));
+    rc->file = ckpt_arena_strndup(p->j->plan.meta->arena, name, strlen(name));
     if (!rc->file)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (uns_src_get(p->j, rc->file, &rc->src, err) != 0)
@@ -563,8 +563,8 @@ static int add_leaf(struct lplan *p, const struct found *f,
     }
     struct lleaf *l = &p->leaves[p->nleaves++];
     l->slot = f->slot;
-    l->fqn = join_keys(p->j->meta->arena, f);
-    l->path = path_of(p->j->arena, f);
+    l->fqn = join_keys(p->j->plan.meta->arena, f);
+    l->path = path_of(p->j->plan.arena, f);
     return l->fqn && l->path ? 0 : ckpt_err_set(err, CKPT_ENOMEM,
                                                 "out of memory");
 }
@@ -574,7 +574,7 @@ static int add_leaf(struct lplan *p, const struct found *f,
 static int add_entry(void *ud, const struct found *f, struct ckpt_err *err)
 {
     struct lplan *p = ud;
-    struct ckpt_arena *ma = p->j->meta->arena;
+    struct ckpt_arena *ma = p->j->plan.meta->arena;
     struct stparts sp;
     struct ckpt_tensor t;
     int st = is_st(*f->slot), plain = 0;
@@ -593,7 +593,7 @@ static int add_entry(void *ud, const struct found *f, struct ckpt_err *err)
     memset(s, 0, sizeof(*s));
     s->slot = f->slot;
     s->fqn = join_keys(ma, f);
-    s->path = path_of(p->j->arena, f);
+    s->path = path_of(p->j->plan.arena, f);
     if (!s->fqn || !s->path)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (plain) {
@@ -615,7 +615,7 @@ static int add_entry(void *ud, const struct found *f, struct ckpt_err *err)
 static int plain_entry(struct lplan *p, struct lst *s,
                        struct ckpt_dcp_entry *e, struct ckpt_err *err)
 {
-    struct ckpt_arena *ma = p->j->meta->arena;
+    struct ckpt_arena *ma = p->j->plan.meta->arena;
     const struct ckpt_tensor *t = s->plain;
     size_t nd = (size_t)t->ndim + 1;
     uint64_t *size = ckpt_arena_array(ma, nd, 8);
@@ -656,7 +656,7 @@ static int plain_entry(struct lplan *p, struct lst *s,
  * tensor i is entry i), then one object entry per other value. */
 static int make_entries(struct lplan *p, struct ckpt_err *err)
 {
-    struct ckpt_dcp_meta *m = p->j->meta;
+    struct ckpt_dcp_meta *m = p->j->plan.meta;
     size_t n = p->n + p->nleaves;
     m->entries = ckpt_arena_array(m->arena, n + 1, sizeof(*m->entries));
     if (!m->entries)
@@ -688,7 +688,7 @@ static int make_entries(struct lplan *p, struct ckpt_err *err)
             if (owner >= p->nranks)
                 return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/rank%lld.pt' "
                                     "is missing (sharded tensor '%s' has a "
-                                    "shard on rank %lld)", p->j->dir,
+                                    "shard on rank %lld)", p->j->src.dir,
                                     (long long)owner, s->fqn,
                                     (long long)owner);
         }
@@ -718,8 +718,8 @@ static int make_entries(struct lplan *p, struct ckpt_err *err)
 static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err)
 {
-    struct lplan *p = j->fmtplan;
-    const struct lloc *l = &p->sts[t->e - j->meta->entries]
+    struct lplan *p = j->plan.fmtplan;
+    const struct lloc *l = &p->sts[t->e - j->plan.meta->entries]
                                 .locs[c->meta - t->e->chunks];
     (void)err;
     c->src = l->src;
@@ -737,35 +737,35 @@ static int build_root(struct lplan *p, struct ckpt_pv *root0,
                       struct ckpt_pv **root, struct ckpt_err *err)
 {
     struct ujob *j = p->j;
-    struct ckpt_dcp_meta *m = j->meta;
+    struct ckpt_dcp_meta *m = j->plan.meta;
     struct ckpt_pv *items = ckpt_pv_dict_items(root0);
     struct ckpt_rd rd;
     uns_src_rd(&rd, p->src0, 0, p->src0->size);
-    j->values = ckpt_xcalloc(m->n + 1, sizeof(*j->values));
-    j->paths = ckpt_xcalloc(m->n + 1, sizeof(*j->paths));
-    if (!(*root = ckpt_pv_new(j->arena, CKPT_PV_DICT)))
+    j->plan.values = ckpt_xcalloc(m->n + 1, sizeof(*j->plan.values));
+    j->plan.paths = ckpt_xcalloc(m->n + 1, sizeof(*j->plan.paths));
+    if (!(*root = ckpt_pv_new(j->plan.arena, CKPT_PV_DICT)))
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     for (size_t i = 0; i < p->nleaves; i++) {
         size_t ei = p->n + i;
         struct ckpt_pv *v = *p->leaves[i].slot;
-        j->paths[ei] = m->entries[ei].path;
-        j->values[ei] = v;
-        j->objects++;
+        j->plan.paths[ei] = m->entries[ei].path;
+        j->plan.values[ei] = v;
+        j->plan.objects++;
         if (uns_tree_remap(j, &m->entries[ei], v, p->z0, &rd, p->src0,
                            err) != 0)
             return -1;
     }
     for (size_t i = 0; i < p->n; i++) {
-        struct ckpt_pv *v = uns_tree_tensor(j, &j->tensors[i]);
+        struct ckpt_pv *v = uns_tree_tensor(j, &j->plan.tensors[i]);
         if (!v)
             return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
         *p->sts[i].slot = v;
-        j->paths[i] = m->entries[i].path;
-        j->values[i] = v;
+        j->plan.paths[i] = m->entries[i].path;
+        j->plan.values[i] = v;
     }
     for (size_t i = 0; i < items->u.dict.n; i++)
         if (!ckpt_pv_str_eq(items->u.dict.k[i], "rng") &&
-            ckpt_pv_dict_add(j->arena, *root, items->u.dict.k[i],
+            ckpt_pv_dict_add(j->plan.arena, *root, items->u.dict.k[i],
                              items->u.dict.v[i]) != 0)
             return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     return 0;
@@ -813,7 +813,7 @@ int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = count_ranks(j, src, &p.nranks, err);
     if (rc == 0)
-        rc = load_rank(&p, 0, j->arena, &rc0, &root0, err);
+        rc = load_rank(&p, 0, j->plan.arena, &rc0, &root0, err);
     p.z0 = rc0.z;
     p.src0 = rc0.src;
     if (rc == 0)
@@ -840,6 +840,6 @@ int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
         free(p.sts[i].plain);
     free(p.sts);
     free(p.leaves);
-    j->fmtplan = NULL;
+    j->plan.fmtplan = NULL;
     return rc;
 }

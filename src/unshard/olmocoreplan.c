@@ -123,7 +123,7 @@ static int check_ranks(struct oplan *p, int part, struct ckpt_err *err)
         if (!uns_fs_has_file(l, name))
             return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s/%s' is "
                                 "missing (rank files up to "
-                                "rank_%ld.safetensors exist)", p->j->dir,
+                                "rank_%ld.safetensors exist)", p->j->src.dir,
                                 parts[part], name, max);
     }
     return 0;
@@ -134,7 +134,7 @@ static int file_of(struct oplan *p, int part, const char *name, size_t *out,
                    const char *key, struct ckpt_err *err)
 {
     char *tmp = ckpt_xasprintf("%s/%s", parts[part], name);
-    char *rel = ckpt_arena_strdup(p->j->meta->arena, tmp);
+    char *rel = ckpt_arena_strdup(p->j->plan.meta->arena, tmp);
     uint64_t i;
     free(tmp);
     if (!rel)
@@ -146,7 +146,7 @@ static int file_of(struct oplan *p, int part, const char *name, size_t *out,
     if (!uns_fs_has_file(&p->ls[part], name))
         return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s' is missing "
                             "(%s/metadata.json places tensor '%s' in it)",
-                            p->j->dir, rel, parts[part], key);
+                            p->j->src.dir, rel, parts[part], key);
     p->files = ckpt_xreallocarray(p->files, p->nfiles + 1,
                                   sizeof(*p->files));
     memset(&p->files[p->nfiles], 0, sizeof(*p->files));
@@ -188,8 +188,8 @@ static int add_piece(struct oplan *p, size_t ti,
 static int load_meta(struct oplan *p, int part, struct ckpt_err *err)
 {
     char *rel = ckpt_xasprintf("%s/metadata.json", parts[part]);
-    char *path = ckpt_path_join(p->j->dir, rel);
-    char *dir = ckpt_path_join(p->j->dir, parts[part]);
+    char *path = ckpt_path_join(p->j->src.dir, rel);
+    char *dir = ckpt_path_join(p->j->src.dir, parts[part]);
     char *text = NULL;
     size_t len;
     int rc = uns_fs_list(p->j, dir, 0, &p->ls[part], err);
@@ -247,7 +247,7 @@ static int add_chunk(struct oplan *p, struct otensor *t, size_t pi,
                      const uint64_t *off, const uint64_t *len, int64_t soff,
                      const int64_t *stride, struct ckpt_err *err)
 {
-    struct ckpt_arena *a = p->j->meta->arena;
+    struct ckpt_arena *a = p->j->plan.meta->arena;
     int nd = t->mt->ndim;
     uint64_t *o = ckpt_arena_array(a, (size_t)nd + 1, 8);
     uint64_t *z = ckpt_arena_array(a, (size_t)nd + 1, 8);
@@ -272,7 +272,7 @@ static int piece_chunks(struct oplan *p, struct otensor *t, size_t pi,
     struct flat_box b[2 * CKPT_MAX_DIMS];
     uint64_t pos = 0;
     if (!pc->ranges) {
-        const int64_t *local = strides(p->j->meta->arena, mt->ndim, pc->box);
+        const int64_t *local = strides(p->j->plan.meta->arena, mt->ndim, pc->box);
         if (!local)
             return oom(err);
         return pc->numel ? add_chunk(p, t, pi, pc->offset, pc->box, 0,
@@ -295,9 +295,9 @@ static int plan_tensor(struct oplan *p, size_t ti, struct ckpt_err *err)
 {
     struct otensor *t = &p->ts[ti];
     const struct ckpt_olmocore_tensor *mt = t->mt;
-    struct ckpt_arena *a = p->j->meta->arena;
+    struct ckpt_arena *a = p->j->plan.meta->arena;
     size_t n;
-    if (ckpt_olmocore_check_tiling(mt, p->j->allow_replicas, err) != 0 ||
+    if (ckpt_olmocore_check_tiling(mt, p->j->src.allow_replicas, err) != 0 ||
         (count_chunks(mt, &n) != 0 &&
          ckpt_err_set(err, CKPT_EFORMAT, "tensor '%s': bad range",
                       mt->key))) {
@@ -405,8 +405,8 @@ static int read_headers(struct oplan *p, struct ckpt_err *err)
 static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err)
 {
-    struct oplan *p = j->fmtplan;
-    const struct otensor *ot = &p->ts[p->ent[t->e - j->meta->entries]];
+    struct oplan *p = j->plan.fmtplan;
+    const struct otensor *ot = &p->ts[p->ent[t->e - j->plan.meta->entries]];
     const struct oloc *l = &ot->locs[c->meta - t->e->chunks];
     const struct opiece *pc = &p->pieces[l->piece];
     (void)err;
@@ -505,7 +505,7 @@ static int unpickle(struct oplan *p, const char *key, struct ckpt_pv **v,
         return -1;
     /* Any class: what is written is checked in layout.c. */
     struct ckpt_pickle_opts po = { .name = name };
-    int rc = ckpt_pickle_load(p->j->arena, b, len, &po, v, NULL, err);
+    int rc = ckpt_pickle_load(p->j->plan.arena, b, len, &po, v, NULL, err);
     free(b);
     return rc;
 }
@@ -595,13 +595,13 @@ static int add_group(struct oplan *p, struct unflat *u, size_t gi,
     for (size_t i = 0; i < ids->u.seq.n; i++)
         if (add_name(u, names->u.seq.v[i], ids->u.seq.v[i], g, err) != 0)
             return -1;
-    struct ckpt_pv *out = ckpt_pv_new(p->j->arena, CKPT_PV_DICT);
+    struct ckpt_pv *out = ckpt_pv_new(p->j->plan.arena, CKPT_PV_DICT);
     for (size_t i = 0; out && i < v->u.dict.n; i++)
         if (!ckpt_pv_str_eq(v->u.dict.k[i], "_param_names") &&
-            ckpt_pv_dict_add(p->j->arena, out, v->u.dict.k[i],
+            ckpt_pv_dict_add(p->j->plan.arena, out, v->u.dict.k[i],
                              v->u.dict.v[i]) != 0)
             out = NULL;
-    if (!out || ckpt_pv_push(p->j->arena, p->groups, out) != 0)
+    if (!out || ckpt_pv_push(p->j->plan.arena, p->groups, out) != 0)
         return oom(err);
     return 0;
 }
@@ -630,7 +630,7 @@ static int unflatten(struct oplan *p, struct unflat *u, struct ckpt_err *err)
 {
     int64_t n = 0;
     struct ckpt_pv *keys;
-    p->groups = ckpt_pv_new(p->j->arena, CKPT_PV_LIST);
+    p->groups = ckpt_pv_new(p->j->plan.arena, CKPT_PV_LIST);
     if (!p->groups)
         return oom(err);
     if (count_groups(p, &n, err) != 0)
@@ -668,7 +668,7 @@ static struct ckpt_pv *path_of(struct ckpt_arena *a, struct ckpt_pv *k0,
 static int add_entry(struct oplan *p, size_t ti, char *fqn,
                      struct ckpt_pv *path, struct ckpt_err *err)
 {
-    struct ckpt_dcp_meta *m = p->j->meta;
+    struct ckpt_dcp_meta *m = p->j->plan.meta;
     const struct otensor *t = &p->ts[ti];
     struct ckpt_dcp_entry *e = &m->entries[m->n];
     uint64_t *size = ckpt_arena_array(m->arena, (size_t)t->mt->ndim + 1, 8);
@@ -695,8 +695,8 @@ static int add_entry(struct oplan *p, size_t ti, char *fqn,
 static int make_entries(struct oplan *p, const struct unflat *u,
                         struct ckpt_err *err)
 {
-    struct ckpt_dcp_meta *m = p->j->meta;
-    struct ckpt_arena *a = p->j->arena;
+    struct ckpt_dcp_meta *m = p->j->plan.meta;
+    struct ckpt_arena *a = p->j->plan.arena;
     struct ckpt_pv *sm = ckpt_pv_str(a, "model", 5);
     struct ckpt_pv *so = ckpt_pv_str(a, "optim", 5);
     struct ckpt_pv *ss = ckpt_pv_str(a, "state", 5);
@@ -750,27 +750,27 @@ static int build_root(struct oplan *p, struct ckpt_pv **root,
                       struct ckpt_err *err)
 {
     struct ujob *j = p->j;
-    struct ckpt_arena *a = j->arena;
-    const struct ckpt_dcp_meta *m = j->meta;
+    struct ckpt_arena *a = j->plan.arena;
+    const struct ckpt_dcp_meta *m = j->plan.meta;
     struct ckpt_pv *model = ckpt_pv_new(a, CKPT_PV_DICT);
     struct ckpt_pv *optim = ckpt_pv_new(a, CKPT_PV_DICT);
     struct ckpt_pv *state = ckpt_pv_new(a, CKPT_PV_DICT), *cur = NULL;
     const struct ckpt_pv *cur_id = NULL;
     *root = ckpt_pv_new(a, CKPT_PV_DICT);
-    j->values = ckpt_xcalloc(m->n + 1, sizeof(*j->values));
-    j->paths = ckpt_xcalloc(m->n + 1, sizeof(*j->paths));
+    j->plan.values = ckpt_xcalloc(m->n + 1, sizeof(*j->plan.values));
+    j->plan.paths = ckpt_xcalloc(m->n + 1, sizeof(*j->plan.paths));
     if (!model || !optim || !state || !*root)
         return oom(err);
     for (size_t i = 0; i < m->n; i++) {
         const struct ckpt_dcp_entry *e = &m->entries[i];
         const struct ckpt_pv *path = e->path;
-        j->paths[i] = path;
+        j->plan.paths[i] = path;
         if (e->kind == CKPT_DCP_BYTES) {
-            j->values[i] = p->groups;
-            j->objects++;
+            j->plan.values[i] = p->groups;
+            j->plan.objects++;
             continue;
         }
-        struct ckpt_pv *v = uns_tree_tensor(j, &j->tensors[i]);
+        struct ckpt_pv *v = uns_tree_tensor(j, &j->plan.tensors[i]);
         int rc = v ? 0 : -1;
         if (rc == 0 && path->u.seq.n == 2) {
             rc = ckpt_pv_dict_add(a, model, path->u.seq.v[1], v);
@@ -786,7 +786,7 @@ static int build_root(struct oplan *p, struct ckpt_pv **root,
         }
         if (rc != 0)
             return oom(err);
-        j->values[i] = v;
+        j->plan.values[i] = v;
     }
     if (add_kv(a, optim, "state", state) || add_kv(a, optim, "param_groups",
                                                    p->groups) ||
@@ -798,13 +798,13 @@ static int build_root(struct oplan *p, struct ckpt_pv **root,
 /* OLMo's unsharder reads train/rank0.pt; train.pt is its copy. */
 static int check_train(struct ujob *j, struct ckpt_err *err)
 {
-    char *p = ckpt_path_join(j->dir, "train/rank0.pt");
+    char *p = ckpt_path_join(j->src.dir, "train/rank0.pt");
     int ok = uns_fs_is_file(j, p);
     free(p);
     if (ok)
         return 0;
     return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/train/rank0.pt' is "
-                        "missing", j->dir);
+                        "missing", j->src.dir);
 }
 
 static void plan_release(struct oplan *p)
@@ -856,6 +856,6 @@ int uns_olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     free(u.v);
     tf_strmap_release(&u.names);
     plan_release(&p);
-    j->fmtplan = NULL;
+    j->plan.fmtplan = NULL;
     return rc;
 }

@@ -39,7 +39,7 @@
 static int world_size(struct ujob *j, int *n, struct ckpt_err *err)
 {
     struct usrc *s;
-    char *path = ckpt_path_join(j->dir, "metadata.yaml");
+    char *path = ckpt_path_join(j->src.dir, "metadata.yaml");
     int rc = 0;
     if (!uns_fs_is_file(j, path))
         rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s' is missing: the "
@@ -77,7 +77,7 @@ static int check_ranks(struct lplan *p, struct ckpt_err *err)
     static const char *const dirs[] = { "model", "optim", "train" };
     int rc = 0;
     for (int d = 0; rc == 0 && d < 3; d++) {
-        char *dir = ckpt_path_join(p->j->dir, dirs[d]);
+        char *dir = ckpt_path_join(p->j->src.dir, dirs[d]);
         struct uns_dir l;
         if (uns_fs_list(p->j, dir, 0, &l, err) != 0) {
             free(dir);
@@ -89,7 +89,7 @@ static int check_ranks(struct lplan *p, struct ckpt_err *err)
             if (!uns_fs_has_file(&l, name))
                 rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s/%s' is "
                                   "missing (metadata.yaml: world_size %d)",
-                                  p->j->dir, dirs[d], name, p->nranks);
+                                  p->j->src.dir, dirs[d], name, p->nranks);
         }
         uns_fs_free(&l);
         free(dir);
@@ -111,7 +111,7 @@ int uns_olmolocal_load(struct lplan *p, const char *dir, int r,
     char *pkl = NULL;
     size_t plen;
     snprintf(name, sizeof(name), "%s/rank%d.pt", dir, r);
-    *rel = ckpt_arena_strdup(p->j->meta->arena, name);
+    *rel = ckpt_arena_strdup(p->j->plan.meta->arena, name);
     *z = NULL;
     if (!*rel)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
@@ -268,7 +268,7 @@ static int init_params(struct lplan *p, struct ckpt_err *err)
 
 static int model_rank(struct lplan *p, int r, struct ckpt_err *err)
 {
-    struct ckpt_arena *a = r ? ckpt_arena_new(2048ULL << 20) : p->j->arena;
+    struct ckpt_arena *a = r ? ckpt_arena_new(2048ULL << 20) : p->j->plan.arena;
     struct lmodel m = { 0 };
     struct lmodel *mp = r ? &m : &p->m0;
     const char *rel;
@@ -400,8 +400,8 @@ static int tensor_entry(struct lplan *p, struct ckpt_dcp_entry *e,
                         const uint64_t *size, const struct lslices *sl,
                         struct ckpt_err *err)
 {
-    struct ckpt_arena *ma = p->j->meta->arena;
-    struct lloc *lt = &p->locs[e - p->j->meta->entries];
+    struct ckpt_arena *ma = p->j->plan.meta->arena;
+    struct lloc *lt = &p->locs[e - p->j->plan.meta->entries];
     size_t cap = sl->n * (2 * (size_t)(ndim ? ndim : 1)) + 1;
     struct flat_box boxes[2 * CKPT_MAX_DIMS];
     int64_t row[CKPT_MAX_DIMS];
@@ -451,8 +451,8 @@ static int tensor_entry(struct lplan *p, struct ckpt_dcp_entry *e,
 static int make_entries(struct lplan *p, struct ckpt_err *err)
 {
     static const uint64_t zero = 0;     /* shape of 0-d tensors */
-    struct ckpt_dcp_meta *m = p->j->meta;
-    struct ckpt_arena *a = p->j->arena;
+    struct ckpt_dcp_meta *m = p->j->plan.meta;
+    struct ckpt_arena *a = p->j->plan.arena;
     size_t n = p->m0.npieces + 1;
     for (size_t i = 0; i < p->nstates; i++)
         n += p->states[i].n;
@@ -509,8 +509,8 @@ static int make_entries(struct lplan *p, struct ckpt_err *err)
 static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err)
 {
-    struct lplan *p = j->fmtplan;
-    size_t ei = (size_t)(t->e - j->meta->entries);
+    struct lplan *p = j->plan.fmtplan;
+    size_t ei = (size_t)(t->e - j->plan.meta->entries);
     size_t ci = (size_t)(c->meta - t->e->chunks);
     const struct lslice *l = &p->locs[ei].loc[ci];
     (void)err;
@@ -543,23 +543,23 @@ static int build_root(struct lplan *p, struct ckpt_pv **root,
                       struct ckpt_err *err)
 {
     struct ujob *j = p->j;
-    struct ckpt_arena *a = j->arena;
-    struct ckpt_dcp_meta *m = j->meta;
+    struct ckpt_arena *a = j->plan.arena;
+    struct ckpt_dcp_meta *m = j->plan.meta;
     struct ckpt_pv *model = ckpt_pv_new(a, CKPT_PV_DICT);
     struct ckpt_pv *optim = ckpt_pv_new(a, CKPT_PV_DICT);
     struct ckpt_pv *state = ckpt_pv_new(a, CKPT_PV_DICT);
     struct ckpt_rd rd;
     int rc = 0;
-    j->values = ckpt_xcalloc(m->n + 1, sizeof(*j->values));
-    j->paths = ckpt_xcalloc(m->n + 1, sizeof(*j->paths));
+    j->plan.values = ckpt_xcalloc(m->n + 1, sizeof(*j->plan.values));
+    j->plan.paths = ckpt_xcalloc(m->n + 1, sizeof(*j->plan.paths));
     *root = ckpt_pv_new(a, CKPT_PV_DICT);
     if (!model || !optim || !state || !*root)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     for (size_t i = 0; i < m->n; i++)
-        j->paths[i] = m->entries[i].path;
+        j->plan.paths[i] = m->entries[i].path;
     for (size_t i = 0; rc == 0 && i < p->m0.npieces; i++)
         rc = put(a, model, str(a, m->entries[i].fqn),
-                 j->values[i] = uns_tree_tensor(j, &j->tensors[i]));
+                 j->plan.values[i] = uns_tree_tensor(j, &j->plan.tensors[i]));
     for (size_t i = 0; rc == 0 && i < p->nstates; i++) {
         const struct lstate *s = &p->states[i];
         struct ckpt_pv *d = ckpt_pv_new(a, CKPT_PV_DICT);
@@ -567,8 +567,8 @@ static int build_root(struct lplan *p, struct ckpt_pv **root,
         for (size_t k = 0; rc == 0 && k < s->n; k++) {
             const struct lvalue *x = &s->v[k];
             struct ckpt_pv *v = x->kind == V_PLAIN ? x->plain
-                                : uns_tree_tensor(j, &j->tensors[x->entry]);
-            j->values[x->entry] = v;
+                                : uns_tree_tensor(j, &j->plan.tensors[x->entry]);
+            j->plan.values[x->entry] = v;
             rc = put(a, d, str(a, x->key), v);
         }
     }
@@ -582,15 +582,15 @@ static int build_root(struct lplan *p, struct ckpt_pv **root,
         rc = put(a, *root, str(a, "optim"), optim);
     if (rc != 0)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
-    j->values[m->n - 1] = p->groups;
+    j->plan.values[m->n - 1] = p->groups;
     /* Byte items keep rank 0's storages (a tensor among the param_groups)
      * as records of optim.pt. */
     uns_src_rd(&rd, p->osrc0, 0, p->osrc0->size);
     for (size_t i = 0; i < m->n; i++) {
         if (m->entries[i].kind != CKPT_DCP_BYTES)
             continue;
-        j->objects++;
-        if (uns_tree_remap(j, &m->entries[i], j->values[i], p->oz0, &rd,
+        j->plan.objects++;
+        if (uns_tree_remap(j, &m->entries[i], j->plan.values[i], p->oz0, &rd,
                            p->osrc0, err) != 0)
             return -1;
     }
@@ -608,8 +608,8 @@ static void plan_release(struct lplan *p)
         free(p->states[i].v);
     }
     free(p->states);
-    if (p->locs && p->j->meta)
-        for (size_t i = 0; i < p->j->meta->n; i++)
+    if (p->locs && p->j->plan.meta)
+        for (size_t i = 0; i < p->j->plan.meta->n; i++)
             free(p->locs[i].loc);
     free(p->locs);
     free(p->gfqn);
@@ -653,6 +653,6 @@ int uns_olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc != 0 && err->msg[0] && !strstr(err->msg, src))
         ckpt_err_prefix(err, "%s", src);
     plan_release(&p);
-    j->fmtplan = NULL;
+    j->plan.fmtplan = NULL;
     return rc;
 }

@@ -37,7 +37,7 @@ enum { V_SHARDED, V_SCALAR, V_PLAIN };
 
 /* One value of an optimizer state. */
 struct lvalue {
-    const char *key;        /* j->arena */
+    const char *key;        /* j->plan.arena */
     int kind;
     const struct ckpt_dtype *dtype;
     int first;              /* rank it was first seen on */
@@ -64,7 +64,7 @@ struct lloc {
 struct lplan {
     struct ujob *j;
     int nranks;
-    struct lmodel m0;       /* rank 0's model file (graph in j->arena) */
+    struct lmodel m0;       /* rank 0's model file (graph in j->plan.arena) */
     struct lparam *params;  /* malloced; parallel to m0.pieces */
     struct strmap byfqn;    /* fqn -> param */
     struct lstate *states;  /* malloced */
@@ -72,7 +72,7 @@ struct lplan {
     struct strmap byid;     /* id (8 bytes) -> state */
     const char **gfqn;      /* param_groups: id -> name, malloced */
     struct strmap gbyid;    /* id -> index into gfqn */
-    struct ckpt_pv *groups; /* rank 0's param_groups (j->arena) */
+    struct ckpt_pv *groups; /* rank 0's param_groups (j->plan.arena) */
     struct ckpt_tzip *oz0;
     struct usrc *osrc0;
     struct lloc *locs;      /* per entry, malloced */

@@ -32,7 +32,7 @@ static const char *id_key(struct ckpt_arena *a, int64_t id)
  * cleaned "param_names" (OLMo's fqn_to_id). */
 static int read_groups(struct lplan *p, struct ckpt_err *err)
 {
-    struct ckpt_arena *a = p->j->meta->arena;
+    struct ckpt_arena *a = p->j->plan.meta->arena;
     const struct ckpt_pv *gs = p->groups;
     size_t cap = 0, n = 0;
     if (!gs || gs->kind != CKPT_PV_LIST)
@@ -88,7 +88,7 @@ static struct lstate *state_of(struct lplan *p, int64_t id, const char *rel,
     }
     struct lstate *s = &p->states[p->nstates];
     uint64_t pi;
-    const char *k = id_key(p->j->meta->arena, id);
+    const char *k = id_key(p->j->plan.meta->arena, id);
     memset(s, 0, sizeof(*s));
     s->id = id;
     s->fqn = p->gfqn[i];
@@ -253,7 +253,7 @@ static struct lvalue *value_of(struct lstate *s, const struct oval *o,
     }
     struct lvalue *x = &s->v[s->n];
     memset(x, 0, sizeof(*x));
-    x->key = ckpt_arena_strdup(o->p->j->arena, o->key);
+    x->key = ckpt_arena_strdup(o->p->j->plan.arena, o->key);
     if (!x->key)
         return NULL;
     x->kind = kind;
@@ -317,7 +317,7 @@ static int read_state(struct lplan *p, struct oval *o, struct ckpt_pv *root,
 
 int uns_olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err)
 {
-    struct ckpt_arena *a = r ? ckpt_arena_new(2048ULL << 20) : p->j->arena;
+    struct ckpt_arena *a = r ? ckpt_arena_new(2048ULL << 20) : p->j->plan.arena;
     struct oval o = { .p = p, .rank = r };
     struct ckpt_pv *root = NULL;
     int rc = a ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
@@ -352,7 +352,7 @@ int uns_olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err)
 /* OLMo's unsharder writes param_names cleaned like the model's fqns. */
 int uns_olmooptim_clean_names(struct lplan *p, struct ckpt_err *err)
 {
-    struct ckpt_arena *a = p->j->arena;
+    struct ckpt_arena *a = p->j->plan.arena;
     for (size_t g = 0; g < p->groups->u.seq.n; g++) {
         struct ckpt_pv *names =
             ckpt_pv_dict_get(ckpt_pv_dict_items(p->groups->u.seq.v[g]), "param_names");

@@ -172,8 +172,8 @@ static int check_committed(struct ckpt_storage *st, const char *step,
 static int odecode(struct ujob *j, const struct utensor *t,
                    const struct uchunk *c, char *out, struct ckpt_err *err)
 {
-    struct oplan *z = j->fmtplan;
-    const struct oarr *a = &z->arrs[t->e - j->meta->entries];
+    struct oplan *z = j->plan.fmtplan;
+    const struct oarr *a = &z->arrs[t->e - j->plan.meta->entries];
     const struct ckpt_orbax_array *oa = ckpt_orbax_get(a->ob, a->ai);
     uint64_t idx[CKPT_MAX_DIMS];
     uns_grid_index(c, &a->g, idx);
@@ -193,7 +193,7 @@ static int odecode(struct ujob *j, const struct utensor *t,
 static int add_array(struct oplan *z, struct ckpt_orbax *ob, size_t ai,
                      const char *prefix, struct ckpt_err *err)
 {
-    struct ckpt_dcp_meta *m = z->j->meta;
+    struct ckpt_dcp_meta *m = z->j->plan.meta;
     const struct ckpt_orbax_array *oa = ckpt_orbax_get(ob, ai);
     struct ckpt_dcp_entry *e = &m->entries[m->n];
     struct oarr *a = &z->arrs[m->n];
@@ -221,8 +221,8 @@ static int add_array(struct oplan *z, struct ckpt_orbax *ob, size_t ai,
 static int olocate(struct ujob *j, struct utensor *t, struct uchunk *c,
                    struct ckpt_err *err)
 {
-    struct oplan *z = j->fmtplan;
-    const struct oarr *a = &z->arrs[t->e - j->meta->entries];
+    struct oplan *z = j->plan.fmtplan;
+    const struct oarr *a = &z->arrs[t->e - j->plan.meta->entries];
     (void)err;
     /* ckpt_orbax_chunk decodes to little-endian. */
     uns_grid_locate(c, &a->g, a->strides, 0);
@@ -240,7 +240,7 @@ static int plan_items(struct oplan *z, const char *src, char **items,
     for (size_t i = 0; rc == 0 && i < n; i++) {
         char *dir = *items[i] ? ckpt_path_join(src, items[i])
                               : ckpt_xstrdup(src);
-        rc = z->j->st ? ckpt_orbax_open_storage(z->j->st, dir, &z->obs[i],
+        rc = z->j->src.st ? ckpt_orbax_open_storage(z->j->src.st, dir, &z->obs[i],
                                                 err)
                       : ckpt_orbax_open(dir, &z->obs[i], err);
         if (rc == 0)
@@ -250,7 +250,7 @@ static int plan_items(struct oplan *z, const char *src, char **items,
     }
     if (rc == 0 && total == 0)
         rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, ORBAX_NO_ARRAYS);
-    struct ckpt_dcp_meta *m = z->j->meta;
+    struct ckpt_dcp_meta *m = z->j->plan.meta;
     if (rc == 0) {
         m->entries = ckpt_arena_array(m->arena, total, sizeof(*m->entries));
         z->arrs = ckpt_xcalloc(total, sizeof(*z->arrs));
@@ -287,19 +287,19 @@ int uns_orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     struct ckpt_pv *root;
     size_t n;
     z->j = j;
-    j->dir = ckpt_xstrdup(src);
-    j->metaname = "_METADATA";
-    j->meta = ckpt_dcp_meta_new();
-    j->fmtplan = z;
-    j->fmtfree = oplan_free;
-    j->locate = olocate;
-    j->decode = odecode;
-    j->olmo = j->o->layout == CKPT_LAYOUT_OLMO;
-    struct ckpt_storage *st = j->st;    /* remote SRC, else NULL */
+    j->src.dir = ckpt_xstrdup(src);
+    j->src.metaname = "_METADATA";
+    j->plan.meta = ckpt_dcp_meta_new();
+    j->plan.fmtplan = z;
+    j->plan.fmtfree = oplan_free;
+    j->plan.locate = olocate;
+    j->plan.decode = odecode;
+    j->plan.olmo = j->o->layout == CKPT_LAYOUT_OLMO;
+    struct ckpt_storage *st = j->src.st;    /* remote SRC, else NULL */
     char **items = items_of(st, src, &n);
     int item = n == 1 && !*items[0];
     char *step = item ? ckpt_path_dirname(src) : ckpt_xstrdup(src);
-    int rc = j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    int rc = j->plan.meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0)
         rc = check_committed(st, step, err);
     if (rc == 0 && n == 0)

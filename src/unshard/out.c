@@ -23,7 +23,7 @@ void uns_out_reader(struct ujob *j, struct ufile *f, struct usrc *s)
     memset(s, 0, sizeof(*s));
     s->size = f->size;
     s->fd = -1;
-    if (!j->out->remote) {
+    if (!j->dst.out->remote) {
         s->name = f->tmp;
         s->fd = f->fd;
         return;

@@ -70,8 +70,8 @@ static void remove_tmp(struct dest *d)
 
 static int is_output(const struct ujob *j, const char *name)
 {
-    for (size_t i = 0; i < j->nfiles; i++)
-        if (!strcmp(j->files[i].name, name))
+    for (size_t i = 0; i < j->dst.nfiles; i++)
+        if (!strcmp(j->dst.files[i].name, name))
             return 1;
     return 0;
 }
@@ -80,8 +80,8 @@ static int is_output(const struct ujob *j, const char *name)
 static int check_names(const struct ujob *j, const struct dest *d,
                        struct ckpt_err *err)
 {
-    for (size_t i = 0; d->exists && i < j->nfiles; i++) {
-        char *p = ckpt_path_join(d->path, j->files[i].name);
+    for (size_t i = 0; d->exists && i < j->dst.nfiles; i++) {
+        char *p = ckpt_path_join(d->path, j->dst.files[i].name);
         struct stat sb;
         int dir = lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
         if (dir)
@@ -280,7 +280,7 @@ static int drop_aside(const struct ujob *j, const struct dest *d, char *old,
 
 static int local_commit(struct ujob *j, struct ckpt_err *err)
 {
-    struct dest *d = j->out->impl;
+    struct dest *d = j->dst.out->impl;
     if (!d->exists) {
         if (j->o->sync && sync_dir(d->tmpdir, err) != 0)
             return -1;
@@ -309,7 +309,7 @@ static int local_commit(struct ujob *j, struct ckpt_err *err)
 static int local_create(struct ujob *j, struct ufile *f,
                         struct ckpt_err *err)
 {
-    struct dest *d = j->out->impl;
+    struct dest *d = j->dst.out->impl;
     f->tmp = ckpt_path_join(d->tmpdir, f->name);
     f->fd = open(f->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (f->fd < 0)
@@ -337,8 +337,8 @@ static int local_create(struct ujob *j, struct ufile *f,
 static int local_close(struct ujob *j, struct ckpt_err *err)
 {
     int rc = 0, sync = j->o->sync;
-    for (size_t i = 0; i < j->nfiles; i++) {
-        struct ufile *f = &j->files[i];
+    for (size_t i = 0; i < j->dst.nfiles; i++) {
+        struct ufile *f = &j->dst.files[i];
         if (f->fd < 0)
             continue;
         if (rc == 0 && sync && fsync(f->fd) != 0)
@@ -353,7 +353,7 @@ static int local_close(struct ujob *j, struct ckpt_err *err)
 
 static int local_begin(struct ujob *j, struct ckpt_err *err)
 {
-    return check_names(j, j->out->impl, err);
+    return check_names(j, j->dst.out->impl, err);
 }
 
 static int local_write(struct ujob *j, struct ufile *f, const void *p,
@@ -365,12 +365,12 @@ static int local_write(struct ujob *j, struct ufile *f, const void *p,
 
 static void local_abort(struct ujob *j)
 {
-    remove_tmp(j->out->impl);
+    remove_tmp(j->dst.out->impl);
 }
 
 static void local_release(struct ujob *j)
 {
-    struct dest *d = j->out->impl;
+    struct dest *d = j->dst.out->impl;
     free(d->tmpdir);
     free(d->path);
     free(d);
@@ -384,12 +384,12 @@ static const struct uns_out_ops local_ops = {
 int uns_outlocal_open(struct ujob *j, const char *dest, struct ckpt_err *err)
 {
     struct dest *d = ckpt_xcalloc(1, sizeof(*d));
-    j->out = ckpt_xcalloc(1, sizeof(*j->out));
-    j->out->ops = &local_ops;
-    j->out->impl = d;
+    j->dst.out = ckpt_xcalloc(1, sizeof(*j->dst.out));
+    j->dst.out->ops = &local_ops;
+    j->dst.out->impl = d;
     if (prepare_dest(dest, d, err) != 0)
         return -1;
     /* Decompressed zstd items are written beside the outputs. */
-    j->tmpdir = d->tmpdir;
+    j->dst.tmpdir = d->tmpdir;
     return 0;
 }

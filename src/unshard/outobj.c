@@ -72,7 +72,7 @@ struct oobj {
     char *prefix;           /* DEST's key, no trailing '/' */
     char *marker;           /* "<prefix>-unfinished" */
     char *display;          /* DEST as given */
-    struct ofile *files;    /* owned, j->nfiles */
+    struct ofile *files;    /* owned, j->dst.nfiles */
     size_t nfiles;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -83,7 +83,7 @@ struct oobj {
 
 static struct oobj *oo(struct ujob *j)
 {
-    return j->out->impl;
+    return j->dst.out->impl;
 }
 
 static uint32_t part_len(const struct ofile *of, uint32_t i)
@@ -269,7 +269,7 @@ void uns_outobj_done(struct ujob *j, uint64_t seq)
 
 void uns_outobj_wake(struct ujob *j)
 {
-    if (!j->out || !j->out->remote)
+    if (!j->dst.out || !j->dst.out->remote)
         return;
     struct oobj *o = oo(j);
     pthread_mutex_lock(&o->mu);
@@ -279,8 +279,8 @@ void uns_outobj_wake(struct ujob *j)
 
 uint64_t uns_outobj_peak(const struct ujob *j)
 {
-    return j->out && j->out->remote
-        ? ((struct oobj *)j->out->impl)->peak : 0;
+    return j->dst.out && j->dst.out->remote
+        ? ((struct oobj *)j->dst.out->impl)->peak : 0;
 }
 
 /* --- the output as a whole ------------------------------------------- */
@@ -314,17 +314,17 @@ static int abort_stale(void *ud, const char *key, const char *upload_id,
 static int obj_begin(struct ujob *j, struct ckpt_err *err)
 {
     struct oobj *o = oo(j);
-    o->nfiles = j->nfiles;
-    o->files = ckpt_xcalloc(j->nfiles ? j->nfiles : 1, sizeof(*o->files));
+    o->nfiles = j->dst.nfiles;
+    o->files = ckpt_xcalloc(j->dst.nfiles ? j->dst.nfiles : 1, sizeof(*o->files));
     /* As for a local DEST: an output replaces an object of its name,
      * never a "directory" (objects below name/). */
-    for (size_t i = 0; i < j->nfiles; i++) {
+    for (size_t i = 0; i < j->dst.nfiles; i++) {
         struct ofile *of = &o->files[i];
         struct ckpt_stat sb;
         struct ckpt_err e;
-        of->key = out_key(o, j->files[i].name);
+        of->key = out_key(o, j->dst.files[i].name);
         of->display = ckpt_storage_display(o->st, of->key);
-        j->files[i].out = of;
+        j->dst.files[i].out = of;
         if (ckpt_storage_stat(o->st, of->key, &sb, &e) == 0 &&
             sb.type == CKPT_ENTRY_DIR)
             return ckpt_err_set(err, CKPT_EEXIST, "'%s' is a directory: "
@@ -473,8 +473,8 @@ static void obj_release(struct ujob *j)
         free(of->key);
         free(of->display);
     }
-    for (size_t i = 0; i < j->nfiles; i++)
-        j->files[i].out = NULL;
+    for (size_t i = 0; i < j->dst.nfiles; i++)
+        j->dst.files[i].out = NULL;
     free(o->files);
     free(o->done);
     free(o->prefix);
@@ -509,10 +509,10 @@ int uns_outobj_open(struct ujob *j, const char *dest, struct ckpt_err *err)
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
     o->budget = j->o->memory ? j->o->memory : DEFAULT_MEMORY;
-    j->out = ckpt_xcalloc(1, sizeof(*j->out));
-    j->out->ops = &obj_ops;
-    j->out->remote = 1;
-    j->out->impl = o;
+    j->dst.out = ckpt_xcalloc(1, sizeof(*j->dst.out));
+    j->dst.out->ops = &obj_ops;
+    j->dst.out->remote = 1;
+    j->dst.out->impl = o;
     if (ckpt_loc_parse(&loc, dest, err) != 0)
         return -1;
     struct ckpt_storage_cfg cfg = uns_storage_cfg(j->o);

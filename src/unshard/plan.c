@@ -46,8 +46,8 @@ static int probe_chunk(struct ujob *j, struct utensor *t, struct uchunk *c,
             return ckpt_err_set(err, CKPT_EFORMAT, "chunk size overflows");
     struct ckpt_tensor_loc loc;
     struct ckpt_rd rd;
-    if (j->locate)
-        return j->locate(j, t, c, err);
+    if (j->plan.locate)
+        return j->plan.locate(j, t, c, err);
     if (uns_src_item(j, &c->meta->st, bytes + (16u << 20), &c->src, &off, &len,
                      err) != 0)
         return -1;
@@ -184,7 +184,7 @@ static int coverage(struct ujob *j, struct utensor *t, struct ckpt_err *err)
     for (size_t i = 0; i < n; i++)
         v[i] = &t->chunks[i];
     qsort_r(v, n, sizeof(*v), cmp_chunk, &nd);
-    int rc = check_overlaps(t, v, n, j->allow_replicas, err);
+    int rc = check_overlaps(t, v, n, j->src.allow_replicas, err);
     uint64_t covered = 0, total = volume(e->size, nd);
     for (size_t i = 0; rc == 0 && i < n; i++)
         if (!v[i]->skip)
@@ -275,13 +275,13 @@ static int init_tensor(struct ujob *j, struct utensor *t,
         if (ckpt_mul_u64(t->nbytes, e->size[d], &t->nbytes) != 0)
             return ckpt_err_set(err, CKPT_EFORMAT, "tensor '%s' is too "
                                 "large", e->fqn);
-    t->chunks = ckpt_arena_array(j->arena, e->nchunks ? e->nchunks : 1,
+    t->chunks = ckpt_arena_array(j->plan.arena, e->nchunks ? e->nchunks : 1,
                                  sizeof(*t->chunks));
     if (!t->chunks)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     for (size_t i = 0; i < e->nchunks; i++) {
         t->chunks[i].meta = &e->chunks[i];
-        t->chunks[i].stride = ckpt_arena_array(j->arena, (size_t)e->ndim + 1,
+        t->chunks[i].stride = ckpt_arena_array(j->plan.arena, (size_t)e->ndim + 1,
                                                sizeof(int64_t));
         if (!t->chunks[i].stride)
             return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
@@ -291,25 +291,25 @@ static int init_tensor(struct ujob *j, struct utensor *t,
 
 int uns_plan_tensors(struct ujob *j, struct ckpt_err *err)
 {
-    const struct ckpt_dcp_meta *m = j->meta;
-    j->tensors = ckpt_xcalloc(m->n ? m->n : 1, sizeof(*j->tensors));
+    const struct ckpt_dcp_meta *m = j->plan.meta;
+    j->plan.tensors = ckpt_xcalloc(m->n ? m->n : 1, sizeof(*j->plan.tensors));
     for (size_t i = 0; i < m->n; i++) {
         if (m->entries[i].kind != CKPT_DCP_TENSOR)
             continue;
-        struct utensor *t = &j->tensors[j->ntensors++];
+        struct utensor *t = &j->plan.tensors[j->plan.ntensors++];
         if (init_tensor(j, t, &m->entries[i], err) != 0 ||
             coverage(j, t, err) != 0) {
-            ckpt_err_prefix(err, "%s", j->dir);
+            ckpt_err_prefix(err, "%s", j->src.dir);
             return -1;
         }
-        cut_bands(t, j->band);
+        cut_bands(t, j->plan.band);
     }
     /* Coverage is checked on the metadata alone, so a bad plan fails
      * before the (slower) probing reads any item. */
-    for (size_t i = 0; i < j->ntensors; i++) {
+    for (size_t i = 0; i < j->plan.ntensors; i++) {
         struct probe *p = ckpt_xmalloc(sizeof(*p));
         p->j = j;
-        p->t = &j->tensors[i];
+        p->t = &j->plan.tensors[i];
         ckpt_pool_submit(j->pool, probe_task, p);
     }
     ckpt_pool_wait(j->pool);

@@ -73,8 +73,8 @@ static size_t fd_cap_of(void)
 static void evict_one(struct ujob *j)
 {
     struct usrc *v = NULL;
-    for (size_t i = 0; i < j->nsrcs; i++) {
-        struct usrc *s = j->srcs[i];
+    for (size_t i = 0; i < j->src.nsrcs; i++) {
+        struct usrc *s = j->src.srcs[i];
         if (s->lru && s->fd >= 0 && !s->pins && (!v || s->used < v->used))
             v = s;
     }
@@ -82,18 +82,18 @@ static void evict_one(struct ujob *j)
         return;
     close(v->fd);
     v->fd = -1;
-    j->fd_open--;
+    j->src.fd_open--;
 }
 
 /* Make room for one more descriptor. Under j->mu. */
 static void fd_room(struct ujob *j)
 {
-    if (!j->fd_cap)
-        j->fd_cap = fd_cap_of();
-    while (j->fd_open >= j->fd_cap) {
-        size_t before = j->fd_open;
+    if (!j->src.fd_cap)
+        j->src.fd_cap = fd_cap_of();
+    while (j->src.fd_open >= j->src.fd_cap) {
+        size_t before = j->src.fd_open;
         evict_one(j);
-        if (j->fd_open == before)
+        if (j->src.fd_open == before)
             break;
     }
 }
@@ -123,11 +123,11 @@ static int pin(struct usrc *s, struct ckpt_err *err)
     if (s->fd < 0) {
         fd_room(j);
         rc = reopen(s, err);
-        j->fd_open += rc == 0;
+        j->src.fd_open += rc == 0;
     }
     if (rc == 0) {
         s->pins++;
-        s->used = ++j->fd_clock;
+        s->used = ++j->src.fd_clock;
     }
     pthread_mutex_unlock(&j->mu);
     return rc == 0 ? s->fd : -1;
@@ -354,15 +354,15 @@ static struct usrc *add_src(struct ujob *j, char *name, int fd,
     s->fd = fd;
     s->size = size;
     if (fd < 0) {
-        s->st = j->st;
+        s->st = j->src.st;
         s->key = name;
     }
     pthread_mutex_lock(&j->mu);
-    if (j->nsrcs == j->srccap) {
-        j->srccap = j->srccap ? j->srccap * 2 : 16;
-        j->srcs = ckpt_xreallocarray(j->srcs, j->srccap, sizeof(*j->srcs));
+    if (j->src.nsrcs == j->src.srccap) {
+        j->src.srccap = j->src.srccap ? j->src.srccap * 2 : 16;
+        j->src.srcs = ckpt_xreallocarray(j->src.srcs, j->src.srccap, sizeof(*j->src.srcs));
     }
-    j->srcs[j->nsrcs++] = s;
+    j->src.srcs[j->src.nsrcs++] = s;
     pthread_mutex_unlock(&j->mu);
     return s;
 }
@@ -377,7 +377,7 @@ static int stat_remote(struct ujob *j, const char *path, uint64_t *size,
                        char *etag, struct ckpt_err *err)
 {
     struct ckpt_stat sb;
-    if (ckpt_storage_stat(j->st, path, &sb, err) != 0)
+    if (ckpt_storage_stat(j->src.st, path, &sb, err) != 0)
         return -1;
     if (sb.type != CKPT_ENTRY_FILE)
         return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': not a file", path);
@@ -394,18 +394,18 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
     /* Probe tasks look files up while another may append a decompressed
      * item to srcs (add_src), so reads of the array hold the lock too. */
     pthread_mutex_lock(&j->mu);
-    int found = tf_strmap_get(&j->srcmap, relpath, strlen(relpath), &i);
+    int found = tf_strmap_get(&j->src.srcmap, relpath, strlen(relpath), &i);
     if (found)
-        *out = j->srcs[i];
+        *out = j->src.srcs[i];
     pthread_mutex_unlock(&j->mu);
     if (found)
         return 0;
-    char *path = ckpt_path_join(j->dir, relpath);
+    char *path = ckpt_path_join(j->src.dir, relpath);
     int fd = -1;
     uint64_t size = 0;
     struct stat sb;
     char etag[sizeof((*out)->etag)] = "";
-    if (j->st) {
+    if (j->src.st) {
         if (stat_remote(j, path, &size, etag, err) != 0) {
             free(path);
             return -1;
@@ -423,7 +423,7 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
     }
     *out = add_src(j, path, fd, size);
     memcpy((*out)->etag, etag, sizeof(etag));
-    if (fd < 0 && j->nsrcs <= SHARED_MAX_SRCS && ra_budget())
+    if (fd < 0 && j->src.nsrcs <= SHARED_MAX_SRCS && ra_budget())
         (*out)->win = ckpt_xcalloc(1, sizeof(*(*out)->win));
     if (fd >= 0) {
         /* Into the table of open files: a later read reopens it if it
@@ -433,8 +433,8 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
         s->lru = j;
         s->dev = sb.st_dev;
         s->ino = sb.st_ino;
-        s->used = ++j->fd_clock;
-        j->fd_open++;
+        s->used = ++j->src.fd_clock;
+        j->src.fd_open++;
         fd_room(j);
         pthread_mutex_unlock(&j->mu);
     }
@@ -442,7 +442,7 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
      * by check_files before any task runs, so this insert is
      * single-threaded. */
     pthread_mutex_lock(&j->mu);
-    int rc = tf_strmap_put(&j->srcmap, relpath, strlen(relpath), j->nsrcs - 1);
+    int rc = tf_strmap_put(&j->src.srcmap, relpath, strlen(relpath), j->src.nsrcs - 1);
     pthread_mutex_unlock(&j->mu);
     return rc ? ckpt_err_set(err, CKPT_ENOMEM, "out of memory") : 0;
 }
@@ -465,11 +465,11 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
 
 void uns_src_readahead(struct ujob *j)
 {
-    if (!j->st || j->ra)
+    if (!j->src.st || j->src.ra)
         return;
     size_t n = 0;
-    for (size_t i = 0; i < j->nsrcs; i++)
-        n += j->srcs[i]->st == j->st;
+    for (size_t i = 0; i < j->src.nsrcs; i++)
+        n += j->src.srcs[i]->st == j->src.st;
     if (!n)
         return;
     uint64_t budget = ra_budget();
@@ -487,39 +487,39 @@ void uns_src_readahead(struct ujob *j)
     block = block > RA_BLOCK_MAX ? RA_BLOCK_MAX : block >> 20 << 20;
     size_t nblocks = (size_t)(budget / block);
     int threads = nblocks / 2 < RA_THREADS ? (int)(nblocks / 2) : RA_THREADS;
-    if (ckpt_storage_open_readahead(&j->ra, j->st, (size_t)block, nblocks,
+    if (ckpt_storage_open_readahead(&j->src.ra, j->src.st, (size_t)block, nblocks,
                                     threads, depth, &err) != 0)
         return;   /* read piece by piece, as before */
     pthread_mutex_lock(&j->mu);
-    for (size_t i = 0; i < j->nsrcs; i++)
-        if (j->srcs[i]->st == j->st)
-            j->srcs[i]->st = j->ra;
+    for (size_t i = 0; i < j->src.nsrcs; i++)
+        if (j->src.srcs[i]->st == j->src.st)
+            j->src.srcs[i]->st = j->src.ra;
     pthread_mutex_unlock(&j->mu);
 }
 
 void uns_src_close_all(struct ujob *j)
 {
-    for (size_t i = 0; i < j->nsrcs; i++) {
-        if (j->srcs[i]->fd >= 0)
-            close(j->srcs[i]->fd);
-        uns_src_records_free(j->srcs[i]);
-        shared_free(j->srcs[i]);
-        free(j->srcs[i]->name);
-        free(j->srcs[i]);
+    for (size_t i = 0; i < j->src.nsrcs; i++) {
+        if (j->src.srcs[i]->fd >= 0)
+            close(j->src.srcs[i]->fd);
+        uns_src_records_free(j->src.srcs[i]);
+        shared_free(j->src.srcs[i]);
+        free(j->src.srcs[i]->name);
+        free(j->src.srcs[i]);
     }
-    free(j->srcs);
-    j->srcs = NULL;
-    j->nsrcs = 0;
-    tf_strmap_release(&j->srcmap);
-    ckpt_storage_close(j->ra);
-    j->ra = NULL;
+    free(j->src.srcs);
+    j->src.srcs = NULL;
+    j->src.nsrcs = 0;
+    tf_strmap_release(&j->src.srcmap);
+    ckpt_storage_close(j->src.ra);
+    j->src.ra = NULL;
 }
 
 static int read_file(struct ujob *j, const char *path, char **data,
                      size_t *len, struct ckpt_err *err)
 {
-    if (j->st)
-        return ckpt_storage_read_all(j->st, path, MAX_METADATA, data, len,
+    if (j->src.st)
+        return ckpt_storage_read_all(j->src.st, path, MAX_METADATA, data, len,
                                      err);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
@@ -551,9 +551,9 @@ static int add_metadata(struct ujob *j, const char *path, const char *name,
     size_t len = 0;
     if (read_file(j, path, &data, &len, err) != 0)
         return -1;
-    int rc = ckpt_dcp_meta_add(j->meta, data, len, name, err);
+    int rc = ckpt_dcp_meta_add(j->plan.meta, data, len, name, err);
     if (rc != 0)
-        ckpt_err_prefix(err, "%s", j->dir);
+        ckpt_err_prefix(err, "%s", j->src.dir);
     /* The metadata graph points into the arena, not into data. */
     free(data);
     return rc;
@@ -592,11 +592,11 @@ static int note_rank(void *ud, const struct ckpt_entry *e)
 
 static int list_ranks(struct ujob *j, struct ranks *r, struct ckpt_err *err)
 {
-    if (j->st)
-        return ckpt_storage_list(j->st, j->dir, 0, note_rank, r, err);
-    DIR *d = opendir(j->dir);
+    if (j->src.st)
+        return ckpt_storage_list(j->src.st, j->src.dir, 0, note_rank, r, err);
+    DIR *d = opendir(j->src.dir);
     if (!d)
-        return ckpt_err_sys(err, "open '%s'", j->dir);
+        return ckpt_err_sys(err, "open '%s'", j->src.dir);
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         struct ckpt_entry e = { de->d_name, 0, 0, CKPT_ENTRY_FILE, "" };
@@ -614,11 +614,11 @@ static int rank_local(struct ujob *j, struct ckpt_err *err)
     int rc = list_ranks(j, &r, err);
     if (rc == 0 && r.max < 0)
         rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': no .metadata (not a "
-                          "DCP checkpoint)", j->dir);
+                          "DCP checkpoint)", j->src.dir);
     for (long n = 0; rc == 0 && n <= r.max; n++) {
         char name[40];
         snprintf(name, sizeof(name), "__%ld.metadata", n);
-        char *path = ckpt_path_join(j->dir, name);
+        char *path = ckpt_path_join(j->src.dir, name);
         rc = r.have[n] ? add_metadata(j, path, name, err)
                        : ckpt_err_set(err, CKPT_ENOTFOUND,
                                       "'%s': missing (rank-local metadata "
@@ -626,10 +626,10 @@ static int rank_local(struct ujob *j, struct ckpt_err *err)
         free(path);
     }
     free(r.have);
-    j->metaname = "__R.metadata";
+    j->src.metaname = "__R.metadata";
     /* Without collectives nothing deduplicates replicated tensors: every
      * rank stores its copy, and identical boxes are expected. */
-    j->allow_replicas = 1;
+    j->src.allow_replicas = 1;
     return rc;
 }
 
@@ -637,7 +637,7 @@ int uns_src_stat(struct ujob *j, const char *path, uint64_t *size,
                  struct ckpt_err *err)
 {
     char etag[sizeof(((struct usrc *)0)->etag)];
-    if (j->st)
+    if (j->src.st)
         return stat_remote(j, path, size, etag, err);
     struct stat sb;
     if (stat(path, &sb) != 0)
@@ -659,7 +659,7 @@ int uns_src_file(struct ujob *j, const char *path, int local, struct usrc *s,
                  struct ckpt_err *err)
 {
     struct usrc f = { .name = (char *)path, .fd = -1,
-                      .st = local ? NULL : j->st, .key = (char *)path };
+                      .st = local ? NULL : j->src.st, .key = (char *)path };
     struct stat sb;
     *s = f;
     if (s->st)
@@ -702,9 +702,9 @@ int uns_src_copy(struct ujob *j, const char *path, int local, int fd,
 /* Every file the metadata names exists and is long enough. */
 static int check_files(struct ujob *j, struct ckpt_err *err)
 {
-    for (size_t i = 0; i < j->meta->nfiles; i++) {
+    for (size_t i = 0; i < j->plan.meta->nfiles; i++) {
         struct usrc *s;
-        const struct ckpt_dcp_filereq *f = &j->meta->files[i];
+        const struct ckpt_dcp_filereq *f = &j->plan.meta->files[i];
         if (uns_src_get(j, f->name, &s, err) != 0)
             return -1;
         if (s->size < f->min_size)
@@ -724,8 +724,8 @@ static int open_location(struct ujob *j, const char *src, char **dir,
 {
     struct ckpt_loc loc;
     if (j->o->storage) {
-        j->st = j->o->storage;
-        j->st_borrowed = 1;
+        j->src.st = j->o->storage;
+        j->src.st_borrowed = 1;
         *dir = ckpt_xstrdup(src);
         return 0;
     }
@@ -737,7 +737,7 @@ static int open_location(struct ujob *j, const char *src, char **dir,
     const char *via = getenv("CKPT_SOURCE_VIA_STORAGE");
     if (loc.scheme != CKPT_SCHEME_LOCAL || (via && !strcmp(via, "1"))) {
         struct ckpt_storage_cfg cfg = uns_storage_cfg(j->o);
-        rc = ckpt_storage_open(&j->st, &loc, &cfg, err);
+        rc = ckpt_storage_open(&j->src.st, &loc, &cfg, err);
         *dir = ckpt_xstrdup(loc.key);
     } else {
         struct stat sb;
@@ -765,23 +765,23 @@ int uns_src_open(struct ujob *j, const char *src, struct ckpt_err *err)
         free(top);
         return -1;
     }
-    j->meta = ckpt_dcp_meta_new();
-    if (!j->meta) {
+    j->plan.meta = ckpt_dcp_meta_new();
+    if (!j->plan.meta) {
         free(top);
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     }
-    j->top = top;
+    j->src.top = top;
     char *sub = ckpt_path_join(top, "model_and_optim");
     char *p = ckpt_path_join(sub, ".metadata");
-    j->olmo_step = is_file(j, p);
-    j->dir = j->olmo_step ? sub : ckpt_xstrdup(top);
-    if (!j->olmo_step)
+    j->src.olmo_step = is_file(j, p);
+    j->src.dir = j->src.olmo_step ? sub : ckpt_xstrdup(top);
+    if (!j->src.olmo_step)
         free(sub);
     free(p);
-    p = ckpt_path_join(j->dir, ".metadata");
+    p = ckpt_path_join(j->src.dir, ".metadata");
     int rc;
     if (is_file(j, p)) {
-        j->metaname = ".metadata";
+        j->src.metaname = ".metadata";
         rc = add_metadata(j, p, ".metadata", err);
     } else {
         rc = rank_local(j, err);
@@ -794,9 +794,9 @@ int uns_src_open(struct ujob *j, const char *src, struct ckpt_err *err)
 
 int uns_src_tmp_fd(struct ujob *j, struct ckpt_err *err)
 {
-    int fd = open(j->tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    int fd = open(j->dst.tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
-        char *t = ckpt_path_join(j->tmpdir, "item-XXXXXX");
+        char *t = ckpt_path_join(j->dst.tmpdir, "item-XXXXXX");
         fd = mkstemp(t);
         if (fd >= 0)
             unlink(t);
@@ -804,7 +804,7 @@ int uns_src_tmp_fd(struct ujob *j, struct ckpt_err *err)
     }
     if (fd < 0)
         return ckpt_err_sys(err, "create temporary file in '%s'",
-                            j->tmpdir);
+                            j->dst.tmpdir);
     return fd;
 }
 

@@ -1,7 +1,7 @@
 /*
  * srcfs.c - the directories and small files of the checkpoint being read,
  * wherever it is: a local directory, object storage (s3/r2/gs) or the
- * members of a plain tar (j->st), so that every planner lists rank files,
+ * members of a plain tar (j->src.st), so that every planner lists rank files,
  * finds arrays and reads its metadata in place, as source.c reads data.
  *
  * A directory is listed once and looked up in memory: a 1,024-rank step
@@ -48,8 +48,8 @@ static int with_storage(struct ujob *j, const char *dir,
     struct ckpt_loc loc = { CKPT_SCHEME_LOCAL, NULL, (char *)dir,
                             (char *)dir };
     struct ckpt_storage_cfg cfg = { 0, 0, 0, 1 };
-    if (j->st) {
-        *st = j->st;
+    if (j->src.st) {
+        *st = j->src.st;
         return 0;
     }
     return ckpt_storage_open(st, &loc, &cfg, err);
@@ -64,7 +64,7 @@ int uns_fs_list(struct ujob *j, const char *dir, int recursive,
         return -1;
     int rc = ckpt_storage_list(st, dir, recursive ? CKPT_LIST_RECURSIVE : 0,
                                add_ent, d, err);
-    if (st != j->st)
+    if (st != j->src.st)
         ckpt_storage_close(st);
     /* A missing directory lists empty, as a prefix without objects does:
      * the caller says which file it needed. */
@@ -107,7 +107,7 @@ int uns_fs_is_file(struct ujob *j, const char *path)
     return uns_src_stat(j, path, &size, &err) == 0;
 }
 
-/* Read len bytes at 0 of path, through j->st (as it was when it had
+/* Read len bytes at 0 of path, through j->src.st (as it was when it had
  * ETag etag: a replaced object fails) or a local descriptor; one byte more
  * is asked for, so a file that grew since it was listed fails rather than
  * being read in part. */
@@ -116,8 +116,8 @@ static int read_exact(struct ujob *j, const char *path, const char *etag,
 {
     size_t got = 0;
     int rc;
-    if (j->st) {
-        rc = ckpt_storage_read_if(j->st, path, etag, 0, b, len + 1, &got,
+    if (j->src.st) {
+        rc = ckpt_storage_read_if(j->src.st, path, etag, 0, b, len + 1, &got,
                                   err);
     } else {
         int fd = open(path, O_RDONLY | O_CLOEXEC);

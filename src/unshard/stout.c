@@ -200,8 +200,8 @@ static cJSON *to_json(const struct ckpt_pv *v, int depth)
 
 static struct ufile *raw_file(struct ujob *j, char *name, char *text)
 {
-    j->files = ckpt_xreallocarray(j->files, j->nfiles + 1, sizeof(*j->files));
-    struct ufile *f = &j->files[j->nfiles++];
+    j->dst.files = ckpt_xreallocarray(j->dst.files, j->dst.nfiles + 1, sizeof(*j->dst.files));
+    struct ufile *f = &j->dst.files[j->dst.nfiles++];
     memset(f, 0, sizeof(*f));
     f->name = name;
     f->prefix = ckpt_xstrdup("");
@@ -218,11 +218,11 @@ static int extra_json(struct ujob *j, struct ckpt_err *err)
 {
     cJSON *o = cJSON_CreateObject();
     int any = 0;
-    for (size_t i = 0; i < j->meta->n; i++) {
-        if (j->meta->entries[i].kind != CKPT_DCP_BYTES)
+    for (size_t i = 0; i < j->plan.meta->n; i++) {
+        if (j->plan.meta->entries[i].kind != CKPT_DCP_BYTES)
             continue;
-        cJSON_AddItemToObject(o, j->meta->entries[i].fqn,
-                              to_json(j->values[i], 0));
+        cJSON_AddItemToObject(o, j->plan.meta->entries[i].fqn,
+                              to_json(j->plan.values[i], 0));
         any = 1;
     }
     char *text = any ? cJSON_Print(o) : NULL;
@@ -238,7 +238,7 @@ static int extra_json(struct ujob *j, struct ckpt_err *err)
 static const char *st_name(struct ujob *j, const struct utensor *t,
                            int olmo)
 {
-    const struct ckpt_pv *p = j->paths[t->e - j->meta->entries];
+    const struct ckpt_pv *p = j->plan.paths[t->e - j->plan.meta->entries];
     if (!olmo || !p || p->u.seq.n < 2)
         return t->e->fqn;
     struct ckpt_buf b = CKPT_BUF_INIT;
@@ -251,14 +251,14 @@ static const char *st_name(struct ujob *j, const struct utensor *t,
         else
             ckpt_buf_addf(&b, "%lld", (long long)k->u.i);
     }
-    char *s = ckpt_arena_strndup(j->arena, b.ptr, b.len);
+    char *s = ckpt_arena_strndup(j->plan.arena, b.ptr, b.len);
     ckpt_buf_release(&b);
     return s ? s : t->e->fqn;
 }
 
 struct part {
     char *base;             /* "model" */
-    size_t *tensors;        /* indexes into j->tensors */
+    size_t *tensors;        /* indexes into j->plan.tensors */
     size_t n;
 };
 
@@ -271,7 +271,7 @@ static char *header(struct ujob *j, struct part *p, size_t lo, size_t hi,
     cJSON_AddItemToObject(h, "__metadata__", md);
     uint64_t off = 0;
     for (size_t i = lo; i < hi; i++) {
-        struct utensor *t = &j->tensors[p->tensors[i]];
+        struct utensor *t = &j->plan.tensors[p->tensors[i]];
         cJSON *o = cJSON_CreateObject(), *shape = cJSON_CreateArray();
         cJSON *offs = cJSON_CreateArray();
         cJSON_AddStringToObject(o, "dtype", t->e->dtype->st);
@@ -299,7 +299,7 @@ static char *header(struct ujob *j, struct part *p, size_t lo, size_t hi,
     free(s);
     *data_start = 8 + padded;
     for (size_t i = lo; i < hi; i++)
-        j->tensors[p->tensors[i]].out_off += *data_start;
+        j->plan.tensors[p->tensors[i]].out_off += *data_start;
     return text;
 }
 
@@ -308,8 +308,8 @@ static void add_shard(struct ujob *j, struct part *p, size_t lo, size_t hi,
 {
     uint64_t start;
     char *text = header(j, p, lo, hi, &start);
-    j->files = ckpt_xreallocarray(j->files, j->nfiles + 1, sizeof(*j->files));
-    struct ufile *f = &j->files[j->nfiles++];
+    j->dst.files = ckpt_xreallocarray(j->dst.files, j->dst.nfiles + 1, sizeof(*j->dst.files));
+    struct ufile *f = &j->dst.files[j->dst.nfiles++];
     memset(f, 0, sizeof(*f));
     f->name = name;
     f->prefix = ckpt_xstrdup(p->base);
@@ -321,8 +321,8 @@ static void add_shard(struct ujob *j, struct part *p, size_t lo, size_t hi,
     f->data_start = start;
     f->size = start;
     for (size_t i = lo; i < hi; i++) {
-        struct utensor *t = &j->tensors[p->tensors[i]];
-        t->file = (int)(j->nfiles - 1);
+        struct utensor *t = &j->plan.tensors[p->tensors[i]];
+        t->file = (int)(j->dst.nfiles - 1);
         f->size += t->nbytes;
         f->ntensors++;
     }
@@ -335,7 +335,7 @@ static void shard_part(struct ujob *j, struct part *p, uint64_t max)
     size_t *cut = ckpt_xcalloc(p->n + 1, sizeof(*cut)), ncut = 0;
     uint64_t sz = 0, total = 0;
     for (size_t i = 0; i < p->n; i++) {
-        uint64_t b = j->tensors[p->tensors[i]].nbytes;
+        uint64_t b = j->plan.tensors[p->tensors[i]].nbytes;
         if (i && sz + b > max) {
             cut[ncut++] = i;
             sz = 0;
@@ -358,7 +358,7 @@ static void shard_part(struct ujob *j, struct part *p, uint64_t max)
         char *name = ckpt_xasprintf("%s-%05zu-of-%05zu.safetensors", p->base,
                                     k + 1, ncut);
         for (size_t i = lo; i < cut[k]; i++)
-            cJSON_AddStringToObject(wm, j->tensors[p->tensors[i]].stname,
+            cJSON_AddStringToObject(wm, j->plan.tensors[p->tensors[i]].stname,
                                     name);
         add_shard(j, p, lo, cut[k], name);
     }
@@ -387,8 +387,8 @@ static int check_tensor(struct utensor *t, struct strmap *names,
  * too. Takes over part->copy_from. */
 static void keep_copy(struct ujob *j, struct ufile *part)
 {
-    j->files = ckpt_xreallocarray(j->files, j->nfiles + 1, sizeof(*j->files));
-    struct ufile *f = &j->files[j->nfiles++];
+    j->dst.files = ckpt_xreallocarray(j->dst.files, j->dst.nfiles + 1, sizeof(*j->dst.files));
+    struct ufile *f = &j->dst.files[j->dst.nfiles++];
     memset(f, 0, sizeof(*f));
     f->name = ckpt_xasprintf("%s.pt", part->prefix);
     f->prefix = ckpt_xstrdup(part->prefix);
@@ -400,25 +400,25 @@ static void keep_copy(struct ujob *j, struct ufile *part)
 
 int uns_st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
 {
-    if (j->ncopies)
+    if (j->plan.ncopies)
         return ckpt_err_set(err, CKPT_EUNSUPPORTED, "object '%s' holds "
-                            "tensors; use --format torch", j->copies[0].e->fqn);
+                            "tensors; use --format torch", j->plan.copies[0].e->fqn);
     if (uns_layout_choose(j, root, "", err) != 0)
         return -1;
-    int olmo = j->olmo;
+    int olmo = j->plan.olmo;
     /* The chosen files become parts; the real files are their shards. */
-    struct ufile *parts = j->files;
-    size_t nparts = j->nfiles;
-    j->files = NULL;
-    j->nfiles = 0;
+    struct ufile *parts = j->dst.files;
+    size_t nparts = j->dst.nfiles;
+    j->dst.files = NULL;
+    j->dst.nfiles = 0;
     int rc = 0;
     uint64_t max = j->o->max_shard_size ? j->o->max_shard_size
                                         : DEFAULT_SHARD;
     /* Each tensor's part, read before shard_part renumbers t->file to
      * shard files whose indexes may equal later parts' indexes. */
-    int *part = ckpt_xcalloc(j->ntensors + 1, sizeof(*part));
-    for (size_t i = 0; i < j->ntensors; i++)
-        part[i] = j->tensors[i].file;
+    int *part = ckpt_xcalloc(j->plan.ntensors + 1, sizeof(*part));
+    for (size_t i = 0; i < j->plan.ntensors; i++)
+        part[i] = j->plan.tensors[i].file;
     for (size_t pi = 0; pi < nparts && rc == 0; pi++) {
         struct part p = { parts[pi].prefix, NULL, 0 };
         if (parts[pi].copy_from) {
@@ -426,9 +426,9 @@ int uns_st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
             continue;
         }
         struct strmap names = STRMAP_INIT;
-        p.tensors = ckpt_xcalloc(j->ntensors + 1, sizeof(*p.tensors));
-        for (size_t i = 0; i < j->ntensors && rc == 0; i++) {
-            struct utensor *t = &j->tensors[i];
+        p.tensors = ckpt_xcalloc(j->plan.ntensors + 1, sizeof(*p.tensors));
+        for (size_t i = 0; i < j->plan.ntensors && rc == 0; i++) {
+            struct utensor *t = &j->plan.tensors[i];
             if (part[i] != (int)pi)
                 continue;
             t->stname = st_name(j, t, olmo);

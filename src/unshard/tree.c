@@ -123,12 +123,12 @@ static int collect_persid(void *ud, const struct ckpt_pv *v)
 
 static struct ucopy *new_copy(struct ujob *j)
 {
-    if (j->ncopies == j->copycap) {
-        j->copycap = j->copycap ? j->copycap * 2 : 8;
-        j->copies = ckpt_xreallocarray(j->copies, j->copycap,
-                                       sizeof(*j->copies));
+    if (j->plan.ncopies == j->plan.copycap) {
+        j->plan.copycap = j->plan.copycap ? j->plan.copycap * 2 : 8;
+        j->plan.copies = ckpt_xreallocarray(j->plan.copies, j->plan.copycap,
+                                       sizeof(*j->plan.copies));
     }
-    struct ucopy *c = &j->copies[j->ncopies++];
+    struct ucopy *c = &j->plan.copies[j->plan.ncopies++];
     memset(c, 0, sizeof(*c));
     c->file = -1;
     return c;
@@ -179,13 +179,13 @@ static int remap_all(struct tree *tr, struct ckpt_pv *root,
         uint64_t ci;
         if (key && key->kind == CKPT_PV_STR &&
             tf_strmap_get(&seen, key->u.s.p, key->u.s.len, &ci)) {
-            p.v[i]->u.persid.pid->u.seq.v[2] = tr->j->copies[ci].keystr;
+            p.v[i]->u.persid.pid->u.seq.v[2] = tr->j->plan.copies[ci].keystr;
             p.v[i]->u.persid.pid->u.seq.v[3] = tr->s_cpu;
             continue;
         }
         rc = remap_persid(tr, p.v[i], z, rd, src, err);
         if (rc == 0 && tf_strmap_put(&seen, key->u.s.p, key->u.s.len,
-                                     tr->j->ncopies - 1) != 0)
+                                     tr->j->plan.ncopies - 1) != 0)
             rc = oom(err);
     }
     free(p.v);
@@ -329,7 +329,7 @@ static int set_element(struct tree *tr, struct ckpt_pv *root,
 
 static int init_tree(struct tree *tr, struct ujob *j)
 {
-    struct ckpt_arena *a = j->arena;
+    struct ckpt_arena *a = j->plan.arena;
     memset(tr, 0, sizeof(*tr));
     tr->j = j;
     tr->a = a;
@@ -351,13 +351,13 @@ static struct ckpt_pv *entry_value(struct tree *tr, size_t i, size_t *ti,
                                    struct ckpt_err *err)
 {
     struct ujob *j = tr->j;
-    const struct ckpt_dcp_entry *e = &j->meta->entries[i];
+    const struct ckpt_dcp_entry *e = &j->plan.meta->entries[i];
     if (e->kind == CKPT_DCP_BYTES) {
-        j->objects++;
+        j->plan.objects++;
         tr->cur = e;
         return object_node(tr, e, err);
     }
-    struct ckpt_pv *v = tensor_node(tr, &j->tensors[(*ti)++]);
+    struct ckpt_pv *v = tensor_node(tr, &j->plan.tensors[(*ti)++]);
     if (!v)
         oom(err);
     return v;
@@ -371,7 +371,7 @@ static const struct ckpt_pv *flat_path(struct tree *tr, const char *fqn)
     static const char *const parts[] = { "model", "optim", "optimizer" };
     struct ckpt_pv *k[2] = { NULL, NULL };
     size_t n = 1;
-    for (size_t i = 0; tr->j->olmo && i < 3 && n == 1; i++) {
+    for (size_t i = 0; tr->j->plan.olmo && i < 3 && n == 1; i++) {
         size_t pl = strlen(parts[i]);
         if (!strncmp(fqn, parts[i], pl) && fqn[pl] == '.' && fqn[pl + 1]) {
             k[0] = ckpt_pv_str(tr->a, fqn, pl);
@@ -389,25 +389,25 @@ int uns_tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
     struct tree tr;
     size_t ti = 0;
     int rc = 0;
-    if (init_tree(&tr, j) != 0 || !(*root = ckpt_pv_new(j->arena,
+    if (init_tree(&tr, j) != 0 || !(*root = ckpt_pv_new(j->plan.arena,
                                                         CKPT_PV_DICT)))
         return oom(err);
-    j->values = ckpt_xcalloc(j->meta->n + 1, sizeof(*j->values));
-    j->paths = ckpt_xcalloc(j->meta->n + 1, sizeof(*j->paths));
-    for (size_t i = 0; rc == 0 && i < j->meta->n; i++) {
-        const struct ckpt_dcp_entry *e = &j->meta->entries[i];
+    j->plan.values = ckpt_xcalloc(j->plan.meta->n + 1, sizeof(*j->plan.values));
+    j->plan.paths = ckpt_xcalloc(j->plan.meta->n + 1, sizeof(*j->plan.paths));
+    for (size_t i = 0; rc == 0 && i < j->plan.meta->n; i++) {
+        const struct ckpt_dcp_entry *e = &j->plan.meta->entries[i];
         struct ckpt_pv *v = entry_value(&tr, i, &ti, err);
         const struct ckpt_pv *path = e->path;
         if (!v) {
             rc = -1;
             break;
         }
-        j->values[i] = v;
+        j->plan.values[i] = v;
         if (!path && !(path = flat_path(&tr, e->fqn))) {
             rc = oom(err);
             break;
         }
-        j->paths[i] = path;
+        j->plan.paths[i] = path;
         rc = set_element(&tr, *root, path, v, e->fqn, err);
     }
     tf_strmap_release(&tr.keys);

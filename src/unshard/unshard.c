@@ -29,12 +29,12 @@
 /* config.yaml of the checkpoint, else of the run, travels with it. */
 static int add_config(struct ujob *j, struct ckpt_err *err)
 {
-    char *own = ckpt_path_join(j->top, "config.yaml");
+    char *own = ckpt_path_join(j->src.top, "config.yaml");
     uint64_t size;
     struct ckpt_err e2;
     const char *from = uns_src_stat(j, own, &size, &e2) == 0 ? own : NULL;
     struct stat sb;
-    int local = !j->st;
+    int local = !j->src.st;
     /* The run's config.yaml (run mode): read where the step is read when
      * that is o->storage (a remote run, a plain tar), else a local file,
      * even when the checkpoint is remote (a compressed archive's, kept
@@ -49,9 +49,9 @@ static int add_config(struct ujob *j, struct ckpt_err *err)
         local = 1;
     }
     if (from) {
-        j->files = ckpt_xreallocarray(j->files, j->nfiles + 1,
-                                      sizeof(*j->files));
-        struct ufile *f = &j->files[j->nfiles++];
+        j->dst.files = ckpt_xreallocarray(j->dst.files, j->dst.nfiles + 1,
+                                      sizeof(*j->dst.files));
+        struct ufile *f = &j->dst.files[j->dst.nfiles++];
         memset(f, 0, sizeof(*f));
         f->name = ckpt_xstrdup("config.yaml");
         f->prefix = ckpt_xstrdup("");
@@ -69,44 +69,44 @@ static int add_config(struct ujob *j, struct ckpt_err *err)
 static void fill_result(struct ujob *j, struct ckpt_unshard_result *res)
 {
     memset(res, 0, sizeof(*res));
-    res->files = ckpt_xcalloc(j->nfiles ? j->nfiles : 1,
+    res->files = ckpt_xcalloc(j->dst.nfiles ? j->dst.nfiles : 1,
                               sizeof(*res->files));
-    res->nfiles = j->nfiles;
-    for (size_t i = 0; i < j->nfiles; i++) {
-        res->files[i].name = ckpt_xstrdup(j->files[i].name);
-        res->files[i].size = j->files[i].size;
-        res->files[i].tensors = j->files[i].ntensors;
+    res->nfiles = j->dst.nfiles;
+    for (size_t i = 0; i < j->dst.nfiles; i++) {
+        res->files[i].name = ckpt_xstrdup(j->dst.files[i].name);
+        res->files[i].size = j->dst.files[i].size;
+        res->files[i].tensors = j->dst.files[i].ntensors;
     }
-    res->tensors = j->ntensors;
-    res->objects = j->objects;
-    for (size_t i = 0; i < j->ntensors; i++) {
-        res->chunks += j->tensors[i].e->nchunks;
-        res->bytes += j->tensors[i].nbytes;
-        if (j->tensors[i].file >= 0)
-            res->pieces += j->tensors[i].nbands;
+    res->tensors = j->plan.ntensors;
+    res->objects = j->plan.objects;
+    for (size_t i = 0; i < j->plan.ntensors; i++) {
+        res->chunks += j->plan.tensors[i].e->nchunks;
+        res->bytes += j->plan.tensors[i].nbytes;
+        if (j->plan.tensors[i].file >= 0)
+            res->pieces += j->plan.tensors[i].nbands;
     }
-    for (size_t i = 0; i < j->ncopies; i++)
-        res->pieces += (j->copies[i].nbytes + j->band - 1) / j->band;
-    res->layout = j->olmo ? "olmo" : "single";
-    res->metadata = j->metaname;
+    for (size_t i = 0; i < j->plan.ncopies; i++)
+        res->pieces += (j->plan.copies[i].nbytes + j->plan.band - 1) / j->plan.band;
+    res->layout = j->plan.olmo ? "olmo" : "single";
+    res->metadata = j->src.metaname;
 }
 
 static void job_release(struct ujob *j)
 {
     ckpt_pool_free(j->pool);
-    if (j->out) {
-        j->out->ops->release(j);
-        free(j->out);
+    if (j->dst.out) {
+        j->dst.out->ops->release(j);
+        free(j->dst.out);
     }
     uns_bufpool_release(&j->bufs);
-    for (size_t i = 0; i < j->ntensors; i++)
-        free(j->tensors[i].crcs);
-    free(j->tensors);
-    for (size_t i = 0; i < j->ncopies; i++)
-        free(j->copies[i].crcs);
-    free(j->copies);
-    for (size_t i = 0; i < j->nfiles; i++) {
-        struct ufile *f = &j->files[i];
+    for (size_t i = 0; i < j->plan.ntensors; i++)
+        free(j->plan.tensors[i].crcs);
+    free(j->plan.tensors);
+    for (size_t i = 0; i < j->plan.ncopies; i++)
+        free(j->plan.copies[i].crcs);
+    free(j->plan.copies);
+    for (size_t i = 0; i < j->dst.nfiles; i++) {
+        struct ufile *f = &j->dst.files[i];
         if (f->fd >= 0)
             close(f->fd);
         for (size_t r = 0; r < f->nrecs; r++)
@@ -119,20 +119,20 @@ static void job_release(struct ujob *j)
         free(f->tmp);
         free(f->copy_from);
     }
-    free(j->files);
-    free(j->values);
-    free(j->paths);
+    free(j->dst.files);
+    free(j->plan.values);
+    free(j->plan.paths);
     uns_src_close_all(j);
-    if (j->fmtfree)
-        j->fmtfree(j->fmtplan);
+    if (j->plan.fmtfree)
+        j->plan.fmtfree(j->plan.fmtplan);
     pthread_mutex_destroy(&j->dmu);
     pthread_cond_destroy(&j->dcv);
-    ckpt_dcp_meta_free(j->meta);
-    ckpt_arena_free(j->arena);
-    free(j->dir);
-    free(j->top);
-    if (!j->st_borrowed)
-        ckpt_storage_close(j->st);
+    ckpt_dcp_meta_free(j->plan.meta);
+    ckpt_arena_free(j->plan.arena);
+    free(j->src.dir);
+    free(j->src.top);
+    if (!j->src.st_borrowed)
+        ckpt_storage_close(j->src.st);
     pthread_mutex_destroy(&j->mu);
 }
 
@@ -141,18 +141,18 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
 {
     memset(j, 0, sizeof(*j));
     j->o = o;
-    j->allow_replicas = o->allow_replicas;
+    j->src.allow_replicas = o->allow_replicas;
     pthread_mutex_init(&j->mu, NULL);
     uns_dec_init(j);
     int jobs = o->jobs > 0 ? o->jobs : ckpt_ncpus();
     /* Three band-sized buffers per worker within the buffer budget: peak
      * memory stays flat whatever the checkpoint size. */
-    j->band = BUFFER_BUDGET / (3 * (uint64_t)jobs);
-    j->band = j->band > BAND_MAX ? BAND_MAX : j->band;
-    j->band = j->band < BAND_MIN ? BAND_MIN : j->band;
-    j->arena = ckpt_arena_new(ARENA_LIMIT);
+    j->plan.band = BUFFER_BUDGET / (3 * (uint64_t)jobs);
+    j->plan.band = j->plan.band > BAND_MAX ? BAND_MAX : j->plan.band;
+    j->plan.band = j->plan.band < BAND_MIN ? BAND_MIN : j->plan.band;
+    j->plan.arena = ckpt_arena_new(ARENA_LIMIT);
     j->pool = ckpt_pool_new(jobs, 2 * (size_t)jobs);
-    if (!j->arena || !j->pool || uns_bufpool_init(&j->bufs, j->band) != 0)
+    if (!j->plan.arena || !j->pool || uns_bufpool_init(&j->bufs, j->plan.band) != 0)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     return 0;
 }
@@ -160,28 +160,28 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
 int uns_olmo_job_init(struct ujob *j, const char *src, const char *metaname,
                       void *plan, ujob_locate_fn locate, struct ckpt_err *err)
 {
-    j->dir = ckpt_xstrdup(src);
-    j->olmo_step = 1;
-    j->metaname = metaname;
-    j->meta = ckpt_dcp_meta_new();
-    j->fmtplan = plan;
-    j->locate = locate;
-    j->olmo = j->o->layout != CKPT_LAYOUT_SINGLE;
-    return j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    j->src.dir = ckpt_xstrdup(src);
+    j->src.olmo_step = 1;
+    j->src.metaname = metaname;
+    j->plan.meta = ckpt_dcp_meta_new();
+    j->plan.fmtplan = plan;
+    j->plan.locate = locate;
+    j->plan.olmo = j->o->layout != CKPT_LAYOUT_SINGLE;
+    return j->plan.meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
 }
 
 /* Where the step at src is read from: a key of o->storage (a remote run,
  * the members of a plain tar), a remote URL (opened here, --insecure and
  * --retries applied) or a local directory. Remote steps are read in place
- * through j->st, so config.yaml beside the step is found through it too;
- * j->top is where the step is in it. */
+ * through j->src.st, so config.yaml beside the step is found through it too;
+ * j->src.top is where the step is in it. */
 static int open_step(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_loc loc;
     if (j->o->storage) {
-        j->st = j->o->storage;
-        j->st_borrowed = 1;
-        j->top = ckpt_xstrdup(src);
+        j->src.st = j->o->storage;
+        j->src.st_borrowed = 1;
+        j->src.top = ckpt_xstrdup(src);
         return 0;
     }
     if (ckpt_loc_parse(&loc, src, err) != 0)
@@ -189,10 +189,10 @@ static int open_step(struct ujob *j, const char *src, struct ckpt_err *err)
     int rc = 0;
     if (loc.scheme != CKPT_SCHEME_LOCAL) {
         struct ckpt_storage_cfg cfg = uns_storage_cfg(j->o);
-        rc = ckpt_storage_open(&j->st, &loc, &cfg, err);
-        j->st_borrowed = 0;
+        rc = ckpt_storage_open(&j->src.st, &loc, &cfg, err);
+        j->src.st_borrowed = 0;
     }
-    j->top = ckpt_xstrdup(loc.scheme != CKPT_SCHEME_LOCAL ? loc.key : src);
+    j->src.top = ckpt_xstrdup(loc.scheme != CKPT_SCHEME_LOCAL ? loc.key : src);
     ckpt_loc_release(&loc);
     return rc;
 }
@@ -204,8 +204,8 @@ static int plan_dcp(struct ujob *j, const char *src, struct ckpt_err *err)
     struct ckpt_pv *root;
     if (uns_src_open(j, src, err) != 0)
         return -1;
-    j->olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
-              (j->o->layout == CKPT_LAYOUT_AUTO && j->olmo_step);
+    j->plan.olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
+              (j->o->layout == CKPT_LAYOUT_AUTO && j->src.olmo_step);
     if (uns_plan_tensors(j, err) != 0 || uns_tree_build(j, &root, err) != 0)
         return -1;
     return uns_layout_files(j, root, err);
@@ -233,7 +233,7 @@ static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
             continue;
         if (open_step(j, src, err) != 0)
             return -1;
-        return planners[i].plan(j, j->top, err);
+        return planners[i].plan(j, j->src.top, err);
     }
     return plan_dcp(j, src, err);
 }
@@ -243,28 +243,28 @@ static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
  * from where it was written. */
 static int write_all_outputs(struct ujob *j, struct ckpt_err *err)
 {
-    const struct uns_out_ops *ops = j->out->ops;
-    if ((j->out->remote && uns_engine_remote_ok(j, err) != 0) ||
+    const struct uns_out_ops *ops = j->dst.out->ops;
+    if ((j->dst.out->remote && uns_engine_remote_ok(j, err) != 0) ||
         ops->begin(j, err) != 0)
         return -1;
-    for (size_t i = 0; i < j->nfiles; i++) {
-        if (ops->create(j, &j->files[i], err) != 0)
+    for (size_t i = 0; i < j->dst.nfiles; i++) {
+        if (ops->create(j, &j->dst.files[i], err) != 0)
             return -1;
-        if (j->out->remote && !j->files[i].raw &&
-            !j->files[i].copy_from &&
-            uns_layout_early(j, &j->files[i], err) != 0)
+        if (j->dst.out->remote && !j->dst.files[i].raw &&
+            !j->dst.files[i].copy_from &&
+            uns_layout_early(j, &j->dst.files[i], err) != 0)
             return -1;
     }
     if (uns_engine_run(j, 0, err) != 0 || uns_layout_finish(j, err) != 0)
         return -1;
     /* A local output is read back before it is closed (the temporary
      * file), a remote one once it is complete (the object). */
-    if (j->out->remote && ops->close(j, err) != 0)
+    if (j->dst.out->remote && ops->close(j, err) != 0)
         return -1;
     if (j->o->verify && (uns_engine_run(j, 1, err) != 0 ||
                          uns_verify_outputs(j, err) != 0))
         return -1;
-    return j->out->remote ? 0 : ops->close(j, err);
+    return j->dst.out->remote ? 0 : ops->close(j, err);
 }
 
 int ckpt_unshard_dcp(const char *src, const char *dest,
@@ -277,7 +277,7 @@ int ckpt_unshard_dcp(const char *src, const char *dest,
     /* zstd items of a dry run (and of a remote DEST) decompress to the
      * scratch dir; a local DEST sets its temporary directory. */
     const char *tmp = opts->tmp_dir ? opts->tmp_dir : getenv("TMPDIR");
-    j.tmpdir = (char *)(tmp ? tmp : "/tmp");
+    j.dst.tmpdir = (char *)(tmp ? tmp : "/tmp");
     if (rc == 0 && !opts->dry_run)
         rc = uns_out_open(&j, dest, err);
     if (rc == 0)
@@ -291,14 +291,14 @@ int ckpt_unshard_dcp(const char *src, const char *dest,
     if (rc == 0 && !opts->dry_run)
         rc = write_all_outputs(&j, err);
     if (rc == 0 && !opts->dry_run)
-        rc = j.out->ops->commit(&j, err);
+        rc = j.dst.out->ops->commit(&j, err);
     if (rc == 0 && !opts->dry_run)
-        for (size_t i = 0; i < j.nfiles; i++)
-            res->files[i].size = j.files[i].size;
+        for (size_t i = 0; i < j.dst.nfiles; i++)
+            res->files[i].size = j.dst.files[i].size;
     if (rc == 0 && !opts->dry_run)
         res->buffers_peak = uns_outobj_peak(&j);
-    if (rc != 0 && j.out)
-        j.out->ops->abort(&j);
+    if (rc != 0 && j.dst.out)
+        j.dst.out->ops->abort(&j);
     if (rc != 0 && res->files)
         ckpt_unshard_result_release(res);
     job_release(&j);

@@ -58,7 +58,7 @@ struct usrc {
 struct uchunk {
     const struct ckpt_dcp_chunk *meta;  /* offsets/sizes in the tensor */
     struct usrc *src;       /* NULL for a decoded chunk (dec) */
-    uint64_t dec;           /* bytes of the full chunk j->decode decodes
+    uint64_t dec;           /* bytes of the full chunk j->plan.decode decodes
                                (zarr, Orbax; decode.c), or 0 */
     uint64_t item_off;      /* start of the item (its zip) within src */
     uint64_t data;          /* absolute offset of the storage data in src */
@@ -132,46 +132,41 @@ struct bufpool {
 
 struct uns_out;
 
-struct ujob {
-    const struct ckpt_unshard_opts *o;
-    struct uns_out *out;            /* where outputs go (out.c); NULL in
-                                       a dry run */
+/* Where the bytes come from: the checkpoint's files, opened and read by
+ * source.c, srcfs.c and crccheck.c. */
+struct ujob_src {
     char *top;                      /* SRC as a path or key */
     char *dir;                      /* directory with metadata and data */
     struct ckpt_storage *st;        /* remote SRC, or NULL (local) */
     int st_borrowed;                /* st is opts->storage */
     struct ckpt_storage *ra;        /* read-ahead view of st for the copy
                                        (source.c), or NULL; owned */
-    char *dest;
-    char *tmpdir;                   /* temporary output directory */
     int olmo_step;                  /* src is an OLMo step */
     int allow_replicas;             /* option, or rank-local metadata */
     const char *metaname;
-    struct ckpt_dcp_meta *meta;
-    struct ckpt_arena *arena;       /* output graph, plan arrays */
     struct usrc **srcs;             /* data files and temp items */
     size_t nsrcs, srccap;
     /* Open data files, bounded so that a step of 1,024 rank files reads
-     * under `ulimit -n 256` (source.c). Under mu. */
+     * under `ulimit -n 256` (source.c). Under ujob.mu. */
     size_t fd_open, fd_cap;
     uint64_t fd_clock;
     struct strmap srcmap;           /* relative_path -> srcs index */
+};
+
+/* What goes where: the tensors and byte items found by a format's planner
+ * (plan.c, legacy.c, olmo*.c, zarrplan.c, orbaxplan.c), the output value
+ * tree (tree.c) and the bands the engine assembles (layout.c). */
+struct ujob_plan {
+    struct ckpt_dcp_meta *meta;
+    struct ckpt_arena *arena;       /* output graph, plan arrays */
     struct utensor *tensors;
     size_t ntensors;
     struct ucopy *copies;
     size_t ncopies, copycap;
-    struct ufile *files;
-    size_t nfiles;
     int olmo;                       /* layout olmo chosen */
     struct ckpt_pv **values;        /* per metadata entry; malloced */
     const struct ckpt_pv **paths;   /* per entry: where it was placed */
-    struct ckpt_pool *pool;
     uint64_t band;                  /* band bytes */
-    struct bufpool bufs;
-    pthread_mutex_t mu;
-    atomic_int failed;
-    struct ckpt_err err;            /* first worker error, under mu */
-    atomic_uint_fast64_t written;
     uint64_t objects;
     /* Formats whose chunks are located while planning (legacy.c): NULL
      * means probe the DCP item. */
@@ -185,6 +180,31 @@ struct ujob {
     int (*decode)(struct ujob *j, const struct utensor *t,
                   const struct uchunk *c, char *out, struct ckpt_err *err);
     void (*fmtfree)(void *fmtplan);
+};
+
+/* Where the bytes go: the output files laid out by layout.c and the sink
+ * that writes them (out.c: outlocal.c or outobj.c). */
+struct ujob_dst {
+    struct uns_out *out;            /* NULL in a dry run */
+    struct ufile *files;
+    size_t nfiles;
+    char *tmpdir;                   /* the local output's temporary
+                                       directory: scratch for decoded
+                                       items (source.c), or NULL */
+};
+
+/* One unshard: its three parts, and the engine's shared state (pool
+ * workers, memory, first error). */
+struct ujob {
+    const struct ckpt_unshard_opts *o;
+    struct ujob_src src;
+    struct ujob_plan plan;
+    struct ujob_dst dst;
+    struct ckpt_pool *pool;
+    struct bufpool bufs;
+    pthread_mutex_t mu;
+    atomic_int failed;
+    struct ckpt_err err;            /* first worker error, under mu */
     pthread_mutex_t dmu;            /* decode.c: the memory gate */
     pthread_cond_t dcv;
     uint64_t dlive;                 /* bytes of decoded chunks held */
@@ -256,7 +276,7 @@ int uns_src_check_records(struct ujob *j, struct ckpt_err *err);
 void uns_src_records_free(struct usrc *s);
 
 /* srcfs.c: directories and small files of the source, read where it is
- * (local, object storage, tar members; j->st), for the planners. A
+ * (local, object storage, tar members; j->src.st), for the planners. A
  * listing is kept sorted by name; with recursive, names are paths below
  * dir and only files (and local links) are listed. */
 struct uns_dent {
@@ -296,7 +316,7 @@ void uns_dec_bands(struct ujob *j);
 /* grid.c: the chunks of an array stored on a regular chunk grid (zarr v2,
  * Orbax), shared by the planners of those formats: e gets one chunk per
  * grid cell (C order of the grid), edge chunks clipped to the shape;
- * each is decoded by j->decode into a full chunk of chunk_bytes laid out
+ * each is decoded by j->plan.decode into a full chunk of chunk_bytes laid out
  * in C order (F with fortran). *strides: the element strides of such a
  * chunk (in the metadata's arena). */
 struct ugrid {
@@ -441,7 +461,7 @@ static inline int uns_out_write(struct ujob *j, struct ufile *f,
                                 const void *p, size_t n, uint64_t off,
                                 struct ckpt_err *err)
 {
-    return j->out->ops->write(j, f, p, n, off, err);
+    return j->dst.out->ops->write(j, f, p, n, off, err);
 }
 /* A reader of output f as written (verify): local, the temporary file;
  * remote, the completed object. */

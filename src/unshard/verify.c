@@ -124,8 +124,8 @@ static int verify_st(struct ujob *j, struct ufile *f, struct ckpt_err *err)
 
 int uns_verify_outputs(struct ujob *j, struct ckpt_err *err)
 {
-    for (size_t i = 0; i < j->nfiles; i++) {
-        struct ufile *f = &j->files[i];
+    for (size_t i = 0; i < j->dst.nfiles; i++) {
+        struct ufile *f = &j->dst.files[i];
         if (f->raw || f->copy_from)
             continue;
         if (j->o->format == CKPT_FORMAT_TORCH ? verify_torch(j, f, err)

@@ -41,12 +41,12 @@ struct zplan {
     struct zarr_a *arrs;    /* per entry */
 };
 
-/* A file of the group (rel below j->dir), as listed. */
+/* A file of the group (rel below j->src.dir), as listed. */
 static int read_small(struct zplan *z, const char *rel, size_t max,
                       char **out, size_t *len, struct ckpt_err *err)
 {
     const struct uns_dent *e = uns_fs_find(&z->ls, rel);
-    char *path = ckpt_path_join(z->j->dir, rel);
+    char *path = ckpt_path_join(z->j->src.dir, rel);
     int rc = uns_fs_read(z->j, path, e, max, out, len, err);
     free(path);
     return rc;
@@ -55,7 +55,7 @@ static int read_small(struct zplan *z, const char *rel, size_t max,
 /* Root .zattrs must say write_completed (set after the final barrier). */
 static int check_completed(struct zplan *z, struct ckpt_err *err)
 {
-    char *p = ckpt_path_join(z->j->dir, ".zattrs"), *text = NULL;
+    char *p = ckpt_path_join(z->j->src.dir, ".zattrs"), *text = NULL;
     size_t len;
     int rc = 0;
     if (!uns_fs_has_file(&z->ls, ".zattrs"))
@@ -89,7 +89,7 @@ static int find_arrays(struct zplan *z, struct ckpt_err *err)
             depth += *c == '/';
         if (depth > MAX_DEPTH)
             return ckpt_err_set(err, CKPT_EFORMAT, "'%s/%s': directories "
-                                "nested too deep", z->j->dir, name);
+                                "nested too deep", z->j->src.dir, name);
         if (l <= sizeof(tail) - 1 || strcmp(name + l - (sizeof(tail) - 1),
                                             tail) ||
             !uns_fs_has_file(&z->ls, name))
@@ -128,7 +128,7 @@ static char *chunk_rel(const struct zarr_a *a, const uint64_t *idx)
 static int find_missing(struct zplan *z, struct zarr_a *a,
                         const struct ckpt_dcp_entry *e, struct ckpt_err *err)
 {
-    a->missing = ckpt_arena_array(z->j->meta->arena, e->nchunks + 1, 1);
+    a->missing = ckpt_arena_array(z->j->plan.meta->arena, e->nchunks + 1, 1);
     if (!a->missing)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     for (size_t c = 0; c < e->nchunks; c++) {
@@ -139,7 +139,7 @@ static int find_missing(struct zplan *z, struct zarr_a *a,
         a->missing[c] = !uns_fs_has_file(&z->ls, rel);
         int rc = 0;
         if (a->missing[c] && !a->za.has_fill) {
-            char *path = ckpt_path_join(z->j->dir, rel);
+            char *path = ckpt_path_join(z->j->src.dir, rel);
             rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' missing and the "
                               "array has no fill_value", path);
             free(path);
@@ -155,8 +155,8 @@ static int find_missing(struct zplan *z, struct zarr_a *a,
 static int zdecode(struct ujob *j, const struct utensor *t,
                    const struct uchunk *c, char *out, struct ckpt_err *err)
 {
-    struct zplan *z = j->fmtplan;
-    const struct zarr_a *a = &z->arrs[t->e - j->meta->entries];
+    struct zplan *z = j->plan.fmtplan;
+    const struct zarr_a *a = &z->arrs[t->e - j->plan.meta->entries];
     const struct ckpt_zarray *za = &a->za;
     uint64_t idx[CKPT_MAX_DIMS];
     char *in = NULL;
@@ -167,7 +167,7 @@ static int zdecode(struct ujob *j, const struct utensor *t,
     }
     uns_grid_index(c, &a->g, idx);
     char *rel = chunk_rel(a, idx);
-    char *path = ckpt_path_join(j->dir, rel);
+    char *path = ckpt_path_join(j->src.dir, rel);
     /* A compressed frame may exceed the raw size by its header and a few
      * bytes per block; anything far larger is not a chunk of this array.
      * One read of the whole chunk: one GET of an object. */
@@ -183,14 +183,14 @@ static int zdecode(struct ujob *j, const struct utensor *t,
 
 static int add_array(struct zplan *z, const char *rel, struct ckpt_err *err)
 {
-    struct ckpt_dcp_meta *m = z->j->meta;
+    struct ckpt_dcp_meta *m = z->j->plan.meta;
     struct zarr_a *a = &z->arrs[m->n];
     struct ckpt_zarray *za = &a->za;
     char *doc, *text = NULL;
     size_t len;
     a->rel = rel;
     char *drel = ckpt_path_join(rel, ".zarray");
-    doc = ckpt_path_join(z->j->dir, drel);
+    doc = ckpt_path_join(z->j->src.dir, drel);
     int rc = read_small(z, drel, MAX_ZARRAY, &text, &len, err);
     free(drel);
     if (rc == 0)
@@ -224,8 +224,8 @@ static int add_array(struct zplan *z, const char *rel, struct ckpt_err *err)
 static int zlocate(struct ujob *j, struct utensor *t, struct uchunk *c,
                    struct ckpt_err *err)
 {
-    struct zplan *z = j->fmtplan;
-    const struct zarr_a *a = &z->arrs[t->e - j->meta->entries];
+    struct zplan *z = j->plan.fmtplan;
+    const struct zarr_a *a = &z->arrs[t->e - j->plan.meta->entries];
     /* The fill element is little-endian whatever the array's order. */
     size_t ci = c->meta - t->e->chunks;
     (void)err;
@@ -252,15 +252,15 @@ int uns_zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     struct zplan *z = ckpt_xcalloc(1, sizeof(*z));
     struct ckpt_pv *root;
     z->j = j;
-    j->dir = ckpt_xstrdup(src);
-    j->metaname = ".zarray";
-    j->meta = ckpt_dcp_meta_new();
-    j->fmtplan = z;
-    j->fmtfree = zplan_free;
-    j->locate = zlocate;
-    j->decode = zdecode;
-    j->olmo = j->o->layout == CKPT_LAYOUT_OLMO;
-    int rc = j->meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    j->src.dir = ckpt_xstrdup(src);
+    j->src.metaname = ".zarray";
+    j->plan.meta = ckpt_dcp_meta_new();
+    j->plan.fmtplan = z;
+    j->plan.fmtfree = zplan_free;
+    j->plan.locate = zlocate;
+    j->plan.decode = zdecode;
+    j->plan.olmo = j->o->layout == CKPT_LAYOUT_OLMO;
+    int rc = j->plan.meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0)
         rc = uns_fs_list(j, src, 1, &z->ls, err);
     if (rc == 0)
@@ -272,10 +272,10 @@ int uns_zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err)
                           "arrays", src);
     if (rc == 0) {
         ckpt_sort(z->arrays, z->n, sizeof(*z->arrays), cmp_str);
-        j->meta->entries = ckpt_arena_array(j->meta->arena, z->n,
-                                            sizeof(*j->meta->entries));
+        j->plan.meta->entries = ckpt_arena_array(j->plan.meta->arena, z->n,
+                                            sizeof(*j->plan.meta->entries));
         z->arrs = ckpt_xcalloc(z->n, sizeof(*z->arrs));
-        if (!j->meta->entries)
+        if (!j->plan.meta->entries)
             rc = ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     }
     for (size_t i = 0; rc == 0 && i < z->n; i++)
