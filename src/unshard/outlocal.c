@@ -351,6 +351,19 @@ static int local_close(struct ujob *j, struct ckpt_err *err)
 }
 
 
+/* Writes go to the file in pieces of at most this size. The kernel sizes
+ * the page-cache folios a write allocates by its length (ext4 large
+ * folios, Linux 6.x): a write of 2 MiB or more takes 2 MiB folios, and on
+ * the shared VM this was measured on those were often slow to fill:
+ * 1 GiB written to a new file in 4 MiB pwrites took 0.1-1.7 s of CPU, in
+ * 1 MiB or smaller pieces 0.11-0.13 s every time, and overwriting cached
+ * pages was fast either way (bench/RESULTS.md, Orbax; likely free page
+ * reporting: the VM's balloon hands free 2 MiB blocks back to the host,
+ * and their first touch faults there). Orbax and zarr chunks (often
+ * 4 MiB) were written in one piece; DCP's 1 MiB bands already were no
+ * larger. cp writes in pipe-sized pieces (copy_file_range). */
+#define WRITE_PIECE ((size_t)1 << 20)
+
 static int local_begin(struct ujob *j, struct ckpt_err *err)
 {
     return check_names(j, j->dst.out->impl, err);
@@ -360,7 +373,15 @@ static int local_write(struct ujob *j, struct ufile *f, const void *p,
                        size_t n, uint64_t off, struct ckpt_err *err)
 {
     (void)j;
-    return ckpt_pwrite_all(f->fd, p, n, off, f->tmp, err);
+    while (n) {         /* WRITE_PIECE at a time: see above */
+        size_t k = n < WRITE_PIECE ? n : WRITE_PIECE;
+        if (ckpt_pwrite_all(f->fd, p, k, off, f->tmp, err) != 0)
+            return -1;
+        p = (const char *)p + k;
+        n -= k;
+        off += k;
+    }
+    return 0;
 }
 
 static void local_abort(struct ujob *j)
