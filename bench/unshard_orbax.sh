@@ -4,6 +4,7 @@
 #
 #   bash bench/unshard_orbax.sh          # SIZE=1024 MiB, RUNS=3
 #   SIZE=256 RUNS=1 bash bench/unshard_orbax.sh
+#   BASE=/tmp/ckpt-old bash bench/unshard_orbax.sh   # and an older build
 #
 # The step is written by tests/support/make_orbax.py --big SIZE (float32
 # arrays of 1024x4096 in 256-row zarr v2 chunks, zstd level 1, in two
@@ -11,9 +12,12 @@
 # two-host save). Random data, so zstd barely shrinks it: unsharding is
 # one decompression and one write per byte, cp one copy. Each run is timed
 # with /usr/bin/time -v (wall, peak RSS); median of RUNS; --no-sync for
-# ckpt as cp does not sync. Page cache warm. Output under $BENCH_DIR
-# (default bench/out), removed at the end unless KEEP=1. Prints a Markdown
-# table for bench/RESULTS.md.
+# ckpt as cp does not sync. Page cache warm. Each run also reports its CPU
+# seconds (user + system), which the other agents' load on a shared
+# machine inflates far less than wall time. BASE: a second ckpt binary,
+# run interleaved with the others (before/after in one session). Output
+# under $BENCH_DIR (default bench/out), removed at the end unless KEEP=1.
+# Prints a Markdown table for bench/RESULTS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CKPT=${CKPT:-build/ckpt}
@@ -34,7 +38,9 @@ measure() {
                     for (i = 1; i <= n; i++) s = s * 60 + t[i]
                     wall = s }
                 /Maximum resident set size/ { rss = $2 }
-                END { print wall, rss }' "$log"
+                /User time/ { cpu += $2 }
+                /System time/ { cpu += $2 }
+                END { print wall, rss, cpu }' "$log"
     rm -f "$log"
 }
 
@@ -49,28 +55,42 @@ bytes=$(du -sb "$src" | cut -f1)
 sync
 find "$src" -type f -exec cat {} + >/dev/null
 
-cp_t=(); ck_t=(); ck_rss=0; cp_rss=0
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+cp_t=(); ck_t=(); bs_t=(); cp_c=(); ck_c=(); bs_c=()
+ck_rss=0; cp_rss=0; bs_rss=0
+unshard() {
+    rm -rf "$OUT/ck-out"; sync
+    measure "$1" unshard --no-sync --no-progress --format safetensors \
+        "$src" "$OUT/ck-out"
+    rm -rf "$OUT/ck-out"; sync
+}
 for i in $(seq "$RUNS"); do
     rm -rf "$OUT/cp-out"; sync
-    read -r t r < <(measure cp -r "$src" "$OUT/cp-out")
-    cp_t+=("$t"); cp_rss=$r
+    read -r t r c < <(measure cp -r "$src" "$OUT/cp-out")
+    cp_t+=("$t"); cp_c+=("$c"); cp_rss=$r
     rm -rf "$OUT/cp-out"; sync
-    rm -rf "$OUT/ck-out"; sync
-    read -r t r < <(measure "$CKPT" unshard --no-sync --no-progress \
-                    --format safetensors "$src" "$OUT/ck-out")
-    ck_t+=("$t"); [ "$r" -gt "$ck_rss" ] && ck_rss=$r
-    rm -rf "$OUT/ck-out"; sync
+    read -r t r c < <(unshard "$CKPT")
+    ck_t+=("$t"); ck_c+=("$c"); [ "$r" -gt "$ck_rss" ] && ck_rss=$r
+    if [ -n "${BASE:-}" ]; then
+        read -r t r c < <(unshard "$BASE")
+        bs_t+=("$t"); bs_c+=("$c"); [ "$r" -gt "$bs_rss" ] && bs_rss=$r
+    fi
 done
-cp_med=$(printf '%s\n' "${cp_t[@]}" | median)
-ck_med=$(printf '%s\n' "${ck_t[@]}" | median)
+med() { printf '%s\n' "$@" | median; }
+cp_med=$(med "${cp_t[@]}")
+ck_med=$(med "${ck_t[@]}")
 mbs() { awk -v b="$bytes" -v t="$1" 'BEGIN {printf "%.0f", b / t / 1e6}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 [ "${KEEP:-0}" = 1 ] || rm -rf "$gen"
 
 echo
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/2^20}' /proc/meminfo), $(df -T "$OUT" | awk 'NR==2 {print $2}') at $OUT, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/2^20}' /proc/meminfo), $(df -T "$OUT" | awk 'NR==2 {print $2}') at $OUT, load average $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after"
 echo
-echo "| step | tool | time (median of $RUNS) | peak RSS | notes |"
-echo "| --- | --- | --- | --- | --- |"
-echo "| $SIZE MiB OCDBT ($(awk -v b="$bytes" 'BEGIN{printf "%.2f", b/2^30}') GiB) | cp -r | $cp_med s ($(mbs "$cp_med") MB/s) | $((cp_rss / 1024)) MiB | runs: ${cp_t[*]} |"
-echo "| | ckpt unshard --format safetensors --no-sync | $ck_med s ($(mbs "$ck_med") MB/s) = $(ratio "$cp_med" "$ck_med")x cp | $((ck_rss / 1024)) MiB | runs: ${ck_t[*]} |"
+echo "| step | tool | time (median of $RUNS) | CPU s (median) | peak RSS | notes |"
+echo "| --- | --- | --- | --- | --- | --- |"
+echo "| $SIZE MiB OCDBT ($(awk -v b="$bytes" 'BEGIN{printf "%.2f", b/2^30}') GiB) | cp -r | $cp_med s ($(mbs "$cp_med") MB/s) | $(med "${cp_c[@]}") | $((cp_rss / 1024)) MiB | runs: ${cp_t[*]} |"
+echo "| | ckpt unshard --format safetensors --no-sync | $ck_med s ($(mbs "$ck_med") MB/s) = $(ratio "$cp_med" "$ck_med")x cp | $(med "${ck_c[@]}") | $((ck_rss / 1024)) MiB | runs: ${ck_t[*]} |"
+if [ -n "${BASE:-}" ]; then
+    bs_med=$(med "${bs_t[@]}")
+    echo "| | BASE ($BASE) | $bs_med s ($(mbs "$bs_med") MB/s) = $(ratio "$cp_med" "$bs_med")x cp | $(med "${bs_c[@]}") | $((bs_rss / 1024)) MiB | runs: ${bs_t[*]} |"
+fi
