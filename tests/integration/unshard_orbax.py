@@ -105,13 +105,16 @@ def case_steps(tmp):
 
 def case_bands(tmp):
     """Arrays larger than the engine's 1 MiB bands: chunks of whole rows
-    (each written in one piece), chunks of rows and columns (written run
+    (each written in one run, in 1 MiB pieces), chunks of rows and columns (written run
     by run; torch CRCs read back), a big-endian zarr3 array, at 1 and 3
     workers, with --verify."""
     rng = np.random.default_rng(9)
     f = rng.standard_normal
     items = [
         (("rows",), f((1000, 300)).astype("<f4"), (256, 300), 0),
+        # a 1.2 MB chunk: more than one of the local output's 1 MiB
+        # write pieces (outlocal.c), and a clipped edge chunk
+        (("big",), f((900, 500)).astype("<f4"), (600, 500), 0),
         (("grid",), f((600, 500)).astype("<f4"), (256, 192), 0),
         # "i32": make_orbax writes this name big-endian in zarr3
         (("cols", "i32"), f((700, 400)).astype("<f8"), (700, 150), 0),
