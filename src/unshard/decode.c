@@ -18,7 +18,7 @@
 #include "ckpt/util.h"
 #include "unshard_int.h"
 
-#define DEC_CAP ((uint64_t)64 << 20)
+#define DEC_CAP UNS_DEC_CAP
 
 void uns_dec_init(struct ujob *j)
 {

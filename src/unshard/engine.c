@@ -9,7 +9,9 @@
  * (crccheck.c).
  *
  * Tensors of decoded chunks (zarr, Orbax; decode.c) go chunk by chunk
- * instead: a task decodes one chunk and writes it from its buffer.
+ * instead: a task decodes one chunk and writes it from its buffer. To a
+ * remote output, those whose chunks are not whole rows go by chunk rows
+ * (or through scratch): see remote_plan below.
  *
  * Reads: when a chunk's part of the band is contiguous in both source and
  * output (row sharding, or column sharding of whole rows) it is one pread
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/util.h"
 #include "unshard_int.h"
@@ -259,8 +262,10 @@ static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
 /* --- tasks ------------------------------------------------------------- */
 
 /* A band of a tensor or a piece of a copied record; a chunk of a chunked
- * tensor (band = chunk index); or the CRC of a chunked tensor's band. */
-enum { TASK_BAND, TASK_CHUNK, TASK_CRC };
+ * tensor (band = chunk index); the CRC of a chunked tensor's band; a band
+ * of chunk rows (remote_plan); a chunk decoded into the tensor's scratch
+ * file (band = chunk index). */
+enum { TASK_BAND, TASK_CHUNK, TASK_CRC, TASK_ROW, TASK_SCRATCH };
 
 struct task {
     struct ujob *j;
@@ -290,6 +295,8 @@ static int task_fill(struct task *k, char *buf, char *rbuf, uint64_t *at,
         uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
         uns_plan_band_box(k->t, k->band, lo, hi, &dst, len);
         *at = out_off(j, k->t->file, k->t->rec, k->t->out_off) + dst;
+        if (k->t->scratch)      /* decoded there already (remote_plan) */
+            return uns_src_read(k->t->scratch, dst, buf, (size_t)*len, err);
         return fill_band(j, k->t, k->band, buf, rbuf, len, 0, !k->verify,
                          err);
     }
@@ -359,7 +366,8 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
 
 /* Chunk k->band of a chunked tensor, decoded into its own buffer, then
  * written from it run by run (one run for whole rows: the band), or with
- * verify compared with what the output holds. */
+ * verify compared with what the output holds; TASK_SCRATCH writes the
+ * runs into the tensor's scratch file instead. */
 struct crun {
     struct ujob *j;
     const char *buf;
@@ -367,6 +375,7 @@ struct crun {
     unsigned size;
     uint64_t run, at;         /* run elements; tensor's output offset */
     struct ufile *f;
+    struct usrc *scratch;     /* TASK_SCRATCH: written there, at 0 */
     struct ckpt_err *err;
 };
 
@@ -375,6 +384,9 @@ static int chunk_run(void *ud, int64_t s, int64_t d)
     struct crun *x = ud;
     const char *p = x->buf + (uint64_t)s * x->size;
     uint64_t n = x->run * x->size, at = x->at + (uint64_t)d * x->size;
+    if (x->scratch)
+        return ckpt_pwrite_all(x->scratch->fd, p, (size_t)n, at,
+                               x->scratch->name, x->err);
     if (!x->back)
         return uns_out_write(x->j, x->f, p, (size_t)n, at, x->err);
     struct usrc out;
@@ -410,9 +422,11 @@ static int chunk_task(struct task *k, uint64_t *len, struct ckpt_err *err)
     char *buf = ckpt_xmalloc((size_t)cb + 1);
     char *back = k->verify ? ckpt_xmalloc((size_t)(r.run * dt->itemsize))
                            : NULL;
+    int scratch = k->mode == TASK_SCRATCH;
     struct crun x = { j, buf, back, dt->itemsize, r.run,
-                      out_off(j, t->file, t->rec, t->out_off),
-                      &j->dst.files[t->file], err };
+                      scratch ? 0 : out_off(j, t->file, t->rec, t->out_off),
+                      &j->dst.files[t->file], scratch ? t->scratch : NULL,
+                      err };
     int rc = j->plan.decode(j, t, c, buf, err);
     if (rc == 0 && c->big_endian)
         swap_elems(buf, cb / dt->itemsize, dt->itemsize, dt->swap);
@@ -431,6 +445,73 @@ static int chunk_task(struct task *k, uint64_t *len, struct ckpt_err *err)
     free(back);
     free(buf);
     uns_dec_release(j, cb);
+    if (scratch)
+        *len = 0;       /* progress counted by the bands sent */
+    return rc;
+}
+
+/* Chunk c (decoded in cbuf) laid into band, the output range that starts
+ * at element base: run by run, as fill_band does from a source span. */
+static void lay_chunk(const struct utensor *t, const struct uchunk *c,
+                      const char *cbuf, char *band, uint64_t base)
+{
+    const struct ckpt_dtype *dt = t->e->dtype;
+    struct box bx = { .nd = t->e->ndim, .base = (int64_t)base };
+    struct runs r;
+    int64_t s = 1;
+    for (int d = bx.nd - 1; d >= 0; d--) {
+        bx.lo[d] = c->meta->offsets[d];
+        bx.e[d] = c->meta->sizes[d];
+        bx.gstride[d] = s;
+        s *= (int64_t)t->e->size[d];
+    }
+    make_runs(&bx, c, &r);
+    struct gather g = { c, dt->itemsize, dt->swap, r.run, band, cbuf, 0, 0,
+                        NULL };
+    each_run(&bx, c, &r, run_copy, &g);
+}
+
+/* Band k->band of a tensor banded by chunk rows (remote_plan): its chunks
+ * decoded one after another into one chunk buffer and laid into the band
+ * in output order, then the band written (its CRC for the zip record) or
+ * with verify compared with the output. Band, chunk buffer and read-back
+ * space are held through the decode gate, taken at once. */
+static int row_task(struct task *k, uint64_t *len, struct ckpt_err *err)
+{
+    struct ujob *j = k->j;
+    struct utensor *t = k->t;
+    const struct ckpt_dtype *dt = t->e->dtype;
+    uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst, cmax = 0;
+    uint64_t first = k->band * t->rowchunks;
+    uns_plan_band_box(t, k->band, lo, hi, &dst, len);
+    for (uint64_t i = first; i < first + t->rowchunks; i++)
+        if (t->chunks[i].dec > cmax)
+            cmax = t->chunks[i].dec;
+    uint64_t hold = (k->verify ? 2 : 1) * *len + cmax;
+    uns_dec_acquire(j, hold);
+    char *band = ckpt_xmalloc((size_t)((k->verify ? 2 : 1) * *len) + 1);
+    char *cbuf = ckpt_xmalloc((size_t)cmax + 1);
+    int rc = 0;
+    for (uint64_t i = first; rc == 0 && i < first + t->rowchunks; i++) {
+        const struct uchunk *c = &t->chunks[i];
+        rc = j->plan.decode(j, t, c, cbuf, err);
+        if (rc == 0 && c->big_endian)
+            swap_elems(cbuf, c->dec / dt->itemsize, dt->itemsize, dt->swap);
+        if (rc == 0)
+            lay_chunk(t, c, cbuf, band, dst / dt->itemsize);
+    }
+    uint64_t at = out_off(j, t->file, t->rec, t->out_off) + dst;
+    if (rc == 0 && k->verify) {
+        rc = task_verify(k, band, band + *len, at, *len, err);
+    } else if (rc == 0) {
+        if (j->o->format == CKPT_FORMAT_TORCH)
+            t->crcs[k->band] = ckpt_crc32(0, band, (size_t)*len);
+        rc = uns_out_write(j, &j->dst.files[t->file], band, (size_t)*len,
+                           at, err);
+    }
+    free(cbuf);
+    free(band);
+    uns_dec_release(j, hold);
     return rc;
 }
 
@@ -525,6 +606,12 @@ static int record_progress(struct task *k, struct ckpt_err *err)
     atomic_uint_fast64_t *left = k->t ? &k->t->left : &k->c->left;
     if (atomic_fetch_sub(left, 1) != 1)
         return 0;
+    /* Every band read: the disk goes (--verify decodes into it again). */
+    if (k->t && k->t->scratch && k->t->scratch->fd >= 0 &&
+        !k->j->o->verify) {
+        close(k->t->scratch->fd);
+        k->t->scratch->fd = -1;
+    }
     return uns_layout_record_done(k->j, k->t, k->c, err);
 }
 
@@ -542,7 +629,9 @@ static void band_task(void *arg)
     if (rc == 0 && k->gated)
         rc = gate(k);
     if (rc == 0) {
-        rc = k->mode == TASK_CHUNK ? chunk_task(k, &len, &err)
+        rc = k->mode == TASK_CHUNK || k->mode == TASK_SCRATCH
+                 ? chunk_task(k, &len, &err)
+             : k->mode == TASK_ROW ? row_task(k, &len, &err)
                                    : band_work(k, &len, &err);
         if (rc == 0 && k->gated)
             rc = record_progress(k, &err);
@@ -615,20 +704,135 @@ static void add_ordered(struct ordered **v, size_t *n, size_t *cap,
     o->file = (size_t)(task_range(&o->k, &o->at, &len) - k->j->dst.files);
 }
 
-/* Tensors decoded chunk by chunk whose chunks are not whole rows are
- * written run by run all over their range (and, for torch, checksummed by
- * reading the output back): not into parts sent as they fill. Checked
- * before anything is written. */
-int uns_engine_remote_ok(struct ujob *j, struct ckpt_err *err)
+/* --- remote output of chunks that are not whole rows ------------------ */
+
+/*
+ * A remote output is sent part by part as its byte ranges fill, so a task
+ * must write one contiguous range: chunk_task's run-by-run writes of a
+ * chunk that is not whole rows (a column block, a cell of a 2-D grid)
+ * would start every part the tensor spans and hold them all until its
+ * last chunk is in, and the torch CRC of the record could not be read
+ * back from the output. Such a tensor's bands become its chunk rows
+ * instead: d is the first dimension along which chunks are wider than
+ * one index (one index per chunk before it), and band b holds the
+ * chunks of one grid index along d with the indices before d fixed: a
+ * contiguous range of the output (whole rows after d), tiled exactly by
+ * those chunks, each of which lies in that one band. So every chunk is
+ * still decoded exactly once; a task decodes its band's chunks in turn
+ * and lays them out in memory (row_task), and the band is written and
+ * checksummed like any other.
+ *
+ * A band plus one chunk must fit in half of --memory and in the decode
+ * cap: together with the part buffers (--memory, overshot by at most
+ * one band's parts) memory stays bounded. A tensor whose chunk rows are
+ * larger (chunks spanning every row, say) is decoded first, chunk by
+ * chunk (one chunk buffer per worker), into an anonymous scratch file in
+ * --tmp-dir, and its ordinary bands (cut_bands) are read from there:
+ * disk of the tensor's size instead of memory, freed once it is sent.
+ */
+struct crows {
+    int bdim;
+    uint64_t bk, per_prefix, nbands, per_band;
+    uint64_t band, dec;     /* largest band, largest decoded chunk */
+};
+
+/* Chunk-row bands of t (see above): 0, or -1 when its chunks do not sit
+ * in such bands in grid (C) order. */
+static int chunk_rows(const struct utensor *t, struct crows *g)
 {
+    const struct ckpt_dcp_entry *e = t->e;
+    const uint64_t *ck = t->chunks[0].meta->sizes;
+    int nd = e->ndim, bd = nd - 1;
+    for (int d = nd - 1; d >= 0; d--)
+        if (ck[d] > 1)
+            bd = d;
+    if (nd == 0 || !ck[bd])
+        return -1;
+    uint64_t row = e->dtype->itemsize;
+    g->bdim = bd;
+    g->bk = ck[bd];
+    g->per_prefix = (e->size[bd] + g->bk - 1) / g->bk;
+    g->nbands = g->per_prefix;
+    for (int d = 0; d < bd; d++)
+        g->nbands *= e->size[d];
+    for (int d = bd + 1; d < nd; d++)
+        row *= e->size[d];
+    g->band = g->bk * row;
+    g->dec = 0;
+    if (e->nchunks % g->nbands)
+        return -1;
+    g->per_band = e->nchunks / g->nbands;
+    for (size_t k = 0; k < e->nchunks; k++) {
+        const struct ckpt_dcp_chunk *c = t->chunks[k].meta;
+        uint64_t p = 0;
+        for (int d = 0; d < bd; d++) {
+            if (c->sizes[d] != 1)
+                return -1;
+            p = p * e->size[d] + c->offsets[d];
+        }
+        if (c->offsets[bd] % g->bk || c->sizes[bd] > g->bk ||
+            p * g->per_prefix + c->offsets[bd] / g->bk != k / g->per_band)
+            return -1;
+        if (t->chunks[k].dec > g->dec)
+            g->dec = t->chunks[k].dec;
+    }
+    return 0;
+}
+
+int uns_engine_remote_plan(struct ujob *j, struct ckpt_err *err)
+{
+    uint64_t cap = uns_outobj_budget(j) / 2;
+    cap = cap < UNS_DEC_CAP ? cap : UNS_DEC_CAP;
     for (size_t i = 0; i < j->plan.ntensors; i++) {
-        const struct utensor *t = &j->plan.tensors[i];
-        if (t->file >= 0 && !j->dst.files[t->file].copy_from && t->chunked &&
-            !t->rows && t->nbytes)
-            return ckpt_err_set(err, CKPT_EUNSUPPORTED, "tensor '%s': its "
-                                "stored chunks are not whole rows, which a "
-                                "remote DEST cannot take; unshard to a "
-                                "local directory", t->e->fqn);
+        struct utensor *t = &j->plan.tensors[i];
+        struct crows g;
+        if (t->file < 0 || j->dst.files[t->file].copy_from || !t->chunked ||
+            t->rows || !t->nbytes)
+            continue;
+        if (chunk_rows(t, &g) == 0 && g.band + g.dec <= cap) {
+            t->bdim = g.bdim;
+            t->bk = g.bk;
+            t->per_prefix = g.per_prefix;
+            t->nbands = g.nbands;
+            t->rowchunks = g.per_band;
+            continue;
+        }
+        int fd = uns_src_tmp_fd(j, err);
+        if (fd < 0)
+            return -1;
+        t->scratch = uns_src_add(j, ckpt_xasprintf(
+                                     "%s (scratch of tensor '%s')",
+                                     j->dst.tmpdir, t->e->fqn),
+                                 fd, t->nbytes);
+    }
+    return 0;
+}
+
+/* How the tensor's pieces are written: TASK_ROW, TASK_CHUNK (one per
+ * chunk) or TASK_BAND (chunks read in place, or from scratch). */
+static int write_mode(const struct utensor *t)
+{
+    if (t->rowchunks)
+        return TASK_ROW;
+    return t->chunked && !t->scratch ? TASK_CHUNK : TASK_BAND;
+}
+
+/* Tensors decoded through scratch (remote_plan): every chunk decoded into
+ * its file before the copy, whose bands then read it; --verify decodes
+ * them again and compares band by band (one ranged read each, where
+ * chunk_task's verify would read a column chunk back row by row). */
+static int scratch_pass(struct ujob *j, struct ckpt_err *err)
+{
+    for (size_t i = 0; i < j->plan.ntensors && !j->failed; i++) {
+        struct utensor *t = &j->plan.tensors[i];
+        for (size_t c = 0; t->scratch && c < t->e->nchunks && !j->failed;
+             c++)
+            submit(j, t, NULL, c, 0, TASK_SCRATCH);
+    }
+    ckpt_pool_wait(j->pool);
+    if (j->failed) {
+        *err = j->err;
+        return -1;
     }
     return 0;
 }
@@ -640,17 +844,19 @@ static int run_remote(struct ujob *j, struct ckpt_err *err)
 {
     struct ordered *v = NULL;
     size_t n = 0, cap = 0;
+    if (scratch_pass(j, err) != 0)
+        return -1;
     for (size_t i = 0; i < j->plan.ntensors; i++) {
         struct utensor *t = &j->plan.tensors[i];
         if (t->file < 0 || j->dst.files[t->file].copy_from)
             continue;
         t->crcs = ckpt_xcalloc(t->nbands ? t->nbands : 1, 4);
-        uint64_t nt = !t->nbytes ? 0 : t->chunked ? t->e->nchunks
-                                                  : t->nbands;
+        int mode = write_mode(t);
+        uint64_t nt = !t->nbytes ? 0 : mode == TASK_CHUNK ? t->e->nchunks
+                                                          : t->nbands;
         atomic_store(&t->left, nt);
         for (uint64_t b = 0; b < nt; b++) {
-            struct task k = { j, t, NULL, b, 0,
-                              t->chunked ? TASK_CHUNK : TASK_BAND, 1, 0 };
+            struct task k = { j, t, NULL, b, 0, mode, 1, 0 };
             add_ordered(&v, &n, &cap, &k);
         }
     }
@@ -690,17 +896,19 @@ int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
         uns_src_records_ready(j);
     if (!verify && j->dst.out->remote)
         return run_remote(j, err);
+    if (verify && scratch_pass(j, err) != 0)
+        return -1;
     for (size_t i = 0; i < j->plan.ntensors && !j->failed; i++) {
         struct utensor *t = &j->plan.tensors[i];
         if (t->file < 0 || j->dst.files[t->file].copy_from)
             continue;
         if (!verify)
             t->crcs = ckpt_xcalloc(t->nbands ? t->nbands : 1, 4);
-        uint64_t n = t->chunked ? (t->nbytes ? t->e->nchunks : 0)
-                                : t->nbands;
+        int mode = write_mode(t);
+        uint64_t n = mode == TASK_CHUNK ? (t->nbytes ? t->e->nchunks : 0)
+                                        : t->nbands;
         for (uint64_t b = 0; b < n && !j->failed; b++)
-            submit(j, t, NULL, b, verify,
-                   t->chunked ? TASK_CHUNK : TASK_BAND);
+            submit(j, t, NULL, b, verify, mode);
     }
     for (size_t i = 0; i < j->plan.ncopies && !j->failed; i++) {
         struct ucopy *c = &j->plan.copies[i];

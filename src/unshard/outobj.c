@@ -283,6 +283,11 @@ uint64_t uns_outobj_peak(const struct ujob *j)
         ? ((struct oobj *)j->dst.out->impl)->peak : 0;
 }
 
+uint64_t uns_outobj_budget(const struct ujob *j)
+{
+    return ((const struct oobj *)j->dst.out->impl)->budget;
+}
+
 /* --- the output as a whole ------------------------------------------- */
 
 static char *out_key(const struct oobj *o, const char *name)

@@ -244,7 +244,7 @@ static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 static int write_all_outputs(struct ujob *j, struct ckpt_err *err)
 {
     const struct uns_out_ops *ops = j->dst.out->ops;
-    if ((j->dst.out->remote && uns_engine_remote_ok(j, err) != 0) ||
+    if ((j->dst.out->remote && uns_engine_remote_plan(j, err) != 0) ||
         ops->begin(j, err) != 0)
         return -1;
     for (size_t i = 0; i < j->dst.nfiles; i++) {

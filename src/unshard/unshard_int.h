@@ -87,6 +87,12 @@ struct utensor {
     atomic_uint_fast64_t left;  /* remote output: tasks not yet written */
     int chunked;            /* decoded chunks: one task per chunk */
     int rows;               /* ... each whole rows: band b is chunk b */
+    /* ... not whole rows, to a remote output (engine.c remote_plan):
+     * either bands are chunk rows (band b is chunks [b * rowchunks, (b +
+     * 1) * rowchunks), decoded and laid out in memory), or the tensor is
+     * decoded into scratch first and its bands read from there. */
+    uint64_t rowchunks;     /* chunks per band, or 0 */
+    struct usrc *scratch;   /* the decoded tensor (--tmp-dir), or NULL */
 };
 
 /* A storage record of a byte item, copied verbatim. */
@@ -304,7 +310,9 @@ int uns_fs_read(struct ujob *j, const char *path, const struct uns_dent *e,
                 size_t max, char **data, size_t *len, struct ckpt_err *err);
 
 /* decode.c: acquire room for bytes of decoded chunk (waits while others
- * hold too much), release it after. */
+ * hold too much: more than UNS_DEC_CAP together, unless none is held),
+ * release it after. */
+#define UNS_DEC_CAP ((uint64_t)64 << 20)
 void uns_dec_init(struct ujob *j);
 void uns_dec_acquire(struct ujob *j, uint64_t bytes);
 void uns_dec_release(struct ujob *j, uint64_t bytes);
@@ -416,8 +424,10 @@ int uns_layout_choose(struct ujob *j, struct ckpt_pv *root, const char *ext,
 /* engine.c */
 void uns_job_fail(struct ujob *j, const struct ckpt_err *err);
 int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err);
-/* 0 when every tensor can go to a remote output, else -1 naming one. */
-int uns_engine_remote_ok(struct ujob *j, struct ckpt_err *err);
+/* Remote output, before anything is written: tensors decoded chunk by
+ * chunk whose chunks are not whole rows get bands of whole chunk rows, or
+ * a scratch file (--tmp-dir) to be decoded into. 0, or -1 with err. */
+int uns_engine_remote_plan(struct ujob *j, struct ckpt_err *err);
 int uns_bufpool_init(struct bufpool *b, size_t size);
 void uns_bufpool_release(struct bufpool *b);
 
@@ -486,6 +496,8 @@ void uns_outobj_wake(struct ujob *j);
 void uns_outobj_reader(struct ujob *j, struct ufile *f, struct usrc *s);
 /* Peak bytes of part buffers held (tests, --debug). */
 uint64_t uns_outobj_peak(const struct ujob *j);
+/* The bound on part buffers held: --memory, or its default. */
+uint64_t uns_outobj_budget(const struct ujob *j);
 
 /* verify.c: outputs read back through ckpt's own readers */
 int uns_verify_outputs(struct ujob *j, struct ckpt_err *err);
