@@ -17,8 +17,7 @@ no local copy.
 - run mode (RUN s3://…: stepN-unsharded/ under DEST) and a
   single-checkpoint archive (.tar, .tar.zst; local or in S3) to s3;
 - OLMo torch_legacy and olmo_core steps, local -> s3, the same;
-- zarr chunks that are not whole rows: refused before anything is
-  written;
+- (zarr and Orbax chunks that are not whole rows: unshard_sink_chunks.py);
 - DEST refusals as for a local DEST (an output name that is a
   "directory", DEST an object), and a rerun over a killed run's leftovers
   (marker, stale object) finishes it.
@@ -139,7 +138,6 @@ def main():
                     "--no-verify"] for case in ("rows", "olmo")],
                  ["make_dcp.py", os.path.join(fx, "big"), "--case", "big",
                   "--size-mb", "40", "--no-verify"],
-                 ["make_zarr.py", os.path.join(fx, "zarr")],
                  ["make_olmo_legacy.py", os.path.join(fx, "legacy"),
                   "--ranks", "3", "--no-verify"],
                  ["make_olmo_core.py", os.path.join(fx, "core")])
@@ -271,16 +269,6 @@ def main():
             s.case("legacy", os.path.join(fx, "legacy", "ckpt"), None, None)
             s.case("olmo_core", os.path.join(fx, "core", "f32-2", "ckpt"),
                    None, None)
-
-            # zarr chunks that are not whole rows: refused before anything
-            # is written (no marker, no object).
-            p = ckpt(env, os.path.join(fx, "zarr", "ckpt"),
-                     "s3://%s/out/zarr" % B)
-            c.eq("zarr: exit 1", p.returncode, 1)
-            c.true("zarr: why", "its stored chunks are not whole rows, "
-                   "which a remote DEST cannot take" in p.stderr)
-            c.eq("zarr: nothing written", objects(env, "out/zarr") +
-                 objects(env, "out/zarr-unfinished"), [])
 
             # Refusals, as for a local DEST.
             tool(env, "put", "/dev/stdin",
