@@ -5,7 +5,8 @@
  * it to the output from there, in one piece when the chunk is whole rows
  * of a C-order tensor (each host's shard, the usual layout), else run by
  * run (engine.c, chunk_task). Every chunk is decoded once, whatever its
- * shape, and nothing decoded goes anywhere but the output.
+ * shape, and nothing decoded goes anywhere but the output (a remote
+ * DEST's scratch file aside: engine.c uns_engine_remote_plan).
  *
  * Memory: tasks hold at most DEC_CAP bytes of decoded chunks together (one
  * chunk of any size when none is held); a task waits for room before

@@ -11,7 +11,7 @@
  * Tensors of decoded chunks (zarr, Orbax; decode.c) go chunk by chunk
  * instead: a task decodes one chunk and writes it from its buffer. To a
  * remote output, those whose chunks are not whole rows go by chunk rows
- * (or through scratch): see remote_plan below.
+ * (or through scratch): see uns_engine_remote_plan below.
  *
  * Reads: when a chunk's part of the band is contiguous in both source and
  * output (row sharding, or column sharding of whole rows) it is one pread
@@ -263,8 +263,8 @@ static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
 
 /* A band of a tensor or a piece of a copied record; a chunk of a chunked
  * tensor (band = chunk index); the CRC of a chunked tensor's band; a band
- * of chunk rows (remote_plan); a chunk decoded into the tensor's scratch
- * file (band = chunk index). */
+ * of chunk rows (uns_engine_remote_plan); a chunk decoded into the
+ * tensor's scratch file (band = chunk index). */
 enum { TASK_BAND, TASK_CHUNK, TASK_CRC, TASK_ROW, TASK_SCRATCH };
 
 struct task {
@@ -295,7 +295,7 @@ static int task_fill(struct task *k, char *buf, char *rbuf, uint64_t *at,
         uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
         uns_plan_band_box(k->t, k->band, lo, hi, &dst, len);
         *at = out_off(j, k->t->file, k->t->rec, k->t->out_off) + dst;
-        if (k->t->scratch)      /* decoded there already (remote_plan) */
+        if (k->t->scratch)      /* decoded there already */
             return uns_src_read(k->t->scratch, dst, buf, (size_t)*len, err);
         return fill_band(j, k->t, k->band, buf, rbuf, len, 0, !k->verify,
                          err);
@@ -471,11 +471,12 @@ static void lay_chunk(const struct utensor *t, const struct uchunk *c,
     each_run(&bx, c, &r, run_copy, &g);
 }
 
-/* Band k->band of a tensor banded by chunk rows (remote_plan): its chunks
- * decoded one after another into one chunk buffer and laid into the band
- * in output order, then the band written (its CRC for the zip record) or
- * with verify compared with the output. Band, chunk buffer and read-back
- * space are held through the decode gate, taken at once. */
+/* Band k->band of a tensor banded by chunk rows (uns_engine_remote_plan):
+ * its chunks decoded one after another into one chunk buffer and laid
+ * into the band in output order, then the band written (its CRC for the
+ * zip record) or with verify compared with the output. Band, chunk
+ * buffer and read-back space are held through the decode gate, taken at
+ * once. */
 static int row_task(struct task *k, uint64_t *len, struct ckpt_err *err)
 {
     struct ujob *j = k->j;
@@ -817,10 +818,11 @@ static int write_mode(const struct utensor *t)
     return t->chunked && !t->scratch ? TASK_CHUNK : TASK_BAND;
 }
 
-/* Tensors decoded through scratch (remote_plan): every chunk decoded into
- * its file before the copy, whose bands then read it; --verify decodes
- * them again and compares band by band (one ranged read each, where
- * chunk_task's verify would read a column chunk back row by row). */
+/* Tensors decoded through scratch (uns_engine_remote_plan): every chunk
+ * decoded into its file before the copy, whose bands then read it;
+ * --verify decodes them again and compares band by band (one ranged read
+ * each, where chunk_task's verify would read a column chunk back row by
+ * row). */
 static int scratch_pass(struct ujob *j, struct ckpt_err *err)
 {
     for (size_t i = 0; i < j->plan.ntensors && !j->failed; i++) {

@@ -5,7 +5,8 @@
  * edges while the stored (decoded) chunk stays full-size, so its element
  * strides are those of the full chunk in C or F order. The engine decodes
  * each chunk once and writes it from its buffer to the output (decode.c):
- * no temporary copy of the decoded data.
+ * no temporary copy of the decoded data (but a remote DEST's scratch
+ * file: engine.c uns_engine_remote_plan).
  */
 #include <string.h>
 

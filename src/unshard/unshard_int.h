@@ -87,7 +87,7 @@ struct utensor {
     atomic_uint_fast64_t left;  /* remote output: tasks not yet written */
     int chunked;            /* decoded chunks: one task per chunk */
     int rows;               /* ... each whole rows: band b is chunk b */
-    /* ... not whole rows, to a remote output (engine.c remote_plan):
+    /* ... not whole rows, to a remote output (uns_engine_remote_plan):
      * either bands are chunk rows (band b is chunks [b * rowchunks, (b +
      * 1) * rowchunks), decoded and laid out in memory), or the tensor is
      * decoded into scratch first and its bands read from there. */

@@ -9,7 +9,7 @@ the signing proxy.
 Such a tensor goes to a remote DEST band by band, a band being one chunk
 row decoded and laid out in memory, or, when a chunk row would not fit
 --memory, decoded first into a scratch file in --tmp-dir (engine.c
-remote_plan). Checked, for torch and safetensors outputs:
+uns_engine_remote_plan). Checked, for torch and safetensors outputs:
 - local -> s3 and s3 -> s3 outputs, downloaded with aws-cli, are
   byte-identical to a local unshard of the same SRC (whose values
   check_unshard.py compares bit for bit with the zarr arrays themselves,
