@@ -19,6 +19,8 @@ uns_engine_remote_plan). Checked, for torch and safetensors outputs:
   array through scratch (a --tmp-dir that cannot be created fails it,
   while with the default --memory the same run needs no scratch at all),
   with the same bytes; --verify and -j 1 too;
+- a corrupt chunk (either way): exit 1 naming it, no output, the marker
+  left;
 - Orbax OCDBT steps (zarr v2 and zarr3, big-endian) with grid and column
   chunks; the make_zarr.py group that a remote DEST used to refuse.
 """
@@ -212,6 +214,26 @@ def case_zarr(c, env, tmp, fx):
           in p.stderr, p.stderr)
     c.remote("default --memory: no scratch", src, "out/nodir2",
              os.path.join(tmp, "loc", "zarr-torch"), "--tmp-dir", nodir)
+    # A corrupt chunk, by chunk rows and through scratch: exit 1 naming
+    # it, no output completed, the marker left.
+    bad = os.path.join(tmp, "bad")
+    shutil.copytree(src, bad)
+    for arr, chunk in (("cols", "0.3"), ("tall", "0.2")):
+        with open(os.path.join(bad, arr, chunk), "r+b") as fh:
+            fh.truncate(os.path.getsize(fh.name) - 1)
+    for what, opts in (("chunk rows", ()), ("scratch", ("--memory", "16M"))):
+        prefix = "out/bad-" + what.replace(" ", "")
+        p = ckpt(env, *opts, bad, "s3://%s/%s" % (B, prefix))
+        check("corrupt chunk, %s: exit 1 naming it" % what,
+              p.returncode == 1 and (
+                  "%s/cols/0.3: corrupt blosc frame" % bad in p.stderr or
+                  "%s/tall/0.2: corrupt blosc frame" % bad in p.stderr),
+              p.stderr)
+        check("corrupt chunk, %s: nothing complete, marker left" % what,
+              objects(env, prefix + "/") == [] and
+              objects(env, prefix + "-unfinished") == [prefix +
+                                                       "-unfinished"],
+              str(objects(env, prefix)))
 
 
 def case_orbax(c, env, fx):
