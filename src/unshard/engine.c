@@ -400,6 +400,23 @@ static int chunk_run(void *ud, int64_t s, int64_t d)
     return 0;
 }
 
+/* The box of chunk c in tensor t (output elements counted from base) and
+ * its runs: what chunk_task and lay_chunk walk. */
+static void chunk_box(const struct utensor *t, const struct uchunk *c,
+                      uint64_t base, struct box *bx, struct runs *r)
+{
+    int64_t s = 1;
+    bx->nd = t->e->ndim;
+    bx->base = (int64_t)base;
+    for (int d = bx->nd - 1; d >= 0; d--) {
+        bx->lo[d] = c->meta->offsets[d];
+        bx->e[d] = c->meta->sizes[d];
+        bx->gstride[d] = s;
+        s *= (int64_t)t->e->size[d];
+    }
+    make_runs(bx, c, r);
+}
+
 static int chunk_task(struct task *k, uint64_t *len, struct ckpt_err *err)
 {
     struct ujob *j = k->j;
@@ -407,16 +424,9 @@ static int chunk_task(struct task *k, uint64_t *len, struct ckpt_err *err)
     const struct uchunk *c = &t->chunks[k->band];
     const struct ckpt_dtype *dt = t->e->dtype;
     uint64_t cb = c->dec;
-    struct box bx = { .nd = t->e->ndim, .base = 0 };
+    struct box bx;
     struct runs r;
-    int64_t s = 1;
-    for (int d = bx.nd - 1; d >= 0; d--) {
-        bx.lo[d] = c->meta->offsets[d];
-        bx.e[d] = c->meta->sizes[d];
-        bx.gstride[d] = s;
-        s *= (int64_t)t->e->size[d];
-    }
-    make_runs(&bx, c, &r);
+    chunk_box(t, c, 0, &bx, &r);
     *len = r.nruns * r.run * dt->itemsize;
     uns_dec_acquire(j, cb);
     char *buf = ckpt_xmalloc((size_t)cb + 1);
@@ -456,16 +466,9 @@ static void lay_chunk(const struct utensor *t, const struct uchunk *c,
                       const char *cbuf, char *band, uint64_t base)
 {
     const struct ckpt_dtype *dt = t->e->dtype;
-    struct box bx = { .nd = t->e->ndim, .base = (int64_t)base };
+    struct box bx;
     struct runs r;
-    int64_t s = 1;
-    for (int d = bx.nd - 1; d >= 0; d--) {
-        bx.lo[d] = c->meta->offsets[d];
-        bx.e[d] = c->meta->sizes[d];
-        bx.gstride[d] = s;
-        s *= (int64_t)t->e->size[d];
-    }
-    make_runs(&bx, c, &r);
+    chunk_box(t, c, base, &bx, &r);
     struct gather g = { c, dt->itemsize, dt->swap, r.run, band, cbuf, 0, 0,
                         NULL };
     each_run(&bx, c, &r, run_copy, &g);

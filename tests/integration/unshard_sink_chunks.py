@@ -35,7 +35,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUP = os.path.join(HERE, "..", "support")
 sys.path.insert(0, SUP)
-from s3test import BUILD, S3Env, digests, sh  # noqa: E402
+from s3test import BUILD, S3Env, digests, sh, unshard  # noqa: E402
 import harness  # noqa: E402
 from harness import check, compare, generate  # noqa: E402
 import make_orbax  # noqa: E402
@@ -48,14 +48,7 @@ import zarr  # noqa: E402
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 B = "ck"
 
-
-def ckpt(env, *args):
-    t0 = time.time()
-    p = subprocess.run([CKPT, "unshard", "--no-progress"] + list(args),
-                       env=env, capture_output=True, text=True, timeout=600)
-    if os.environ.get("SINK_TIMES"):
-        print("%.2fs %s" % (time.time() - t0, " ".join(args)))
-    return p
+ckpt = unshard          # ckpt(env, ARGS...): `ckpt unshard ARGS`
 
 
 def make_group(d):

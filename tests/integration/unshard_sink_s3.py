@@ -35,7 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SUP = os.path.join(HERE, "..", "support")
 SRCDIR = os.path.join(HERE, "..", "..")
 sys.path.insert(0, SUP)
-from s3test import BUILD, Checker, S3Env, digests, sh, tool  # noqa: E402
+from s3test import (BUILD, Checker, S3Env, digests, sh, tool,  # noqa: E402
+                    unshard)
 import harness  # noqa: E402
 from harness import compare, generate  # noqa: E402
 
@@ -43,14 +44,7 @@ CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 B = "ck"
 MIB = 1 << 20
 
-
-def ckpt(env, *args):
-    t0 = time.time()
-    p = subprocess.run([CKPT, "unshard", "--no-progress"] + list(args),
-                       env=env, capture_output=True, text=True, timeout=600)
-    if os.environ.get("SINK_TIMES"):
-        print("%.2fs %s" % (time.time() - t0, " ".join(args)))
-    return p
+ckpt = unshard          # ckpt(env, ARGS...): `ckpt unshard ARGS`
 
 
 def ckpt_rss(env, *args):

@@ -24,6 +24,18 @@ def ckpt(*args, env=None, timeout=600):
     return r.returncode, r.stdout.decode(), r.stderr.decode()
 
 
+def unshard(env, *args):
+    """`ckpt unshard --no-progress ARGS` under env; with SINK_TIMES set,
+    print how long it took (the sink tests' timings)."""
+    import time
+    t0 = time.time()
+    p = subprocess.run([CKPT, "unshard", "--no-progress"] + list(args),
+                       env=env, capture_output=True, text=True, timeout=600)
+    if os.environ.get("SINK_TIMES"):
+        print("%.2fs %s" % (time.time() - t0, " ".join(args)))
+    return p
+
+
 def sh(*args, env=None):
     """Run a command (text output); a non-zero exit raises AssertionError
     with its output."""
