@@ -496,6 +496,15 @@ static int count_ranks(struct ujob *j, const char *dir, int *n,
                               "(rank files up to rank%ld.pt exist)", dir,
                               name, max);
     }
+    /* Every rank file is read, rank after rank: remote ones are fetched
+     * ahead (srcwhole.c). */
+    for (long r = 0; rc == 0 && r <= max; r++) {
+        char name[32];
+        snprintf(name, sizeof(name), "rank%ld.pt", r);
+        const char *rel = ckpt_arena_strdup(j->plan.meta->arena, name);
+        rc = rel ? uns_src_prefetch(j, rel, uns_fs_find(&d, name), err)
+                 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    }
     uns_fs_free(&d);
     if (rc == 0)
         *n = (int)max + 1;

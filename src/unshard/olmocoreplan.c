@@ -154,7 +154,10 @@ static int file_of(struct oplan *p, int part, const char *name, size_t *out,
     if (tf_strmap_put(&p->byfile, rel, strlen(rel), p->nfiles) != 0)
         return oom(err);
     *out = p->nfiles++;
-    return 0;
+    /* read_headers reads the files in this order: remote ones are
+     * fetched ahead (srcwhole.c). */
+    return uns_src_prefetch(p->j, rel, uns_fs_find(&p->ls[part], name),
+                            err);
 }
 
 static int add_piece(struct oplan *p, size_t ti,

@@ -91,6 +91,17 @@ static int check_ranks(struct lplan *p, struct ckpt_err *err)
                                   "missing (metadata.yaml: world_size %d)",
                                   p->j->src.dir, dirs[d], name, p->nranks);
         }
+        /* Model and optimizer files are read rank after rank: remote
+         * ones are fetched ahead (srcwhole.c). (train/rank0.pt is read
+         * and copied whole by layout.c.) */
+        for (int r = 0; rc == 0 && d < 2 && r < p->nranks; r++) {
+            char name[64], rel[80];
+            snprintf(name, sizeof(name), "rank%d.pt", r);
+            snprintf(rel, sizeof(rel), "%s/%s", dirs[d], name);
+            const char *key = ckpt_arena_strdup(p->j->plan.meta->arena, rel);
+            rc = key ? uns_src_prefetch(p->j, key, uns_fs_find(&l, name), err)
+                     : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+        }
         uns_fs_free(&l);
         free(dir);
     }

@@ -168,7 +168,7 @@ static int shared_get(struct usrc *s, uint64_t off, void *buf, size_t len);
 /* Bytes of read-ahead blocks; CKPT_READAHEAD_MB (tests, benchmarks) sets
  * it, and 0 turns read-ahead and shared probe windows off: every read is
  * then its own ranged GET, as before. */
-static uint64_t ra_budget(void)
+uint64_t uns_src_ra_budget(void)
 {
     uint64_t v;
     const char *env = getenv("CKPT_READAHEAD_MB");
@@ -178,6 +178,11 @@ static uint64_t ra_budget(void)
 int uns_src_read(struct usrc *s, uint64_t off, void *buf, size_t len,
                  struct ckpt_err *err)
 {
+    if (s->pf) {
+        int rc = uns_src_whole_read(s, off, buf, len, err);
+        if (rc)
+            return rc < 0 ? -1 : 0;
+    }
     if (!s->lru && s->fd < 0 && s->st)
         return shared_get(s, off, buf, len) ? 0
                                             : storage_read(s, off, buf, len,
@@ -331,7 +336,8 @@ void uns_src_rd_cached(struct ckpt_rd *rd, struct src_cache *c, struct usrc *s,
 {
     uns_src_rd(rd, s, off, len);
     memset(c, 0, sizeof(*c));
-    if (s->lru || s->fd >= 0 || !s->st)
+    /* A file held whole is read from memory as it is. */
+    if (s->lru || s->fd >= 0 || !s->st || s->pf)
         return;
     c->s = s;
     c->lo = off;
@@ -386,9 +392,12 @@ static int stat_remote(struct ujob *j, const char *path, uint64_t *size,
     return 0;
 }
 
-/* Open relpath (a name from the metadata) in the checkpoint directory. */
-int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
-                struct ckpt_err *err)
+/* Open relpath (a name from the metadata) in the checkpoint directory;
+ * a remote file's size and ETag from lsize/letag when a listing gave
+ * them (letag non-NULL), else from a HEAD. */
+static int get_src(struct ujob *j, const char *relpath, uint64_t lsize,
+                   const char *letag, struct usrc **out,
+                   struct ckpt_err *err)
 {
     uint64_t i;
     /* Probe tasks look files up while another may append a decompressed
@@ -405,7 +414,10 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
     uint64_t size = 0;
     struct stat sb;
     char etag[sizeof((*out)->etag)] = "";
-    if (j->src.st) {
+    if (j->src.st && letag) {
+        size = lsize;
+        snprintf(etag, sizeof(etag), "%s", letag);
+    } else if (j->src.st) {
         if (stat_remote(j, path, &size, etag, err) != 0) {
             free(path);
             return -1;
@@ -423,7 +435,7 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
     }
     *out = add_src(j, path, fd, size);
     memcpy((*out)->etag, etag, sizeof(etag));
-    if (fd < 0 && j->src.nsrcs <= SHARED_MAX_SRCS && ra_budget())
+    if (fd < 0 && j->src.nsrcs <= SHARED_MAX_SRCS && uns_src_ra_budget())
         (*out)->win = ckpt_xcalloc(1, sizeof(*(*out)->win));
     if (fd >= 0) {
         /* Into the table of open files: a later read reopens it if it
@@ -445,6 +457,19 @@ int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
     int rc = tf_strmap_put(&j->src.srcmap, relpath, strlen(relpath), j->src.nsrcs - 1);
     pthread_mutex_unlock(&j->mu);
     return rc ? ckpt_err_set(err, CKPT_ENOMEM, "out of memory") : 0;
+}
+
+int uns_src_get(struct ujob *j, const char *relpath, struct usrc **out,
+                struct ckpt_err *err)
+{
+    return get_src(j, relpath, 0, NULL, out, err);
+}
+
+int uns_src_get_listed(struct ujob *j, const char *relpath, uint64_t size,
+                       const char *etag, struct usrc **out,
+                       struct ckpt_err *err)
+{
+    return get_src(j, relpath, size, etag ? etag : "", out, err);
 }
 
 /* ---- read-ahead for the copy ----
@@ -469,10 +494,10 @@ void uns_src_readahead(struct ujob *j)
         return;
     size_t n = 0;
     for (size_t i = 0; i < j->src.nsrcs; i++)
-        n += j->src.srcs[i]->st == j->src.st;
+        n += j->src.srcs[i]->st == j->src.st && !j->src.srcs[i]->pf;
     if (!n)
         return;
-    uint64_t budget = ra_budget();
+    uint64_t budget = uns_src_ra_budget();
     struct ckpt_err err;
     if (!budget)
         return;   /* 0: off */
@@ -499,6 +524,7 @@ void uns_src_readahead(struct ujob *j)
 
 void uns_src_close_all(struct ujob *j)
 {
+    uns_src_whole_free(j);
     for (size_t i = 0; i < j->src.nsrcs; i++) {
         if (j->src.srcs[i]->fd >= 0)
             close(j->src.srcs[i]->fd);
@@ -662,8 +688,12 @@ int uns_src_file(struct ujob *j, const char *path, int local, struct usrc *s,
                       .st = local ? NULL : j->src.st, .key = (char *)path };
     struct stat sb;
     *s = f;
-    if (s->st)
-        return stat_remote(j, path, &s->size, s->etag, err);
+    if (s->st) {
+        if (stat_remote(j, path, &s->size, s->etag, err) != 0)
+            return -1;
+        uns_src_whole_file(j, s);
+        return 0;
+    }
     if ((s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return ckpt_err_sys(err, "open '%s'", path);
     if (fstat(s->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

@@ -52,6 +52,9 @@ struct usrc {
     uint64_t used;             /* lru->fd_clock at the last read */
     dev_t dev;
     ino_t ino;
+    /* srcwhole.c: a small remote file fetched whole ahead, or NULL */
+    struct src_pf *pf;
+    struct src_whole *whole;
 };
 
 /* A stored chunk: where its elements are and how they are laid out. */
@@ -147,6 +150,8 @@ struct ujob_src {
     int st_borrowed;                /* st is opts->storage */
     struct ckpt_storage *ra;        /* read-ahead view of st for the copy
                                        (source.c), or NULL; owned */
+    struct src_pf *pf;              /* small files fetched whole ahead
+                                       (srcwhole.c), or NULL; owned */
     int olmo_step;                  /* src is an OLMo step */
     int allow_replicas;             /* option, or rank-local metadata */
     const char *metaname;
@@ -264,6 +269,35 @@ void uns_src_close_all(struct ujob *j);
  * blocks fetched ahead (ckpt_storage_open_readahead), within a memory
  * bound; probing, before, reads only what it needs. */
 void uns_src_readahead(struct ujob *j);
+/* Like src_get for a remote file whose size and ETag a listing gave:
+ * no HEAD. */
+int uns_src_get_listed(struct ujob *j, const char *relpath, uint64_t size,
+                       const char *etag, struct usrc **out,
+                       struct ckpt_err *err);
+/* Bytes of read-ahead and whole-file memory (CKPT_READAHEAD_MB; 0: off). */
+uint64_t uns_src_ra_budget(void);
+
+struct uns_dent;
+/* srcwhole.c: the file relpath (kept as a key: in the metadata arena) as
+ * listing entry e found it, which the planner is about to read (call in
+ * the order it reads them): registered as a source without a HEAD and,
+ * when remote, small and within the memory budget, fetched whole by a
+ * few threads ahead of the planner; every read of it is then served from
+ * memory. e NULL (not listed) or a local source: nothing done. 0, or -1
+ * with err. */
+int uns_src_prefetch(struct ujob *j, const char *relpath,
+                     const struct uns_dent *e, struct ckpt_err *err);
+/* Serve a read of s from its whole copy: 1 done, 0 not held (read it as
+ * before), -1 with err (out of the file's bounds). */
+int uns_src_whole_read(struct usrc *s, uint64_t off, void *buf, size_t len,
+                       struct ckpt_err *err);
+/* A remote file s opened by path (src_file: size and ETag known), small
+ * and within the budget: read whole on its first use, once per job, and
+ * served from memory to every reader of the same path and ETag. */
+void uns_src_whole_file(struct ujob *j, struct usrc *s);
+/* Stop the fetches and free the copies (uns_src_close_all). */
+void uns_src_whole_free(struct ujob *j);
+
 /* Register an open file (name malloced, taken over) as a source. */
 struct usrc *uns_src_add(struct ujob *j, char *name, int fd, uint64_t size);
 
