@@ -98,26 +98,32 @@ static struct src_pf *pf_of(struct ujob *j)
     return pf;
 }
 
-/* Queue s (its size known) if it fits what is left of the budget. */
+/* Queue s (its size known) if it fits what is left of the budget and a
+ * fetcher runs. */
 static void enqueue(struct ujob *j, struct usrc *s)
 {
     struct src_pf *pf = pf_of(j);
-    if (!s->size || s->size > WHOLE_MAX || pf->held + s->size > pf->budget)
+    if (!s->size || s->size > WHOLE_MAX)
         return;
     pthread_mutex_lock(&pf->mu);
-    s->pf = pf;
+    /* Threads as the queue needs them, up to PF_THREADS. */
+    if (pf->held + s->size <= pf->budget && pf->nth < PF_THREADS &&
+        pf->nth <= (int)(pf->qn - pf->qhead) &&
+        pthread_create(&pf->th[pf->nth], NULL, fetcher, pf) == 0)
+        pf->nth++;
+    if (!pf->nth || pf->held + s->size > pf->budget) {
+        pthread_mutex_unlock(&pf->mu);
+        return;     /* read as before */
+    }
     if (pf->qn == pf->qcap) {
         pf->qcap = pf->qcap ? 2 * pf->qcap : 64;
         pf->q = ckpt_xreallocarray(pf->q, pf->qcap, sizeof(*pf->q));
     }
     s->whole = ckpt_xcalloc(1, sizeof(*s->whole));
     s->whole->state = W_QUEUED;
+    s->pf = pf;
     pf->q[pf->qn++] = s;
     pf->held += s->size;
-    /* Threads as the queue needs them, up to PF_THREADS. */
-    if (pf->nth < PF_THREADS && pf->nth < (int)(pf->qn - pf->qhead) &&
-        pthread_create(&pf->th[pf->nth], NULL, fetcher, pf) == 0)
-        pf->nth++;
     pthread_cond_signal(&pf->work);
     pthread_mutex_unlock(&pf->mu);
 }
