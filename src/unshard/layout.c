@@ -104,7 +104,8 @@ static int check_copy(struct ujob *j, struct ufile *f,
     struct ckpt_pv *v = NULL;
     char *pkl = NULL;
     size_t len;
-    int rc = a ? uns_src_file(j, f->copy_from, f->copy_local, &s, err)
+    int rc = a ? uns_src_file_whole(j, f->copy_from, f->copy_local, &s,
+                                    err)
                : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0) {
         f->size = s.size;

@@ -387,7 +387,8 @@ static int obj_create(struct ujob *j, struct ufile *f, struct ckpt_err *err)
     struct ofile *of = f->out;
     if (f->copy_from) {
         struct usrc s;
-        if (uns_src_file(j, f->copy_from, f->copy_local, &s, err) != 0)
+        if (uns_src_file_whole(j, f->copy_from, f->copy_local, &s,
+                               err) != 0)
             return -1;
         f->size = s.size;
         int rc = start(o, of, s.size, err);

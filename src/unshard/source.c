@@ -688,12 +688,8 @@ int uns_src_file(struct ujob *j, const char *path, int local, struct usrc *s,
                       .st = local ? NULL : j->src.st, .key = (char *)path };
     struct stat sb;
     *s = f;
-    if (s->st) {
-        if (stat_remote(j, path, &s->size, s->etag, err) != 0)
-            return -1;
-        uns_src_whole_file(j, s);
-        return 0;
-    }
+    if (s->st)
+        return stat_remote(j, path, &s->size, s->etag, err);
     if ((s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return ckpt_err_sys(err, "open '%s'", path);
     if (fstat(s->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
@@ -705,13 +701,22 @@ int uns_src_file(struct ujob *j, const char *path, int local, struct usrc *s,
     return 0;
 }
 
+int uns_src_file_whole(struct ujob *j, const char *path, int local,
+                       struct usrc *s, struct ckpt_err *err)
+{
+    if (uns_src_file(j, path, local, s, err) != 0)
+        return -1;
+    uns_src_whole_file(j, s);
+    return 0;
+}
+
 /* Copy the file at path (in SRC; with local set, a local file even when
  * SRC is remote: the run's config.yaml) into fd. */
 int uns_src_copy(struct ujob *j, const char *path, int local, int fd,
                  const char *to, uint64_t *size, struct ckpt_err *err)
 {
     struct usrc s;
-    if (uns_src_file(j, path, local, &s, err) != 0)
+    if (uns_src_file_whole(j, path, local, &s, err) != 0)
         return -1;
     char *buf = ckpt_xmalloc(1 << 20);
     int rc = 0;

@@ -237,6 +237,11 @@ int uns_src_stat(struct ujob *j, const char *path, uint64_t *size,
  * done. 0 or -1. */
 int uns_src_file(struct ujob *j, const char *path, int local, struct usrc *s,
              struct ckpt_err *err);
+/* src_file of a file read whole, more than once (train/rank0.pt: checked
+ * while planning, then copied): remote and small, it is fetched once and
+ * kept (uns_src_whole_file). */
+int uns_src_file_whole(struct ujob *j, const char *path, int local,
+                       struct usrc *s, struct ckpt_err *err);
 /* Copy a whole source file into fd (named `to` in messages). */
 /* An anonymous temporary file in the job's scratch directory (O_TMPFILE,
  * else an unlinked mkstemp file): decoded data that is read back. */
