@@ -12,10 +12,10 @@
  * at most WHOLE_MAX bytes are fetched whole, one ranged GET each (If-Match
  * the listed ETag), by PF_THREADS threads in the planner's order, while
  * the planner works through the earlier ones. Every later read of such a
- * file, planning or copy, is served from memory. Memory: at most the
- * read-ahead budget (CKPT_READAHEAD_MB, 64 MiB by default; 0 turns this
- * off); files past it are read as before (windows, then read-ahead
- * blocks). A failed fetch only means the file is read as before, where
+ * file, planning or copy, is served from memory. Memory: a budget of its
+ * own, the size of the read-ahead's (CKPT_READAHEAD_MB, 64 MiB by
+ * default; 0 turns this off); files past it are read as before (windows,
+ * then read-ahead blocks, which leave these files out). A failed fetch only means the file is read as before, where
  * its error, if it persists, is reported.
  */
 #include <pthread.h>
