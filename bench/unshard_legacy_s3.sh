@@ -9,16 +9,23 @@
 #   CKPT_BASE=path  also time another ckpt binary (before/after, same run)
 #   PROXY=1         go through the signing proxy (tests/support/s3proxy.py)
 #   RANKS=N BENCH_DIR=... (default /tmp/ckpt-bench-legacy-s3, kept)
+#   SIZE_MB=M       instead, bench/gen_olmo_legacy_big.py's step of M MiB
+#                   (RANKS files of ~M/RANKS MiB: large records)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=${1:-3}
 RANKS=${RANKS:-64}
 CKPT=${CKPT:-build/ckpt}
-DATA=${BENCH_DIR:-/tmp/ckpt-bench-legacy-s3}/legacy$RANKS
+DATA=${BENCH_DIR:-/tmp/ckpt-bench-legacy-s3}/legacy$RANKS-${SIZE_MB:-many}
 if [ ! -f "$DATA/ckpt/rank0.pt" ]; then
     rm -rf "$DATA"
-    /usr/bin/python3 tests/support/make_olmo_legacy_many.py "$DATA" \
-        --ranks "$RANKS" >/dev/null
+    if [ -n "${SIZE_MB:-}" ]; then
+        /usr/bin/python3 bench/gen_olmo_legacy_big.py "$DATA/ckpt" \
+            --ranks "$RANKS" --size-mb "$SIZE_MB" >/dev/null
+    else
+        /usr/bin/python3 tests/support/make_olmo_legacy_many.py "$DATA" \
+            --ranks "$RANKS" >/dev/null
+    fi
 fi
 . tests/support/s3env.sh
 if [ "${PROXY:-0}" = 1 ]; then s3env_start --bucket bench --max-seconds 3600
