@@ -7,8 +7,9 @@ unsharded local to local.
 Formats: DCP written by torch 1.13 (make_dcp.py) and by torch 2.14 (the
 committed fixture tests/fixtures/dcp-v2.14/row), OLMo torch_legacy
 (make_olmo_legacy.py, 4 ranks), OLMo local (make_olmo_local.py, 2
-ranks), olmo_core (make_olmo_core.py) and zarr (make_zarr.py --rows:
-chunks of whole rows, which a remote DEST takes). Each is a step under a
+ranks), olmo_core (make_olmo_core.py) and zarr (make_zarr.py: edge
+chunks, chunks that are not whole rows, F order, big-endian, fill
+values). Each is a step under a
 run directory (run/step100; zarr's run/step50: `ls` judges only
 stepN-unsharded an unsharded checkpoint, not the 0000000050-unsharded
 that run mode makes of a T5X step named by number), read from:
@@ -112,7 +113,7 @@ def main():
                   "--world", "2", "--no-verify"],
                  ["make_olmo_core.py", os.path.join(fx, "core"), "--case",
                   "f32-2", "--no-verify"],
-                 ["make_zarr.py", os.path.join(fx, "zarr"), "--rows"])
+                 ["make_zarr.py", os.path.join(fx, "zarr")])
         # A regular file: --tmp-dir below it can never be created.
         trap = os.path.join(tmp, "trap")
         open(trap, "w").close()

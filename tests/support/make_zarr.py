@@ -11,10 +11,7 @@ Writes OUTDIR/ckpt/ (the zarr group) and OUTDIR/expected.pt
 chunks (shape not a multiple of chunks), C and F order, big-endian
 dtype, a 0-d array, chunks never written (fill_value), bitshuffle,
 zstd and uncompressed arrays, dot- and bracket-named leaves.
---incomplete leaves out the write_completed attribute. --rows writes
-arrays whose every chunk is whole rows in C order (the layout a remote
-DEST can take: see unshard_anywhere.py), with edge chunks, a 0-d array,
-several codecs and a chunk never written.
+--incomplete leaves out the write_completed attribute.
 """
 import argparse
 import os
@@ -62,46 +59,15 @@ def build(root):
     return out
 
 
-def build_rows(root):
-    """Arrays chunked by whole rows (C order) only."""
-    rng = np.random.default_rng(11)
-    out = {}
-
-    def arr(name, data, chunks, **kw):
-        a = root.create_dataset(name, shape=data.shape, chunks=chunks,
-                                dtype=data.dtype, **kw)
-        a[...] = data
-        out[name] = data
-
-    lz4 = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=1)
-    arr(".params.w", rng.standard_normal((10, 7)).astype("<f4"), (4, 7),
-        compressor=lz4)
-    arr(".params.b", rng.standard_normal((300,)).astype("<f4"), (128,),
-        compressor=numcodecs.Blosc(cname="zstd", clevel=3, shuffle=2))
-    arr("['opt'].mu", rng.standard_normal((5, 3, 4)), (2, 3, 4),
-        compressor=numcodecs.Zstd(level=1))
-    arr("step", np.array(1234, dtype="<i4"), (), compressor=lz4)
-    arr("emb", np.arange(9, dtype=">i2") * 300, (4,), compressor=lz4)
-    arr("raw", rng.standard_normal((4, 4)).astype("<f8"), (3, 4),
-        compressor=None)
-    # Only its first chunk is written: the rest read as fill_value.
-    a = root.create_dataset("sparse", shape=(6, 5), chunks=(3, 5),
-                            dtype="<f4", fill_value=1.5, compressor=lz4)
-    a[0:3, :] = np.arange(15, dtype="<f4").reshape(3, 5)
-    out["sparse"] = a[...]
-    return out
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir")
     ap.add_argument("--incomplete", action="store_true")
     ap.add_argument("--no-expected", action="store_true")
-    ap.add_argument("--rows", action="store_true")
     a = ap.parse_args(argv)
     path = os.path.join(a.outdir, "ckpt")
     root = zarr.group(store=zarr.DirectoryStore(path), overwrite=True)
-    data = (build_rows if a.rows else build)(root)
+    data = build(root)
     if not a.incomplete:
         root.attrs["write_completed"] = True
     if a.no_expected:
