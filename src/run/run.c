@@ -48,17 +48,17 @@ int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded)
     };
     size_t len = strlen(name);
     *unsharded = 0;
-    if (ckpt_str_endswith(name, "-unsharded") &&
-        ckpt_str_startswith(name, "step")) {
+    /* NAME-unsharded is the copy unshard's run mode writes beside step
+     * NAME, whatever its spelling (OLMo's stepN, Orbax's bare N,
+     * checkpoint-N): every command must know it as a checkpoint, or a run
+     * holding only such copies looks empty. */
+    if (ckpt_str_endswith(name, "-unsharded")) {
         *unsharded = 1;
         len -= strlen("-unsharded");
     }
     for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
         size_t pl = strlen(prefixes[i]);
         if (len <= pl || strncmp(name, prefixes[i], pl) != 0)
-            continue;
-        /* "-unsharded" belongs to OLMo's plain stepN only. */
-        if (*unsharded && strcmp(prefixes[i], "step") != 0)
             continue;
         if (all_digits(name + pl, len - pl, step))
             return 1;

@@ -18,7 +18,9 @@ static void test_run__checkpoint_names(void)
         { "42", 1, 42, 0 },               { "0000000100", 1, 100, 0 },
         { "stepX", 0, 0, 0 },             { "step", 0, 0, 0 },
         { "latest", 0, 0, 0 },            { "step1000-tmp", 0, 0, 0 },
-        { "iter_1-unsharded", 0, 0, 0 },  { "step-unsharded", 0, 0, 0 },
+        { "iter_1-unsharded", 1, 1, 1 },  { "step-unsharded", 0, 0, 0 },
+        { "1-unsharded", 1, 1, 1 },       { "checkpoint-7-unsharded", 1, 7, 1 },
+        { "-unsharded", 0, 0, 0 },        { "step5-unsharded-tmp", 0, 0, 0 },
         { "", 0, 0, 0 },                  { "1234567890123456789012", 0, 0, 0 },
         { "step10a", 0, 0, 0 },           { "-5", 0, 0, 0 },
     };
