@@ -83,6 +83,14 @@ struct ckpt_unshard_opts {
      * retries, verbosity (jobs is taken from .jobs). */
     int insecure;
     int retries;                /* <= 0: the storage default */
+    /* Write the outputs through this storage (borrowed), DEST then being
+     * a key of it: a caller that holds DEST open (its --insecure and
+     * --retries applied) opens nothing again. NULL: DEST is a location. */
+    struct ckpt_storage *dest_storage;
+    /* Give every output's checksum (ckpt_unshard_file.checksum): a
+     * remote output's costs nothing (its parts are hashed for
+     * Content-MD5 anyway); a local one is read back once to hash it. */
+    int checksum;
     /* Polled by the workers: non-zero stops the run, which then fails
      * with "interrupted" and removes its temporary outputs (set it from a
      * SIGINT/SIGTERM handler). NULL: never. */
@@ -99,6 +107,11 @@ struct ckpt_unshard_file {
     char *name;         /* relative to DEST, e.g. "checkpoint.pt"; owned */
     uint64_t size;
     uint64_t tensors;   /* tensors stored in it */
+    /* With opts.checksum, the bytes written, as object storage states
+     * them: the hex MD5 of the file, or for a remote output sent in N
+     * parts "MD5-N", the MD5 of the parts' MD5s (S3's multipart ETag).
+     * A remote output's is always given. "" if none. */
+    char checksum[48];
 };
 
 struct ckpt_unshard_result {
@@ -140,7 +153,8 @@ struct ckpt_tree;
 struct ckpt_run;
 
 /* One per step acted on (or per run, ckpt NULL, when the run itself
- * cannot be read or has nothing to unshard). */
+ * cannot be read or has nothing to unshard). With uo.dest_storage set,
+ * dest and out are keys of it. */
 struct ckpt_unshard_step_event {
     const char *action;     /* "unsharded", "would-unshard", "skip",
                                "error"; with delete_sharded also
@@ -154,7 +168,8 @@ struct ckpt_unshard_step_event {
     const char *detail;     /* why skipped, the error, or what was
                                written */
     const struct ckpt_unshard_result *res; /* unsharded: the outputs */
-    const char *out;        /* the output directory, or NULL */
+    const char *out;        /* the output directory (also of a "skip"
+                               whose complete copy is at DEST), or NULL */
 };
 
 struct ckpt_unshard_run_cfg {
@@ -182,8 +197,9 @@ struct ckpt_unshard_run_cfg {
  * Run mode: the run at key in st (a directory or archive; src is its
  * location as given) is read into a tree
  * and classified (ckpt_run_scan); every complete sharded checkpoint whose
- * "-unsharded" sibling exists neither in the run nor in local directory
- * dest becomes dest/NAME-unsharded/. Steps of a remote run or of a plain
+ * "-unsharded" sibling exists neither in the run nor complete at dest (a
+ * local directory or an object storage location; with uo.dest_storage, a
+ * key of that storage) becomes dest/NAME-unsharded/. Steps of a remote run or of a plain
  * tar are read in place (ranged reads, member reads); steps of a
  * compressed archive or a zip are extracted one at a time into a scratch
  * directory. Returns 0, 1 when a step (or

@@ -30,38 +30,17 @@ static int has_unsharded(const struct ckpt_run *run, int64_t step)
     return 0;
 }
 
-struct outs {
-    int64_t *steps;
-    size_t n;
-};
-
-static int collect_out(void *ud, const struct ckpt_entry *e)
+static int made_unsharded(const int64_t *made, size_t nmade, int64_t step)
 {
-    struct outs *x = ud;
-    int64_t step;
-    int unsharded = 0;
-    if (e->type == CKPT_ENTRY_DIR &&
-        ckpt_checkpoint_name(e->name, &step, &unsharded) && unsharded) {
-        x->steps = ckpt_xreallocarray(x->steps, x->n + 1, sizeof(step));
-        x->steps[x->n++] = step;
-    }
-    return 0;
-}
-
-/* The unshard phase's outputs (they appear atomically, written and
- * checked bit-exact by unshard): stepN-unsharded/ in uns. */
-static int made_unsharded(const struct outs *x, int64_t step)
-{
-    for (size_t i = 0; i < x->n; i++)
-        if (x->steps[i] == step)
+    for (size_t i = 0; i < nmade; i++)
+        if (made[i] == step)
             return 1;
     return 0;
 }
 
 int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
                     const char *key, uint64_t max_archive, int sharded,
-                    int incomplete, struct ckpt_storage *local,
-                    const char *uns, const int64_t *would, size_t nwould,
+                    int incomplete, const int64_t *made, size_t nmade,
                     struct ckpt_err *err)
 {
     memset(d, 0, sizeof(*d));
@@ -77,14 +56,6 @@ int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
     if (ls != CKPT_LOAD_OK)
         return ckpt_err_set(err, CKPT_EUNSAFE, "cannot read its steps to "
                             "drop them");
-    struct outs x = { NULL, 0 };
-    struct ckpt_err lerr = CKPT_ERR_INIT;
-    if (sharded)
-        (void)ckpt_storage_list(local, uns, 0, collect_out, &x, &lerr);
-    for (size_t i = 0; sharded && i < nwould; i++) {
-        x.steps = ckpt_xreallocarray(x.steps, x.n + 1, sizeof(*x.steps));
-        x.steps[x.n++] = would[i];
-    }
     for (size_t i = 0; i < run.n; i++) {
         const struct ckpt_checkpoint *c = &run.ckpts[i];
         if (c->root || !*c->dir)
@@ -92,12 +63,12 @@ int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
         int drop = incomplete && !c->complete && !c->unknown_commit;
         if (sharded && c->complete && !c->unsharded_name &&
             c->format != CKPT_FMT_UNSHARDED &&
-            (has_unsharded(&run, c->step) || made_unsharded(&x, c->step)))
+            (has_unsharded(&run, c->step) ||
+             made_unsharded(made, nmade, c->step)))
             drop = 1;
         if (drop)
             add_dir(d, c->dir);
     }
-    free(x.steps);
     ckpt_run_release(&run);
     ckpt_tree_free(tree);
     return 0;

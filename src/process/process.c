@@ -12,12 +12,21 @@
  * written as "uploaded"; before every other one the lease is checked. A
  * run found "uploaded" later (a worker died while deleting) gets a second
  * kind of pass: every source file compared by checksum, then deleted.
+ *
+ * Unshard outputs are written straight to their place at DEST by the
+ * unshard library (no local copy), through DEST's own storage; each one
+ * (path, size, checksum) is recorded in the state as soon as its step is
+ * done. Before anything is judged droppable or deleted, every recorded
+ * output is checked at DEST: there with its size and checksum, its step's
+ * "-unfinished" marker gone. The upload passes never touch them.
  */
 #include "ckpt/process.h"
 
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ckpt/archive.h"
 #include "ckpt/buf.h"
@@ -50,8 +59,8 @@ struct ckpt_process {
     char **ids;                 /* borrowed from runs, for _ids() */
     char **logs;                /* keys below cfg.logs_key */
     size_t nlogs;
-    struct ckpt_storage *local; /* owned: the unshard outputs' storage */
-    char *tmp;                  /* owned: where unshard outputs go */
+    char *tmp;                  /* owned: unshard's scratch (steps of
+                                   compressed archives), never outputs */
     /* Several runs are worked on at once (cfg.runs): events, totals and
      * progress from their threads go through mu, so the caller sees
      * whole events one at a time and the totals stay exact. */
@@ -71,7 +80,6 @@ struct one {
     struct proc_keeper k;
     char *state_key, *lease_key;
     char *dkey, *ddisp;         /* where the run goes */
-    char *uns;                  /* tmp/ckpt-process/ID: unshard outputs */
     struct proc_state s;
     struct ckpt_buf fail;       /* first failed file of a pass */
     int fail_delete;            /* ...and it was a deletion */
@@ -91,6 +99,14 @@ struct one {
     int64_t *would;
     size_t nwould;
     uint64_t wfiles, wbytes;
+    /* Output directories (DEST-relative to dkey) that unshard found
+     * complete at DEST and skipped: adopted when the state lacks them. */
+    char **have;
+    size_t nhave;
+    int state_failed;           /* a state write during unshard failed */
+    /* Steps whose unshard output verified at DEST (--drop-sharded). */
+    int64_t *made;
+    size_t nmade;
 };
 
 const char *ckpt_process_phase_name(enum ckpt_process_phase p)
@@ -240,39 +256,6 @@ static enum ckpt_upload_pick up_pick_cb(void *ud, const char *rel)
                                             rel);
 }
 
-struct outs {
-    struct one *o;
-    struct ckpt_upload *u;
-};
-
-static int add_out(void *ud, const struct ckpt_entry *e)
-{
-    struct outs *x = ud;
-    struct one *o = x->o;
-    size_t n = strlen(e->name);
-    if (e->type != CKPT_ENTRY_DIR || n < 10 ||
-        strcmp(e->name + n - 10, "-unsharded") != 0)
-        return 0;
-    char *skey = ckpt_path_join(o->uns, e->name);
-    char *dkey = ckpt_path_join(o->dkey, e->name);
-    struct ckpt_err err = CKPT_ERR_INIT;
-    if (ckpt_upload_add(x->u, o->p->local, skey, o->p->cfg.dst, dkey,
-                        CKPT_UPLOAD_KEEP_SRC, &err) != 0)
-        ckpt_upload_fail_src(x->u, skey, NULL, err.msg);
-    free(skey);
-    free(dkey);
-    return 0;
-}
-
-/* Every stepN-unsharded/ the unshard phase left in o->uns (now or before
- * a crash) goes to DEST beside the run's own steps. */
-static void add_unsharded(struct one *o, struct ckpt_upload *u)
-{
-    struct outs x = { o, u };
-    struct ckpt_err err = CKPT_ERR_INIT;
-    (void)ckpt_storage_list(o->p->local, o->uns, 0, add_out, &x, &err);
-}
-
 static void add_logs(struct one *o, struct ckpt_upload *u)
 {
     const struct ckpt_process *p = o->p;
@@ -345,7 +328,6 @@ static int upload_pass(struct one *o, int verify, int dry,
     if (rc != 0)
         ckpt_buf_addstr(&o->fail, err.msg);
     else {
-        add_unsharded(o, u);
         add_logs(o, u);
         memset(t, 0, sizeof(*t));
         rc = ckpt_upload_run(u, t);
@@ -454,6 +436,17 @@ static int map_run(struct one *o)
             return -1;
         }
     }
+    /* Outputs recorded for another place (the map changed since a
+     * killed worker wrote them) are not this run's at its new place. */
+    if (o->s.dest && strcmp(o->s.dest, path) != 0) {
+        struct proc_state keep = o->s;
+        memset(&o->s, 0, sizeof(o->s));
+        o->s.phase = keep.phase;
+        o->s.src = keep.src;
+        keep.src = NULL;
+        proc_state_release(&keep);
+    }
+    free(o->s.dest);
     o->s.dest = ckpt_xstrdup(path);
     return 0;
 }
@@ -467,12 +460,55 @@ static void set_dest(struct one *o)
     o->ddisp = ckpt_storage_display(c->dst, o->dkey);
 }
 
+/* An output directory below the run's DEST directory: "" for the run's
+ * own (a run that is one checkpoint), else "stepN-unsharded". */
+static const char *out_rel(const struct one *o, const char *out)
+{
+    size_t n = strlen(o->dkey);
+    if (strncmp(out, o->dkey, n) != 0)
+        return NULL;
+    return out[n] == '/' ? out + n + 1 : out[n] ? NULL : out + n;
+}
+
+/* A step's outputs, written and committed: recorded in the state at once,
+ * so that a worker killed after this never loses track of them. */
+static void record_outputs(struct one *o,
+                           const struct ckpt_unshard_step_event *ev)
+{
+    const char *rel = out_rel(o, ev->out);
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (!rel)
+        return;
+    for (size_t i = 0; i < ev->res->nfiles; i++) {
+        char *path = ckpt_path_join(rel, ev->res->files[i].name);
+        proc_state_add_out(&o->s, path, ev->res->files[i].size,
+                           ev->res->files[i].checksum);
+        free(path);
+    }
+    if (!o->s.src)
+        o->s.src = ckpt_xstrdup(o->r->srcid);
+    o->s.steps = o->steps;
+    if (proc_state_write(o->p->cfg.dst, o->state_key, o->r->id, &o->s,
+                         &err) != 0 && !o->state_failed) {
+        o->state_failed = 1;
+        ckpt_buf_reset(&o->fail);
+        ckpt_buf_addstr(&o->fail, err.msg);
+    }
+}
+
 static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
 {
     struct one *o = ud;
     if (!strcmp(ev->action, "unsharded") ||
         !strcmp(ev->action, "would-unshard"))
         o->steps++;
+    if (!strcmp(ev->action, "unsharded") && ev->res && ev->out)
+        record_outputs(o, ev);
+    if (!strcmp(ev->action, "skip") && ev->out && out_rel(o, ev->out)) {
+        o->have = ckpt_xreallocarray(o->have, o->nhave + 1,
+                                     sizeof(*o->have));
+        o->have[o->nhave++] = ckpt_xstrdup(out_rel(o, ev->out));
+    }
     if (!strcmp(ev->action, "would-unshard") && ev->ckpt && ev->res) {
         o->would = ckpt_xreallocarray(o->would, o->nwould + 1,
                                       sizeof(*o->would));
@@ -486,32 +522,219 @@ static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
                       ev->detail);
 }
 
-/* Unshard the run's sharded steps into o->uns (outputs appear
- * atomically; a step whose output is there already is skipped, so a
- * rerun redoes nothing). 0, or -1 after the run's row. */
+/* Is path one of the recorded outputs of directory dir? */
+static int recorded_in(const struct proc_state *s, const char *dir)
+{
+    size_t n = strlen(dir);
+    for (size_t i = 0; i < s->nouts; i++)
+        if (!n || (!strncmp(s->outs[i].path, dir, n) &&
+                   s->outs[i].path[n] == '/'))
+            return 1;
+    return 0;
+}
+
+/* MD5 (hex) of a file of a local DEST, read back. */
+static int local_md5(struct ckpt_storage *st, const char *key, uint64_t size,
+                     char hex[48], struct ckpt_err *err)
+{
+    static const char x[] = "0123456789abcdef";
+    size_t cap = 4u << 20;
+    char *buf = ckpt_xmalloc(cap);
+    unsigned char d[16];
+    unsigned dlen = 0;
+    EVP_MD_CTX *m = EVP_MD_CTX_new();
+    int rc = m && EVP_DigestInit_ex(m, EVP_md5(), NULL) ? 0
+           : ckpt_err_set(err, CKPT_ENOMEM, "MD5");
+    for (uint64_t off = 0; rc == 0 && off < size;) {
+        size_t n = size - off < cap ? (size_t)(size - off) : cap, got = 0;
+        rc = ckpt_storage_read(st, key, off, buf, n, &got, err);
+        if (rc == 0 && got != n)
+            rc = ckpt_err_set(err, CKPT_EIO, "%s: shorter than its size",
+                              key);
+        if (rc == 0)
+            EVP_DigestUpdate(m, buf, n);
+        off += n;
+    }
+    if (rc == 0)
+        EVP_DigestFinal_ex(m, d, &dlen);
+    for (unsigned i = 0; rc == 0 && i < 16; i++) {
+        hex[2 * i] = x[d[i] >> 4];
+        hex[2 * i + 1] = x[d[i] & 15];
+        hex[2 * i + 2] = '\0';
+    }
+    EVP_MD_CTX_free(m);
+    free(buf);
+    return rc;
+}
+
+struct adopt {
+    struct one *o;
+    const char *dir;
+    int rc;
+    struct ckpt_err err;
+};
+
+static int adopt_file(void *ud, const struct ckpt_entry *e)
+{
+    struct adopt *a = ud;
+    struct one *o = a->o;
+    struct ckpt_storage *st = o->p->cfg.dst;
+    char sum[48] = "";
+    if (e->type != CKPT_ENTRY_FILE || a->rc)
+        return 0;
+    char *path = ckpt_path_join(a->dir, e->name);
+    char *key = ckpt_path_join(o->dkey, path);
+    if (!ckpt_storage_is_local(st))
+        snprintf(sum, sizeof(sum), "%s", e->etag ? e->etag : "");
+    else
+        a->rc = local_md5(st, key, e->size, sum, &a->err);
+    if (!a->rc)
+        proc_state_add_out(&o->s, path, e->size, sum);
+    free(key);
+    free(path);
+    return 0;
+}
+
+/* Outputs unshard found complete at DEST that the state does not record
+ * (a worker killed between a step's commit and its state write, or an
+ * earlier `ckpt unshard` to the same place): recorded as DEST holds
+ * them, so that they are verified from now on. 0, or -1 after the run's
+ * row. */
+static int adopt_outputs(struct one *o)
+{
+    size_t before = o->s.nouts;
+    for (size_t i = 0; i < o->nhave; i++) {
+        if (recorded_in(&o->s, o->have[i]))
+            continue;
+        struct adopt a = { o, o->have[i], 0, CKPT_ERR_INIT };
+        char *key = ckpt_path_join(o->dkey, o->have[i]);
+        int rc = ckpt_storage_list(o->p->cfg.dst, key, CKPT_LIST_RECURSIVE,
+                                   adopt_file, &a, &a.err);
+        free(key);
+        if (rc != 0 || a.rc != 0) {
+            fail_run(o, CKPT_PROC_UNSHARD, a.err.msg);
+            return -1;
+        }
+    }
+    return o->s.nouts == before ? 0
+         : save_state(o, PROC_NEW, CKPT_PROC_UNSHARD);
+}
+
+/* Unshard the run's sharded steps straight to DEST/.../stepN-unsharded/
+ * through DEST's storage (a remote output is marked unfinished until
+ * complete, a local one appears by rename; a step whose output is
+ * complete at DEST is skipped, so a rerun redoes only what a killed
+ * worker left unfinished). 0, or -1 after the run's row. */
 static int unshard(struct one *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     if (c->unshard == CKPT_PROC_UNSHARD_NONE)
         return 0;
     struct ckpt_unshard_run_cfg u = {
-        .uo = { .dry_run = c->dry_run, .sync = 1, .tmp_dir = c->tmp_dir,
-                .insecure = c->insecure, .retries = c->retries },
+        .uo = { .dry_run = c->dry_run, .sync = 1, .tmp_dir = o->p->tmp,
+                .insecure = c->insecure, .retries = c->retries,
+                .dest_storage = c->dst, .checksum = 1,
+                .memory = o->p->run_mem },
         .latest = c->unshard == CKPT_PROC_UNSHARD_LATEST,
-        .skip_step0 = !c->unshard_step0, .tmp_dir = c->tmp_dir,
+        .skip_step0 = !c->unshard_step0, .tmp_dir = o->p->tmp,
         .on_step = on_step, .ud = o,
     };
     ckpt_buf_reset(&o->fail);
     o->steps = 0;
-    if (ckpt_unshard_run(o->r->st, o->r->key, o->r->display, o->uns, &u)
-        != 0) {
+    if (ckpt_unshard_run(o->r->st, o->r->key, o->r->display, o->dkey, &u)
+        != 0 || o->state_failed) {
         fail_run(o, CKPT_PROC_UNSHARD, o->fail.len ? o->fail.ptr
                  : "unshard failed");
         return -1;
     }
+    if (!c->dry_run && adopt_outputs(o) != 0)
+        return -1;
     emit(o, CKPT_PROC_UNSHARD, c->dry_run ? CKPT_PROC_WOULD : CKPT_PROC_OK,
          "", 0, 0);
     return 0;
+}
+
+/* Every recorded unshard output, checked at DEST before anything is
+ * dropped or deleted: there with its size and checksum (a store's MD5
+ * ETag, or a local file's MD5; a store whose ETags are no MD5, such as
+ * GCS's composites, is checked by size), and its step's "-unfinished"
+ * marker gone (a writer at work, or a killed one's). The verified
+ * steps are what --drop-sharded may leave out. 0, or -1 after the
+ * run's row. */
+static int verify_outputs(struct one *o)
+{
+    struct ckpt_storage *st = o->p->cfg.dst;
+    int remote = !ckpt_storage_is_local(st);
+    struct ckpt_err err = CKPT_ERR_INIT;
+    char *bad = NULL;
+    o->nmade = 0;
+    for (size_t i = 0; i < o->s.nouts && !bad; i++) {
+        const struct proc_out *out = &o->s.outs[i];
+        char *key = ckpt_path_join(o->dkey, out->path);
+        char *disp = ckpt_storage_display(st, key);
+        const char *slash = strchr(out->path, '/');
+        char *dir = slash ? ckpt_xstrndup(out->path,
+                                          (size_t)(slash - out->path))
+                          : ckpt_xstrdup("");
+        struct ckpt_stat sb;
+        char sum[48] = "";
+        if (ckpt_storage_stat(st, key, &sb, &err) != 0)
+            bad = ckpt_xasprintf("%s: %s", disp, err.msg);
+        else if (sb.type != CKPT_ENTRY_FILE || sb.size != out->size)
+            bad = ckpt_xasprintf("%s: %llu bytes at DEST, %llu written",
+                                 disp, (unsigned long long)sb.size,
+                                 (unsigned long long)out->size);
+        else if (!remote && local_md5(st, key, sb.size, sum, &err) != 0)
+            bad = ckpt_xasprintf("%s: %s", disp, err.msg);
+        else if (remote)
+            snprintf(sum, sizeof(sum), "%s", sb.etag);
+        int md5ish = strspn(sum, "0123456789abcdefABCDEF") == 32 &&
+                     (!sum[32] || sum[32] == '-');
+        if (!bad && *out->sum && md5ish && strcasecmp(sum, out->sum) != 0)
+            bad = ckpt_xasprintf("%s: checksum %s at DEST, %s written",
+                                 disp, sum, out->sum);
+        size_t dl = strlen(dir);
+        int first = i == 0 || strncmp(o->s.outs[i - 1].path, dir, dl) != 0 ||
+                    o->s.outs[i - 1].path[dl] != '/';
+        if (!bad && *dir && first) {
+            char *m = ckpt_path_join(o->dkey, dir);
+            char *mkey = ckpt_xasprintf("%s-unfinished", m);
+            char *md = ckpt_storage_display(st, mkey);
+            if (ckpt_storage_stat(st, mkey, &sb, &err) == 0)
+                bad = ckpt_xasprintf("%s: marked unfinished (a writer at "
+                                     "work, or a killed one's)", md);
+            else if (err.code != CKPT_ENOTFOUND)
+                bad = ckpt_xasprintf("%s: %s", md, err.msg);
+            ckpt_err_clear(&err);
+            free(m);
+            free(mkey);
+            free(md);
+        }
+        int64_t step;
+        int uns = 0;
+        if (!bad && ckpt_checkpoint_name(dir, &step, &uns) && uns) {
+            o->made = ckpt_xreallocarray(o->made, o->nmade + 1,
+                                         sizeof(*o->made));
+            o->made[o->nmade++] = step;
+        }
+        free(dir);
+        free(disp);
+        free(key);
+    }
+    if (!bad)
+        return 0;
+    fail_run(o, CKPT_PROC_VERIFY, bad);
+    free(bad);
+    return -1;
+}
+
+/* Files and bytes of the recorded unshard outputs. */
+static void outs_total(const struct one *o, uint64_t *files, uint64_t *bytes)
+{
+    *files = o->s.nouts;
+    *bytes = 0;
+    for (size_t i = 0; i < o->s.nouts; i++)
+        *bytes += o->s.outs[i].size;
 }
 
 /* The delete phase's event; files the rules left out stayed, and say
@@ -535,9 +758,11 @@ static int find_drops(struct one *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     struct ckpt_err err = CKPT_ERR_INIT;
+    const int64_t *made = c->dry_run ? o->would : o->made;
+    size_t nmade = c->dry_run ? o->nwould : o->nmade;
     if (proc_drops_find(&o->drops, o->r->st, o->r->key, c->clean.max_archive,
-                        c->drop_sharded, c->drop_incomplete, o->p->local,
-                        o->uns, o->would, o->nwould, &err) == 0)
+                        c->drop_sharded, c->drop_incomplete, made, nmade,
+                        &err) == 0)
         return 0;
     fail_run(o, CKPT_PROC_UPLOAD, err.msg);
     return -1;
@@ -560,10 +785,12 @@ static int upload(struct one *o)
                  o->fail.ptr);
         return -1;
     }
-    o->s.files = t.files;
-    o->s.bytes = t.bytes_total;
-    emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_OK, "", t.files, t.bytes_total);
-    emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", t.files, t.bytes_total);
+    uint64_t of, ob;
+    outs_total(o, &of, &ob);
+    o->s.files = t.files + of;
+    o->s.bytes = t.bytes_total + ob;
+    emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_OK, "", o->s.files, o->s.bytes);
+    emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", o->s.files, o->s.bytes);
     if (!c->keep_source)
         emit_delete(o, &t, freed0);
     return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
@@ -575,14 +802,18 @@ static int verify_delete(struct one *o)
     const struct ckpt_process_cfg *c = &o->p->cfg;
     struct ckpt_upload_totals t;
     uint64_t freed0 = o->freed;
+    if (verify_outputs(o) != 0)
+        return -1;
     if (upload_pass(o, 1, 0, &t) != 0) {
         fail_run(o, o->fail_delete ? CKPT_PROC_DELETE : CKPT_PROC_VERIFY,
                  o->fail.ptr);
         return -1;
     }
-    o->s.files = t.files;
-    o->s.bytes = t.bytes_total;
-    emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", t.files, t.bytes_total);
+    uint64_t of, ob;
+    outs_total(o, &of, &ob);
+    o->s.files = t.files + of;
+    o->s.bytes = t.bytes_total + ob;
+    emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", o->s.files, o->s.bytes);
     if (!c->keep_source)
         emit_delete(o, &t, freed0);
     return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
@@ -684,7 +915,8 @@ static void leased(struct one *o)
         if (!judge(o) || map_run(o) != 0)
             return;
         set_dest(o);
-        if (unshard(o) != 0 || find_drops(o) != 0 || upload(o) != 0)
+        if (unshard(o) != 0 || verify_outputs(o) != 0 ||
+            find_drops(o) != 0 || upload(o) != 0)
             return;
     } else {
         emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_DONE, "", o->s.files,
@@ -692,9 +924,6 @@ static void leased(struct one *o)
         if (verify_delete(o) != 0)
             return;
     }
-    /* Verified at DEST: the local unshard outputs have done their job. */
-    struct ckpt_err derr = CKPT_ERR_INIT;
-    (void)ckpt_storage_delete_tree(o->p->local, o->uns, &derr);
     finish(o, CKPT_PROC_OK, "", 0);
 }
 
@@ -713,7 +942,6 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     char *lname = ckpt_xasprintf("%s.lease", r->id);
     o.state_key = ckpt_path_join(dir, sname);
     o.lease_key = ckpt_path_join(dir, lname);
-    o.uns = ckpt_path_join(p->tmp, r->id);
     if (r->dup) {
         char *d = ckpt_xasprintf("run id '%s' is also the id of %s, queued "
                                  "before it: the two would share one state "
@@ -747,13 +975,16 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     *failed |= o.failed;
     proc_drops_release(&o.drops);
     free(o.would);
+    free(o.made);
+    for (size_t i = 0; i < o.nhave; i++)
+        free(o.have[i]);
+    free(o.have);
     proc_state_release(&o.s);
     ckpt_buf_release(&o.fail);
     free(o.dkey);
     free(o.ddisp);
     free(o.state_key);
     free(o.lease_key);
-    free(o.uns);
     pthread_mutex_destroy(&o.mu);
     free(sname);
     free(lname);
@@ -1047,21 +1278,11 @@ int ckpt_process_new(struct ckpt_process **out,
 {
     struct ckpt_process *p = ckpt_xcalloc(1, sizeof(*p));
     pthread_mutex_init(&p->mu, NULL);
-    struct ckpt_loc loc = { CKPT_SCHEME_LOCAL, NULL, ckpt_xstrdup(""),
-                            ckpt_xstrdup("") };
-    struct ckpt_storage_cfg scfg = { 0, 0, 0, 1 };
     const char *base = cfg->tmp_dir ? cfg->tmp_dir
                      : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     p->cfg = *cfg;
-    p->tmp = ckpt_path_join(base, "ckpt-process");
+    p->tmp = ckpt_xstrdup(base);
     *out = p;
-    int rc = ckpt_storage_open(&p->local, &loc, &scfg, err);
-    ckpt_loc_release(&loc);
-    if (rc != 0) {
-        ckpt_process_free(p);
-        *out = NULL;
-        return -1;
-    }
     if (cfg->logs_st &&
         ckpt_storage_list(cfg->logs_st, cfg->logs_key, CKPT_LIST_RECURSIVE,
                           collect_log, p, err) != 0) {
@@ -1085,7 +1306,6 @@ void ckpt_process_free(struct ckpt_process *p)
     for (size_t i = 0; i < p->nlogs; i++)
         free(p->logs[i]);
     free(p->logs);
-    ckpt_storage_close(p->local);
     pthread_mutex_destroy(&p->mu);
     free(p->tmp);
     free(p->runs);

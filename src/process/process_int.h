@@ -14,6 +14,15 @@
 
 enum proc_phase { PROC_NEW = 0, PROC_UPLOADED, PROC_DONE, PROC_DELETED };
 
+/* An unshard output written straight to DEST: its path below the run's
+ * DEST directory ("step1000-unsharded/model.pt"), size and checksum
+ * (ckpt_unshard_file.checksum: what verifying compares). */
+struct proc_out {
+    char *path;             /* owned */
+    uint64_t size;
+    char sum[48];
+};
+
 struct proc_state {
     enum proc_phase phase;
     char *dest;             /* owned: DEST-relative key of the run, or NULL */
@@ -22,7 +31,13 @@ struct proc_state {
                                absolute path, or a URL), or NULL (states
                                written before it was recorded) */
     uint64_t files, bytes, steps, freed;
+    struct proc_out *outs;  /* owned: the unshard outputs at DEST */
+    size_t nouts;
 };
+
+/* Record an output (replacing one of the same path). */
+void proc_state_add_out(struct proc_state *s, const char *path,
+                        uint64_t size, const char *sum);
 
 /* Read the state at key: a missing object is PROC_NEW (0). A state that
  * cannot be parsed is an error, never "new": a rerun must not judge a
@@ -76,13 +91,12 @@ struct proc_drops {
 
 /* Which step directories of the run at key to drop: incomplete ones (as
  * `ckpt ls` judges them), and sharded ones with a complete -unsharded
- * sibling in the run or an unshard output in uns (on local), or whose
- * step is one of would[nwould] (a dry run's unshard outputs, not made).
- * 0, or -1. */
+ * sibling in the run, or whose step is one of made[nmade] (steps with a
+ * verified unshard output at DEST, or a dry run's, not made). 0, or
+ * -1. */
 int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
                     const char *key, uint64_t max_archive, int sharded,
-                    int incomplete, struct ckpt_storage *local,
-                    const char *uns, const int64_t *would, size_t nwould,
+                    int incomplete, const int64_t *made, size_t nmade,
                     struct ckpt_err *err);
 void proc_drops_release(struct proc_drops *d);
 /* COPY, LEAVE (the filter leaves it out: it stays at the source) or DROP

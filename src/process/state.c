@@ -16,7 +16,8 @@
 
 #include "ckpt/util.h"
 
-#define STATE_MAX (64u << 10)
+/* Room for thousands of unshard outputs. */
+#define STATE_MAX (4u << 20)
 
 static const char *const phase_names[] = { "new", "uploaded", "done",
                                            "deleted" };
@@ -28,6 +29,44 @@ static uint64_t get_u64(const cJSON *o, const char *name)
     return cJSON_IsNumber(v) && v->valuedouble >= 0 &&
            v->valuedouble < 18446744073709551616.0
            ? (uint64_t)v->valuedouble : 0;
+}
+
+void proc_state_add_out(struct proc_state *s, const char *path,
+                        uint64_t size, const char *sum)
+{
+    struct proc_out *o = NULL;
+    for (size_t i = 0; i < s->nouts && !o; i++)
+        if (!strcmp(s->outs[i].path, path))
+            o = &s->outs[i];
+    if (!o) {
+        s->outs = ckpt_xreallocarray(s->outs, s->nouts + 1,
+                                     sizeof(*s->outs));
+        o = &s->outs[s->nouts++];
+        o->path = ckpt_xstrdup(path);
+    }
+    o->size = size;
+    snprintf(o->sum, sizeof(o->sum), "%s", sum ? sum : "");
+}
+
+/* "unsharded": [{"path": P, "size": N, "sum": S}, ...]; an entry that is
+ * not one is an unreadable state. */
+static int parse_outs(const cJSON *v, struct proc_state *s)
+{
+    const cJSON *e;
+    if (!v)
+        return 0;
+    if (!cJSON_IsArray(v))
+        return -1;
+    cJSON_ArrayForEach(e, v) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path");
+        const cJSON *sum = cJSON_GetObjectItemCaseSensitive(e, "sum");
+        if (!cJSON_IsString(p) || !*p->valuestring || !cJSON_IsString(sum) ||
+            strlen(sum->valuestring) >= sizeof(s->outs[0].sum))
+            return -1;
+        proc_state_add_out(s, p->valuestring, get_u64(e, "size"),
+                           sum->valuestring);
+    }
+    return 0;
 }
 
 int proc_state_parse(const char *data, size_t len, struct proc_state *s)
@@ -52,6 +91,8 @@ int proc_state_parse(const char *data, size_t len, struct proc_state *s)
         s->why = ckpt_xstrdup(why->valuestring);
     if (rc == 0 && cJSON_IsString(src))
         s->src = ckpt_xstrdup(src->valuestring);
+    if (rc == 0)
+        rc = parse_outs(cJSON_GetObjectItemCaseSensitive(o, "unsharded"), s);
     s->files = get_u64(o, "files");
     s->bytes = get_u64(o, "bytes");
     s->steps = get_u64(o, "steps");
@@ -112,6 +153,16 @@ char *proc_state_format(const char *run, const struct proc_state *s)
     add_u64(o, "bytes", s->bytes);
     add_u64(o, "steps", s->steps);
     add_u64(o, "freed", s->freed);
+    if (s->nouts) {
+        cJSON *a = cJSON_AddArrayToObject(o, "unsharded");
+        for (size_t i = 0; i < s->nouts; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "path", s->outs[i].path);
+            add_u64(e, "size", s->outs[i].size);
+            cJSON_AddStringToObject(e, "sum", s->outs[i].sum);
+            cJSON_AddItemToArray(a, e);
+        }
+    }
     cJSON_AddStringToObject(o, "host", host);
     cJSON_AddNumberToObject(o, "pid", (double)getpid());
     cJSON_AddNumberToObject(o, "updated", (double)time(NULL));
@@ -137,6 +188,9 @@ void proc_state_release(struct proc_state *s)
     free(s->dest);
     free(s->why);
     free(s->src);
+    for (size_t i = 0; i < s->nouts; i++)
+        free(s->outs[i].path);
+    free(s->outs);
     memset(s, 0, sizeof(*s));
 }
 

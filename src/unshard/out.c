@@ -4,11 +4,17 @@
  */
 #include <string.h>
 
+#include "ckpt/storage.h"
 #include "ckpt/util.h"
 #include "unshard_int.h"
 
 int uns_out_open(struct ujob *j, const char *dest, struct ckpt_err *err)
 {
+    struct ckpt_storage *st = j->o->dest_storage;
+    /* A local storage's keys are paths. */
+    if (st)
+        return ckpt_storage_is_local(st) ? uns_outlocal_open(j, dest, err)
+                                         : uns_outobj_open(j, dest, err);
     struct ckpt_loc loc;
     if (ckpt_loc_parse(&loc, dest, err) != 0)
         return -1;

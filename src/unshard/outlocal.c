@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
 #include "unshard_int.h"
+
+#define HASH_PIECE (4u << 20)
 
 struct dest {
     char *path;      /* DEST, symbolic links resolved; owned */
@@ -334,6 +337,39 @@ static int local_create(struct ujob *j, struct ufile *f,
     return 0;
 }
 
+/* MD5 of the file as written (opts.checksum): read back once. */
+static int hash_output(struct ufile *f, struct ckpt_err *err)
+{
+    static const char x[] = "0123456789abcdef";
+    EVP_MD_CTX *m = EVP_MD_CTX_new();
+    char *buf = ckpt_xmalloc(HASH_PIECE);
+    unsigned char d[16];
+    unsigned dlen = 0;
+    int rc = m && EVP_DigestInit_ex(m, EVP_md5(), NULL) ? 0
+           : ckpt_err_set(err, CKPT_ENOMEM, "MD5 of '%s'", f->tmp);
+    for (uint64_t off = 0; rc == 0 && off < f->size;) {
+        ssize_t n = pread(f->fd, buf, HASH_PIECE, (off_t)off);
+        if (n <= 0)
+            rc = n < 0 ? ckpt_err_sys(err, "read '%s'", f->tmp)
+                       : ckpt_err_set(err, CKPT_EIO, "'%s': shorter than "
+                                      "written", f->tmp);
+        else {
+            EVP_DigestUpdate(m, buf, (size_t)n);
+            off += (uint64_t)n;
+        }
+    }
+    if (rc == 0)
+        EVP_DigestFinal_ex(m, d, &dlen);
+    for (unsigned i = 0; rc == 0 && i < 16; i++) {
+        f->sum[2 * i] = x[d[i] >> 4];
+        f->sum[2 * i + 1] = x[d[i] & 15];
+        f->sum[2 * i + 2] = '\0';
+    }
+    EVP_MD_CTX_free(m);
+    free(buf);
+    return rc;
+}
+
 static int local_close(struct ujob *j, struct ckpt_err *err)
 {
     int rc = 0, sync = j->o->sync;
@@ -343,6 +379,8 @@ static int local_close(struct ujob *j, struct ckpt_err *err)
             continue;
         if (rc == 0 && sync && fsync(f->fd) != 0)
             rc = ckpt_err_sys(err, "sync '%s'", f->tmp);
+        if (rc == 0 && j->o->checksum)
+            rc = hash_output(f, err);
         if (close(f->fd) != 0 && rc == 0)
             rc = ckpt_err_sys(err, "close '%s'", f->tmp);
         f->fd = -1;

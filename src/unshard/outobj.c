@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,13 +63,16 @@ struct ofile {
     struct opart *parts;    /* owned, nparts */
     char *upload_id;        /* multipart in progress, or NULL */
     char (*etags)[80];      /* owned, nparts */
+    unsigned char (*md5s)[16];  /* owned, nparts: each part's MD5 */
     char etag[80];          /* the completed object's */
+    char sum[48];           /* what its ETag must be, from md5s */
     uint32_t nsent;
     int created;
 };
 
 struct oobj {
     struct ckpt_storage *st;
+    int st_borrowed;        /* opts.dest_storage: not closed here */
     char *prefix;           /* DEST's key, no trailing '/' */
     char *marker;           /* "<prefix>-unfinished" */
     char *display;          /* DEST as given */
@@ -119,6 +123,7 @@ static int send_part(struct oobj *o, struct ofile *of, uint32_t i,
     unsigned mdlen = 0;
     struct ckpt_put_result res;
     EVP_Digest(p->buf, len, md5, &mdlen, EVP_md5(), NULL);
+    memcpy(of->md5s[i], md5, sizeof(md5));
     int rc = of->upload_id
         ? ckpt_storage_mpu_part(o->st, of->key, of->upload_id, (int)i + 1,
                                 (uint64_t)i * of->psize, p->buf, len, md5, 0,
@@ -373,6 +378,7 @@ static int start(struct oobj *o, struct ofile *of, uint64_t size,
     of->nparts = (uint32_t)((size + of->psize - 1) / of->psize);
     of->parts = ckpt_xcalloc(of->nparts ? of->nparts : 1,
                              sizeof(*of->parts));
+    of->md5s = ckpt_xcalloc(of->nparts ? of->nparts : 1, sizeof(*of->md5s));
     of->created = 1;
     if (of->nparts <= 1)
         return 0;
@@ -406,6 +412,47 @@ static int obj_create(struct ujob *j, struct ufile *f, struct ckpt_err *err)
     return 0;
 }
 
+static void hex_of(const unsigned char *d, size_t n, char *out)
+{
+    static const char x[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = x[d[i] >> 4];
+        out[2 * i + 1] = x[d[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* The ETag the bytes sent must have: one PUT's is their MD5, a multipart
+ * upload's the MD5 of its parts' MD5s, "-N". */
+static void expected_sum(struct ofile *of)
+{
+    unsigned char d[16];
+    unsigned dlen = 0;
+    if (of->nparts == 0)
+        EVP_Digest("", 0, d, &dlen, EVP_md5(), NULL);
+    else if (!of->upload_id)
+        memcpy(d, of->md5s[0], sizeof(d));
+    else
+        EVP_Digest(of->md5s, (size_t)of->nparts * sizeof(*of->md5s), d,
+                   &dlen, EVP_md5(), NULL);
+    hex_of(d, sizeof(d), of->sum);
+    if (of->upload_id)
+        snprintf(of->sum + 32, sizeof(of->sum) - 32, "-%u", of->nparts);
+}
+
+/* A store that states MD5 ETags must state ours: else the object is not
+ * the bytes we sent. */
+static int check_etag(const struct ofile *of, struct ckpt_err *err)
+{
+    const char *e = of->etag;
+    size_t n = strspn(e, "0123456789abcdefABCDEF");
+    if (n != 32 || (e[32] && e[32] != '-') || !strcasecmp(e, of->sum))
+        return 0;
+    return ckpt_err_set(err, CKPT_EIO, "%s: the store states ETag %s, "
+                        "but the bytes sent make %s", of->display, e,
+                        of->sum);
+}
+
 static int finish_file(struct oobj *o, struct ofile *of, struct ckpt_err *err)
 {
     struct ckpt_put_result res;
@@ -417,13 +464,17 @@ static int finish_file(struct oobj *o, struct ofile *of, struct ckpt_err *err)
                                     &res, err) != 0)
             return -1;
         snprintf(of->etag, sizeof(of->etag), "%s", res.etag);
-        return 0;
+        expected_sum(of);
+        return check_etag(of, err);
     }
     if (of->nsent != of->nparts)
         return ckpt_err_set(err, CKPT_EIO, "%s: %u of %u parts written",
                             of->display, of->nsent, of->nparts);
-    if (!of->upload_id)
-        return 0;
+    if (!of->upload_id) {
+        expected_sum(of);
+        return check_etag(of, err);
+    }
+    expected_sum(of);   /* while upload_id says it was multipart */
     const char **etags = ckpt_xcalloc(of->nparts, sizeof(*etags));
     for (uint32_t i = 0; i < of->nparts; i++)
         etags[i] = of->etags[i];
@@ -437,15 +488,18 @@ static int finish_file(struct oobj *o, struct ofile *of, struct ckpt_err *err)
     snprintf(of->etag, sizeof(of->etag), "%s", res.etag);
     free(of->upload_id);
     of->upload_id = NULL;
-    return 0;
+    return check_etag(of, err);
 }
 
 static int obj_close(struct ujob *j, struct ckpt_err *err)
 {
     struct oobj *o = oo(j);
-    for (size_t i = 0; i < o->nfiles; i++)
+    for (size_t i = 0; i < o->nfiles; i++) {
         if (finish_file(o, &o->files[i], err) != 0)
             return -1;
+        snprintf(j->dst.files[i].sum, sizeof(j->dst.files[i].sum), "%s",
+                 o->files[i].sum);
+    }
     return 0;
 }
 
@@ -475,6 +529,7 @@ static void obj_release(struct ujob *j)
             free(of->parts[p].buf);
         free(of->parts);
         free(of->etags);
+        free(of->md5s);
         free(of->upload_id);
         free(of->key);
         free(of->display);
@@ -486,7 +541,7 @@ static void obj_release(struct ujob *j)
     free(o->prefix);
     free(o->marker);
     free(o->display);
-    if (o->st)
+    if (o->st && !o->st_borrowed)
         ckpt_storage_close(o->st);
     pthread_mutex_destroy(&o->mu);
     pthread_cond_destroy(&o->cv);
@@ -519,15 +574,25 @@ int uns_outobj_open(struct ujob *j, const char *dest, struct ckpt_err *err)
     j->dst.out->ops = &obj_ops;
     j->dst.out->remote = 1;
     j->dst.out->impl = o;
-    if (ckpt_loc_parse(&loc, dest, err) != 0)
-        return -1;
-    struct ckpt_storage_cfg cfg = uns_storage_cfg(j->o);
-    int rc = ckpt_storage_open(&o->st, &loc, &cfg, err);
-    o->prefix = ckpt_xstrdup(loc.key);
-    o->display = ckpt_xstrdup(dest);
-    ckpt_loc_release(&loc);
-    if (rc != 0)
-        return -1;
+    if (j->o->dest_storage) {   /* the caller's: dest is a key */
+        o->st = j->o->dest_storage;
+        o->st_borrowed = 1;
+        o->prefix = ckpt_xstrdup(dest);
+        size_t n = strlen(o->prefix);
+        while (n && o->prefix[n - 1] == '/')
+            o->prefix[--n] = '\0';
+        o->display = ckpt_storage_display(o->st, o->prefix);
+    } else {
+        if (ckpt_loc_parse(&loc, dest, err) != 0)
+            return -1;
+        struct ckpt_storage_cfg cfg = uns_storage_cfg(j->o);
+        int rc = ckpt_storage_open(&o->st, &loc, &cfg, err);
+        o->prefix = ckpt_xstrdup(loc.key);
+        o->display = ckpt_xstrdup(dest);
+        ckpt_loc_release(&loc);
+        if (rc != 0)
+            return -1;
+    }
     if (!*o->prefix)
         return ckpt_err_set(err, CKPT_EUSAGE, "'%s': DEST must name a "
                             "prefix inside the bucket", dest);

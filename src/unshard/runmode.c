@@ -377,17 +377,23 @@ static int dest_copy_fault(struct runctx *r, const char *out, char **bad,
                            struct ckpt_err *err)
 {
     struct ckpt_loc loc;
-    struct ckpt_storage *st = NULL;
+    struct ckpt_storage *st = r->cfg->uo.dest_storage;
     struct ckpt_storage_cfg scfg = { r->uo.insecure, r->uo.retries, 0, 1 };
     struct ckpt_stat sb;
     enum ckpt_load_status status;
     struct ckpt_tree *t = NULL;
     struct ckpt_run run;
-    if (ckpt_loc_parse(&loc, r->dest, err) != 0)
-        return -1;
-    int rc = ckpt_storage_open(&st, &loc, &scfg, err);
+    const char *key = r->dest;
+    int rc = 0;
+    memset(&loc, 0, sizeof(loc));
+    if (!st) {  /* DEST as a location: opened for this look */
+        if (ckpt_loc_parse(&loc, r->dest, err) != 0)
+            return -1;
+        rc = ckpt_storage_open(&st, &loc, &scfg, err);
+        key = loc.key;
+    }
     if (rc == 0)
-        rc = ckpt_run_load(st, loc.key, 0, &sb, &status, &t, &run, err);
+        rc = ckpt_run_load(st, key, 0, &sb, &status, &t, &run, err);
     if (rc == 0 && status != CKPT_LOAD_OK)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is not a directory",
                           r->dest);
@@ -398,7 +404,8 @@ static int dest_copy_fault(struct runctx *r, const char *out, char **bad,
         ckpt_run_release(&run);
     }
     ckpt_tree_free(t);
-    ckpt_storage_close(st);
+    if (st != r->cfg->uo.dest_storage)
+        ckpt_storage_close(st);
     ckpt_loc_release(&loc);
     return rc;
 }
@@ -477,7 +484,8 @@ static int skip_step(struct runctx *r, const struct ckpt_checkpoint *k,
         return 1;
     }
     if (why)
-        step_row(r, *failed ? "error" : "skip", k, why, NULL, NULL);
+        step_row(r, *failed ? "error" : "skip", k, why, NULL,
+                 copy == COPY_AT_DEST ? out : NULL);
     free(why);
     return why != NULL;
 }
@@ -728,7 +736,9 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
     r.st = st;
     r.src = src;
     r.dest = dest;
-    r.dest_remote = strstr(dest, "://") && strncmp(dest, "file://", 7);
+    r.dest_remote = cfg->uo.dest_storage
+                    ? !ckpt_storage_is_local(cfg->uo.dest_storage)
+                    : strstr(dest, "://") && strncmp(dest, "file://", 7);
     if (open_run(&r, key, &err) != 0) {
         step_row(&r, "error", NULL, err.msg, NULL, NULL);
         failed = 1;

@@ -293,8 +293,11 @@ int ckpt_unshard_dcp(const char *src, const char *dest,
     if (rc == 0 && !opts->dry_run)
         rc = j.dst.out->ops->commit(&j, err);
     if (rc == 0 && !opts->dry_run)
-        for (size_t i = 0; i < j.dst.nfiles; i++)
+        for (size_t i = 0; i < j.dst.nfiles; i++) {
             res->files[i].size = j.dst.files[i].size;
+            memcpy(res->files[i].checksum, j.dst.files[i].sum,
+                   sizeof(res->files[i].checksum));
+        }
     if (rc == 0 && !opts->dry_run)
         res->buffers_peak = uns_outobj_peak(&j);
     if (rc != 0 && j.dst.out)

@@ -130,6 +130,8 @@ struct ufile {
     char *copy_from;        /* train.pt copied from this file; owned */
     int copy_local;         /* copy_from is a local file, SRC or not */
     void *out;              /* the output's state (outobj.c), or NULL */
+    char sum[48];           /* its checksum once closed (as
+                               ckpt_unshard_file.checksum), or "" */
 };
 
 struct bufpool {
