@@ -10,7 +10,9 @@
  * Idempotent: a small state object per run, DEST/.ckpt-process/ID.json,
  * records the phases finished ("uploaded": everything at DEST and
  * verified, written right before the first source file is deleted;
- * "done": the source deleted too) and where the run went. A
+ * "done": the source deleted too), where the run went and the unshard
+ * outputs written straight to DEST (path, size, checksum; verified at
+ * DEST before anything is dropped or deleted). A
  * rerun after a crash goes on from there: a run whose upload was verified
  * is not judged again (its source may be half deleted), only verified
  * again and deleted.
@@ -99,8 +101,9 @@ struct ckpt_process_cfg {
                                     the source (verified uploads first) */
     enum ckpt_process_unshard unshard;
     int unshard_step0;           /* also step 0 */
-    const char *tmp_dir;         /* unshard outputs wait for their upload
-                                    in TMP/ckpt-process/RUN_ID/; NULL:
+    const char *tmp_dir;         /* unshard's scratch: the step being
+                                    read of a compressed archive or zip
+                                    (outputs go straight to DEST); NULL:
                                     $TMPDIR or /tmp */
     struct ckpt_storage *logs_st;/* borrowed, or NULL: no --logs */
     const char *logs_key;
@@ -113,7 +116,8 @@ struct ckpt_process_cfg {
                                     together (each run gets its share,
                                     at least 16 MiB); 0: 96 MiB */
     int insecure, retries;       /* how unshard opens remote runs (as
-                                    the caller's storages) */
+                                    the caller's storages; its outputs
+                                    go through dst itself) */
     const char *state_dir;       /* upload journals; NULL: none */
     int64_t lease_ttl;           /* seconds; 0: CKPT_LEASE_TTL */
     /* Called one at a time (never concurrently), from whichever thread

@@ -112,6 +112,10 @@ struct ckpt_unshard_file {
      * parts "MD5-N", the MD5 of the parts' MD5s (S3's multipart ETag).
      * A remote output's is always given. "" if none. */
     char checksum[48];
+    /* A remote output: the ETag the store stated for it (equal to
+     * checksum where the store states MD5 ETags of that form; s3rver
+     * states a plain MD5 for a multipart object). "" if none. */
+    char etag[80];
 };
 
 struct ckpt_unshard_result {

@@ -482,7 +482,8 @@ static void record_outputs(struct one *o,
     for (size_t i = 0; i < ev->res->nfiles; i++) {
         char *path = ckpt_path_join(rel, ev->res->files[i].name);
         proc_state_add_out(&o->s, path, ev->res->files[i].size,
-                           ev->res->files[i].checksum);
+                           ev->res->files[i].checksum,
+                           ev->res->files[i].etag);
         free(path);
     }
     if (!o->s.src)
@@ -535,7 +536,7 @@ static int recorded_in(const struct proc_state *s, const char *dir)
 
 /* MD5 (hex) of a file of a local DEST, read back. */
 static int local_md5(struct ckpt_storage *st, const char *key, uint64_t size,
-                     char hex[48], struct ckpt_err *err)
+                     char *hex, struct ckpt_err *err)
 {
     static const char x[] = "0123456789abcdef";
     size_t cap = 4u << 20;
@@ -579,7 +580,7 @@ static int adopt_file(void *ud, const struct ckpt_entry *e)
     struct adopt *a = ud;
     struct one *o = a->o;
     struct ckpt_storage *st = o->p->cfg.dst;
-    char sum[48] = "";
+    char sum[80] = "";
     if (e->type != CKPT_ENTRY_FILE || a->rc)
         return 0;
     char *path = ckpt_path_join(a->dir, e->name);
@@ -589,7 +590,8 @@ static int adopt_file(void *ud, const struct ckpt_entry *e)
     else
         a->rc = local_md5(st, key, e->size, sum, &a->err);
     if (!a->rc)
-        proc_state_add_out(&o->s, path, e->size, sum);
+        proc_state_add_out(&o->s, path, e->size, sum,
+                           ckpt_storage_is_local(st) ? NULL : sum);
     free(key);
     free(path);
     return 0;
@@ -654,13 +656,38 @@ static int unshard(struct one *o)
     return 0;
 }
 
+/* Is sum an MD5 ETag, and one of a multipart object ("-N")? */
+static int md5_form(const char *sum, int *multi)
+{
+    *multi = sum[32] == '-';
+    return strspn(sum, "0123456789abcdefABCDEF") == 32 &&
+           (!sum[32] || sum[32] == '-');
+}
+
+/* Why DEST's ETag (remote) or MD5 (local) `got` does not match output
+ * out, or NULL: the ETag the store gave it when written must be the one
+ * it states now, and an MD5 of the form of ours (computed from the bytes
+ * written) must be ours. */
+static char *sum_fault(const struct proc_out *out, const char *got)
+{
+    int gm, om;
+    if (*out->etag && strcasecmp(got, out->etag) != 0)
+        return ckpt_xasprintf("checksum (ETag) %s at DEST, %s when written",
+                              got, out->etag);
+    if (*out->sum && md5_form(got, &gm) && md5_form(out->sum, &om) &&
+        gm == om && strcasecmp(got, out->sum) != 0)
+        return ckpt_xasprintf("checksum %s at DEST, %s written", got,
+                              out->sum);
+    return NULL;
+}
+
 /* Every recorded unshard output, checked at DEST before anything is
- * dropped or deleted: there with its size and checksum (a store's MD5
- * ETag, or a local file's MD5; a store whose ETags are no MD5, such as
- * GCS's composites, is checked by size), and its step's "-unfinished"
- * marker gone (a writer at work, or a killed one's). The verified
- * steps are what --drop-sharded may leave out. 0, or -1 after the
- * run's row. */
+ * dropped or deleted: there with its size and checksum (the store's
+ * ETag against the one it gave when written and, where it states an MD5
+ * of that form, against the MD5 of the bytes written; a local file read
+ * back and hashed), and its step's "-unfinished" marker gone (a writer
+ * at work, or a killed one's). The verified steps are what
+ * --drop-sharded may leave out. 0, or -1 after the run's row. */
 static int verify_outputs(struct one *o)
 {
     struct ckpt_storage *st = o->p->cfg.dst;
@@ -677,7 +704,7 @@ static int verify_outputs(struct one *o)
                                           (size_t)(slash - out->path))
                           : ckpt_xstrdup("");
         struct ckpt_stat sb;
-        char sum[48] = "";
+        char sum[sizeof(sb.etag)] = "";
         if (ckpt_storage_stat(st, key, &sb, &err) != 0)
             bad = ckpt_xasprintf("%s: %s", disp, err.msg);
         else if (sb.type != CKPT_ENTRY_FILE || sb.size != out->size)
@@ -688,11 +715,10 @@ static int verify_outputs(struct one *o)
             bad = ckpt_xasprintf("%s: %s", disp, err.msg);
         else if (remote)
             snprintf(sum, sizeof(sum), "%s", sb.etag);
-        int md5ish = strspn(sum, "0123456789abcdefABCDEF") == 32 &&
-                     (!sum[32] || sum[32] == '-');
-        if (!bad && *out->sum && md5ish && strcasecmp(sum, out->sum) != 0)
-            bad = ckpt_xasprintf("%s: checksum %s at DEST, %s written",
-                                 disp, sum, out->sum);
+        char *why = bad ? NULL : sum_fault(out, sum);
+        if (why)
+            bad = ckpt_xasprintf("%s: %s", disp, why);
+        free(why);
         size_t dl = strlen(dir);
         int first = i == 0 || strncmp(o->s.outs[i - 1].path, dir, dl) != 0 ||
                     o->s.outs[i - 1].path[dl] != '/';

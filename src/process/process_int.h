@@ -15,12 +15,15 @@
 enum proc_phase { PROC_NEW = 0, PROC_UPLOADED, PROC_DONE, PROC_DELETED };
 
 /* An unshard output written straight to DEST: its path below the run's
- * DEST directory ("step1000-unsharded/model.pt"), size and checksum
- * (ckpt_unshard_file.checksum: what verifying compares). */
+ * DEST directory ("step1000-unsharded/model.pt"), size, checksum
+ * (ckpt_unshard_file.checksum) and the ETag the store gave it: what
+ * verifying compares. */
 struct proc_out {
     char *path;             /* owned */
     uint64_t size;
     char sum[48];
+    char etag[80];          /* object storage: the ETag it was given, or
+                               "" */
 };
 
 struct proc_state {
@@ -37,7 +40,7 @@ struct proc_state {
 
 /* Record an output (replacing one of the same path). */
 void proc_state_add_out(struct proc_state *s, const char *path,
-                        uint64_t size, const char *sum);
+                        uint64_t size, const char *sum, const char *etag);
 
 /* Read the state at key: a missing object is PROC_NEW (0). A state that
  * cannot be parsed is an error, never "new": a rerun must not judge a

@@ -32,7 +32,7 @@ static uint64_t get_u64(const cJSON *o, const char *name)
 }
 
 void proc_state_add_out(struct proc_state *s, const char *path,
-                        uint64_t size, const char *sum)
+                        uint64_t size, const char *sum, const char *etag)
 {
     struct proc_out *o = NULL;
     for (size_t i = 0; i < s->nouts && !o; i++)
@@ -46,10 +46,11 @@ void proc_state_add_out(struct proc_state *s, const char *path,
     }
     o->size = size;
     snprintf(o->sum, sizeof(o->sum), "%s", sum ? sum : "");
+    snprintf(o->etag, sizeof(o->etag), "%s", etag ? etag : "");
 }
 
-/* "unsharded": [{"path": P, "size": N, "sum": S}, ...]; an entry that is
- * not one is an unreadable state. */
+/* "unsharded": [{"path": P, "size": N, "sum": S, "etag": E}, ...] (etag
+ * optional); an entry that is not one is an unreadable state. */
 static int parse_outs(const cJSON *v, struct proc_state *s)
 {
     const cJSON *e;
@@ -60,11 +61,14 @@ static int parse_outs(const cJSON *v, struct proc_state *s)
     cJSON_ArrayForEach(e, v) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path");
         const cJSON *sum = cJSON_GetObjectItemCaseSensitive(e, "sum");
+        const cJSON *et = cJSON_GetObjectItemCaseSensitive(e, "etag");
         if (!cJSON_IsString(p) || !*p->valuestring || !cJSON_IsString(sum) ||
-            strlen(sum->valuestring) >= sizeof(s->outs[0].sum))
+            strlen(sum->valuestring) >= sizeof(s->outs[0].sum) ||
+            (et && (!cJSON_IsString(et) ||
+                    strlen(et->valuestring) >= sizeof(s->outs[0].etag))))
             return -1;
         proc_state_add_out(s, p->valuestring, get_u64(e, "size"),
-                           sum->valuestring);
+                           sum->valuestring, et ? et->valuestring : NULL);
     }
     return 0;
 }
@@ -160,6 +164,8 @@ char *proc_state_format(const char *run, const struct proc_state *s)
             cJSON_AddStringToObject(e, "path", s->outs[i].path);
             add_u64(e, "size", s->outs[i].size);
             cJSON_AddStringToObject(e, "sum", s->outs[i].sum);
+            if (s->outs[i].etag[0])
+                cJSON_AddStringToObject(e, "etag", s->outs[i].etag);
             cJSON_AddItemToArray(a, e);
         }
     }

@@ -297,6 +297,8 @@ int ckpt_unshard_dcp(const char *src, const char *dest,
             res->files[i].size = j.dst.files[i].size;
             memcpy(res->files[i].checksum, j.dst.files[i].sum,
                    sizeof(res->files[i].checksum));
+            memcpy(res->files[i].etag, j.dst.files[i].etag,
+                   sizeof(res->files[i].etag));
         }
     if (rc == 0 && !opts->dry_run)
         res->buffers_peak = uns_outobj_peak(&j);

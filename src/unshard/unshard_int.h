@@ -132,6 +132,7 @@ struct ufile {
     void *out;              /* the output's state (outobj.c), or NULL */
     char sum[48];           /* its checksum once closed (as
                                ckpt_unshard_file.checksum), or "" */
+    char etag[80];          /* remote: the ETag the store stated */
 };
 
 struct bufpool {

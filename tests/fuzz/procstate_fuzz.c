@@ -6,8 +6,8 @@
  * Input: the object's bytes.
  * Properties: never crashes or leaks; a finished upload ("uploaded",
  * "done") always says where the run went; what parses, written again and
- * re-read, gives the same state (phase, dest, why, src, and every count up to
- * 2^53, which a JSON number holds exactly).
+ * re-read, gives the same state (phase, dest, why, src, the unshard outputs,
+ * and every count up to 2^53, which a JSON number holds exactly).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,6 +25,19 @@ static int same_str(const char *a, const char *b)
     return (!a && !b) || (a && b && !strcmp(a, b));
 }
 
+static int same_outs(const struct proc_state *a, const struct proc_state *b)
+{
+    if (a->nouts != b->nouts)
+        return 0;
+    for (size_t i = 0; i < a->nouts; i++)
+        if (strcmp(a->outs[i].path, b->outs[i].path) ||
+            strcmp(a->outs[i].sum, b->outs[i].sum) ||
+            strcmp(a->outs[i].etag, b->outs[i].etag) ||
+            !same_u64(a->outs[i].size, b->outs[i].size))
+            return 0;
+    return 1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct proc_state s, t;
@@ -38,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         !same_str(t.why, s.why) || !same_str(t.src, s.src) ||
         !same_u64(t.files, s.files) ||
         !same_u64(t.bytes, s.bytes) || !same_u64(t.steps, s.steps) ||
-        !same_u64(t.freed, s.freed))
+        !same_u64(t.freed, s.freed) || !same_outs(&s, &t))
         __builtin_trap();
     free(text);
     proc_state_release(&s);
