@@ -623,10 +623,13 @@ static int adopt_outputs(struct one *o)
 }
 
 /* Unshard the run's sharded steps straight to DEST/.../stepN-unsharded/
- * through DEST's storage (a remote output is marked unfinished until
- * complete, a local one appears by rename; a step whose output is
- * complete at DEST is skipped, so a rerun redoes only what a killed
- * worker left unfinished). 0, or -1 after the run's row. */
+ * through DEST's storage, with the run's share of -j as threads (a
+ * remote output's parts are sent by the thread that completes them, so
+ * threads wait on the network: more than the cores keep them busy) and
+ * of the memory budget for part buffers. A remote output is marked
+ * unfinished until complete, a local one appears by rename; a step whose
+ * output is complete at DEST is skipped, so a rerun redoes only what a
+ * killed worker left unfinished. 0, or -1 after the run's row. */
 static int unshard(struct one *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
@@ -636,7 +639,7 @@ static int unshard(struct one *o)
         .uo = { .dry_run = c->dry_run, .sync = 1, .tmp_dir = o->p->tmp,
                 .insecure = c->insecure, .retries = c->retries,
                 .dest_storage = c->dst, .checksum = 1,
-                .memory = o->p->run_mem },
+                .memory = o->p->run_mem, .jobs = o->p->run_jobs },
         .latest = c->unshard == CKPT_PROC_UNSHARD_LATEST,
         .skip_step0 = !c->unshard_step0, .tmp_dir = o->p->tmp,
         .on_step = on_step, .ud = o,
