@@ -43,7 +43,6 @@
 
 #define MIB (1ULL << 20)
 #define MIN_PART (8 * MIB)
-#define MAX_PARTS 10000ULL
 #define DEFAULT_MEMORY (96 * MIB)
 #define COPY_PIECE (1u << 20)
 
@@ -97,12 +96,19 @@ static uint32_t part_len(const struct ofile *of, uint32_t i)
                                                  : of->psize);
 }
 
-/* Equal parts of whole MiB, at least 8 MiB, at most 10,000 of them. */
-static uint64_t part_size(uint64_t size)
+/* Part size of an output of size bytes, by the write policy `upload` uses
+ * too (ckpt_write_plan: equal parts of whole MiB, at least 8 MiB, at most
+ * 10,000). Outputs are written one after another in output order, so one
+ * file is in flight: anything above one part goes as a multipart upload,
+ * the only way to keep several requests busy; one part is one PUT. */
+static uint64_t part_size(const struct oobj *o, uint64_t size)
 {
-    uint64_t need = (size + MAX_PARTS - 1) / MAX_PARTS;
-    uint64_t p = need > MIN_PART ? need : MIN_PART;
-    return (p + MIB - 1) / MIB * MIB;
+    struct ckpt_write_in in = { .size = size, .files_in_flight = 1,
+                                .min_part = MIN_PART,
+                                .mem_budget = o->budget };
+    struct ckpt_write_plan p;
+    ckpt_storage_write_plan(o->st, &in, &p);
+    return p.multipart || size <= p.part_size ? p.part_size : size;
 }
 
 static void note_held(struct oobj *o, uint64_t add)
@@ -374,7 +380,7 @@ static int start(struct oobj *o, struct ofile *of, uint64_t size,
                  struct ckpt_err *err)
 {
     of->size = size;
-    of->psize = part_size(size);
+    of->psize = part_size(o, size);
     of->nparts = (uint32_t)((size + of->psize - 1) / of->psize);
     of->parts = ckpt_xcalloc(of->nparts ? of->nparts : 1,
                              sizeof(*of->parts));
