@@ -53,6 +53,26 @@ struct src_pf {
     size_t nfiles;
 };
 
+/* Fetch s whole into w (called unlocked; returns with pf->mu held) and
+ * wake its readers. A failed fetch is W_FAILED: readers then read by
+ * range, and report the error themselves. */
+static void fetch(struct src_pf *pf, struct usrc *s, struct src_whole *w)
+{
+    char *buf = ckpt_xmalloc((size_t)s->size);
+    size_t got = 0;
+    struct ckpt_err err;
+    if (ckpt_storage_read_if(pf->st, s->key, s->etag, 0, buf,
+                             (size_t)s->size, &got, &err) != 0 ||
+        got != s->size) {
+        free(buf);
+        buf = NULL;
+    }
+    pthread_mutex_lock(&pf->mu);
+    w->buf = buf;
+    w->state = buf ? W_READY : W_FAILED;
+    pthread_cond_broadcast(&pf->cv);
+}
+
 static void *fetcher(void *arg)
 {
     struct src_pf *pf = arg;
@@ -66,19 +86,7 @@ static void *fetcher(void *arg)
         struct src_whole *w = s->whole;
         w->state = W_LOADING;
         pthread_mutex_unlock(&pf->mu);
-        char *buf = ckpt_xmalloc((size_t)s->size);
-        size_t got = 0;
-        struct ckpt_err err;
-        int rc = ckpt_storage_read_if(pf->st, s->key, s->etag, 0, buf,
-                                      (size_t)s->size, &got, &err);
-        if (rc != 0 || got != s->size) {
-            free(buf);
-            buf = NULL;
-        }
-        pthread_mutex_lock(&pf->mu);
-        w->buf = buf;
-        w->state = buf ? W_READY : W_FAILED;
-        pthread_cond_broadcast(&pf->cv);
+        fetch(pf, s, w);
     }
     pthread_mutex_unlock(&pf->mu);
     return NULL;
@@ -187,19 +195,7 @@ void uns_src_whole_file(struct ujob *j, struct usrc *s)
         pf->held += s->size;
         pthread_mutex_unlock(&pf->mu);
         /* Fetched here, by the first reader; others wait for it. */
-        char *buf = ckpt_xmalloc((size_t)s->size);
-        size_t got = 0;
-        struct ckpt_err err;
-        if (ckpt_storage_read_if(pf->st, s->key, s->etag, 0, buf,
-                                 (size_t)s->size, &got, &err) != 0 ||
-            got != s->size) {
-            free(buf);
-            buf = NULL;
-        }
-        pthread_mutex_lock(&pf->mu);
-        w->buf = buf;
-        w->state = buf ? W_READY : W_FAILED;
-        pthread_cond_broadcast(&pf->cv);
+        fetch(pf, s, w);
     }
     pthread_mutex_unlock(&pf->mu);
     if (w) {

@@ -23,7 +23,7 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import BUILD, Checker, S3Env, tool  # noqa: E402
+from s3test import BUILD, Checker, S3Env, contents, tool  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 LEASE_TOOL = os.path.join(BUILD, "lease_tool")
@@ -109,14 +109,7 @@ def snapshot(path):
     return files
 
 
-def local_tree(root):
-    out = {}
-    for d, _, fs in os.walk(root):
-        for n in fs:
-            p = os.path.join(d, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = f.read()
-    return out
+local_tree = contents
 
 
 def s3_tree(env, prefix):
@@ -290,7 +283,8 @@ def many_runs(c, env, tmp):
     queued = sorted(list(good) + list(BAD) + [a for a in ARCH
                     if ARCH[a] in BAD] + ["notes"])
     rc, out, err = ckpt(env, "process", "--no-wandb", "--runs", "4", "-j",
-                        "3", "--logs", os.path.join(runs, "logs"), runs, "--dest", "s3://%s/many" % B)
+                        "3", "--logs", os.path.join(runs, "logs"), runs,
+                        "--dest", "s3://%s/many" % B)
     c.eq("runs 4: exit 0", rc, 0)
     got = rows(out)
     c.eq("runs 4: one row per queued run",

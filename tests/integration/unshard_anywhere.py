@@ -42,7 +42,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUP = os.path.join(HERE, "..", "support")
 sys.path.insert(0, SUP)
-from s3test import BUILD, S3Env, tool  # noqa: E402
+from s3test import BUILD, S3Env, contents, sh, tool  # noqa: E402
 from harness import check, compare, finish, generate  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
@@ -53,23 +53,7 @@ KINDS = ("local", "s3", "tar", "tar-zst")
 OLMO = ("legacy", "local", "olmocore")
 
 
-def sh(*args, env=None):
-    p = subprocess.run(list(args), env=env, capture_output=True, text=True,
-                       timeout=600)
-    if p.returncode:
-        raise AssertionError("%s: %d\n%s%s" % (" ".join(args), p.returncode,
-                                               p.stdout, p.stderr))
-    return p
-
-
-def tree(root):
-    out = {}
-    for d, _, fs in os.walk(root):
-        for n in fs:
-            p = os.path.join(d, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = f.read()
-    return out
+tree = contents
 
 
 def formats(fx):

@@ -47,6 +47,17 @@ def sh(*args, env=None):
     return p
 
 
+def contents(root):
+    """{relative path: bytes} of the files below root."""
+    out = {}
+    for d, _, fs in os.walk(root):
+        for n in fs:
+            p = os.path.join(d, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = f.read()
+    return out
+
+
 def digests(root):
     """{relative path: sha256} of the files below root."""
     out = {}
