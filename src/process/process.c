@@ -848,13 +848,58 @@ static int verify_delete(struct one *o)
     return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
 }
 
+struct have_count {
+    uint64_t files, bytes;
+};
+
+static int count_file(void *ud, const struct ckpt_entry *e)
+{
+    struct have_count *h = ud;
+    if (e->type == CKPT_ENTRY_FILE) {
+        h->files++;
+        h->bytes += e->size;
+    }
+    return 0;
+}
+
+/* -n: outputs unshard found complete at DEST (an earlier `ckpt unshard`
+ * to the same place, or a killed worker's) count as the real run counts
+ * them once recorded (adopt_outputs), and their steps as made for
+ * --drop-sharded, as its verify will find them. 0, or -1 after the run's
+ * row. */
+static int dry_have(struct one *o)
+{
+    for (size_t i = 0; i < o->nhave; i++) {
+        struct have_count h = { 0, 0 };
+        struct ckpt_err err = CKPT_ERR_INIT;
+        char *key = ckpt_path_join(o->dkey, o->have[i]);
+        int rc = ckpt_storage_list(o->p->cfg.dst, key, CKPT_LIST_RECURSIVE,
+                                   count_file, &h, &err);
+        free(key);
+        if (rc != 0) {
+            fail_run(o, CKPT_PROC_UNSHARD, err.msg);
+            return -1;
+        }
+        o->wfiles += h.files;
+        o->wbytes += h.bytes;
+        int64_t step;
+        int uns = 0;
+        if (ckpt_checkpoint_name(o->have[i], &step, &uns) && uns) {
+            o->would = ckpt_xreallocarray(o->would, o->nwould + 1,
+                                          sizeof(*o->would));
+            o->would[o->nwould++] = step;
+        }
+    }
+    return 0;
+}
+
 /* -n: the whole plan, nothing changed, no lease taken. */
 static void dry_run(struct one *o)
 {
     if (!judge(o) || map_run(o) != 0)
         return;
     set_dest(o);
-    if (unshard(o) != 0 || find_drops(o) != 0)
+    if (unshard(o) != 0 || dry_have(o) != 0 || find_drops(o) != 0)
         return;
     struct ckpt_upload_totals t;
     if (upload_pass(o, 0, 1, &t) != 0) {

@@ -7,7 +7,12 @@ included, on the sample runs (directories and every archive kind) with
 a sharded step to unshard and --drop-sharded. Before, a dry run counted
 the sharded step that the real run drops (its -unsharded copy is made
 only by the real run), left out the unshard outputs, gave a copied
-train.pt size 0 and freed=0; and -n changes nothing."""
+train.pt size 0 and freed=0; and -n changes nothing.
+
+Also when the -unsharded copy is already complete at DEST (an earlier
+`ckpt unshard` to the same place, or a worker killed after the step's
+commit): the real run records and verifies it and drops the sharded step;
+the plan counted neither its files nor the drop."""
 import hashlib
 import os
 import shutil
@@ -79,9 +84,30 @@ def main():
         c.eq("unsharded step at DEST", sorted(os.listdir(os.path.join(
             dest, "2871001", "step1000-unsharded"))),
             ["config.yaml", "model.pt", "optim.pt", "train.pt"])
+        earlier_unshard(c, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return c.finish()
+
+
+def earlier_unshard(c, tmp):
+    runs = os.path.join(tmp, "runs2")
+    gen_runs(runs)
+    run = os.path.join(runs, "2871001")
+    shutil.rmtree(os.path.join(run, "step1000-unsharded"))
+    age_tree(runs)
+    dest = os.path.join(tmp, "D2")
+    rc, out, err = ckpt("unshard", "--no-progress", run,
+                        os.path.join(dest, "2871001"))
+    c.eq("earlier unshard to DEST: exit", (rc, err), (0, ""))
+    args = [run, "--dest", dest, "--no-wandb", "--drop-sharded"]
+    rc, dry, err = ckpt("process", "-n", *args)
+    c.eq("copy at DEST, dry: exit", rc, 0)
+    rc, real, err = ckpt("process", *args)
+    c.eq("copy at DEST, real: exit", rc, 0)
+    c.eq("copy at DEST: the plan is the run", plan(dry), plan(real))
+    c.eq("copy at DEST: the sharded step dropped", os.path.exists(
+        os.path.join(dest, "2871001", "step1000")), False)
 
 
 if __name__ == "__main__":
