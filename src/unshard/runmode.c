@@ -187,6 +187,27 @@ enum copy { COPY_NONE, COPY_IN_RUN, COPY_AT_DEST };
 
 static int dest_complete(struct runctx *r, const char *out);
 
+/* Is k the whole of SRC, to be unsharded into DEST itself? A run whose
+ * root is k, and an archive that holds nothing but k's directory
+ * (`tar cf s.tar step100/`): an archive holding one checkpoint under any
+ * name unshards as that checkpoint's directory does. An archive whose
+ * top directory was stepped into (`run/step100/`) is that run's. */
+static int whole(const struct runctx *r, const struct ckpt_checkpoint *k)
+{
+    const struct ckpt_tree *t = r->tree;
+    if (k->root)
+        return 1;
+    if (t->archive == CKPT_ARCHIVE_NONE || (t->strip && *t->strip) ||
+        r->run.n != 1 || !*k->dir)
+        return 0;
+    size_t n = strlen(k->dir);
+    for (size_t i = 0; i < t->n; i++)
+        if (strncmp(t->files[i].path, k->dir, n) != 0 ||
+            (t->files[i].path[n] != '/' && t->files[i].path[n] != '\0'))
+            return 0;
+    return 1;
+}
+
 /* Why checkpoint k is not unsharded (a skip reason), or NULL. Sets *failed
  * for reasons that are errors. */
 static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
@@ -213,7 +234,8 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
         return ckpt_xasprintf("already unsharded: %s-unsharded in the run",
                               k->name);
     }
-    if (!k->root && (r->dest_remote ? dest_complete(r, out) : is_dir(out))) {
+    if (!whole(r, k) &&
+        (r->dest_remote ? dest_complete(r, out) : is_dir(out))) {
         *copy = COPY_AT_DEST;
         return ckpt_xasprintf("already unsharded: %s exists", out);
     }
@@ -343,9 +365,7 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
 
 static char *out_dir_of(struct runctx *r, const struct ckpt_checkpoint *k)
 {
-    /* An archive that is one checkpoint unshards into DEST itself, as the
-     * directory it holds does. */
-    if (k->root)
+    if (whole(r, k))
         return ckpt_xstrdup(r->dest);
     char *name = ckpt_xasprintf("%s-unsharded", k->name);
     char *out = ckpt_path_join(r->dest, name);

@@ -2,7 +2,9 @@
 # ctest-cost: 30
 """unshard_archive_single.py: an archive that holds ONE checkpoint under a
 name that is not a checkpoint name (`tar czf ck.tar.gz final/`, or the
-checkpoint's files at the archive's top) behaves exactly like the
+checkpoint's files at the archive's top), or under a checkpoint name
+(`tar cf s.tar step100/`: it went to DEST/step100-unsharded/, as if the
+archive were a run), behaves exactly like the
 directory it contains: `ckpt unshard` writes the same bytes into DEST,
 `ckpt ls` lists the one checkpoint, and `ckpt clean --force` keeps it
 (it used to answer "no checkpoint": `error` for unshard, `delete` for a
@@ -76,8 +78,8 @@ def one_format(tmp, name, src, fmt):
     check("%s: the directory unshards" % name, r.returncode == 0, r.stderr)
     want = files_of(ref)
     for kind in sorted(KINDS):
-        for top in ("final", ""):
-            tag = "%s %s %s" % (name, kind, "final/" if top else "no top")
+        for top in ("final", "", "step100"):
+            tag = "%s %s %s" % (name, kind, top + "/" if top else "no top")
             arc = os.path.join(tmp, "%s-%s%s" % (name, top or "flat", kind))
             make_archive(src, arc, top)
             out = os.path.join(tmp, "out")
@@ -96,8 +98,9 @@ def one_format(tmp, name, src, fmt):
                        for a, _, fs in os.walk(src) for f in fs)
             nfiles = sum(len(fs) for _, _, fs in os.walk(src))
             check("%s: ls row" % tag, (r.returncode, r.stdout) == (
-                0, "%s\t%s\t-\t%s\tcomplete\t%d\t%d\n" % (
-                    arc, ck, fmt, size, nfiles)), r.stdout + r.stderr)
+                0, "%s\t%s\t%s\t%s\tcomplete\t%d\t%d\n" % (
+                    arc, ck, "100" if top == "step100" else "-", fmt, size,
+                    nfiles)), r.stdout + r.stderr)
             r = ckpt("clean", "--force", "--min-age", "0", arc)
             check("%s: clean --force keeps it" % tag,
                   (r.returncode, r.stdout) == (0, "keep\t%s\tcomplete "
