@@ -27,6 +27,7 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from harness import CKPT, PY, SUP, check, compare, finish, generate  # noqa
+from s3test import contents  # noqa: E402
 
 KINDS = {
     ".tar": None, ".tar.gz": ["gzip", "-n"], ".tar.zst": ["zstd", "-q"],
@@ -39,14 +40,7 @@ def ckpt(*args):
                           text=True)
 
 
-def files_of(d):
-    out = {}
-    for root, _, names in os.walk(d):
-        for n in names:
-            p = os.path.join(root, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, d)] = f.read()
-    return out
+files_of = contents     # {relative path: bytes}
 
 
 def make_archive(src, path, top):

@@ -15,7 +15,6 @@ deleted the run as "no checkpoint".
 - `ckpt ls` lists each NAME-unsharded as a complete unsharded checkpoint
   of its step; `ckpt clean --force --min-age 0` keeps the run, every byte.
 - A rerun of the unshard finds no sharded checkpoint left (exit 0)."""
-import hashlib
 import os
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUP = os.path.join(HERE, "..", "support")
 sys.path.insert(0, SUP)
-from s3test import CKPT, Checker  # noqa: E402
+from s3test import CKPT, Checker, digests  # noqa: E402
 
 FIX = os.path.join(HERE, "..", "fixtures", "dcp-v2.14", "row")
 
@@ -34,17 +33,6 @@ def run(*args):
     p = subprocess.run([CKPT] + list(args), capture_output=True, text=True,
                        timeout=300)
     return p.returncode, p.stdout, p.stderr
-
-
-def digest(root):
-    out = {}
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = hashlib.sha256(
-                    fh.read()).hexdigest()
-    return out
 
 
 def case(c, label, runs, steps):
@@ -59,11 +47,11 @@ def case(c, label, runs, steps):
     c.eq(label + ": ls lists each copy, complete and unsharded",
          [(r[1], r[3], r[4]) for r in rows],
          [(s + "-unsharded", "unsharded", "complete") for s in steps])
-    before = digest(runs)
+    before = digests(runs)
     rc, out, err = run("clean", "--force", "--min-age", "0", runs)
     c.eq(label + ": clean --force keeps the run", (rc, out.split("\t")[:2]),
          (0, ["keep", runs]))
-    c.eq(label + ": every byte kept", digest(runs), before)
+    c.eq(label + ": every byte kept", digests(runs), before)
     rc, out, err = run("unshard", "--no-progress", runs, runs)
     c.eq(label + ": a rerun unshards nothing", (rc, out),
          (0, "skip\t-\tno sharded checkpoint\n"))
