@@ -90,6 +90,10 @@ int ckpt_storage_open(struct ckpt_storage **out, const struct ckpt_loc *loc,
                       const struct ckpt_storage_cfg *cfg, struct ckpt_err *err);
 void ckpt_storage_close(struct ckpt_storage *st);
 int ckpt_storage_is_local(const struct ckpt_storage *st);
+/* Is etag a content hash rather than an opaque tag: 32 hex digits (an
+ * MD5), alone or followed by "-N" (a multipart object's)? *multipart says
+ * which. */
+int ckpt_etag_is_md5(const char *etag, int *multipart);
 /* How key in st is shown to the user: the path, or "s3://bkt/key".
  * Malloced. */
 char *ckpt_storage_display(const struct ckpt_storage *st, const char *key);

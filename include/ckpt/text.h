@@ -53,5 +53,7 @@ void ckpt_redact_secret(char *s, size_t cap, const char *secret);
 
 /* The value of one hexadecimal digit (either case), or -1. */
 int ckpt_hexval(int c);
+/* d[0..n) as 2n lowercase hex digits and a NUL into out (2n+1 bytes). */
+void ckpt_hex_encode(const unsigned char *d, size_t n, char *out);
 
 #endif

@@ -32,6 +32,7 @@
 #include "ckpt/buf.h"
 #include "ckpt/unshard.h"
 #include "ckpt/upload.h"
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
 #include "process_int.h"
@@ -538,7 +539,6 @@ static int recorded_in(const struct proc_state *s, const char *dir)
 static int local_md5(struct ckpt_storage *st, const char *key, uint64_t size,
                      char *hex, struct ckpt_err *err)
 {
-    static const char x[] = "0123456789abcdef";
     size_t cap = 4u << 20;
     char *buf = ckpt_xmalloc(cap);
     unsigned char d[16];
@@ -556,12 +556,9 @@ static int local_md5(struct ckpt_storage *st, const char *key, uint64_t size,
             EVP_DigestUpdate(m, buf, n);
         off += n;
     }
-    if (rc == 0)
+    if (rc == 0) {
         EVP_DigestFinal_ex(m, d, &dlen);
-    for (unsigned i = 0; rc == 0 && i < 16; i++) {
-        hex[2 * i] = x[d[i] >> 4];
-        hex[2 * i + 1] = x[d[i] & 15];
-        hex[2 * i + 2] = '\0';
+        ckpt_hex_encode(d, sizeof(d), hex);
     }
     EVP_MD_CTX_free(m);
     free(buf);
@@ -659,14 +656,6 @@ static int unshard(struct one *o)
     return 0;
 }
 
-/* Is sum an MD5 ETag, and one of a multipart object ("-N")? */
-static int md5_form(const char *sum, int *multi)
-{
-    *multi = sum[32] == '-';
-    return strspn(sum, "0123456789abcdefABCDEF") == 32 &&
-           (!sum[32] || sum[32] == '-');
-}
-
 /* Why DEST's ETag (remote) or MD5 (local) `got` does not match output
  * out, or NULL: the ETag the store gave it when written must be the one
  * it states now, and an MD5 of the form of ours (computed from the bytes
@@ -677,7 +666,8 @@ static char *sum_fault(const struct proc_out *out, const char *got)
     if (*out->etag && strcasecmp(got, out->etag) != 0)
         return ckpt_xasprintf("checksum (ETag) %s at DEST, %s when written",
                               got, out->etag);
-    if (*out->sum && md5_form(got, &gm) && md5_form(out->sum, &om) &&
+    if (*out->sum && ckpt_etag_is_md5(got, &gm) &&
+        ckpt_etag_is_md5(out->sum, &om) &&
         gm == om && strcasecmp(got, out->sum) != 0)
         return ckpt_xasprintf("checksum %s at DEST, %s written", got,
                               out->sum);

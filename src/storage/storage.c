@@ -137,6 +137,16 @@ int ckpt_storage_is_local(const struct ckpt_storage *st)
     return st->loc.scheme == CKPT_SCHEME_LOCAL;
 }
 
+int ckpt_etag_is_md5(const char *etag, int *multipart)
+{
+    *multipart = 0;
+    if (strspn(etag, "0123456789abcdefABCDEF") != 32 ||
+        (etag[32] && etag[32] != '-'))
+        return 0;
+    *multipart = etag[32] == '-';
+    return 1;
+}
+
 char *ckpt_storage_display(const struct ckpt_storage *st, const char *key)
 {
     return ckpt_loc_format(&st->loc, key);

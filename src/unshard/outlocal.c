@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ckpt/tempname.h"
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 #include "unshard_int.h"
 
@@ -340,7 +341,6 @@ static int local_create(struct ujob *j, struct ufile *f,
 /* MD5 of the file as written (opts.checksum): read back once. */
 static int hash_output(struct ufile *f, struct ckpt_err *err)
 {
-    static const char x[] = "0123456789abcdef";
     EVP_MD_CTX *m = EVP_MD_CTX_new();
     char *buf = ckpt_xmalloc(HASH_PIECE);
     unsigned char d[16];
@@ -358,12 +358,9 @@ static int hash_output(struct ufile *f, struct ckpt_err *err)
             off += (uint64_t)n;
         }
     }
-    if (rc == 0)
+    if (rc == 0) {
         EVP_DigestFinal_ex(m, d, &dlen);
-    for (unsigned i = 0; rc == 0 && i < 16; i++) {
-        f->sum[2 * i] = x[d[i] >> 4];
-        f->sum[2 * i + 1] = x[d[i] & 15];
-        f->sum[2 * i + 2] = '\0';
+        ckpt_hex_encode(d, sizeof(d), f->sum);
     }
     EVP_MD_CTX_free(m);
     free(buf);

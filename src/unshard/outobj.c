@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 #include "unshard_int.h"
 
@@ -418,16 +419,6 @@ static int obj_create(struct ujob *j, struct ufile *f, struct ckpt_err *err)
     return 0;
 }
 
-static void hex_of(const unsigned char *d, size_t n, char *out)
-{
-    static const char x[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = x[d[i] >> 4];
-        out[2 * i + 1] = x[d[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
 /* The ETag the bytes sent must have: one PUT's is their MD5, a multipart
  * upload's the MD5 of its parts' MD5s, "-N". */
 static void expected_sum(struct ofile *of)
@@ -441,7 +432,7 @@ static void expected_sum(struct ofile *of)
     else
         EVP_Digest(of->md5s, (size_t)of->nparts * sizeof(*of->md5s), d,
                    &dlen, EVP_md5(), NULL);
-    hex_of(d, sizeof(d), of->sum);
+    ckpt_hex_encode(d, sizeof(d), of->sum);
     if (of->upload_id)
         snprintf(of->sum + 32, sizeof(of->sum) - 32, "-%u", of->nparts);
 }
@@ -453,9 +444,8 @@ static void expected_sum(struct ofile *of)
 static int check_etag(const struct ofile *of, struct ckpt_err *err)
 {
     const char *e = of->etag;
-    size_t n = strspn(e, "0123456789abcdefABCDEF");
-    int multi = strchr(of->sum, '-') != NULL;
-    if (n != 32 || (e[32] && e[32] != '-') || (e[32] == '-') != multi ||
+    int multi = strchr(of->sum, '-') != NULL, emulti;
+    if (!ckpt_etag_is_md5(e, &emulti) || emulti != multi ||
         !strcasecmp(e, of->sum))
         return 0;
     return ckpt_err_set(err, CKPT_EIO, "%s: the store states ETag %s, "

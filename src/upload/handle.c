@@ -167,18 +167,6 @@ static int try_resume(struct ckpt_upload *u, struct obj *o)
     return 1;
 }
 
-/* A content hash, not an opaque tag: 32 hex digits, maybe "-N". */
-static int md5ish(const char *etag)
-{
-    unsigned char d[16];
-    char head[33];
-    if (strlen(etag) < 32)
-        return 0;
-    memcpy(head, etag, 32);
-    head[32] = '\0';
-    return up_hex_md5_parse(head, d) == 0 && (!etag[32] || etag[32] == '-');
-}
-
 /* Why o can be skipped without reading it, or NULL. */
 static const char *quick_skip(struct ckpt_upload *u, struct obj *o)
 {
@@ -195,7 +183,8 @@ static const char *quick_skip(struct ckpt_upload *u, struct obj *o)
     if (jd && jd->size == o->size && !strcmp(jd->srcsig, o->srcsig) &&
         !strcmp(jd->etag, d->etag))
         return "copied by an earlier run (journal), DEST unchanged";
-    if (o->srcsig[0] == 'e' && md5ish(d->etag) &&
+    int multi;
+    if (o->srcsig[0] == 'e' && ckpt_etag_is_md5(d->etag, &multi) &&
         !strcmp(o->srcsig + 1, d->etag))
         return "same size and ETag";
     return NULL;

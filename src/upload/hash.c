@@ -53,16 +53,6 @@ void up_md5_buf(const void *p, size_t n, unsigned char out[16])
     up_md5c_final(&m, out);
 }
 
-void up_hex_of(const unsigned char *d, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[d[i] >> 4];
-        out[2 * i + 1] = digits[d[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
 int up_hex_md5_parse(const char *hex, unsigned char out[16])
 {
     if (strlen(hex) != 32)
@@ -80,7 +70,7 @@ void up_composite_etag(const unsigned char (*md5)[16], int n, char out[48])
 {
     unsigned char d[16];
     up_md5_buf(md5, (size_t)n * 16, d);
-    up_hex_of(d, 16, out);
+    ckpt_hex_encode(d, 16, out);
     snprintf(out + 32, 16, "-%d", n);
 }
 

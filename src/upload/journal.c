@@ -277,7 +277,7 @@ static char *name_for(const char *dir, const char *id, const char *ext)
     unsigned int hl = 32;
     char hex[65];
     EVP_Digest(id, strlen(id), h, &hl, EVP_sha256(), NULL);
-    up_hex_of(h, 16, hex);
+    ckpt_hex_encode(h, 16, hex);
     return ckpt_xasprintf("%s/upload-%s.%s", dir, hex, ext);
 }
 
@@ -369,7 +369,7 @@ void up_journal_part(struct journal *j, const char *id, int num,
                      const unsigned char md5[16])
 {
     char hex[33];
-    up_hex_of(md5, 16, hex);
+    ckpt_hex_encode(md5, 16, hex);
     struct ckpt_buf b = CKPT_BUF_INIT;
     ckpt_buf_addstr(&b, "P\t");
     esc(&b, id);
@@ -500,7 +500,7 @@ static void compact(struct journal *j)
             char hex[33];
             if (!p->have[k])
                 continue;
-            up_hex_of(p->md5[k], 16, hex);
+            ckpt_hex_encode(p->md5[k], 16, hex);
             ckpt_buf_addstr(&b, "P\t");
             esc(&b, p->upload_id);
             ckpt_buf_addf(&b, "\t%d\t%s\n", k + 1, hex);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 
 static int is_hex32(const char *s)
@@ -131,7 +132,7 @@ static void cand_final(struct cand *c)
         up_md5c_final(&c->cur, d);
     }
     up_md5c_final(&c->outer, d);
-    up_hex_of(d, 16, c->etag);
+    ckpt_hex_encode(d, 16, c->etag);
     snprintf(c->etag + 32, 16, "-%d", c->n);
 }
 
@@ -204,7 +205,7 @@ static int hash_dest(struct unit *un, char hex[33])
         off += n;
     }
     up_md5c_final(&w, d);
-    up_hex_of(d, 16, hex);
+    ckpt_hex_encode(d, 16, hex);
     return rc;
 }
 
@@ -255,7 +256,7 @@ static void do_check(struct unit *un)
         un->rc = -1;
         return;
     }
-    up_hex_of(whole, 16, un->whole);
+    ckpt_hex_encode(whole, 16, un->whole);
     if (!remote) {
         char dh[33];
         un->rc = hash_dest(un, dh);
@@ -293,7 +294,7 @@ static int same_as_dest(struct unit *un, const char *hex)
         unsigned char d[16];
         char dh[33];
         up_md5_buf(buf, o->size, d);
-        up_hex_of(d, 16, dh);
+        ckpt_hex_encode(d, 16, dh);
         same = !strcmp(dh, hex);
     }
     free(buf);
@@ -339,7 +340,7 @@ static void do_put_stream(struct unit *un)
         un->rc = -1;
         return;
     }
-    up_hex_of(un->md5, 16, un->whole);
+    ckpt_hex_encode(un->md5, 16, un->whole);
     struct ckpt_obj_meta meta;
     memset(&meta, 0, sizeof(meta));
     memcpy(meta.md5, un->whole, 33);
@@ -383,7 +384,7 @@ static void do_put(struct unit *un)
         return;
     }
     up_md5_buf(un->buf, (size_t)o->size, un->md5);
-    up_hex_of(un->md5, 16, hex);
+    ckpt_hex_encode(un->md5, 16, hex);
     memcpy(un->whole, hex, 33);
     if (same_as_dest(un, hex)) {
         un->same = 1;
@@ -442,7 +443,7 @@ static void do_part(struct unit *un)
                                    un->md5, CKPT_PUT_THROTTLE_RETURN,
                                    &un->res, &un->err);
     char hex[33];
-    up_hex_of(un->md5, 16, hex);
+    ckpt_hex_encode(un->md5, 16, hex);
     if (un->rc == 0 && is_hex32(un->res.etag) &&
         strcasecmp(un->res.etag, hex))
         un->rc = ckpt_err_set(&un->err, CKPT_EHTTP, "%s: part %d: DEST "
@@ -461,7 +462,7 @@ static void do_finish(struct unit *un)
     char (*hex)[33] = ckpt_xcalloc((size_t)o->nparts, 33);
     const char **etags = ckpt_xcalloc((size_t)o->nparts, sizeof(char *));
     for (int i = 0; i < o->nparts; i++) {
-        up_hex_of(o->pmd5[i], 16, hex[i]);
+        ckpt_hex_encode(o->pmd5[i], 16, hex[i]);
         etags[i] = hex[i];
     }
     struct ckpt_obj_meta meta;

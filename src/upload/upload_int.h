@@ -43,7 +43,6 @@ void up_md5c_init(struct md5c *m);
 void up_md5c_update(struct md5c *m, const void *p, size_t n);
 void up_md5c_final(struct md5c *m, unsigned char out[16]);  /* frees */
 void up_md5_buf(const void *p, size_t n, unsigned char out[16]);
-void up_hex_of(const unsigned char *d, size_t n, char *out);
 int up_hex_md5_parse(const char *hex, unsigned char out[16]);
 /* S3's multipart ETag: hex MD5 of the parts' binary MD5s, "-N". */
 void up_composite_etag(const unsigned char (*md5)[16], int n, char out[48]);

@@ -114,6 +114,16 @@ char *ckpt_escape(const char *s)
     return ckpt_buf_detach(&b, NULL);
 }
 
+void ckpt_hex_encode(const unsigned char *d, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[d[i] >> 4];
+        out[2 * i + 1] = digits[d[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
 int ckpt_hexval(int c)
 {
     if (c >= '0' && c <= '9')

@@ -525,10 +525,33 @@ static void test_storage__tar_members(void)
     free(arc);
 }
 
+/* Which ETags are content hashes (MD5, multipart "-N"): upload's skip,
+ * the unshard sink's and process's checks all ask this one question. */
+static void test_storage__etag_is_md5(void)
+{
+    static const struct { const char *etag; int md5, multi; } c[] = {
+        { "d41d8cd98f00b204e9800998ecf8427e", 1, 0 },
+        { "D41D8CD98F00B204E9800998ECF8427E", 1, 0 },
+        { "d41d8cd98f00b204e9800998ecf8427e-12", 1, 1 },
+        { "d41d8cd98f00b204e9800998ecf8427", 0, 0 },     /* 31 digits */
+        { "d41d8cd98f00b204e9800998ecf8427e0", 0, 0 },   /* 33 */
+        { "d41d8cd98f00b204e9800998ecf8427g", 0, 0 },
+        { "d41d8cd98f00b204e9800998ecf8427e:1", 0, 0 },
+        { "1700000000000001", 0, 0 },                    /* GCS generation */
+        { "", 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        int multi = -1;
+        CHECK_EQ(ckpt_etag_is_md5(c[i].etag, &multi), c[i].md5);
+        CHECK_EQ(multi, c[i].multi);
+    }
+}
+
 TEST_MAIN(T(test_storage__loc_parse), T(test_storage__local_ops),
           T(test_storage__tar_members),
           T(test_storage__writer_atomic),
           T(test_storage__write_plan), T(test_storage__put_stream_local),
+          T(test_storage__etag_is_md5),
           T(test_storage__readahead),
           T(test_storage__delete_tree_never_follows_links),
           T(test_storage__delete_keys_exactly),

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "ckpt/text.h"
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
@@ -34,10 +35,10 @@ static void test_upload__etags(void)
     unsigned char d[2][16];
     char hex[33], comp[48];
     up_md5_buf("", 0, d[0]);
-    up_hex_of(d[0], 16, hex);
+    ckpt_hex_encode(d[0], 16, hex);
     CHECK_STR(hex, "d41d8cd98f00b204e9800998ecf8427e");
     up_md5_buf("abc", 3, d[1]);
-    up_hex_of(d[1], 16, hex);
+    ckpt_hex_encode(d[1], 16, hex);
     CHECK_STR(hex, "900150983cd24fb0d6963f7d28e17f72");
     unsigned char back[16];
     CHECK(up_hex_md5_parse(hex, back) == 0 && !memcmp(back, d[1], 16));
