@@ -84,3 +84,10 @@ target_link_libraries(storage_tool PRIVATE ckpt_core)
 # (tests/support/lease_tool.c); scripts find it as $CKPT_BUILD/lease_tool.
 add_executable(lease_tool ${CMAKE_SOURCE_DIR}/tests/support/lease_tool.c)
 target_link_libraries(lease_tool PRIVATE ckpt_core)
+
+# vanish_preload: LD_PRELOAD shim that deletes a directory at the moment
+# it is first opened (tests/support/vanish_preload.c); tests find it as
+# $CKPT_BUILD/libvanish_preload.so.
+add_library(vanish_preload SHARED
+            ${CMAKE_SOURCE_DIR}/tests/support/vanish_preload.c)
+target_link_libraries(vanish_preload PRIVATE ${CMAKE_DL_LIBS})

@@ -1300,6 +1300,15 @@ int ckpt_process_add(struct ckpt_process *p, struct ckpt_storage *st,
     }
     int any = 0;
     int n = expand(p, st, key, &any, err);
+    if (n < 0 && err->code == CKPT_ENOTFOUND) {
+        /* Gone since the stat above: another worker deleted it (GNU
+         * parallel named it before a whole-directory worker got to it).
+         * Queued as a missing run: under its lease, the state at DEST
+         * says whether it was processed ("done") or never was. */
+        ckpt_err_clear(err);
+        queue(p, st, key);
+        return 1;
+    }
     if (n == 0 && any) {
         queue(p, st, key);  /* judged: "does not look like a run" */
         n = 1;

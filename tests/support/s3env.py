@@ -38,6 +38,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 S3RVER = os.path.join(HERE, "node_modules", "s3rver", "bin", "s3rver.js")
+# s3rver with S3's read-after-write guarantee (atomic, complete PUTs).
+S3RVER_ATOMIC = os.path.join(HERE, "s3rver_atomic.js")
 
 
 def _die_with_parent():
@@ -99,7 +101,10 @@ class S3Env:
         env = dict(os.environ)
         # s3rver 3.7.1 pages with DES, which Node >= 17 only has here.
         env["NODE_OPTIONS"] = "--openssl-legacy-provider"
-        cmd = ["node", S3RVER, "-d", os.path.join(self.tmp, "data"),
+        # S3ENV_RAW_S3RVER=1: s3rver as shipped (to show what the
+        # wrapper fixes: tests/integration/s3rver_consistency.py).
+        raw = os.environ.get("S3ENV_RAW_S3RVER") == "1"
+        cmd = ["node", S3RVER if raw else S3RVER_ATOMIC, "-d", os.path.join(self.tmp, "data"),
                "-a", "127.0.0.1", "-p", "0", "--no-vhost-buckets"]
         for b in self.buckets:
             cmd += ["--configure-bucket", b]
