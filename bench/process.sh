@@ -108,17 +108,49 @@ proc4() {
     return $rc
 }
 
+# CPU seconds (user + system) of the test servers, "S3RVER PROXY" (the
+# processes below s3env's: node is s3rver, python the proxy), from /proc
+server_cpu() {
+    local hz p
+    hz=$(getconf CLK_TCK)
+    for p in $(ps -o pid= --ppid "$S3ENV_PID"); do
+        printf '%s ' "$(cat "/proc/$p/comm" 2>/dev/null)"
+        cat "/proc/$p/stat" 2>/dev/null
+    done | awk -v hz="$hz" '{ node = $1 ~ /node/; sub(/.*\) /, "");
+        if (node) n += $12 + $13; else q += $12 + $13 }
+        END { printf "%.2f %.2f", n / hz, q / hz }'
+}
+
+# child_cpu VAR: CPU seconds of this shell's waited-for children (the
+# ckpt processes) into VAR; `times` runs in this shell, not in a $(...)
+# subshell that has no children
+child_cpu() {
+    times >"$tmp/times"
+    printf -v "$1" '%s' "$(awk 'NR == 2 { for (i = 1; i <= 2; i++) {
+        split($i, a, "m"); s += a[1] * 60 + a[2] } } END { printf "%.2f", s }' \
+        "$tmp/times")"
+}
+
 measure() { # mode round
-    local runs=$DATA/runs prefix="$1-$2" t0 t
+    local runs=$DATA/runs prefix="$1-$2" t0 t c0 c1 n0 n1 q0 q1
     make_runs "$runs"
     sync
+    child_cpu c0
+    read -r n0 q0 <<<"$(server_cpu)"
     t0=$(date +%s.%N)
     "$1" "$runs" "$prefix"
     t=$(python3 -c "import time; print(round(time.time() - $t0, 2))")
+    child_cpu c1
+    read -r n1 q1 <<<"$(server_cpu)"
     check "$prefix" "$runs"
     "$TOOL" rm-tree "s3://bench/$prefix"
     echo "$t" >>"$tmp/$1.times"
-    echo "  $1 round $2: $t s" >&2
+    # CPU seconds of ckpt, s3rver and the proxy; cores kept busy by them
+    python3 -c "print('%.2f %.2f %.2f %.2f' % ($c1 - $c0, $n1 - $n0,
+        $q1 - $q0, ($c1 - $c0 + $n1 - $n0 + $q1 - $q0) / $t))" \
+        >>"$tmp/$1.cpu"
+    echo "  $1 round $2: $t s (CPU s ckpt, s3rver, proxy, cores:" \
+        "$(tail -1 "$tmp/$1.cpu"))" >&2
 }
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
@@ -130,11 +162,13 @@ for r in $(seq 1 "$R"); do
     for m in stages proc1 proc4; do measure "$m" "$r"; done
 done
 base=$(median <"$tmp/stages.times")
-echo "| mode | median s ($R rounds) | source GB/hour | vs stages |"
-echo "| --- | --- | --- | --- |"
+echo "| mode | median s ($R rounds) | source GB/hour | vs stages | CPU s: ckpt / s3rver / proxy (medians) | cores busy (median) |"
+echo "| --- | --- | --- | --- | --- | --- |"
+col() { cut -d' ' -f"$1" <"$tmp/$2.cpu" | median; }
 for m in stages proc1 proc4; do
     t=$(median <"$tmp/$m.times")
-    printf '| %s | %.2f | %.1f | %.2fx |\n' "$m" "$t" \
+    printf '| %s | %.2f | %.1f | %.2fx | %s / %s / %s | %s |\n' "$m" "$t" \
         "$(python3 -c "print($good * $bytes / 1e9 / ($t / 3600))")" \
-        "$(python3 -c "print($t / $base)")"
+        "$(python3 -c "print($t / $base)")" \
+        "$(col 1 "$m")" "$(col 2 "$m")" "$(col 3 "$m")" "$(col 4 "$m")"
 done
