@@ -4,7 +4,8 @@
  * through the copy: a record corrupted without changing its size fails the
  * run, naming file and record, instead of becoming a silent wrong output.
  *
- * Planning registers each record (src_note_record). The copy notes the
+ * Planning, or for a remote DCP the copy as it locates each chunk,
+ * registers each record (src_note_record) before its bytes are read. The copy notes the
  * CRC of every range it reads inside a record (pieces; adjacent ones are
  * merged as they come). At the end (src_check_records) the pieces of a
  * record are combined in offset order (crc32_combine); what the copy did
@@ -40,15 +41,31 @@ struct urec {
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Index of the first record of s at or after off. */
+static size_t lower_bound(const struct usrc *s, uint64_t off)
+{
+    size_t lo = 0, hi = s->nrecs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->recs[mid]->off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Records are kept in offset order as they come: items are located in
+ * about file order, so an insert is nearly always an append. */
 void uns_src_note_record(struct usrc *s, uint64_t off, uint64_t size,
                          uint32_t crc, const char *prefix, const char *name)
 {
     pthread_mutex_lock(&reg_mu);
-    for (size_t i = s->nrecs; i-- > 0;)
-        if (s->recs[i]->off == off) {
-            pthread_mutex_unlock(&reg_mu);
-            return;
-        }
+    size_t at = lower_bound(s, off);
+    if (at < s->nrecs && s->recs[at]->off == off) {
+        pthread_mutex_unlock(&reg_mu);
+        return;
+    }
     if (s->nrecs == s->reccap) {
         s->reccap = s->reccap ? 2 * s->reccap : 8;
         s->recs = ckpt_xreallocarray(s->recs, s->reccap, sizeof(*s->recs));
@@ -60,40 +77,29 @@ void uns_src_note_record(struct usrc *s, uint64_t off, uint64_t size,
     r->name = ckpt_xasprintf("%s%s%s", prefix ? prefix : "",
                              prefix && *prefix ? "/" : "", name);
     pthread_mutex_init(&r->mu, NULL);
-    s->recs[s->nrecs++] = r;
-    s->recs_sorted = 0;
+    memmove(&s->recs[at + 1], &s->recs[at],
+            (s->nrecs - at) * sizeof(*s->recs));
+    s->recs[at] = r;
+    s->nrecs++;
     pthread_mutex_unlock(&reg_mu);
 }
 
-static int cmp_rec(const void *a, const void *b)
-{
-    const struct urec *x = *(struct urec *const *)a;
-    const struct urec *y = *(struct urec *const *)b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* Before the copy (single-threaded): records in offset order. */
+/* Before the copy (single-threaded): reads are noted from now on, for
+ * sources added later too (a zstd item decompressed by the copy). */
 void uns_src_records_ready(struct ujob *j)
 {
-    for (size_t i = 0; i < j->src.nsrcs; i++) {
-        struct usrc *s = j->src.srcs[i];
-        if (s->nrecs && !s->recs_sorted)
-            qsort(s->recs, s->nrecs, sizeof(*s->recs), cmp_rec);
-        s->recs_sorted = 1;
-    }
+    int live = j->plan.lazy ? 2 : 1;
+    pthread_mutex_lock(&j->mu);
+    j->src.recs_live = live;
+    for (size_t i = 0; i < j->src.nsrcs; i++)
+        j->src.srcs[i]->recs_live = live;
+    pthread_mutex_unlock(&j->mu);
 }
 
 /* The record holding [off, off+len), or NULL. */
 static struct urec *find(const struct usrc *s, uint64_t off, uint64_t len)
 {
-    size_t lo = 0, hi = s->nrecs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->recs[mid]->off <= off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = lower_bound(s, off + 1);    /* records starting <= off */
     if (!lo)
         return NULL;
     struct urec *r = s->recs[lo - 1];
@@ -125,7 +131,15 @@ int uns_src_read_noted(struct usrc *s, uint64_t off, void *buf, size_t len,
 {
     if (uns_src_read(s, off, buf, len, err) != 0)
         return -1;
-    struct urec *r = s->recs_sorted && len ? find(s, off, len) : NULL;
+    if (!s->recs_live || !len)
+        return 0;
+    /* Records found later are added as others read: look up under the
+     * lock then (a record, once added, stays until the job ends). */
+    if (s->recs_live == 2)
+        pthread_mutex_lock(&reg_mu);
+    struct urec *r = find(s, off, len);
+    if (s->recs_live == 2)
+        pthread_mutex_unlock(&reg_mu);
     if (r)
         add_piece(r, off - r->off, len, ckpt_crc32(0, buf, len));
     return 0;

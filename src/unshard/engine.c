@@ -227,7 +227,7 @@ static int copy_box(struct ujob *j, const struct utensor *t,
 /* Fill buf with band `band` of t from its chunks, or (replicas = 1) lay
  * the skipped replica chunks over buf; with note, the reads count for the
  * records' CRC checks. */
-static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
+static int fill_band(struct ujob *j, struct utensor *t, uint64_t band,
                      char *buf, char *rbuf, uint64_t *len, int replicas,
                      int note, struct ckpt_err *err)
 {
@@ -243,7 +243,7 @@ static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
         s *= (int64_t)e->size[d];
     }
     for (size_t i = 0; i < e->nchunks; i++) {
-        const struct uchunk *c = &t->chunks[i];
+        struct uchunk *c = &t->chunks[i];
         int empty = c->skip != replicas;
         for (int d = 0; d < bx.nd && !empty; d++) {
             uint64_t clo = c->meta->offsets[d], chi = clo + c->meta->sizes[d];
@@ -253,7 +253,8 @@ static int fill_band(struct ujob *j, const struct utensor *t, uint64_t band,
             bx.lo[d] = a;
             bx.e[d] = b - a;
         }
-        if (!empty && copy_box(j, t, c, &bx, buf, rbuf, note, err) != 0)
+        if (!empty && (uns_plan_locate(j, t, c, err) != 0 ||
+                       copy_box(j, t, c, &bx, buf, rbuf, note, err) != 0))
             return -1;
     }
     return 0;
@@ -891,6 +892,8 @@ static int run_remote(struct ujob *j, struct ckpt_err *err)
         *err = j->err;
         return -1;
     }
+    if (uns_plan_locate_rest(j, err) != 0)
+        return -1;
     return uns_src_check_records(j, err);
 }
 
@@ -932,5 +935,9 @@ int uns_engine_run(struct ujob *j, int verify, struct ckpt_err *err)
         *err = j->err;
         return -1;
     }
-    return verify ? 0 : uns_src_check_records(j, err);
+    if (verify)
+        return 0;
+    if (uns_plan_locate_rest(j, err) != 0)
+        return -1;
+    return uns_src_check_records(j, err);
 }

@@ -364,6 +364,7 @@ static struct usrc *add_src(struct ujob *j, char *name, int fd,
         s->key = name;
     }
     pthread_mutex_lock(&j->mu);
+    s->recs_live = j->src.recs_live;
     if (j->src.nsrcs == j->src.srccap) {
         j->src.srccap = j->src.srccap ? j->src.srccap * 2 : 16;
         j->src.srcs = ckpt_xreallocarray(j->src.srcs, j->src.srccap, sizeof(*j->src.srcs));

@@ -206,9 +206,12 @@ static struct ckpt_pv *object_node(struct tree *tr,
     char *pkl = NULL;
     size_t plen;
     struct ckpt_pv *v = NULL;
+    struct src_cache cache = { 0 };
     if (uns_src_item(tr->j, &e->st, MAX_OBJECT, &src, &off, &len, err) != 0)
         goto out;
-    uns_src_rd(&rd, src, off, len);
+    /* Remote: the item's zip records from a window or two, not a ranged
+     * GET per record. */
+    uns_src_rd_cached(&rd, &cache, src, off, len);
     const struct ckpt_tzip_entry *pe;
     if (ckpt_tzip_open(&z, &rd, err) != 0)
         goto out;
@@ -229,6 +232,7 @@ out:
         ckpt_err_prefix(err, "object '%s'", e->fqn);
     free(pkl);
     ckpt_tzip_free(z);
+    uns_src_cache_release(&cache);
     return v;
 }
 

@@ -40,9 +40,12 @@ struct usrc {
     struct src_win *win;       /* remote: probe windows shared by the
                                   items of this file (source.c), or NULL */
     /* crccheck.c: zip records inside, their CRCs checked as read */
-    struct urec **recs;
+    struct urec **recs;         /* kept in offset order */
     size_t nrecs, reccap;
-    int recs_sorted;
+    /* 0 until the copy starts: reads are not noted; 1: recs is final;
+     * 2: records are still added while the copy reads (chunks located
+     * by the copy, plan.c), so lookups take the registry's lock. */
+    int recs_live;
     /* A local data file in the job's table of open files (source.c): its
      * descriptor may be closed when too many are open (fd is then -1) and
      * is reopened on the next read, checked to be the same file. NULL for
@@ -69,6 +72,7 @@ struct uchunk {
     int64_t soff;           /* storage offset, elements */
     int big_endian;
     int skip;               /* identical replica of an earlier chunk */
+    atomic_int located;     /* src..big_endian are set (plan.c) */
 };
 
 /* One output tensor. */
@@ -165,6 +169,8 @@ struct ujob_src {
     size_t fd_open, fd_cap;
     uint64_t fd_clock;
     struct strmap srcmap;           /* relative_path -> srcs index */
+    int recs_live;                  /* usrc.recs_live of sources added
+                                       from now on (crccheck.c) */
 };
 
 /* What goes where: the tensors and byte items found by a format's planner
@@ -186,6 +192,10 @@ struct ujob_plan {
      * means probe the DCP item. */
     int (*locate)(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err);
+    /* DCP from object storage: chunks are located by the copy, which
+     * reads their items anyway (plan.c uns_plan_locate), not probed
+     * while planning. */
+    int lazy;
     void *fmtplan;                  /* legacy.c, zarrplan.c plan state */
     /* Formats whose chunks are decoded by the engine (zarrplan.c,
      * orbaxplan.c): decode chunk c of t into out (c->dec->bytes, element
@@ -391,6 +401,15 @@ void uns_grid_fill(char *out, uint64_t chunk_bytes, const void *fill,
 
 /* plan.c */
 int uns_plan_tensors(struct ujob *j, struct ckpt_err *err);
+/* Chunk c of t located (its item parsed and checked against the
+ * metadata, its zip record registered for the CRC check), once, from any
+ * pool worker: the copy calls it before reading c. 0, or -1 with err
+ * naming tensor and chunk. */
+int uns_plan_locate(struct ujob *j, struct utensor *t,
+                    struct uchunk *c, struct ckpt_err *err);
+/* After the copy: every chunk it did not read (replicas skipped, empty
+ * boxes) located too, so each item is checked as when probed up front. */
+int uns_plan_locate_rest(struct ujob *j, struct ckpt_err *err);
 void uns_plan_band_box(const struct utensor *t, uint64_t band, uint64_t *lo,
                    uint64_t *hi, uint64_t *dst_off, uint64_t *len);
 
