@@ -28,7 +28,7 @@ tmp=$(mktemp -d)
 trap 's3env_stop; rm -rf "$tmp"' EXIT
 aws() { command aws --endpoint-url "$AWS_ENDPOINT_URL" "$@"; }
 aws s3 cp --recursive --only-show-errors "$DATA/dcp" s3://bench/dcp/
-bytes=$(du -sb "$DATA/dcp" | cut -f1)
+bytes=$(du -sbL "$DATA/dcp" | cut -f1)
 # The reference output: a local unshard of the same checkpoint.
 "$CKPT" unshard -q --no-sync "$DATA/dcp" "$tmp/ref" >/dev/null
 

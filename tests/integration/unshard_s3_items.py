@@ -19,6 +19,9 @@ directory left), the item in the middle of a rank file:
            rewritten to match (a consistent zip, a bad pickle);
   header   the local header signature of an item's tensor record;
   data     the first byte of an item's tensor record (its CRC-32 check).
+The pickle damage also to an s3 DEST: exit 1 and no object under DEST
+(its -unfinished marker stays beside it, as after any failed copy, until
+a rerun completes it).
 """
 import os
 import re
@@ -121,6 +124,20 @@ def damaged(env, tmp, name, want):
           str(left))
 
 
+def damaged_to_s3(env, s3, name):
+    dest = "s3://%s/out-%s" % (B, name)
+    p = unshard(env, "s3://%s/%s" % (B, name), dest)
+    check("%s -> s3: exit 1" % name, p.returncode == 1,
+          "%d %s" % (p.returncode, p.stderr))
+    ls = subprocess.run(["aws", "s3", "ls", "--recursive", "s3://%s/" % B],
+                        env=env, capture_output=True, text=True)
+    left = [ln for ln in ls.stdout.splitlines()
+            if " out-%s/" % name in ln]
+    check("%s -> s3: no object under DEST (%d keys listed)" %
+          (name, len(ls.stdout.splitlines())),
+          ls.returncode == 0 and ls.stdout and not left, "\n".join(left))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-s3-items-")
     try:
@@ -139,6 +156,7 @@ def main():
             good(env, s3, tmp, ck)
             for name, (_, want) in DAMAGE.items():
                 damaged(env, tmp, name, want)
+            damaged_to_s3(env, s3, "pickle")
             check("every request signed correctly",
                   s3.stats()["sig_fail"] == 0)
     finally:
