@@ -307,6 +307,10 @@ struct ckpt_write_in {
     uint64_t mem_budget;      /* bytes of buffers the writer has; 0: 96 MiB */
     int streamed;             /* the body can be re-read by offset
                                  (ckpt_body_fn): a PUT holds no buffer */
+    int assembled;            /* the writer assembles the whole body in
+                                 memory as it makes it (unshard outputs):
+                                 one PUT if it fits mem_budget, the room
+                                 the writer has for it */
 };
 
 struct ckpt_write_plan {

@@ -7,12 +7,18 @@
  *   1. at most one part's worth of bytes: one PUT (nothing to split);
  *   2. more than CKPT_SINGLE_PUT_MAX: multipart (a failed PUT would resend
  *      it all, and one connection caps a large object's speed);
- *   3. fewer than CKPT_PUT_PARALLEL files in flight: multipart, since
+ *   3. a body its writer assembles whole in memory while it produces it
+ *      (unshard outputs): one PUT when it fits the memory budget, else
+ *      multipart. Its bytes come no faster than the writer's own workers
+ *      make them, so parts buy little overlap, while a service that
+ *      assembles multipart objects by copying pays a second write
+ *      (bench/RESULTS.md "process" and "sink");
+ *   4. fewer than CKPT_PUT_PARALLEL files in flight: multipart, since
  *      parts are the only way to keep several requests busy;
- *   4. a body that must be buffered whole (not streamed) and is larger
+ *   5. a body that must be buffered whole (not streamed) and is larger
  *      than a CKPT_PUT_PARALLEL-th of the memory budget: multipart, so the
  *      budget still holds that many requests;
- *   5. otherwise one PUT: half the requests' overhead, and services that
+ *   6. otherwise one PUT: half the requests' overhead, and services that
  *      assemble multipart objects by copying (s3rver, MinIO on one disk)
  *      write every byte once instead of twice (bench/RESULTS.md "upload").
  * A local DEST writes parts as ranges of a temporary file in parallel:
@@ -44,8 +50,11 @@ void ckpt_write_plan(int local, const struct ckpt_write_in *in,
                                    out->part_size) : 1;
     if (in->size <= out->part_size)
         out->multipart = 0;
-    else if (local || in->size > CKPT_SINGLE_PUT_MAX ||
-             files < CKPT_PUT_PARALLEL)
+    else if (local || in->size > CKPT_SINGLE_PUT_MAX)
+        out->multipart = 1;
+    else if (in->assembled)
+        out->multipart = in->size > budget;
+    else if (files < CKPT_PUT_PARALLEL)
         out->multipart = 1;
     else
         out->multipart = !in->streamed &&

@@ -9,7 +9,9 @@
  * first written, and as soon as all its bytes are there it is sent (by
  * the thread whose write completed it) and freed. A file of one part goes
  * as one PUT, larger ones as a multipart upload completed once every part
- * is sent: an object appears whole or not at all. The bytes that need
+ * is sent: an object appears whole or not at all. By the write policy,
+ * an output up to CKPT_SINGLE_PUT_MAX that fits the room left of the
+ * memory budget is one part, the whole file (part_size). The bytes that need
  * CRCs (a zip record's local header) are written as soon as the record's
  * last band is (layout.c uns_layout_record_done), so the part holding a
  * header is held no longer than its record takes.
@@ -81,6 +83,8 @@ struct oobj {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t budget, held, peak;
+    uint64_t whole;         /* bytes of outputs planned as one part that
+                               may be held together (part_size) */
     uint64_t ntasks, low;   /* tasks of the run; oldest not done */
     unsigned char *done;
 };
@@ -99,14 +103,19 @@ static uint32_t part_len(const struct ofile *of, uint32_t i)
 
 /* Part size of an output of size bytes, by the write policy `upload` uses
  * too (ckpt_write_plan: equal parts of whole MiB, at least 8 MiB, at most
- * 10,000). Outputs are written one after another in output order, so one
- * file is in flight: anything above one part goes as a multipart upload,
- * the only way to keep several requests busy; one part is one PUT. */
+ * 10,000). The sink assembles an output in memory while its workers make
+ * it, so the policy makes it one part, sent as one PUT with no copy at
+ * CompleteMultipartUpload, when it is at most CKPT_SINGLE_PUT_MAX and
+ * fits the room the budget has left: the outputs planned as one part
+ * before it may all be held at once (a zip's central directory is written
+ * last), so they count against the budget. A larger one goes as a
+ * multipart upload, each part sent as soon as it is filled. */
 static uint64_t part_size(const struct oobj *o, uint64_t size)
 {
+    uint64_t room = o->budget > o->whole ? o->budget - o->whole : 0;
     struct ckpt_write_in in = { .size = size, .files_in_flight = 1,
                                 .min_part = MIN_PART,
-                                .mem_budget = o->budget };
+                                .mem_budget = room, .assembled = room > 0 };
     struct ckpt_write_plan p;
     ckpt_storage_write_plan(o->st, &in, &p);
     return p.multipart || size <= p.part_size ? p.part_size : size;
@@ -377,12 +386,17 @@ static int copy_in(struct ujob *j, struct ufile *f, struct usrc *s,
     return rc;
 }
 
+/* transient: the file is written whole and sent before the next one is
+ * created (a copied file, a JSON file), so its buffer is never held with
+ * the others'. */
 static int start(struct oobj *o, struct ofile *of, uint64_t size,
-                 struct ckpt_err *err)
+                 int transient, struct ckpt_err *err)
 {
     of->size = size;
     of->psize = part_size(o, size);
     of->nparts = (uint32_t)((size + of->psize - 1) / of->psize);
+    if (of->nparts == 1 && !transient)
+        o->whole += size;
     of->parts = ckpt_xcalloc(of->nparts ? of->nparts : 1,
                              sizeof(*of->parts));
     of->md5s = ckpt_xcalloc(of->nparts ? of->nparts : 1, sizeof(*of->md5s));
@@ -404,14 +418,14 @@ static int obj_create(struct ujob *j, struct ufile *f, struct ckpt_err *err)
                                err) != 0)
             return -1;
         f->size = s.size;
-        int rc = start(o, of, s.size, err);
+        int rc = start(o, of, s.size, 1, err);
         if (rc == 0)
             rc = copy_in(j, f, &s, err);
         if (s.fd >= 0)
             close(s.fd);
         return rc;
     }
-    if (start(o, of, f->size, err) != 0)
+    if (start(o, of, f->size, f->raw, err) != 0)
         return -1;
     /* JSON files, and safetensors headers: known already. */
     if (f->raw || j->o->format == CKPT_FORMAT_SAFETENSORS)

@@ -257,7 +257,7 @@ static void apply_policy(struct ckpt_upload *u)
         if (o->from_archive)
             continue;
         struct ckpt_write_in in = { o->size, inflight, u->cfg.part_size,
-                                    u->budget, o->has_ver };
+                                    u->budget, o->has_ver, 0 };
         struct ckpt_write_plan p;
         ckpt_storage_write_plan(o->g->dst, &in, &p);
         o->big = p.multipart;

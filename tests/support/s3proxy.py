@@ -42,6 +42,10 @@ Faults, chosen per request at random (seeded):
             rate for the same object."
   reset     fraction of GET responses cut mid-body (TCP reset)
   slow_ms   delay before each 64 KiB of a response body
+  fault_next  the next N requests that may get faults (methods,
+            fault_match) get one for sure, 503 SlowDown and reset
+            alternately (SlowDown first), whatever the fractions say: a
+            test that needs faults where a seeded draw may give none
   methods   only requests with these methods get faults ("" = all)
   fault_match  only requests whose path contains this get faults ("" = all)
   complete_error  the next N CompleteMultipartUpload requests are answered
@@ -133,7 +137,8 @@ class State:
                        "cond_conflict": 0, "put_before_delete": None,
                        "get_delay_ms": 0, "get_delay_nth": 0,
                        "get_delay_match": "", "fault_match": "",
-                       "corrupt_put": 0, "corrupt_match": ""}
+                       "corrupt_put": 0, "corrupt_match": "",
+                       "fault_next": 0}
         self.get_seen = 0
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
@@ -177,6 +182,9 @@ class State:
                 return None
             if c["fault_match"] and c["fault_match"] not in path:
                 return None
+            if c["fault_next"] > 0:
+                c["fault_next"] -= 1
+                return "reset" if c["fault_next"] % 2 == 0 else "slowdown"
             x = self.rng.random()
             for name in ("slowdown", "r2_429", "reset"):
                 if x < c[name]:

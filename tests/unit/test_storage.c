@@ -170,7 +170,7 @@ static void test_storage__writer_atomic(void)
 static void test_storage__write_plan(void)
 {
     struct ckpt_write_plan p;
-    struct ckpt_write_in in = { 20 * MIB, 8, 0, 0, 1 };
+    struct ckpt_write_in in = { 20 * MIB, 8, 0, 0, 1, 0 };
     ckpt_write_plan(0, &in, &p);             /* many files: one PUT */
     CHECK(!p.multipart && p.nparts == 1 && p.part_size == 8 * MIB);
     in.files_in_flight = 3;                  /* too few: parts */
@@ -206,6 +206,39 @@ static void test_storage__write_plan(void)
     in.size = 1ull << 40;                    /* and 10,000 parts at most */
     ckpt_write_plan(0, &in, &p);
     CHECK(p.multipart && p.part_size == 105 * MIB && p.nparts <= 10000);
+}
+
+/* An object its writer assembles in memory (unshard outputs): one PUT
+ * up to CKPT_SINGLE_PUT_MAX when it fits the room given, even with one
+ * file in flight; larger, or beyond the room, multipart. */
+static void test_storage__write_plan_assembled(void)
+{
+    struct ckpt_write_plan p;
+    struct ckpt_write_in in = { .size = 34 * MIB, .files_in_flight = 1,
+                                .min_part = 8 * MIB,
+                                .mem_budget = 96 * MIB, .assembled = 1 };
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart && p.nparts == 1);
+    in.assembled = 0;                        /* one file in flight: parts */
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.nparts == 5);
+    in.assembled = 1;
+    in.size = 96 * MIB;                      /* the room is inclusive */
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart);
+    in.size = 96 * MIB + 1;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.nparts == 13);
+    in.mem_budget = 1ull << 30;              /* room, but above the cut-off */
+    in.size = CKPT_SINGLE_PUT_MAX;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(!p.multipart);
+    in.size = CKPT_SINGLE_PUT_MAX + 1;
+    ckpt_write_plan(0, &in, &p);
+    CHECK(p.multipart && p.nparts == 26);
+    in.size = 34 * MIB;                      /* local DEST: ranges */
+    ckpt_write_plan(1, &in, &p);
+    CHECK(p.multipart && p.nparts == 5);
 }
 
 struct membody {
@@ -550,7 +583,8 @@ static void test_storage__etag_is_md5(void)
 TEST_MAIN(T(test_storage__loc_parse), T(test_storage__local_ops),
           T(test_storage__tar_members),
           T(test_storage__writer_atomic),
-          T(test_storage__write_plan), T(test_storage__put_stream_local),
+          T(test_storage__write_plan), T(test_storage__write_plan_assembled),
+          T(test_storage__put_stream_local),
           T(test_storage__etag_is_md5),
           T(test_storage__readahead),
           T(test_storage__delete_tree_never_follows_links),
