@@ -7,8 +7,9 @@ byte-identical to a local unshard.
 
 Two outputs, killed in turn: an OLMo step's model.pt/optim.pt/train.pt/
 config.yaml (four objects: only the DEST-unfinished marker keeps a partial
-set from looking complete) and a 20 MB checkpoint.pt (a multipart upload
-of three parts). Kills land after the k-th write request (PUT, POST,
+set from looking complete) and a 20 MB checkpoint.pt (--memory 16M: it
+does not fit, so a multipart upload of three parts; with room it would be
+one PUT, as unshard_sink_put.py shows). Kills land after the k-th write request (PUT, POST,
 DELETE) the proxy sees, k uniform over a clean run's count; every
 fifth kill is followed by a rerun to completion, and half the reruns
 (of either output) then delete DEST, so that kills hit first writes as
@@ -79,8 +80,10 @@ def main():
             env = s3.env()
 
             def cmd(name, src):
-                return [CKPT, "unshard", "--no-progress", src,
-                        "s3://%s/run/%s" % (B, name)]
+                mem = ["--memory", "16M"] if name == "step20-unsharded" \
+                    else []
+                return [CKPT, "unshard", "--no-progress"] + mem + [
+                    src, "s3://%s/run/%s" % (B, name)]
 
             def rerun(name, src, what):
                 p = subprocess.run(cmd(name, src), env=env,
@@ -105,6 +108,9 @@ def main():
                 subprocess.run(cmd(name, src), env=env, check=True,
                                capture_output=True)
                 nwrites[name] = writes() - w0
+                if name == "step20-unsharded":
+                    c.eq("clean %s: a multipart upload" % name,
+                         s3.stats()["methods"].get("POST", 0) >= 2, True)
                 c.eq("clean " + name, remote_digests(env, "run/" + name),
                      want[name])
                 tool(env, "rm-tree", "s3://%s/run/%s" % (B, name))

@@ -6,7 +6,8 @@ no local copy.
 
 - local -> s3 and s3 -> s3, torch and safetensors, for real torch 1.13
   DCP checkpoints (make_dcp.py: rows, an OLMo step with its
-  model/optim/train split, one of ~40 MB that takes multipart uploads)
+  model/optim/train split, one of ~40 MB: one PUT by default, a
+  multipart upload under --memory 16M)
   and the committed torch 2.x fixtures: every output downloaded with
   aws-cli is byte-identical to a local unshard of the same SRC, torch
   outputs equal torch's own values (check_unshard.py), and no
@@ -172,11 +173,18 @@ def main():
                      "s3://%s/out/verify" % B)
             c.eq("verify: exit", (p.returncode, p.stderr), (0, ""))
 
+            c.eq("every request signed correctly, --verify's too",
+                 s3.stats()["sig_fail"], 0)
+
             # Faults on every request of the outputs: 503s and resets,
-            # also of PUTs whose body was stored.
+            # also of PUTs whose body was stored. --memory 16M: the output
+            # does not fit, so parts of a multipart upload get them
+            # (unshard_sink_put.py: faults on one PUT).
+            s3.reset_stats()
             s3.configure(slowdown=0.2, reset=0.2, reset_writes=True,
                          fault_match="/out/faults")
-            p = ckpt(env, "--retries", "12", os.path.join(fx, "big", "ckpt"),
+            p = ckpt(env, "--retries", "12", "--memory", "16M",
+                     os.path.join(fx, "big", "ckpt"),
                      "s3://%s/out/faults" % B)
             st = s3.stats()
             s3.configure(slowdown=0, reset=0, reset_writes=False,
@@ -184,6 +192,8 @@ def main():
             c.eq("faults: exit", (p.returncode, p.stderr), (0, ""))
             c.true("faults: some injected", st["faults"]["slowdown"] > 0
                    and st["faults"]["reset"] > 0)
+            c.true("faults: a multipart upload",
+                   st["methods"].get("POST", 0) >= 2)
             s.same("faults", "out/faults",
                    os.path.join(tmp, "loc", "big-torch"))
 
