@@ -20,20 +20,26 @@ torch 1.13 DCP checkpoints (make_dcp.py --case big) unsharded local -> s3:
 - two 503s and two connection resets (after s3rver stored the body)
   injected on that PUT: it is sent five times, the object is the same
   bytes, still no multipart upload;
+- `ckpt process --runs 1` of a run holding that step: the state records
+  the output's size and MD5, its ETag at DEST is that MD5, and the run
+  is verified and done;
 - the PUT answered 503 every time (--retries 2): exit 1 with the error,
   three PUTs (the marker, two tries), no output
   object, the marker left (never a complete-looking output), and nothing
   to abort (no multipart upload was started).
 """
 import hashlib
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import Checker, S3Env, digests, sh, tool, unshard  # noqa: E402
+from s3test import (CKPT, Checker, S3Env, age_tree, digests,  # noqa: E402
+                    sh, tool, unshard)
 import harness  # noqa: E402
 from harness import generate  # noqa: E402
 
@@ -67,6 +73,36 @@ def etag(env, key):
 def md5(path):
     with open(path, "rb") as f:
         return hashlib.md5(f.read()).hexdigest()
+
+
+def process(c, env, tmp, src):
+    """`ckpt process --runs 1` (the whole default budget for the run's
+    unshard): the step's checkpoint.pt goes as one PUT too; the state
+    records its size and MD5, which the verify phase then checks against
+    the ETag at DEST (an MD5 of the same form)."""
+    runs = os.path.join(tmp, "runs")
+    run = os.path.join(runs, "3100001")
+    for d in ("wandb", "train_data"):
+        os.makedirs(os.path.join(run, d))
+    with open(os.path.join(run, "config.yaml"), "w") as f:
+        f.write("run_name: put-3100001\nsave_folder: /scratch/3100001\n")
+    shutil.copytree(src, os.path.join(run, "step1000"))
+    age_tree(runs)
+    p = subprocess.run([CKPT, "process", "-q", "--no-progress", "--no-wandb",
+                        "--min-age", "0", "--runs", "1", runs, "--dest",
+                        "s3://%s/proc" % B],
+                       env=dict(env, CKPT_STATE_DIR=os.path.join(tmp, "st")),
+                       capture_output=True, text=True, timeout=600)
+    c.eq("process: exit", (p.returncode, p.stderr), (0, ""))
+    out = os.path.join(tmp, "loc-torch", "checkpoint.pt")
+    key = "proc/3100001/step1000-unsharded/checkpoint.pt"
+    _, st, _ = tool(env, "cat", "s3://%s/proc/.ckpt-process/3100001.json" % B,
+                    check=False)
+    got = [(e["size"], e["sum"]) for e in json.loads(st or "{}").get(
+        "unsharded", []) if e["path"].endswith("/checkpoint.pt")]
+    c.eq("process: state records checkpoint.pt's size and MD5", got,
+         [(os.path.getsize(out), md5(out))])
+    c.eq("process: its ETag at DEST is that MD5", etag(env, key), md5(out))
 
 
 def main():
@@ -173,6 +209,8 @@ def main():
             c.eq("fail: no output, the marker left",
                  (objects(env, "out/fail"),
                   exists(env, "out/fail-unfinished")), ([], True))
+
+            process(c, env, tmp, src)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return c.finish() | harness.finish()
