@@ -11,10 +11,10 @@
  * as one PUT, larger ones as a multipart upload completed once every part
  * is sent: an object appears whole or not at all. By the write policy,
  * an output up to CKPT_SINGLE_PUT_MAX that fits the room left of the
- * memory budget is one part, the whole file (part_size). The bytes that need
- * CRCs (a zip record's local header) are written as soon as the record's
- * last band is (layout.c uns_layout_record_done), so the part holding a
- * header is held no longer than its record takes.
+ * memory budget is one part, the whole file (part_size). The bytes that
+ * need CRCs (a zip record's local header) are written as soon as the
+ * record's last band is (layout.c uns_layout_record_done), so the part
+ * holding a header is held no longer than its record takes.
  *
  * Memory: part buffers held stay within --memory. A task reserves the
  * parts its range needs before it reads anything (uns_outobj_reserve) and

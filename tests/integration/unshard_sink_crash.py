@@ -6,11 +6,12 @@ DEST never judges a partial output complete, and a rerun finishes it
 byte-identical to a local unshard.
 
 Two outputs, killed in turn: an OLMo step's model.pt/optim.pt/train.pt/
-config.yaml (four objects: only the DEST-unfinished marker keeps a partial
-set from looking complete) and a 20 MB checkpoint.pt (--memory 16M: it
-does not fit, so a multipart upload of three parts; with room it would be
-one PUT, as unshard_sink_put.py shows). Kills land after the k-th write request (PUT, POST,
-DELETE) the proxy sees, k uniform over a clean run's count; every
+config.yaml (four objects: only the DEST-unfinished marker keeps a
+partial set from looking complete) and a 20 MB checkpoint.pt (--memory
+16M: it does not fit, so a multipart upload of three parts; with room it
+would be one PUT, as unshard_sink_put.py shows). Kills land after the
+k-th write request (PUT, POST, DELETE) the proxy sees, k uniform over a
+clean run's count; every
 fifth kill is followed by a rerun to completion, and half the reruns
 (of either output) then delete DEST, so that kills hit first writes as
 well as overwrites of a complete output. CKPT_SINK_KILLS sets the count (50).
