@@ -35,7 +35,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUP = os.path.join(HERE, "..", "support")
 sys.path.insert(0, SUP)
-from s3test import BUILD, S3Env, digests, sh, unshard  # noqa: E402
+from s3test import (BUILD, S3Env, digests, download, sh,  # noqa: E402
+                    unshard)
 import harness  # noqa: E402
 from harness import check, compare, generate  # noqa: E402
 import make_orbax  # noqa: E402
@@ -130,13 +131,6 @@ def make_orbax_step(d):
         make_orbax.step_meta(step, "state")
 
 
-def download(env, prefix, to):
-    shutil.rmtree(to, ignore_errors=True)
-    sh("aws", "s3", "cp", "--quiet", "--recursive",
-       "s3://%s/%s" % (B, prefix), to, env=env)
-    return to
-
-
 def objects(env, prefix):
     p = subprocess.run(["aws", "s3", "ls", "--recursive",
                         "s3://%s/%s" % (B, prefix)], env=env,
@@ -163,7 +157,7 @@ class Case:
         """src unsharded to s3://B/prefix: the same bytes as loc."""
         p = ckpt(self.env, *opts, src, "s3://%s/%s" % (B, prefix))
         check(what + ": exit 0", p.returncode == 0, p.stderr)
-        got = download(self.env, prefix, os.path.join(self.tmp, "dl",
+        got = download(self.env, B, prefix, os.path.join(self.tmp, "dl",
                                                       prefix))
         same = digests(got) == digests(loc)
         check(what + ": bytes equal a local unshard", same,

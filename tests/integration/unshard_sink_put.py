@@ -39,7 +39,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import (CKPT, Checker, S3Env, age_tree, digests,  # noqa: E402
-                    sh, tool, unshard)
+                    download, sh, tool, unshard)
 import harness  # noqa: E402
 from harness import generate  # noqa: E402
 
@@ -55,13 +55,6 @@ def objects(env, prefix):
 
 def exists(env, key):
     return tool(env, "stat", "s3://%s/%s" % (B, key), check=False)[0] == 0
-
-
-def download(env, prefix, to):
-    shutil.rmtree(to, ignore_errors=True)
-    sh("aws", "s3", "cp", "--quiet", "--recursive",
-       "s3://%s/%s" % (B, prefix), to, env=env)
-    return to
 
 
 def etag(env, key):
@@ -155,7 +148,7 @@ def main():
                        "marker's (%d left)" % marker, 0 < marker < 200)
                 c.eq(what + ": ETag is the MD5", etag(env, prefix + "/" +
                                                       name), md5(out))
-                got = download(env, prefix, os.path.join(tmp, "dl", prefix))
+                got = download(env, B, prefix, os.path.join(tmp, "dl", prefix))
                 c.eq(what + ": bytes equal a local unshard", digests(got),
                      digests(loc))
 
@@ -167,7 +160,7 @@ def main():
                 c.eq(what + ": a multipart upload of %d parts" % nparts, (
                     m.get("PUT", 0), m.get("POST", 0)),
                     (2 + len(others) + nparts - 1, 2))
-                got = download(env, prefix, os.path.join(tmp, "dl", prefix))
+                got = download(env, B, prefix, os.path.join(tmp, "dl", prefix))
                 c.eq(what + ": bytes equal a local unshard", digests(got),
                      digests(loc))
 
@@ -190,7 +183,7 @@ def main():
                  0)
             c.eq("faults: no marker left",
                  exists(env, "out/fault-unfinished"), False)
-            got = download(env, "out/fault", os.path.join(tmp, "dl", "f"))
+            got = download(env, B, "out/fault", os.path.join(tmp, "dl", "f"))
             c.eq("faults: bytes equal a local unshard", digests(got),
                  digests(loc))
 

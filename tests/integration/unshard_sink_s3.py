@@ -36,8 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SUP = os.path.join(HERE, "..", "support")
 SRCDIR = os.path.join(HERE, "..", "..")
 sys.path.insert(0, SUP)
-from s3test import (BUILD, Checker, S3Env, digests, sh, tool,  # noqa: E402
-                    unshard)
+from s3test import (BUILD, Checker, S3Env, digests, download,  # noqa: E402
+                    sh, tool, unshard)
 import harness  # noqa: E402
 from harness import compare, generate  # noqa: E402
 
@@ -75,14 +75,6 @@ def objects(env, prefix):
     return sorted(line.split("\t")[2] for line in out.decode().splitlines())
 
 
-def download(env, prefix, to):
-    if os.path.exists(to):
-        shutil.rmtree(to)
-    sh("aws", "s3", "cp", "--quiet", "--recursive",
-       "s3://%s/%s" % (B, prefix), to, env=env)
-    return to
-
-
 class Sink:
     def __init__(self, c, env, tmp):
         self.c, self.env, self.tmp = c, env, tmp
@@ -90,7 +82,7 @@ class Sink:
 
     def same(self, what, prefix, local, expected=None):
         """Outputs at s3 prefix equal the local outputs byte for byte."""
-        got = download(self.env, prefix, os.path.join(self.tmp, "dl",
+        got = download(self.env, B, prefix, os.path.join(self.tmp, "dl",
                                                       prefix))
         self.c.eq(what + ": bytes equal a local unshard", digests(got),
                   digests(local))
@@ -307,7 +299,7 @@ def main():
                  ["checkpoint.pt", "notes.txt"])
             c.eq("rerun: marker gone", objects(env, "out/left-unfinished"),
                  [])
-            got = download(env, "out/left", os.path.join(tmp, "dl-left"))
+            got = download(env, B, "out/left", os.path.join(tmp, "dl-left"))
             c.eq("rerun: bytes", digests(got)["checkpoint.pt"], digests(
                 os.path.join(tmp, "loc", "rows-torch"))["checkpoint.pt"])
     finally:

@@ -2,6 +2,7 @@
 tests: run storage_tool, check results, count passes."""
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 
@@ -45,6 +46,15 @@ def sh(*args, env=None):
         raise AssertionError("%s: %d\n%s%s" % (" ".join(args), p.returncode,
                                                p.stdout, p.stderr))
     return p
+
+
+def download(env, bucket, prefix, to):
+    """aws s3 cp --recursive of s3://bucket/prefix into a fresh `to`
+    (what a user would fetch); returns `to`."""
+    shutil.rmtree(to, ignore_errors=True)
+    sh("aws", "s3", "cp", "--quiet", "--recursive",
+       "s3://%s/%s" % (bucket, prefix), to, env=env)
+    return to
 
 
 def contents(root):

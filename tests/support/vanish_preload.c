@@ -49,27 +49,28 @@ static int open_impl(const char *name, const char *path, int flags,
     return real(path, flags, mode);
 }
 
+/* The mode argument, present only with O_CREAT or O_TMPFILE. */
+#define MODE_OF(flags, mode)                                                \
+    do {                                                                    \
+        if ((flags) & (O_CREAT | O_TMPFILE)) {                              \
+            va_list ap;                                                     \
+            va_start(ap, flags);                                            \
+            (mode) = (mode_t)va_arg(ap, int);                               \
+            va_end(ap);                                                     \
+        }                                                                   \
+    } while (0)
+
 int open(const char *path, int flags, ...)
 {
     mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
+    MODE_OF(flags, mode);
     return open_impl("open", path, flags, mode);
 }
 
 int open64(const char *path, int flags, ...)
 {
     mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
+    MODE_OF(flags, mode);
     return open_impl("open64", path, flags, mode);
 }
 
