@@ -12,6 +12,8 @@
 # plus `aws s3 cp` up.
 #   bench/unshard_s3.sh [ROUNDS]          (build/ckpt, build/storage_tool)
 #   SIZE_MB=... BENCH_DIR=... (default /tmp/ckpt-bench-unshard-s3, kept)
+#   ALT_UNSHARD_ARGS=--no-sync   the alternative's local unshard without
+#                  fsync (aws does not fsync its download either)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=${1:-3}
@@ -55,8 +57,9 @@ alt() { # round
     t0=$(date +%s.%N)
     aws s3 cp --quiet --recursive s3://bench/src "$tmp/dl"
     t1=$(date +%s.%N)
+    # shellcheck disable=SC2086  # ALT_UNSHARD_ARGS: words on purpose
     /usr/bin/time -f "%M" -o "$tmp/rss" "$CKPT" unshard -q --no-progress \
-        "$tmp/dl" "$tmp/u" >/dev/null
+        ${ALT_UNSHARD_ARGS:-} "$tmp/dl" "$tmp/u" >/dev/null
     t2=$(date +%s.%N)
     aws s3 cp --quiet "$tmp/u/checkpoint.pt" "s3://bench/alt-$1/checkpoint.pt"
     t3=$(date +%s.%N)
