@@ -23,7 +23,8 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import BUILD, Checker, S3Env, contents, tool  # noqa: E402
+from s3test import (BUILD, Checker, S3Env, contents,  # noqa: E402
+                    remote_contents, tool)
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 LEASE_TOOL = os.path.join(BUILD, "lease_tool")
@@ -113,13 +114,7 @@ local_tree = contents
 
 
 def s3_tree(env, prefix):
-    _, out, _ = tool(env, "ls", "-r", "s3://%s/%s" % (B, prefix))
-    res = {}
-    for line in out.decode().splitlines():
-        name = line.split("\t")[2]
-        _, data, _ = tool(env, "cat", "s3://%s/%s/%s" % (B, prefix, name))
-        res[name] = data
-    return res
+    return remote_contents(env, B, prefix, check=True)
 
 
 def expected_with_logs(runs, src, run_id):

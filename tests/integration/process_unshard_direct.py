@@ -32,7 +32,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import (CKPT, Checker, S3Env, age_tree, digests,  # noqa: E402
-                    gen_runs, tool)
+                    gen_runs, remote_contents, tool)
 
 CHECK = os.path.join(HERE, "..", "support", "check_unshard.py")
 FIX = os.path.join(HERE, "..", "fixtures", "runs", "olmo-torch-new-1.13")
@@ -108,14 +108,7 @@ def torch_check(c, what, outs, tmp):
 
 
 def s3_outputs(env, prefix):
-    _, out, _ = tool(env, "ls", "-r", "s3://%s/%s" % (B, prefix),
-                     check=False)
-    res = {}
-    for line in out.decode().splitlines():
-        name = line.split("\t")[2]
-        _, data, _ = tool(env, "cat", "s3://%s/%s/%s" % (B, prefix, name))
-        res[name] = data
-    return res
+    return remote_contents(env, B, prefix)
 
 
 def sha(d):

@@ -32,7 +32,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import BUILD, Checker, S3Env, tool  # noqa: E402
+from s3test import (BUILD, Checker, S3Env, remote_contents,  # noqa: E402
+                    tool)
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 GEN = os.path.join(HERE, "..", "support", "gen_runs.py")
@@ -91,16 +92,7 @@ def snapshot(path):
 
 
 def s3_tree(env, prefix, names=None):
-    rc, out, _ = tool(env, "ls", "-r", "s3://%s/%s" % (B, prefix),
-                      check=False)
-    res = {}
-    for line in out.decode().splitlines():
-        name = line.split("\t")[2]
-        if names is None or name in names:
-            _, data, _ = tool(env, "cat", "s3://%s/%s/%s" % (B, prefix,
-                                                             name))
-            res[name] = data
-    return res
+    return remote_contents(env, B, prefix, names)
 
 
 def rows_of(out):

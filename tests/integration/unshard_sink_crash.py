@@ -29,7 +29,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import BUILD, Checker, S3Env, digests, tool  # noqa: E402
+from s3test import (BUILD, Checker, S3Env, digests,  # noqa: E402
+                    remote_contents, tool)
 from harness import generate  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
@@ -37,14 +38,8 @@ B = "ck"
 
 
 def remote_digests(env, prefix):
-    _, out, _ = tool(env, "ls", "-r", "s3://%s/%s" % (B, prefix),
-                     check=False)
-    got = {}
-    for line in out.decode().splitlines():
-        name = line.split("\t")[2]
-        _, body, _ = tool(env, "cat", "s3://%s/%s/%s" % (B, prefix, name))
-        got[name] = hashlib.sha256(body).hexdigest()
-    return got
+    return {n: hashlib.sha256(b).hexdigest()
+            for n, b in remote_contents(env, B, prefix).items()}
 
 
 def judged(env):

@@ -125,3 +125,19 @@ def tool(env, *args, input=None, check=True, timeout=600):
         raise AssertionError("storage_tool %s: rc %d: %s" % (
             " ".join(args), r.returncode, r.stderr.decode()))
     return r.returncode, r.stdout, r.stderr.decode()
+
+
+def remote_contents(env, bucket, prefix, names=None, check=False):
+    """{key relative to prefix: bytes} of the objects below
+    s3://bucket/prefix, read back with storage_tool (names: only those).
+    A prefix holding nothing is {} - or, with check, the listing's
+    failure raises."""
+    _, out, _ = tool(env, "ls", "-r", "s3://%s/%s" % (bucket, prefix),
+                     check=check)
+    res = {}
+    for line in out.decode().splitlines():
+        name = line.split("\t")[2]
+        if names is None or name in names:
+            _, res[name], _ = tool(env, "cat", "s3://%s/%s/%s"
+                                   % (bucket, prefix, name))
+    return res
