@@ -91,3 +91,10 @@ target_link_libraries(lease_tool PRIVATE ckpt_core)
 add_library(vanish_preload SHARED
             ${CMAKE_SOURCE_DIR}/tests/support/vanish_preload.c)
 target_link_libraries(vanish_preload PRIVATE ${CMAKE_DL_LIBS})
+
+# unlink_fail_preload: LD_PRELOAD shim under which deleting a file of a
+# given name fails (tests/support/unlink_fail_preload.c); tests find it as
+# $CKPT_BUILD/libunlink_fail_preload.so.
+add_library(unlink_fail_preload SHARED
+            ${CMAKE_SOURCE_DIR}/tests/support/unlink_fail_preload.c)
+target_link_libraries(unlink_fail_preload PRIVATE ${CMAKE_DL_LIBS})

@@ -63,6 +63,12 @@ struct ckpt_upload_cfg {
                                journal's record of an earlier copy alone */
     int delete_source;      /* delete SRC after every object is verified,
                                and only if nothing failed */
+    /* Never replace an object at DEST with different bytes: such a file
+     * fails ("conflict") and DEST keeps it; equal ones are skipped. An
+     * archive member big enough for a multipart upload is not compared
+     * before it is sent, so one at DEST fails too. `ckpt process` sets
+     * it unless the run's own state says it wrote there. */
+    int no_replace;
     int follow_links;       /* follow symlinks inside local trees */
     int strip;              /* --extract: step into a single top directory */
     uint64_t part_size;     /* minimum part size; 0: 8 MiB */

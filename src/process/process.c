@@ -30,6 +30,7 @@
 
 #include "ckpt/archive.h"
 #include "ckpt/buf.h"
+#include "ckpt/tempname.h"
 #include "ckpt/unshard.h"
 #include "ckpt/upload.h"
 #include "ckpt/text.h"
@@ -99,7 +100,6 @@ struct one {
      * as uploaded, so the plan predicts the run's row exactly. */
     int64_t *would;
     size_t nwould;
-    uint64_t wfiles, wbytes;
     /* Output directories (DEST-relative to dkey) that unshard found
      * complete at DEST and skipped: adopted when the state lacks them. */
     char **have;
@@ -108,6 +108,20 @@ struct one {
     /* Steps whose unshard output verified at DEST (--drop-sharded). */
     int64_t *made;
     size_t nmade;
+    /* The state read at the start says this run (this source, this DEST
+     * path) finished an upload there: it may replace its own files at
+     * DEST; any other run may not (upload's no_replace). */
+    int own;
+    /* -n: the files DEST would hold after the pass (display -> size),
+     * as the real run counts them (count_dest). */
+    struct pfile {
+        char *disp;
+        uint64_t size;
+        size_t seq;
+        int base;           /* listed at DEST now (an upload's word on
+                               the same name comes after it) */
+    } *pf;
+    size_t npf;
 };
 
 const char *ckpt_process_phase_name(enum ckpt_process_phase p)
@@ -197,12 +211,58 @@ static void fail_run(struct one *o, enum ckpt_process_phase ph,
 
 /* ---- the upload passes ---- */
 
+/* -n: DEST would hold the file shown as disp with size bytes (the
+ * later word on one name wins: an upload replaces what DEST lists). */
+static void predict_file(struct one *o, const char *disp, uint64_t size,
+                         int base)
+{
+    pthread_mutex_lock(&o->mu);
+    o->pf = ckpt_xreallocarray(o->pf, o->npf + 1, sizeof(*o->pf));
+    o->pf[o->npf].disp = ckpt_xstrdup(disp);
+    o->pf[o->npf].size = size;
+    o->pf[o->npf].base = base;
+    o->pf[o->npf].seq = o->npf;
+    o->npf++;
+    pthread_mutex_unlock(&o->mu);
+}
+
+static int cmp_pf(const void *a, const void *b)
+{
+    const struct pfile *x = a, *y = b;
+    int c = strcmp(x->disp, y->disp);
+    if (c || x->base != y->base)
+        return c ? c : y->base - x->base;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* -n: files and bytes of the predicted set, each name once (its last
+ * word); the set is emptied. */
+static void predicted_total(struct one *o, uint64_t *files, uint64_t *bytes)
+{
+    *files = *bytes = 0;
+    if (o->npf)
+        ckpt_sort(o->pf, o->npf, sizeof(*o->pf), cmp_pf);
+    for (size_t i = 0; i < o->npf; i++) {
+        if (i + 1 == o->npf || strcmp(o->pf[i].disp, o->pf[i + 1].disp)) {
+            (*files)++;
+            *bytes += o->pf[i].size;
+        }
+        free(o->pf[i].disp);
+    }
+    free(o->pf);
+    o->pf = NULL;
+    o->npf = 0;
+}
+
 static void up_event(void *ud, const struct ckpt_upload_event *ev)
 {
     struct one *o = ud;
     /* -n: what would be freed, as the plan's row says. */
     if (ev->action == CKPT_UP_DELETED || ev->action == CKPT_UP_WOULD_DELETE)
         o->freed += ev->bytes;
+    if ((ev->action == CKPT_UP_WOULD_UPLOAD ||
+         ev->action == CKPT_UP_WOULD_SKIP) && ev->dest)
+        predict_file(o, ev->dest, ev->bytes, 0);
     if (ev->action == CKPT_UP_FAILED && !o->fail.len) {
         ckpt_buf_addf(&o->fail, "%s: %s", ev->src, ev->detail);
         o->fail_delete = ev->dest == NULL;
@@ -303,6 +363,7 @@ static int upload_pass(struct one *o, int verify, int dry,
         .jobs = o->p->run_jobs, .mem_budget = o->p->run_mem,
         .dry_run = dry,
         .checksum = verify, .delete_source = !c->keep_source,
+        .no_replace = !o->own,
         .strip = 1, .state_dir = c->state_dir, .on_event = up_event,
         .on_progress = up_progress,
         .may_delete = dry ? NULL : up_may_delete, .pick = up_pick_cb,
@@ -417,25 +478,46 @@ static int judge(struct one *o)
     return go;
 }
 
-/* DEST key of the run from the W&B map (or RUN_ID). 0, or -1 after the
- * run's row (unmapped). */
-static int map_run(struct one *o)
+/* Where the run goes below DEST: its W&B path from the map, else RUN_ID.
+ * NULL with *why (malloced) when the map has none for it, or the path is
+ * no safe place below DEST (a hidden component would put it in DEST's
+ * own .ckpt-process/, ".." outside DEST). */
+static const char *expected_dest(const struct one *o, char **why)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     const char *path = o->r->id;
+    *why = NULL;
     if (c->map) {
         const struct ckpt_wandb_map_entry *e =
             ckpt_wandb_map_find(c->map, o->r->id);
         path = e ? e->path : NULL;
         if (!path) {
-            char *why = e ? ckpt_xasprintf("no W&B run path for run '%s' "
-                                           "(%s)", o->r->id, e->evidence)
-                          : ckpt_xasprintf("run '%s' is not in the W&B map",
-                                           o->r->id);
-            fail_run(o, CKPT_PROC_MAP, why);
-            free(why);
-            return -1;
+            *why = e ? ckpt_xasprintf("no W&B run path for run '%s' (%s)",
+                                      o->r->id, e->evidence)
+                     : ckpt_xasprintf("run '%s' is not in the W&B map",
+                                      o->r->id);
+            return NULL;
         }
+    }
+    if (!proc_path_safe(path, 3)) {
+        *why = ckpt_xasprintf("'%s' is no place below DEST for run '%s' "
+                              "(an empty, hidden, '.' or '..' component)",
+                              path, o->r->id);
+        return NULL;
+    }
+    return path;
+}
+
+/* DEST key of the run from the W&B map (or RUN_ID). 0, or -1 after the
+ * run's row (unmapped). */
+static int map_run(struct one *o)
+{
+    char *why;
+    const char *path = expected_dest(o, &why);
+    if (!path) {
+        fail_run(o, CKPT_PROC_MAP, why);
+        free(why);
+        return -1;
     }
     /* Outputs recorded for another place (the map changed since a
      * killed worker wrote them) are not this run's at its new place. */
@@ -450,6 +532,31 @@ static int map_run(struct one *o)
     free(o->s.dest);
     o->s.dest = ckpt_xstrdup(path);
     return 0;
+}
+
+/* A finished upload's state is input like any bytes at DEST: the place
+ * it names must be the one this run maps to now (an edited "dest" could
+ * point at another run's directory, whose files would then pass for
+ * this run's copy). 0, or -1 after the run's row. */
+static int check_dest(struct one *o)
+{
+    char *why;
+    const char *path = expected_dest(o, &why);
+    if (path && !strcmp(path, o->s.dest))
+        return 0;
+    char *at = ckpt_storage_display(o->p->cfg.dst, o->state_key);
+    char *d = path ? ckpt_xasprintf("the state at DEST (%s) says run '%s' "
+                                    "went to '%s', but it maps to '%s': "
+                                    "left untouched", at, o->r->id,
+                                    o->s.dest, path)
+                   : ckpt_xasprintf("the state at DEST (%s) says run '%s' "
+                                    "went to '%s', but %s: left untouched",
+                                    at, o->r->id, o->s.dest, why);
+    fail_run(o, CKPT_PROC_MAP, d);
+    free(d);
+    free(at);
+    free(why);
+    return -1;
 }
 
 static void set_dest(struct one *o)
@@ -515,9 +622,13 @@ static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
         o->would = ckpt_xreallocarray(o->would, o->nwould + 1,
                                       sizeof(*o->would));
         o->would[o->nwould++] = ev->ckpt->step;
-        o->wfiles += ev->res->nfiles;
-        for (size_t i = 0; i < ev->res->nfiles; i++)
-            o->wbytes += ev->res->files[i].size;
+        for (size_t i = 0; ev->out && i < ev->res->nfiles; i++) {
+            char *key = ckpt_path_join(ev->out, ev->res->files[i].name);
+            char *disp = ckpt_storage_display(o->p->cfg.dst, key);
+            predict_file(o, disp, ev->res->files[i].size, 0);
+            free(disp);
+            free(key);
+        }
     }
     else if (!strcmp(ev->action, "error") && !o->fail.len)
         ckpt_buf_addf(&o->fail, "%s: %s", ev->ckpt ? ev->ckpt->name : "run",
@@ -535,8 +646,8 @@ static int recorded_in(const struct proc_state *s, const char *dir)
     return 0;
 }
 
-/* MD5 (hex) of a file of a local DEST, read back. */
-static int local_md5(struct ckpt_storage *st, const char *key, uint64_t size,
+/* MD5 (hex) of a file at DEST, read back. */
+static int dest_md5(struct ckpt_storage *st, const char *key, uint64_t size,
                      char *hex, struct ckpt_err *err)
 {
     size_t cap = 4u << 20;
@@ -565,56 +676,164 @@ static int local_md5(struct ckpt_storage *st, const char *key, uint64_t size,
     return rc;
 }
 
-struct adopt {
-    struct one *o;
-    const char *dir;
-    int rc;
-    struct ckpt_err err;
+/* ---- outputs at DEST that this run did not record ---- */
+
+/* The step unsharded again into a scratch directory: its files. */
+struct rederive {
+    struct ckpt_unshard_file *files;    /* owned copies (name owned) */
+    size_t n;
+    char *err;                          /* owned: the first error */
+    int made;
 };
 
-static int adopt_file(void *ud, const struct ckpt_entry *e)
+static void rederive_step(void *ud, const struct ckpt_unshard_step_event *ev)
 {
-    struct adopt *a = ud;
-    struct one *o = a->o;
-    struct ckpt_storage *st = o->p->cfg.dst;
-    char sum[80] = "";
-    if (e->type != CKPT_ENTRY_FILE || a->rc)
+    struct rederive *r = ud;
+    if (!strcmp(ev->action, "unsharded") && ev->res && !r->made) {
+        r->made = 1;
+        r->n = ev->res->nfiles;
+        r->files = ckpt_xcalloc(r->n ? r->n : 1, sizeof(*r->files));
+        for (size_t i = 0; i < r->n; i++) {
+            r->files[i] = ev->res->files[i];
+            r->files[i].name = ckpt_xstrdup(ev->res->files[i].name);
+        }
+    } else if (!strcmp(ev->action, "error") && !r->err) {
+        r->err = ckpt_xstrdup(ev->detail);
+    }
+}
+
+struct cmp_out {
+    struct one *o;
+    const char *dir;                    /* below the run's DEST key */
+    struct rederive *r;
+    int record;                         /* record what matches */
+    size_t seen;
+    char *bad;                          /* owned: the first difference */
+};
+
+/* One file of the output at DEST against the same file unsharded again:
+ * same name, size and MD5 (DEST's bytes read back). */
+static int cmp_out_file(void *ud, const struct ckpt_entry *e)
+{
+    struct cmp_out *c = ud;
+    struct ckpt_storage *st = c->o->p->cfg.dst;
+    if (e->type != CKPT_ENTRY_FILE || c->bad || ckpt_is_temp_name(e->name))
         return 0;
-    char *path = ckpt_path_join(a->dir, e->name);
-    char *key = ckpt_path_join(o->dkey, path);
-    if (!ckpt_storage_is_local(st))
-        snprintf(sum, sizeof(sum), "%s", e->etag ? e->etag : "");
-    else
-        a->rc = local_md5(st, key, e->size, sum, &a->err);
-    if (!a->rc)
-        proc_state_add_out(&o->s, path, e->size, sum,
-                           ckpt_storage_is_local(st) ? NULL : sum);
+    char *path = ckpt_path_join(c->dir, e->name);
+    char *key = ckpt_path_join(c->o->dkey, path);
+    char *disp = ckpt_storage_display(st, key);
+    const struct ckpt_unshard_file *f = NULL;
+    for (size_t i = 0; i < c->r->n && !f; i++)
+        if (!strcmp(c->r->files[i].name, e->name))
+            f = &c->r->files[i];
+    char sum[33] = "";
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (!f)
+        c->bad = ckpt_xasprintf("%s: not a file the step unshards to", disp);
+    else if (f->size != e->size)
+        c->bad = ckpt_xasprintf("%s: %llu bytes at DEST, %llu unsharded "
+                                "again", disp, (unsigned long long)e->size,
+                                (unsigned long long)f->size);
+    else if (dest_md5(st, key, e->size, sum, &err) != 0)
+        c->bad = ckpt_xasprintf("%s: %s", disp, err.msg);
+    else if (strcasecmp(sum, f->checksum) != 0)
+        c->bad = ckpt_xasprintf("%s: MD5 %s at DEST, %s unsharded again",
+                                disp, sum, f->checksum);
+    else {
+        c->seen++;
+        if (c->record)
+            proc_state_add_out(&c->o->s, path, e->size, sum,
+                               ckpt_storage_is_local(st) ? NULL : e->etag);
+    }
+    free(disp);
     free(key);
     free(path);
     return 0;
 }
 
-/* Outputs unshard found complete at DEST that the state does not record
- * (a worker killed between a step's commit and its state write, or an
- * earlier `ckpt unshard` to the same place): recorded as DEST holds
- * them, so that they are verified from now on. 0, or -1 after the run's
- * row. */
+/* An output directory dir found complete at DEST that this run's state
+ * does not record (a worker killed between a step's commit and its state
+ * write, an earlier `ckpt unshard`, another source's run, or a stub):
+ * never taken on trust. Unshard is deterministic, so the step is
+ * unsharded again into a scratch directory and every file compared
+ * (names, sizes, MD5 of DEST's bytes); equal: adopted (recorded when
+ * record), else a conflict that fails the run and keeps its source
+ * (DEST is not replaced: it is not this run's). 0, or -1 after the
+ * run's row. */
+static int rederive(struct one *o, const char *dir, int record)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    char *disp = ckpt_storage_display(c->dst, o->dkey);
+    char *why = NULL;
+    int64_t step;
+    int uns = 0;
+    struct rederive r = { NULL, 0, NULL, 0 };
+    char *tmpl = ckpt_path_join(o->p->tmp, "ckpt-rederive-XXXXXX");
+    char *tmp = NULL;
+    if (!ckpt_checkpoint_name(dir, &step, &uns) || !uns)
+        why = ckpt_xstrdup("not a step this run unshards to");
+    else if (!(tmp = mkdtemp(tmpl)))
+        why = ckpt_xasprintf("cannot make a scratch directory in %s",
+                             o->p->tmp);
+    else {
+        struct ckpt_unshard_run_cfg u = {
+            .uo = { .sync = 0, .tmp_dir = o->p->tmp, .insecure = c->insecure,
+                    .retries = c->retries, .checksum = 1,
+                    .memory = o->p->run_mem, .jobs = o->p->run_jobs },
+            .has_step = 1, .step = step, .tmp_dir = o->p->tmp,
+            .on_step = rederive_step, .ud = &r,
+        };
+        if (ckpt_unshard_run(o->r->st, o->r->key, o->r->display, tmp, &u)
+            != 0 || !r.made)
+            why = ckpt_xasprintf("its step could not be unsharded again "
+                                 "to compare: %s", r.err ? r.err
+                                 : "no output");
+    }
+    if (!why) {
+        struct cmp_out cmp = { o, dir, &r, record, 0, NULL };
+        struct ckpt_err err = CKPT_ERR_INIT;
+        char *key = ckpt_path_join(o->dkey, dir);
+        if (ckpt_storage_list(c->dst, key, CKPT_LIST_RECURSIVE, cmp_out_file,
+                              &cmp, &err) != 0)
+            why = ckpt_xstrdup(err.msg);
+        else if (cmp.bad)
+            why = cmp.bad;
+        else if (cmp.seen != r.n)
+            why = ckpt_xasprintf("%zu of the %zu files the step unshards "
+                                 "to are there", cmp.seen, r.n);
+        if (why != cmp.bad)
+            free(cmp.bad);
+        free(key);
+    }
+    if (tmp)
+        ckpt_rm_tree(tmp);
+    free(tmpl);
+    for (size_t i = 0; i < r.n; i++)
+        free(r.files[i].name);
+    free(r.files);
+    free(r.err);
+    if (why) {
+        char *d = ckpt_xasprintf("conflict: %s/%s at DEST was not written "
+                                 "by this run and is not what it unshards "
+                                 "to (%s); not replaced, source kept",
+                                 disp, dir, why);
+        fail_run(o, CKPT_PROC_UNSHARD, d);
+        free(d);
+        free(why);
+    }
+    free(disp);
+    return why ? -1 : 0;
+}
+
+/* Outputs unshard found complete at DEST that the state does not record:
+ * adopted only when unsharding again gives the same bytes (rederive).
+ * 0, or -1 after the run's row. */
 static int adopt_outputs(struct one *o)
 {
     size_t before = o->s.nouts;
-    for (size_t i = 0; i < o->nhave; i++) {
-        if (recorded_in(&o->s, o->have[i]))
-            continue;
-        struct adopt a = { o, o->have[i], 0, CKPT_ERR_INIT };
-        char *key = ckpt_path_join(o->dkey, o->have[i]);
-        int rc = ckpt_storage_list(o->p->cfg.dst, key, CKPT_LIST_RECURSIVE,
-                                   adopt_file, &a, &a.err);
-        free(key);
-        if (rc != 0 || a.rc != 0) {
-            fail_run(o, CKPT_PROC_UNSHARD, a.err.msg);
+    for (size_t i = 0; i < o->nhave; i++)
+        if (!recorded_in(&o->s, o->have[i]) && rederive(o, o->have[i], 1))
             return -1;
-        }
-    }
     return o->s.nouts == before ? 0
          : save_state(o, PROC_NEW, CKPT_PROC_UNSHARD);
 }
@@ -704,7 +923,7 @@ static int verify_outputs(struct one *o)
             bad = ckpt_xasprintf("%s: %llu bytes at DEST, %llu written",
                                  disp, (unsigned long long)sb.size,
                                  (unsigned long long)out->size);
-        else if (!remote && local_md5(st, key, sb.size, sum, &err) != 0)
+        else if (!remote && dest_md5(st, key, sb.size, sum, &err) != 0)
             bad = ckpt_xasprintf("%s: %s", disp, err.msg);
         else if (remote)
             snprintf(sum, sizeof(sum), "%s", sb.etag);
@@ -747,13 +966,72 @@ static int verify_outputs(struct one *o)
     return -1;
 }
 
-/* Files and bytes of the recorded unshard outputs. */
-static void outs_total(const struct one *o, uint64_t *files, uint64_t *bytes)
+struct dcount {
+    struct one *o;
+    const char *root;
+    int predict;
+    uint64_t files, bytes;
+};
+
+static void dcount_add(struct dcount *d, const char *key, uint64_t size)
 {
-    *files = o->s.nouts;
-    *bytes = 0;
-    for (size_t i = 0; i < o->s.nouts; i++)
-        *bytes += o->s.outs[i].size;
+    if (d->predict) {
+        char *disp = ckpt_storage_display(d->o->p->cfg.dst, key);
+        predict_file(d->o, disp, size, 1);
+        free(disp);
+    }
+    d->files++;
+    d->bytes += size;
+}
+
+static int dcount_cb(void *ud, const struct ckpt_entry *e)
+{
+    struct dcount *d = ud;
+    if (e->type != CKPT_ENTRY_FILE || ckpt_is_temp_name(e->name))
+        return 0;
+    char *key = ckpt_path_join(d->root, e->name);
+    dcount_add(d, key, e->size);
+    free(key);
+    return 0;
+}
+
+/* What DEST holds of the run: every file below its DEST directory (its
+ * files, unshard outputs and logs, whichever pass or run put them there)
+ * and, with --keep-archive, its archive. Rows and the state give these,
+ * not what one pass copied (after a failed delete the rerun copies
+ * little or nothing). -n (predict): DEST now, with what the pass would
+ * upload and unshard on top (the events gathered by predict_file). 0, or
+ * -1 with err. */
+static int count_dest(struct one *o, int predict, uint64_t *files,
+                      uint64_t *bytes, struct ckpt_err *err)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    struct dcount d = { o, o->dkey, predict, 0, 0 };
+    int rc = ckpt_storage_list(c->dst, o->dkey, CKPT_LIST_RECURSIVE,
+                               dcount_cb, &d, err);
+    if (rc != 0 && err->code == CKPT_ENOTFOUND) {
+        ckpt_err_clear(err);
+        rc = 0;
+    }
+    if (rc == 0 && c->keep_archive &&
+        ckpt_archive_kind_of(o->r->key) != CKPT_ARCHIVE_NONE) {
+        char *ak = archive_key(o);
+        struct ckpt_stat sb;
+        if (ckpt_storage_stat(c->dst, ak, &sb, err) == 0) {
+            if (sb.type == CKPT_ENTRY_FILE)
+                dcount_add(&d, ak, sb.size);
+        } else if (err->code == CKPT_ENOTFOUND) {
+            ckpt_err_clear(err);
+        } else {
+            rc = -1;
+        }
+        free(ak);
+    }
+    if (predict)
+        predicted_total(o, &d.files, &d.bytes);
+    *files = d.files;
+    *bytes = d.bytes;
+    return rc;
 }
 
 /* The delete phase's event; files the rules left out stayed, and say
@@ -777,6 +1055,12 @@ static int find_drops(struct one *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     struct ckpt_err err = CKPT_ERR_INIT;
+    /* -n: steps it would unshard, and recorded outputs that verified */
+    for (size_t i = 0; c->dry_run && i < o->nmade; i++) {
+        o->would = ckpt_xreallocarray(o->would, o->nwould + 1,
+                                      sizeof(*o->would));
+        o->would[o->nwould++] = o->made[i];
+    }
     const int64_t *made = c->dry_run ? o->would : o->made;
     size_t nmade = c->dry_run ? o->nwould : o->nmade;
     if (proc_drops_find(&o->drops, o->r->st, o->r->key, c->clean.max_archive,
@@ -787,27 +1071,45 @@ static int find_drops(struct one *o)
     return -1;
 }
 
+/* The counts of what DEST holds after the pass (count_dest) into the
+ * state; -1 after the run's row. */
+static int set_counts(struct one *o, enum ckpt_process_phase ph)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (count_dest(o, o->p->cfg.dry_run, &o->s.files, &o->s.bytes, &err)
+        == 0)
+        return 0;
+    fail_run(o, ph, err.msg);
+    return -1;
+}
+
 /* Copy the run to DEST, verify and delete the source in one pass of the
  * upload engine, as `upload --delete-source` does (it deletes nothing
  * unless every file arrived; with --keep-source every file is compared
- * by checksum instead); state "done". */
+ * by checksum instead); state "done". -n: the plan of that pass. */
 static int upload(struct one *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
+    int dry = c->dry_run;
     struct ckpt_upload_totals t;
     uint64_t freed0 = o->freed;
-    o->save_on_delete = 1;
-    int rc = upload_pass(o, c->keep_source, 0, &t);
+    o->save_on_delete = !dry;
+    int rc = upload_pass(o, dry ? 0 : c->keep_source, dry, &t);
     o->save_on_delete = 0;
     if (rc != 0) {
         fail_run(o, o->fail_delete ? CKPT_PROC_DELETE : CKPT_PROC_UPLOAD,
                  o->fail.ptr);
         return -1;
     }
-    uint64_t of, ob;
-    outs_total(o, &of, &ob);
-    o->s.files = t.files + of;
-    o->s.bytes = t.bytes_total + ob;
+    if (set_counts(o, CKPT_PROC_UPLOAD) != 0)
+        return -1;
+    if (dry) {
+        emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_WOULD, "", o->s.files,
+             o->s.bytes);
+        if (!c->keep_source)
+            emit(o, CKPT_PROC_DELETE, CKPT_PROC_WOULD, "", 0, 0);
+        return 0;
+    }
     emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_OK, "", o->s.files, o->s.bytes);
     emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", o->s.files, o->s.bytes);
     if (!c->keep_source)
@@ -819,59 +1121,40 @@ static int upload(struct one *o)
 static int verify_delete(struct one *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
+    int dry = c->dry_run;
     struct ckpt_upload_totals t;
     uint64_t freed0 = o->freed;
     if (verify_outputs(o) != 0)
         return -1;
-    if (upload_pass(o, 1, 0, &t) != 0) {
+    if (upload_pass(o, 1, dry, &t) != 0) {
         fail_run(o, o->fail_delete ? CKPT_PROC_DELETE : CKPT_PROC_VERIFY,
                  o->fail.ptr);
         return -1;
     }
-    uint64_t of, ob;
-    outs_total(o, &of, &ob);
-    o->s.files = t.files + of;
-    o->s.bytes = t.bytes_total + ob;
-    emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", o->s.files, o->s.bytes);
+    if (set_counts(o, CKPT_PROC_VERIFY) != 0)
+        return -1;
+    emit(o, CKPT_PROC_VERIFY, dry ? CKPT_PROC_WOULD : CKPT_PROC_OK, "",
+         o->s.files, o->s.bytes);
+    if (dry) {
+        if (!c->keep_source)
+            emit(o, CKPT_PROC_DELETE, CKPT_PROC_WOULD, "", 0, 0);
+        return 0;
+    }
     if (!c->keep_source)
         emit_delete(o, &t, freed0);
     return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
 }
 
-struct have_count {
-    uint64_t files, bytes;
-};
-
-static int count_file(void *ud, const struct ckpt_entry *e)
-{
-    struct have_count *h = ud;
-    if (e->type == CKPT_ENTRY_FILE) {
-        h->files++;
-        h->bytes += e->size;
-    }
-    return 0;
-}
-
-/* -n: outputs unshard found complete at DEST (an earlier `ckpt unshard`
- * to the same place, or a killed worker's) count as the real run counts
- * them once recorded (adopt_outputs), and their steps as made for
- * --drop-sharded, as its verify will find them. 0, or -1 after the run's
- * row. */
+/* -n: outputs unshard found complete at DEST that the state does not
+ * record are compared as the real run compares them (rederive: a
+ * conflict fails the run here too), and their steps, like those of
+ * recorded ones, count as made for --drop-sharded. 0, or -1 after the
+ * run's row. */
 static int dry_have(struct one *o)
 {
     for (size_t i = 0; i < o->nhave; i++) {
-        struct have_count h = { 0, 0 };
-        struct ckpt_err err = CKPT_ERR_INIT;
-        char *key = ckpt_path_join(o->dkey, o->have[i]);
-        int rc = ckpt_storage_list(o->p->cfg.dst, key, CKPT_LIST_RECURSIVE,
-                                   count_file, &h, &err);
-        free(key);
-        if (rc != 0) {
-            fail_run(o, CKPT_PROC_UNSHARD, err.msg);
+        if (!recorded_in(&o->s, o->have[i]) && rederive(o, o->have[i], 0))
             return -1;
-        }
-        o->wfiles += h.files;
-        o->wbytes += h.bytes;
         int64_t step;
         int uns = 0;
         if (ckpt_checkpoint_name(o->have[i], &step, &uns) && uns) {
@@ -881,27 +1164,6 @@ static int dry_have(struct one *o)
         }
     }
     return 0;
-}
-
-/* -n: the whole plan, nothing changed, no lease taken. */
-static void dry_run(struct one *o)
-{
-    if (!judge(o) || map_run(o) != 0)
-        return;
-    set_dest(o);
-    if (unshard(o) != 0 || dry_have(o) != 0 || find_drops(o) != 0)
-        return;
-    struct ckpt_upload_totals t;
-    if (upload_pass(o, 0, 1, &t) != 0) {
-        fail_run(o, CKPT_PROC_UPLOAD, o->fail.ptr);
-        return;
-    }
-    o->s.files = t.files + o->wfiles;
-    o->s.bytes = t.bytes_total + o->wbytes;
-    emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_WOULD, "", o->s.files, o->s.bytes);
-    if (!o->p->cfg.keep_source)
-        emit(o, CKPT_PROC_DELETE, CKPT_PROC_WOULD, "", 0, 0);
-    finish(o, CKPT_PROC_WOULD, "", 0);
 }
 
 /* Lease and state are keyed by run id: a state whose upload another
@@ -925,10 +1187,12 @@ static int other_source(struct one *o)
     return 1;
 }
 
-/* With the lease held: from whatever the state says to done. */
+/* With the lease held (-n: without, changing nothing): from whatever
+ * the state says to done. */
 static void leased(struct one *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
+    int dry = c->dry_run;
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_stat sb;
     if (proc_state_read(c->dst, o->state_key, &o->s, &err) != 0) {
@@ -943,8 +1207,13 @@ static void leased(struct one *o)
         fail_run(o, CKPT_PROC_JUDGE, err.msg);
         return;
     }
-    if (o->s.phase == PROC_UPLOADED || o->s.phase == PROC_DONE)
+    if (o->s.phase == PROC_UPLOADED || o->s.phase == PROC_DONE) {
+        /* Nothing is read from a place the run does not map to. */
+        if (exists && check_dest(o) != 0)
+            return;
         set_dest(o);
+        o->own = 1;
+    }
     if (!exists && o->s.phase == PROC_NEW) {
         /* Never processed: judging says it does not exist, or finishes
          * the delete of a bad run a killed worker left renamed aside. */
@@ -963,7 +1232,7 @@ static void leased(struct one *o)
      * another worker finished it. */
     if (!exists || (o->s.phase == PROC_DONE && c->keep_source)) {
         o->freed = 0;
-        if (o->s.phase != PROC_DONE &&
+        if (!dry && o->s.phase != PROC_DONE &&
             save_state(o, PROC_DONE, CKPT_PROC_DELETE) != 0)
             return;
         finish(o, CKPT_PROC_DONE, "already processed", 0);
@@ -979,8 +1248,8 @@ static void leased(struct one *o)
         if (!judge(o) || map_run(o) != 0)
             return;
         set_dest(o);
-        if (unshard(o) != 0 || verify_outputs(o) != 0 ||
-            find_drops(o) != 0 || upload(o) != 0)
+        if (unshard(o) != 0 || (dry && dry_have(o) != 0) ||
+            verify_outputs(o) != 0 || find_drops(o) != 0 || upload(o) != 0)
             return;
     } else {
         emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_DONE, "", o->s.files,
@@ -988,7 +1257,7 @@ static void leased(struct one *o)
         if (verify_delete(o) != 0)
             return;
     }
-    finish(o, CKPT_PROC_OK, "", 0);
+    finish(o, dry ? CKPT_PROC_WOULD : CKPT_PROC_OK, "", 0);
 }
 
 static void process_one(struct ckpt_process *p, const struct prun *r,
@@ -1014,7 +1283,7 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
         fail_run(&o, CKPT_PROC_LEASE, d);
         free(d);
     } else if (p->cfg.dry_run) {
-        dry_run(&o);
+        leased(&o);
     } else {
         struct ckpt_lease_holder h;
         struct ckpt_err err = CKPT_ERR_INIT;
@@ -1040,6 +1309,9 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     proc_drops_release(&o.drops);
     free(o.would);
     free(o.made);
+    for (size_t i = 0; i < o.npf; i++)
+        free(o.pf[i].disp);
+    free(o.pf);
     for (size_t i = 0; i < o.nhave; i++)
         free(o.have[i]);
     free(o.have);
@@ -1294,7 +1566,9 @@ int ckpt_process_add(struct ckpt_process *p, struct ckpt_storage *st,
         is_run = ckpt_storage_stat(st, cfg, &sb, &lerr) == 0;
         free(cfg);
     }
-    if (is_run) {
+    /* A run a failed delete left half there (state "uploaded" at DEST)
+     * may no longer look like one: its state says it is. */
+    if (is_run || has_state(p, key)) {
         queue(p, st, key);
         return 1;
     }

@@ -38,6 +38,12 @@ struct proc_state {
     size_t nouts;
 };
 
+/* 1 when path is a safe place below the run's DEST (dirs 0) or DEST
+ * itself (dirs: at most that many components): relative, no empty, "."
+ * or ".." component, none hidden (DEST's .ckpt-process/), no control
+ * characters or backslashes. Everything read back from DEST passes it. */
+int proc_path_safe(const char *path, int dirs);
+
 /* Record an output (replacing one of the same path). */
 void proc_state_add_out(struct proc_state *s, const char *path,
                         uint64_t size, const char *sum, const char *etag);

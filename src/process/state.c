@@ -31,6 +31,29 @@ static uint64_t get_u64(const cJSON *o, const char *name)
            ? (uint64_t)v->valuedouble : 0;
 }
 
+int proc_path_safe(const char *path, int dirs)
+{
+    int parts = 0;
+    const char *p = path;
+    if (!p || !*p)
+        return 0;
+    while (*p) {
+        size_t n = strcspn(p, "/");
+        /* Empty, ".", ".." and every hidden name: DEST's own
+         * .ckpt-process/ among them. */
+        if (n == 0 || p[0] == '.')
+            return 0;
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f || p[i] == '\\')
+                return 0;
+        parts++;
+        p += n;
+        if (*p == '/' && !*++p)
+            return 0;
+    }
+    return dirs <= 0 || parts <= dirs;
+}
+
 void proc_state_add_out(struct proc_state *s, const char *path,
                         uint64_t size, const char *sum, const char *etag)
 {
@@ -62,7 +85,8 @@ static int parse_outs(const cJSON *v, struct proc_state *s)
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path");
         const cJSON *sum = cJSON_GetObjectItemCaseSensitive(e, "sum");
         const cJSON *et = cJSON_GetObjectItemCaseSensitive(e, "etag");
-        if (!cJSON_IsString(p) || !*p->valuestring || !cJSON_IsString(sum) ||
+        if (!cJSON_IsString(p) || !proc_path_safe(p->valuestring, 0) ||
+            !cJSON_IsString(sum) ||
             strlen(sum->valuestring) >= sizeof(s->outs[0].sum) ||
             (et && (!cJSON_IsString(et) ||
                     strlen(et->valuestring) >= sizeof(s->outs[0].etag))))
@@ -87,7 +111,10 @@ int proc_state_parse(const char *data, size_t len, struct proc_state *s)
             s->phase = (enum proc_phase)i;
             rc = 0;
         }
-    if (rc == 0 && cJSON_IsString(dest))
+    if (rc == 0 && dest && !(cJSON_IsString(dest) &&
+                             proc_path_safe(dest->valuestring, 3)))
+        rc = -1;  /* a place outside DEST, or in its state directory */
+    else if (rc == 0 && cJSON_IsString(dest))
         s->dest = ckpt_xstrdup(dest->valuestring);
     else if (rc == 0 && (s->phase == PROC_UPLOADED || s->phase == PROC_DONE))
         rc = -1;  /* a finished upload must say where the run went */

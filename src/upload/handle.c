@@ -190,13 +190,36 @@ static const char *quick_skip(struct ckpt_upload *u, struct obj *o)
     return NULL;
 }
 
+/* no_replace: DEST holds o's name with other bytes (or, for a multipart
+ * archive member, bytes not compared before sending). */
+void up_obj_conflict(struct ckpt_upload *u, struct obj *o, const char *how)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    ckpt_err_set(&err, CKPT_EEXIST, "conflict: %s already exists at DEST "
+                 "%s; not replaced (another source wrote it)", o->ddisp,
+                 how);
+    up_obj_fail(u, o, &err);
+}
+
 void up_obj_route(struct ckpt_upload *u, struct obj *o)
 {
     if (terminal(o))
         return;
+    const struct dentry *d = o->dest;
+    if (u->cfg.no_replace && d && d->size != o->size) {
+        char how[96];
+        snprintf(how, sizeof(how), "with %llu bytes, the source has %llu",
+                 (unsigned long long)d->size, (unsigned long long)o->size);
+        up_obj_conflict(u, o, how);
+        return;
+    }
+    if (u->cfg.no_replace && d && o->from_archive && o->big) {
+        up_obj_conflict(u, o, "(a multipart archive member is not compared "
+                        "before it is sent)");
+        return;
+    }
     if (!u->cfg.dry_run && try_resume(u, o))
         return;
-    const struct dentry *d = o->dest;
     if (!d || d->size != o->size) {
         obj_ready(u, o);
         return;
@@ -264,6 +287,10 @@ static void on_check(struct ckpt_upload *u, struct unit *un)
         up_journal_done(o->g->jr, o->dkey, o->size, o->srcsig,
                         o->dest->etag);
         obj_skip(u, o, "same size and checksum");
+        return;
+    }
+    if (u->cfg.no_replace) {
+        up_obj_conflict(u, o, "with different bytes");
         return;
     }
     o->need_check = 0;

@@ -390,6 +390,13 @@ static void do_put(struct unit *un)
         un->same = 1;
         return;
     }
+    if (un->u->cfg.no_replace && o->dest) {
+        un->rc = ckpt_err_set(&un->err, CKPT_EEXIST, "conflict: %s already "
+                              "exists at DEST with different bytes; not "
+                              "replaced (another source wrote it)",
+                              o->ddisp);
+        return;
+    }
     struct ckpt_obj_meta meta;
     memset(&meta, 0, sizeof(meta));
     memcpy(meta.md5, hex, 33);

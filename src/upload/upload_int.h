@@ -323,6 +323,8 @@ void up_delayed_add(struct ckpt_upload *u, struct obj *o);
 void up_handle_unit(struct ckpt_upload *u, struct unit *un);
 /* Decide what an object needs (skip, check, upload) and queue it. */
 void up_obj_route(struct ckpt_upload *u, struct obj *o);
+/* Fail o as a no_replace conflict; how says what DEST holds. */
+void up_obj_conflict(struct ckpt_upload *u, struct obj *o, const char *how);
 void up_obj_fail(struct ckpt_upload *u, struct obj *o,
               const struct ckpt_err *err);
 /* Stop o: no more parts; abort its upload once nothing is in flight. */

@@ -23,13 +23,13 @@ static const char *const status_names[] = { "found", "ambiguous", "unknown",
 int ckpt_wandb_path_valid(const char *path)
 {
     /* Three components; each becomes a directory under upload's DEST, so
-     * "." and ".." (and blanks) are refused. */
+     * "." and ".." (and blanks) are refused, and so is every hidden name:
+     * ".ckpt-process/x/y" would put the run in DEST's state directory. */
     int parts = 0;
     const char *p = path;
     while (p && *p) {
         size_t n = strcspn(p, "/");
-        if (n == 0 || (n == 1 && p[0] == '.') ||
-            (n == 2 && p[0] == '.' && p[1] == '.'))
+        if (n == 0 || p[0] == '.')
             return 0;
         for (size_t i = 0; i < n; i++)
             if (isspace((unsigned char)p[i]) || iscntrl((unsigned char)p[i]))

@@ -5,7 +5,11 @@
  *
  * Input: the object's bytes.
  * Properties: never crashes or leaks; a finished upload ("uploaded",
- * "done") always says where the run went; what parses, written again and
+ * "done") always says where the run went; every place it names ("dest",
+ * each unshard output's path) is a safe place below DEST: relative, no
+ * empty, ".", ".." or hidden component, "dest" at most three of them
+ * (issue 20 class 10: an edited state must not send a run outside DEST,
+ * into its .ckpt-process/, or over another place); what parses, written again and
  * re-read, gives the same state (phase, dest, why, src, the unshard outputs,
  * and every count up to 2^53, which a JSON number holds exactly).
  */
@@ -45,6 +49,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     if ((s.phase == PROC_UPLOADED || s.phase == PROC_DONE) && !s.dest)
         __builtin_trap();
+    if (s.dest && (!proc_path_safe(s.dest, 3) || s.dest[0] == '/' ||
+                   strstr(s.dest, "..") == s.dest ||
+                   strstr(s.dest, "/.")))
+        __builtin_trap();
+    for (size_t i = 0; i < s.nouts; i++)
+        if (s.outs[i].path[0] == '/' || s.outs[i].path[0] == '.' ||
+            strstr(s.outs[i].path, "/.") || strstr(s.outs[i].path, "//"))
+            __builtin_trap();
     char *text = proc_state_format("run", &s);
     if (proc_state_parse(text, strlen(text), &t) != 0 ||
         t.phase != s.phase || !same_str(t.dest, s.dest) ||

@@ -130,14 +130,16 @@ def filters_s3(c, env, tmp):
          sorted(["latest->step1000", "train_data/rank0.npy"] +
                 ["step0/" + k[6:] for k in full if k.startswith("step0/")]))
     # A rerun without the rules (state done, source present) uploads the
-    # files left out and only then deletes them.
+    # files left out and only then deletes them; its row counts what DEST
+    # holds of the run after it (issue 20 class 14), not only this pass.
     left = {k: v for k, v in full.items()
             if k.startswith("step0/") or k.endswith(".npy")}
+    at_dest = without(full, "step2000/")
     rc, out, _ = ckpt(env, "process", "--no-wandb", "--unshard", "none",
                       src, "--dest", dest)
     c.eq("s3 rerun without rules: row", (rc, rows(out)[0]), (0, [
-        "processed", src, dest + "/2871001", str(len(left)),
-        str(size(left)), "0", str(size(left))]))
+        "processed", src, dest + "/2871001", str(len(at_dest)),
+        str(size(at_dest)), "0", str(size(left))]))
     c.eq("s3 rerun without rules: DEST", s3_tree(env, "filt/2871001"),
          without(full, "step2000/"))
     c.eq("s3 rerun without rules: source gone", os.path.exists(src), False)

@@ -466,6 +466,11 @@ static void test_wandb__map_file(void)
     CHECK(!ckpt_wandb_path_valid("a/b/c/"));
     CHECK(!ckpt_wandb_path_valid("a//c"));
     CHECK(!ckpt_wandb_path_valid("a/b c/d"));
+    /* a hidden component: DEST's own .ckpt-process/ (issue 20) */
+    CHECK(!ckpt_wandb_path_valid(".ckpt-process/x/y"));
+    CHECK(!ckpt_wandb_path_valid("a/.b/c"));
+    CHECK(!ckpt_wandb_path_valid("a/b/.."));
+    CHECK(ckpt_wandb_path_valid("a.b/c-d/e_f"));
 }
 
 static void test_wandb__result_json(void)
