@@ -1170,17 +1170,24 @@ static int dry_have(struct one *o)
  * source made belongs to another run of the same id (two scratch
  * directories with the same Slurm job id). Going on would upload this
  * run over that one's objects at DEST, or delete it as "already
- * processed". A state written before sources were recorded is taken as
- * ours. 1 after the run's failed row. */
+ * processed"; a "new" state's unshard outputs are that run's, and taken
+ * as this one's they would license --drop-sharded here. A state written
+ * before sources were recorded is taken as ours; a bad run's ("deleted")
+ * makes room for a new run under the old name. 1 after the run's failed
+ * row. */
 static int other_source(struct one *o)
 {
-    if ((o->s.phase != PROC_UPLOADED && o->s.phase != PROC_DONE) ||
-        !o->s.src || !strcmp(o->s.src, o->r->srcid))
+    if (o->s.phase == PROC_DELETED || !o->s.src ||
+        !strcmp(o->s.src, o->r->srcid))
         return 0;
     char *at = ckpt_storage_display(o->p->cfg.dst, o->state_key);
-    char *d = ckpt_xasprintf("run id '%s' at DEST was processed from %s "
-                             "(%s); this is another run with the same id: "
-                             "left untouched", o->r->id, o->s.src, at);
+    char *d = o->s.phase == PROC_NEW
+        ? ckpt_xasprintf("run id '%s' at DEST has unshard outputs made "
+                         "from %s (%s); this is another run with the same "
+                         "id: left untouched", o->r->id, o->s.src, at)
+        : ckpt_xasprintf("run id '%s' at DEST was processed from %s "
+                         "(%s); this is another run with the same id: "
+                         "left untouched", o->r->id, o->s.src, at);
     fail_run(o, CKPT_PROC_LEASE, d);
     free(d);
     free(at);

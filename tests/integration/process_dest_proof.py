@@ -11,6 +11,8 @@ behind the signing proxy; `process -n` predicts every row exactly:
     step stays at the source and DEST is unchanged. The same output
     with the right bytes (a killed worker's) is adopted and licenses
     --drop-sharded.
+    A "new" state recording outputs made from another source of the same
+    run id fails the run (those outputs license nothing here).
   * 10: a state object whose "dest" was edited (`../escaped`, another
     run's directory, DEST's own `.ckpt-process`) fails the run; the
     source is kept and nothing is written outside the run's place.
@@ -176,6 +178,38 @@ def class4(c, env, tmp, g, d):
     c.eq("%s adopt: source gone" % tag, os.path.exists(src), False)
 
 
+def class4_same_id(c, env, tmp, g, d):
+    """A "new" state (a killed worker's) recording outputs made from
+    another source with the same run id: those outputs are not this
+    run's and license no --drop-sharded here."""
+    tag = "4 same id %s" % ("s3" if d.s3 else "local")
+    ra = copy_run(g, os.path.join(tmp, "r4a-" + d.name), "4201",
+                  sharded_only=True)
+    rb = copy_run(g, os.path.join(tmp, "r4b-" + d.name), "4201",
+                  sharded_only=True)
+    ref = os.path.join(tmp, "ref4b-" + d.name)
+    rc, _, err = run(env, "unshard", "--no-progress", "-q",
+                     os.path.join(ra, "step1000"), ref)
+    c.eq("%s: local unshard (%s)" % (tag, err.strip()), rc, 0)
+    outs = contents(ref)
+    for n, b in outs.items():
+        d.put("4201/step1000-unsharded/" + n, b, tmp)
+    d.set_state("4201", {
+        "run": "4201", "phase": "new", "dest": "4201", "src": ra,
+        "files": 0, "bytes": 0, "steps": 1, "freed": 0,
+        "unsharded": [{"path": "step1000-unsharded/" + n, "size": len(b),
+                       "sum": hashlib.md5(b).hexdigest()}
+                      for n, b in sorted(outs.items())]}, tmp)
+    before = digests(rb)
+    args = BASE + ["--no-wandb", "--drop-sharded", rb, "--dest", d.loc]
+    got = both(c, tag, env, args, 1)
+    c.eq("%s: row" % tag, got, [[
+        "failed", rb, "lease: run id '4201' at DEST has unshard outputs "
+        "made from %s (%s); this is another run with the same id: left "
+        "untouched" % (ra, d.at(".ckpt-process/4201.json"))]])
+    c.eq("%s: source untouched (step1000 kept)" % tag, digests(rb), before)
+
+
 def class10(c, env, tmp, g, d):
     tag = "10 %s" % ("s3" if d.s3 else "local")
     root = os.path.join(tmp, "r10-" + d.name)
@@ -339,6 +373,8 @@ def main():
             for s3dest in (False, True):
                 sfx = "s3" if s3dest else "local"
                 class4(c, env, tmp, g, Dest(env, tmp, "dest4-" + sfx, s3dest))
+                class4_same_id(c, env, tmp, g,
+                               Dest(env, tmp, "dest4s-" + sfx, s3dest))
                 class10(c, env, tmp, g,
                         Dest(env, tmp, "dest10-" + sfx, s3dest))
                 class11(c, env, tmp, g,
