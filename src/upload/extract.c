@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/text.h"
 #include "ckpt/util.h"
 
 struct extract {
@@ -191,6 +192,36 @@ static const char *strip_path(struct ckpt_upload *u, struct extract *x,
     return e->path + n;
 }
 
+/* -n with no_replace: a small member at DEST with its size is read and
+ * compared as the real run compares it before its PUT, so that the plan
+ * says "conflict" where the run will. 0: route it; 1: failed (a
+ * conflict, or the member could not be read). */
+static int dry_conflict(struct ckpt_upload *u, struct extract *x,
+                        struct obj *o)
+{
+    if (!u->cfg.no_replace || o->big || !o->dest ||
+        o->dest->size != o->size)
+        return 0;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    size_t n = (size_t)o->size;
+    char *buf = ckpt_xmalloc(n ? n : 1);
+    int rc = read_member(x, o, buf, n, &err);
+    if (rc == 0) {
+        unsigned char d[16];
+        char hex[33];
+        up_md5_buf(buf, n, d);
+        ckpt_hex_encode(d, 16, hex);
+        if (!up_member_same(o, hex))
+            up_obj_conflict(u, o, "with different bytes");
+        else
+            rc = -2;
+    } else {
+        up_obj_fail(u, o, &err);
+    }
+    free(buf);
+    return rc == -2 ? 0 : 1;
+}
+
 static void new_member(struct ckpt_upload *u, struct group *g,
                        const struct ckpt_archive_entry *e, const char *rel)
 {
@@ -199,7 +230,8 @@ static void new_member(struct ckpt_upload *u, struct group *g,
     o->from_archive = 1;
     o->sdisp = ckpt_xasprintf("%s/%s", g->sdisp, e->path);
     if (u->cfg.dry_run) {
-        up_obj_route(u, o);
+        if (dry_conflict(u, x, o) == 0)
+            up_obj_route(u, o);
         return;
     }
     if (!o->big) {

@@ -280,7 +280,11 @@ static void do_check(struct unit *un)
 /* Archive members at DEST with their size: equal bytes need no PUT. */
 static int same_as_dest(struct unit *un, const char *hex)
 {
-    struct obj *o = un->o;
+    return up_member_same(un->o, hex);
+}
+
+int up_member_same(struct obj *o, const char *hex)
+{
     if (!o->from_archive || !o->dest || o->dest->size != o->size)
         return 0;
     if (!ckpt_storage_is_local(o->g->dst))

@@ -323,6 +323,9 @@ void up_delayed_add(struct ckpt_upload *u, struct obj *o);
 void up_handle_unit(struct ckpt_upload *u, struct unit *un);
 /* Decide what an object needs (skip, check, upload) and queue it. */
 void up_obj_route(struct ckpt_upload *u, struct obj *o);
+/* An archive member whose bytes have MD5 hex: 1 when DEST holds the
+ * same (its size, and its ETag, or a local copy read back and hashed). */
+int up_member_same(struct obj *o, const char *hex);
 /* Fail o as a no_replace conflict; how says what DEST holds. */
 void up_obj_conflict(struct ckpt_upload *u, struct obj *o, const char *how);
 void up_obj_fail(struct ckpt_upload *u, struct obj *o,

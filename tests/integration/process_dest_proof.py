@@ -37,6 +37,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -299,6 +300,22 @@ def class11(c, env, tmp, g, d):
            % (cfg, d.at("ent/proj/abc/config.yaml"), how)]])
     c.eq("%s second: source kept" % tag, digests(second), before)
     c.eq("%s second: first run's files at DEST unchanged" % tag,
+         d.tree("ent/proj/abc"), at_first)
+    # The same as an archive: its members are compared as they are read
+    # (-n reads the small ones to say so too).
+    arch = os.path.join(root, "1104.tar")
+    with tarfile.open(arch, "w") as t:
+        t.add(second, arcname="1104")
+    age_tree(root)
+    with open(m, "a") as f:
+        f.write("1104\tent/proj/abc\tslurm\n")
+    got = both(c, tag + " archive", env, args + [arch, "--dest", d.loc], 1)
+    c.eq("%s archive: conflict naming config.yaml" % tag, got,
+         [["failed", arch, "upload: %s/1104/config.yaml: conflict: %s "
+           "already exists at DEST %s; not replaced (another source wrote "
+           "it)" % (arch, d.at("ent/proj/abc/config.yaml"), how)]])
+    c.true("%s archive: kept" % tag, os.path.exists(arch))
+    c.eq("%s archive: first run's files at DEST unchanged" % tag,
          d.tree("ent/proj/abc"), at_first)
     # A requeue: the same files (skipped) and a new one (uploaded).
     got = both(c, tag + " requeue", env, args + [requeue, "--dest", d.loc],
