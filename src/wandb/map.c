@@ -341,6 +341,31 @@ void ckpt_wandb_map_entry_of(struct ckpt_wandb_map_entry *e, const char *run,
 {
     memset(e, 0, sizeof(*e));
     e->run = ckpt_xstrdup(run);
+    /* A path W&B answered becomes a place below DEST as a map file's
+     * does: one that a map file could not hold (a hidden component
+     * would land in DEST/.ckpt-process/) leaves the run unmapped. */
+    const char *bad = r->path && !ckpt_wandb_path_valid(r->path) ? r->path
+                                                                  : NULL;
+    for (size_t i = 0; i < r->nsteps && !bad; i++)
+        if (!ckpt_wandb_path_valid(r->steps[i].path))
+            bad = r->steps[i].path;
+    if (bad) {
+        e->evidence = ckpt_xasprintf("error: W&B path '%s' is no place "
+                                     "below DEST (an empty, hidden, '.' or "
+                                     "'..' component)", bad);
+        e->steps = ckpt_xcalloc(1, sizeof(*e->steps));
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "run", run);
+            cJSON_AddNullToObject(o, "path");
+            cJSON_AddStringToObject(o, "status", "error");
+            cJSON_AddStringToObject(o, "evidence", e->evidence);
+            e->line = json_text(o);
+        } else {
+            e->line = tsv_line(run, NULL, e->evidence);
+        }
+        return;
+    }
     e->path = r->path ? ckpt_xstrdup(r->path) : NULL;
     e->evidence = ckpt_xstrdup(r->evidence ? r->evidence : "");
     e->steps = ckpt_xcalloc(r->nsteps ? r->nsteps : 1, sizeof(*e->steps));

@@ -498,6 +498,16 @@ static void test_wandb__result_json(void)
     ckpt_wandb_map_entry_of(&e, "run\t1", &r, 0);
     CHECK_STR(e.line, "run\\t1\te/p/b\tev"); /* escaped, one field */
     ckpt_wandb_map_entry_release(&e);
+    /* A W&B answer with a hidden component leaves the run unmapped: it
+     * would land in DEST/.ckpt-process/ (issue 20). */
+    steps[1].path = ".ckpt-process/p/b";
+    ckpt_wandb_map_entry_of(&e, "run1", &r, 0);
+    CHECK(e.path == NULL && e.nsteps == 0);
+    CHECK_STR(e.line, "run1\t-\terror: W&B path '.ckpt-process/p/b' is no "
+                      "place below DEST (an empty, hidden, '.' or '..' "
+                      "component)");
+    ckpt_wandb_map_entry_release(&e);
+    steps[1].path = "e/p/b";
 }
 
 TEST_MAIN(T(test_wandb__netrc), T(test_wandb__api_key),
