@@ -133,8 +133,8 @@ static void on_event(void *ud, const struct ckpt_process_event *ev)
                   *ev->detail ? ": " : "", ev->detail);
         return;
     }
-    if (ev->status == CKPT_PROC_SKIPPED && ev->warn)
-        cli_warnf("skipped %s: %s", ev->run, ev->detail);
+    /* A skip (not a run, live, leased) is reported once: by its row,
+     * not by a warning too (docs/output.md). */
     if (!ui->g->json)
         row(ev, dry);
 }
