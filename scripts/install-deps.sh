@@ -12,7 +12,7 @@ build_pkgs=(build-essential cmake pkg-config libcurl4-openssl-dev
             libyaml-dev ca-certificates)
 test_pkgs=(clang libclang-rt-14-dev python3 python3-torch python3-botocore
            awscli python3-zarr python3-numcodecs python3-yaml nodejs npm
-           zstd xz-utils bzip2 zip unzip tar time parallel)
+           zstd xz-utils bzip2 zip unzip tar time parallel slurm-wlm munge)
 demo_pkgs=(python3 tar zstd xz-utils bzip2 zip)
 
 pkgs=("${build_pkgs[@]}")
