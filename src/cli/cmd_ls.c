@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ckpt/buf.h"
+#include "ckpt/clean.h"
 #include "ckpt/orbax.h"
 #include "ckpt/pool.h"
 #include "ckpt/util.h"
@@ -25,8 +26,26 @@ static const char *const ls_usage[] = {
     "With -l, each Orbax checkpoint is followed by its arrays:",
     "RUN<TAB>CHECKPOINT<TAB>array<TAB>NAME<TAB>DTYPE<TAB>SHAPE<TAB>BYTES",
     "(NAME is the dotted pytree path; SHAPE like [6,5], [] for a scalar).",
+    "With --summary, instead: per verdict (complete, incomplete, bad,",
+    "live, error) the runs and their bytes, VERDICT<TAB>RUNS<TAB>BYTES",
+    "<TAB>SIZE, then total and would-free (what `ckpt clean` with the",
+    "same --min-age would delete).",
     "-j default 8: runs read at once (listing-bound).",
     NULL
+};
+
+/* --summary: each run judged with clean's rules, counted per verdict. */
+enum verdict { V_COMPLETE = 0, V_INCOMPLETE, V_BAD, V_LIVE, V_ERROR,
+               V_NONE, V_N = V_NONE };
+
+static const char *const verdict_name[V_N] = {
+    "complete", "incomplete", "bad", "live", "error"
+};
+
+struct summary {
+    struct ckpt_clean_opts co;   /* dry run, --min-age, no archive limit */
+    uint64_t runs[V_N], bytes[V_N];
+    uint64_t free_runs, free_bytes;
 };
 
 struct ls_item {
@@ -39,6 +58,8 @@ struct ls_item {
     cJSON **arrays;              /* -l: per checkpoint, or NULL */
     struct ckpt_run run;
     struct ckpt_err err;
+    struct summary *sum;         /* --summary, or NULL */
+    struct ckpt_clean_item judged; /* --summary: clean's verdict */
 };
 
 static int add_array(void *ud, const char *item,
@@ -94,6 +115,108 @@ static void load(void *arg)
     it->ok = 1;
 }
 
+/* --summary: judge the run exactly as `ckpt clean -n` would (the dry act
+ * sets the bytes a delete would free). */
+static void judge(void *arg)
+{
+    struct ls_item *it = arg;
+    ckpt_clean_item_init(&it->judged, it->st, it->key, it->name,
+                         &it->sum->co);
+    ckpt_clean_judge(&it->judged);
+    ckpt_clean_act(&it->judged);
+}
+
+static int all_complete(const struct ckpt_run *run)
+{
+    for (size_t i = 0; i < run->n; i++)
+        if (!run->ckpts[i].complete)
+            return 0;
+    return 1;
+}
+
+/* The verdict of a judged run; V_NONE for what ls does not list (not a
+ * run, not a directory or archive). */
+static enum verdict verdict_of(const struct ckpt_clean_item *c)
+{
+    const char *a = c->action, *why = c->reason.ptr;
+    /* ls lists only what looks like a run (clean's live guard comes
+     * before that check, so a young "notes" directory says live). */
+    if (c->scanned && !ckpt_run_looks_like_run(&c->run))
+        return V_NONE;
+    if (!strcmp(a, "keep"))
+        return all_complete(&c->run) ? V_COMPLETE : V_INCOMPLETE;
+    if (!strcmp(a, "would-delete"))
+        return V_BAD;
+    if (!strcmp(a, "skip") && !strncmp(why, "live:", 5))
+        return V_LIVE;
+    if (!strcmp(a, "skip") && (!strncmp(why, "does not look like a run", 24)
+                               || !strcmp(why, "not a directory or archive")))
+        return V_NONE;
+    return V_ERROR;
+}
+
+/* Count one judged run; a run that cannot be judged is named on stderr
+ * (the summary row only counts it). */
+static void tally(struct ls_item *it)
+{
+    const struct ckpt_clean_item *c = &it->judged;
+    struct summary *sum = it->sum;
+    enum verdict v = verdict_of(c);
+    if (v == V_NONE)
+        return;
+    if (v == V_ERROR)
+        cli_warnf("%s: cannot judge: %s", it->name, c->reason.ptr);
+    sum->runs[v]++;
+    if (c->scanned)
+        sum->bytes[v] += c->is_archive ? c->sb.size : c->run.size;
+    else if (ckpt_archive_kind_of(c->key) != CKPT_ARCHIVE_NONE)
+        sum->bytes[v] += c->sb.size;  /* a damaged archive: stat'ed */
+    if (c->bytes) {
+        sum->free_runs++;
+        sum->free_bytes += c->bytes;
+    }
+}
+
+static void summary_row(const char *what, uint64_t runs, uint64_t bytes)
+{
+    char r[32], b[32], h[32];
+    snprintf(r, sizeof(r), "%llu", (unsigned long long)runs);
+    snprintf(b, sizeof(b), "%llu", (unsigned long long)bytes);
+    const char *f[] = { what, r, b, ckpt_fmt_size(bytes, h, sizeof(h)) };
+    cli_out_tsv(4, f);
+}
+
+static void json_count(cJSON *o, const char *what, uint64_t runs,
+                       uint64_t bytes)
+{
+    cJSON *c = cJSON_AddObjectToObject(o, what);
+    cJSON_AddNumberToObject(c, "runs", (double)runs);
+    cJSON_AddNumberToObject(c, "bytes", (double)bytes);
+}
+
+static void print_summary(const struct summary *sum,
+                          const struct ckpt_opts *g)
+{
+    uint64_t runs = 0, bytes = 0;
+    cJSON *o = g->json ? cJSON_CreateObject() : NULL;
+    for (int v = 0; v < V_N; v++) {
+        runs += sum->runs[v];
+        bytes += sum->bytes[v];
+        if (o)
+            json_count(o, verdict_name[v], sum->runs[v], sum->bytes[v]);
+        else
+            summary_row(verdict_name[v], sum->runs[v], sum->bytes[v]);
+    }
+    if (!o) {
+        summary_row("total", runs, bytes);
+        summary_row("would-free", sum->free_runs, sum->free_bytes);
+        return;
+    }
+    json_count(o, "total", runs, bytes);
+    json_count(o, "would_free", sum->free_runs, sum->free_bytes);
+    cli_out_json(o);
+}
+
 static void print_arrays(const struct ls_item *it, size_t i)
 {
     const cJSON *a;
@@ -129,6 +252,10 @@ static void free_arrays(struct ls_item *it)
 
 static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
 {
+    if (it->sum) {
+        tally((struct ls_item *)it);
+        return;
+    }
     char step[32], bytes[32], files[32];
     if (g->json) {
         cJSON *o = cJSON_CreateObject();
@@ -184,6 +311,7 @@ struct expand {
     const char *key;
     struct ckpt_storage *st;
     int arrays_too;
+    struct summary *sum;
 };
 
 static int child_cb(void *ud, const struct ckpt_entry *e)
@@ -200,6 +328,7 @@ static int child_cb(void *ud, const struct ckpt_entry *e)
     it->key = ckpt_path_join(x->key, e->name);
     it->st = x->st;
     it->arrays_too = x->arrays_too;
+    it->sum = x->sum;
     return 0;
 }
 
@@ -209,7 +338,8 @@ static int cmp_item(const void *a, const void *b)
                   ((const struct ls_item *)b)->name);
 }
 
-static void load_all(struct ls_item *items, size_t n, int jobs)
+static void load_all(struct ls_item *items, size_t n, int jobs,
+                     void (*load)(void *))
 {
     struct ckpt_pool *pool = jobs > 1 ? ckpt_pool_new(jobs, (size_t)jobs * 2)
                                       : NULL;
@@ -237,7 +367,8 @@ static int empty_bucket_prefix(struct ckpt_storage *st, struct ckpt_err *err)
 
 /* List one LOCATION. Returns 0, or 1 if something failed. */
 static int ls_one(const char *arg, struct storages *stores,
-                  const struct ckpt_opts *g, int arrays_too)
+                  const struct ckpt_opts *g, int arrays_too,
+                  struct summary *sum)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_loc loc;
@@ -249,14 +380,19 @@ static int ls_one(const char *arg, struct storages *stores,
         return 1;
     }
     struct ls_item top = { .name = (char *)arg, .key = loc.key, .st = st,
-                           .explicit = 1, .arrays_too = arrays_too };
+                           .explicit = 1, .arrays_too = arrays_too,
+                           .sum = sum };
     load(&top);
     int failed = 0;
     /* A LOCATION that is itself one checkpoint (a checkpoint directory, or
      * an archive holding one) is listed as that checkpoint. */
     int one = top.ok && top.run.n == 1 && top.run.ckpts[0].root;
     if (top.ok && (ckpt_run_looks_like_run(&top.run) || one)) {
+        if (sum)
+            judge(&top);
         print_run(&top, g);
+        if (sum)
+            ckpt_clean_item_release(&top.judged);
     } else if (!top.ok && top.err.code == CKPT_ENOTFOUND) {
         if (!empty_bucket_prefix(st, &err)) {
             cli_errorf("%s", err.code ? err.msg : top.err.msg);
@@ -265,16 +401,23 @@ static int ls_one(const char *arg, struct storages *stores,
     } else {
         struct ls_item *items = NULL;
         size_t n = 0;
-        struct expand x = { &items, &n, arg, loc.key, st, arrays_too };
+        struct expand x = { &items, &n, arg, loc.key, st, arrays_too,
+                            sum };
         if (ckpt_storage_list(st, loc.key, 0, child_cb, &x, &err) != 0) {
             cli_errorf("%s", top.ok ? err.msg : top.err.msg);
             failed = 1;
         }
         if (n)
             ckpt_sort(items, n, sizeof(*items), cmp_item);
-        load_all(items, n, cli_default_jobs(g, (int)n, 8));
+        load_all(items, n, cli_default_jobs(g, (int)n, 8),
+                 sum ? judge : load);
         for (size_t i = 0; i < n; i++) {
-            if (items[i].ok && ckpt_run_looks_like_run(&items[i].run))
+            if (sum) {
+                /* Judged by clean's code, which reads the run itself. */
+                tally(&items[i]);
+                ckpt_clean_item_release(&items[i].judged);
+            } else if (items[i].ok &&
+                       ckpt_run_looks_like_run(&items[i].run))
                 print_run(&items[i], g);
             else if (!items[i].ok && items[i].err.code != CKPT_EFORMAT) {
                 cli_errorf("%s", items[i].err.msg);
@@ -298,10 +441,18 @@ static int ls_one(const char *arg, struct storages *stores,
 int cmd_ls(int argc, char **argv)
 {
     struct ckpt_opts g = { 0 };
-    int arrays_too = 0;
+    int arrays_too = 0, summarize = 0;
+    const char *min_age = NULL;
+    struct summary sum = { .co = { .min_age = 86400, .dry_run = 1 } };
     const struct option opts[] = {
         OPT_BOOL_('l', "long", &arrays_too,
                   "also list each Orbax checkpoint's arrays"),
+        OPT_BOOL_(0, "summary", &summarize, "runs and bytes per verdict "
+                  "(complete, incomplete, bad, live, error) and what "
+                  "clean would free"),
+        OPT_STR_(0, "min-age", &min_age, "DURATION", "--summary: runs "
+                 "written to more recently are live (default 1d, as "
+                 "clean)"),
         OPT_END_()
     };
     int n = cli_parse_options(argc, argv, opts, ls_usage, &g);
@@ -314,11 +465,25 @@ int cmd_ls(int argc, char **argv)
                 ls_usage[0]);
         return EXIT_USAGE;
     }
+    if (min_age && ckpt_parse_duration(min_age, &sum.co.min_age) != 0) {
+        fprintf(stderr, "ckpt ls: error: --min-age '%s': expected a "
+                "duration like 90m, 6h, 2d or seconds\nusage: %s\n",
+                min_age, ls_usage[0]);
+        return EXIT_USAGE;
+    }
+    if (summarize && arrays_too) {
+        fprintf(stderr, "ckpt ls: error: --summary and -l exclude each "
+                "other\nusage: %s\n", ls_usage[0]);
+        return EXIT_USAGE;
+    }
     cli_init_output(&g);
     struct storages stores = { 0 };
     int failed = 0;
     for (int i = 0; i < n; i++)
-        failed |= ls_one(argv[i], &stores, &g, arrays_too);
+        failed |= ls_one(argv[i], &stores, &g, arrays_too,
+                         summarize ? &sum : NULL);
+    if (summarize)
+        print_summary(&sum, &g);
     cli_storages_release(&stores);
     return failed ? EXIT_FAILED : EXIT_OK;
 }
