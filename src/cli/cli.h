@@ -91,6 +91,16 @@ void cli_out_json(struct cJSON *obj);
  * fields split on TAB exactly. */
 void cli_out_tsv(int n, const char *const *fields);
 
+/* The status line: one line kept at the bottom of stderr when it is a
+ * terminal (cli_status_enabled: and neither --no-progress nor -q), rows
+ * and messages printed above it. cli_status_show replaces it (cut to the
+ * terminal's width; the caller escapes names in it); cli_status_end
+ * erases it, or with keep leaves it as an ordinary last line. No-ops
+ * when stderr is not a terminal. */
+int cli_status_enabled(const struct ckpt_opts *g);
+void cli_status_show(const char *line);
+void cli_status_end(int keep);
+
 /* Progress: a bar on a terminal (unless --no-progress/-q), periodic plain
  * lines otherwise. Counters are atomic; any thread may add. */
 struct progress;

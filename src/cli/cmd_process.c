@@ -4,12 +4,16 @@
  * lookup, rows, JSON events, log lines and progress.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt/clean.h"
 #include "ckpt/process.h"
+#include "ckpt/text.h"
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
@@ -52,8 +56,21 @@ struct pr_opts {
 
 struct ui {
     const struct ckpt_opts *g;
-    struct progress *prog;
-    uint64_t items, bytes;
+    struct progress *prog;       /* no terminal: periodic plain lines */
+    uint64_t items, bytes;       /* uploaded so far, all runs */
+    /* The progress line (stderr is a terminal), as rclone's -P: runs
+     * done of the queue, bytes copied and freed, rate, ETA, the runs in
+     * flight; redrawn on every event and twice a second. */
+    int line;
+    pthread_mutex_t mu;
+    size_t total, done;
+    uint64_t freed;
+    double start;
+    char **flight;               /* owned: runs started, not finished */
+    size_t nflight;
+    pthread_t ticker;
+    pthread_cond_t tick;
+    int stop;
 };
 
 /* ---- output ---- */
@@ -120,34 +137,177 @@ static void json_event(const struct ckpt_process_event *ev, int dry)
     cli_out_json(o);
 }
 
+/* ---- the progress line ---- */
+
+static void fmt_secs(double s, char *buf, size_t len)
+{
+    long t = (long)(s + 0.5);
+    if (t < 60)
+        snprintf(buf, len, "%lds", t);
+    else if (t < 3600)
+        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, len, "%ldh%02ldm", t / 3600, t % 3600 / 60);
+}
+
+/* The line, from ui's counters (ui->mu held). ETA: the runs left at the
+ * pace of the runs done so far (their sizes are not known up front). */
+static char *status_text(const struct ui *ui)
+{
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    char cp[32], fr[32], rate[32], eta[32] = "-";
+    double el = ckpt_now() - ui->start;
+    ckpt_fmt_size(ui->bytes, cp, sizeof(cp));
+    ckpt_fmt_size(ui->freed, fr, sizeof(fr));
+    ckpt_fmt_size(el > 0 ? (uint64_t)((double)ui->bytes / el) : 0, rate,
+                  sizeof(rate));
+    if (ui->done)
+        fmt_secs(el * (double)(ui->total - ui->done) / (double)ui->done,
+                 eta, sizeof(eta));
+    ckpt_buf_addf(&b, "process: %zu/%zu runs, %s copied, %s freed, %s/s, "
+                  "ETA %s, in flight:", ui->done, ui->total, cp, fr, rate,
+                  eta);
+    for (size_t i = 0; i < ui->nflight; i++)
+        ckpt_buf_addf(&b, "%s %s", i ? "," : "", ui->flight[i]);
+    if (!ui->nflight)
+        ckpt_buf_addstr(&b, " none");
+    return ckpt_buf_detach(&b, NULL);
+}
+
+static void redraw(struct ui *ui)
+{
+    pthread_mutex_lock(&ui->mu);
+    char *t = status_text(ui);
+    pthread_mutex_unlock(&ui->mu);
+    cli_status_show(t);
+    free(t);
+}
+
+/* The run's last path component, escaped: what the line names it by. */
+static char *short_name(const char *run)
+{
+    size_t n = strlen(run);
+    while (n > 1 && run[n - 1] == '/')
+        n--;
+    const char *b = run + n;
+    while (b > run && b[-1] != '/')
+        b--;
+    char *cut = ckpt_xasprintf("%.*s", (int)(run + n - b), b);
+    char *esc = ckpt_escape(cut);
+    free(cut);
+    return esc;
+}
+
+/* A run's first event puts it in flight; its row takes it out. */
+static void track(struct ui *ui, const struct ckpt_process_event *ev)
+{
+    char *name = short_name(ev->run);
+    size_t i = 0;
+    pthread_mutex_lock(&ui->mu);
+    while (i < ui->nflight && strcmp(ui->flight[i], name) != 0)
+        i++;
+    if (ev->phase != CKPT_PROC_RUN && i == ui->nflight) {
+        ui->flight = ckpt_xreallocarray(ui->flight, ui->nflight + 1,
+                                        sizeof(*ui->flight));
+        ui->flight[ui->nflight++] = name;
+        name = NULL;
+    } else if (ev->phase == CKPT_PROC_RUN) {
+        if (i < ui->nflight) {
+            free(ui->flight[i]);
+            memmove(ui->flight + i, ui->flight + i + 1,
+                    (ui->nflight - i - 1) * sizeof(*ui->flight));
+            ui->nflight--;
+        }
+        ui->done++;
+        ui->freed += ev->freed;
+    }
+    pthread_mutex_unlock(&ui->mu);
+    free(name);
+}
+
+static void *tick_main(void *arg)
+{
+    struct ui *ui = arg;
+    pthread_mutex_lock(&ui->mu);
+    while (!ui->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 500000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&ui->tick, &ui->mu, &ts) == ETIMEDOUT &&
+            !ui->stop) {
+            pthread_mutex_unlock(&ui->mu);
+            redraw(ui);
+            pthread_mutex_lock(&ui->mu);
+        }
+    }
+    pthread_mutex_unlock(&ui->mu);
+    return NULL;
+}
+
+static void line_start(struct ui *ui, size_t total)
+{
+    ui->total = total;
+    ui->start = ckpt_now();
+    redraw(ui);
+    if (pthread_create(&ui->ticker, NULL, tick_main, ui) != 0)
+        ui->stop = -1;  /* no ticker: events still redraw */
+}
+
+/* The last line stays, with everything counted. */
+static void line_end(struct ui *ui)
+{
+    pthread_mutex_lock(&ui->mu);
+    int started = ui->stop == 0;
+    ui->stop = 1;
+    pthread_cond_signal(&ui->tick);
+    pthread_mutex_unlock(&ui->mu);
+    if (started)
+        pthread_join(ui->ticker, NULL);
+    redraw(ui);
+    cli_status_end(1);
+    for (size_t i = 0; i < ui->nflight; i++)
+        free(ui->flight[i]);
+    free(ui->flight);
+}
+
 static void on_event(void *ud, const struct ckpt_process_event *ev)
 {
     struct ui *ui = ud;
     int dry = ui->g->dry_run;
+    if (ui->line)
+        track(ui, ev);
     if (ui->g->json)
         json_event(ev, dry);
-    if (ev->phase != CKPT_PROC_RUN) {
+    /* Under the progress line only the rows are shown (as rclone -P);
+     * -v adds the per-phase log lines. A skip (not a run, live, leased)
+     * is reported once: by its row, no warning (docs/output.md). */
+    if (ev->phase != CKPT_PROC_RUN && (!ui->line || ui->g->verbose))
         cli_infof("%s: %s %s%s%s", ev->run,
                   ckpt_process_phase_name(ev->phase),
                   ckpt_process_status_name(ev->status),
                   *ev->detail ? ": " : "", ev->detail);
-        return;
-    }
-    /* A skip (not a run, live, leased) is reported once: by its row,
-     * not by a warning too (docs/output.md). */
-    if (!ui->g->json)
+    else if (ev->phase == CKPT_PROC_RUN && !ui->g->json)
         row(ev, dry);
+    if (ui->line)
+        redraw(ui);
 }
 
 static void on_progress(void *ud, uint64_t items, uint64_t bytes)
 {
     struct ui *ui = ud;
+    pthread_mutex_lock(&ui->mu);
     /* The library sums every run's passes; this guards a reset. */
     if (items < ui->items || bytes < ui->bytes)
         ui->items = ui->bytes = 0;
-    cli_progress_add(ui->prog, items - ui->items, bytes - ui->bytes);
+    uint64_t di = items - ui->items, db = bytes - ui->bytes;
     ui->items = items;
     ui->bytes = bytes;
+    pthread_mutex_unlock(&ui->mu);
+    cli_progress_add(ui->prog, di, db);
 }
 
 static void totals(const struct ckpt_opts *g,
@@ -328,7 +488,9 @@ static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
     struct storages stores = { 0 };
     struct ckpt_loc dloc = { 0 }, lloc = { 0 };
     struct ckpt_err err = CKPT_ERR_INIT;
-    struct ui ui = { g, NULL, 0, 0 };
+    struct ui ui = { .g = g, .line = cli_status_enabled(g),
+                     .mu = PTHREAD_MUTEX_INITIALIZER,
+                     .tick = PTHREAD_COND_INITIALIZER };
     struct ckpt_process *p = NULL;
     struct ckpt_wandb_map *map = NULL;
     char *sdir = state_dir(po->state_dir);
@@ -368,9 +530,16 @@ static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
     }
     ckpt_process_set_map(p, map);
     struct ckpt_process_totals t;
-    ui.prog = cli_progress_new(g, "process", 0, 0);
+    size_t queued;
+    ckpt_process_ids(p, &queued);
+    if (ui.line)
+        line_start(&ui, queued);
+    else
+        ui.prog = cli_progress_new(g, "process", 0, 0);
     if (ckpt_process_run(p, &t) != 0)
         rc = EXIT_FAILED;
+    if (ui.line)
+        line_end(&ui);
     cli_progress_done(ui.prog);
     totals(g, &t);
 out:

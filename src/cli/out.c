@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,8 +24,28 @@
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 
-static int quiet, verbose, stderr_tty;
+static int quiet, verbose, stderr_tty, stdout_tty;
 static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
+/* The status line at the bottom of a terminal's stderr (a progress bar),
+ * or NULL. Rows and messages are printed above it: erase, print, draw it
+ * again, all under out_mu, so no line is ever printed into it. */
+static char *status_line;
+
+static void status_erase(int for_stdout)
+{
+    if (status_line && (!for_stdout || stdout_tty)) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
+}
+
+static void status_draw(int for_stdout)
+{
+    if (status_line && (!for_stdout || stdout_tty)) {
+        fputs(status_line, stderr);
+        fflush(stderr);
+    }
+}
 
 static void on_stale_removed(const char *path, long pid)
 {
@@ -36,6 +57,7 @@ void cli_init_output(const struct ckpt_opts *g)
     quiet = g->quiet;
     verbose = g->verbose;
     stderr_tty = isatty(2);
+    stdout_tty = isatty(1);
     ckpt_temp_on_removed(on_stale_removed);
 }
 
@@ -48,6 +70,7 @@ static void vmsg(const char *level, const char *fmt, va_list ap)
     ckpt_escape_add(&msg, raw.ptr, raw.len);
     ckpt_buf_release(&raw);
     pthread_mutex_lock(&out_mu);
+    status_erase(0);
     if (!stderr_tty) {
         char ts[32];
         time_t now = time(NULL);
@@ -57,6 +80,7 @@ static void vmsg(const char *level, const char *fmt, va_list ap)
         fprintf(stderr, "%s ", ts);
     }
     fprintf(stderr, "ckpt: %s%s\n", level, msg.ptr);
+    status_draw(0);
     pthread_mutex_unlock(&out_mu);
     ckpt_buf_release(&msg);
 }
@@ -138,9 +162,11 @@ void cli_out_json(cJSON *obj)
     if (!s)
         return;
     pthread_mutex_lock(&out_mu);
+    status_erase(1);
     fputs(s, stdout);
     fputc('\n', stdout);
     fflush(stdout);
+    status_draw(1);
     pthread_mutex_unlock(&out_mu);
     free(s);
 }
@@ -156,10 +182,59 @@ void cli_out_tsv(int n, const char *const *fields)
     }
     ckpt_buf_addch(&row, '\n');
     pthread_mutex_lock(&out_mu);
+    status_erase(1);
     fwrite(row.ptr, 1, row.len, stdout);
     fflush(stdout);
+    status_draw(1);
     pthread_mutex_unlock(&out_mu);
     ckpt_buf_release(&row);
+}
+
+int cli_status_enabled(const struct ckpt_opts *g)
+{
+    return stderr_tty && !g->no_progress && !g->quiet;
+}
+
+/* line cut to the terminal's width (a wrapped line could not be erased
+ * with one \r), counting UTF-8 characters, not bytes. */
+static char *fit_width(const char *line)
+{
+    struct winsize ws;
+    size_t cols = 0, i = 0;
+    if (ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1)
+        cols = ws.ws_col - 1;
+    for (size_t n = 0; line[i] && (!cols || n < cols); n++)
+        do
+            i++;
+        while ((line[i] & 0xC0) == 0x80);
+    char *out = ckpt_xmalloc(i + 1);
+    memcpy(out, line, i);
+    out[i] = 0;
+    return out;
+}
+
+void cli_status_show(const char *line)
+{
+    if (!stderr_tty)
+        return;
+    char *fit = fit_width(line);
+    pthread_mutex_lock(&out_mu);
+    status_erase(0);
+    free(status_line);
+    status_line = fit;
+    status_draw(0);
+    pthread_mutex_unlock(&out_mu);
+}
+
+void cli_status_end(int keep)
+{
+    pthread_mutex_lock(&out_mu);
+    status_erase(0);
+    if (keep && status_line)
+        fprintf(stderr, "%s\n", status_line);
+    free(status_line);
+    status_line = NULL;
+    pthread_mutex_unlock(&out_mu);
 }
 
 struct progress {
@@ -197,16 +272,21 @@ static void draw(struct progress *p, int final)
     if (!final && rate > 0 && p->total_bytes > bytes)
         snprintf(eta, sizeof(eta), " ETA %.0fs",
                  (double)(p->total_bytes - bytes) / rate);
+    if (p->bar) {
+        char *line = ckpt_xasprintf("%s: %llu/%llu items, %s/%s, %s/s%s",
+                                    p->what, (unsigned long long)items,
+                                    (unsigned long long)p->total_items, b,
+                                    t, r, eta);
+        cli_status_show(line);
+        free(line);
+        if (final)
+            cli_status_end(1);
+        return;
+    }
     pthread_mutex_lock(&out_mu);
-    if (p->bar)
-        fprintf(stderr, "\r\033[K%s: %llu/%llu items, %s/%s, %s/s%s%s",
-                p->what, (unsigned long long)items,
-                (unsigned long long)p->total_items, b, t, r, eta,
-                final ? "\n" : "");
-    else
-        fprintf(stderr, "ckpt: %s: %llu/%llu items, %s/%s, %s/s%s\n",
-                p->what, (unsigned long long)items,
-                (unsigned long long)p->total_items, b, t, r, eta);
+    fprintf(stderr, "ckpt: %s: %llu/%llu items, %s/%s, %s/s%s\n",
+            p->what, (unsigned long long)items,
+            (unsigned long long)p->total_items, b, t, r, eta);
     pthread_mutex_unlock(&out_mu);
 }
 
