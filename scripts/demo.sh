@@ -1,35 +1,76 @@
 #!/usr/bin/env bash
-# README command 1: install build dependencies, build, generate a sample of
-# run directories (real torch checkpoint bytes) and run ckpt over it, with
-# a local directory standing in for the bucket. Needs no credentials.
+# README command 1: install build dependencies, build, generate a sample
+# scratch directory of training runs (real torch checkpoint bytes; run
+# directories and every archive kind) and run the headline job over it:
+# `ckpt process`, judging, mapping to W&B, uploading, verifying and
+# deleting every run, into a local directory standing in for the bucket.
+# Needs no credentials and no network (W&B paths from local evidence).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 bash scripts/install-deps.sh --demo   # sudo only when not root
 bash scripts/build.sh build >/dev/null
-CKPT=$PWD/build/ckpt
+CKPT=$ROOT/build/ckpt
 W=${CKPT_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/ckpt-demo-XXXXXX")}
-python3 tests/support/gen_runs.py "$W/scratch" --archives
-mkdir -p "$W/bucket"
-cd "$W/scratch"
+mkdir -p "$W"
+cd "$W"
+python3 "$ROOT/tests/support/gen_runs.py" scratch --archives
+# As on a real scratch filesystem, the runs were last written days ago
+# (younger runs may still be training: process leaves them alone).
+find scratch -exec touch -h -d '2 days ago' {} +
 
-step() { printf '\n$ %s\n' "$*"; "$@" || true; }
-runs="2871001 2871002 2871003 2871004 2871005 2871006 notes 2871101.tar
-      2871102.tar.gz 2871103.tar.zst 2871105.zip 2871106.tar.xz 2871107.tar.bz2"
-echo "sample runs in $W/scratch; the bucket is $W/bucket"
-step "$CKPT" ls .
-# 1. delete the runs that never produced a checkpoint
-step "$CKPT" clean --dry-run --min-age 0 $runs
-step "$CKPT" clean --min-age 0 $runs
-# 2. merge a sharded step (3 ranks, written by torch) into whole tensors
-step "$CKPT" unshard 2871001/step1000 "$W/unsharded/2871001-step1000"
-step ls -l "$W/unsharded/2871001-step1000"
-# 3. find each kept run's W&B run path (local evidence; no network)
-step "$CKPT" map-wandb --offline -o "$W/wandb-map.tsv" 2871001 2871005 2871101.tar 2871105.zip
-# 4. upload the kept runs under ENTITY/PROJECT/RUN_ID/ with their logs
-step "$CKPT" upload --wandb-map "$W/wandb-map.tsv" --logs "$W/scratch/logs" 2871001 2871005 "$W/bucket"
-# the same run archived: its members stream into the bucket; every file is
-# already there (same size and checksum), so all are skipped
-step "$CKPT" upload --extract --wandb-map "$W/wandb-map.tsv" 2871105.zip "$W/bucket"
+# Print a command as typed (`ckpt`, not the build path), run it, and say
+# its exit status when it is not 0 (kept in $rc).
+step() {
+    local shown=("$@")
+    [ "$1" = "$CKPT" ] && shown[0]=ckpt
+    printf '\n$ %s\n' "${shown[*]}"
+    rc=0
+    "$@" || rc=$?
+    [ $rc -eq 0 ] || echo "(exit status $rc)"
+    return 0
+}
+
+echo "in $W: the sample runs are in scratch/, the bucket is bucket/"
+# What the scratch directory holds: every checkpoint, then one screen.
+step "$CKPT" ls scratch
+step "$CKPT" ls --summary scratch
+
+# Merging a sharded step (3 ranks, written by torch's DCP) on its own:
+# the tensors come out bit-exact, the very bytes torch saved unsharded
+# (scratch/2871001/step1000-unsharded, written by torch.save).
+step "$CKPT" unshard scratch/2871001/step1000 unsharded/2871001-step1000
+python3 - unsharded/2871001-step1000 scratch/2871001/step1000-unsharded <<'EOF'
+import hashlib, os, sys, zipfile
+def blobs(path):  # a torch.save file's tensor storages, by content
+    with zipfile.ZipFile(path) as z:
+        return sorted(hashlib.sha256(z.read(n)).hexdigest()
+                      for n in z.namelist() if "/data/" in n)
+for f in ("model.pt", "train.pt"):
+    ours, torchs = (blobs(os.path.join(d, f)) for d in sys.argv[1:3])
+    print("%s: %d tensor storages, %s torch's own" % (
+        f, len(ours), "bit-exact equal to" if ours == torchs
+        else "DIFFERENT from"))
+EOF
+
+# The W&B run path of every run, from local evidence (no network).
+step "$CKPT" map-wandb --offline -o wandb-map.tsv scratch/2871*
+
+# The headline job. First the plan (-n: nothing is written or deleted),
+# then the real thing: bad runs deleted, good ones (directories and
+# archives, read in place) uploaded with their logs under
+# bucket/ENTITY/PROJECT/RUN_ID/, verified, and deleted at the source.
+# 2871101.tar is 2871001 archived (the same W&B run): it lands in the
+# same place, where every file is already there.
+step "$CKPT" process -n --wandb-map wandb-map.tsv --logs scratch/logs scratch --dest bucket
+step "$CKPT" process --wandb-map wandb-map.tsv --logs scratch/logs scratch --dest bucket
+
 echo
-echo "the bucket now holds:"
-(cd "$W/bucket" && find . -maxdepth 5 | LC_ALL=C sort | head -40)
+echo "the bucket now holds (bucket/.ckpt-process/: one state file per run):"
+find bucket -maxdepth 4 ! -path 'bucket/.ckpt-process/*' | LC_ALL=C sort
+echo
+echo "scratch/ keeps what is not a run: $(ls scratch | tr '\n' ' ')"
+
+# Idempotent: a second pass (cron's next one) finds nothing left to do.
+step "$CKPT" process --wandb-map wandb-map.tsv --logs scratch/logs scratch --dest bucket
+echo "(exit status $rc: nothing left to do)"
