@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 bash scripts/install-deps.sh --demo   # sudo only when not root
-bash scripts/build.sh build >/dev/null
+CKPT_BUILD_TARGET=ckpt bash scripts/build.sh build >/dev/null   # ckpt only, not the tests
 CKPT=$ROOT/build/ckpt
 W=${CKPT_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/ckpt-demo-XXXXXX")}
 mkdir -p "$W"
