@@ -100,3 +100,10 @@ target_link_libraries(vanish_preload PRIVATE ${CMAKE_DL_LIBS})
 add_library(unlink_fail_preload SHARED
             ${CMAKE_SOURCE_DIR}/tests/support/unlink_fail_preload.c)
 target_link_libraries(unlink_fail_preload PRIVATE ${CMAKE_DL_LIBS})
+
+# kill_preload: LD_PRELOAD shim that SIGKILLs the process right after its
+# first delete or rename below a path (tests/support/kill_preload.c);
+# $CKPT_BUILD/libkill_preload.so.
+add_library(kill_preload SHARED
+            ${CMAKE_SOURCE_DIR}/tests/support/kill_preload.c)
+target_link_libraries(kill_preload PRIVATE ${CMAKE_DL_LIBS})

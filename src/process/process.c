@@ -298,6 +298,10 @@ static int up_may_delete(void *ud, struct ckpt_err *err)
     int rc = 0;
     pthread_mutex_lock(&o->mu);
     if (o->save_on_delete && !o->saved) {
+        /* The source, as every state records it: a run of the same id
+         * from elsewhere must not pass for this one's rerun. */
+        if (!o->s.src)
+            o->s.src = ckpt_xstrdup(o->r->srcid);
         struct proc_state s = o->s;   /* counts come with "done" */
         s.phase = PROC_UPLOADED;
         s.files = s.bytes = s.freed = 0;
