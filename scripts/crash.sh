@@ -4,9 +4,11 @@
 # Builds build/ (as scripts/build.sh does), then runs tests/crash/crash.py
 # with KILLS (default 200) SIGKILLs per command: ckpt clean, unshard
 # --delete-sharded (local and from S3), upload --delete-source (local and
-# to S3), checking the invariants after each kill and after a rerun. Every
+# to S3), process --drop-sharded --drop-incomplete (local and to S3),
+# checking the invariants after each kill and after a rerun. Every
 # violation fails the run, the kinds of open findings included (CI's
 # sample, tests/integration/crash_sample.py, reports those as KNOWN).
+# Just the process scenarios: scripts/crash.sh 60 --only process,process_s3
 # The figures go to build/crash-report.json too.
 set -euo pipefail
 cd "$(dirname "$0")/.."

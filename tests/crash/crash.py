@@ -3,7 +3,7 @@
 kill -9 from outside at random moments, then check what was left.
 
 usage: crash.py [--kills N] [--seed S] [--only NAME,...] [--json FILE]
-                [--quick]
+                [--quick] [--known KIND,...]
 (CRASH_KEEP=1 keeps each iteration's directory for a post-mortem)
 
 Scenarios (NAME):
@@ -15,32 +15,55 @@ Scenarios (NAME):
                  3 small DCP steps made by make_dcp.py, 1 with --quick)
   upload         ckpt upload --delete-source, local -> local
   upload_s3      ckpt upload --delete-source, local -> s3://
+  process        ckpt process SRC --dest DEST --drop-sharded
+                 --drop-incomplete --no-wandb --min-age 0, local -> local,
+                 over a directory of runs (make_process_runs: sharded
+                 steps unsharded to DEST then dropped, one whose
+                 -unsharded copy is in the run, incomplete steps dropped,
+                 step0 kept, bad runs deleted, a good run, a non-run)
+  process_s3     the same into s3:// (DEST through the proxy)
 
 Each scenario first runs once uninterrupted: the reference (final state
 of SRC and DEST, and its duration T). Then N times: a fresh copy of the
 input, the command started and sent SIGKILL after a delay drawn uniformly
-from [0, 0.9 T) (T: the shorter of two uninterrupted runs; a kill that comes after the command ended counts as "missed",
-not as a kill point), the invariants checked on what the kill left, the
-command rerun to completion, and the invariants of the end state checked.
+from [0, 0.9 T) (T: the shorter of two uninterrupted runs; a kill that
+comes after the command ended counts as "missed", not as a kill point),
+the invariants checked on what the kill left, the command rerun to
+completion, and the invariants of the end state checked.
 In the local unshard scenario every other kill instead comes the moment
 the delete of a step drawn at random starts (the step renamed aside or a
-file of it unlinked): that window is a few milliseconds of the run.
+file of it unlinked): that window is a few milliseconds of the run. In
+the process scenarios every other kill comes at the start of a drop: the
+process kills itself right after it renamed aside a bad run, or unlinked
+the first file of a dropped step, drawn at random among those the
+reference deletes (tests/support/kill_preload.c, LD_PRELOAD). Before the
+rerun a killed process's leases are made to lapse (their expiry put in
+the past), as time would.
 
 Invariants after a kill (each violation is a bug):
   - nothing deleted without a verified copy: a source file (upload), a
     sharded step (unshard --delete-sharded) or a run (clean) that is gone,
     even partly, has its complete copy at DEST, identical to the
     reference's, or was going to be deleted by the uninterrupted command
-    too (clean);
+    too (clean); process: a good run of which anything is gone has all
+    of its files at DEST, the reference's (its unsharded steps included,
+    so a dropped sharded step has its verified copy there); a bad run or
+    a dropped incomplete step is one the uninterrupted run deletes too;
   - no output judged complete unless it is: every DEST file under its
     final name is identical to the reference's (temporary names are
-    hidden: .ckpt-tmp-*, .NAME.ckpt-up-*), and every checkpoint that
-    `ckpt ls DEST` calls complete is identical to the reference's;
+    hidden: .ckpt-tmp-*, .NAME.ckpt-up-*, process's leases and
+    `-unsharded-unfinished` markers), and every checkpoint that
+    `ckpt ls DEST` calls complete is identical to the reference's
+    (process: the unshard outputs; a step copied from the source
+    appears file by file, as upload writes it);
   - nothing that should stay is touched: what the uninterrupted run keeps
-    is still there, identical (clean: kept runs; SRC files are never
-    modified).
+    is still there, identical (clean: kept runs; process: the non-run;
+    SRC files are never modified).
 Invariants after the rerun:
-  - it converges: SRC and DEST are exactly the reference's final state;
+  - it converges: SRC and DEST are exactly the reference's final state
+    (process: its state objects at DEST/.ckpt-process compared without
+    host, pid, time and FREED, the pass's own figure, and with the
+    iteration's directory as D);
   - no litter: no temporary file or directory is left.
 
 Violations have a kind: "safety" (the invariants after a kill),
@@ -49,9 +72,11 @@ otherwise), "litter" (it converges but for temporary files a killed
 process left), "leftover-sharded" (it converges but SRC still holds (part
 of) a sharded step whose output is complete at DEST), "leftover-run"
 (clean: it converges but for part of a run or pruned checkpoint the
-reference deletes),
-"reference" (the uninterrupted run failed). --known KIND,... reports those kinds as KNOWN
-without failing (open findings, docs/reliability.md).
+reference deletes), the process kinds (Process.classify:
+"drop-remains", "stuck-uploaded", "state-missing", "reason", "counts",
+"lapsed-lease"), "reference" (the uninterrupted run failed).
+--known KIND,... reports those kinds as KNOWN without failing (open
+findings, docs/reliability.md).
 
 Prints one line per scenario (kills, missed, violations by kind) and the
 first violations of each kind, "N passed, N failed" last; exit 1 on any
@@ -79,6 +104,8 @@ from s3test import BUILD, S3Env  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 TOOL = os.path.join(os.environ.get("CKPT_BUILD") or BUILD, "storage_tool")
+KILL_SHIM = os.path.join(os.environ.get("CKPT_BUILD") or BUILD,
+                         "libkill_preload.so")
 FIX = os.path.join(SRC, "tests", "fixtures", "runs", "olmo-torch-new-1.13")
 BUCKET = "crash"
 MIB = 1 << 20
@@ -87,7 +114,10 @@ TEMP_MARKS = (".ckpt-tmp", ".ckpt-up-", ".ckpt-del-")
 
 def is_temp(rel):
     """ckpt's temporary and scratch names: hidden, ".ckpt-" (.ckpt-tmp-*,
-    .ckpt-src-*, ...) or ".NAME.ckpt-up-*"."""
+    .ckpt-src-*, ...) or ".NAME.ckpt-up-*". In process's state directory
+    at DEST (.ckpt-process) the leases are: a run's state object stays."""
+    if rel.split("/")[0] == ".ckpt-process":
+        return rel.endswith(".lease")
     return any(part.startswith(".ckpt-") or
                any(m in part for m in TEMP_MARKS) for part in rel.split("/"))
 
@@ -122,7 +152,9 @@ def snap(root):
 def direct(env):
     """env talking to s3rver itself: setting up and inspecting need not go
     through the (slow, re-signing) proxy that the commands under test
-    use."""
+    use. (Without S3: env.)"""
+    if "S3ENV_S3RVER" not in env:
+        return env
     return dict(env, AWS_ENDPOINT_URL="http://" + env["S3ENV_S3RVER"])
 
 
@@ -212,6 +244,19 @@ class Scenario:
 
     def probe(self, d):
         """None, or a function that says when to kill (see Unshard)."""
+        return None
+
+    def lapse(self, d):
+        """Before the rerun: what time would do to a killed process's
+        leftovers (Process: its leases)."""
+
+    def kill_at(self, d):
+        """None, or the environment that makes the command kill itself at
+        a chosen point (see Process): used instead of probe()."""
+        return None
+
+    def classify(self, end, ref, orig):
+        """A scenario's own kind of a rerun's end state, or None."""
         return None
 
 
@@ -440,7 +485,308 @@ class UploadS3(Upload):
                 snap_s3(self.env, "up/%s" % os.path.basename(d)))
 
 
-SCENARIOS = [Clean, Unshard, UnshardS3, Upload, UploadS3]
+# ---- process --drop-sharded --drop-incomplete ----
+
+STATE = re.compile(r"^\.ckpt-process/[^/]+\.json$")
+LEASE = re.compile(r"^\.ckpt-process/[^/]+\.lease$")
+UNFINISHED = "-unsharded-unfinished"
+
+
+def make_process_runs(root, quick):
+    """gen_runs.py's runs but its logs/: 2871001 (step0 kept, step1000
+    dropped: its -unsharded copy is in the run, step2000 incomplete:
+    dropped), the bad runs 2871002 (step0 only), 2871003 (step0, an
+    aborted step), 2871004 (no checkpoint), 2871006 (a truncated shard)
+    (deleted), 2871005 (good, nothing to unshard), notes (not a run:
+    kept); 2871007 (step1000 and step2000 unsharded to DEST, then
+    dropped; step3000 incomplete: dropped) and 2871008 (step0 kept, 4
+    steps unsharded and dropped, an incomplete one dropped). --quick:
+    2871001, 2871002, 2871007 (without step2000) and notes."""
+    import gen_runs
+    gen_runs.generate(root)
+    shutil.rmtree(os.path.join(root, "logs"))
+    runs = {"2871007": ([1000] if quick else [1000, 2000], 3000, False)}
+    if quick:
+        for rid in ("2871003", "2871004", "2871005", "2871006"):
+            shutil.rmtree(os.path.join(root, rid))
+    else:
+        runs["2871008"] = ([1000, 2000, 3000, 4000], 5000, True)
+    for rid, (steps, aborted, step0) in runs.items():
+        r = os.path.join(root, rid)
+        gen_runs.run_skeleton(r, rid, "ffff%s" % rid[-4:])
+        if step0:
+            gen_runs.sharded_step(r, "step0")
+        for s in steps:
+            gen_runs.sharded_step(r, "step%d" % s)
+        gen_runs.aborted_step(r, "step%d" % aborted)
+
+
+def norm_state(data, d):
+    """A .ckpt-process state object less what differs from one worker or
+    pass to the next (host, pid, time) and with the iteration's directory
+    as D; its unshard outputs in path order (a rerun records the ones a
+    killed worker wrote as DEST lists them)."""
+    try:
+        o = json.loads(data)
+    except ValueError:
+        return ("state", "unparsable: %r" % data[:200], "")
+    # FREED is what each pass deleted at the source.
+    for k in ("host", "pid", "updated", "freed"):
+        o.pop(k, None)
+    if isinstance(o.get("src"), str):
+        o["src"] = o["src"].replace(d, "D")
+    if isinstance(o.get("unsharded"), list):
+        o["unsharded"] = sorted(o["unsharded"],
+                                key=lambda e: json.dumps(e, sort_keys=True))
+    counts = {k: o.pop(k, None) for k in COUNTS}
+    return ("state", json.dumps(o, sort_keys=True),
+            json.dumps(counts, sort_keys=True))
+
+
+def reason_only(got, want):
+    """Two normalised state objects of a deleted run that differ only in
+    the reason: the rerun's "finished an interrupted delete (...)" for
+    the judge's."""
+    a, b = json.loads(got), json.loads(want)
+    why = str(a.pop("why", ""))
+    b.pop("why", None)
+    return (a == b and a.get("phase") == "deleted" and
+            why.startswith("finished an interrupted delete"))
+
+
+def stuck_uploaded(got, want):
+    """A normalised state object "uploaded" where the reference's says
+    "done", the same otherwise (but the source, which a state written
+    before the first delete may lack)."""
+    a, b = json.loads(got), json.loads(want)
+    if a.get("phase") != "uploaded" or b.get("phase") != "done":
+        return False
+    for o in (a, b):
+        o.pop("phase")
+        o.pop("src", None)
+    return a == b
+
+
+def below(s, top):
+    """The entries of snapshot s at or below top (a run's name)."""
+    return {k: v for k, v in s.items()
+            if k == top or k.startswith(top + "/")}
+
+
+COUNTS = ("files", "bytes", "steps")
+
+
+def final(s):
+    """A DEST snapshot without temporary names, ckpt's own state
+    (.ckpt-process) and unshard outputs' unfinished markers."""
+    return {k: v for k, v in s.items()
+            if not is_temp(k) and not k.endswith(UNFINISHED) and
+            k.split("/")[0] != ".ckpt-process"}
+
+
+class Process(Scenario):
+    """ckpt process --drop-sharded --drop-incomplete of a directory of
+    runs (make_process_runs) into a local DEST."""
+    name = "process"
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.template = os.path.join(self.work, self.name + "-template")
+        make_process_runs(self.template, QUICK)
+
+    def prepare(self, d):
+        shutil.copytree(self.template, os.path.join(d, "src"), symlinks=True)
+        os.makedirs(os.path.join(d, "state"))
+
+    def dest_loc(self, d):
+        return os.path.join(d, "dst")
+
+    def argv(self, d):
+        return [CKPT, "process", os.path.join(d, "src"), "--dest",
+                self.dest_loc(d), "--drop-sharded", "--drop-incomplete",
+                "--no-wandb", "--min-age", "0", "--no-progress", "-q",
+                "--state-dir", os.path.join(d, "state")]
+
+    def snap_dest(self, d):
+        out = snap(os.path.join(d, "dst"))
+        for k in out:
+            if STATE.match(k) and out[k][0] == "f":
+                with open(os.path.join(d, "dst", k), "rb") as f:
+                    out[k] = norm_state(f.read(), d)
+        return out
+
+    def state(self, d):
+        return snap(os.path.join(d, "src")), self.snap_dest(d)
+
+    def drops(self):
+        """What the uninterrupted run deletes without a copy at DEST:
+        dropped steps ("RUN/stepN") and bad runs ("RUN")."""
+        orig, ref = self.orig, self.ref
+        out = []
+        for k, v in sorted(orig[0].items()):
+            if v[0] != "d" or k.count("/") > 1 or k in ref[0]:
+                continue
+            if any(r == k or r.startswith(k + "/") for r in ref[1]):
+                continue
+            if not any(k.startswith(o + "/") for o in out):
+                out.append(k)
+        return out
+
+    def kill_at(self, d):
+        """Every other kill comes the moment the delete of a dropped step
+        or a bad run drawn at random starts: right after the run is
+        renamed aside or a first file of the step unlinked, by the
+        process itself (tests/support/kill_preload.c). A kill from
+        outside when a watcher sees the change comes too late: the steps
+        are small and go whole in the meantime."""
+        what = self.rng.choice(self.drops())
+        return {"LD_PRELOAD": KILL_SHIM,
+                "CKPT_TEST_KILL_AT": os.path.join(d, "src", what)}
+
+    def lapse(self, d):
+        """A killed worker's leases stay until they expire (--lease-ttl):
+        made to lapse now, as the next pass would find them later."""
+        loc = self.dest_loc(d) + "/.ckpt-process"
+        p = subprocess.run([TOOL, "ls", loc], env=direct(self.env),
+                           capture_output=True, text=True, timeout=300)
+        for line in p.stdout.splitlines():
+            name = line.split("\t", 2)[2]
+            if not name.endswith(".lease"):
+                continue
+            o = json.loads(tool(self.env, "cat", loc + "/" + name))
+            o["acquired"] = o["expires"] = int(time.time()) - 3600
+            subprocess.run([TOOL, "put", "-", loc + "/" + name],
+                           env=direct(self.env), check=True,
+                           input=json.dumps(o).encode() + b"\n",
+                           capture_output=True, timeout=300)
+
+    def after_kill(self, d, orig, ref):
+        src, dst = self.state(d)
+        src = {undo_rename(k): val for k, val in src.items()}
+        v = []
+        for run in sorted({k.split("/")[0] for k in orig[0]}):
+            if below(src, run) == below(orig[0], run):
+                continue
+            if run in ref[0]:
+                v.append("%s changed, which the uninterrupted run keeps"
+                         % run)
+            elif any(k.startswith(run + "/") for k in ref[1]):
+                # A good run: nothing goes before all of it is at DEST.
+                got, want = final(below(dst, run)), final(below(ref[1], run))
+                if got != want:
+                    v.append("source of %s deleted (partly) but DEST has "
+                             "not all of it:\n%s" % (run, diff(got, want)))
+            # else a bad run: the uninterrupted run deletes it too
+        for k, val in src.items():
+            if orig[0].get(k) != val:
+                v.append("SRC file changed or created: %s" % k)
+        for k, val in final(dst).items():
+            if ref[1].get(k) != val:
+                v.append("DEST %s under its final name differs from the "
+                         "reference (%s vs %s)" % (k, val, ref[1].get(k)))
+        # The unshard phase's outputs appear whole or not at all; a step
+        # copied from the source appears file by file, as upload writes
+        # it (checked above, file by file).
+        got = ls_complete_tree(self.dest_loc(d), self.env)
+        for name in got:
+            if name in orig[0] or any(k.startswith(name + "/")
+                                      for k in orig[0]):
+                continue
+            if final(under(dst, name)) != final(under(ref[1], name)):
+                v.append("ckpt ls calls %s complete, but it differs from "
+                         "the reference:\n%s" % (name, diff(
+                             final(under(dst, name)),
+                             final(under(ref[1], name)))))
+        return v
+
+
+    def classify(self, end, ref, orig):
+        """The process kinds of a rerun's end state that differs from the
+        reference only in DEST, each difference one of (the first kind
+        present names it):
+          "drop-remains": a file of a step the reference drops, the
+            source's bytes (a rerun after a kill in a dropped step's
+            delete uploads what is left of it, docs/commands/process.md
+            "Leaving files out"), the state's counts with it;
+          "stuck-uploaded": a run's state says "uploaded", not "done":
+            killed after the last file of the run went, before "done"
+            was written; a pass over SRC no longer sees the run;
+          "state-missing": a bad run's state ("deleted") is missing:
+            killed after its delete, before the state was written;
+          "reason": a deleted run's state says "finished an interrupted
+            delete (...)", not the judge's reason;
+          "counts": a state object's FILES, BYTES or STEPS (issue 20,
+            class 14: the state describes what is at DEST);
+          "lapsed-lease": a killed worker's lease, expired, of a run no
+            later pass takes (docs/commands/process.md: left to lapse).
+        Else None (the generic kinds)."""
+        if end[0] != ref[0]:
+            return None
+        drops = [s for s in self.drops() if "/" in s]
+        seen = set()
+        for k in set(end[1]) | set(ref[1]):
+            got, want = end[1].get(k), ref[1].get(k)
+            if got == want:
+                continue
+            states = got and want and got[0] == want[0] == "state"
+            if states and got[1] == want[1]:
+                seen.add("counts")
+            elif states and reason_only(got[1], want[1]):
+                seen.add("reason")
+            elif states and stuck_uploaded(got[1], want[1]):
+                seen.add("stuck-uploaded")
+            elif got is None and want[0] == "state" and \
+                    json.loads(want[1]).get("phase") == "deleted":
+                seen.add("state-missing")
+            elif want is None and LEASE.match(k):
+                seen.add("lapsed-lease")
+            elif want is None and orig[0].get(k) == got and any(
+                    k == s or k.startswith(s + "/") for s in drops):
+                seen.add("drop-remains")
+            else:
+                return None
+        for kind in ("drop-remains", "stuck-uploaded", "state-missing",
+                     "reason", "counts", "lapsed-lease"):
+            if kind in seen:
+                return kind
+        return None
+
+
+class ProcessS3(Process):
+    """The same into s3:// (s3rver behind s3proxy.py)."""
+    name = "process_s3"
+    remote = True
+
+    def dest_loc(self, d):
+        return "s3://%s/p/%s" % (BUCKET, os.path.basename(d))
+
+    def snap_dest(self, d):
+        prefix = "p/%s" % os.path.basename(d)
+        out = snap_s3(self.env, prefix)
+        for k in out:
+            if STATE.match(k):
+                data = tool(self.env, "cat", "s3://%s/%s/%s" % (BUCKET,
+                                                                prefix, k))
+                out[k] = norm_state(data, d)
+        return out
+
+
+def ls_complete_tree(loc, env):
+    """Checkpoints `ckpt ls DEST` calls complete in the runs at DEST:
+    {"RUN/STEP": row}."""
+    p = subprocess.run([CKPT, "ls", loc], capture_output=True, text=True,
+                       env=env, timeout=120)
+    done = {}
+    for line in p.stdout.splitlines():
+        f = line.split("\t")
+        if len(f) >= 5 and f[4] == "complete":
+            run = f[0][len(loc):].strip("/")
+            done[(run + "/" if run else "") + f[1]] = f
+    return done
+
+
+SCENARIOS = [Clean, Unshard, UnshardS3, Upload, UploadS3, Process,
+             ProcessS3]
 QUICK = False
 
 
@@ -482,6 +828,21 @@ def run_killed_on(argv, env, probe, limit):
         os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     return False, time.monotonic() - t0
+
+
+def run_self_killed(argv, env, limit):
+    """Run argv, whose environment makes it SIGKILL itself at a chosen
+    point (kill_preload.c). (hit, seconds from the start to the end)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        p.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        return False, time.monotonic() - t0
+    return p.returncode == -signal.SIGKILL, time.monotonic() - t0
 
 
 def classify(name, end, ref, orig):
@@ -533,6 +894,7 @@ def scenario(cls, env, rng, work, kills, report):
     orig = sc.state(ref_dir)
     p, dur = run_to_end(sc.argv(ref_dir), env)
     ref = sc.state(ref_dir)
+    sc.orig, sc.ref = orig, ref
     # A rerun after a kill answers as the first run (the kill came before
     # anything changed) or as a rerun of a finished one (after: clean and
     # --delete-source runs find SRC gone).
@@ -564,8 +926,13 @@ def scenario(cls, env, rng, work, kills, report):
         d = os.path.join(work, "%s-%04d" % (sc.name, i))
         os.makedirs(d)
         sc.prepare(d)
-        probe = sc.probe(d) if i % 2 else None
-        if probe:
+        kenv = sc.kill_at(d) if i % 2 else None
+        probe = sc.probe(d) if i % 2 and not kenv else None
+        if kenv:
+            hit, delay = run_self_killed(sc.argv(d), dict(env, **kenv),
+                                         10 * dur + 5)
+            r["probed"] += hit
+        elif probe:
             hit, delay = run_killed_on(sc.argv(d), env, probe, 10 * dur + 5)
             r["probed"] += hit
         else:
@@ -578,10 +945,12 @@ def scenario(cls, env, rng, work, kills, report):
             r["kills"] += 1
             for msg in sc.after_kill(d, orig, ref):
                 violation("safety", delay, msg)
+            sc.lapse(d)
         p2, _ = run_to_end(sc.argv(d), env)
         end = sc.state(d)
         if end != ref:
-            violation(classify(sc.name, end, ref, orig), delay,
+            violation(sc.classify(end, ref, orig) or
+                      classify(sc.name, end, ref, orig), delay,
                       "the rerun (exit %d) did not converge:\n%s\n%s" % (
                           p2.returncode, diff(end[0], ref[0]),
                           diff(end[1], ref[1])))
@@ -648,7 +1017,7 @@ def show(r, known):
     kinds = {}
     for v in r["violations"]:
         kinds[v["kind"]] = kinds.get(v["kind"], 0) + 1
-    probed = (" (%d at the start of a step's delete)" % r["probed"]
+    probed = (" (%d at the start of a delete)" % r["probed"]
               if r["probed"] else "")
     print("%-11s reference %.2fs exit %d; kill points survived %d/%d%s, "
           "missed (ended before the kill) %d, violations %s" % (
