@@ -640,7 +640,11 @@ class Process(Scenario):
         outside when a watcher sees the change comes too late: the steps
         are small and go whole in the meantime."""
         what = self.rng.choice(self.drops())
-        return {"LD_PRELOAD": KILL_SHIM,
+        # (ASan wants its runtime first; the shim only wraps unlink and
+        # rename.)
+        asan = (self.env.get("ASAN_OPTIONS", "") +
+                ":verify_asan_link_order=0").lstrip(":")
+        return {"LD_PRELOAD": KILL_SHIM, "ASAN_OPTIONS": asan,
                 "CKPT_TEST_KILL_AT": os.path.join(d, "src", what)}
 
     def lapse(self, d):
