@@ -719,8 +719,9 @@ class Process(Scenario):
             killed after its delete, before the state was written;
           "reason": a deleted run's state says "finished an interrupted
             delete (...)", not the judge's reason;
-          "counts": a state object's FILES, BYTES or STEPS (issue 20,
-            class 14: the state describes what is at DEST);
+          "counts": a state object's FILES, BYTES or STEPS (the state
+            describes what is at DEST, issue 20 class 14; STEPS still
+            counts what the rerun unsharded);
           "lapsed-lease": a killed worker's lease, expired, of a run no
             later pass takes (docs/commands/process.md: left to lapse).
         Else None (the generic kinds)."""

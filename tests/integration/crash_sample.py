@@ -19,8 +19,8 @@ uninterrupted run's state): process's drop-remains (a dropped step's
 remains go to DEST after a kill in its delete, as documented),
 stuck-uploaded and state-missing (killed after the source was gone,
 before the state was written), reason (a bad run's state says "finished
-an interrupted delete"), counts (issue 20 class 14: FILES/BYTES of a
-state after a rerun) and lapsed-lease (a killed worker's lease of a
+an interrupted delete"), counts (a state's STEPS after a rerun: what
+that pass unsharded) and lapsed-lease (a killed worker's lease of a
 finished run stays, expired). litter, leftover-run and leftover-sharded
 are no longer KNOWN: both deletes commit by a rename to
 .NAME.ckpt-del-HOST-PID that reruns finish."""
