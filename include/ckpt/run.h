@@ -132,8 +132,12 @@ struct ckpt_checkpoint {
     enum ckpt_format format;
     int complete;
     char *why;           /* owned: why not complete, or NULL */
-    int unknown_commit;  /* Orbax step with readable contents but no
-                          * commit marker: completeness unknown */
+    int unknown;         /* not complete, but not proven incomplete
+                          * either: files ckpt does not recognise or
+                          * cannot verify (why says which); a run is
+                          * never judged bad on such a step */
+    int unknown_commit;  /* the Orbax case of unknown: readable contents
+                          * but no commit marker */
     uint64_t size;       /* bytes of its files */
     uint64_t nfiles;
     int root;            /* the run directory (or the archive's top
@@ -152,7 +156,8 @@ struct ckpt_run {
 };
 
 /* Recognise a checkpoint directory name: stepN, stepN-unsharded, step_N,
- * step-N, global_stepN, iter_NNNNNNN, checkpoint-N, epoch_N or a bare
+ * step-N, global_stepN, iter_NNNNNNN, checkpoint-N, epoch_N,
+ * dist_epoch_N (torchtune) or a bare
  * integer. Returns 1 and sets *step (and *unsharded), else 0. */
 int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded);
 
@@ -168,6 +173,10 @@ int ckpt_run_looks_like_run(const struct ckpt_run *run);
 /* The newest complete checkpoint with step > 0 (or a complete root
  * checkpoint, whatever its name), or NULL: a run without one is bad. */
 const struct ckpt_checkpoint *ckpt_run_best(const struct ckpt_run *run);
+/* The newest checkpoint with step > 0 (or root) that ckpt cannot judge
+ * (unknown), or NULL: a run without a best one but with such a step is an
+ * error, never bad. */
+const struct ckpt_checkpoint *ckpt_run_unknown(const struct ckpt_run *run);
 
 /* The format of the checkpoint at dir of t ("" the root) from its file
  * names alone (nothing is read); CKPT_FMT_UNKNOWN when it has no files. */

@@ -133,6 +133,12 @@ int ckpt_tzip_read(const struct ckpt_tzip *z, const struct ckpt_rd *rd,
                    const struct ckpt_tzip_entry *e, size_t max, char **data,
                    size_t *len, struct ckpt_err *err);
 
+/* Whether the torch.save zip in rd is whole, from its tail and central
+ * directory only: 0 whole; 1 cut short or broken (err says how); -1 with
+ * err: CKPT_EUNSUPPORTED when rd is not a zip at all (cannot be judged),
+ * else an I/O error. */
+int ckpt_tzip_whole(const struct ckpt_rd *rd, struct ckpt_err *err);
+
 /* --- tensors ----------------------------------------------------------- */
 
 struct ckpt_tensor {

@@ -288,7 +288,8 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
         if (c->complete)
             ckpt_buf_addstr(&state, "complete");
         else
-            ckpt_buf_addf(&state, "incomplete: %s", c->why);
+            ckpt_buf_addf(&state, "%s: %s",
+                          c->unknown ? "unknown" : "incomplete", c->why);
         if (c->step >= 0)
             snprintf(step, sizeof(step), "%lld", (long long)c->step);
         else

@@ -61,6 +61,8 @@ static cJSON *json_checkpoint(const struct ckpt_checkpoint *c, int sizes)
         cJSON_AddBoolToObject(o, "root", 1);
     cJSON_AddStringToObject(o, "format", ckpt_format_name(c->format));
     cJSON_AddBoolToObject(o, "complete", c->complete);
+    cJSON_AddStringToObject(o, "verdict", c->complete ? "complete"
+                            : c->unknown ? "unknown" : "incomplete");
     if (!c->complete && c->why)
         cJSON_AddStringToObject(o, "reason", c->why);
     if (sizes) {

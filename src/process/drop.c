@@ -60,7 +60,7 @@ int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
         const struct ckpt_checkpoint *c = &run.ckpts[i];
         if (c->root || !*c->dir)
             continue;  /* the run itself: never dropped */
-        int drop = incomplete && !c->complete && !c->unknown_commit;
+        int drop = incomplete && !c->complete && !c->unknown;
         if (sharded && c->complete && !c->unsharded_name &&
             c->format != CKPT_FMT_UNSHARDED &&
             (has_unsharded(&run, c->step) ||

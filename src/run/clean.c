@@ -261,7 +261,13 @@ static void resume_verdict(struct ckpt_clean_item *it)
     }
     const struct ckpt_checkpoint *best =
         status == CKPT_LOAD_OK ? ckpt_run_best(&run) : NULL;
-    if (best)
+    const struct ckpt_checkpoint *unk =
+        status == CKPT_LOAD_OK && !best ? ckpt_run_unknown(&run) : NULL;
+    if (unk)
+        ckpt_buf_addf(&it->reason, "%s (an interrupted delete) now holds "
+                      "checkpoint %s that ckpt cannot judge (%s); left in "
+                      "place", b, unk->name, unk->why);
+    else if (best)
         ckpt_buf_addf(&it->reason, "%s (an interrupted delete) now holds "
                       "complete checkpoint %s (%s); left in place", b,
                       best->name, ckpt_format_name(best->format));
@@ -409,18 +415,20 @@ static void verdict(struct ckpt_clean_item *it)
         return;
     }
     const struct ckpt_checkpoint *best = ckpt_run_best(&it->run);
-    /* When unsure, error, never delete: a step > 0 of unknown
-     * completeness may be the run's good checkpoint (the newest is
-     * named). */
-    for (size_t i = it->run.n; !best && i-- > 0;) {
-        const struct ckpt_checkpoint *c = &it->run.ckpts[i];
-        if (c->unknown_commit && c->step > 0) {
-            it->action = "error";
+    const struct ckpt_checkpoint *unk = best ? NULL
+                                             : ckpt_run_unknown(&it->run);
+    /* When unsure, error, never delete: a step > 0 ckpt cannot judge may
+     * be the run's good checkpoint (the newest is named). */
+    if (unk) {
+        it->action = "error";
+        if (unk->unknown_commit)
             ckpt_buf_addf(&it->reason, "cannot tell whether Orbax step %s "
                           "is complete (no commit marker: older Orbax "
-                          "commits by rename)", c->name);
-            return;
-        }
+                          "commits by rename)", unk->name);
+        else
+            ckpt_buf_addf(&it->reason, "cannot judge checkpoint %s (%s); "
+                          "not deleted", unk->name, unk->why);
+        return;
     }
     if (!best) {
         it->action = msg_delete(it->co);
@@ -448,7 +456,7 @@ static int verify_still_bad(struct ckpt_clean_item *it, struct ckpt_tree **out,
                             &status, &tree, &run, err) != 0)
         return err->code == CKPT_ENOTFOUND ? 1 : -1;
     int ok = status == CKPT_LOAD_OK && !tree->damage &&
-             !ckpt_run_best(&run) &&
+             !ckpt_run_best(&run) && !ckpt_run_unknown(&run) &&
              run.nfiles <= it->run.nfiles && run.size <= it->run.size &&
              (!it->is_archive || (sb.size == it->sb.size &&
                                   sb.mtime == it->sb.mtime));

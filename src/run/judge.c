@@ -11,6 +11,7 @@
 
 #include "ckpt/dcp.h"
 #include "ckpt/orbax.h"
+#include "ckpt/torchfmt.h"
 #include "ckpt/util.h"
 #include "run_int.h"
 
@@ -42,11 +43,24 @@ static const char *base_of(const char *p)
     return s ? s + 1 : p;
 }
 
+static int has_file_like(const struct view *v, const char *sub,
+                         const char *prefix, const char *suffix, int ranked);
+
 static int set_why(struct ckpt_checkpoint *c, const char *fmt, const char *a)
 {
     free(c->why);
     c->why = ckpt_xasprintf(fmt, a);
     c->complete = 0;
+    return 0;
+}
+
+/* Not judged: ckpt cannot tell (files it does not recognise or cannot
+ * verify). Never "incomplete": clean would delete it. */
+static int set_unknown(struct ckpt_checkpoint *c, const char *fmt,
+                       const char *a)
+{
+    set_why(c, fmt, a);
+    c->unknown = 1;
     return 0;
 }
 
@@ -155,7 +169,15 @@ static int judge_dcp(const struct view *v, struct ckpt_checkpoint *c,
     char *mpath = ckpt_path_join(mdir, ".metadata");
     const struct ckpt_tree_file *m = get(v, mpath);
     if (!m) {
-        set_why(c, "%s missing", mpath);
+        /* A rank-local save (torch >= 2.9, use_collectives=False) has a
+         * __R.metadata per rank and no .metadata: which ranks it needs
+         * is not judged here. A plain save without .metadata (written
+         * last, by the coordinator) is an aborted one. */
+        if (has_file_like(v, mdir, "__", ".metadata", 0))
+            set_unknown(c, "%s missing, rank-local __R.metadata present: "
+                           "cannot judge", mpath);
+        else
+            set_why(c, "%s missing", mpath);
         free(mpath);
         return 0;
     }
@@ -309,7 +331,7 @@ static int judge_unmarked(const struct view *v, struct ckpt_checkpoint *c,
     if (!c->complete)
         return 0;
     c->unknown_commit = 1;
-    return set_why(c, "%s", "no commit marker (older Orbax commits by "
+    return set_unknown(c, "%s", "no commit marker (older Orbax commits by "
                             "rename): cannot tell whether it is complete");
 }
 
@@ -394,24 +416,231 @@ static int judge_olmo_core(const struct view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
-static int judge_unsharded(const struct view *v, struct ckpt_checkpoint *c)
+/* A reader over one file of the tree (pread, ranged GET, tar member
+ * offsets). A failed read is an I/O error, never a verdict. */
+struct tfile {
+    struct ckpt_tree *t;
+    const char *path;
+};
+
+static int tfile_read(void *ctx, uint64_t off, void *buf, size_t len,
+                      struct ckpt_err *err)
 {
-    static const char *names[] = {
-        "model.pt", "model.safetensors", "checkpoint.pt", "optim.pt",
-        "train.pt", "optim.safetensors",
-    };
-    int found = 0;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        const struct ckpt_tree_file *f = get(v, names[i]);
-        if (!f)
-            continue;
-        if (f->size == 0)
-            return set_why(c, "%s is empty", names[i]);
-        found = 1;
+    struct tfile *x = ctx;
+    if (ckpt_tree_read_at(x->t, x->path, off, buf, len, NULL, err) == 0)
+        return 0;
+    if (err->code == CKPT_EFORMAT)
+        err->code = CKPT_EIO;   /* shorter than listed: changed, not cut */
+    return -1;
+}
+
+enum { W_WHOLE = 0, W_CUT, W_UNKNOWN };
+
+/* Whether file rel (a torch zip, or safetensors when st) is whole, from
+ * its tail or header: W_WHOLE, W_CUT or W_UNKNOWN with *msg (malloced),
+ * or -1 (err). Members of a compressed archive would cost a pass over the
+ * archive per read: there the archive's own end check stands for them. */
+static int file_whole(const struct view *v, const char *rel, int st,
+                      char **msg, struct ckpt_err *err)
+{
+    const struct ckpt_tree_file *f = get(v, rel);
+    *msg = NULL;
+    if (f->size == 0) {
+        *msg = ckpt_xasprintf("%s is empty", rel);
+        return W_CUT;
     }
-    if (!found)
-        set_why(c, "%s", "no model file");
+    char *full = ckpt_path_join(v->dir, rel);
+    if (ckpt_tree_read_streams(v->t, full, 0, 1) ||
+        ckpt_tree_read_streams(v->t, full, f->size - 1, 1)) {
+        free(full);
+        return W_WHOLE;
+    }
+    struct tfile x = { v->t, full };
+    struct ckpt_rd rd = { tfile_read, &x, 0, f->size, rel };
+    struct ckpt_err e = CKPT_ERR_INIT;
+    int rc;
+    if (st) {
+        struct ckpt_safetensors *s;
+        rc = ckpt_safetensors_open(&s, &rd, &e);
+        if (rc == 0)
+            ckpt_safetensors_free(s);
+        else if (e.code == CKPT_EFORMAT)
+            rc = W_CUT;
+    } else {
+        rc = ckpt_tzip_whole(&rd, &e);
+    }
+    free(full);
+    if (rc < 0 && e.code == CKPT_EUNSUPPORTED) {
+        *msg = ckpt_xasprintf("%s: cannot verify", e.msg);
+        return W_UNKNOWN;
+    }
+    if (rc < 0) {
+        *err = e;
+        return -1;
+    }
+    if (rc == W_CUT)
+        *msg = ckpt_xstrdup(e.msg);
+    return rc;
+}
+
+/* What judge_unsharded found: the first proof of incompleteness (cut) and
+ * the first file it could not judge (unknown). */
+struct ufind {
+    char *cut, *unknown;
+    int found;            /* a file ckpt knows the structure of */
+};
+
+static void note(struct ufind *u, int w, char *msg)
+{
+    char **slot = w == W_CUT ? &u->cut : &u->unknown;
+    if (w != W_WHOLE && !*slot)
+        *slot = msg;
+    else
+        free(msg);
+}
+
+/* A file the checkpoint lacks: proof, unless the listing may miss files
+ * (a damaged archive). */
+static void note_missing(const struct view *v, struct ufind *u, char *msg)
+{
+    note(u, v->t->damage ? W_UNKNOWN : W_CUT, msg);
+}
+
+static int check_file(const struct view *v, struct ufind *u, const char *rel,
+                      int st, struct ckpt_err *err)
+{
+    char *msg;
+    int w = file_whole(v, rel, st, &msg, err);
+    if (w < 0)
+        return -1;
+    u->found = 1;
+    note(u, w, msg);
     return 0;
+}
+
+/* Another trainer's torch.save file beside the weights (HF Trainer's
+ * optimizer.pt, scheduler.pt, rng_state.pth, training_args.bin): a zip
+ * cut short proves the step incomplete; a file that is no zip says
+ * nothing (not every .bin is torch's). */
+static int other_torch(const char *r, const char **known, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(r, known[i]))
+            return 0;
+    return ckpt_str_endswith(r, ".pt") || ckpt_str_endswith(r, ".pth") ||
+           ckpt_str_endswith(r, ".bin");
+}
+
+static int check_other(const struct view *v, struct ufind *u, const char *rel,
+                       struct ckpt_err *err)
+{
+    char *msg;
+    int w = file_whole(v, rel, 0, &msg, err);
+    if (w < 0)
+        return -1;
+    note(u, w == W_CUT ? W_CUT : W_WHOLE, msg);
+    return 0;
+}
+
+/* "NAME-0000K-of-0000N.safetensors": a shard of a split file. */
+static int split_shard(const char *name)
+{
+    const char *o = strstr(name, "-of-");
+    size_t n = strlen(name);
+    if (!o || o - name < 6 || n < 17 ||
+        strcmp(name + n - 12, ".safetensors") != 0)
+        return 0;
+    for (const char *p = o - 5; p < o; p++)
+        if (!isdigit((unsigned char)*p))
+            return 0;
+    return o[-6] == '-';
+}
+
+/* An index (`*.safetensors.index.json`, written by ckpt unshard and HF):
+ * every shard its weight_map names must be here and whole. */
+static int check_index(const struct view *v, struct ufind *u, const char *rel,
+                       struct ckpt_err *err)
+{
+    cJSON *j;
+    if (json_field(v, rel, &j, err) != 0)
+        return -1;
+    u->found = 1;
+    cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
+    if (!cJSON_IsObject(map)) {
+        note(u, W_CUT, ckpt_xasprintf("%s: no weight_map", rel));
+        cJSON_Delete(j);
+        return 0;
+    }
+    /* Each shard once, though many tensors name it. */
+    cJSON *seen = cJSON_CreateObject(), *e;
+    cJSON_ArrayForEach(e, map) {
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') ||
+            !*e->valuestring) {
+            note(u, W_CUT, ckpt_xasprintf("%s: bad shard name", rel));
+            break;
+        }
+        const char *s = e->valuestring;
+        if (cJSON_GetObjectItemCaseSensitive(seen, s))
+            continue;
+        cJSON_AddTrueToObject(seen, s);
+        if (!get(v, s))
+            note_missing(v, u, ckpt_xasprintf("%s (named by %s) missing", s,
+                                              rel));
+    }
+    cJSON_Delete(seen);
+    cJSON_Delete(j);
+    return 0;
+}
+
+/* Unsharded files are judged by their structure, not by being there:
+ * every torch file is a whole zip, every safetensors file's header
+ * parses and its tensors end at the file's end, every index names shards
+ * that are here, and the OLMo layout has its model file. A directory with
+ * none of these files is unknown: ckpt cannot judge it. */
+static int judge_unsharded(const struct view *v, struct ckpt_checkpoint *c,
+                           struct ckpt_err *err)
+{
+    static const char *torch[] = {
+        "model.pt", "checkpoint.pt", "optim.pt", "train.pt",
+    };
+    struct ufind u = { NULL, NULL, 0 };
+    int rc = 0, split = 0, index = 0;
+    for (size_t i = 0; rc == 0 && i < sizeof(torch) / sizeof(torch[0]); i++)
+        if (get(v, torch[i]))
+            rc = check_file(v, &u, torch[i], 0, err);
+    for (size_t i = v->lo; rc == 0 && i < v->hi; i++) {
+        const char *r = rel_of(v, i);
+        if (strchr(r, '/') || v->t->files[i].type == CKPT_ENTRY_DIR)
+            continue;
+        if (ckpt_str_endswith(r, ".safetensors")) {
+            split |= split_shard(r);
+            rc = check_file(v, &u, r, 1, err);
+        } else if (ckpt_str_endswith(r, ".safetensors.index.json")) {
+            index = 1;
+            rc = check_index(v, &u, r, err);
+        } else if (other_torch(r, torch, sizeof(torch) / sizeof(torch[0]))) {
+            rc = check_other(v, &u, r, err);
+        }
+    }
+    if (rc == 0 && split && !index)
+        note_missing(v, &u, ckpt_xstrdup("split safetensors without their "
+                                         "*.safetensors.index.json"));
+    if (rc == 0 && !get(v, "model.pt") && !get(v, "checkpoint.pt") &&
+        (get(v, "optim.pt") || get(v, "train.pt")))
+        note_missing(v, &u, ckpt_xstrdup("model.pt missing (optim.pt or "
+                                         "train.pt present)"));
+    if (!u.found)
+        c->format = CKPT_FMT_UNKNOWN;
+    if (rc == 0 && u.cut)
+        set_why(c, "%s", u.cut);
+    else if (rc == 0 && u.unknown)
+        set_unknown(c, "%s", u.unknown);
+    else if (rc == 0 && !u.found)
+        set_unknown(c, "%s", "no file ckpt recognises (model.pt, "
+                             "*.safetensors, .metadata, ...): cannot judge");
+    free(u.cut);
+    free(u.unknown);
+    return rc;
 }
 
 /* A file directly in sub ("" = top) named prefix<N>suffix (ranked: N is a
@@ -528,9 +757,28 @@ int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
     case CKPT_FMT_ORBAX:
         return judge_orbax(&v, c, err);
     default:
-        if (judge_unsharded(&v, c) == 0 && !c->complete &&
-            !strcmp(c->why, "no model file"))
-            c->format = CKPT_FMT_UNKNOWN;
-        return 0;
+        return judge_unsharded(&v, c, err);
     }
+}
+
+/* ckpt's unshard writes model.pt, optim.pt and train.pt for an OLMo step;
+ * OLMo's own unsharder the same, or model.pt alone (--model-only, which
+ * leaves out optimizer and trainer state together): a copy of one with
+ * optim.pt but no train.pt was cut short. */
+void ckpt_judge_olmo_copy(struct ckpt_tree *t, struct ckpt_checkpoint *c,
+                          const struct ckpt_checkpoint *src)
+{
+    struct view v = { t, c->dir, 0, 0 };
+    struct view s = { t, src->dir, 0, 0 };
+    int olmo = src->format == CKPT_FMT_OLMO_LEGACY ||
+               src->format == CKPT_FMT_OLMO_LOCAL ||
+               src->format == CKPT_FMT_OLMO_CORE ||
+               (src->format == CKPT_FMT_DCP &&
+                get(&s, "model_and_optim/.metadata"));
+    if (!olmo || !c->complete || c->format != CKPT_FMT_UNSHARDED ||
+        t->damage || !get(&v, "model.pt") || !get(&v, "optim.pt") ||
+        get(&v, "train.pt"))
+        return;
+    set_why(c, "%s", "train.pt missing (an OLMo step's unsharded copy with "
+                     "optim.pt has train.pt)");
 }

@@ -44,7 +44,7 @@ int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded)
 {
     static const char *prefixes[] = {
         "global_step", "step_", "step-", "step", "iter_", "checkpoint-",
-        "epoch_", "",
+        "epoch_", "dist_epoch_", "",
     };
     size_t len = strlen(name);
     *unsharded = 0;
@@ -222,6 +222,19 @@ void ckpt_run_release(struct ckpt_run *run)
     memset(run, 0, sizeof(*run));
 }
 
+/* What each -unsharded copy needs depends on the step it was made from,
+ * when that step is still in the run. */
+static void judge_copies(struct ckpt_run *run, struct ckpt_tree *t)
+{
+    for (size_t i = 0; i < run->n; i++) {
+        struct ckpt_checkpoint *c = &run->ckpts[i];
+        for (size_t k = 0; c->unsharded_name && k < run->n; k++)
+            if (!run->ckpts[k].unsharded_name &&
+                run->ckpts[k].step == c->step && !run->ckpts[k].root)
+                ckpt_judge_olmo_copy(t, c, &run->ckpts[k]);
+    }
+}
+
 int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
                   struct ckpt_err *err)
 {
@@ -262,6 +275,7 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
     }
     if (run->n)
         ckpt_sort(run->ckpts, run->n, sizeof(*run->ckpts), cmp_ckpt);
+    judge_copies(run, t);
     return 0;
 }
 
@@ -277,6 +291,15 @@ const struct ckpt_checkpoint *ckpt_run_best(const struct ckpt_run *run)
 {
     for (size_t i = run->n; i-- > 0;)
         if (run->ckpts[i].complete &&
+            (run->ckpts[i].step > 0 || run->ckpts[i].root))
+            return &run->ckpts[i];
+    return NULL;
+}
+
+const struct ckpt_checkpoint *ckpt_run_unknown(const struct ckpt_run *run)
+{
+    for (size_t i = run->n; i-- > 0;)
+        if (run->ckpts[i].unknown &&
             (run->ckpts[i].step > 0 || run->ckpts[i].root))
             return &run->ckpts[i];
     return NULL;

@@ -9,6 +9,11 @@
 int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
                           struct ckpt_err *err);
 
+/* An -unsharded copy c of OLMo step src (same step) lacking a file the
+ * writers always write for one: c made incomplete. */
+void ckpt_judge_olmo_copy(struct ckpt_tree *t, struct ckpt_checkpoint *c,
+                          const struct ckpt_checkpoint *src);
+
 /* orbaxls.c: an Orbax item (OCDBT database or old-format directory) of a
  * tree as a ckpt_orbax_io: sizes from the listing, bytes by ranged reads
  * (directory trees, plain tar members), from what the listing captured

@@ -388,3 +388,71 @@ int ckpt_tzip_read(const struct ckpt_tzip *z, const struct ckpt_rd *rd,
     *len = (size_t)e->size;
     return 0;
 }
+
+/* Only the tail and the central directory are read (never a local
+ * header: one read per record is too many on object storage): the end
+ * records must be there and every record the directory lists must end
+ * before the directory starts. The first bytes tell a zip cut short
+ * ("PK\3\4" and no end records: 1) from a file that is no zip at all
+ * (a pre-1.6 torch.save pickle: CKPT_EUNSUPPORTED). */
+int ckpt_tzip_whole(const struct ckpt_rd *rd, struct ckpt_err *err)
+{
+    static const unsigned char sig[4] = { 'P', 'K', 3, 4 };
+    unsigned char head[4];
+    size_t h = rd->size < 4 ? (size_t)rd->size : 4;
+    if (ckpt_rd_read(rd, 0, head, h, err) != 0)
+        return -1;
+    if (memcmp(head, sig, h) != 0 || !h)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: not a zip file "
+                            "(an older torch.save format?)", rd->name);
+    if (h < 4)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: %llu bytes, cut short",
+                            rd->name, (unsigned long long)rd->size), 1;
+    struct ends e = { 0, 0, 0, 0 };
+    size_t small = rd->size < 1024 ? (size_t)rd->size : 1024;
+    int rc = rd->size < 22 ? 0 : scan_tail(rd, small, &e, err);
+    if (rc == 0 && rd->size >= 22 && small < rd->size)
+        rc = scan_tail(rd, rd->size < MAX_TAIL ? (size_t)rd->size : MAX_TAIL,
+                       &e, err);
+    if (rc < 0)
+        return err->code == CKPT_EFORMAT ? 1 : -1;
+    if (rc == 0)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: cut short (no end of "
+                            "central directory)", rd->name), 1;
+    if (e.cd_pos < e.cd_off || e.cd_size > MAX_CDIR ||
+        e.count > e.cd_size / 46)
+        return bad(rd, err, "central directory out of range"), 1;
+    unsigned char *cd = malloc(e.cd_size ? (size_t)e.cd_size : 1);
+    if (!cd)
+        return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    rc = ckpt_rd_read(rd, e.cd_pos, cd, (size_t)e.cd_size, err);
+    uint64_t delta = e.cd_pos - e.cd_off;
+    size_t pos = 0;
+    for (uint64_t i = 0; rc == 0 && i < e.count; i++) {
+        const unsigned char *p = cd + pos;
+        size_t avail = (size_t)e.cd_size - pos;
+        if (avail < 46 || le(p, 4) != SIG_CDIR) {
+            rc = bad(rd, err, "bad central directory entry");
+            break;
+        }
+        size_t nl = le(p + 28, 2), xl = le(p + 30, 2), cl = le(p + 32, 2);
+        if (46 + nl + xl + cl > avail) {
+            rc = bad(rd, err, "central directory truncated");
+            break;
+        }
+        uint64_t csize = le(p + 20, 4), usize = le(p + 24, 4);
+        uint64_t lho = le(p + 42, 4), end;
+        zip64_extra(p + 46 + nl, xl, &usize, &csize, &lho);
+        if (ckpt_add_u64(lho, delta, &end) != 0 ||
+            ckpt_add_u64(end, 30 + nl, &end) != 0 ||
+            ckpt_add_u64(end, csize, &end) != 0 || end > e.cd_pos)
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: record '%.*s' "
+                              "extends past the end", rd->name, (int)nl,
+                              (const char *)p + 46);
+        pos += 46 + nl + xl + cl;
+    }
+    free(cd);
+    if (rc != 0)
+        return err->code == CKPT_EFORMAT ? 1 : -1;
+    return 0;
+}

@@ -218,7 +218,7 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
     free(sib);
     *failed = 0;
     *copy = COPY_NONE;
-    if (k->format == CKPT_FMT_UNSHARDED && k->complete)
+    if (k->format == CKPT_FMT_UNSHARDED && (k->complete || k->unknown))
         return ckpt_xstrdup("not sharded");
     if (k->format == CKPT_FMT_UNKNOWN && k->nfiles) {
         /* A step directory holding files ckpt does not recognise (an
@@ -228,7 +228,8 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
                             "recognised checkpoint files)");
     }
     if (!k->complete)
-        return ckpt_xasprintf("incomplete: %s", k->why ? k->why : "?");
+        return ckpt_xasprintf("%s: %s", k->unknown ? "not judged"
+                              : "incomplete", k->why ? k->why : "?");
     if (at_src) {
         *copy = COPY_IN_RUN;
         return ckpt_xasprintf("already unsharded: %s-unsharded in the run",

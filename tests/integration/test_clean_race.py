@@ -13,12 +13,14 @@ then writes step1000/model.pt into it. Exact outcome: the row is
 step1000/model.pt`, exit 1; the judged files are gone; the new file is
 back under the run's name, and no .ckpt-del name is left.
 """
+import io
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
@@ -26,6 +28,12 @@ from harness import CKPT, SUP, check, finish  # noqa: E402
 
 LOGS = 30000
 
+
+# A whole torch.save-style zip: clean checks model.pt's structure.
+_b = io.BytesIO()
+with zipfile.ZipFile(_b, "w") as _z:
+    _z.writestr("archive/data.pkl", b"weights")
+WEIGHTS = _b.getvalue()
 
 def tree(root):
     out = []
@@ -59,7 +67,7 @@ def main():
                 os.mkdir("step1000", dir_fd=fd)
                 w = os.open("step1000/model.pt", os.O_WRONLY | os.O_CREAT,
                             0o644, dir_fd=fd)
-                os.write(w, b"weights")
+                os.write(w, WEIGHTS)
                 os.close(w)
                 # Still being deleted when the file landed: the judged logs
                 # were not all gone yet.
@@ -82,7 +90,7 @@ def main():
         check("the new file survives under the run's name, nothing else",
               tree(run) == ["step1000", "step1000/model.pt"], str(tree(run)))
         with open(os.path.join(run, "step1000", "model.pt"), "rb") as f:
-            check("its bytes", f.read() == b"weights")
+            check("its bytes", f.read() == WEIGHTS)
         check("no .ckpt-del name left",
               not [n for n in os.listdir(tmp) if ".ckpt-del-" in n],
               str(os.listdir(tmp)))

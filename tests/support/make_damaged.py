@@ -50,7 +50,26 @@ def member(tf, name, data=None, kind=None, link=None):
     tf.addfile(info, io.BytesIO(data))
 
 
-def run_members(tf, model=b"m" * 3000, with_ckpt=True, upto_wandb=False):
+def torch_zip(size):
+    """A zip of exactly size bytes laid out as torch.save's (one stored
+    record under an archive prefix): `ckpt clean` checks model.pt's zip
+    structure, not only that it is there."""
+    import zipfile
+    def build(n):
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+            z.writestr("archive/data.pkl", b"m" * n)
+        return buf.getvalue()
+    over = len(build(0))
+    data = build(size - over)
+    assert len(data) == size
+    return data
+
+
+MODEL = torch_zip(3000)
+
+
+def run_members(tf, model=MODEL, with_ckpt=True, upto_wandb=False):
     member(tf, "run/config.yaml", b"run_name: damaged\n")
     member(tf, "run/wandb")
     for i in range(6):
@@ -108,7 +127,7 @@ def main(out):
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
         member(tf, "run/config.yaml", b"run_name: damaged\n")
         member(tf, "run/wandb")
-        member(tf, "run/blob/w.bin", b"w" * 3000)
+        member(tf, "run/blob/w.bin", MODEL)
         member(tf, "run/step100/model.pt", kind=tarfile.LNKTYPE,
                link="run/blob/w.bin")
     put("hardlink.tar", buf.getvalue())

@@ -23,6 +23,7 @@ static void test_run__checkpoint_names(void)
         { "-unsharded", 0, 0, 0 },        { "step5-unsharded-tmp", 0, 0, 0 },
         { "", 0, 0, 0 },                  { "1234567890123456789012", 0, 0, 0 },
         { "step10a", 0, 0, 0 },           { "-5", 0, 0, 0 },
+        { "dist_epoch_2", 1, 2, 0 },      { "dist_epoch_", 0, 0, 0 },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int64_t step = -1;
@@ -36,8 +37,24 @@ static void test_run__checkpoint_names(void)
     }
 }
 
+/* A whole zip as torch.save lays it out (one stored record under an
+ * archive prefix): what "@zip" stands for in make()'s spec. */
+static const unsigned char ZIP[] = {
+    0x50, 0x4b, 0x03, 0x04, 0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x21, 0x50, 0x83, 0x16, 0xdc, 0x8c, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00,
+    0x00, 0x00, 0x0a, 0x00, 0x00, 0x00, 0x61, 0x2f, 0x64, 0x61, 0x74, 0x61,
+    0x2e, 0x70, 0x6b, 0x6c, 0x78, 0x50, 0x4b, 0x01, 0x02, 0x14, 0x03, 0x14,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x21, 0x50, 0x83, 0x16, 0xdc,
+    0x8c, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x0a, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x01, 0x00,
+    0x00, 0x00, 0x00, 0x61, 0x2f, 0x64, 0x61, 0x74, 0x61, 0x2e, 0x70, 0x6b,
+    0x6c, 0x50, 0x4b, 0x05, 0x06, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01,
+    0x00, 0x38, 0x00, 0x00, 0x00, 0x29, 0x00, 0x00, 0x00, 0x00, 0x00
+};
+
 /* Create files under TMP/<run>: spec is "path=content;path=content". A
- * path ending in '/' is an empty directory. */
+ * path ending in '/' is an empty directory; content "@zip" a whole zip,
+ * "@cut" the first 100 bytes of it. */
 static char *make(const char *run, const char *spec)
 {
     char *root = ckpt_path_join(test_tmpdir(), run);
@@ -55,7 +72,10 @@ static char *make(const char *run, const char *spec)
                                                  : ckpt_path_dirname(path);
         snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
         CHECK(system(cmd) == 0);
-        if (!ckpt_str_endswith(p, "/"))
+        if (eq && (!strcmp(eq + 1, "@zip") || !strcmp(eq + 1, "@cut")))
+            CHECK(test_write_file(path, (const char *)ZIP,
+                                  eq[2] == 'z' ? sizeof(ZIP) : 100) == 0);
+        else if (!ckpt_str_endswith(p, "/"))
             CHECK(test_write_file(path, eq ? eq + 1 : "",
                                   eq ? strlen(eq + 1) : 0) == 0);
         free(dir);
@@ -194,9 +214,9 @@ static void test_run__orbax(void)
                     "100/default/manifest.ocdbt=x",
               "100/default/manifest.ocdbt: 1 bytes is too short for an OCDBT "
               "object");
-    JUDGE("o2", "100/_CHECKPOINT_METADATA={\"init_timestamp_nsecs\": 5}",
+    JUDGE("other2", "100/_CHECKPOINT_METADATA={\"init_timestamp_nsecs\": 5}",
           "100:orbax:0:_CHECKPOINT_METADATA has no commit_timestamp_nsecs");
-    JUDGE("o3", "200/commit_success.txt=;200/state/ocdbt.process_0/d/x=1",
+    JUDGE("other3", "200/commit_success.txt=;200/state/ocdbt.process_0/d/x=1",
           "200:orbax:0:state/manifest.ocdbt missing (per-process files not "
           "merged)");
     JUDGE_ERR("o4", "200/commit_success.txt=;200/state/manifest.ocdbt=m;"
@@ -256,20 +276,51 @@ static void test_run__olmo(void)
           "step3:olmo-core:0:model/rank_2.safetensors missing");
 }
 
+#define UNJUDGED "no file ckpt recognises (model.pt, *.safetensors, " \
+                 ".metadata, ...): cannot judge"
+
 static void test_run__unsharded_and_misc(void)
 {
-    JUDGE("u1", "config.yaml=a;wandb/;step0/;step7-unsharded/model.pt=w",
+    JUDGE("u1", "config.yaml=a;wandb/;step0/;step7-unsharded/model.pt=@zip",
           "step0:unknown:0:empty|step7-unsharded:unsharded:1");
     JUDGE("u2", "step7-unsharded/model.pt=", "step7-unsharded:unsharded:0:"
                                              "model.pt is empty");
-    JUDGE("u3", "step9/notes.txt=x", "step9:unknown:0:no model file");
+    JUDGE("u3", "step9/notes.txt=x", "step9:unknown:0:" UNJUDGED);
+    /* Complete means verified: a model.pt cut short is incomplete... */
+    JUDGE("u4", "step7-unsharded/model.pt=@cut;step7-unsharded/optim.pt=@zip",
+          "step7-unsharded:unsharded:0:model.pt: cut short (no end of "
+          "central directory)");
+    /* ...one that is no zip (torch.save before 1.6) cannot be judged */
+    JUDGE("u5", "step7/model.pt=legacy pickle", "step7:unsharded:0:model.pt: not a zip "
+                                    "file (an older torch.save format?): "
+                                    "cannot verify");
+    /* the OLMo layout: optim.pt without model.pt */
+    JUDGE("u6", "step7/optim.pt=@zip;step7/train.pt=@zip",
+          "step7:unsharded:0:model.pt missing (optim.pt or train.pt "
+          "present)");
+    /* an OLMo step's copy with optim.pt but no train.pt */
+    JUDGE("u7", "step7/rank0.pt=a;step7-unsharded/model.pt=@zip;"
+                "step7-unsharded/optim.pt=@zip",
+          "step7:olmo-legacy:1|step7-unsharded:unsharded:0:train.pt missing "
+          "(an OLMo step's unsharded copy with optim.pt has train.pt)");
+    /* Other trainers' steps, and a rank-local DCP save, are unknown. */
+    JUDGE("trainer1", "global_step2/mp_rank_00_model_states.pt=@zip;"
+                "global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt=@zip",
+          "global_step2:unknown:0:" UNJUDGED);
+    JUDGE("trainer2", "dist_epoch_3/__0.metadata=x;dist_epoch_3/__0_0.distcp=x",
+          "dist_epoch_3:dcp:0:.metadata missing, rank-local __R.metadata "
+          "present: cannot judge");
+    /* a zip cut short beside unrecognised weights proves incompleteness */
+    JUDGE("trainer3", "checkpoint-4/model.bin=x;checkpoint-4/optimizer.pt=@cut",
+          "checkpoint-4:unknown:0:optimizer.pt: cut short (no end of "
+          "central directory)");
     JUDGE("n1", "step9/model.pt=x;step9-unfinished=",
           "step9:unsharded:0:marked unfinished");
     /* A directory of Slurm-named runs is not a run of Orbax steps. */
     JUDGE("runs", "2871001/config.yaml=a;2871001/wandb/;"
-                  "2871001/step5/model.pt=x;2871002/config.yaml=b",
+                  "2871001/step5/model.pt=@zip;2871002/config.yaml=b",
           " (not a run)");
-    JUDGE("nested", "config.yaml=a;train_data/;checkpoints/step-40/model.pt=x",
+    JUDGE("nested", "config.yaml=a;train_data/;checkpoints/step-40/model.pt=@zip",
           "step-40:unsharded:1");
     JUDGE("dcp1", "config.yaml=a;wandb/;step2/model_and_optim/__0_0.distcp=x",
           "step2:dcp:0:model_and_optim/.metadata missing");
