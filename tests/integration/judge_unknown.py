@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+# ctest-cost: 3
+"""judge_unknown.py - issue 20 class 1: what ckpt cannot judge is never
+"incomplete".
+
+Runs holding the complete checkpoints of trainers ckpt does not know
+(DeepSpeed `global_stepN/`, Megatron `iter_NNNNNNN/`, both written by the
+libraries themselves: tests/fixtures/real-writers/) and a rank-local DCP
+step (`__R.metadata`, no `.metadata`) are `error` rows naming the step,
+with exit 1, under `clean -n`, `clean` and `process`; nothing is deleted.
+Before, each step was `unknown, incomplete: no model file`, the run bad,
+and `clean`/`process` deleted it with exit 0.
+
+Also: an HF Trainer step split into model-0000K-of-00003.safetensors + its
+index is complete (before: no model file, deleted); torchtune's
+`dist_epoch_N/` is a checkpoint name (before: `no checkpoint`, deleted);
+and what is provably bad stays bad: the same HF step with one shard gone
+(its index names it) is deleted."""
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from s3test import Checker, ckpt  # noqa: E402
+
+FIX = os.path.join(HERE, "..", "fixtures")
+RW = os.path.join(FIX, "real-writers")
+UNJUDGED = "no file ckpt recognises (model.pt, *.safetensors, .metadata, ...)"
+
+
+def run_dir(root, name, pieces):
+    """A run: config.yaml + wandb/ and pieces [(src, rel)] copied in."""
+    d = os.path.join(root, name)
+    os.makedirs(os.path.join(d, "wandb"))
+    with open(os.path.join(d, "config.yaml"), "w") as f:
+        f.write("run_name: %s\n" % name)
+    for src, rel in pieces:
+        dst = os.path.join(d, rel)
+        if os.path.isdir(src):
+            shutil.copytree(src, dst)
+        else:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy(src, dst)
+    for dp, ds, fs in os.walk(d):
+        for n in ds + fs:
+            os.chmod(os.path.join(dp, n), 0o755 if n in ds else 0o644)
+    return d
+
+
+def listing(root):
+    out = []
+    for dp, ds, fs in os.walk(root):
+        for n in fs:
+            out.append(os.path.relpath(os.path.join(dp, n), root))
+    return sorted(out)
+
+
+def make_runs(root):
+    hf = os.path.join(RW, "hf_trainer_llama_sharded", "checkpoint-2")
+    run_dir(root, "ds", [(os.path.join(RW, "deepspeed_zero2_fp32",
+                                       "checkpoints"), "checkpoints")])
+    run_dir(root, "megatron", [(os.path.join(RW, "megatron_legacy_torch",
+                                             "checkpoints"), "checkpoints")])
+    rl = run_dir(root, "ranklocal", [])
+    os.makedirs(os.path.join(rl, "step5"))
+    for n in ("__0.metadata", "__1.metadata", "__0_0.distcp",
+              "__1_0.distcp"):
+        with open(os.path.join(rl, "step5", n), "wb") as f:
+            f.write(b"rank-local bytes ckpt does not read to judge\n")
+    run_dir(root, "hf", [(hf, "checkpoint-2")])
+    gone = run_dir(root, "hf-gone", [(hf, "checkpoint-2")])
+    os.remove(os.path.join(gone, "checkpoint-2",
+                           "model-00002-of-00003.safetensors"))
+    run_dir(root, "torchtune", [(os.path.join(FIX, "dcp-v2.6", "row",
+                                              "ckpt"), "dist_epoch_1")])
+
+
+ROWS = [
+    ("error", "ds", "cannot judge checkpoint global_step2 (%s); not deleted"
+     % UNJUDGED),
+    ("keep", "hf", "complete checkpoint checkpoint-2 (unsharded)"),
+    ("DEL", "hf-gone", "no complete checkpoint with step > 0 (checkpoint-2: "
+     "model-00002-of-00003.safetensors (named by "
+     "model.safetensors.index.json) missing)"),
+    ("error", "megatron", "cannot judge checkpoint iter_0000010 (%s); not "
+     "deleted" % UNJUDGED),
+    ("error", "ranklocal", "cannot judge checkpoint step5 (.metadata "
+     "missing, rank-local __R.metadata present); not deleted"),
+    ("keep", "torchtune", "complete checkpoint dist_epoch_1 (dcp)"),
+]
+
+
+def rows(dry):
+    word = "would-delete" if dry else "delete"
+    return "".join("%s\t%s\t%s\n" % (word if a == "DEL" else a, r, why)
+                   for a, r, why in ROWS)
+
+
+def main():
+    c = Checker()
+    tmp = tempfile.mkdtemp(prefix="ckpt-judge-unknown-")
+    try:
+        root = os.path.join(tmp, "runs")
+        make_runs(root)
+        names = [r for _, r, _ in ROWS]
+        before = {n: listing(os.path.join(root, n)) for n in names}
+        rc, out, err = ckpt("ls", os.path.join(root, "ds"),
+                            os.path.join(root, "ranklocal"))
+        c.eq("ls: unknown with the reason", (rc, out), (0,
+             "%s/ds\tglobal_step2\t2\tunknown\tunknown: %s\t66839\t3\n"
+             "%s/ranklocal\tstep5\t5\tdcp\tunknown: .metadata missing, "
+             "rank-local __R.metadata present\t180\t4\n"
+             % (root, UNJUDGED, root)))
+
+        os.chdir(root)
+        rc, out, err = ckpt("clean", "-n", "--min-age", "0", *names)
+        c.eq("clean -n: rows", out, rows(True))
+        c.eq("clean -n: exit 1 (errors)", rc, 1)
+        c.eq("clean -n: nothing deleted",
+             {n: listing(n) for n in names}, before)
+
+        # process (local DEST): the unknown runs fail at judge, source kept
+        dest = os.path.join(tmp, "D")
+        for n in ("ds", "megatron", "ranklocal"):
+            rc, out, err = ckpt("process", "--no-wandb", "--min-age", "0",
+                                n, "--dest", dest)
+            first = out.splitlines()[0].split("\t") if out else []
+            c.eq("process %s: failed at judge, exit 1" % n,
+                 (rc, first[:2], first[2][:len("judge: cannot judge")]
+                  if len(first) > 2 else ""),
+                 (1, ["failed", n], "judge: cannot judge"))
+            c.eq("process %s: source kept" % n, listing(n), before[n])
+        c.eq("process: nothing at DEST", listing(dest), [])
+
+        rc, out, err = ckpt("clean", "--min-age", "0", *names)
+        c.eq("clean: rows as predicted", out, rows(False))
+        c.eq("clean: exit 1 (errors)", rc, 1)
+        after = {n: listing(n) for n in names if os.path.exists(n)}
+        want = dict(before)
+        del want["hf-gone"]
+        c.eq("clean: only the provably bad run is gone", after, want)
+    finally:
+        os.chdir("/")
+        shutil.rmtree(tmp, ignore_errors=True)
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
