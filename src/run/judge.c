@@ -174,8 +174,8 @@ static int judge_dcp(const struct view *v, struct ckpt_checkpoint *c,
          * is not judged here. A plain save without .metadata (written
          * last, by the coordinator) is an aborted one. */
         if (has_file_like(v, mdir, "__", ".metadata", 0))
-            set_unknown(c, "%s missing, rank-local __R.metadata present: "
-                           "cannot judge", mpath);
+            set_unknown(c, "%s missing, rank-local __R.metadata present",
+                        mpath);
         else
             set_why(c, "%s missing", mpath);
         free(mpath);
@@ -592,6 +592,20 @@ static int check_index(const struct view *v, struct ufind *u, const char *rel,
     return 0;
 }
 
+/* The OLMo layout's model part, in either format (or --layout single's
+ * checkpoint.pt). */
+static int has_model(const struct view *v)
+{
+    static const char *names[] = {
+        "model.pt", "model.safetensors", "model.safetensors.index.json",
+        "checkpoint.pt",
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (get(v, names[i]))
+            return 1;
+    return 0;
+}
+
 /* Unsharded files are judged by their structure, not by being there:
  * every torch file is a whole zip, every safetensors file's header
  * parses and its tensors end at the file's end, every index names shards
@@ -625,10 +639,12 @@ static int judge_unsharded(const struct view *v, struct ckpt_checkpoint *c,
     if (rc == 0 && split && !index)
         note_missing(v, &u, ckpt_xstrdup("split safetensors without their "
                                          "*.safetensors.index.json"));
-    if (rc == 0 && !get(v, "model.pt") && !get(v, "checkpoint.pt") &&
-        (get(v, "optim.pt") || get(v, "train.pt")))
-        note_missing(v, &u, ckpt_xstrdup("model.pt missing (optim.pt or "
-                                         "train.pt present)"));
+    if (rc == 0 && !has_model(v) &&
+        (get(v, "optim.pt") || get(v, "optim.safetensors") ||
+         get(v, "train.pt")))
+        note_missing(v, &u, ckpt_xstrdup("no model file (model.pt, "
+                                         "model.safetensors) beside "
+                                         "optim/train"));
     if (!u.found)
         c->format = CKPT_FMT_UNKNOWN;
     if (rc == 0 && u.cut)
@@ -637,7 +653,7 @@ static int judge_unsharded(const struct view *v, struct ckpt_checkpoint *c,
         set_unknown(c, "%s", u.unknown);
     else if (rc == 0 && !u.found)
         set_unknown(c, "%s", "no file ckpt recognises (model.pt, "
-                             "*.safetensors, .metadata, ...): cannot judge");
+                             "*.safetensors, .metadata, ...)");
     free(u.cut);
     free(u.unknown);
     return rc;
