@@ -101,7 +101,7 @@ def main():
         # what each layout wrote (the judge was shown every one of them)
         def names(run, step):
             d = os.path.join(tmp, run, step)
-            return sorted(os.listdir(d))
+            return sorted(os.listdir(d)) if os.path.isdir(d) else None
         c.eq("split layout", names("titan-split", "checkpoint/step-5-unsharded"),
              ["config.yaml"] + ["model-%05d-of-00004.safetensors" % k
                                 for k in range(1, 5)] +
