@@ -576,7 +576,9 @@ static int check_index(const struct view *v, struct ufind *u, const char *rel,
     cJSON_ArrayForEach(e, map) {
         if (!cJSON_IsString(e) || strchr(e->valuestring, '/') ||
             !*e->valuestring) {
-            note(u, W_CUT, ckpt_xasprintf("%s: bad shard name", rel));
+            /* shards in subdirectories: not a layout ckpt or HF writes */
+            note(u, W_UNKNOWN, ckpt_xasprintf("%s: a shard name ckpt does "
+                                              "not judge", rel));
             break;
         }
         const char *s = e->valuestring;

@@ -15,7 +15,11 @@ Also: an HF Trainer step split into model-0000K-of-00003.safetensors + its
 index is complete (before: no model file, deleted); torchtune's
 `dist_epoch_N/` is a checkpoint name (before: `no checkpoint`, deleted);
 and what is provably bad stays bad: the same HF step with one shard gone
-(its index names it) is deleted."""
+(its index names it) is deleted.
+
+`process --drop-incomplete` of a good run (an OLMo step1000) that also
+holds a DeepSpeed global_step2 uploads global_step2 like any other file;
+before, it was dropped as incomplete and deleted with the source."""
 import os
 import shutil
 import sys
@@ -124,15 +128,32 @@ def main():
         # process (local DEST): the unknown runs fail at judge, source kept
         dest = os.path.join(tmp, "D")
         for n in ("ds", "megatron", "ranklocal"):
-            rc, out, err = ckpt("process", "--no-wandb", "--min-age", "0",
-                                n, "--dest", dest)
-            first = out.splitlines()[0].split("\t") if out else []
-            c.eq("process %s: failed at judge, exit 1" % n,
-                 (rc, first[:2], first[2][:len("judge: cannot judge")]
-                  if len(first) > 2 else ""),
-                 (1, ["failed", n], "judge: cannot judge"))
-            c.eq("process %s: source kept" % n, listing(n), before[n])
+            for dry in (["-n"], []):
+                rc, out, err = ckpt("process", *dry, "--no-wandb",
+                                    "--min-age", "0", n, "--dest", dest)
+                first = out.splitlines()[0].split("\t") if out else []
+                c.eq("process %s %s: failed at judge, exit 1" % (dry, n),
+                     (rc, first[:2], first[2][:len("judge: cannot judge")]
+                      if len(first) > 2 else ""),
+                     (1, ["failed", n], "judge: cannot judge"))
+                c.eq("process %s %s: source kept" % (dry, n), listing(n),
+                     before[n])
         c.eq("process: nothing at DEST", listing(dest), [])
+
+        # --drop-incomplete never drops an unknown step
+        mixed = run_dir(root, "mixed", [
+            (os.path.join(FIX, "runs", "olmo-torch-new-1.13", "step"),
+             "step1000"),
+            (os.path.join(RW, "deepspeed_zero2_fp32", "checkpoints"),
+             "checkpoints")])
+        files = listing(mixed)
+        rc, out, err = ckpt("process", "--no-wandb", "--min-age", "0",
+                            "--unshard", "none", "--drop-incomplete", "mixed",
+                            "--dest", dest)
+        c.eq("drop-incomplete: processed, every file at DEST",
+             (rc, out.split("\t")[:4], listing(os.path.join(dest, "mixed"))),
+             (0, ["processed", "mixed", dest + "/mixed", str(len(files))],
+              files))
 
         rc, out, err = ckpt("clean", "--min-age", "0", *names)
         c.eq("clean: rows as predicted", out, rows(False))
