@@ -17,6 +17,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+from torchzip import torch_zip  # noqa: E402
+
+MODEL = torch_zip(b"x" * 10)   # a whole torch.save zip, 140 bytes
+
 CKPT = os.path.abspath(os.environ.get("CKPT", "build/ckpt")).encode()
 FAILS = []
 
@@ -120,7 +126,7 @@ def make(tmp):
         good = os.path.join(tmp, b"runs", n, b"step1000")
         os.makedirs(good)
         with open(os.path.join(good, b"model.pt"), "wb") as f:
-            f.write(b"x" * 10)
+            f.write(MODEL)
         os.makedirs(os.path.join(tmp, b"bad", n, b"step2000"))
         os.makedirs(os.path.join(tmp, b"src", n))
         with open(os.path.join(tmp, b"src", n, n), "wb") as f:
@@ -130,7 +136,7 @@ def make(tmp):
 def test_ls(tmp):
     names = sorted(NAMES)
     rc, out, err = run([b"ls", b"runs"], tmp)
-    want = b"".join(b"runs/%s\tstep1000\t1000\tunsharded\tcomplete\t10\t1\n"
+    want = b"".join(b"runs/%s\tstep1000\t1000\tunsharded\tcomplete\t140\t1\n"
                     % esc(n) for n in names)
     check("ls: rows", out, want)
     check("ls: fields split on TAB", [len(l.split(b"\t")) for l in

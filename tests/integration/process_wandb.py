@@ -17,6 +17,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 import wandb_fixtures as wf  # noqa: E402
+from torchzip import torch_zip  # noqa: E402
 
 CKPT = os.environ.get("CKPT", "build/ckpt")
 FAILS = []
@@ -53,7 +54,7 @@ def files(root):
 def step(d, name, data):
     os.makedirs(os.path.join(d, name))
     with open(os.path.join(d, name, "model.pt"), "wb") as f:
-        f.write(data)
+        f.write(torch_zip(data))
 
 
 def main():

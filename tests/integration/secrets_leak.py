@@ -29,6 +29,7 @@ SUPPORT = os.path.join(os.environ.get("CKPT_SRC", "."), "tests", "support")
 sys.path.insert(0, SUPPORT)
 from s3env import S3Env  # noqa: E402
 import wandb_fixtures as wf  # noqa: E402
+from torchzip import torch_zip  # noqa: E402
 
 CKPT = os.path.abspath(os.environ.get("CKPT", "build/ckpt"))
 B = "ckpt-test"
@@ -118,7 +119,7 @@ def make_run(tmp):
     wf.write_config(d, cfg, wf.wandb_section(name="OLMo-1B-secret"))
     wf.add_wandb_run(d, "ab12cd34", slurm="1000001", last_step=1000)
     with open(os.path.join(d, "step1000", "model.pt"), "wb") as f:
-        f.write(b"weights" * 100)
+        f.write(torch_zip(b"weights" * 100))
     db.write(os.path.join(tmp, "db.json"))
 
 
