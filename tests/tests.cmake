@@ -107,3 +107,11 @@ target_link_libraries(unlink_fail_preload PRIVATE ${CMAKE_DL_LIBS})
 add_library(kill_preload SHARED
             ${CMAKE_SOURCE_DIR}/tests/support/kill_preload.c)
 target_link_libraries(kill_preload PRIVATE ${CMAKE_DL_LIBS})
+
+# change_preload: LD_PRELOAD shim that changes a file at the moment the
+# process first unlinks something below a directory
+# (tests/support/change_preload.c); tests find it as
+# $CKPT_BUILD/libchange_preload.so.
+add_library(change_preload SHARED
+            ${CMAKE_SOURCE_DIR}/tests/support/change_preload.c)
+target_link_libraries(change_preload PRIVATE ${CMAKE_DL_LIBS})

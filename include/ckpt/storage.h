@@ -197,6 +197,41 @@ int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
  * success. Remote storages delete in place (batched). */
 int ckpt_storage_delete_tree_aside(struct ckpt_storage *st, const char *dir,
                                    struct ckpt_err *err);
+/* Delete the file key below directory root, and only there: the
+ * directory it is unlinked from, resolved, must be root's real path or
+ * below it (never a file reached through a symlink out of root), and on
+ * root's filesystem (never across a mount point); else CKPT_EUNSAFE and
+ * the file stays. Missing is success. Remote: ckpt_storage_delete. */
+int ckpt_storage_delete_below(struct ckpt_storage *st, const char *root,
+                              const char *key, struct ckpt_err *err);
+
+/* -1 with CKPT_EUNSAFE naming it when the local directory dir holds a
+ * mount point (ckpt_local_find_mount), else 0 (remote storages, a file,
+ * a missing dir: 0). */
+int ckpt_storage_mount_fault(struct ckpt_storage *st, const char *dir,
+                             struct ckpt_err *err);
+
+/* ---- local files only ---- */
+
+/* Open a local file for reading, and only a regular file: its type is
+ * checked before the open (lstat, or stat with CKPT_OPEN_FOLLOW), it is
+ * opened non-blocking (a FIFO would block the open) and without
+ * following a last symlink (unless CKPT_OPEN_FOLLOW), and checked again
+ * on the descriptor. A FIFO, socket, device, directory or symlink is
+ * CKPT_EUNSAFE naming it. The fd (blocking), or -1. */
+#define CKPT_OPEN_FOLLOW 1u
+int ckpt_local_open_read(const char *path, unsigned flags,
+                         struct ckpt_err *err);
+/* "a FIFO", "a socket", "a symbolic link", ... of a st_mode. */
+const char *ckpt_local_kind(unsigned mode);
+/* ckpt_storage_delete_below for a local root. */
+int ckpt_local_delete_below(const char *root, const char *key,
+                            struct ckpt_err *err);
+/* Mount points below dir (a file or directory on another device than
+ * dir's; not walked into): 1 with *first the smallest path (relative to
+ * dir, malloced) and *n how many, 0 when none, -1 on error. */
+int ckpt_local_find_mount(const char *dir, char **first, size_t *n,
+                          struct ckpt_err *err);
 
 /* Delete exactly the files/objects keys[0..n) (all below dir, as a listing
  * of dir named them), then, locally, the directories below dir left empty

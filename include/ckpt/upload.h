@@ -31,8 +31,17 @@ enum ckpt_upload_action {
     CKPT_UP_DELETED,        /* source deleted after verification */
     CKPT_UP_WOULD_DELETE,
     CKPT_UP_ABORTED,        /* a stale unfinished upload was discarded */
-    CKPT_UP_WARNING         /* not copied by design (symlink, special) */
+    CKPT_UP_WARNING,        /* not copied by design (symlink, special) */
+    CKPT_UP_KEPT            /* copied (or dropped) but left at SRC by
+                               design: reached through a symlink from
+                               outside SRC, or a dropped file changed
+                               since it was judged (detail says which) */
 };
+
+/* The details of the warnings about files never copied, and so never
+ * deleted: they stay at SRC. */
+#define CKPT_UP_WHY_LINK "symbolic link not followed (use --follow-links)"
+#define CKPT_UP_WHY_SPECIAL "not a regular file; not copied"
 
 /* Stable lowercase name: "uploaded", "would-skip", ... */
 const char *ckpt_upload_action_name(enum ckpt_upload_action a);
@@ -85,8 +94,31 @@ struct ckpt_upload_cfg {
      * added with CKPT_UPLOAD_PICK, by its path below SRC's root as it
      * would be at DEST ("step1000/model.pt"). */
     enum ckpt_upload_pick (*pick)(void *ud, const char *rel);
+    /* NULL, or asked (on the thread that deletes) right before each file
+     * picked DROP is deleted, with its source key and path below SRC:
+     * non-zero (err saying why) keeps it, a CKPT_UP_KEPT event. `ckpt
+     * process` checks there that it is unchanged since it was judged. */
+    int (*may_drop)(void *ud, const char *skey, const char *rel,
+                    struct ckpt_err *err);
     void *ud;
 };
+
+/* Which version of a local file: a file rewritten in place with its
+ * modification time put back keeps size and mtime, but the kernel moves
+ * ctime on every write, and a replaced file has another inode. */
+struct ckpt_srcver {
+    uint64_t size;
+    int64_t mtime_ns, ctime_ns;
+    uint64_t ino;
+    int regular;
+};
+/* stat(2) (lstat(2) without follow) of path. */
+int ckpt_srcver_get(const char *path, int follow, struct ckpt_srcver *v,
+                    struct ckpt_err *err);
+/* NULL when now is the version was, else what differs ("size",
+ * "modification time", "ctime", "inode", "type"). */
+const char *ckpt_srcver_diff(const struct ckpt_srcver *was,
+                             const struct ckpt_srcver *now);
 
 struct ckpt_upload_totals {
     uint64_t files;         /* files planned (archive members counted as
@@ -101,6 +133,8 @@ struct ckpt_upload_totals {
     uint64_t dropped;       /* files picked CKPT_PICK_DROP */
     uint64_t kept_archives; /* archive SRCs not deleted: they hold files
                                left out */
+    uint64_t kept;          /* files left at SRC by design (CKPT_UP_KEPT
+                               events) */
     double seconds;
 };
 

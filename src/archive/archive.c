@@ -373,9 +373,8 @@ int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
     ckpt_buf_init(&a->path);
     ckpt_buf_init(&a->link);
     if (ckpt_storage_is_local(st)) {
-        a->fd = open(key, O_RDONLY | O_CLOEXEC);
+        a->fd = ckpt_local_open_read(key, CKPT_OPEN_FOLLOW, err);
         if (a->fd < 0) {
-            ckpt_err_sys(err, "open '%s'", key);
             ckpt_archive_close(a);
             return -1;
         }

@@ -87,8 +87,10 @@ static void row(const struct ckpt_process_event *ev, int dry)
     snprintf(f7, sizeof(f7), "%.1f", ev->seconds);
     switch (ev->status) {
     case CKPT_PROC_OK: {
-        const char *f[] = { "processed", ev->run, d, f3, f4, f5, f6, f7 };
-        cli_out_tsv(8, f);
+        /* A ninth column only when the source keeps something. */
+        const char *f[] = { "processed", ev->run, d, f3, f4, f5, f6, f7,
+                            ev->detail };
+        cli_out_tsv(*ev->detail ? 9 : 8, f);
         return;
     }
     case CKPT_PROC_WOULD: {

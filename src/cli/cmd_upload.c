@@ -56,6 +56,7 @@ static int row_shown(const struct ckpt_opts *g, enum ckpt_upload_action a)
 {
     switch (a) {
     case CKPT_UP_FAILED:
+    case CKPT_UP_KEPT:
         return 1;
     case CKPT_UP_WOULD_UPLOAD:
     case CKPT_UP_WOULD_SKIP:
@@ -124,6 +125,7 @@ static void summary(const struct ui *ui, const struct ckpt_upload_totals *t)
         cJSON_AddNumberToObject(o, "skipped", (double)t->skipped);
         cJSON_AddNumberToObject(o, "failed", (double)failed);
         cJSON_AddNumberToObject(o, "deleted", (double)t->deleted);
+        cJSON_AddNumberToObject(o, "kept", (double)t->kept);
         cJSON_AddNumberToObject(o, "aborted", (double)t->aborted);
         cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
         cJSON_AddNumberToObject(o, "bytes_sent", (double)t->bytes_sent);
@@ -141,6 +143,9 @@ static void summary(const struct ui *ui, const struct ckpt_upload_totals *t)
               sizeof(b)), (unsigned long long)t->skipped,
               (unsigned long long)failed, (unsigned long long)t->deleted,
               t->seconds, ckpt_fmt_size((uint64_t)rate, r, sizeof(r)));
+    if (t->kept)
+        cli_warnf("%llu file(s) kept at SRC: see the 'kept' lines",
+                  (unsigned long long)t->kept);
     if (failed)
         cli_errorf("%llu file(s) or source(s) did not arrive: see the 'failed' "
                    "lines", (unsigned long long)failed);

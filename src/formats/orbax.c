@@ -141,10 +141,12 @@ static int read_range(const char *dir, const char *rel, uint64_t off,
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: data file path '%s' "
                             "leaves the checkpoint", dir, rel);
     char *p = ckpt_path_join(dir, rel);
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    int fd = ckpt_local_open_read(p, CKPT_OPEN_FOLLOW, err);
     struct stat sb;
     int rc;
-    if (fd < 0 || fstat(fd, &sb) != 0)
+    if (fd < 0 && err->code == CKPT_EUNSAFE)
+        rc = -1;
+    else if (fd < 0 || fstat(fd, &sb) != 0)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' missing: referenced by "
                           "the OCDBT tree (%s)", p, strerror(errno));
     else if ((uint64_t)sb.st_size < off + len)

@@ -122,6 +122,11 @@ struct one {
                                the same name comes after it) */
     } *pf;
     size_t npf;
+    /* What a pass leaves at the source by design, for the row: symlinks
+     * and special files never copied, files kept (a dropped file changed
+     * since it was judged). Paths in the run. */
+    struct ckpt_buf specials, kept;
+    size_t nspecials, nkept;
 };
 
 const char *ckpt_process_phase_name(enum ckpt_process_phase p)
@@ -254,9 +259,31 @@ static void predicted_total(struct one *o, uint64_t *files, uint64_t *bytes)
     o->npf = 0;
 }
 
+/* ev->src as a path in the run (its display stripped), or as given. */
+static const char *in_run(const struct one *o, const char *src)
+{
+    size_t n = strlen(o->r->display);
+    return !strncmp(src, o->r->display, n) && src[n] == '/' ? src + n + 1
+                                                            : src;
+}
+
 static void up_event(void *ud, const struct ckpt_upload_event *ev)
 {
     struct one *o = ud;
+    if (ev->action == CKPT_UP_WARNING &&
+        (!strcmp(ev->detail, CKPT_UP_WHY_LINK) ||
+         !strcmp(ev->detail, CKPT_UP_WHY_SPECIAL))) {
+        pthread_mutex_lock(&o->mu);
+        ckpt_buf_addf(&o->specials, "%s%s", o->nspecials++ ? ", " : "",
+                      in_run(o, ev->src));
+        pthread_mutex_unlock(&o->mu);
+    }
+    if (ev->action == CKPT_UP_KEPT) {
+        pthread_mutex_lock(&o->mu);
+        ckpt_buf_addf(&o->kept, "%s%s (%s)", o->nkept++ ? ", " : "",
+                      in_run(o, ev->src), ev->detail);
+        pthread_mutex_unlock(&o->mu);
+    }
     /* -n: what would be freed, as the plan's row says. */
     if (ev->action == CKPT_UP_DELETED || ev->action == CKPT_UP_WOULD_DELETE)
         o->freed += ev->bytes;
@@ -312,6 +339,13 @@ static int up_may_delete(void *ud, struct ckpt_err *err)
     }
     pthread_mutex_unlock(&o->mu);
     return rc;
+}
+
+static int up_may_drop(void *ud, const char *key, const char *rel,
+                       struct ckpt_err *err)
+{
+    struct one *o = ud;
+    return proc_drop_unchanged(&o->drops, key, rel, err);
 }
 
 static enum ckpt_upload_pick up_pick_cb(void *ud, const char *rel)
@@ -371,7 +405,7 @@ static int upload_pass(struct one *o, int verify, int dry,
         .strip = 1, .state_dir = c->state_dir, .on_event = up_event,
         .on_progress = up_progress,
         .may_delete = dry ? NULL : up_may_delete, .pick = up_pick_cb,
-        .ud = o,
+        .may_drop = dry ? NULL : up_may_drop, .ud = o,
     };
     struct ckpt_upload *u = ckpt_upload_new(&ucfg);
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -384,6 +418,9 @@ static int upload_pass(struct one *o, int verify, int dry,
      * (which still gets the unsharded steps and the logs). */
     char *dkey = archive && c->keep_archive ? archive_key(o) : o->dkey;
     ckpt_buf_reset(&o->fail);
+    ckpt_buf_reset(&o->specials);
+    ckpt_buf_reset(&o->kept);
+    o->nspecials = o->nkept = 0;
     pthread_mutex_lock(&o->p->mu);
     o->pitems = o->pbytes = 0;
     pthread_mutex_unlock(&o->p->mu);
@@ -1052,6 +1089,25 @@ static void emit_delete(struct one *o, const struct ckpt_upload_totals *t,
     free(d);
 }
 
+/* What the pass left at the source by design, for the row and the state
+ * ("kept 2 special files: a/fifo, b/link"); NULL when nothing was, or
+ * nothing is deleted (--keep-source). */
+static void set_note(struct one *o)
+{
+    free(o->s.why);
+    o->s.why = NULL;
+    if (o->p->cfg.keep_source || (!o->nspecials && !o->nkept))
+        return;
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    if (o->nspecials)
+        ckpt_buf_addf(&b, "kept %zu special file%s: %s", o->nspecials,
+                      o->nspecials == 1 ? "" : "s", o->specials.ptr);
+    if (o->nkept)
+        ckpt_buf_addf(&b, "%skept %zu dropped file%s: %s", b.len ? "; " : "",
+                      o->nkept, o->nkept == 1 ? "" : "s", o->kept.ptr);
+    o->s.why = ckpt_buf_detach(&b, NULL);
+}
+
 /* Steps to leave out (--drop-*): judged on the run as it is before any
  * of it is deleted, after the unshard phase made its outputs. 0, or -1
  * after the run's row. */
@@ -1118,6 +1174,7 @@ static int upload(struct one *o)
     emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", o->s.files, o->s.bytes);
     if (!c->keep_source)
         emit_delete(o, &t, freed0);
+    set_note(o);
     return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
 }
 
@@ -1146,6 +1203,7 @@ static int verify_delete(struct one *o)
     }
     if (!c->keep_source)
         emit_delete(o, &t, freed0);
+    set_note(o);
     return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
 }
 
@@ -1268,7 +1326,8 @@ static void leased(struct one *o)
         if (verify_delete(o) != 0)
             return;
     }
-    finish(o, dry ? CKPT_PROC_WOULD : CKPT_PROC_OK, "", 0);
+    finish(o, dry ? CKPT_PROC_WOULD : CKPT_PROC_OK, dry ? "" : o->s.why,
+           0);
 }
 
 static void process_one(struct ckpt_process *p, const struct prun *r,
@@ -1280,6 +1339,8 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     o.r = r;
     o.t0 = ckpt_now();
     ckpt_buf_init(&o.fail);
+    ckpt_buf_init(&o.specials);
+    ckpt_buf_init(&o.kept);
     pthread_mutex_init(&o.mu, NULL);
     char *dir = ckpt_path_join(p->cfg.dest_key, STATE_DIR);
     char *sname = ckpt_xasprintf("%s.json", r->id);
@@ -1328,6 +1389,8 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     free(o.have);
     proc_state_release(&o.s);
     ckpt_buf_release(&o.fail);
+    ckpt_buf_release(&o.specials);
+    ckpt_buf_release(&o.kept);
     free(o.dkey);
     free(o.ddisp);
     free(o.state_key);

@@ -9,6 +9,7 @@
 #include "ckpt/err.h"
 #include "ckpt/lease.h"
 #include "ckpt/storage.h"
+#include "ckpt/upload.h"
 
 /* ---- state.c: the per-run state object ---- */
 
@@ -29,7 +30,10 @@ struct proc_out {
 struct proc_state {
     enum proc_phase phase;
     char *dest;             /* owned: DEST-relative key of the run, or NULL */
-    char *why;              /* owned: DELETED: why the run was bad */
+    char *why;              /* owned: DELETED: why the run was bad;
+                               DONE: what the source keeps by design
+                               ("kept 1 special file: step1000"), or
+                               NULL */
     char *src;              /* owned: the source it was made from (an
                                absolute path, or a URL), or NULL (states
                                written before it was recorded) */
@@ -92,10 +96,21 @@ void proc_keeper_stop(struct proc_keeper *k);
 
 struct ckpt_filter;
 
+/* A file of a dropped step as it was when the step was judged. */
+struct proc_drop_file {
+    char *rel;              /* owned: path in the run */
+    struct ckpt_srcver v;
+    char *changed;          /* owned: why it cannot be vouched for (it
+                               changed while being judged), or NULL */
+};
+
 /* The steps of a run left out of DEST and deleted with its source. */
 struct proc_drops {
     char **dirs;            /* owned: step directories, paths in the run */
     size_t n;
+    struct proc_drop_file *files;  /* owned, sorted by rel: local runs */
+    size_t nfiles;
+    int local;              /* files recorded (a local directory run) */
 };
 
 /* Which step directories of the run at key to drop: incomplete ones (as
@@ -112,5 +127,11 @@ void proc_drops_release(struct proc_drops *d);
  * (below a dropped step). As enum ckpt_upload_pick. */
 int proc_pick(const struct ckpt_filter *f, const struct proc_drops *d,
               const char *rel);
+/* Right before a dropped file (key, rel its path in the run) is deleted:
+ * it must be the version recorded when its step was judged (size,
+ * mtime, ctime, inode: the unchanged test uploaded files get). 0, or -1
+ * with err saying why it is kept. */
+int proc_drop_unchanged(const struct proc_drops *d, const char *key,
+                        const char *rel, struct ckpt_err *err);
 
 #endif

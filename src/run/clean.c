@@ -337,6 +337,63 @@ static int being_deleted(struct ckpt_clean_item *it)
     return 1;
 }
 
+/* Is path (in the run) at a checkpoint's place, or inside one: NAME,
+ * checkpoints/NAME or checkpoint/NAME with NAME a checkpoint name, as
+ * the run's checkpoints are found? */
+static int at_checkpoint(const char *path)
+{
+    const char *rest = path;
+    if (ckpt_str_startswith(rest, "checkpoints/"))
+        rest += strlen("checkpoints/");
+    else if (ckpt_str_startswith(rest, "checkpoint/"))
+        rest += strlen("checkpoint/");
+    const char *slash = strchr(rest, '/');
+    char *name = ckpt_xstrndup(rest, slash ? (size_t)(slash - rest)
+                                           : strlen(rest));
+    int64_t step;
+    int uns;
+    int hit = ckpt_checkpoint_name(name, &step, &uns);
+    free(name);
+    return hit;
+}
+
+/* A symlink where a checkpoint (or part of one) belongs: what it points
+ * at was never judged, so the run cannot be proven bad, nor its steps
+ * pruned. The first one's message (malloced), or NULL. */
+static char *link_in_checkpoint(const struct ckpt_tree *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->files[i].type == CKPT_ENTRY_LINK &&
+            at_checkpoint(t->files[i].path))
+            return ckpt_xasprintf("%s is a symbolic link, not judged; "
+                                  "not deleted", t->files[i].path);
+    return NULL;
+}
+
+/* A local directory run holding a mount point (another filesystem: a
+ * tmpfs, a bind mount): never deleted across it. The message (malloced),
+ * or NULL. */
+static char *mount_inside(const struct ckpt_clean_item *it)
+{
+    if (it->is_archive || !ckpt_storage_is_local(it->st))
+        return NULL;
+    char *first = NULL;
+    size_t n = 0;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int rc = ckpt_local_find_mount(it->key, &first, &n, &err);
+    char *msg = NULL;
+    if (rc < 0)
+        msg = ckpt_xstrdup(err.msg);
+    else if (rc > 0 && n > 1)
+        msg = ckpt_xasprintf("holds %zu mount points (other filesystems), "
+                             "first %s; not deleting across them", n, first);
+    else if (rc > 0)
+        msg = ckpt_xasprintf("holds a mount point (another filesystem): "
+                             "%s; not deleting across it", first);
+    free(first);
+    return msg;
+}
+
 void ckpt_clean_judge(struct ckpt_clean_item *it)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -376,12 +433,26 @@ void ckpt_clean_judge(struct ckpt_clean_item *it)
     char *damage = tree->damage ? ckpt_xasprintf("%s: %s", tree->display,
                                                  tree->damage)
                                 : NULL;
+    char *link = link_in_checkpoint(tree);
     ckpt_tree_free(tree);
     if (live) {
         free(damage);
+        free(link);
         return;
     }
     verdict(it);
+    /* What ckpt cannot prove is kept: a run holding another filesystem
+     * is an error whatever it holds, a link at a checkpoint's place when
+     * anything would be deleted. */
+    char *mount = strcmp(it->action, "skip") ? mount_inside(it) : NULL;
+    if (mount || (link && (!strcmp(it->action, msg_delete(it->co)) ||
+                           will_prune(it)))) {
+        it->action = "error";
+        ckpt_buf_reset(&it->reason);
+        ckpt_buf_addstr(&it->reason, mount ? mount : link);
+    }
+    free(mount);
+    free(link);
     /* A damaged archive may hold more than was listed: only a complete
      * checkpoint found anyway (keep, which changes nothing) stands. */
     if (damage && strcmp(it->action, "keep") != 0) {
@@ -675,6 +746,15 @@ int ckpt_clean_precheck(struct ckpt_clean_item *it, struct ckpt_err *err)
         return -1;
     free(it->key);
     it->key = c;
+    /* One rule for clean and process, whatever the run holds: a run
+     * given as a symlink is refused (deleting through it would delete
+     * the target under another name, and process would file it under
+     * the link's). */
+    struct stat lsb;
+    if (lstat(c, &lsb) == 0 && S_ISLNK(lsb.st_mode))
+        return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is a symbolic link; "
+                            "not following it (give the real path)",
+                            it->arg);
     return refuse_root(c, err);
 }
 

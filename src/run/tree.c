@@ -4,6 +4,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/buf.h"
 #include "ckpt/run.h"
@@ -496,6 +497,29 @@ static int restream_at(struct ckpt_tree *t, const char *path, uint64_t off,
     return rc == 1 ? 0 : -1;
 }
 
+/* Only regular files are read: a FIFO where a checkpoint's .metadata
+ * belongs would block the read forever, a symlink lead out of the run.
+ * 0, or -1 with err naming what it is. */
+static int readable(const struct ckpt_tree *t, const struct ckpt_tree_file *f,
+                    const char *path, struct ckpt_err *err)
+{
+    if (!f || f->type == CKPT_ENTRY_DIR)
+        return ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no file '%s'",
+                            t->display, path);
+    if (f->type == CKPT_ENTRY_FILE)
+        return 0;
+    const char *what = f->type == CKPT_ENTRY_LINK ? "a symbolic link"
+                                                  : "not a regular file";
+    char *key = ckpt_tree_key(t, f->path);
+    struct stat sb;
+    if (key && ckpt_storage_is_local(t->st) && lstat(key, &sb) == 0)
+        what = ckpt_local_kind(sb.st_mode);
+    free(key);
+    /* (the caller names the run) */
+    return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is %s, not a regular file;"
+                        " not read", path, what);
+}
+
 int ckpt_tree_read_streams(const struct ckpt_tree *t, const char *path,
                            uint64_t off, size_t len)
 {
@@ -510,9 +534,8 @@ int ckpt_tree_read_at(struct ckpt_tree *t, const char *path, uint64_t off,
                       struct ckpt_err *err)
 {
     const struct ckpt_tree_file *f = ckpt_tree_find(t, path);
-    if (!f || f->type == CKPT_ENTRY_DIR)
-        return ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no file '%s'",
-                            t->display, path);
+    if (readable(t, f, path, err) != 0)
+        return -1;
     if (off > f->size || len > f->size - off)
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: '%s' has %llu bytes, "
                             "not %llu", t->display, path,
@@ -544,9 +567,8 @@ int ckpt_tree_read_head(struct ckpt_tree *t, const char *path, size_t max,
                         struct ckpt_err *err)
 {
     const struct ckpt_tree_file *f = ckpt_tree_find(t, path);
-    if (!f || f->type == CKPT_ENTRY_DIR)
-        return ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no file '%s'",
-                            t->display, path);
+    if (readable(t, f, path, err) != 0)
+        return -1;
     size_t n = f->size < max ? (size_t)f->size : max;
     *truncated = f->size > n;
     if (f->content && f->content_len >= n) {

@@ -3,7 +3,10 @@
  *
  * Keys are paths. Listing and deleting walk with openat()/fdopendir() and
  * O_NOFOLLOW, so a symlink inside a tree is reported (or unlinked), never
- * followed out of it. Writes go to a temporary sibling and are renamed into
+ * followed out of it; deleting never crosses into another filesystem (a
+ * mount point inside the tree), as `rm --one-file-system`. Only regular
+ * files are opened for reading (ckpt_local_open_read): a FIFO would block
+ * the open forever. Writes go to a temporary sibling and are renamed into
  * place on commit, so a reader never sees a half-written file.
  */
 #include "storage_int.h"
@@ -11,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +34,62 @@ static enum ckpt_entry_type mode_type(mode_t m)
     if (S_ISLNK(m))
         return CKPT_ENTRY_LINK;
     return CKPT_ENTRY_OTHER;
+}
+
+const char *ckpt_local_kind(unsigned mode)
+{
+    if (S_ISREG(mode))
+        return "a regular file";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISLNK(mode))
+        return "a symbolic link";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    return "not a regular file";
+}
+
+static int not_regular(const char *path, mode_t mode, struct ckpt_err *err)
+{
+    return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is %s, not a regular file;"
+                        " not read", path, ckpt_local_kind(mode));
+}
+
+int ckpt_local_open_read(const char *path, unsigned flags,
+                         struct ckpt_err *err)
+{
+    int follow = (flags & CKPT_OPEN_FOLLOW) != 0;
+    struct stat sb;
+    /* Type first, then open without blocking (opening a FIFO for reading
+     * waits for a writer), then the type of what was opened: a FIFO
+     * swapped in between is caught either way. */
+    if ((follow ? stat(path, &sb) : lstat(path, &sb)) != 0)
+        return ckpt_err_sys(err, "open '%s'", path);
+    if (!S_ISREG(sb.st_mode))
+        return not_regular(path, sb.st_mode, err);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK |
+                  (follow ? 0 : O_NOFOLLOW));
+    if (fd < 0)
+        return errno == ELOOP ? not_regular(path, S_IFLNK, err)
+                              : ckpt_err_sys(err, "open '%s'", path);
+    int fl;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+        (fl = fcntl(fd, F_GETFL)) < 0 ||
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        if (!S_ISREG(sb.st_mode))
+            return not_regular(path, sb.st_mode, err);
+        return ckpt_err_sys(err, "open '%s'", path);
+    }
+    return fd;
 }
 
 static int local_stat(struct ckpt_storage *st, const char *key,
@@ -137,9 +197,11 @@ static int local_read(struct ckpt_storage *st, const char *key, uint64_t off,
                       void *buf, size_t len, size_t *nread,
                       struct ckpt_err *err)
 {
-    int fd = open(key, O_RDONLY | O_CLOEXEC);
+    /* Following a last symlink: files reached through links are read
+     * that way (upload -L, SRC given as a link); never a non-file. */
+    int fd = ckpt_local_open_read(key, CKPT_OPEN_FOLLOW, err);
     if (fd < 0)
-        return ckpt_err_sys(err, "open '%s'", key);
+        return -1;
     size_t done = 0;
     while (done < len) {
         ssize_t n = pread(fd, (char *)buf + done, len - done,
@@ -294,8 +356,32 @@ static int local_del(struct ckpt_storage *st, const char *key,
     return 0;
 }
 
-/* Remove everything inside the directory open at dfd (consumed). */
-static int rm_contents(int dfd, struct ckpt_buf *path, struct ckpt_err *err)
+static int other_fs(const char *path, struct ckpt_err *err)
+{
+    return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is a mount point (another "
+                        "filesystem); not deleting across it", path);
+}
+
+/* Open the directory name below the one open at dfd, never through a
+ * symlink and never onto another filesystem than dev. -1 with errno
+ * (EXDEV: a mount point). */
+static int open_sub(int dfd, const char *name, dev_t dev)
+{
+    int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                     O_CLOEXEC);
+    struct stat sb;
+    if (sub >= 0 && (fstat(sub, &sb) != 0 || sb.st_dev != dev)) {
+        close(sub);
+        errno = EXDEV;
+        return -1;
+    }
+    return sub;
+}
+
+/* Remove everything inside the directory open at dfd (consumed), which is
+ * on device dev. */
+static int rm_contents(int dfd, dev_t dev, struct ckpt_buf *path,
+                       struct ckpt_err *err)
 {
     DIR *d = fdopendir(dfd);
     if (!d) {
@@ -310,23 +396,39 @@ static int rm_contents(int dfd, struct ckpt_buf *path, struct ckpt_err *err)
             continue;
         ckpt_buf_setlen(path, base);
         ckpt_buf_addf(path, "/%s", de->d_name);
-        if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT)
-            continue;
-        if (errno != EISDIR && errno != EPERM) {
-            rc = ckpt_err_sys(err, "delete '%s'", path->ptr);
+        struct stat sb;
+        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT)
+                continue;
+            rc = ckpt_err_sys(err, "stat '%s'", path->ptr);
             break;
         }
+        /* A file bind-mounted here is another filesystem's too. */
+        if (sb.st_dev != dev) {
+            rc = other_fs(path->ptr, err);
+            break;
+        }
+        if (!S_ISDIR(sb.st_mode)) {
+            if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT)
+                continue;
+            if (errno != EISDIR && errno != EPERM) {
+                rc = ckpt_err_sys(err, "delete '%s'", path->ptr);
+                break;
+            }
+        }
         /* A directory: O_NOFOLLOW|O_DIRECTORY refuses a symlink swapped in
-         * meanwhile, so we never descend outside the tree. */
-        int sub = openat(dirfd(d), de->d_name,
-                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+         * meanwhile, so we never descend outside the tree, and the device
+         * is checked again on what was opened. */
+        int sub = open_sub(dirfd(d), de->d_name, dev);
         if (sub < 0) {
             if (errno == ENOENT)
                 continue;
-            rc = ckpt_err_sys(err, "open directory '%s'", path->ptr);
+            rc = errno == EXDEV ? other_fs(path->ptr, err)
+                                : ckpt_err_sys(err, "open directory '%s'",
+                                               path->ptr);
             break;
         }
-        rc = rm_contents(sub, path, err);
+        rc = rm_contents(sub, dev, path, err);
         if (rc == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
             errno != ENOENT)
             rc = ckpt_err_sys(err, "delete directory '%s'", path->ptr);
@@ -350,9 +452,13 @@ static int local_delete_tree(struct ckpt_storage *st, const char *dir,
     if (dfd < 0)
         return errno == ENOENT ? 0
                                : ckpt_err_sys(err, "open directory '%s'", dir);
+    if (fstat(dfd, &sb) != 0) {
+        close(dfd);
+        return ckpt_err_sys(err, "stat '%s'", dir);
+    }
     struct ckpt_buf path = CKPT_BUF_INIT;
     ckpt_buf_addstr(&path, dir);
-    int rc = rm_contents(dfd, &path, err);
+    int rc = rm_contents(dfd, sb.st_dev, &path, err);
     ckpt_buf_release(&path);
     if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT)
         rc = ckpt_err_sys(err, "delete directory '%s'", dir);
@@ -360,10 +466,12 @@ static int local_delete_tree(struct ckpt_storage *st, const char *dir,
 }
 
 /* Open the directory that holds key (a path below dir), one component at a
- * time with O_NOFOLLOW: a symlink swapped in for a directory fails the
- * walk instead of leading out of the tree. The fd, and *base the last
+ * time with O_NOFOLLOW and on dir's filesystem: a symlink swapped in for a
+ * directory fails the walk instead of leading out of the tree, a mount
+ * point fails it with EXDEV. The fd, *dev dir's device and *base the last
  * component; -1 with errno. */
-static int open_parent(const char *dir, const char *key, const char **base)
+static int open_parent(const char *dir, const char *key, const char **base,
+                       dev_t *dev)
 {
     size_t dl = strlen(dir);
     if (strncmp(key, dir, dl) != 0 || key[dl] != '/') {
@@ -372,6 +480,13 @@ static int open_parent(const char *dir, const char *key, const char **base)
     }
     const char *rel = key + dl + 1;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb;
+    if (fd >= 0 && fstat(fd, &sb) != 0) {
+        close(fd);
+        return -1;
+    }
+    if (fd >= 0)
+        *dev = sb.st_dev;
     while (fd >= 0) {
         const char *s = strchr(rel, '/');
         if (!s) {
@@ -379,8 +494,7 @@ static int open_parent(const char *dir, const char *key, const char **base)
             return fd;
         }
         char *comp = ckpt_xstrndup(rel, (size_t)(s - rel));
-        int sub = openat(fd, comp,
-                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int sub = open_sub(fd, comp, *dev);
         int e = errno;
         free(comp);
         close(fd);
@@ -391,9 +505,26 @@ static int open_parent(const char *dir, const char *key, const char **base)
     return -1;
 }
 
+/* Unlink base in the directory open at fd (on dev): a file of another
+ * filesystem (bind-mounted) stays. */
+static int unlink_in(int fd, const char *base, dev_t dev, const char *key,
+                     struct ckpt_err *err)
+{
+    struct stat sb;
+    if (fstatat(fd, base, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : ckpt_err_sys(err, "delete '%s'", key);
+    if (sb.st_dev != dev)
+        return other_fs(key, err);
+    if (unlinkat(fd, base, 0) != 0 && errno != ENOENT)
+        return ckpt_err_sys(err, "delete '%s'", key);
+    return 0;
+}
+
 /* Remove the empty directories inside the directory open at dfd
- * (consumed), deepest first. Files, and directories holding any, stay. */
-static int rm_empty(int dfd, struct ckpt_buf *path, struct ckpt_err *err)
+ * (consumed, on device dev), deepest first. Files, directories holding
+ * any, and other filesystems stay. */
+static int rm_empty(int dfd, dev_t dev, struct ckpt_buf *path,
+                    struct ckpt_err *err)
 {
     DIR *d = fdopendir(dfd);
     if (!d) {
@@ -408,13 +539,12 @@ static int rm_empty(int dfd, struct ckpt_buf *path, struct ckpt_err *err)
             continue;
         if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
             continue;
-        int sub = openat(dirfd(d), de->d_name,
-                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int sub = open_sub(dirfd(d), de->d_name, dev);
         if (sub < 0)
-            continue; /* not a directory (or gone): left alone */
+            continue; /* not a directory, gone, or a mount: left alone */
         ckpt_buf_setlen(path, base);
         ckpt_buf_addf(path, "/%s", de->d_name);
-        rc = rm_empty(sub, path, err);
+        rc = rm_empty(sub, dev, path, err);
         if (rc == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
             errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
             rc = ckpt_err_sys(err, "delete directory '%s'", path->ptr);
@@ -431,30 +561,162 @@ static int local_delete_keys(struct ckpt_storage *st, const char *dir,
     (void)st;
     for (size_t i = 0; i < n; i++) {
         const char *base;
-        int fd = open_parent(dir, keys[i], &base);
+        dev_t dev;
+        int fd = open_parent(dir, keys[i], &base, &dev);
         if (fd < 0 && errno == ENOENT)
             continue;
+        if (fd < 0 && errno == EXDEV)
+            return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is on another "
+                                "filesystem (below a mount point); not "
+                                "deleting across it", keys[i]);
         if (fd < 0)
             return ckpt_err_sys(err, "delete '%s'", keys[i]);
-        int r = unlinkat(fd, base, 0);
-        int e = errno;
+        int r = unlink_in(fd, base, dev, keys[i], err);
         close(fd);
-        errno = e;
-        if (r != 0 && e != ENOENT)
-            return ckpt_err_sys(err, "delete '%s'", keys[i]);
+        if (r != 0)
+            return -1;
     }
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
         return errno == ENOENT ? 0
                                : ckpt_err_sys(err, "open directory '%s'", dir);
+    struct stat sb;
+    if (fstat(dfd, &sb) != 0) {
+        close(dfd);
+        return ckpt_err_sys(err, "stat '%s'", dir);
+    }
     struct ckpt_buf path = CKPT_BUF_INIT;
     ckpt_buf_addstr(&path, dir);
-    int rc = rm_empty(dfd, &path, err);
+    int rc = rm_empty(dfd, sb.st_dev, &path, err);
     ckpt_buf_release(&path);
     if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT && errno != ENOTEMPTY &&
-        errno != EEXIST)
+        errno != EEXIST && errno != EBUSY)
         rc = ckpt_err_sys(err, "delete directory '%s'", dir);
     return rc;
+}
+
+/* 1 if path is root or below it (both real paths). */
+static int under(const char *path, const char *root)
+{
+    size_t n = strlen(root);
+    return !strncmp(path, root, n) &&
+           (path[n] == '\0' || path[n] == '/' || n == 1);
+}
+
+int ckpt_local_delete_below(const char *root, const char *key,
+                            struct ckpt_err *err)
+{
+    char rroot[PATH_MAX], rparent[PATH_MAX];
+    char *parent = ckpt_path_dirname(key), *base = ckpt_path_basename(key);
+    int rc = 0;
+    /* The directory the unlink happens in, resolved: it must be SRC's
+     * real path or below it (a link followed out of SRC leads to files
+     * that are not SRC's to delete). */
+    if (!realpath(root, rroot) || !realpath(*parent ? parent : ".",
+                                            rparent)) {
+        rc = errno == ENOENT ? 0 : ckpt_err_sys(err, "delete '%s'", key);
+    } else if (!under(rparent, rroot)) {
+        rc = ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is outside '%s' (%s, "
+                          "reached through a symbolic link); kept", key,
+                          root, rparent);
+    } else {
+        struct ckpt_buf k = CKPT_BUF_INIT;
+        ckpt_buf_addf(&k, "%s/%s", rparent, base);
+        const char *b;
+        dev_t dev;
+        int fd = open_parent(rroot, k.ptr, &b, &dev);
+        if (fd < 0 && errno == ENOENT)
+            rc = 0;
+        else if (fd < 0 && errno == EXDEV)
+            rc = ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is on another "
+                              "filesystem (below a mount point); not "
+                              "deleting across it", key);
+        else if (fd < 0)
+            rc = ckpt_err_sys(err, "delete '%s'", key);
+        else {
+            rc = unlink_in(fd, base, dev, key, err);
+            close(fd);
+        }
+        ckpt_buf_release(&k);
+    }
+    free(parent);
+    free(base);
+    return rc;
+}
+
+struct mounts {
+    struct ckpt_buf rel;
+    char *first;            /* smallest path found, malloced */
+    size_t n;
+};
+
+/* Mount points below the directory open at dfd (consumed): directories
+ * on another device than dev (their insides are not walked). */
+static int find_mounts(int dfd, dev_t dev, struct mounts *m,
+                       struct ckpt_err *err)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return ckpt_err_sys(err, "open directory '%s'", m->rel.ptr);
+    }
+    int rc = 0;
+    size_t base = m->rel.len;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+            (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN &&
+             de->d_type != DT_REG))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        ckpt_buf_setlen(&m->rel, base);
+        ckpt_buf_addf(&m->rel, "%s%s", base ? "/" : "", de->d_name);
+        if (sb.st_dev != dev) {
+            m->n++;
+            if (!m->first || strcmp(m->rel.ptr, m->first) < 0) {
+                free(m->first);
+                m->first = ckpt_xstrdup(m->rel.ptr);
+            }
+            continue;
+        }
+        if (!S_ISDIR(sb.st_mode))
+            continue;
+        int sub = openat(dirfd(d), de->d_name,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub >= 0)
+            rc = find_mounts(sub, dev, m, err);
+    }
+    ckpt_buf_setlen(&m->rel, base);
+    closedir(d);
+    return rc;
+}
+
+int ckpt_local_find_mount(const char *dir, char **first, size_t *n,
+                          struct ckpt_err *err)
+{
+    *first = NULL;
+    *n = 0;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat sb;
+    if (dfd < 0)
+        return ckpt_err_sys(err, "open directory '%s'", dir);
+    if (fstat(dfd, &sb) != 0) {
+        close(dfd);
+        return ckpt_err_sys(err, "stat '%s'", dir);
+    }
+    struct mounts m = { CKPT_BUF_INIT, NULL, 0 };
+    ckpt_buf_addstr(&m.rel, "");
+    int rc = find_mounts(dfd, sb.st_dev, &m, err);
+    ckpt_buf_release(&m.rel);
+    if (rc != 0) {
+        free(m.first);
+        return -1;
+    }
+    *first = m.first;
+    *n = m.n;
+    return m.n ? 1 : 0;
 }
 
 static const struct ckpt_storage_ops local_ops = {

@@ -227,8 +227,8 @@ int ckpt_storage_open_members(struct ckpt_storage **out,
     }
     ckpt_sort(m->v, m->n, sizeof(*m->v), by_path);
     if (ckpt_storage_is_local(under) &&
-        (m->fd = open(archive, O_RDONLY | O_CLOEXEC)) < 0) {
-        int rc = ckpt_err_sys(err, "open '%s'", archive);
+        (m->fd = ckpt_local_open_read(archive, CKPT_OPEN_FOLLOW, err)) < 0) {
+        int rc = -1;
         struct ckpt_storage tmp = { .impl = m };
         mem_close(&tmp);
         return rc;

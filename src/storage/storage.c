@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/buf.h"
 #include "ckpt/tempname.h"
@@ -293,6 +294,10 @@ int ckpt_storage_delete_tree_aside(struct ckpt_storage *st, const char *dir,
 {
     if (!ckpt_storage_is_local(st))
         return ckpt_storage_delete_tree(st, dir, err);
+    /* Before the rename that commits the delete: a tree holding another
+     * filesystem is refused whole, never half deleted. */
+    if (ckpt_storage_mount_fault(st, dir, err) != 0)
+        return -1;
     char *tmp;
     struct ckpt_err rerr = CKPT_ERR_INIT;
     if (ckpt_del_rename(dir, &tmp, &rerr) != 0) {
@@ -305,6 +310,31 @@ int ckpt_storage_delete_tree_aside(struct ckpt_storage *st, const char *dir,
     int rc = ckpt_storage_delete_tree(st, tmp ? tmp : dir, err);
     free(tmp);
     return rc;
+}
+
+int ckpt_storage_mount_fault(struct ckpt_storage *st, const char *dir,
+                             struct ckpt_err *err)
+{
+    char *first = NULL;
+    size_t n = 0;
+    struct stat sb;
+    if (!ckpt_storage_is_local(st) || lstat(dir, &sb) != 0 ||
+        !S_ISDIR(sb.st_mode))
+        return 0;
+    int rc = ckpt_local_find_mount(dir, &first, &n, err);
+    if (rc > 0)
+        ckpt_err_set(err, CKPT_EUNSAFE, "'%s' holds a mount point (another "
+                     "filesystem): %s; not deleting across it", dir, first);
+    free(first);
+    return rc == 0 ? 0 : -1;
+}
+
+int ckpt_storage_delete_below(struct ckpt_storage *st, const char *root,
+                              const char *key, struct ckpt_err *err)
+{
+    if (!ckpt_storage_is_local(st))
+        return ckpt_storage_delete(st, key, err);
+    return ckpt_local_delete_below(root, key, err);
 }
 
 int ckpt_storage_delete_keys(struct ckpt_storage *st, const char *dir,

@@ -172,9 +172,10 @@ int st_local_up_abort(struct ckpt_storage *st, const char *upload_id,
     return 0;
 }
 
-/* Remove empty directories below the one open at dfd (consumed), then
- * report whether it is empty now. */
-static int prune_fd(int dfd, const char *name, int *empty,
+/* Remove empty directories below the one open at dfd (consumed, on
+ * device dev), then report whether it is empty now. Another filesystem
+ * (a mount point) is not walked into: it stays. */
+static int prune_fd(int dfd, dev_t dev, const char *name, int *empty,
                     struct ckpt_err *err)
 {
     DIR *d = fdopendir(dfd);
@@ -189,13 +190,18 @@ static int prune_fd(int dfd, const char *name, int *empty,
             continue;
         int sub = openat(dirfd(d), de->d_name,
                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat sb;
+        if (sub >= 0 && (fstat(sub, &sb) != 0 || sb.st_dev != dev)) {
+            close(sub);
+            sub = -1;
+        }
         if (sub < 0) {
-            left++;  /* a file, a symlink, or unreadable: it stays */
+            left++;  /* a file, a symlink, a mount or unreadable: stays */
             continue;
         }
         char *path = ckpt_path_join(name, de->d_name);
         int sub_empty = 0;
-        rc = prune_fd(sub, path, &sub_empty, err);
+        rc = prune_fd(sub, dev, path, &sub_empty, err);
         if (rc == 0 && sub_empty &&
             unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
             errno != ENOENT && errno != ENOTEMPTY)
@@ -217,7 +223,12 @@ int st_local_prune_dirs(struct ckpt_storage *st, const char *dir,
         return errno == ENOENT ? 0
                                : ckpt_err_sys(err, "open directory '%s'", dir);
     int empty = 0;
-    int rc = prune_fd(dfd, dir, &empty, err);
+    struct stat sb;
+    if (fstat(dfd, &sb) != 0) {
+        close(dfd);
+        return ckpt_err_sys(err, "stat '%s'", dir);
+    }
+    int rc = prune_fd(dfd, sb.st_dev, dir, &empty, err);
     if (rc == 0 && empty && rmdir(dir) != 0 && errno != ENOENT &&
         errno != ENOTEMPTY)
         rc = ckpt_err_sys(err, "delete directory '%s'", dir);

@@ -182,6 +182,16 @@ static int delete_step(struct runctx *r, const struct ckpt_checkpoint *k,
     return rc;
 }
 
+/* -n: what delete_step would refuse (a mount point inside the step). */
+static int step_mount(struct runctx *r, const struct ckpt_checkpoint *k,
+                      struct ckpt_err *err)
+{
+    char *key = ckpt_path_join(r->tree->key, k->dir);
+    int rc = ckpt_storage_mount_fault(r->st, key, err);
+    free(key);
+    return rc;
+}
+
 /* Where a step's -unsharded copy already is. */
 enum copy { COPY_NONE, COPY_IN_RUN, COPY_AT_DEST };
 
@@ -470,6 +480,8 @@ static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
         why = ckpt_xasprintf("already unsharded: %s exists, but it is not "
                              "complete (%s); %s not deleted", where, bad,
                              k->name);
+    else if (r->cfg->uo.dry_run && (rc = step_mount(r, k, &err)) != 0)
+        why = ckpt_xstrdup(err.msg);
     else if (r->cfg->uo.dry_run)
         step_row(r, "would-delete", k, (why = ckpt_xasprintf(
                      "already unsharded: %s is complete", where)), NULL,

@@ -101,9 +101,9 @@ static void fd_room(struct ujob *j)
 static int reopen(struct usrc *s, struct ckpt_err *err)
 {
     struct stat sb;
-    int fd = open(s->name, O_RDONLY | O_CLOEXEC);
+    int fd = ckpt_local_open_read(s->name, CKPT_OPEN_FOLLOW, err);
     if (fd < 0)
-        return ckpt_err_sys(err, "open '%s'", s->name);
+        return -1;
     if (fstat(fd, &sb) != 0 || sb.st_dev != s->dev || sb.st_ino != s->ino ||
         (uint64_t)sb.st_size != s->size) {
         close(fd);
@@ -424,9 +424,9 @@ static int get_src(struct ujob *j, const char *relpath, uint64_t lsize,
             return -1;
         }
     } else {
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        fd = ckpt_local_open_read(path, CKPT_OPEN_FOLLOW, err);
         if (fd < 0 || fstat(fd, &sb) != 0) {
-            int rc = ckpt_err_sys(err, "open '%s'", path);
+            int rc = fd < 0 ? -1 : ckpt_err_sys(err, "open '%s'", path);
             if (fd >= 0)
                 close(fd);
             free(path);
@@ -548,10 +548,10 @@ static int read_file(struct ujob *j, const char *path, char **data,
     if (j->src.st)
         return ckpt_storage_read_all(j->src.st, path, MAX_METADATA, data, len,
                                      err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = ckpt_local_open_read(path, CKPT_OPEN_FOLLOW, err);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
-        int rc = ckpt_err_sys(err, "open '%s'", path);
+        int rc = fd < 0 ? -1 : ckpt_err_sys(err, "open '%s'", path);
         if (fd >= 0)
             close(fd);
         return rc;
@@ -691,8 +691,8 @@ int uns_src_file(struct ujob *j, const char *path, int local, struct usrc *s,
     *s = f;
     if (s->st)
         return stat_remote(j, path, &s->size, s->etag, err);
-    if ((s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return ckpt_err_sys(err, "open '%s'", path);
+    if ((s->fd = ckpt_local_open_read(path, CKPT_OPEN_FOLLOW, err)) < 0)
+        return -1;
     if (fstat(s->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(s->fd);
         s->fd = -1;

@@ -120,9 +120,9 @@ static int read_exact(struct ujob *j, const char *path, const char *etag,
         rc = ckpt_storage_read_if(j->src.st, path, etag, 0, b, len + 1, &got,
                                   err);
     } else {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = ckpt_local_open_read(path, CKPT_OPEN_FOLLOW, err);
         if (fd < 0)
-            return ckpt_err_sys(err, "open '%s'", path);
+            return -1;
         rc = 0;
         while (got < len + 1) {
             ssize_t n = pread(fd, b + got, len + 1 - got, (off_t)got);

@@ -71,7 +71,7 @@ const char *ckpt_upload_action_name(enum ckpt_upload_action a)
 {
     static const char *const names[] = {
         "uploaded", "skipped", "failed", "would-upload", "would-skip",
-        "deleted", "would-delete", "aborted", "warning",
+        "deleted", "would-delete", "aborted", "warning", "kept",
     };
     return (unsigned)a < sizeof(names) / sizeof(names[0]) ? names[a] : "?";
 }

@@ -51,6 +51,9 @@ void up_emit(struct ckpt_upload *u, enum ckpt_upload_action a,
     case CKPT_UP_WARNING:
         t->warnings++;
         break;
+    case CKPT_UP_KEPT:
+        t->kept++;
+        break;
     }
     struct ckpt_upload_event ev = { a, o ? o->sdisp : src,
                                     o ? o->ddisp : NULL, size,

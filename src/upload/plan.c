@@ -175,6 +175,9 @@ void up_group_free(struct group *g)
     up_dmap_release(&g->dmap);
     for (size_t i = 0; i < g->ndrops; i++)
         free(g->drops[i]);
+    for (size_t i = 0; i < g->ndrops; i++)
+        free(g->drop_rels[i]);
+    free(g->drop_rels);
     free(g->drops);
     free(g->drop_sizes);
     for (size_t i = 0; i < g->nlinks; i++)
@@ -226,7 +229,10 @@ int up_pick(struct group *g, const char *skey, const char *rel,
                                       sizeof(*g->drops));
         g->drop_sizes = ckpt_xreallocarray(g->drop_sizes, g->ndrops + 1,
                                            sizeof(*g->drop_sizes));
+        g->drop_rels = ckpt_xreallocarray(g->drop_rels, g->ndrops + 1,
+                                          sizeof(*g->drop_rels));
         g->drop_sizes[g->ndrops] = size;
+        g->drop_rels[g->ndrops] = ckpt_xstrdup(rel);
         g->drops[g->ndrops++] = ckpt_xstrdup(skey);
     }
     return 0;
@@ -234,11 +240,12 @@ int up_pick(struct group *g, const char *skey, const char *rel,
 
 /* A local file is planned as the version stat(2) sees now: every read
  * of it is checked against that version. */
-static void add_file(struct group *g, const char *skey, const char *rel,
-                     uint64_t size, int64_t mtime, const char *etag)
+static struct obj *add_file(struct group *g, const char *skey,
+                            const char *rel, uint64_t size, int64_t mtime,
+                            const char *etag)
 {
     if (!up_pick(g, skey, rel, size))
-        return;
+        return NULL;
     char sig[96];
     struct srcver v = { 0 };
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -247,7 +254,7 @@ static void add_file(struct group *g, const char *skey, const char *rel,
         char *disp = ckpt_storage_display(g->sst, skey);
         plan_fail(g, disp, &err);
         free(disp);
-        return;
+        return NULL;
     }
     if (local) {
         size = v.size;
@@ -260,6 +267,7 @@ static void add_file(struct group *g, const char *skey, const char *rel,
     o->ver = v;
     o->has_ver = local;
     o->sdisp = ckpt_storage_display(g->sst, skey);
+    return o;
 }
 
 /* ---- local trees ---- */
@@ -314,6 +322,19 @@ static int is_loop(struct walk *w, const char *real)
     return 0;
 }
 
+/* A file planned in the directory being walked: reached through a
+ * followed link from outside SRC's real path (the first directory walked)
+ * when that directory's real path is not below it. Deleting it would
+ * delete outside SRC: it is copied and kept. */
+static void mark_outside(const struct walk *w, struct obj *o)
+{
+    const char *top = w->stack[0], *cur = w->stack[w->depth - 1];
+    size_t n = strlen(top);
+    if (o && (strncmp(cur, top, n) != 0 ||
+              (cur[n] != '\0' && cur[n] != '/' && n != 1)))
+        o->outside = 1;
+}
+
 static void follow_link(struct walk *w, const char *path, const char *rel)
 {
     struct group *g = w->g;
@@ -326,9 +347,9 @@ static void follow_link(struct walk *w, const char *path, const char *rel)
                      path);
         plan_fail(g, disp, &err);
     } else if (sb.type == CKPT_ENTRY_FILE) {
-        add_file(g, path, rel, sb.size, sb.mtime, NULL);
+        mark_outside(w, add_file(g, path, rel, sb.size, sb.mtime, NULL));
     } else if (sb.type != CKPT_ENTRY_DIR) {
-        plan_warn(g, disp, "not a regular file; not copied");
+        plan_warn(g, disp, CKPT_UP_WHY_SPECIAL);
     } else if (!realpath(path, real)) {
         ckpt_err_sys(&err, "resolve '%s'", path);
         plan_fail(g, disp, &err);
@@ -380,7 +401,7 @@ static void walk_entry(struct walk *w, const char *dir, const char *rel,
                                       sizeof(*g->links));
         g->links[g->nlinks++] = ckpt_xstrdup(path);
     } else if (e->type == CKPT_ENTRY_FILE && !is_temp(e->name)) {
-        add_file(g, path, r, e->size, e->mtime, NULL);
+        mark_outside(w, add_file(g, path, r, e->size, e->mtime, NULL));
     } else if (e->type == CKPT_ENTRY_DIR && ckpt_is_del_name(e->name)) {
         /* A step or run being deleted (or left by a killed delete, which
          * `ckpt clean`/`unshard --delete-sharded` finish): not content. */
@@ -393,9 +414,8 @@ static void walk_entry(struct walk *w, const char *dir, const char *rel,
         follow_link(w, path, r);
     } else if (e->type == CKPT_ENTRY_LINK || e->type == CKPT_ENTRY_OTHER) {
         char *disp = ckpt_storage_display(g->sst, path);
-        plan_warn(g, disp, e->type == CKPT_ENTRY_LINK
-                  ? "symbolic link not followed (use --follow-links)"
-                  : "not a regular file; not copied");
+        plan_warn(g, disp, e->type == CKPT_ENTRY_LINK ? CKPT_UP_WHY_LINK
+                                                      : CKPT_UP_WHY_SPECIAL);
         free(disp);
     }
     free(path);

@@ -147,6 +147,8 @@ static void drop_event(struct ckpt_upload *u, enum ckpt_upload_action a,
     struct ckpt_upload_event ev = { a, src, NULL, bytes, detail };
     if (a == CKPT_UP_FAILED)
         u->t.failed++;
+    else if (a == CKPT_UP_KEPT)
+        u->t.kept++;
     else
         u->t.deleted++;
     if (u->cfg.on_event)
@@ -163,9 +165,17 @@ static void delete_drops(struct ckpt_upload *u, struct group *g)
         char *disp = ckpt_storage_display(g->sst, g->drops[k]);
         if (u->cfg.dry_run) {
             drop_event(u, CKPT_UP_WOULD_DELETE, disp, g->drop_sizes[k], "");
+        } else if (u->cfg.may_drop &&
+                   u->cfg.may_drop(u->cfg.ud, g->drops[k], g->drop_rels[k],
+                                   &err) != 0) {
+            /* Changed since it was judged: its bytes may exist nowhere
+             * else. Kept, by design (not a failure). */
+            g->nkept++;
+            drop_event(u, CKPT_UP_KEPT, disp, g->drop_sizes[k], err.msg);
         } else if ((u->cfg.may_delete &&
                     u->cfg.may_delete(u->cfg.ud, &err) != 0) ||
-                   ckpt_storage_delete(g->sst, g->drops[k], &err) != 0) {
+                   ckpt_storage_delete_below(g->sst, g->skey, g->drops[k],
+                                             &err) != 0) {
             ckpt_err_prefix(&err, "not deleted");
             g->ndel_failed++;
             drop_event(u, CKPT_UP_FAILED, disp, g->drop_sizes[k], err.msg);
@@ -196,9 +206,19 @@ static void delete_sources(struct ckpt_upload *u)
             queue_delete(u, g, NULL);
             continue;
         }
-        for (size_t k = 0; k < u->nobjs; k++)
-            if (u->objs[k]->g == g)
-                queue_delete(u, g, u->objs[k]);
+        for (size_t k = 0; k < u->nobjs; k++) {
+            struct obj *o = u->objs[k];
+            if (o->g != g)
+                continue;
+            if (!o->outside) {
+                queue_delete(u, g, o);
+                continue;
+            }
+            /* Never delete outside SRC's real path. */
+            g->nkept++;
+            up_emit(u, CKPT_UP_KEPT, o, NULL, "copied from outside SRC "
+                    "(reached through a symbolic link); kept");
+        }
     }
     up_engine_loop(u);
     for (size_t i = 0; i < u->ngroups; i++) {
@@ -216,14 +236,15 @@ static void delete_sources(struct ckpt_upload *u)
             up_emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);
         /* ...unless files stay (left out): a link may name them. */
         for (size_t k = 0; may && deletable(g) && !g->ndel_failed &&
-                           !g->nleft && k < g->nlinks; k++)
-            if (ckpt_storage_delete(g->sst, g->links[k], &err) != 0)
+                           !g->nleft && !g->nkept && k < g->nlinks; k++)
+            if (ckpt_storage_delete_below(g->sst, g->skey, g->links[k],
+                                          &err) != 0)
                 up_emit(u, CKPT_UP_WARNING, NULL, g->links[k], err.msg);
         if (deletable(g) && g->kind == G_TREE &&
             ckpt_storage_prune_dirs(g->sst, g->skey, &err) != 0)
             up_emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);
         /* The source is gone: its journal can never vouch again. */
-        if (deletable(g) && !g->ndel_failed)
+        if (deletable(g) && !g->ndel_failed && !g->nkept)
             up_journal_discard(g->jr);
     }
 }

@@ -526,8 +526,14 @@ static void do_delete(struct unit *un)
         un->rc = -1;
         return;
     }
-    un->rc = o ? ckpt_storage_delete(o->g->sst, o->skey, &un->err)
-               : ckpt_storage_delete(un->ag->sst, un->ag->skey, &un->err);
+    /* A tree's file only below SRC's real path, on SRC's filesystem. */
+    if (o && o->g->kind == G_TREE)
+        un->rc = ckpt_storage_delete_below(o->g->sst, o->g->skey, o->skey,
+                                           &un->err);
+    else
+        un->rc = o ? ckpt_storage_delete(o->g->sst, o->skey, &un->err)
+                   : ckpt_storage_delete(un->ag->sst, un->ag->skey,
+                                         &un->err);
 }
 
 void up_unit_run(struct unit *un)

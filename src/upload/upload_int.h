@@ -172,7 +172,9 @@ struct group {
     char **drops;                    /* owned: files picked DROP (a
                                         tree), deleted with the source */
     uint64_t *drop_sizes;            /* owned */
+    char **drop_rels;                /* owned: their paths below SRC */
     size_t ndrops;
+    size_t nkept;                    /* files kept by design (KEPT) */
     size_t nleft;                    /* files picked LEAVE: kept */
     struct extract *x;               /* owned while streaming */
     int extracted;                   /* archive fully read */
@@ -202,6 +204,9 @@ struct obj {
     int stream;                 /* one PUT streamed from the local file
                                    (write policy), not buffered whole */
     int from_archive;
+    int outside;                /* reached through a followed symlink from
+                                   outside SRC's real path: copied, never
+                                   deleted */
     uint64_t part_size;
     int nparts;
     char *upload_id;            /* owned */
