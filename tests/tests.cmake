@@ -50,6 +50,7 @@ foreach(script ${CKPT_INT_TESTS})
       message(FATAL_ERROR "${script}: unknown header '${line}'")
     endif()
   endforeach()
+  # (exit 77: skipped, e.g. a test that needs mount(2) run without root)
   set_tests_properties(integration/${name} PROPERTIES LABELS "${labels}"
     COST ${cost} TIMEOUT 900 SKIP_RETURN_CODE 77
     ENVIRONMENT "CKPT=$<TARGET_FILE:ckpt>;CKPT_SRC=${CMAKE_SOURCE_DIR};CKPT_BUILD=${CMAKE_BINARY_DIR}")

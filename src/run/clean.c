@@ -753,7 +753,7 @@ int ckpt_clean_precheck(struct ckpt_clean_item *it, struct ckpt_err *err)
     struct stat lsb;
     if (lstat(c, &lsb) == 0 && S_ISLNK(lsb.st_mode))
         return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is a symbolic link; "
-                            "not following it (give the real path)",
+                            "not deleting through it (give the real path)",
                             it->arg);
     return refuse_root(c, err);
 }

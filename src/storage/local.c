@@ -356,6 +356,36 @@ static int local_del(struct ckpt_storage *st, const char *key,
     return 0;
 }
 
+int st_fs_at(int dfd, const char *name, struct st_fs *fs, int *root,
+             unsigned *mode)
+{
+    struct statx sx;
+    int fl = AT_SYMLINK_NOFOLLOW | (*name ? 0 : AT_EMPTY_PATH);
+    if (statx(dfd, name, fl, STATX_TYPE | STATX_MODE | STATX_MNT_ID,
+              &sx) != 0)
+        return -1;
+    fs->dev = ((unsigned long long)sx.stx_dev_major << 32) |
+              sx.stx_dev_minor;
+    fs->has_mnt = (sx.stx_mask & STATX_MNT_ID) != 0;
+    fs->mnt = fs->has_mnt ? sx.stx_mnt_id : 0;
+    *root = (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+            (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+    if (mode)
+        *mode = sx.stx_mode;
+    return 0;
+}
+
+int st_fs_other(int dfd, const char *name, const struct st_fs *fs,
+                unsigned *mode)
+{
+    struct st_fs f;
+    int root;
+    if (st_fs_at(dfd, name, &f, &root, mode) != 0)
+        return -1;
+    return root || f.dev != fs->dev ||
+           (f.has_mnt && fs->has_mnt && f.mnt != fs->mnt);
+}
+
 static int other_fs(const char *path, struct ckpt_err *err)
 {
     return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is a mount point (another "
@@ -365,12 +395,11 @@ static int other_fs(const char *path, struct ckpt_err *err)
 /* Open the directory name below the one open at dfd, never through a
  * symlink and never onto another filesystem than dev. -1 with errno
  * (EXDEV: a mount point). */
-static int open_sub(int dfd, const char *name, dev_t dev)
+static int open_sub(int dfd, const char *name, const struct st_fs *fs)
 {
     int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
                      O_CLOEXEC);
-    struct stat sb;
-    if (sub >= 0 && (fstat(sub, &sb) != 0 || sb.st_dev != dev)) {
+    if (sub >= 0 && st_fs_other(sub, "", fs, NULL) != 0) {
         close(sub);
         errno = EXDEV;
         return -1;
@@ -378,9 +407,16 @@ static int open_sub(int dfd, const char *name, dev_t dev)
     return sub;
 }
 
+/* The filesystem of the directory open at fd, as st_fs_at. */
+static int fs_of(int fd, struct st_fs *fs)
+{
+    int root;
+    return st_fs_at(fd, "", fs, &root, NULL);
+}
+
 /* Remove everything inside the directory open at dfd (consumed), which is
  * on device dev. */
-static int rm_contents(int dfd, dev_t dev, struct ckpt_buf *path,
+static int rm_contents(int dfd, const struct st_fs *fs, struct ckpt_buf *path,
                        struct ckpt_err *err)
 {
     DIR *d = fdopendir(dfd);
@@ -396,19 +432,20 @@ static int rm_contents(int dfd, dev_t dev, struct ckpt_buf *path,
             continue;
         ckpt_buf_setlen(path, base);
         ckpt_buf_addf(path, "/%s", de->d_name);
-        struct stat sb;
-        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        unsigned mode;
+        int other = st_fs_other(dirfd(d), de->d_name, fs, &mode);
+        if (other < 0) {
             if (errno == ENOENT)
                 continue;
             rc = ckpt_err_sys(err, "stat '%s'", path->ptr);
             break;
         }
         /* A file bind-mounted here is another filesystem's too. */
-        if (sb.st_dev != dev) {
+        if (other) {
             rc = other_fs(path->ptr, err);
             break;
         }
-        if (!S_ISDIR(sb.st_mode)) {
+        if (!S_ISDIR(mode)) {
             if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT)
                 continue;
             if (errno != EISDIR && errno != EPERM) {
@@ -419,7 +456,7 @@ static int rm_contents(int dfd, dev_t dev, struct ckpt_buf *path,
         /* A directory: O_NOFOLLOW|O_DIRECTORY refuses a symlink swapped in
          * meanwhile, so we never descend outside the tree, and the device
          * is checked again on what was opened. */
-        int sub = open_sub(dirfd(d), de->d_name, dev);
+        int sub = open_sub(dirfd(d), de->d_name, fs);
         if (sub < 0) {
             if (errno == ENOENT)
                 continue;
@@ -428,7 +465,7 @@ static int rm_contents(int dfd, dev_t dev, struct ckpt_buf *path,
                                                path->ptr);
             break;
         }
-        rc = rm_contents(sub, dev, path, err);
+        rc = rm_contents(sub, fs, path, err);
         if (rc == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
             errno != ENOENT)
             rc = ckpt_err_sys(err, "delete directory '%s'", path->ptr);
@@ -452,13 +489,14 @@ static int local_delete_tree(struct ckpt_storage *st, const char *dir,
     if (dfd < 0)
         return errno == ENOENT ? 0
                                : ckpt_err_sys(err, "open directory '%s'", dir);
-    if (fstat(dfd, &sb) != 0) {
+    struct st_fs fs;
+    if (fs_of(dfd, &fs) != 0) {
         close(dfd);
         return ckpt_err_sys(err, "stat '%s'", dir);
     }
     struct ckpt_buf path = CKPT_BUF_INIT;
     ckpt_buf_addstr(&path, dir);
-    int rc = rm_contents(dfd, sb.st_dev, &path, err);
+    int rc = rm_contents(dfd, &fs, &path, err);
     ckpt_buf_release(&path);
     if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT)
         rc = ckpt_err_sys(err, "delete directory '%s'", dir);
@@ -471,7 +509,7 @@ static int local_delete_tree(struct ckpt_storage *st, const char *dir,
  * point fails it with EXDEV. The fd, *dev dir's device and *base the last
  * component; -1 with errno. */
 static int open_parent(const char *dir, const char *key, const char **base,
-                       dev_t *dev)
+                       struct st_fs *fs)
 {
     size_t dl = strlen(dir);
     if (strncmp(key, dir, dl) != 0 || key[dl] != '/') {
@@ -480,13 +518,12 @@ static int open_parent(const char *dir, const char *key, const char **base,
     }
     const char *rel = key + dl + 1;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    struct stat sb;
-    if (fd >= 0 && fstat(fd, &sb) != 0) {
+    if (fd >= 0 && fs_of(fd, fs) != 0) {
+        int e = errno;
         close(fd);
+        errno = e;
         return -1;
     }
-    if (fd >= 0)
-        *dev = sb.st_dev;
     while (fd >= 0) {
         const char *s = strchr(rel, '/');
         if (!s) {
@@ -494,7 +531,7 @@ static int open_parent(const char *dir, const char *key, const char **base,
             return fd;
         }
         char *comp = ckpt_xstrndup(rel, (size_t)(s - rel));
-        int sub = open_sub(fd, comp, *dev);
+        int sub = open_sub(fd, comp, fs);
         int e = errno;
         free(comp);
         close(fd);
@@ -507,13 +544,13 @@ static int open_parent(const char *dir, const char *key, const char **base,
 
 /* Unlink base in the directory open at fd (on dev): a file of another
  * filesystem (bind-mounted) stays. */
-static int unlink_in(int fd, const char *base, dev_t dev, const char *key,
-                     struct ckpt_err *err)
+static int unlink_in(int fd, const char *base, const struct st_fs *fs,
+                     const char *key, struct ckpt_err *err)
 {
-    struct stat sb;
-    if (fstatat(fd, base, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+    int other = st_fs_other(fd, base, fs, NULL);
+    if (other < 0)
         return errno == ENOENT ? 0 : ckpt_err_sys(err, "delete '%s'", key);
-    if (sb.st_dev != dev)
+    if (other)
         return other_fs(key, err);
     if (unlinkat(fd, base, 0) != 0 && errno != ENOENT)
         return ckpt_err_sys(err, "delete '%s'", key);
@@ -523,7 +560,7 @@ static int unlink_in(int fd, const char *base, dev_t dev, const char *key,
 /* Remove the empty directories inside the directory open at dfd
  * (consumed, on device dev), deepest first. Files, directories holding
  * any, and other filesystems stay. */
-static int rm_empty(int dfd, dev_t dev, struct ckpt_buf *path,
+static int rm_empty(int dfd, const struct st_fs *fs, struct ckpt_buf *path,
                     struct ckpt_err *err)
 {
     DIR *d = fdopendir(dfd);
@@ -539,12 +576,12 @@ static int rm_empty(int dfd, dev_t dev, struct ckpt_buf *path,
             continue;
         if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
             continue;
-        int sub = open_sub(dirfd(d), de->d_name, dev);
+        int sub = open_sub(dirfd(d), de->d_name, fs);
         if (sub < 0)
             continue; /* not a directory, gone, or a mount: left alone */
         ckpt_buf_setlen(path, base);
         ckpt_buf_addf(path, "/%s", de->d_name);
-        rc = rm_empty(sub, dev, path, err);
+        rc = rm_empty(sub, fs, path, err);
         if (rc == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
             errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
             rc = ckpt_err_sys(err, "delete directory '%s'", path->ptr);
@@ -561,8 +598,8 @@ static int local_delete_keys(struct ckpt_storage *st, const char *dir,
     (void)st;
     for (size_t i = 0; i < n; i++) {
         const char *base;
-        dev_t dev;
-        int fd = open_parent(dir, keys[i], &base, &dev);
+        struct st_fs fs;
+        int fd = open_parent(dir, keys[i], &base, &fs);
         if (fd < 0 && errno == ENOENT)
             continue;
         if (fd < 0 && errno == EXDEV)
@@ -571,7 +608,7 @@ static int local_delete_keys(struct ckpt_storage *st, const char *dir,
                                 "deleting across it", keys[i]);
         if (fd < 0)
             return ckpt_err_sys(err, "delete '%s'", keys[i]);
-        int r = unlink_in(fd, base, dev, keys[i], err);
+        int r = unlink_in(fd, base, &fs, keys[i], err);
         close(fd);
         if (r != 0)
             return -1;
@@ -580,14 +617,14 @@ static int local_delete_keys(struct ckpt_storage *st, const char *dir,
     if (dfd < 0)
         return errno == ENOENT ? 0
                                : ckpt_err_sys(err, "open directory '%s'", dir);
-    struct stat sb;
-    if (fstat(dfd, &sb) != 0) {
+    struct st_fs fs;
+    if (fs_of(dfd, &fs) != 0) {
         close(dfd);
         return ckpt_err_sys(err, "stat '%s'", dir);
     }
     struct ckpt_buf path = CKPT_BUF_INIT;
     ckpt_buf_addstr(&path, dir);
-    int rc = rm_empty(dfd, sb.st_dev, &path, err);
+    int rc = rm_empty(dfd, &fs, &path, err);
     ckpt_buf_release(&path);
     if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT && errno != ENOTEMPTY &&
         errno != EEXIST && errno != EBUSY)
@@ -623,8 +660,8 @@ int ckpt_local_delete_below(const char *root, const char *key,
         struct ckpt_buf k = CKPT_BUF_INIT;
         ckpt_buf_addf(&k, "%s/%s", rparent, base);
         const char *b;
-        dev_t dev;
-        int fd = open_parent(rroot, k.ptr, &b, &dev);
+        struct st_fs fs;
+        int fd = open_parent(rroot, k.ptr, &b, &fs);
         if (fd < 0 && errno == ENOENT)
             rc = 0;
         else if (fd < 0 && errno == EXDEV)
@@ -634,7 +671,7 @@ int ckpt_local_delete_below(const char *root, const char *key,
         else if (fd < 0)
             rc = ckpt_err_sys(err, "delete '%s'", key);
         else {
-            rc = unlink_in(fd, base, dev, key, err);
+            rc = unlink_in(fd, base, &fs, key, err);
             close(fd);
         }
         ckpt_buf_release(&k);
@@ -652,7 +689,7 @@ struct mounts {
 
 /* Mount points below the directory open at dfd (consumed): directories
  * on another device than dev (their insides are not walked). */
-static int find_mounts(int dfd, dev_t dev, struct mounts *m,
+static int find_mounts(int dfd, const struct st_fs *fs, struct mounts *m,
                        struct ckpt_err *err)
 {
     DIR *d = fdopendir(dfd);
@@ -668,12 +705,13 @@ static int find_mounts(int dfd, dev_t dev, struct mounts *m,
             (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN &&
              de->d_type != DT_REG))
             continue;
-        struct stat sb;
-        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        unsigned mode;
+        int other = st_fs_other(dirfd(d), de->d_name, fs, &mode);
+        if (other < 0)
             continue;
         ckpt_buf_setlen(&m->rel, base);
         ckpt_buf_addf(&m->rel, "%s%s", base ? "/" : "", de->d_name);
-        if (sb.st_dev != dev) {
+        if (other) {
             m->n++;
             if (!m->first || strcmp(m->rel.ptr, m->first) < 0) {
                 free(m->first);
@@ -681,12 +719,12 @@ static int find_mounts(int dfd, dev_t dev, struct mounts *m,
             }
             continue;
         }
-        if (!S_ISDIR(sb.st_mode))
+        if (!S_ISDIR(mode))
             continue;
         int sub = openat(dirfd(d), de->d_name,
                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sub >= 0)
-            rc = find_mounts(sub, dev, m, err);
+            rc = find_mounts(sub, fs, m, err);
     }
     ckpt_buf_setlen(&m->rel, base);
     closedir(d);
@@ -699,16 +737,16 @@ int ckpt_local_find_mount(const char *dir, char **first, size_t *n,
     *first = NULL;
     *n = 0;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    struct stat sb;
+    struct st_fs fs;
     if (dfd < 0)
         return ckpt_err_sys(err, "open directory '%s'", dir);
-    if (fstat(dfd, &sb) != 0) {
+    if (fs_of(dfd, &fs) != 0) {
         close(dfd);
         return ckpt_err_sys(err, "stat '%s'", dir);
     }
     struct mounts m = { CKPT_BUF_INIT, NULL, 0 };
     ckpt_buf_addstr(&m.rel, "");
-    int rc = find_mounts(dfd, sb.st_dev, &m, err);
+    int rc = find_mounts(dfd, &fs, &m, err);
     ckpt_buf_release(&m.rel);
     if (rc != 0) {
         free(m.first);

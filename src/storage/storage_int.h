@@ -53,6 +53,23 @@ struct ckpt_writer {
 };
 
 int ckpt_local_open(struct ckpt_storage *st, struct ckpt_err *err);
+
+/* Which filesystem a local file is on: its device and, where statx(2)
+ * tells, its mount (a bind mount of a directory of the same filesystem
+ * has the same device, another mount id). */
+struct st_fs {
+    unsigned long long dev, mnt;
+    int has_mnt;
+};
+/* name in the directory open at dfd (not followed; "" for dfd itself):
+ * its filesystem, whether it is a mount's root, its st_mode. 0, or -1
+ * with errno. */
+int st_fs_at(int dfd, const char *name, struct st_fs *fs, int *root,
+             unsigned *mode);
+/* 1 when name (as st_fs_at finds it) is not on fs: another device or
+ * mount, or a mount's root; -1 with errno. *mode may be NULL. */
+int st_fs_other(int dfd, const char *name, const struct st_fs *fs,
+                unsigned *mode);
 /* Remote backends (s3.c); r2 and gs share the S3 protocol client. */
 int ckpt_s3_open(struct ckpt_storage *st, struct ckpt_err *err);
 

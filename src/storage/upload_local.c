@@ -175,7 +175,8 @@ int st_local_up_abort(struct ckpt_storage *st, const char *upload_id,
 /* Remove empty directories below the one open at dfd (consumed, on
  * device dev), then report whether it is empty now. Another filesystem
  * (a mount point) is not walked into: it stays. */
-static int prune_fd(int dfd, dev_t dev, const char *name, int *empty,
+static int prune_fd(int dfd, const struct st_fs *fs, const char *name,
+                    int *empty,
                     struct ckpt_err *err)
 {
     DIR *d = fdopendir(dfd);
@@ -190,8 +191,7 @@ static int prune_fd(int dfd, dev_t dev, const char *name, int *empty,
             continue;
         int sub = openat(dirfd(d), de->d_name,
                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        struct stat sb;
-        if (sub >= 0 && (fstat(sub, &sb) != 0 || sb.st_dev != dev)) {
+        if (sub >= 0 && st_fs_other(sub, "", fs, NULL) != 0) {
             close(sub);
             sub = -1;
         }
@@ -201,7 +201,7 @@ static int prune_fd(int dfd, dev_t dev, const char *name, int *empty,
         }
         char *path = ckpt_path_join(name, de->d_name);
         int sub_empty = 0;
-        rc = prune_fd(sub, dev, path, &sub_empty, err);
+        rc = prune_fd(sub, fs, path, &sub_empty, err);
         if (rc == 0 && sub_empty &&
             unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
             errno != ENOENT && errno != ENOTEMPTY)
@@ -223,12 +223,13 @@ int st_local_prune_dirs(struct ckpt_storage *st, const char *dir,
         return errno == ENOENT ? 0
                                : ckpt_err_sys(err, "open directory '%s'", dir);
     int empty = 0;
-    struct stat sb;
-    if (fstat(dfd, &sb) != 0) {
+    struct st_fs fs;
+    int root;
+    if (st_fs_at(dfd, "", &fs, &root, NULL) != 0) {
         close(dfd);
         return ckpt_err_sys(err, "stat '%s'", dir);
     }
-    int rc = prune_fd(dfd, sb.st_dev, dir, &empty, err);
+    int rc = prune_fd(dfd, &fs, dir, &empty, err);
     if (rc == 0 && empty && rmdir(dir) != 0 && errno != ENOENT &&
         errno != ENOTEMPTY)
         rc = ckpt_err_sys(err, "delete directory '%s'", dir);
