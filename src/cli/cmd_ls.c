@@ -396,8 +396,15 @@ static int ls_one(const char *arg, struct storages *stores,
             ckpt_clean_item_release(&top.judged);
     } else if (!top.ok && top.err.code == CKPT_EUNSAFE) {
         /* A file it will not read (a FIFO where .metadata belongs): the
-         * run cannot be judged, and is no directory of runs either. */
-        cli_errorf("%s", top.err.msg);
+         * run cannot be judged, and is no directory of runs either;
+         * --summary counts it as an error run. */
+        if (sum) {
+            judge(&top);
+            tally(&top);    /* (names it) */
+            ckpt_clean_item_release(&top.judged);
+        } else {
+            cli_errorf("%s", top.err.msg);
+        }
         failed = 1;
     } else if (!top.ok && top.err.code == CKPT_ENOTFOUND) {
         if (!empty_bucket_prefix(st, &err)) {

@@ -40,6 +40,10 @@ def main():
         rc, out, err = ckpt("ls", run, timeout=20)
         c.eq("ls: exits 1 promptly, naming the FIFO", (rc, out, err_msg in
                                                       err), (1, [], True))
+        rc, out, err = ckpt("ls", "--summary", run, timeout=20)
+        c.eq("ls --summary: exits 1 promptly, one error run",
+             (rc, [r[:2] for r in out if r[0] == "error"], err_msg in err),
+             (1, [["error", "1"]], True))
         for args in (["clean", "-n"], ["clean"]):
             rc, out, err = ckpt(*(args + [run]), timeout=20)
             c.eq("%s: error naming the FIFO" % " ".join(args), (rc, out),
