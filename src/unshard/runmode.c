@@ -366,6 +366,10 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
             why = w;
         }
         free(sharded);
+    } else if (c->delete_sharded && step_mount(r, k, &err) != 0) {
+        /* -n: the delete that would follow is refused (a mount inside) */
+        failed = 1;
+        step_row(r, "error", k, err.msg, &res, out);
     }
     if (!failed)
         step_row(r, msg_done[c->uo.dry_run ? 1 : 0], k, why, &res, out);

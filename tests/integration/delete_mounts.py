@@ -117,6 +117,22 @@ def body(c, tmp, runs, mounted):
              [o for o in out if o[1] == "step1000"], [want])
     c.eq("unshard: step1000 and the tmpfs intact",
          tree(os.path.join(good, "step1000")), before)
+    # ...and one unsharded now, then refused: -n says so too.
+    good2 = os.path.join(tmp, "good2")
+    shutil.copytree(os.path.join(runs, "2871001"), good2, symlinks=True)
+    shutil.rmtree(os.path.join(good2, "step1000-unsharded"))
+    tmpfs(mounted, os.path.join(good2, "step1000", "scratch"),
+          {"data": b"precious"})
+    before = tree(os.path.join(good2, "step1000"))
+    want[2] = want[2].replace(good, good2)
+    for args in (["unshard", "-n"], ["unshard"]):
+        rc, out, err = ckpt(*(args + ["--step", "1000", "--delete-sharded",
+                                      good2, good2]))
+        c.eq("%s --delete-sharded (unsharded now): step1000 refused"
+             % " ".join(args),
+             (rc, [o[:3] for o in out if o[1] == "step1000"]), (1, [want]))
+    c.eq("unshard: step1000 and the tmpfs intact (2)",
+         tree(os.path.join(good2, "step1000")), before)
 
     # upload --delete-source: a tmpfs inside SRC is copied, never deleted.
     src = os.path.join(tmp, "src")
