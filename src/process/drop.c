@@ -6,6 +6,7 @@
  * rules leave out, which are never deleted (never delete a file that was
  * not uploaded and verified).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,13 +37,88 @@ static int cmp_file(const void *a, const void *b)
                   ((const struct proc_drop_file *)b)->rel);
 }
 
-/* Every file of the dropped steps, as the judging listed it: recorded
- * with its version now, and marked changed when that is no longer what
- * was listed (its size or mtime moved while the run was judged). */
-static void record_files(struct proc_drops *d, const struct ckpt_tree *t)
+struct listed {
+    char **names;
+    uint64_t *sizes;
+    int64_t *mtimes;
+    char **etags;
+    size_t n;
+};
+
+static int listed_cb(void *ud, const struct ckpt_entry *e)
 {
+    struct listed *l = ud;
+    if (e->type != CKPT_ENTRY_FILE)
+        return 0;
+    l->names = ckpt_xreallocarray(l->names, l->n + 1, sizeof(char *));
+    l->sizes = ckpt_xreallocarray(l->sizes, l->n + 1, sizeof(uint64_t));
+    l->mtimes = ckpt_xreallocarray(l->mtimes, l->n + 1, sizeof(int64_t));
+    l->etags = ckpt_xreallocarray(l->etags, l->n + 1, sizeof(char *));
+    l->names[l->n] = ckpt_xstrdup(e->name);
+    l->sizes[l->n] = e->size;
+    l->mtimes[l->n] = e->mtime;
+    l->etags[l->n++] = ckpt_xstrdup(e->etag ? e->etag : "");
+    return 0;
+}
+
+static void listed_release(struct listed *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->names[i]);
+        free(l->etags[i]);
+    }
+    free(l->names);
+    free(l->sizes);
+    free(l->mtimes);
+    free(l->etags);
+}
+
+/* An object-storage file of a dropped step: its ETag from a listing of
+ * the step taken right after judging; changed when that listing no
+ * longer says what the judged one did. */
+static void record_remote(struct proc_drop_file *x, const struct listed *l,
+                          const char *rel, const struct ckpt_tree_file *f)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        if (strcmp(l->names[i], rel) != 0)
+            continue;
+        x->v.size = l->sizes[i];
+        x->v.regular = 1;
+        snprintf(x->etag, sizeof(x->etag), "%s", l->etags[i]);
+        if (l->sizes[i] != f->size || l->mtimes[i] != f->mtime)
+            x->changed = ckpt_xstrdup("changed while its step was judged");
+        return;
+    }
+    x->changed = ckpt_xstrdup("gone while its step was judged");
+}
+
+static void record_local(struct proc_drop_file *x, const char *key,
+                         const struct ckpt_tree_file *f)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (ckpt_srcver_get(key, 0, &x->v, &err) != 0)
+        x->changed = ckpt_xstrdup(err.msg);
+    else if (!x->v.regular || x->v.size != f->size ||
+             x->v.mtime_ns / 1000000000 != f->mtime)
+        x->changed = ckpt_xstrdup("changed while its step was judged");
+}
+
+/* Every file of the dropped steps, as the judging listed it: recorded
+ * with its version now (a local file's stat, an object's ETag from a
+ * listing of the step), and marked changed when that is no longer what
+ * was listed (its size or mtime moved while the run was judged). */
+static void record_files(struct proc_drops *d, struct ckpt_storage *st,
+                         const struct ckpt_tree *t)
+{
+    int local = ckpt_storage_is_local(st);
     for (size_t k = 0; k < d->n; k++) {
         size_t lo, hi;
+        struct listed l = { NULL, NULL, NULL, NULL, 0 };
+        char *dkey = ckpt_tree_key(t, d->dirs[k]);
+        struct ckpt_err err = CKPT_ERR_INIT;
+        int lrc = local ? 0 : ckpt_storage_list(st, dkey, CKPT_LIST_RECURSIVE,
+                                                listed_cb, &l, &err);
+        free(dkey);
         ckpt_tree_range(t, d->dirs[k], &lo, &hi);
         for (size_t i = lo; i < hi; i++) {
             const struct ckpt_tree_file *f = &t->files[i];
@@ -54,40 +130,62 @@ static void record_files(struct proc_drops *d, const struct ckpt_tree *t)
             memset(x, 0, sizeof(*x));
             x->rel = ckpt_xstrdup(f->path);
             char *key = ckpt_tree_key(t, f->path);
-            struct ckpt_err err = CKPT_ERR_INIT;
-            if (ckpt_srcver_get(key, 0, &x->v, &err) != 0)
+            if (local)
+                record_local(x, key, f);
+            else if (lrc != 0)
                 x->changed = ckpt_xstrdup(err.msg);
-            else if (!x->v.regular || x->v.size != f->size ||
-                     x->v.mtime_ns / 1000000000 != f->mtime)
-                x->changed = ckpt_xstrdup("changed while its step was "
-                                          "judged");
+            else
+                record_remote(x, &l, ckpt_tree_rel(t, i, d->dirs[k]), f);
             free(key);
         }
+        listed_release(&l);
     }
     if (d->nfiles)
         ckpt_sort(d->files, d->nfiles, sizeof(*d->files), cmp_file);
-    d->local = 1;
+    d->recorded = 1;
+    d->st = st;
+}
+
+/* What differs between the object now and as recorded, or NULL. */
+static const char *remote_diff(const struct proc_drop_file *f,
+                               const struct ckpt_stat *sb)
+{
+    if (sb->type != CKPT_ENTRY_FILE)
+        return "type";
+    if (sb->size != f->v.size)
+        return "size";
+    if (*f->etag && *sb->etag && strcmp(f->etag, sb->etag) != 0)
+        return "ETag";
+    return NULL;
 }
 
 int proc_drop_unchanged(const struct proc_drops *d, const char *key,
                         const char *rel, struct ckpt_err *err)
 {
-    if (!d->local)
+    if (!d->recorded)
         return 0;
-    struct proc_drop_file want = { (char *)rel, { 0 }, NULL };
+    struct proc_drop_file want = { (char *)rel, { 0 }, "", NULL };
     const struct proc_drop_file *f =
         d->nfiles ? bsearch(&want, d->files, d->nfiles, sizeof(*d->files),
                             cmp_file) : NULL;
     struct ckpt_srcver now;
+    struct ckpt_stat sb;
     const char *what;
     if (!f)
         return ckpt_err_set(err, CKPT_EUNSAFE, "written after its step was "
                             "judged");
     if (f->changed)
         return ckpt_err_set(err, CKPT_EUNSAFE, "%s", f->changed);
-    if (ckpt_srcver_get(key, 0, &now, err) != 0)
-        return -1;
-    if ((what = ckpt_srcver_diff(&f->v, &now)) != NULL)
+    if (!ckpt_storage_is_local(d->st)) {
+        if (ckpt_storage_stat(d->st, key, &sb, err) != 0)
+            return err->code == CKPT_ENOTFOUND ? 0 : -1;
+        what = remote_diff(f, &sb);
+    } else {
+        if (ckpt_srcver_get(key, 0, &now, err) != 0)
+            return -1;
+        what = ckpt_srcver_diff(&f->v, &now);
+    }
+    if (what)
         return ckpt_err_set(err, CKPT_EUNSAFE, "changed since its step was "
                             "judged (%s differs)", what);
     return 0;
@@ -133,9 +231,8 @@ int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
             add_dir(d, c->dir);
     }
     /* Recorded right after judging: what is deleted later must be this. */
-    if (d->n && tree->archive == CKPT_ARCHIVE_NONE &&
-        ckpt_storage_is_local(st))
-        record_files(d, tree);
+    if (d->n && tree->archive == CKPT_ARCHIVE_NONE)
+        record_files(d, st, tree);
     ckpt_run_release(&run);
     ckpt_tree_free(tree);
     return 0;

@@ -99,7 +99,8 @@ struct ckpt_filter;
 /* A file of a dropped step as it was when the step was judged. */
 struct proc_drop_file {
     char *rel;              /* owned: path in the run */
-    struct ckpt_srcver v;
+    struct ckpt_srcver v;   /* local: its version; object storage: size */
+    char etag[80];          /* object storage: its ETag, or "" */
     char *changed;          /* owned: why it cannot be vouched for (it
                                changed while being judged), or NULL */
 };
@@ -108,9 +109,10 @@ struct proc_drop_file {
 struct proc_drops {
     char **dirs;            /* owned: step directories, paths in the run */
     size_t n;
-    struct proc_drop_file *files;  /* owned, sorted by rel: local runs */
+    struct proc_drop_file *files;  /* owned, sorted by rel */
     size_t nfiles;
-    int local;              /* files recorded (a local directory run) */
+    int recorded;           /* files recorded (a directory run) */
+    struct ckpt_storage *st;       /* borrowed: the run's */
 };
 
 /* Which step directories of the run at key to drop: incomplete ones (as

@@ -9,7 +9,10 @@ after the run was judged is kept with its new bytes: the row and the
 state say which file and why, everything else goes. The moment is exact:
 an LD_PRELOAD shim (tests/support/change_preload.c) changes the shard as
 the first source file is unlinked, after judging and before the dropped
-steps, which go last."""
+steps, which go last. The same with the run in object storage (s3rver
+behind tests/support/s3proxy.py): the proxy stores a new version of the
+shard right before the first DELETE, and the recorded ETag and size tell
+(`size differs`)."""
 import json
 import os
 import shutil
@@ -19,6 +22,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from delproof import BUILD, Checker, age, ckpt, gen, tree  # noqa: E402
+from s3test import S3Env, remote_contents  # noqa: E402
 
 SHIM = os.path.join(BUILD, "libchange_preload.so")
 SHARD = "step1000/model_and_optim/__0_0.distcp"
@@ -69,7 +73,32 @@ def main():
             c.eq("%s: the state says it too" % mode,
                  (st["phase"], st.get("why")), ("done", note))
             shutil.rmtree(run, ignore_errors=True)
+        with S3Env() as s3:
+            remote(c, s3, runs, tmp)
     return c.finish()
+
+
+def remote(c, s3, runs, tmp):
+    env = s3.env()
+    src = "s3://ckpt-test/src/2871001"
+    dest = os.path.join(tmp, "dest-s3")
+    run = os.path.join(runs, "2871001")
+    os.unlink(os.path.join(run, "latest"))  # object stores have no links
+    rc, out, err = ckpt("upload", run, src, env=env)
+    assert rc == 0, err
+    s3.configure(put_before_delete={
+        "path": "/ckpt-test/src/2871001/" + SHARD, "body": "rewritten"})
+    note = ("kept 1 dropped file: %s (changed since its step was judged "
+            "(size differs))" % SHARD)
+    rc, out, err = ckpt("process", "--no-wandb", "--min-age", "0",
+                        "--drop-sharded", "--drop-incomplete", src,
+                        "--dest", dest, env=env)
+    c.eq("s3: processed, the row says what was kept (%s)"
+         % err.strip()[-300:], (rc, out[0][:2], out[0][-1]),
+         (0, ["processed", src], note))
+    left = remote_contents(env, "ckpt-test", "src/2871001")
+    c.eq("s3: only the rewritten shard stays, with its new bytes", left,
+         {SHARD: b"rewritten"})
 
 
 if __name__ == "__main__":

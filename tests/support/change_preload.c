@@ -16,13 +16,14 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fired;
+static atomic_int fired;  /* (deletes run on several worker threads) */
 
 static void change(void)
 {
@@ -59,7 +60,7 @@ static void maybe_change(int dfd, const char *name)
 {
     const char *under = getenv("CKPT_TEST_CHANGE_UNDER");
     char path[PATH_MAX * 2], dir[PATH_MAX];
-    if (fired || !under || !name)
+    if (atomic_load(&fired) || !under || !name)
         return;
     if (dfd != AT_FDCWD && name[0] != '/') {
         char link[64];
@@ -73,9 +74,9 @@ static void maybe_change(int dfd, const char *name)
         snprintf(path, sizeof(path), "%s", name);
     }
     size_t n = strlen(under);
-    if (strncmp(path, under, n) != 0 || path[n] != '/')
+    if (strncmp(path, under, n) != 0 || path[n] != '/' ||
+        atomic_exchange(&fired, 1))
         return;
-    fired = 1;
     change();
 }
 
