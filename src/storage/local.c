@@ -640,15 +640,47 @@ static int under(const char *path, const char *root)
            (path[n] == '\0' || path[n] == '/' || n == 1);
 }
 
+/* Unlink key through the directory open_parent(dir, path) reaches. */
+static int unlink_at_parent(const char *dir, const char *path,
+                            const char *key, struct ckpt_err *err)
+{
+    const char *b;
+    struct st_fs fs;
+    int fd = open_parent(dir, path, &b, &fs);
+    if (fd < 0 && errno == ENOENT)
+        return 0;
+    if (fd < 0 && errno == EXDEV)
+        return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is on another "
+                            "filesystem (below a mount point); not deleting "
+                            "across it", key);
+    if (fd < 0)
+        return ckpt_err_sys(err, "delete '%s'", key);
+    int rc = unlink_in(fd, b, &fs, key, err);
+    close(fd);
+    return rc;
+}
+
 int ckpt_local_delete_below(const char *root, const char *key,
                             struct ckpt_err *err)
 {
+    size_t rl = strlen(root);
+    /* The common case: no symlink from root down to key's directory
+     * (each component opened with O_NOFOLLOW), so it is below root. */
+    if (!strncmp(key, root, rl) && key[rl] == '/') {
+        struct ckpt_err e = CKPT_ERR_INIT;
+        int rc = unlink_at_parent(root, key, key, &e);
+        if (rc == 0 || (e.sys_errno != ELOOP && e.sys_errno != ENOTDIR)) {
+            if (rc != 0)
+                *err = e;
+            return rc;
+        }
+    }
     char rroot[PATH_MAX], rparent[PATH_MAX];
     char *parent = ckpt_path_dirname(key), *base = ckpt_path_basename(key);
     int rc = 0;
-    /* The directory the unlink happens in, resolved: it must be SRC's
-     * real path or below it (a link followed out of SRC leads to files
-     * that are not SRC's to delete). */
+    /* Through a symlink: the directory the unlink happens in, resolved,
+     * must be root's real path or below it (a link followed out of SRC
+     * leads to files that are not SRC's to delete). */
     if (!realpath(root, rroot) || !realpath(*parent ? parent : ".",
                                             rparent)) {
         rc = errno == ENOENT ? 0 : ckpt_err_sys(err, "delete '%s'", key);
@@ -659,21 +691,7 @@ int ckpt_local_delete_below(const char *root, const char *key,
     } else {
         struct ckpt_buf k = CKPT_BUF_INIT;
         ckpt_buf_addf(&k, "%s/%s", rparent, base);
-        const char *b;
-        struct st_fs fs;
-        int fd = open_parent(rroot, k.ptr, &b, &fs);
-        if (fd < 0 && errno == ENOENT)
-            rc = 0;
-        else if (fd < 0 && errno == EXDEV)
-            rc = ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is on another "
-                              "filesystem (below a mount point); not "
-                              "deleting across it", key);
-        else if (fd < 0)
-            rc = ckpt_err_sys(err, "delete '%s'", key);
-        else {
-            rc = unlink_in(fd, base, &fs, key, err);
-            close(fd);
-        }
+        rc = unlink_at_parent(rroot, k.ptr, key, err);
         ckpt_buf_release(&k);
     }
     free(parent);
