@@ -413,6 +413,83 @@ static void test_storage__delete_tree_never_follows_links(void)
     free(precious);
 }
 
+/* Only regular files are opened for reading: a FIFO is refused at once
+ * (opening it would wait for a writer forever), a symlink unless
+ * followed, and a read of either through the storage fails naming it. */
+static void test_storage__open_read_regular_only(void)
+{
+    struct ckpt_storage *st = local();
+    struct ckpt_err err = CKPT_ERR_INIT;
+    const char *t = test_tmpdir();
+    char *file = ckpt_path_join(t, "or-file"), *fifo = ckpt_path_join(
+        t, "or-fifo"), *link = ckpt_path_join(t, "or-link");
+    CHECK(test_write_file(file, "abc", 3) == 0);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK(symlink(file, link) == 0);
+    int fd = ckpt_local_open_read(file, 0, &err);
+    CHECK(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    CHECK(ckpt_local_open_read(fifo, 0, &err) == -1);
+    CHECK(err.code == CKPT_EUNSAFE && strstr(err.msg, "is a FIFO"));
+    CHECK(ckpt_local_open_read(fifo, CKPT_OPEN_FOLLOW, &err) == -1);
+    CHECK(ckpt_local_open_read(link, 0, &err) == -1);
+    CHECK(strstr(err.msg, "is a symbolic link") != NULL);
+    fd = ckpt_local_open_read(link, CKPT_OPEN_FOLLOW, &err);
+    CHECK(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    char buf[4];
+    size_t got;
+    CHECK(ckpt_storage_read(st, fifo, 0, buf, sizeof(buf), &got, &err) == -1);
+    CHECK(strstr(err.msg, "is a FIFO") != NULL);
+    ckpt_storage_close(st);
+    free(file);
+    free(fifo);
+    free(link);
+}
+
+/* delete_below unlinks only below root's real path and on its
+ * filesystem: a file reached through a link out of root stays (the link
+ * to a file is root's own and goes); a file through a link that stays
+ * inside root is deleted where it really is. */
+static void test_storage__delete_below_stays_inside(void)
+{
+    struct ckpt_storage *st = local();
+    struct ckpt_err err = CKPT_ERR_INIT;
+    char cmd[2048];
+    const char *t = test_tmpdir();
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s/db/out/d %s/db/src/real && "
+             "echo o > %s/db/out/d/f && echo o > %s/db/out/g && "
+             "echo i > %s/db/src/real/h && ln -s %s/db/out/d %s/db/src/ld && "
+             "ln -s %s/db/out/g %s/db/src/lf && ln -s real %s/db/src/in",
+             t, t, t, t, t, t, t, t, t, t);
+    CHECK(system(cmd) == 0);
+    char *src = ckpt_xasprintf("%s/db/src", t);
+    char *a = ckpt_xasprintf("%s/ld/f", src), *b = ckpt_xasprintf(
+        "%s/lf", src), *c = ckpt_xasprintf("%s/in/h", src);
+    char *outf = ckpt_xasprintf("%s/db/out/d/f", t), *outg = ckpt_xasprintf(
+        "%s/db/out/g", t), *inh = ckpt_xasprintf("%s/real/h", src);
+    struct stat sb;
+    CHECK(ckpt_storage_delete_below(st, src, a, &err) == -1);
+    CHECK(err.code == CKPT_EUNSAFE && strstr(err.msg, "is outside"));
+    CHECK(stat(outf, &sb) == 0);
+    CHECK(ckpt_storage_delete_below(st, src, b, &err) == 0);
+    CHECK(lstat(b, &sb) == -1 && stat(outg, &sb) == 0);
+    CHECK(ckpt_storage_delete_below(st, src, c, &err) == 0);
+    CHECK(stat(inh, &sb) == -1);
+    /* gone already: success */
+    CHECK(ckpt_storage_delete_below(st, src, c, &err) == 0);
+    ckpt_storage_close(st);
+    free(src);
+    free(a);
+    free(b);
+    free(c);
+    free(outf);
+    free(outg);
+    free(inh);
+}
+
 /* Only the keys given go; a file written meanwhile (not in the listing)
  * stays with the directories that hold it; empty directories go; a
  * symlinked directory swapped in is not followed. */
@@ -589,4 +666,6 @@ TEST_MAIN(T(test_storage__loc_parse), T(test_storage__local_ops),
           T(test_storage__readahead),
           T(test_storage__delete_tree_never_follows_links),
           T(test_storage__delete_keys_exactly),
+          T(test_storage__open_read_regular_only),
+          T(test_storage__delete_below_stays_inside),
           T(test_storage__concurrent_deleters))
