@@ -69,8 +69,8 @@ void ckpt_clean_judge(struct ckpt_clean_item *it);
  * prune; on failure action becomes "error" with the reason. */
 void ckpt_clean_act(struct ckpt_clean_item *it);
 
-/* rclone's spelling: a number with an optional unit s, m, h, d or w
- * (plain: seconds). 0 or -1. */
+/* rclone's spelling: whole decimal digits with an optional unit s, m, h,
+ * d or w (plain: seconds), nothing else. 0 or -1. */
 int ckpt_parse_duration(const char *s, int64_t *out);
 
 #endif

@@ -758,23 +758,33 @@ int ckpt_clean_precheck(struct ckpt_clean_item *it, struct ckpt_err *err)
     return refuse_root(c, err);
 }
 
-/* rclone's spelling: a number with an optional unit s, m, h, d or w
- * (plain: seconds). */
+/* rclone's spelling as the help gives it: whole decimal digits with an
+ * optional unit s, m, h, d or w (plain: seconds). Nothing else: no sign,
+ * space, hex, exponent or fraction (strtod took "0x10", "1e3", " 5"). */
 int ckpt_parse_duration(const char *s, int64_t *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0)
-        return -1;
-    static const struct { const char *unit; double secs; } units[] = {
-        { "", 1 }, { "s", 1 }, { "m", 60 }, { "h", 3600 }, { "d", 86400 },
-        { "w", 604800 },
+    static const struct { char unit; int64_t secs; } units[] = {
+        { 's', 1 }, { 'm', 60 }, { 'h', 3600 }, { 'd', 86400 },
+        { 'w', 604800 },
     };
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-        if (!strcmp(end, units[i].unit) && v * units[i].secs < 1e15) {
-            *out = (int64_t)(v * units[i].secs + 0.5);
-            return 0;
-        }
-    return -1;
+    int64_t v = 0;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > 1000000000000)
+            return -1;  /* 31,000 years: beyond any age or lease */
+        v = v * 10 + (*p - '0');
+    }
+    if (p == s)
+        return -1;
+    int64_t mult = 1;
+    if (*p) {
+        size_t i = 0;
+        while (i < sizeof(units) / sizeof(units[0]) && units[i].unit != *p)
+            i++;
+        if (i == sizeof(units) / sizeof(units[0]) || p[1])
+            return -1;
+        mult = units[i].secs;
+    }
+    *out = v * mult;
+    return 0;
 }

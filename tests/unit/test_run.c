@@ -1,3 +1,4 @@
+#include "ckpt/clean.h"
 #include "ckpt/orbax.h"
 #include "ckpt/run.h"
 #include "ckpt/util.h"
@@ -393,7 +394,33 @@ static void test_run__archives_hardlinks_and_damage(void)
                   "short, or still being written)#0");
 }
 
-TEST_MAIN(T(test_run__checkpoint_names), T(test_run__orbax),
+/* --min-age and --lease-ttl: what the help says (digits, one unit), and
+ * nothing strtod would also take. */
+static void test_run__parse_duration(void)
+{
+    static const struct { const char *s; int64_t secs; } ok[] = {
+        { "0", 0 }, { "5", 5 }, { "90m", 5400 }, { "6h", 21600 },
+        { "2d", 172800 }, { "1w", 604800 }, { "10800", 10800 },
+        { "30s", 30 }, { "007", 7 },
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        int64_t v = -1;
+        CHECK_EQ(ckpt_parse_duration(ok[i].s, &v), 0);
+        CHECK_EQ(v, ok[i].secs);
+    }
+    static const char *const bad[] = {
+        "", "0x10", "1e3", " 5", "5 ", "+5", "-1", "1.5h", "5x", "d",
+        "5dd", "5m0", "inf", "nan", "99999999999999999999",
+        "99999999999999w", "\t5",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t v = 42;
+        CHECK_EQ(ckpt_parse_duration(bad[i], &v), -1);
+        CHECK_EQ(v, 42);
+    }
+}
+
+TEST_MAIN(T(test_run__checkpoint_names), T(test_run__parse_duration), T(test_run__orbax),
           T(test_run__orbax_ocdbt), T(test_run__zarr),
           T(test_run__olmo), T(test_run__unsharded_and_misc),
           T(test_run__archives_hardlinks_and_damage))
