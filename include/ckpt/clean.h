@@ -65,6 +65,15 @@ void ckpt_clean_item_release(struct ckpt_clean_item *it);
 int ckpt_clean_precheck(struct ckpt_clean_item *it, struct ckpt_err *err);
 /* Read and judge the run (thread-safe across items). */
 void ckpt_clean_judge(struct ckpt_clean_item *it);
+/* The live-run guard alone, for a run that is not judged again (process:
+ * one its state says was uploaded or done, rerun because its source is
+ * still there, as after a requeued job wrote to it): 1 when a file (an
+ * archive: the archive) was written within --min-age, with action "skip"
+ * and reason "live: ..."; 0 when not; -1 with err. */
+int ckpt_clean_live(struct ckpt_clean_item *it, struct ckpt_err *err);
+/* When the tree was last written: the newest mtime or ctime of its
+ * files (directories do not count), or 0. */
+int64_t ckpt_clean_newest(const struct ckpt_tree *t);
 /* Act on the verdict: delete a bad run, finish interrupted deletes,
  * prune; on failure action becomes "error" with the reason. */
 void ckpt_clean_act(struct ckpt_clean_item *it);

@@ -28,6 +28,8 @@ struct ckpt_tree_file {
     size_t content_len;     /* < size when only a prefix was kept */
     int64_t mtime;          /* directory runs: modification time (s; an
                                object's LastModified), else 0 */
+    int64_t ctime;          /* directory runs: inode change time (s; an
+                               object's LastModified), else 0 */
     char *hardlink;         /* owned: a hard link member's target as
                                stored, or NULL; resolved members take the
                                target's type FILE, size and offset */

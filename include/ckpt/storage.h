@@ -68,6 +68,8 @@ struct ckpt_stat {
     int64_t mtime;              /* seconds since epoch, or 0 */
     enum ckpt_entry_type type;
     char etag[80];              /* object storage ETag without quotes, or "" */
+    int64_t ctime;              /* local: inode change time (s); object
+                                   storage: LastModified, as mtime */
 };
 
 /* One listed entry; pointers are borrowed for the duration of the callback. */
@@ -77,6 +79,7 @@ struct ckpt_entry {
     int64_t mtime;
     enum ckpt_entry_type type;
     const char *etag;           /* "" when unknown */
+    int64_t ctime;              /* as struct ckpt_stat's, or 0 */
 };
 
 /* Return 0 to continue, non-zero to stop the listing (returned as-is). */

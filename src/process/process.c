@@ -127,6 +127,8 @@ struct one {
      * since it was judged). Paths in the run. */
     struct ckpt_buf specials, kept;
     size_t nspecials, nkept;
+    char **keptv;               /* owned: kept files, as in the run */
+    size_t nkeptv;
 };
 
 const char *ckpt_process_phase_name(enum ckpt_process_phase p)
@@ -282,6 +284,9 @@ static void up_event(void *ud, const struct ckpt_upload_event *ev)
         pthread_mutex_lock(&o->mu);
         ckpt_buf_addf(&o->kept, "%s%s (%s)", o->nkept++ ? ", " : "",
                       in_run(o, ev->src), ev->detail);
+        o->keptv = ckpt_xreallocarray(o->keptv, o->nkeptv + 1,
+                                      sizeof(*o->keptv));
+        o->keptv[o->nkeptv++] = ckpt_xstrdup(in_run(o, ev->src));
         pthread_mutex_unlock(&o->mu);
     }
     /* -n: what would be freed, as the plan's row says. */
@@ -1143,6 +1148,67 @@ static int set_counts(struct one *o, enum ckpt_process_phase ph)
     return -1;
 }
 
+struct left {
+    const struct one *o;
+    struct ckpt_buf names;
+    size_t n;
+};
+
+static int left_file(void *ud, const struct ckpt_entry *e)
+{
+    struct left *l = ud;
+    if (e->type != CKPT_ENTRY_FILE ||
+        proc_pick(l->o->p->cfg.filter, &l->o->drops, e->name) ==
+            CKPT_PICK_LEAVE)
+        return 0;
+    for (size_t i = 0; i < l->o->nkeptv; i++)
+        if (!strcmp(l->o->keptv[i], e->name))
+            return 0;  /* kept by design, and said so (set_note) */
+    if (l->n < 3)
+        ckpt_buf_addf(&l->names, "%s%s", l->n ? ", " : "", e->name);
+    l->n++;
+    return 0;
+}
+
+/* After the source was deleted: a file still there that was neither left
+ * out (--include/--exclude) nor failed to delete (that failed the pass)
+ * was written after the run was listed, by a job still (or again)
+ * writing it. It is kept, and the run is not done: the row fails naming
+ * it, and the state stays "uploaded" with the reason, so that a rerun
+ * takes it once it is older than --min-age. 0, or -1 after the row. */
+static int left_behind(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct left l = { o, CKPT_BUF_INIT, 0 };
+    if (c->keep_source ||
+        ckpt_archive_kind_of(o->r->key) != CKPT_ARCHIVE_NONE)
+        return 0;
+    if (ckpt_storage_list(o->r->st, o->r->key, CKPT_LIST_RECURSIVE,
+                          left_file, &l, &err) != 0 &&
+        err.code != CKPT_ENOTFOUND) {
+        ckpt_buf_release(&l.names);
+        fail_run(o, CKPT_PROC_DELETE, err.msg);
+        return -1;
+    }
+    if (!l.n) {
+        ckpt_buf_release(&l.names);
+        return 0;
+    }
+    char *why = ckpt_xasprintf("%zu file(s) written while the run was "
+                               "processed are left at the source (%s%s); "
+                               "a rerun takes them once they are older "
+                               "than --min-age", l.n, l.names.ptr,
+                               l.n > 3 ? ", ..." : "");
+    free(o->s.why);
+    o->s.why = ckpt_xstrdup(why);
+    if (save_state(o, PROC_UPLOADED, CKPT_PROC_DELETE) == 0)
+        fail_run(o, CKPT_PROC_DELETE, why);
+    free(why);
+    ckpt_buf_release(&l.names);
+    return -1;
+}
+
 /* Copy the run to DEST, verify and delete the source in one pass of the
  * upload engine, as `upload --delete-source` does (it deletes nothing
  * unless every file arrived; with --keep-source every file is compared
@@ -1175,6 +1241,8 @@ static int upload(struct one *o)
     if (!c->keep_source)
         emit_delete(o, &t, freed0);
     set_note(o);
+    if (left_behind(o) != 0)
+        return -1;
     return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
 }
 
@@ -1204,7 +1272,35 @@ static int verify_delete(struct one *o)
     if (!c->keep_source)
         emit_delete(o, &t, freed0);
     set_note(o);
+    if (left_behind(o) != 0)
+        return -1;
     return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
+}
+
+/* A run the state says was uploaded or done whose source is still there:
+ * a crash during the delete, or a requeued job writing to it again. The
+ * live-run guard applies as on a first pass; without it the rerun would
+ * upload files seconds old over DEST's copy and delete them under the
+ * job. 1 after the run's row (skipped or failed), else 0. */
+static int live_again(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    struct ckpt_clean_item it;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    ckpt_clean_item_init(&it, o->r->st, o->r->key, o->r->display, &c->clean);
+    int rc = ckpt_clean_live(&it, &err);
+    if (rc < 0) {
+        fail_run(o, CKPT_PROC_JUDGE, err.msg);
+    } else if (rc > 0) {
+        char *d = ckpt_xasprintf("%s (written to since it was %s)",
+                                 it.reason.ptr, o->s.phase == PROC_DONE
+                                 ? "processed" : "uploaded");
+        emit(o, CKPT_PROC_JUDGE, CKPT_PROC_SKIPPED, d, 0, 0);
+        finish(o, CKPT_PROC_SKIPPED, d, 0);
+        free(d);
+    }
+    ckpt_clean_item_release(&it);
+    return rc != 0;
 }
 
 /* -n: outputs unshard found complete at DEST that the state does not
@@ -1321,6 +1417,8 @@ static void leased(struct one *o)
             verify_outputs(o) != 0 || find_drops(o) != 0 || upload(o) != 0)
             return;
     } else {
+        if (live_again(o))
+            return;
         emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_DONE, "", o->s.files,
              o->s.bytes);
         if (verify_delete(o) != 0)
@@ -1391,6 +1489,9 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     ckpt_buf_release(&o.fail);
     ckpt_buf_release(&o.specials);
     ckpt_buf_release(&o.kept);
+    for (size_t i = 0; i < o.nkeptv; i++)
+        free(o.keptv[i]);
+    free(o.keptv);
     free(o.dkey);
     free(o.ddisp);
     free(o.state_key);

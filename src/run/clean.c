@@ -285,16 +285,34 @@ static void resume_verdict(struct ckpt_clean_item *it)
     free(b);
 }
 
+/* When a file was last written: the newer of its mtime and ctime. A copy
+ * that keeps mtimes (tar x, rsync -a, cp -p) makes a half-copied run look
+ * days old, but each file it creates or changes has ctime now. */
+static int64_t written(int64_t mtime, int64_t ctime)
+{
+    return ctime > mtime ? ctime : mtime;
+}
+
+int64_t ckpt_clean_newest(const struct ckpt_tree *t)
+{
+    int64_t newest = 0;
+    /* Directories do not count: deleting or renaming inside one (as this
+     * clean or process does) changes its times. */
+    for (size_t i = 0; i < t->n; i++)
+        if (t->files[i].type != CKPT_ENTRY_DIR &&
+            written(t->files[i].mtime, t->files[i].ctime) > newest)
+            newest = written(t->files[i].mtime, t->files[i].ctime);
+    return newest;
+}
+
 /* The live-run guard: a run (or archive) written to within --min-age may
  * still be growing; it is skipped whatever it holds. */
 static int is_live(struct ckpt_clean_item *it, const struct ckpt_tree *t)
 {
     if (it->co->min_age <= 0)
         return 0;
-    int64_t newest = it->is_archive ? it->sb.mtime : 0;
-    for (size_t i = 0; !it->is_archive && i < t->n; i++)
-        if (t->files[i].type != CKPT_ENTRY_DIR && t->files[i].mtime > newest)
-            newest = t->files[i].mtime;
+    int64_t newest = it->is_archive ? written(it->sb.mtime, it->sb.ctime)
+                                    : ckpt_clean_newest(t);
     int64_t age = (int64_t)time(NULL) - newest;
     if (age >= it->co->min_age)
         return 0;
@@ -316,6 +334,28 @@ static int is_live(struct ckpt_clean_item *it, const struct ckpt_tree *t)
                       (long long)(age / 86400));
     return 1;
 }
+static size_t want_nothing(const char *path, uint64_t size)
+{
+    (void)path;
+    (void)size;
+    return 0;
+}
+
+int ckpt_clean_live(struct ckpt_clean_item *it, struct ckpt_err *err)
+{
+    struct ckpt_tree *t = NULL;
+    it->is_archive = ckpt_archive_kind_of(it->key) != CKPT_ARCHIVE_NONE;
+    if (it->co->min_age <= 0)
+        return 0;
+    if (it->is_archive ? ckpt_storage_stat(it->st, it->key, &it->sb, err)
+                       : ckpt_tree_load(&t, it->st, it->key, want_nothing,
+                                        err))
+        return -1;
+    int live = is_live(it, t);
+    ckpt_tree_free(t);
+    return live;
+}
+
 static int refuse_path(struct ckpt_clean_item *it, struct ckpt_err *err);
 static int will_prune(const struct ckpt_clean_item *it);
 

@@ -39,7 +39,9 @@ static struct ckpt_tree_file *add_file(struct builder *b, const char *path,
 static int list_cb(void *ud, const struct ckpt_entry *e)
 {
     struct builder *b = ud;
-    add_file(b, e->name, e->size, e->type)->mtime = e->mtime;
+    struct ckpt_tree_file *f = add_file(b, e->name, e->size, e->type);
+    f->mtime = e->mtime;
+    f->ctime = e->ctime;
     return 0;
 }
 

@@ -102,6 +102,7 @@ static int local_stat(struct ckpt_storage *st, const char *key,
         return ckpt_err_sys(err, "stat '%s'", key);
     out->size = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
     out->mtime = sb.st_mtime;
+    out->ctime = sb.st_ctime;
     out->type = mode_type(sb.st_mode);
     return 0;
 }
@@ -171,6 +172,7 @@ static int walk_dir(struct walk *w, int dfd)
             .mtime = sb.st_mtime,
             .type = t,
             .etag = "",
+            .ctime = sb.st_ctime,
         };
         rc = w->fn(w->ud, &e);
         if (rc)

@@ -156,6 +156,7 @@ static int list_one(void *ud, const char *key, uint64_t size, int64_t mtime,
     struct ckpt_entry e = {
         .name = nm, .size = size, .mtime = mtime,
         .type = is_prefix ? CKPT_ENTRY_DIR : CKPT_ENTRY_FILE, .etag = etag,
+        .ctime = mtime,
     };
     int rc = c->fn(c->ud, &e);
     free(nm);
@@ -219,7 +220,7 @@ int s3_op_stat(struct ckpt_storage *st, const char *key,
         out->type = CKPT_ENTRY_FILE;
         out->size = resp.content_length == UINT64_MAX ? 0
                                                       : resp.content_length;
-        out->mtime = resp.mtime;
+        out->mtime = out->ctime = resp.mtime;
         snprintf(out->etag, sizeof(out->etag), "%s", resp.etag);
     } else if (err->code == CKPT_ENOTFOUND) {
         int p = is_prefix(st, key, err);

@@ -614,7 +614,7 @@ int s3_up_head(struct ckpt_storage *st, const char *key,
         out->type = CKPT_ENTRY_FILE;
         out->size = resp.content_length == UINT64_MAX ? 0
                                                       : resp.content_length;
-        out->mtime = resp.mtime;
+        out->mtime = out->ctime = resp.mtime;
         snprintf(out->etag, sizeof(out->etag), "%s", resp.etag);
     }
     http_resp_release(&resp);

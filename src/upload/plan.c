@@ -77,7 +77,8 @@ int up_dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err)
         if (sb.type != CKPT_ENTRY_FILE)
             rc = ckpt_err_set(err, CKPT_EUSAGE, "DEST '%s' is a directory",
                               disp);
-        struct ckpt_entry e = { "", sb.size, sb.mtime, sb.type, sb.etag };
+        struct ckpt_entry e = { "", sb.size, sb.mtime, sb.type, sb.etag,
+                                sb.ctime };
         if (rc == 0)
             dmap_add(m, &e);
         free(disp);

@@ -22,6 +22,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import Checker, age_tree, ckpt, gen_runs  # noqa: E402
+from s3test import old_ctime  # noqa: E402
 
 
 def tree(root):
@@ -55,6 +56,8 @@ def plan(out):
 
 
 def main():
+    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    os.environ.update(old_ctime())
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="ckpt-dry-")
     try:

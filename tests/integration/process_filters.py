@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 sys.path.insert(0, HERE)
 from s3test import BUILD, Checker, S3Env, tool  # noqa: E402
+from s3test import old_ctime  # noqa: E402
 from process_s3 import gen, local_tree, rows, s3_tree, snapshot  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
@@ -184,6 +185,8 @@ def order_and_usage(c, env, tmp):
 
 
 def main():
+    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    os.environ.update(old_ctime())
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="process-filt-")
     try:

@@ -25,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import (BUILD, Checker, S3Env, contents,  # noqa: E402
                     remote_contents, tool)
+from s3test import old_ctime  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 LEASE_TOOL = os.path.join(BUILD, "lease_tool")
@@ -458,6 +459,8 @@ def usage(c, env):
 
 
 def main():
+    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    os.environ.update(old_ctime())
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="process-")
     try:

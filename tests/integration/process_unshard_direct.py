@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import (CKPT, Checker, S3Env, age_tree, digests,  # noqa: E402
                     gen_runs, remote_contents, tool)
+from s3test import old_ctime  # noqa: E402
 
 CHECK = os.path.join(HERE, "..", "support", "check_unshard.py")
 FIX = os.path.join(HERE, "..", "fixtures", "runs", "olmo-torch-new-1.13")
@@ -217,6 +218,8 @@ def tampered(c, env, tmp):
 
 
 def main():
+    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    os.environ.update(old_ctime())
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="ckpt-proc-direct-")
     try:

@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 sys.path.insert(0, HERE)
 from s3test import BUILD, Checker  # noqa: E402
+from s3test import old_ctime  # noqa: E402
 from process_s3 import BAD, gen, rows  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
@@ -28,8 +29,10 @@ SHIM = os.path.join(BUILD, "libvanish_preload.so")
 def process(env, run, dest, vanish=False):
     e = dict(env)
     if vanish:
-        # ASan wants its runtime first; the shim only wraps open().
-        e.update(LD_PRELOAD=SHIM, CKPT_TEST_VANISH=run,
+        # ASan wants its runtime first; the shim only wraps open(). (The
+        # age shim, already preloaded, stays: see s3test.old_ctime.)
+        e.update(LD_PRELOAD=SHIM + " " + e["LD_PRELOAD"],
+                 CKPT_TEST_VANISH=run,
                  ASAN_OPTIONS=(e.get("ASAN_OPTIONS", "") +
                                ":verify_asan_link_order=0").lstrip(":"))
     r = subprocess.run([CKPT, "process", "--no-wandb", "--no-progress", run,
@@ -39,6 +42,8 @@ def process(env, run, dest, vanish=False):
 
 
 def main():
+    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    os.environ.update(old_ctime())
     c = Checker()
     env = dict(os.environ)
     with tempfile.TemporaryDirectory() as tmp:

@@ -34,6 +34,7 @@ ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import (BUILD, Checker, S3Env, remote_contents,  # noqa: E402
                     tool)
+from s3test import old_ctime  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 GEN = os.path.join(HERE, "..", "support", "gen_runs.py")
@@ -330,6 +331,8 @@ def crashes(c, env, tmp, opts):
 
 
 def main():
+    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    os.environ.update(old_ctime())
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="process-workers-")
     try:

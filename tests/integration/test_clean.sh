@@ -207,33 +207,57 @@ fi
 
 # --- the live-run guard (--min-age, default 1d): a run or archive written
 # to recently may still be growing and is skipped whatever it holds
+# The guard reads the newer of mtime and ctime; touch -d cannot put a
+# ctime in the past, so these runs see ctime as mtime
+# (tests/support/age_preload.c).
+old() {
+    LD_PRELOAD="${CKPT_BUILD:-$SRC/build}/libage_preload.so" CKPT_TEST_OLD_CTIME=1 \
+        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        "$CKPT" "$@"
+}
 python3 "$SRC/tests/support/gen_runs.py" "$T/live" --archives >/dev/null
 L="$T/live"
 find "$L" -exec touch -h -d '2 days ago' {} +
 touch -d '3 min ago' "$L/2871003/step500/model_and_optim/__0_0.distcp"
 touch -d '3 hours ago' "$L/2871006/step1500/model_and_optim/.metadata"
 touch -d '10 min ago' "$L/2871102.tar.gz"
-out=$(cd "$L" && "$CKPT" clean -n 2871002 2871003 2871006 2871001 2871102.tar.gz 2871107.tar.bz2 2>/dev/null)
+out=$(cd "$L" && old clean -n 2871002 2871003 2871006 2871001 2871102.tar.gz 2871107.tar.bz2 2>/dev/null)
 check "live default 1d" "would-delete	2871002	$R2
 skip	2871003	live: newest file written 3 min ago
 skip	2871006	live: newest file written 3 h ago
 keep	2871001	$R1
 skip	2871102.tar.gz	live: archive written 10 min ago
 would-delete	2871107.tar.bz2	$R4" "$out"
-out=$(cd "$L" && "$CKPT" clean -n --min-age 2h 2871003 2871006 2>/dev/null)
+out=$(cd "$L" && old clean -n --min-age 2h 2871003 2871006 2>/dev/null)
 check "live 2h" "skip	2871003	live: newest file written 3 min ago
 would-delete	2871006	$R6" "$out"
-out=$(cd "$L" && "$CKPT" clean -n --min-age 90m 2871006 && "$CKPT" clean -n --min-age 10800 2871006 2>/dev/null)
+out=$(cd "$L" && old clean -n --min-age 90m 2871006 && old clean -n --min-age 10800 2871006 2>/dev/null)
 check "live 90m, 10800 s" "would-delete	2871006	$R6
 would-delete	2871006	$R6" "$out"
-out=$(cd "$L" && "$CKPT" clean -n --min-age 4h 2871006 2>/dev/null)
+out=$(cd "$L" && old clean -n --min-age 4h 2871006 2>/dev/null)
 check "live 4h" "skip	2871006	live: newest file written 3 h ago" "$out"
-err=$(cd "$L" && "$CKPT" clean -n 2871003 2>&1 >/dev/null)
+err=$(cd "$L" && old clean -n 2871003 2>&1 >/dev/null)
 check "live: the row only, no warning" "" "$err"
 before=$(tree "$L")
-(cd "$L" && "$CKPT" clean 2871003 2871006 2871102.tar.gz >/dev/null 2>&1)
+(cd "$L" && old clean 2871003 2871006 2871102.tar.gz >/dev/null 2>&1)
 check "live exit" 0 $?
 check "live runs untouched" "$before" "$(tree "$L")"
+# ... and by ctime: a run copied in by a tool that keeps mtimes (tar x,
+# rsync -a, cp -p) looks days old while half there, but every file it
+# wrote has ctime now. A bad run and an archive with mtimes 3 days back:
+# live, never deleted.
+python3 "$SRC/tests/support/gen_runs.py" "$T/copied" --archives >/dev/null
+find "$T/copied" -exec touch -h -d '3 days ago' {} +
+before=$(tree "$T/copied")
+secs() { sed 's/written [0-9]* s ago/written N s ago/'; }
+out=$(cd "$T/copied" && "$CKPT" clean -n 2871002 2871102.tar.gz 2>/dev/null | secs)
+check "ctime: half-copied run live" "skip	2871002	live: newest file written N s ago
+skip	2871102.tar.gz	live: archive written N s ago" "$out"
+out=$(cd "$T/copied" && "$CKPT" clean 2871002 2871102.tar.gz 2>/dev/null)
+check "ctime: exit" 0 $?
+check "ctime: real run as -n" "skip	2871002	live: newest file written N s ago
+skip	2871102.tar.gz	live: archive written N s ago" "$(secs <<<"$out")"
+check "ctime: nothing deleted" "$before" "$(tree "$T/copied")"
 "$CKPT" clean --min-age 5x "$L/2871002" >/dev/null 2>&1; check "bad --min-age" 2 $?
 "$CKPT" clean --min-age -1 "$L/2871002" >/dev/null 2>&1; check "negative --min-age" 2 $?
 

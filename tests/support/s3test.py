@@ -79,6 +79,23 @@ def digests(root):
     return out
 
 
+AGE_SHIM = os.path.join(BUILD, "libage_preload.so")
+
+
+def old_ctime(env=None, preload=None):
+    """env (os.environ when None) for ckpt over trees aged with utime():
+    the live-run guard reads the newer of mtime and ctime, and a test
+    cannot put a ctime in the past, so tests/support/age_preload.c
+    reports ctime as mtime. preload: another shim to load as well."""
+    e = dict(os.environ if env is None else env)
+    e["LD_PRELOAD"] = AGE_SHIM + (" " + preload if preload else "")
+    e["CKPT_TEST_OLD_CTIME"] = "1"
+    # ASan wants its runtime first; the shim only wraps stat() and open().
+    e["ASAN_OPTIONS"] = (e.get("ASAN_OPTIONS", "") +
+                         ":verify_asan_link_order=0").lstrip(":")
+    return e
+
+
 def age_tree(root, when=1e9):
     """Every file and directory below root (not root) older than any
     --min-age: mtime `when`."""
