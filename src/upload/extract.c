@@ -10,6 +10,13 @@
  * stream cannot be listed before it is read, so the first member decides:
  * "run1/..." means the top directory is "run1/"; a later member outside it
  * is reported as not copied (use --no-strip).
+ *
+ * A hard link member (GNU tar stores a file's second name as a link to
+ * the first, with no data) is copied as its target's bytes: the stream
+ * has passed them by then, so the archive is read again once its end is
+ * reached and each link's object is made from its target's data. A link
+ * whose target is not a file in the archive fails the copy (the archive
+ * is then never deleted).
  */
 #include "upload_int.h"
 
@@ -19,8 +26,17 @@
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 
+struct hlink {
+    char *target;               /* owned: the member whose bytes it has */
+    char *path, *rel;           /* owned: the link member, as new_member */
+    int served, found;          /* this pass: copied; target seen */
+};
+
 struct extract {
     struct ckpt_archive *a;     /* owned */
+    int pass;                   /* 0: members; then: hard links' targets */
+    struct hlink *links;        /* owned: hard links not yet copied */
+    size_t nlinks;
     char sig[96];               /* the archive's version, for srcsig */
     char *strip;                /* owned: "top/", "", or NULL undecided */
     struct obj *cur;            /* big member being read */
@@ -57,6 +73,12 @@ void up_extract_close(struct group *g)
     if (!x)
         return;
     ckpt_archive_close(x->a);
+    for (size_t i = 0; i < x->nlinks; i++) {
+        free(x->links[i].target);
+        free(x->links[i].path);
+        free(x->links[i].rel);
+    }
+    free(x->links);
     free(x->strip);
     free(x);
     g->x = NULL;
@@ -223,6 +245,82 @@ static int dry_conflict(struct ckpt_upload *u, struct extract *x,
 }
 
 static void new_member(struct ckpt_upload *u, struct group *g,
+                       const struct ckpt_archive_entry *e, const char *rel);
+
+/* Pass 0: a hard link member waits for the next pass (a link to a link
+ * waits for the first link's target). */
+static void add_link(struct extract *x, const struct ckpt_archive_entry *e,
+                     const char *rel)
+{
+    const char *target = e->hardlink;
+    for (size_t i = 0; i < x->nlinks; i++)
+        if (!strcmp(x->links[i].path, target))
+            target = x->links[i].target;
+    x->links = ckpt_xreallocarray(x->links, x->nlinks + 1,
+                                  sizeof(*x->links));
+    struct hlink *l = &x->links[x->nlinks++];
+    memset(l, 0, sizeof(*l));
+    l->target = ckpt_xstrdup(target);
+    l->path = ckpt_xstrdup(e->path);
+    l->rel = ckpt_xstrdup(rel);
+}
+
+/* Later passes: a file member that is the target of a waiting link
+ * becomes that link's object (one link per target and pass: its bytes
+ * are read once). */
+static void serve_link(struct ckpt_upload *u, struct group *g,
+                       const struct ckpt_archive_entry *e)
+{
+    struct extract *x = g->x;
+    struct hlink *l = NULL;
+    for (size_t i = 0; i < x->nlinks; i++)
+        if (!strcmp(x->links[i].target, e->path)) {
+            x->links[i].found = 1;
+            if (!l && !x->links[i].served)
+                l = &x->links[i];
+        }
+    if (!l)
+        return;
+    l->served = 1;
+    struct ckpt_archive_entry le = *e;
+    le.path = l->path;
+    le.hardlink = NULL;
+    if (up_pick(g, l->path, l->rel, e->size))
+        new_member(u, g, &le, l->rel);
+}
+
+/* End of a pass: drop the links copied; a link whose target never came
+ * fails the copy. 1 when links wait for another pass. */
+static int links_left(struct ckpt_upload *u, struct group *g)
+{
+    struct extract *x = g->x;
+    size_t w = 0;
+    for (size_t i = 0; i < x->nlinks; i++) {
+        struct hlink *l = &x->links[i];
+        if (x->pass > 0 && !l->served && !l->found) {
+            char *disp = ckpt_xasprintf("%s/%s", g->sdisp, l->path);
+            char *why = ckpt_xasprintf("hard link to '%s', which is not a "
+                                       "file in the archive; not copied",
+                                       l->target);
+            up_emit(u, CKPT_UP_FAILED, NULL, disp, why);
+            g->plan_failed = 1;
+            free(why);
+            free(disp);
+        }
+        if (x->pass > 0 && (l->served || !l->found)) {
+            free(l->target);
+            free(l->path);
+            free(l->rel);
+            continue;
+        }
+        l->served = l->found = 0;
+        x->links[w++] = *l;
+    }
+    x->nlinks = w;
+    return w > 0;
+}
+
+static void new_member(struct ckpt_upload *u, struct group *g,
                        const struct ckpt_archive_entry *e, const char *rel)
 {
     struct extract *x = g->x;
@@ -274,15 +372,29 @@ int up_extract_step(struct ckpt_upload *u, struct group *g)
     int rc = ckpt_archive_next(x->a, &e, &err);
     if (rc < 0)
         return archive_failed(u, g, &err);
+    if (rc == 0 && links_left(u, g)) {
+        /* Read it again for the hard links' targets. */
+        ckpt_archive_close(x->a);
+        x->a = NULL;
+        x->pass++;
+        if (ckpt_archive_open(&x->a, g->sst, g->skey, &err) != 0)
+            return archive_failed(u, g, &err);
+        return 1;
+    }
     if (rc == 0) {
         finished(u, g);
         return -1;
+    }
+    if (x->pass > 0) {
+        if (e.type == CKPT_ENTRY_FILE)
+            serve_link(u, g, &e);
+        return 1;
     }
     char *disp = ckpt_xasprintf("%s/%s", g->sdisp, e.path);
     const char *rel = strip_path(u, x, &e);
     if (e.type == CKPT_ENTRY_DIR) {
         /* Directories exist only through their files. */
-    } else if (e.type != CKPT_ENTRY_FILE) {
+    } else if (e.type != CKPT_ENTRY_FILE && !e.hardlink) {
         up_emit(u, CKPT_UP_WARNING, NULL, disp, e.type == CKPT_ENTRY_LINK
                 ? "link inside the archive; not copied"
                 : "not a regular file; not copied");
@@ -292,6 +404,8 @@ int up_extract_step(struct ckpt_upload *u, struct group *g)
                      x->strip);
         up_emit(u, CKPT_UP_FAILED, NULL, disp, err.msg);
         g->plan_failed = 1;
+    } else if (e.hardlink) {
+        add_link(x, &e, rel);
     } else if (up_pick(g, e.path, rel, e.size)) {
         new_member(u, g, &e, rel);
     }

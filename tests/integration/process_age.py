@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ctest-cost: 15
 """The live-run guard of clean and process reads the newer of mtime and
 ctime, applies again to a run already processed whose source is written
 to once more, and a file written while `process` runs is left at the

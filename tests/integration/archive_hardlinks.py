@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+# ctest-cost: 20
+"""Archives whose members are hard links (issue 20, class 12).
+
+GNU tar stores a file's second name as a hard link member with no data.
+A run whose step4000-unsharded/ holds hard links of step3000-unsharded/'s
+files, archived with `tar cf` and `tar czf`:
+
+- `upload --extract --delete-source` (local and s3 DEST) and `process`
+  (local and s3 DEST) copy each link member as its target's bytes: DEST
+  holds both steps byte for byte, the counts say 10 files, and only then
+  is the archive deleted.
+- A link whose target is not in the archive fails the copy: exit 1, the
+  archive kept.
+"""
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from s3test import (Checker, S3Env, age_tree, contents, ckpt,  # noqa: E402
+                    gen_runs, old_ctime, remote_contents)
+from process_s3 import rows  # noqa: E402
+
+B = "ckpt-test"
+LINKED = ("config.yaml", "model.pt", "train.pt")
+
+
+def make_run(tmp):
+    """The run as a directory (what DEST must hold) and as .tar/.tar.gz
+    made by GNU tar, step4000's files hard links of step3000's."""
+    gen = os.path.join(tmp, "gen")
+    gen_runs(gen)
+    src = os.path.join(tmp, "src")
+    run = os.path.join(src, "2871005")
+    shutil.copytree(os.path.join(gen, "2871005"), run)
+    os.mkdir(os.path.join(run, "step4000-unsharded"))
+    for n in LINKED:
+        os.link(os.path.join(run, "step3000-unsharded", n),
+                os.path.join(run, "step4000-unsharded", n))
+    want = contents(run)
+    arcs = os.path.join(tmp, "arcs")
+    os.mkdir(arcs)
+    for ext, flag in ((".tar", "cf"), (".tar.gz", "czf")):
+        subprocess.run(["tar", flag, os.path.join(arcs, "2871005" + ext),
+                        "-C", src, "2871005"], check=True)
+    listing = subprocess.run(["tar", "tvf", os.path.join(arcs,
+                                                         "2871005.tar")],
+                             check=True, capture_output=True,
+                             text=True).stdout
+    assert listing.count(" link to ") == 3, listing
+    age_tree(arcs)
+    return want, arcs
+
+
+def fresh(arcs, tmp, ext, name):
+    d = os.path.join(tmp, name)
+    os.makedirs(d)
+    p = os.path.join(d, "2871005" + ext)
+    shutil.copy2(os.path.join(arcs, "2871005" + ext), p)
+    age_tree(d)
+    return p
+
+
+def dest_tree(env, dest):
+    if dest.startswith("s3://"):
+        return remote_contents(env, B, dest[len("s3://%s/" % B):])
+    return contents(dest)
+
+
+def upload(c, env, tmp, arcs, want):
+    for ext in (".tar", ".tar.gz"):
+        for dname in ("local", "s3"):
+            what = "upload %s -> %s" % (ext, dname)
+            arc = fresh(arcs, tmp, ext, "up-%s-%s" % (dname, ext))
+            dest = (os.path.join(tmp, "dup-%s-%s" % (dname, ext))
+                    if dname == "local" else
+                    "s3://%s/up%s" % (B, ext.replace(".", "-")))
+            rc, _, err = ckpt("upload", "--extract", "--delete-source",
+                              "--no-progress", arc, dest, env=env)
+            c.eq("%s: exit" % what, rc, 0)
+            c.eq("%s: no warning" % what, "warning" in err, False)
+            c.eq("%s: counts" % what, "uploaded 10 file(s)" in err, True)
+            c.eq("%s: DEST byte for byte" % what, dest_tree(env, dest), want)
+            c.eq("%s: archive deleted" % what, os.path.exists(arc), False)
+
+
+def process(c, env, tmp, arcs, want):
+    for ext in (".tar", ".tar.gz"):
+        for dname in ("local", "s3"):
+            what = "process %s -> %s" % (ext, dname)
+            arc = fresh(arcs, tmp, ext, "pr-%s-%s" % (dname, ext))
+            dest = (os.path.join(tmp, "dpr-%s-%s" % (dname, ext))
+                    if dname == "local" else
+                    "s3://%s/pr%s" % (B, ext.replace(".", "-")))
+            rc, out, _ = ckpt("process", "--no-wandb", "--no-progress",
+                              "--unshard", "none", arc, "--dest", dest,
+                              env=env)
+            r = rows(out)[0]
+            c.eq("%s: exit, row" % what, (rc, r[0], r[1], r[3:5]),
+                 (0, "processed", arc, ["10", str(sum(map(len,
+                                                          want.values())))]))
+            c.eq("%s: DEST byte for byte" % what,
+                 dest_tree(env, dest + "/2871005"), want)
+            c.eq("%s: archive deleted" % what, os.path.exists(arc), False)
+
+
+def dangling(c, env, tmp):
+    d = os.path.join(tmp, "dang")
+    os.makedirs(d)
+    arc = os.path.join(d, "run.tar")
+    with tarfile.open(arc, "w") as t:
+        data = b"x" * 100
+        ti = tarfile.TarInfo("run/a.bin")
+        ti.size = len(data)
+        t.addfile(ti, io.BytesIO(data))
+        ti = tarfile.TarInfo("run/b.bin")
+        ti.type = tarfile.LNKTYPE
+        ti.linkname = "run/gone.bin"
+        t.addfile(ti)
+    rc, out, _ = ckpt("upload", "--extract", "--delete-source",
+                      "--no-progress", arc, os.path.join(tmp, "ddang"),
+                      env=env)
+    c.eq("dangling: exit 1", rc, 1)
+    c.eq("dangling: row", [r for r in out.splitlines() if "b.bin" in r],
+         ["failed\t%s/run/b.bin\t-\thard link to 'run/gone.bin', which "
+          "is not a file in the archive; not copied" % arc])
+    c.true("dangling: archive kept", os.path.isfile(arc))
+
+
+def main():
+    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    os.environ.update(old_ctime())
+    c = Checker()
+    tmp = tempfile.mkdtemp(prefix="ckpt-hardlinks-")
+    try:
+        want, arcs = make_run(tmp)
+        with S3Env() as s3:
+            env = s3.env()
+            env["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
+            upload(c, env, tmp, arcs, want)
+            process(c, env, tmp, arcs, want)
+            dangling(c, env, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
