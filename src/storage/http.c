@@ -9,6 +9,7 @@
 #include "s3_int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,26 @@
 #include <openssl/rand.h>
 
 #include "ckpt/util.h"
+
+/* A limit from the environment: whole decimal digits (0: off), else
+ * the default. */
+static long env_limit(const char *name, long def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v || strlen(v) > 12 || strspn(v, "0123456789") != strlen(v))
+        return def;
+    return strtol(v, NULL, 10);
+}
+
+long http_deadline(const struct http_client *hc, uint64_t bytes)
+{
+    if (!hc->deadline)
+        return 0;
+    uint64_t extra = hc->deadline_speed ? bytes / (uint64_t)hc->deadline_speed
+                                        : 0;
+    return extra > (uint64_t)(LONG_MAX / 2) ? LONG_MAX / 2
+                                            : hc->deadline + (long)extra;
+}
 
 void http_client_init(struct http_client *hc, int insecure, int verbose)
 {
@@ -29,6 +50,11 @@ void http_client_init(struct http_client *hc, int insecure, int verbose)
      * proxies); libcurl itself reads no environment for this. */
     const char *ca = getenv("AWS_CA_BUNDLE");
     hc->ca_bundle = ca && *ca ? ckpt_xstrdup(ca) : NULL;
+    hc->min_speed = env_limit("CKPT_HTTP_MIN_SPEED", HTTP_MIN_SPEED);
+    hc->slow_time = env_limit("CKPT_HTTP_SLOW_TIME", HTTP_SLOW_TIME);
+    hc->deadline = env_limit("CKPT_HTTP_DEADLINE", HTTP_DEADLINE);
+    hc->deadline_speed = env_limit("CKPT_HTTP_DEADLINE_SPEED",
+                                   HTTP_DEADLINE_SPEED);
 }
 
 void http_client_release(struct http_client *hc)
@@ -263,16 +289,25 @@ void http_setup(struct http_client *hc, CURL *h, const struct http_req *req,
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, req->headers);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, resp->curl_msg);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 20L);
-    /* A stalled transfer (no byte for a minute) is a transient fault. */
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+    /* A stalled or trickling transfer (under 1 KiB/s for a minute) is a
+     * transient fault; so is one past its deadline (a reply that keeps
+     * coming just fast enough would otherwise never end). */
+    if (hc->min_speed && hc->slow_time) {
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, hc->min_speed);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, hc->slow_time);
+    }
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     /* Bigger than curl's 16/64 KiB defaults: fewer callbacks and syscalls
      * for shard-sized bodies. */
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
     curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
-    if (req->timeout_s > 0)
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, req->timeout_s);
+    resp->deadline = http_deadline(hc, (uint64_t)req->body_len +
+                                           req->sink_cap);
+    if (req->timeout_s > 0 && (!resp->deadline ||
+                               req->timeout_s < resp->deadline))
+        resp->deadline = req->timeout_s;
+    if (resp->deadline > 0)
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, resp->deadline);
     if (hc->ca_bundle)
         curl_easy_setopt(h, CURLOPT_CAINFO, hc->ca_bundle);
     if (hc->insecure) {
@@ -304,6 +339,21 @@ void http_setup(struct http_client *hc, CURL *h, const struct http_req *req,
     atomic_fetch_add(&hc->stats.requests, 1);
 }
 
+/* curl's words for the two limits name neither the limit nor the knob. */
+static void say_timeout(struct http_resp *resp)
+{
+    const struct http_client *hc = resp->hc;
+    if (!strncmp(resp->curl_msg, "Operation too slow", 18))
+        snprintf(resp->curl_msg, sizeof(resp->curl_msg), "transfer slower "
+                 "than %ld bytes/s for %ld s (CKPT_HTTP_MIN_SPEED, "
+                 "CKPT_HTTP_SLOW_TIME)", hc->min_speed, hc->slow_time);
+    else if (!strncmp(resp->curl_msg, "Operation timed out", 19))
+        snprintf(resp->curl_msg, sizeof(resp->curl_msg), "request not "
+                 "finished within its deadline of %ld s (CKPT_HTTP_DEADLINE "
+                 "plus 1 s per CKPT_HTTP_DEADLINE_SPEED bytes)",
+                 resp->deadline);
+}
+
 void http_finish(CURL *h, CURLcode cc, struct http_resp *resp)
 {
     if (cc == CURLE_WRITE_ERROR && resp->sink_full)
@@ -316,6 +366,8 @@ void http_finish(CURL *h, CURLcode cc, struct http_resp *resp)
     if (cc != CURLE_OK && !resp->curl_msg[0])
         snprintf(resp->curl_msg, sizeof(resp->curl_msg), "%s",
                  curl_easy_strerror(cc));
+    if (cc == CURLE_OPERATION_TIMEDOUT)
+        say_timeout(resp);
 }
 
 void http_perform(struct http_client *hc, const struct http_req *req,

@@ -71,7 +71,20 @@ struct http_client {
     int verbose;
     char *ca_bundle;      /* owned: AWS_CA_BUNDLE, or NULL (system CAs) */
     struct http_stats stats;
+    /* Every request's limits (docs/storage.md): slower than min_speed
+     * bytes/s for slow_time s fails it, and so does taking longer than
+     * deadline s plus one per deadline_speed bytes of its body. */
+    long min_speed, slow_time, deadline, deadline_speed;
 };
+
+#define HTTP_MIN_SPEED 1024L        /* CKPT_HTTP_MIN_SPEED, bytes/s */
+#define HTTP_SLOW_TIME 60L          /* CKPT_HTTP_SLOW_TIME, s */
+#define HTTP_DEADLINE 600L          /* CKPT_HTTP_DEADLINE, s */
+#define HTTP_DEADLINE_SPEED 65536L  /* CKPT_HTTP_DEADLINE_SPEED, bytes/s */
+
+/* The time limit of one request whose body (sent and expected back) is
+ * bytes long, in seconds (0: none). */
+long http_deadline(const struct http_client *hc, uint64_t bytes);
 
 struct http_resp;
 
@@ -102,7 +115,8 @@ struct http_req {
     char *sink;
     size_t sink_cap;
     size_t sink_skip;             /* bytes of a 200 body to drop first */
-    long timeout_s;               /* whole-request limit, 0: none */
+    long timeout_s;               /* whole-request limit, 0: none (the
+                                     client's deadline applies anyway) */
 };
 
 struct http_resp {
@@ -125,6 +139,7 @@ struct http_resp {
     int body_failed;              /* req->body_fn failed: not retried */
     size_t skip_left;             /* sink bytes still to drop */
     int sink_full;                /* stopped: the sink had no more room */
+    long deadline;                /* this attempt's time limit (s), or 0 */
 };
 
 /* 1 when the header line (n bytes, CRLF included or not) is "name: ..."

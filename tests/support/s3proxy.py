@@ -42,6 +42,10 @@ Faults, chosen per request at random (seeded):
             rate for the same object."
   reset     fraction of GET responses cut mid-body (TCP reset)
   slow_ms   delay before each 64 KiB of a response body
+  trickle_bps, trickle_match  response bodies of requests whose path
+            contains trickle_match ("" = all) are sent at trickle_bps
+            bytes per second (0: off), a few bytes at a time: an endpoint
+            that never stalls outright but never finishes either
   fault_next  the next N requests that may get faults (methods,
             fault_match) get one for sure, 503 SlowDown and reset
             alternately (SlowDown first), whatever the fractions say: a
@@ -138,7 +142,8 @@ class State:
                        "get_delay_ms": 0, "get_delay_nth": 0,
                        "get_delay_match": "", "fault_match": "",
                        "corrupt_put": 0, "corrupt_match": "",
-                       "fault_next": 0}
+                       "fault_next": 0, "trickle_bps": 0,
+                       "trickle_match": ""}
         self.get_seen = 0
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
@@ -269,6 +274,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.st.count("statuses", sub=str(status))
 
     def write_body(self, body):
+        bps = self.st.config["trickle_bps"]
+        if bps and self.st.config["trickle_match"] in self.path:
+            return self.trickle(body, bps)
         slow = self.st.config["slow_ms"]
         for i in range(0, len(body), 65536):
             if slow:
@@ -278,6 +286,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.st.count("bytes_out", len(chunk))
             if self.command == "GET":
                 self.st.count("get_bytes", len(chunk))
+
+    def trickle(self, body, bps):
+        """body at bps bytes per second, in tenths of a second; a client
+        that gives up closes the connection."""
+        step = max(1, bps // 10)
+        try:
+            for i in range(0, len(body), step):
+                self.wfile.write(body[i:i + step])
+                self.wfile.flush()
+                self.st.count("bytes_out", len(body[i:i + step]))
+                time.sleep(step / float(bps))
+        except OSError:
+            self.close_connection = True
 
     def reset_mid_body(self, status, headers, body):
         """Send the headers and half the body, then a TCP reset."""
