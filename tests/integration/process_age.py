@@ -84,9 +84,8 @@ def requeued(c, tmp):
     for dry in (["-n"], []):
         rc, out, _ = ckpt("process", *dry, "--no-wandb", "--no-progress",
                           run, "--dest", dest)
-        why = "live: newest file written N s ago"
-        if not dry:
-            why += " (written to since it was processed)"
+        why = ("live: newest file written N s ago (written to since it "
+               "was processed)")
         c.eq("requeue %s: skipped live, exit 0" % dry,
              (rc, secs(rows(out)[0])), (0, ["skipped", run, why]))
     c.eq("requeue: source untouched", names(run),
