@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 sys.path.insert(0, HERE)
-from s3test import Checker, S3Env  # noqa: E402
+from s3test import Checker, S3Env, old_ctime  # noqa: E402
 from slurmenv import SlurmEnv, Unavailable  # noqa: E402
 import process_workers as pw  # noqa: E402
 
@@ -91,6 +91,8 @@ def run(c, s3, sl, tmp):
 
 
 def main():
+    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    os.environ.update(old_ctime())
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="process-slurm-")
     try:
