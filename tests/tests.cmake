@@ -117,8 +117,8 @@ add_library(change_preload SHARED
             ${CMAKE_SOURCE_DIR}/tests/support/change_preload.c)
 target_link_libraries(change_preload PRIVATE ${CMAKE_DL_LIBS})
 
-# age_preload: LD_PRELOAD shim for the live-run guard's tests: ctime
-# reported as mtime (trees aged with utime), and a file written at the
+# age_preload: LD_PRELOAD shim for the live-run guard's tests: ctimes
+# reported older (trees aged with utime), and a file written at the
 # moment a given one is first opened (tests/support/age_preload.c); tests
 # find it as $CKPT_BUILD/libage_preload.so.
 add_library(age_preload SHARED

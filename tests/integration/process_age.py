@@ -147,7 +147,7 @@ def main():
     try:
         os.environ["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
         copied_in(c, tmp)
-        # The rest ages its trees with utime(): ctime as mtime.
+        # The rest ages its trees with utime(): ctimes aged too.
         os.environ.update(old_ctime())
         requeued(c, tmp)
         written_during(c, tmp)

@@ -56,7 +56,7 @@ def plan(out):
 
 
 def main():
-    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    # Trees are aged with utime(): ctimes aged too (s3test.old_ctime).
     os.environ.update(old_ctime())
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="ckpt-dry-")

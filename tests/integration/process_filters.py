@@ -185,7 +185,7 @@ def order_and_usage(c, env, tmp):
 
 
 def main():
-    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    # Trees are aged with utime(): ctimes aged too (s3test.old_ctime).
     os.environ.update(old_ctime())
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="process-filt-")

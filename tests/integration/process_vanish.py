@@ -42,7 +42,7 @@ def process(env, run, dest, vanish=False):
 
 
 def main():
-    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    # Trees are aged with utime(): ctimes aged too (s3test.old_ctime).
     os.environ.update(old_ctime())
     c = Checker()
     env = dict(os.environ)

@@ -331,7 +331,7 @@ def crashes(c, env, tmp, opts):
 
 
 def main():
-    # Trees are aged with utime(): ctime as mtime (s3test.old_ctime).
+    # Trees are aged with utime(): ctimes aged too (s3test.old_ctime).
     os.environ.update(old_ctime())
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="process-workers-")

@@ -208,10 +208,10 @@ fi
 # --- the live-run guard (--min-age, default 1d): a run or archive written
 # to recently may still be growing and is skipped whatever it holds
 # The guard reads the newer of mtime and ctime; touch -d cannot put a
-# ctime in the past, so these runs see ctime as mtime
+# ctime in the past, so these runs see every ctime 10 days earlier
 # (tests/support/age_preload.c).
 old() {
-    LD_PRELOAD="${CKPT_BUILD:-$SRC/build}/libage_preload.so" CKPT_TEST_OLD_CTIME=1 \
+    LD_PRELOAD="${CKPT_BUILD:-$SRC/build}/libage_preload.so" CKPT_TEST_OLD_CTIME=864000 \
         ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
         "$CKPT" "$@"
 }

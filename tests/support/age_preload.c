@@ -2,9 +2,10 @@
  * age_preload.c - LD_PRELOAD shim for tests of the live-run guard, which
  * reads the newer of a file's mtime and ctime.
  *
- * CKPT_TEST_OLD_CTIME=1: stat(2) and friends report ctime = mtime, so
- * that a tree aged with utime() (touch -d, os.utime) is as old as its
- * mtimes say: a test cannot set a ctime in the past.
+ * CKPT_TEST_OLD_CTIME=N: stat(2) and friends report every ctime N
+ * seconds earlier, so that a tree aged with utime() (touch -d, os.utime)
+ * is as old as its mtimes say (a test cannot set a ctime in the past),
+ * while a change still moves the ctime (the unchanged checks see it).
  *
  * CKPT_TEST_WRITE_ON=PATH, CKPT_TEST_WRITE=FILE: the first time the
  * process opens PATH (not as a directory), FILE is created first (its
@@ -91,16 +92,16 @@ int open64(const char *path, int flags, ...)
     return open_impl("open64", path, flags, mode);
 }
 
-static int old_ctime(void)
+static long ctime_shift(void)
 {
     const char *v = getenv("CKPT_TEST_OLD_CTIME");
-    return v && *v && strcmp(v, "0");
+    return v ? atol(v) : 0;
 }
 
 #define FIX(rc, sb)                                                         \
     do {                                                                    \
-        if ((rc) == 0 && old_ctime())                                       \
-            (sb)->st_ctim = (sb)->st_mtim;                                  \
+        if ((rc) == 0)                                                      \
+            (sb)->st_ctim.tv_sec -= ctime_shift();                          \
         return (rc);                                                        \
     } while (0)
 

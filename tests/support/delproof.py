@@ -19,7 +19,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from s3test import BUILD, Checker  # noqa: E402,F401
+from s3test import BUILD, Checker, old_ctime  # noqa: E402,F401
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 GEN = os.path.join(HERE, "gen_runs.py")
@@ -51,6 +51,9 @@ def rows(out):
 
 
 def ckpt(*args, env=None, timeout=60):
+    # Trees are aged with utime(): ctime as old (s3test.old_ctime), with
+    # the test's own shim, if any, loaded too.
+    env = old_ctime(env, (env or {}).get("LD_PRELOAD"))
     try:
         r = subprocess.run([CKPT] + list(args), capture_output=True,
                            env=env, timeout=timeout)

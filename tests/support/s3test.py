@@ -86,10 +86,11 @@ def old_ctime(env=None, preload=None):
     """env (os.environ when None) for ckpt over trees aged with utime():
     the live-run guard reads the newer of mtime and ctime, and a test
     cannot put a ctime in the past, so tests/support/age_preload.c
-    reports ctime as mtime. preload: another shim to load as well."""
+    reports every ctime 10 days earlier (a change still moves it).
+    preload: another shim to load as well."""
     e = dict(os.environ if env is None else env)
     e["LD_PRELOAD"] = AGE_SHIM + (" " + preload if preload else "")
-    e["CKPT_TEST_OLD_CTIME"] = "1"
+    e["CKPT_TEST_OLD_CTIME"] = "864000"
     # ASan wants its runtime first; the shim only wraps stat() and open().
     e["ASAN_OPTIONS"] = (e.get("ASAN_OPTIONS", "") +
                          ":verify_asan_link_order=0").lstrip(":")
