@@ -119,11 +119,14 @@ enum ckpt_format {
     CKPT_FMT_OLMO_CORE,
     CKPT_FMT_ZARR,
     CKPT_FMT_ORBAX,
-    CKPT_FMT_UNSHARDED
+    CKPT_FMT_UNSHARDED,
+    CKPT_FMT_HF,          /* HF Trainer / accelerate FSDP (DCP subdirs) */
+    CKPT_FMT_DEEPSPEED,
+    CKPT_FMT_MEGATRON
 };
 
 /* "dcp", "olmo-legacy", "olmo-local", "olmo-core", "zarr", "orbax",
- * "unsharded", "unknown". */
+ * "unsharded", "hf", "deepspeed", "megatron", "unknown". */
 const char *ckpt_format_name(enum ckpt_format f);
 
 struct ckpt_checkpoint {

@@ -13,18 +13,13 @@
 #include "ckpt/orbax.h"
 #include "ckpt/torchfmt.h"
 #include "ckpt/util.h"
+#include "layout.h"
 #include "run_int.h"
 
 #define META_MAX (256u << 20)
 
-struct view {
-    struct ckpt_tree *t;
-    const char *dir;   /* the checkpoint directory */
-    size_t lo, hi;     /* its files in t */
-};
-
 /* The file dir/rel of the checkpoint, or NULL. */
-static const struct ckpt_tree_file *get(const struct view *v, const char *rel)
+static const struct ckpt_tree_file *get(const struct judge_view *v, const char *rel)
 {
     char *p = ckpt_path_join(v->dir, rel);
     const struct ckpt_tree_file *f = ckpt_tree_find(v->t, p);
@@ -32,7 +27,7 @@ static const struct ckpt_tree_file *get(const struct view *v, const char *rel)
     return f && f->type != CKPT_ENTRY_DIR ? f : NULL;
 }
 
-static const char *rel_of(const struct view *v, size_t i)
+static const char *rel_of(const struct judge_view *v, size_t i)
 {
     return ckpt_tree_rel(v->t, i, v->dir);
 }
@@ -43,7 +38,7 @@ static const char *base_of(const char *p)
     return s ? s + 1 : p;
 }
 
-static int has_file_like(const struct view *v, const char *sub,
+static int has_file_like(const struct judge_view *v, const char *sub,
                          const char *prefix, const char *suffix, int ranked);
 
 static int set_why(struct ckpt_checkpoint *c, const char *fmt, const char *a)
@@ -84,7 +79,7 @@ static long rank_of(const char *name, const char *prefix, const char *suffix)
 /* Ranks found in subdirectory sub ("" = top) as prefix<N>suffix: checks
  * they are 0..N-1 with no gaps and non-empty. Returns N (0 if none), or -1
  * after setting c->why. */
-static long rank_set(const struct view *v, struct ckpt_checkpoint *c,
+static long rank_set(const struct judge_view *v, struct ckpt_checkpoint *c,
                      const char *sub, const char *prefix, const char *suffix)
 {
     long max = -1, count = 0;
@@ -131,7 +126,7 @@ static long world_size(const char *yaml)
     return end == p || n < 0 ? -1 : n;
 }
 
-static int judge_olmo_local(const struct view *v, struct ckpt_checkpoint *c,
+static int judge_olmo_local(const struct judge_view *v, struct ckpt_checkpoint *c,
                             struct ckpt_err *err)
 {
     long m = rank_set(v, c, "model", "rank", ".pt");
@@ -163,24 +158,13 @@ static int judge_olmo_local(const struct view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
-static int judge_dcp(const struct view *v, struct ckpt_checkpoint *c,
-                     const char *mdir, struct ckpt_err *err)
+/* One DCP metadata file mdir/mname: every file it names must be there and
+ * long enough. */
+static int judge_dcp_meta(const struct judge_view *v,
+                          struct ckpt_checkpoint *c, const char *mdir,
+                          const char *mname, struct ckpt_err *err)
 {
-    char *mpath = ckpt_path_join(mdir, ".metadata");
-    const struct ckpt_tree_file *m = get(v, mpath);
-    if (!m) {
-        /* A rank-local save (torch >= 2.9, use_collectives=False) has a
-         * __R.metadata per rank and no .metadata: which ranks it needs
-         * is not judged here. A plain save without .metadata (written
-         * last, by the coordinator) is an aborted one. */
-        if (has_file_like(v, mdir, "__", ".metadata", 0))
-            set_unknown(c, "%s missing, rank-local __R.metadata present",
-                        mpath);
-        else
-            set_why(c, "%s missing", mpath);
-        free(mpath);
-        return 0;
-    }
+    char *mpath = ckpt_path_join(mdir, mname);
     char *full = ckpt_path_join(v->dir, mpath);
     char *data;
     size_t len;
@@ -209,11 +193,101 @@ static int judge_dcp(const struct view *v, struct ckpt_checkpoint *c,
     return rc;
 }
 
+/* The highest N of files named prefix<N>suffix / prefix<N>_*suffix in
+ * mdir, and their count (data files: distinct ranks not counted). */
+static long rank_local_max(const struct judge_view *v, const char *mdir,
+                           int data, long *count)
+{
+    size_t sl = strlen(mdir);
+    long max = -1;
+    *count = 0;
+    for (size_t i = v->lo; i < v->hi; i++) {
+        const char *r = rel_of(v, i);
+        if (sl && (strncmp(r, mdir, sl) != 0 || r[sl] != '/'))
+            continue;
+        const char *name = sl ? r + sl + 1 : r;
+        if (strchr(name, '/') || strncmp(name, "__", 2) != 0)
+            continue;
+        long k;
+        if (data) {
+            const char *u = strchr(name + 2, '_');
+            if (!u || !ckpt_str_endswith(name, ".distcp"))
+                continue;
+            char *head = ckpt_xstrndup(name, (size_t)(u - name));
+            k = rank_of(head, "__", "");
+            free(head);
+        } else {
+            k = rank_of(name, "__", ".metadata");
+        }
+        if (k < 0)
+            continue;
+        (*count)++;
+        if (k > max)
+            max = k;
+    }
+    return max;
+}
+
+/* A rank-local save (torch >= 2.9, use_collectives=False): each rank
+ * writes its data files, then its own __R.metadata naming them
+ * (FileSystemWriter.finish per rank). Complete when the ranks' metadata
+ * are 0..N-1 without a gap, every file each names is whole, and no rank
+ * wrote data without its metadata. A last rank that wrote nothing at all
+ * leaves no trace: not provable, such a step is kept. */
+static int judge_dcp_rank_local(const struct judge_view *v,
+                                struct ckpt_checkpoint *c, const char *mdir,
+                                struct ckpt_err *err)
+{
+    long nmeta, ndata;
+    long mmax = rank_local_max(v, mdir, 0, &nmeta);
+    long dmax = rank_local_max(v, mdir, 1, &ndata);
+    char what[160];
+    if (nmeta != mmax + 1) {
+        snprintf(what, sizeof(what), "%s%s__R.metadata: %ld of %ld ranks "
+                 "present", mdir, *mdir ? "/" : "", nmeta, mmax + 1);
+        return set_why(c, "%s", what);
+    }
+    if (dmax > mmax) {
+        snprintf(what, sizeof(what), "%s%s__%ld.metadata missing (rank %ld "
+                 "wrote data files)", mdir, *mdir ? "/" : "", dmax, dmax);
+        return set_why(c, "%s", what);
+    }
+    for (long r = 0; r <= mmax && c->complete; r++) {
+        char name[48];
+        snprintf(name, sizeof(name), "__%ld.metadata", r);
+        if (judge_dcp_meta(v, c, mdir, name, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int judge_dcp(const struct judge_view *v, struct ckpt_checkpoint *c,
+                     const char *mdir, struct ckpt_err *err)
+{
+    char *mpath = ckpt_path_join(mdir, ".metadata");
+    const struct ckpt_tree_file *m = get(v, mpath);
+    if (!m) {
+        /* A plain save without .metadata (written last, by the
+         * coordinator) is an aborted one; a rank-local save has none. */
+        int rc = 0;
+        if (has_file_like(v, mdir, "__", ".metadata", 0))
+            rc = v->t->damage ? set_unknown(c, "%s", "rank-local step in a "
+                                            "damaged archive")
+                              : judge_dcp_rank_local(v, c, mdir, err);
+        else
+            set_why(c, "%s missing", mpath);
+        free(mpath);
+        return rc;
+    }
+    free(mpath);
+    return judge_dcp_meta(v, c, mdir, ".metadata", err);
+}
+
 /* NeMo marks an unfinished checkpoint with a sibling "<name>-unfinished",
  * and so does `ckpt unshard` while it writes to object storage. A root
  * checkpoint (`ckpt ls s3://b/out`) has no sibling in the tree: its
  * marker is looked up in the storage. */
-static int root_unfinished(const struct view *v)
+static int root_unfinished(const struct judge_view *v)
 {
     const char *k = v->t->key;
     size_t n = k ? strlen(k) : 0;
@@ -228,7 +302,7 @@ static int root_unfinished(const struct view *v)
     return r;
 }
 
-static int nemo_unfinished(const struct view *v)
+static int nemo_unfinished(const struct judge_view *v)
 {
     if (!*v->dir)
         return root_unfinished(v);
@@ -238,7 +312,7 @@ static int nemo_unfinished(const struct view *v)
     return r;
 }
 
-static int json_field(const struct view *v, const char *rel, cJSON **out,
+static int json_field(const struct judge_view *v, const char *rel, cJSON **out,
                       struct ckpt_err *err)
 {
     char *full = ckpt_path_join(v->dir, rel);
@@ -253,7 +327,7 @@ static int json_field(const struct view *v, const char *rel, cJSON **out,
     return 0;
 }
 
-static int judge_zarr(const struct view *v, struct ckpt_checkpoint *c,
+static int judge_zarr(const struct judge_view *v, struct ckpt_checkpoint *c,
                       struct ckpt_err *err)
 {
     if (!get(v, ".zattrs"))
@@ -273,7 +347,7 @@ static int judge_zarr(const struct view *v, struct ckpt_checkpoint *c,
  * compressed archive by a few more passes). A damaged archive's listing
  * may miss members, so nothing is judged missing there: markers only;
  * databases ckpt cannot read (CKPT_EUNSUPPORTED) by the markers too. */
-static int judge_ocdbt(const struct view *v, struct ckpt_checkpoint *c,
+static int judge_ocdbt(const struct judge_view *v, struct ckpt_checkpoint *c,
                        struct ckpt_err *err)
 {
     if (v->t->damage)
@@ -305,7 +379,7 @@ static int judge_ocdbt(const struct view *v, struct ckpt_checkpoint *c,
 }
 
 /* Array data ckpt can read: an OCDBT manifest or a zarr array. */
-static int has_arrays(const struct view *v)
+static int has_arrays(const struct judge_view *v)
 {
     for (size_t i = v->lo; i < v->hi; i++) {
         const char *b = base_of(rel_of(v, i));
@@ -320,7 +394,7 @@ static int has_arrays(const struct view *v)
  * wrote commit_success.txt only on GCS, so a step with arrays and no
  * marker may well be complete: unknown, never "incomplete" (clean would
  * delete it). A database found damaged is still incomplete. */
-static int judge_unmarked(const struct view *v, struct ckpt_checkpoint *c,
+static int judge_unmarked(const struct judge_view *v, struct ckpt_checkpoint *c,
                           struct ckpt_err *err)
 {
     if (!has_arrays(v))
@@ -335,7 +409,7 @@ static int judge_unmarked(const struct view *v, struct ckpt_checkpoint *c,
                             "rename): cannot tell whether it is complete");
 }
 
-static int judge_orbax(const struct view *v, struct ckpt_checkpoint *c,
+static int judge_orbax(const struct judge_view *v, struct ckpt_checkpoint *c,
                        struct ckpt_err *err)
 {
     if (strstr(c->name, ".orbax-checkpoint-tmp"))
@@ -371,7 +445,7 @@ static int judge_orbax(const struct view *v, struct ckpt_checkpoint *c,
     return c->complete ? judge_ocdbt(v, c, err) : 0;
 }
 
-static int judge_olmo_core(const struct view *v, struct ckpt_checkpoint *c,
+static int judge_olmo_core(const struct judge_view *v, struct ckpt_checkpoint *c,
                            struct ckpt_err *err)
 {
     static const char *subs[] = { "model", "optim" };
@@ -440,7 +514,7 @@ enum { W_WHOLE = 0, W_CUT, W_UNKNOWN };
  * its tail or header: W_WHOLE, W_CUT or W_UNKNOWN with *msg (malloced),
  * or -1 (err). Members of a compressed archive would cost a pass over the
  * archive per read: there the archive's own end check stands for them. */
-static int file_whole(const struct view *v, const char *rel, int st,
+static int file_whole(const struct judge_view *v, const char *rel, int st,
                       char **msg, struct ckpt_err *err)
 {
     const struct ckpt_tree_file *f = get(v, rel);
@@ -501,12 +575,12 @@ static void note(struct ufind *u, int w, char *msg)
 
 /* A file the checkpoint lacks: proof, unless the listing may miss files
  * (a damaged archive). */
-static void note_missing(const struct view *v, struct ufind *u, char *msg)
+static void note_missing(const struct judge_view *v, struct ufind *u, char *msg)
 {
     note(u, v->t->damage ? W_UNKNOWN : W_CUT, msg);
 }
 
-static int check_file(const struct view *v, struct ufind *u, const char *rel,
+static int check_file(const struct judge_view *v, struct ufind *u, const char *rel,
                       int st, struct ckpt_err *err)
 {
     char *msg;
@@ -531,7 +605,7 @@ static int other_torch(const char *r, const char **known, size_t n)
            ckpt_str_endswith(r, ".bin");
 }
 
-static int check_other(const struct view *v, struct ufind *u, const char *rel,
+static int check_other(const struct judge_view *v, struct ufind *u, const char *rel,
                        struct ckpt_err *err)
 {
     char *msg;
@@ -558,7 +632,7 @@ static int split_shard(const char *name)
 
 /* An index (`*.safetensors.index.json`, written by ckpt unshard and HF):
  * every shard its weight_map names must be here and whole. */
-static int check_index(const struct view *v, struct ufind *u, const char *rel,
+static int check_index(const struct judge_view *v, struct ufind *u, const char *rel,
                        struct ckpt_err *err)
 {
     cJSON *j;
@@ -596,7 +670,7 @@ static int check_index(const struct view *v, struct ufind *u, const char *rel,
 
 /* The OLMo layout's model part, in either format (or --layout single's
  * checkpoint.pt). */
-static int has_model(const struct view *v)
+static int has_model(const struct judge_view *v)
 {
     static const char *names[] = {
         "model.pt", "model.safetensors", "model.safetensors.index.json",
@@ -613,7 +687,7 @@ static int has_model(const struct view *v)
  * parses and its tensors end at the file's end, every index names shards
  * that are here, and the OLMo layout has its model file. A directory with
  * none of these files is unknown: ckpt cannot judge it. */
-static int judge_unsharded(const struct view *v, struct ckpt_checkpoint *c,
+static int judge_unsharded(const struct judge_view *v, struct ckpt_checkpoint *c,
                            struct ckpt_err *err)
 {
     static const char *torch[] = {
@@ -663,7 +737,7 @@ static int judge_unsharded(const struct view *v, struct ckpt_checkpoint *c,
 
 /* A file directly in sub ("" = top) named prefix<N>suffix (ranked: N is a
  * number) or prefix*suffix. */
-static int has_file_like(const struct view *v, const char *sub,
+static int has_file_like(const struct judge_view *v, const char *sub,
                          const char *prefix, const char *suffix, int ranked)
 {
     size_t sl = strlen(sub);
@@ -682,13 +756,13 @@ static int has_file_like(const struct view *v, const char *sub,
     return 0;
 }
 
-static int has_prefix_file(const struct view *v, const char *sub,
+static int has_prefix_file(const struct judge_view *v, const char *sub,
                            const char *prefix, const char *suffix)
 {
     return has_file_like(v, sub, prefix, suffix, 1);
 }
 
-static enum ckpt_format detect(const struct view *v, const char **mdir)
+static enum ckpt_format detect(const struct judge_view *v, const char **mdir)
 {
     static const char *orbax[] = {
         "_CHECKPOINT_METADATA", "commit_success.txt", "manifest.ocdbt",
@@ -736,16 +810,21 @@ static enum ckpt_format detect(const struct view *v, const char **mdir)
 enum ckpt_format ckpt_judge_format(const struct ckpt_tree *t,
                                    const char *dir)
 {
-    struct view v = { (struct ckpt_tree *)t, dir, 0, 0 };
+    struct judge_view v = { (struct ckpt_tree *)t, dir, 0, 0 };
     const char *mdir;
     ckpt_tree_range(t, dir, &v.lo, &v.hi);
-    return v.lo < v.hi ? detect(&v, &mdir) : CKPT_FMT_UNKNOWN;
+    if (v.lo >= v.hi)
+        return CKPT_FMT_UNKNOWN;
+    const struct judge_layout *L = judge_layout_find(&v);
+    if (L)
+        return L->format_of ? L->format_of(&v) : L->format;
+    return detect(&v, &mdir);
 }
 
 int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
                           struct ckpt_err *err)
 {
-    struct view v = { t, c->dir, 0, 0 };
+    struct judge_view v = { t, c->dir, 0, 0 };
     ckpt_tree_range(t, c->dir, &v.lo, &v.hi);
     for (size_t i = v.lo; i < v.hi; i++) {
         c->size += t->files[i].size;
@@ -760,6 +839,11 @@ int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
     c->format = detect(&v, &mdir);
     if (nemo_unfinished(&v))
         return set_why(c, "%s", "marked unfinished");
+    const struct judge_layout *L = judge_layout_find(&v);
+    if (L) {
+        c->format = L->format;
+        return L->judge(&v, c, err);
+    }
     switch (c->format) {
     case CKPT_FMT_DCP:
         return judge_dcp(&v, c, mdir, err);
@@ -786,8 +870,8 @@ int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
 void ckpt_judge_olmo_copy(struct ckpt_tree *t, struct ckpt_checkpoint *c,
                           const struct ckpt_checkpoint *src)
 {
-    struct view v = { t, c->dir, 0, 0 };
-    struct view s = { t, src->dir, 0, 0 };
+    struct judge_view v = { t, c->dir, 0, 0 };
+    struct judge_view s = { t, src->dir, 0, 0 };
     int olmo = src->format == CKPT_FMT_OLMO_LEGACY ||
                src->format == CKPT_FMT_OLMO_LOCAL ||
                src->format == CKPT_FMT_OLMO_CORE ||
@@ -799,4 +883,115 @@ void ckpt_judge_olmo_copy(struct ckpt_tree *t, struct ckpt_checkpoint *c,
         return;
     set_why(c, "%s", "train.pt missing (an OLMo step's unsharded copy with "
                      "optim.pt has train.pt)");
+}
+
+/* --- helpers for the layouts (layout.h) -------------------------------- */
+
+const struct ckpt_tree_file *judge_get(const struct judge_view *v,
+                                       const char *rel)
+{
+    return get(v, rel);
+}
+
+const char *judge_rel(const struct judge_view *v, size_t i)
+{
+    return rel_of(v, i);
+}
+
+long judge_rank_of(const char *name, const char *prefix, const char *suffix)
+{
+    return rank_of(name, prefix, suffix);
+}
+
+void judge_incomplete(struct ckpt_checkpoint *c, const char *fmt,
+                      const char *a)
+{
+    if (!c->complete && !c->unknown)
+        return;   /* the first proof stands */
+    set_why(c, fmt, a);
+    c->unknown = 0;
+}
+
+void judge_unknown(struct ckpt_checkpoint *c, const char *fmt,
+                   const char *a)
+{
+    if (c->complete)
+        set_unknown(c, fmt, a);
+}
+
+void judge_missing(const struct judge_view *v, struct ckpt_checkpoint *c,
+                   const char *rel, const char *why)
+{
+    char *m = ckpt_xasprintf("%s missing%s%s%s", rel, why ? " (" : "",
+                             why ? why : "", why ? ")" : "");
+    if (v->t->damage)
+        judge_unknown(c, "%s", m);
+    else
+        judge_incomplete(c, "%s", m);
+    free(m);
+}
+
+int judge_whole(const struct judge_view *v, struct ckpt_checkpoint *c,
+                const char *rel, int st, struct ckpt_err *err)
+{
+    char *msg;
+    int w = file_whole(v, rel, st, &msg, err);
+    if (w < 0)
+        return -1;
+    if (w == W_CUT)
+        judge_incomplete(c, "%s", msg);
+    else if (w == W_UNKNOWN)
+        judge_unknown(c, "%s", msg);
+    free(msg);
+    return 0;
+}
+
+int judge_dcp_dir(const struct judge_view *v, struct ckpt_checkpoint *c,
+                  const char *mdir, struct ckpt_err *err)
+{
+    if (!c->complete)
+        return 0;
+    return judge_dcp(v, c, mdir, err);
+}
+
+int judge_torch_pickle(const struct judge_view *v, const char *rel,
+                       struct ckpt_arena *a, struct ckpt_pv **root,
+                       char **why, struct ckpt_err *err)
+{
+    const struct ckpt_tree_file *f = get(v, rel);
+    char *full = ckpt_path_join(v->dir, rel);
+    struct tfile x = { v->t, full };
+    struct ckpt_rd rd = { tfile_read, &x, 0, f ? f->size : 0, rel };
+    struct ckpt_err e = CKPT_ERR_INIT;
+    struct ckpt_tzip *z = NULL;
+    char *data = NULL;
+    size_t len = 0;
+    int rc = f && ckpt_tzip_open(&z, &rd, &e) == 0 ? 0 : 1;
+    const struct ckpt_tzip_entry *ent =
+        rc ? NULL : ckpt_tzip_find(z, "data.pkl");
+    if (!rc && (!ent || ckpt_tzip_read(z, &rd, ent, CKPT_PICKLE_MAX_BYTES,
+                                       &data, &len, &e) != 0))
+        rc = 1;
+    if (!rc) {
+        struct ckpt_pickle_opts po = { .name = rel };
+        if (ckpt_pickle_load(a, data, len, &po, root, NULL, &e) != 0)
+            rc = 1;
+    }
+    free(data);
+    if (z)
+        ckpt_tzip_free(z);
+    free(full);
+    if (rc && e.code == CKPT_EIO) {
+        *err = e;
+        return -1;
+    }
+    if (rc)
+        *why = ckpt_xasprintf("%s: %s", rel, e.code ? e.msg : "no data.pkl");
+    return rc;
+}
+
+int judge_plain(const struct judge_view *v, struct ckpt_checkpoint *c,
+                struct ckpt_err *err)
+{
+    return judge_unsharded(v, c, err);
 }

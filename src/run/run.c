@@ -21,6 +21,9 @@ const char *ckpt_format_name(enum ckpt_format f)
     case CKPT_FMT_ZARR: return "zarr";
     case CKPT_FMT_ORBAX: return "orbax";
     case CKPT_FMT_UNSHARDED: return "unsharded";
+    case CKPT_FMT_HF: return "hf";
+    case CKPT_FMT_DEEPSPEED: return "deepspeed";
+    case CKPT_FMT_MEGATRON: return "megatron";
     default: return "unknown";
     }
 }

@@ -73,7 +73,10 @@ int ckpt_torch_allow_metadata(void *ud, const char *module,
         "Metadata", "TensorStorageMetadata", "BytesStorageMetadata",
         "ChunkStorageMetadata", "MetadataIndex", "TensorProperties",
         "MEM_FORMAT_ENCODING", "_MEM_FORMAT_ENCODING", "_StorageInfo",
-        "StorageMeta", NULL
+        "StorageMeta",
+        /* Megatron caches its save plans in planner_data: dataclasses
+         * (torch.distributed.checkpoint.planner), read as plain nodes. */
+        "SavePlan", "WriteItem", "WriteItemType", "TensorWriteData", NULL
     };
     static const char *const paths[] = {
         "Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath",

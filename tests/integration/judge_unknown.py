@@ -3,13 +3,17 @@
 """judge_unknown.py - issue 20 class 1: what ckpt cannot judge is never
 "incomplete".
 
-Runs holding the complete checkpoints of trainers ckpt does not know
-(DeepSpeed `global_stepN/`, Megatron `iter_NNNNNNN/`, both written by the
-libraries themselves: tests/fixtures/real-writers/) and a rank-local DCP
-step (`__R.metadata`, no `.metadata`) are `error` rows naming the step,
+A run holding a step of a layout ckpt does not know (files no trainer
+ckpt judges writes: `weights.npz`, `notes.txt`) and a rank-local DCP step
+whose `__R.metadata` ckpt cannot read are `error` rows naming the step,
 with exit 1, under `clean -n`, `clean` and `process`; nothing is deleted.
-Before, each step was `unknown, incomplete: no model file`, the run bad,
-and `clean`/`process` deleted it with exit 0.
+Before issue 20, each step was `unknown, incomplete: no model file`, the
+run bad, and `clean`/`process` deleted it with exit 0.
+
+DeepSpeed `global_stepN/` and Megatron `iter_NNNNNNN/`, written by the
+libraries themselves (tests/fixtures/real-writers/), were unknown here
+until issue 21 gave them their writers' rules: now complete and kept
+(tests/integration/layouts.py has every layout and their damaged forms).
 
 Also: an HF Trainer step split into model-0000K-of-00003.safetensors + its
 index is complete (before: no model file, deleted); torchtune's
@@ -18,7 +22,7 @@ and what is provably bad stays bad: the same HF step with one shard gone
 (its index names it) is deleted.
 
 `process --drop-incomplete` of a good run (an OLMo step1000) that also
-holds a DeepSpeed global_step2 uploads global_step2 like any other file;
+holds an unknown step3 uploads step3 like any other file;
 before, it was dropped as incomplete and deleted with the source."""
 import os
 import shutil
@@ -61,10 +65,22 @@ def listing(root):
     return sorted(out)
 
 
+def madeup(run):
+    """step3/: files of a layout no table entry knows."""
+    os.makedirs(os.path.join(run, "step3"))
+    for n in ("weights.npz", "notes.txt"):
+        with open(os.path.join(run, "step3", n), "w") as f:
+            f.write("a layout ckpt does not know\n")
+    for dp, ds, fs in os.walk(os.path.join(run, "step3")):
+        for n in fs:
+            os.chmod(os.path.join(dp, n), 0o644)
+
+
 def make_runs(root):
     hf = os.path.join(RW, "hf_trainer_llama_sharded", "checkpoint-2")
     run_dir(root, "ds", [(os.path.join(RW, "deepspeed_zero2_fp32",
                                        "checkpoints"), "checkpoints")])
+    madeup(run_dir(root, "madeup", []))
     run_dir(root, "megatron", [(os.path.join(RW, "megatron_legacy_torch",
                                              "checkpoints"), "checkpoints")])
     rl = run_dir(root, "ranklocal", [])
@@ -82,16 +98,16 @@ def make_runs(root):
 
 
 ROWS = [
-    ("error", "ds", "cannot judge checkpoint global_step2 (%s); not deleted"
-     % UNJUDGED),
+    ("keep", "ds", "complete checkpoint global_step2 (deepspeed)"),
     ("keep", "hf", "complete checkpoint checkpoint-2 (unsharded)"),
     ("DEL", "hf-gone", "no complete checkpoint with step > 0 (checkpoint-2: "
      "model-00002-of-00003.safetensors (named by "
      "model.safetensors.index.json) missing)"),
-    ("error", "megatron", "cannot judge checkpoint iter_0000010 (%s); not "
-     "deleted" % UNJUDGED),
-    ("error", "ranklocal", "cannot judge checkpoint step5 (.metadata "
-     "missing, rank-local __R.metadata present); not deleted"),
+    ("error", "madeup", "cannot judge checkpoint step3 (%s); not deleted"
+     % UNJUDGED),
+    ("keep", "megatron", "complete checkpoint iter_0000010 (megatron)"),
+    ("error", "ranklocal", "ranklocal: step5/__0.metadata: .metadata: "
+     "stack underflow at offset 0"),
     ("keep", "torchtune", "complete checkpoint dist_epoch_1 (dcp)"),
 ]
 
@@ -110,13 +126,10 @@ def main():
         make_runs(root)
         names = [r for _, r, _ in ROWS]
         before = {n: listing(os.path.join(root, n)) for n in names}
-        rc, out, err = ckpt("ls", os.path.join(root, "ds"),
-                            os.path.join(root, "ranklocal"))
+        rc, out, err = ckpt("ls", os.path.join(root, "madeup"))
         c.eq("ls: unknown with the reason", (rc, out), (0,
-             "%s/ds\tglobal_step2\t2\tunknown\tunknown: %s\t66839\t3\n"
-             "%s/ranklocal\tstep5\t5\tdcp\tunknown: .metadata missing, "
-             "rank-local __R.metadata present\t180\t4\n"
-             % (root, UNJUDGED, root)))
+             "%s/madeup\tstep3\t3\tunknown\tunknown: %s\t56\t2\n"
+             % (root, UNJUDGED)))
 
         os.chdir(root)
         rc, out, err = ckpt("clean", "-n", "--min-age", "0", *names)
@@ -127,15 +140,16 @@ def main():
 
         # process (local DEST): the unknown runs fail at judge, source kept
         dest = os.path.join(tmp, "D")
-        for n in ("ds", "megatron", "ranklocal"):
+        for n, why in (("madeup", "judge: cannot judge"),
+                       ("ranklocal", "judge: ranklocal: step5/__0.metadata")):
             for dry in (["-n"], []):
                 rc, out, err = ckpt("process", *dry, "--no-wandb",
                                     "--min-age", "0", n, "--dest", dest)
                 first = out.splitlines()[0].split("\t") if out else []
                 c.eq("process %s %s: failed at judge, exit 1" % (dry, n),
-                     (rc, first[:2], first[2][:len("judge: cannot judge")]
+                     (rc, first[:2], first[2][:len(why)]
                       if len(first) > 2 else ""),
-                     (1, ["failed", n], "judge: cannot judge"))
+                     (1, ["failed", n], why))
                 c.eq("process %s %s: source kept" % (dry, n), listing(n),
                      before[n])
         c.eq("process: nothing at DEST", listing(dest), [])
@@ -144,8 +158,8 @@ def main():
         mixed = run_dir(root, "mixed", [
             (os.path.join(FIX, "runs", "olmo-torch-new-1.13", "step"),
              "step1000"),
-            (os.path.join(RW, "deepspeed_zero2_fp32", "checkpoints"),
-             "checkpoints")])
+            ])
+        madeup(mixed)
         files = listing(mixed)
         rc, out, err = ckpt("process", "--no-wandb", "--min-age", "0",
                             "--unshard", "none", "--drop-incomplete", "mixed",

@@ -1,0 +1,80 @@
+/*
+ * layout.h - private to src/run: the table of trainer layouts judge.c
+ * asks before its own formats. Each layout_<trainer>.c recognises its
+ * checkpoints by names and files and judges them with the writer's own
+ * completeness rule (docs/formats/runs.md names the code it follows).
+ * A layout that cannot tell says so (judge_unknown): never "incomplete"
+ * without proof, clean would delete the run.
+ */
+#ifndef CKPT_RUN_LAYOUT_H
+#define CKPT_RUN_LAYOUT_H
+
+#include "ckpt/pickle.h"
+#include "run_int.h"
+
+/* One checkpoint directory of a tree: its files are t->files[lo..hi). */
+struct judge_view {
+    struct ckpt_tree *t;
+    const char *dir;
+    size_t lo, hi;
+};
+
+struct judge_layout {
+    const char *name;          /* for docs and messages */
+    enum ckpt_format format;
+    /* 1 if the checkpoint is this layout's, from names alone. */
+    int (*recognise)(const struct judge_view *v);
+    /* Set c->complete / why / unknown; -1 (err) only when files cannot
+     * be read. */
+    int (*judge)(const struct judge_view *v, struct ckpt_checkpoint *c,
+                 struct ckpt_err *err);
+    /* The format from names alone (ckpt_judge_format); NULL: format. */
+    enum ckpt_format (*format_of)(const struct judge_view *v);
+};
+
+/* The layout of v, or NULL (judge.c's own formats then). */
+const struct judge_layout *judge_layout_find(const struct judge_view *v);
+
+/* --- helpers shared by the layouts (judge.c) --------------------------- */
+
+/* The file dir/rel of the checkpoint (not a directory), or NULL. */
+const struct ckpt_tree_file *judge_get(const struct judge_view *v,
+                                       const char *rel);
+/* Path of file i relative to the checkpoint. */
+const char *judge_rel(const struct judge_view *v, size_t i);
+/* Proof of incompleteness: the first one is kept. */
+void judge_incomplete(struct ckpt_checkpoint *c, const char *fmt,
+                      const char *a);
+/* Cannot tell (never deleted), unless already proven incomplete. */
+void judge_unknown(struct ckpt_checkpoint *c, const char *fmt,
+                   const char *a);
+/* A file the writer always writes is missing: proof, except in a
+ * damaged archive whose listing may miss members. */
+void judge_missing(const struct judge_view *v, struct ckpt_checkpoint *c,
+                   const char *rel, const char *why);
+/* rel (which must exist) is a whole torch zip (st: safetensors file):
+ * cut short is proof, not a zip at all is unknown. -1 on I/O error. */
+int judge_whole(const struct judge_view *v, struct ckpt_checkpoint *c,
+                const char *rel, int st, struct ckpt_err *err);
+/* Unsharded files judged by their structure (judge.c's own rule). */
+int judge_plain(const struct judge_view *v, struct ckpt_checkpoint *c,
+                struct ckpt_err *err);
+/* The DCP checkpoint in subdirectory mdir ("" = top): .metadata and every
+ * file it names. */
+int judge_dcp_dir(const struct judge_view *v, struct ckpt_checkpoint *c,
+                  const char *mdir, struct ckpt_err *err);
+/* The data.pkl of torch zip rel parsed into a (nothing is executed; every
+ * global becomes a node). 0, 1 when it is no torch zip or the pickle is
+ * not readable (*why malloced), -1 on I/O error. */
+int judge_torch_pickle(const struct judge_view *v, const char *rel,
+                       struct ckpt_arena *a, struct ckpt_pv **root,
+                       char **why, struct ckpt_err *err);
+/* "prefix<N>suffix" directly in the checkpoint: N, or -1. */
+long judge_rank_of(const char *name, const char *prefix, const char *suffix);
+
+/* The layouts (layout_<trainer>.c). */
+extern const struct judge_layout judge_layout_hf;
+extern const struct judge_layout judge_layout_deepspeed;
+extern const struct judge_layout judge_layout_megatron;
+
+#endif

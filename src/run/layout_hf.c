@@ -1,0 +1,132 @@
+/*
+ * layout_hf.c - HF Trainer checkpoint-N/ directories (transformers
+ * Trainer._save_checkpoint), accelerate's FSDP sharded state inside them,
+ * PEFT adapters.
+ *
+ * The writer's rule (transformers 5.x Trainer._save_checkpoint): the
+ * weights first (save_model: model.safetensors, or shards +
+ * model.safetensors.index.json, or adapter_model.safetensors, plus
+ * training_args.bin), then unless save_only_model the optimizer and
+ * scheduler (optimizer.pt, scheduler.pt; with FSDP SHARDED_STATE_DICT
+ * accelerate's DCP directories pytorch_model_fsdp_N/ and optimizer_N/),
+ * the RNG state (rng_state.pth, rng_state_<process>.pth), and last
+ * trainer_state.json. So a step holding what _save_checkpoint writes
+ * after the weights (optimizer, scheduler, RNG state) but no
+ * trainer_state.json never finished. A directory with weights and
+ * training_args.bin alone may be a save_model() a user named like a
+ * checkpoint, or a save_only_model step: it is judged by its files'
+ * structure only (never deleted for lacking trainer_state.json).
+ * Every file is judged by its structure as judge.c does for unsharded
+ * files (whole zips, safetensors headers, every shard an index names);
+ * each DCP directory as DCP.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/util.h"
+#include "layout.h"
+
+/* "pytorch_model_fsdp_N" or "optimizer_N" as the first component of rel:
+ * its length, else 0. */
+static size_t fsdp_dir(const char *rel)
+{
+    static const char *pre[] = { "pytorch_model_fsdp_", "optimizer_" };
+    const char *sl = strchr(rel, '/');
+    if (!sl)
+        return 0;
+    size_t n = (size_t)(sl - rel);
+    for (size_t k = 0; k < 2; k++) {
+        size_t pl = strlen(pre[k]);
+        if (n <= pl || strncmp(rel, pre[k], pl) != 0)
+            continue;
+        size_t i = pl;
+        while (i < n && rel[i] >= '0' && rel[i] <= '9')
+            i++;
+        if (i == n)
+            return n;
+    }
+    return 0;
+}
+
+static int has_top(const struct judge_view *v, const char *prefix,
+                   const char *suffix)
+{
+    for (size_t i = v->lo; i < v->hi; i++) {
+        const char *r = judge_rel(v, i);
+        if (!strchr(r, '/') && ckpt_str_startswith(r, prefix) &&
+            ckpt_str_endswith(r, suffix))
+            return 1;
+    }
+    return 0;
+}
+
+static int has_fsdp(const struct judge_view *v)
+{
+    for (size_t i = v->lo; i < v->hi; i++)
+        if (fsdp_dir(judge_rel(v, i)))
+            return 1;
+    return 0;
+}
+
+static int hf_recognise(const struct judge_view *v)
+{
+    return judge_get(v, "trainer_state.json") ||
+           judge_get(v, "training_args.bin") ||
+           has_top(v, "rng_state", ".pth") || has_fsdp(v);
+}
+
+static enum ckpt_format hf_format(const struct judge_view *v)
+{
+    return has_fsdp(v) ? CKPT_FMT_HF : CKPT_FMT_UNSHARDED;
+}
+
+/* The FSDP case: each DCP directory, and the torch files beside. */
+static int hf_fsdp(const struct judge_view *v, struct ckpt_checkpoint *c,
+                   struct ckpt_err *err)
+{
+    const char *last = NULL;
+    size_t lastn = 0;
+    for (size_t i = v->lo; i < v->hi; i++) {
+        const char *r = judge_rel(v, i);
+        size_t n = fsdp_dir(r);
+        if (n && !(last && n == lastn && !strncmp(r, last, n))) {
+            last = r;
+            lastn = n;
+            char *d = ckpt_xstrndup(r, n);
+            int rc = judge_dcp_dir(v, c, d, err);
+            free(d);
+            if (rc != 0)
+                return -1;
+        }
+        if (strchr(r, '/') || v->t->files[i].type == CKPT_ENTRY_DIR)
+            continue;
+        if (ckpt_str_endswith(r, ".pt") || ckpt_str_endswith(r, ".pth")) {
+            if (judge_whole(v, c, r, 0, err) != 0)
+                return -1;
+        } else if (ckpt_str_endswith(r, ".safetensors") &&
+                   judge_whole(v, c, r, 1, err) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                    struct ckpt_err *err)
+{
+    int fsdp = has_fsdp(v);
+    c->format = fsdp ? CKPT_FMT_HF : CKPT_FMT_UNSHARDED;
+    if ((fsdp ? hf_fsdp(v, c, err) : judge_plain(v, c, err)) != 0)
+        return -1;
+    int after = judge_get(v, "optimizer.pt") || judge_get(v, "scheduler.pt") ||
+                has_top(v, "rng_state", ".pth") || fsdp;
+    if (after && !judge_get(v, "trainer_state.json"))
+        judge_missing(v, c, "trainer_state.json",
+                      "HF Trainer writes it last, after the optimizer and "
+                      "RNG state");
+    return 0;
+}
+
+const struct judge_layout judge_layout_hf = {
+    "hf", CKPT_FMT_HF, hf_recognise, hf_judge, hf_format,
+};
