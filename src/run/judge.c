@@ -986,7 +986,8 @@ int judge_torch_pickle(const struct judge_view *v, const char *rel,
         return -1;
     }
     if (rc)
-        *why = ckpt_xasprintf("%s: %s", rel, e.code ? e.msg : "no data.pkl");
+        *why = e.code ? ckpt_xstrdup(e.msg)
+                      : ckpt_xasprintf("%s: no data.pkl", rel);
     return rc;
 }
 

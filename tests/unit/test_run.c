@@ -304,13 +304,22 @@ static void test_run__unsharded_and_misc(void)
                 "step7-unsharded/optim.pt=@zip",
           "step7:olmo-legacy:1|step7-unsharded:unsharded:0:train.pt missing "
           "(an OLMo step's unsharded copy with optim.pt has train.pt)");
-    /* Other trainers' steps, and a rank-local DCP save, are unknown. */
+    /* A DeepSpeed step whose model states record no world size is
+     * unknown; rank-local DCP metadata ckpt cannot read is an error
+     * (layouts.py has the real files). */
     JUDGE("trainer1", "global_step2/mp_rank_00_model_states.pt=@zip;"
                 "global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt=@zip",
-          "global_step2:unknown:0:" UNJUDGED);
-    JUDGE("trainer2", "dist_epoch_3/__0.metadata=x;dist_epoch_3/__0_0.distcp=x",
-          "dist_epoch_3:dcp:0:.metadata missing, rank-local __R.metadata "
-          "present");
+          "global_step2:deepspeed:0:cannot read the world size: "
+          "mp_rank_00_model_states.pt: unknown opcode 0x78 at offset 0");
+    JUDGE_ERR("trainer2", "dist_epoch_3/__0.metadata=x;"
+                          "dist_epoch_3/__0_0.distcp=x",
+              "dist_epoch_3/__0.metadata: .metadata: unknown opcode 0x78 "
+              "at offset 0");
+    /* rank-local: a rank's data without its metadata, a gap in ranks */
+    JUDGE("trainer5", "step4/__0.metadata=x;step4/__1_0.distcp=x",
+          "step4:dcp:0:__1.metadata missing (rank 1 wrote data files)");
+    JUDGE("trainer6", "step4/__0.metadata=x;step4/__2.metadata=x",
+          "step4:dcp:0:__R.metadata: 2 of 3 ranks present");
     /* a zip cut short beside unrecognised weights proves incompleteness */
     JUDGE("trainer3", "checkpoint-4/model.bin=x;checkpoint-4/optimizer.pt=@cut",
           "checkpoint-4:unknown:0:optimizer.pt: cut short (no end of "
