@@ -66,15 +66,21 @@ static int rank_file(const char *rel, long r[3], int *n)
            rank_dir(rel, (size_t)(sl - rel), r, n);
 }
 
-static int has_distcp(const struct judge_view *v)
+/* A top-level DCP file "__*suffix". */
+static int has_dcp(const struct judge_view *v, const char *suffix)
 {
     for (size_t i = v->lo; i < v->hi; i++) {
         const char *r = judge_rel(v, i);
         if (!strchr(r, '/') && ckpt_str_startswith(r, "__") &&
-            ckpt_str_endswith(r, ".distcp"))
+            ckpt_str_endswith(r, suffix))
             return 1;
     }
     return 0;
+}
+
+static int has_distcp(const struct judge_view *v)
+{
+    return has_dcp(v, ".distcp");
 }
 
 static int iter_name(const char *dir)
@@ -102,7 +108,10 @@ static int mg_recognise(const struct judge_view *v)
         (judge_get(v, ".metadata") || has_distcp(v) ||
          judge_get(v, "common.pt")))
         return 1;
-    return iter_name(v->dir) && has_distcp(v) && !judge_get(v, ".metadata");
+    /* A torch_dist save killed before its metadata: no .metadata, no
+     * metadata.json (a rank-local DCP save has __R.metadata: dcp's). */
+    return iter_name(v->dir) && has_distcp(v) && !judge_get(v, ".metadata") &&
+           !has_dcp(v, ".metadata");
 }
 
 /* The run's parallel sizes from a rank file's args, 0 if unrecorded. */

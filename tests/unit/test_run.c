@@ -320,6 +320,22 @@ static void test_run__unsharded_and_misc(void)
           "step4:dcp:0:__1.metadata missing (rank 1 wrote data files)");
     JUDGE("trainer6", "step4/__0.metadata=x;step4/__2.metadata=x",
           "step4:dcp:0:__R.metadata: 2 of 3 ranks present");
+    /* a Megatron iter_N whose torch_dist save died before its metadata;
+     * a rank-local DCP save in an iter_N directory stays DCP's */
+    JUDGE("trainer7", "iter_0000020/__0_0.distcp=x",
+          "iter_0000020:megatron:0:metadata.json missing (Megatron writes "
+          "it last, after the DCP files)");
+    JUDGE("trainer8", "iter_0000020/__0.metadata=x;"
+                      "iter_0000020/__1_0.distcp=x",
+          "iter_0000020:dcp:0:__1.metadata missing (rank 1 wrote data "
+          "files)");
+    /* a legacy Megatron rank file cut short; names DeepSpeed does not
+     * write are not DeepSpeed's */
+    JUDGE("trainer9", "iter_0000010/mp_rank_00/model_optim_rng.pt=@cut",
+          "iter_0000010:megatron:0:mp_rank_00/model_optim_rng.pt: cut short "
+          "(no end of central directory)");
+    JUDGE("trainer10", "global_step2/bf16_mp_rank_00_model_states.pt=x",
+          "global_step2:unknown:0:" UNJUDGED);
     /* a zip cut short beside unrecognised weights proves incompleteness */
     JUDGE("trainer3", "checkpoint-4/model.bin=x;checkpoint-4/optimizer.pt=@cut",
           "checkpoint-4:unknown:0:optimizer.pt: cut short (no end of "
