@@ -616,18 +616,35 @@ static int check_other(const struct judge_view *v, struct ufind *u, const char *
     return 0;
 }
 
-/* "NAME-0000K-of-0000N.safetensors": a shard of a split file. */
-static int split_shard(const char *name)
+/* "NAME-0000K-of-0000N.safetensors" (or .bin): a shard of a split file. */
+static int split_shard_of(const char *name, const char *suffix)
 {
     const char *o = strstr(name, "-of-");
-    size_t n = strlen(name);
-    if (!o || o - name < 6 || n < 17 ||
-        strcmp(name + n - 12, ".safetensors") != 0)
+    size_t n = strlen(name), sl = strlen(suffix);
+    if (!o || o - name < 6 || n < 5 + sl ||
+        strcmp(name + n - sl, suffix) != 0)
         return 0;
     for (const char *p = o - 5; p < o; p++)
         if (!isdigit((unsigned char)*p))
             return 0;
     return o[-6] == '-';
+}
+
+static int split_shard(const char *name)
+{
+    return split_shard_of(name, ".safetensors");
+}
+
+/* HF's torch.save weights (save_pretrained with safe_serialization off,
+ * transformers < 4.35's default): pytorch_model.bin, its shards
+ * pytorch_model-0000K-of-0000N.bin, PEFT's adapter_model.bin. Zips since
+ * torch 1.6, so judged strictly, as model.pt. */
+static int hf_weights_bin(const char *name)
+{
+    return !strcmp(name, "pytorch_model.bin") ||
+           !strcmp(name, "adapter_model.bin") ||
+           (ckpt_str_startswith(name, "pytorch_model-") &&
+            split_shard_of(name, ".bin"));
 }
 
 /* An index (`*.safetensors.index.json`, written by ckpt unshard and HF):
@@ -694,7 +711,7 @@ static int judge_unsharded(const struct judge_view *v, struct ckpt_checkpoint *c
         "model.pt", "checkpoint.pt", "optim.pt", "train.pt",
     };
     struct ufind u = { NULL, NULL, 0 };
-    int rc = 0, split = 0, index = 0;
+    int rc = 0, split = 0, index = 0, splitb = 0, indexb = 0;
     for (size_t i = 0; rc == 0 && i < sizeof(torch) / sizeof(torch[0]); i++)
         if (get(v, torch[i]))
             rc = check_file(v, &u, torch[i], 0, err);
@@ -708,10 +725,19 @@ static int judge_unsharded(const struct judge_view *v, struct ckpt_checkpoint *c
         } else if (ckpt_str_endswith(r, ".safetensors.index.json")) {
             index = 1;
             rc = check_index(v, &u, r, err);
+        } else if (hf_weights_bin(r)) {
+            splitb |= split_shard_of(r, ".bin");
+            rc = check_file(v, &u, r, 0, err);
+        } else if (ckpt_str_endswith(r, ".bin.index.json")) {
+            indexb = 1;
+            rc = check_index(v, &u, r, err);
         } else if (other_torch(r, torch, sizeof(torch) / sizeof(torch[0]))) {
             rc = check_other(v, &u, r, err);
         }
     }
+    if (rc == 0 && splitb && !indexb)
+        note_missing(v, &u, ckpt_xstrdup("split pytorch_model-*.bin without "
+                                         "pytorch_model.bin.index.json"));
     if (rc == 0 && split && !index)
         note_missing(v, &u, ckpt_xstrdup("split safetensors without their "
                                          "*.safetensors.index.json"));

@@ -16,7 +16,8 @@ rank and a rank-local DCP step without a rank's metadata.
 (exit 0), a run is deleted only on a proven incomplete step, and
 `--keep-last 1` prunes the older `checkpoint-N`, `global_stepN`,
 `iter_N` steps of a kept run. Before: DeepSpeed, Megatron (legacy and
-torch_dist), accelerate FSDP and rank-local DCP steps were `unknown` or
+torch_dist), accelerate FSDP, HF `pytorch_model*.bin` and rank-local DCP
+steps were `unknown` or
 unreadable (".metadata: pickle global '...SavePlan' is not allowed"), so
 clean reported every such run an `error` (exit 1) and kept the damaged
 ones too."""
@@ -40,6 +41,33 @@ MGL = os.path.join(RW, "megatron_legacy_torch", "checkpoints",
                    "iter_0000010")
 MGD = os.path.join(RW, "megatron_core_dist_ckpt_tensors", "ckpt")
 RL = os.path.join(FIX, "dcp-v2.14", "rank_local", "ckpt")
+
+
+def old_hf(d, cut):
+    """An HF Trainer step as transformers < 4.35 wrote it by default
+    (safe_serialization off): torch.save weights split in two + their
+    index (save_pretrained's names), optimizer.pt, rng_state.pth,
+    trainer_state.json; cut: the second shard cut short as a killed
+    write leaves it."""
+    import torch
+    os.makedirs(d)
+    sd = {"a.weight": torch.arange(6.0).reshape(2, 3), "b.bias": torch.ones(4)}
+    torch.save({"a.weight": sd["a.weight"]},
+               os.path.join(d, "pytorch_model-00001-of-00002.bin"))
+    torch.save({"b.bias": sd["b.bias"]},
+               os.path.join(d, "pytorch_model-00002-of-00002.bin"))
+    with open(os.path.join(d, "pytorch_model.bin.index.json"), "w") as f:
+        f.write('{"metadata": {"total_size": 40}, "weight_map": {'
+                '"a.weight": "pytorch_model-00001-of-00002.bin", '
+                '"b.bias": "pytorch_model-00002-of-00002.bin"}}')
+    torch.save({"state": {}, "param_groups": []},
+               os.path.join(d, "optimizer.pt"))
+    torch.save({"python": 1}, os.path.join(d, "rng_state.pth"))
+    with open(os.path.join(d, "trainer_state.json"), "w") as f:
+        f.write('{"global_step": 3}')
+    if cut:
+        p = os.path.join(d, "pytorch_model-00002-of-00002.bin")
+        os.truncate(p, os.path.getsize(p) // 2)
 
 
 def run_dir(root, name, pieces, drop=()):
@@ -77,6 +105,8 @@ RUNS = [
              (DS3, "checkpoints/global_step4")], []),
     ("ds3-cut", [(DS3, "global_step2")],
      ["global_step2/zero_pp_rank_1_mp_rank_00_model_states.pt"]),
+    ("hf-bin", [], []),
+    ("hf-bin-cut", [], []),
     ("hf-fsdp", [(FSDP, "checkpoint-2")], []),
     ("hf-fsdp-cut", [(FSDP, "checkpoint-2")],
      ["checkpoint-2/trainer_state.json"]),
@@ -115,6 +145,10 @@ LS = [
     ("ds3-cut", "global_step2", "2", "deepspeed", "incomplete: "
      "zero_pp_rank_1_mp_rank_00_model_states.pt missing (the recorded world "
      "size calls for it)"),
+    ("hf-bin", "checkpoint-3", "3", "unsharded", "complete"),
+    ("hf-bin-cut", "checkpoint-3", "3", "unsharded", "incomplete: "
+     "pytorch_model-00002-of-00002.bin: cut short (no end of central "
+     "directory)"),
     ("hf-fsdp", "checkpoint-2", "2", "hf", "complete"),
     ("hf-fsdp-cut", "checkpoint-2", "2", "hf", "incomplete: " + HF_STATE),
     ("hf-partial", "checkpoint-4", "4", "unsharded",
@@ -139,6 +173,7 @@ KEEP = {
     "ds-bf16": "global_step2 (deepspeed)",
     "ds-interrupted": "global_step2 (deepspeed)",
     "ds3": "global_step4 (deepspeed)",
+    "hf-bin": "checkpoint-3 (unsharded)",
     "hf-fsdp": "checkpoint-2 (hf)",
     "hf-two": "checkpoint-4 (unsharded)",
     "mg-dist": "iter_0000010 (megatron)",
@@ -181,7 +216,9 @@ def main():
     try:
         root = os.path.join(tmp, "runs")
         for name, pieces, drop in RUNS:
-            run_dir(root, name, pieces, drop)
+            d = run_dir(root, name, pieces, drop)
+            if name.startswith("hf-bin"):
+                old_hf(os.path.join(d, "checkpoint-3"), name == "hf-bin-cut")
         names = [r[0] for r in RUNS]
         os.chdir(root)
         before = {n: listing(n) for n in names}
