@@ -17,6 +17,11 @@
  * reached and each link's object is made from its target's data. A link
  * whose target is not a file in the archive fails the copy (the archive
  * is then never deleted).
+ *
+ * A name stored twice (tar -r appends) is the later copy's, as after
+ * tar x: the earlier object is superseded (not counted, not verified),
+ * and the later member is copied in the next pass, once every superseded
+ * object is finished, so that it is the last write to its key.
  */
 #include "upload_int.h"
 
@@ -25,6 +30,7 @@
 
 #include "ckpt/text.h"
 #include "ckpt/util.h"
+#include "../torchfmt/strmap.h"
 
 struct hlink {
     char *target;               /* owned: the member whose bytes it has */
@@ -32,11 +38,27 @@ struct hlink {
     int served, found;          /* this pass: copied; target seen */
 };
 
+struct dup {
+    uint64_t nth;               /* the member's place in the archive */
+    char *rel;                  /* owned */
+};
+
 struct extract {
     struct ckpt_archive *a;     /* owned */
-    int pass;                   /* 0: members; then: hard links' targets */
+    int pass;                   /* 0: members; then: hard links' targets
+                                   and later copies of a name */
+    uint64_t nth;               /* members read in this pass */
     struct hlink *links;        /* owned: hard links not yet copied */
     size_t nlinks;
+    struct strmap seen;         /* pass 0: rel -> 2 * objs index + 1, or
+                                   2 * dups index + 2 */
+    char **keys;                /* owned: seen's keys */
+    size_t nkeys;
+    struct dup *dups;           /* owned: later copies for pass 1 */
+    size_t ndups;
+    int at_end;                 /* this pass read to its end */
+    int resend;                 /* new_member: sent whatever DEST held
+                                   when listed */
     char sig[96];               /* the archive's version, for srcsig */
     char *strip;                /* owned: "top/", "", or NULL undecided */
     struct obj *cur;            /* big member being read */
@@ -79,6 +101,13 @@ void up_extract_close(struct group *g)
         free(x->links[i].rel);
     }
     free(x->links);
+    for (size_t i = 0; i < x->ndups; i++)
+        free(x->dups[i].rel);
+    free(x->dups);
+    tf_strmap_release(&x->seen);
+    for (size_t i = 0; i < x->nkeys; i++)
+        free(x->keys[i]);
+    free(x->keys);
     free(x->strip);
     free(x);
     g->x = NULL;
@@ -289,6 +318,72 @@ static void serve_link(struct ckpt_upload *u, struct group *g,
         new_member(u, g, &le, l->rel);
 }
 
+/* Pass 0: a member whose name was read before. 1 when it waits for the
+ * next pass (the earlier copy superseded), 0 when it is the first. */
+static int later_copy(struct ckpt_upload *u, struct extract *x,
+                      const char *rel)
+{
+    uint64_t v;
+    if (!tf_strmap_get(&x->seen, rel, strlen(rel), &v))
+        return 0;
+    if (v & 1) {
+        up_obj_supersede(u, u->objs[v / 2]);
+        x->dups = ckpt_xreallocarray(x->dups, x->ndups + 1,
+                                     sizeof(*x->dups));
+        x->dups[x->ndups].rel = ckpt_xstrdup(rel);
+        v = 2 * x->ndups++ + 2;
+        if (tf_strmap_put(&x->seen, rel, strlen(rel), v) != 0)
+            abort();  /* (rel equals the key there: that one is kept) */
+    }
+    x->dups[v / 2 - 1].nth = x->nth;
+    return 1;
+}
+
+/* Pass 0: remember which object holds rel. */
+static void first_copy(struct ckpt_upload *u, struct extract *x,
+                       const char *rel, size_t before)
+{
+    if (u->nobjs == before)
+        return;  /* left out, or dropped: no object */
+    x->keys = ckpt_xreallocarray(x->keys, x->nkeys + 1, sizeof(*x->keys));
+    x->keys[x->nkeys] = ckpt_xstrdup(rel);
+    if (tf_strmap_put(&x->seen, x->keys[x->nkeys++], strlen(rel),
+                      2 * (uint64_t)(u->nobjs - 1) + 1) != 0)
+        abort();
+}
+
+/* Pass 1: the later copy of a name, at its place in the archive. */
+static int serve_dup(struct ckpt_upload *u, struct group *g,
+                     const struct ckpt_archive_entry *e)
+{
+    struct extract *x = g->x;
+    for (size_t i = 0; i < x->ndups; i++)
+        if (x->dups[i].nth == x->nth) {
+            /* DEST's listing is from before this run sent the earlier
+             * copy (a rerun sends it again): never skipped by it. */
+            x->resend = 1;
+            if (up_pick(g, e->path, x->dups[i].rel, e->size))
+                new_member(u, g, e, x->dups[i].rel);
+            x->resend = 0;
+            return 1;
+        }
+    return 0;
+}
+
+/* Every superseded object of g finished (before its name is written
+ * again). */
+static int superseded_done(const struct ckpt_upload *u,
+                           const struct group *g)
+{
+    for (size_t i = 0; i < u->nobjs; i++) {
+        const struct obj *o = u->objs[i];
+        if (o->g == g && o->superseded && o->st != O_DONE &&
+            o->st != O_SKIPPED && o->st != O_FAILED)
+            return 0;
+    }
+    return 1;
+}
+
 /* End of a pass: drop the links copied; a link whose target never came
  * fails the copy. 1 when links wait for another pass. */
 static int links_left(struct ckpt_upload *u, struct group *g)
@@ -327,6 +422,8 @@ static void new_member(struct ckpt_upload *u, struct group *g,
     struct obj *o = up_obj_new(g, e->path, rel, e->size, 0, x->sig);
     o->from_archive = 1;
     o->sdisp = ckpt_xasprintf("%s/%s", g->sdisp, e->path);
+    if (x->resend)
+        o->dest = NULL;
     if (u->cfg.dry_run) {
         if (dry_conflict(u, x, o) == 0)
             up_obj_route(u, o);
@@ -369,14 +466,25 @@ int up_extract_step(struct ckpt_upload *u, struct group *g)
     if (x->cur)
         return produce_part(u, g);
     struct ckpt_archive_entry e;
-    int rc = ckpt_archive_next(x->a, &e, &err);
+    int rc = x->at_end ? 0 : ckpt_archive_next(x->a, &e, &err);
     if (rc < 0)
         return archive_failed(u, g, &err);
-    if (rc == 0 && links_left(u, g)) {
-        /* Read it again for the hard links' targets. */
+    x->at_end = rc == 0;
+    if (rc == 0 && x->pass == 0 && x->ndups && !u->cfg.dry_run &&
+        !superseded_done(u, g))
+        return 0;  /* (step is called again as units come back) */
+    if (rc == 0 && x->pass == 1) {
+        for (size_t i = 0; i < x->ndups; i++)
+            free(x->dups[i].rel);
+        x->ndups = 0;
+    }
+    if (rc == 0 && (links_left(u, g) || x->ndups)) {
+        /* Read it again for the hard links' targets and later copies. */
         ckpt_archive_close(x->a);
         x->a = NULL;
         x->pass++;
+        x->nth = 0;
+        x->at_end = 0;
         if (ckpt_archive_open(&x->a, g->sst, g->skey, &err) != 0)
             return archive_failed(u, g, &err);
         return 1;
@@ -385,8 +493,10 @@ int up_extract_step(struct ckpt_upload *u, struct group *g)
         finished(u, g);
         return -1;
     }
+    x->nth++;
     if (x->pass > 0) {
-        if (e.type == CKPT_ENTRY_FILE)
+        if (e.type == CKPT_ENTRY_FILE && !(x->pass == 1 &&
+                                           serve_dup(u, g, &e)))
             serve_link(u, g, &e);
         return 1;
     }
@@ -406,8 +516,11 @@ int up_extract_step(struct ckpt_upload *u, struct group *g)
         g->plan_failed = 1;
     } else if (e.hardlink) {
         add_link(x, &e, rel);
-    } else if (up_pick(g, e.path, rel, e.size)) {
-        new_member(u, g, &e, rel);
+    } else if (!later_copy(u, x, rel)) {
+        size_t before = u->nobjs;
+        if (up_pick(g, e.path, rel, e.size))
+            new_member(u, g, &e, rel);
+        first_copy(u, x, rel, before);
     }
     free(disp);
     return 1;

@@ -28,14 +28,19 @@ void up_emit(struct ckpt_upload *u, enum ckpt_upload_action a,
 {
     struct ckpt_upload_totals *t = &u->t;
     uint64_t size = o ? o->size : 0;
+    int superseded = o && o->superseded;
     switch (a) {
     case CKPT_UP_UPLOADED:
     case CKPT_UP_WOULD_UPLOAD:
+        if (superseded)
+            break;
         t->uploaded++;
         t->bytes += size;
         break;
     case CKPT_UP_SKIPPED:
     case CKPT_UP_WOULD_SKIP:
+        if (superseded)
+            break;
         t->skipped++;
         break;
     case CKPT_UP_FAILED:
@@ -65,6 +70,22 @@ void up_emit(struct ckpt_upload *u, enum ckpt_upload_action a,
 static int terminal(const struct obj *o)
 {
     return o->st == O_DONE || o->st == O_SKIPPED || o->st == O_FAILED;
+}
+
+void up_obj_supersede(struct ckpt_upload *u, struct obj *o)
+{
+    if (o->superseded)
+        return;
+    o->superseded = 1;
+    u->t.files--;
+    u->t.bytes_total -= o->size;
+    /* Counted when it got there (up_emit); later events are not. */
+    if (o->st == O_DONE) {
+        u->t.uploaded--;
+        u->t.bytes -= o->size;
+    } else if (o->st == O_SKIPPED) {
+        u->t.skipped--;
+    }
 }
 
 static void free_ready(struct ckpt_upload *u, struct obj *o)

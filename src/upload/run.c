@@ -105,7 +105,7 @@ static void verify_group(struct ckpt_upload *u, struct group *g)
     size_t root = *g->dkey ? strlen(g->dkey) + 1 : 0;
     for (size_t i = 0; i < u->nobjs; i++) {
         struct obj *o = u->objs[i];
-        if (o->g != g || o->st != O_DONE)
+        if (o->g != g || o->st != O_DONE || o->superseded)
             continue;
         if (rc != 0) {
             unarrived(u, o, err.msg);

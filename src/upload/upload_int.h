@@ -204,6 +204,8 @@ struct obj {
     int stream;                 /* one PUT streamed from the local file
                                    (write policy), not buffered whole */
     int from_archive;
+    int superseded;             /* a later archive member of the same name
+                                   wins (tar -r): not counted or verified */
     int outside;                /* reached through a followed symlink from
                                    outside SRC's real path: copied, never
                                    deleted */
@@ -346,6 +348,8 @@ void obj_restart_parts(struct obj *o);
 /* Read on while the budget allows; returns 1 if it produced something,
  * 0 if it is waiting for buffers, -1 when the archive is finished. */
 int up_extract_step(struct ckpt_upload *u, struct group *g);
+/* A later member of o's name was read: o no longer counts. */
+void up_obj_supersede(struct ckpt_upload *u, struct obj *o);
 void up_extract_close(struct group *g);
 
 #endif

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+# ctest-cost: 20
+"""A tar holding the same member twice (`tar -r` appends; issue 20, "Also
+seen"): the later copy wins everywhere, as after `tar x`, and is counted
+once.
+
+The run 2871005 archived with `tar cf`, then config.yaml and
+train_data/rank0.npy changed (other sizes) and appended with `tar rf`:
+7 names, 9 members. `upload --extract --delete-source` and `process`, to
+a local and an s3 DEST: exit 0, 7 files counted, DEST holds the later
+copies, the archive is deleted. `upload --extract` (no delete) run twice
+to s3 converges (before, every pass failed 'DEST lists a different
+size').
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from s3test import (Checker, S3Env, age_tree, contents, ckpt,  # noqa: E402
+                    gen_runs, old_ctime, remote_contents)
+from process_s3 import rows  # noqa: E402
+
+B = "ckpt-test"
+LATER = {"config.yaml": b"run_name: appended\nlater: copy\n",
+         "train_data/rank0.npy": b"appended later, other size"}
+
+
+def make(tmp):
+    gen = os.path.join(tmp, "gen")
+    gen_runs(gen)
+    src = os.path.join(tmp, "src")
+    run = os.path.join(src, "2871005")
+    shutil.copytree(os.path.join(gen, "2871005"), run)
+    arc = os.path.join(tmp, "2871005.tar")
+    subprocess.run(["tar", "cf", arc, "-C", src, "2871005"], check=True)
+    for n, data in LATER.items():
+        with open(os.path.join(run, n), "wb") as f:
+            f.write(data)
+        subprocess.run(["tar", "rf", arc, "-C", src, "2871005/" + n],
+                       check=True)
+    members = subprocess.run(["tar", "tf", arc], check=True, text=True,
+                             capture_output=True).stdout.split()
+    assert len([m for m in members if not m.endswith("/")]) == 9, members
+    return contents(run), arc
+
+
+def fresh(arc, tmp, name):
+    d = os.path.join(tmp, name)
+    os.makedirs(d)
+    p = os.path.join(d, os.path.basename(arc))
+    shutil.copy2(arc, p)
+    age_tree(d)
+    return p
+
+
+def dest_tree(env, dest):
+    if dest.startswith("s3://"):
+        return remote_contents(env, B, dest[len("s3://%s/" % B):])
+    return contents(dest)
+
+
+def dest_of(tmp, dname, what):
+    return (os.path.join(tmp, "d-%s-%s" % (what, dname)) if dname == "local"
+            else "s3://%s/%s" % (B, what))
+
+
+def summary(err):
+    return [ln.split("ckpt: ", 1)[1] for ln in err.splitlines()
+            if "ckpt: uploaded" in ln or "ckpt: would upload" in ln]
+
+
+def upload(c, env, tmp, arc, want):
+    for dname in ("local", "s3"):
+        what = "upload -> %s" % dname
+        a = fresh(arc, tmp, "up-" + dname)
+        dest = dest_of(tmp, dname, "up")
+        rc, out, err = ckpt("upload", "-n", "--extract", "--delete-source",
+                            "--no-progress", a, dest, env=env)
+        c.eq("%s -n: exit, summary" % what, (rc, [s.split(" in ")[0] for s
+                                                 in summary(err)]),
+             (0, ["would upload 7 file(s) (27.0 KiB), skipped 0, failed 0, "
+                  "deleted 1"]))
+        rc, out, err = ckpt("upload", "--extract", "--delete-source",
+                            "--no-progress", a, dest, env=env)
+        c.eq("%s: exit, summary" % what, (rc, [s.split(" in ")[0] for s
+                                              in summary(err)]),
+             (0, ["uploaded 7 file(s) (27.0 KiB), skipped 0, failed 0, "
+                  "deleted 1"]))
+        c.eq("%s: DEST holds the later copies" % what,
+             dest_tree(env, dest), want)
+        c.eq("%s: archive deleted" % what, os.path.exists(a), False)
+    # Without --delete-source, twice: the rerun converges (skips or
+    # sends again, and verifies).
+    a = fresh(arc, tmp, "again")
+    dest = dest_of(tmp, "s3", "again")
+    for i in (1, 2):
+        rc, out, err = ckpt("upload", "--extract", "--no-progress", a, dest,
+                            env=env)
+        c.eq("s3 pass %d: exit 0" % i, (rc, out), (0, ""))
+        c.eq("s3 pass %d: DEST holds the later copies" % i,
+             dest_tree(env, dest), want)
+
+
+def process(c, env, tmp, arc, want):
+    size = str(sum(map(len, want.values())))
+    for dname in ("local", "s3"):
+        what = "process -> %s" % dname
+        a = fresh(arc, tmp, "pr-" + dname)
+        dest = dest_of(tmp, dname, "pr")
+        for dry in (["-n"], []):
+            rc, out, _ = ckpt("process", *dry, "--no-wandb", "--no-progress",
+                              a, "--dest", dest, env=env)
+            r = rows(out)[0]
+            c.eq("%s %s: exit, row" % (what, dry), (rc, r[:2], r[3:5]),
+                 (0, ["would-process" if dry else "processed", a],
+                  ["7", size]))
+        c.eq("%s: DEST holds the later copies" % what,
+             dest_tree(env, dest + "/2871005"), want)
+        c.eq("%s: archive deleted" % what, os.path.exists(a), False)
+
+
+def main():
+    # Trees are aged with utime(): ctimes aged too (s3test.old_ctime).
+    os.environ.update(old_ctime())
+    c = Checker()
+    tmp = tempfile.mkdtemp(prefix="ckpt-dups-")
+    try:
+        want, arc = make(tmp)
+        with S3Env() as s3:
+            env = s3.env()
+            env["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
+            upload(c, env, tmp, arc, want)
+            process(c, env, tmp, arc, want)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
