@@ -16,6 +16,8 @@
  * training_args.bin alone may be a save_model() a user named like a
  * checkpoint, or a save_only_model step: it is judged by its files'
  * structure only (never deleted for lacking trainer_state.json).
+ * With DeepSpeed the engine saves its own checkpoint into the step
+ * (global_stepN/) in place of optimizer.pt: judged by DeepSpeed's rule.
  * Every file is judged by its structure as judge.c does for unsharded
  * files (whole zips, safetensors headers, every shard an index names);
  * each DCP directory as DCP.
@@ -111,6 +113,56 @@ static int hf_fsdp(const struct judge_view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
+/* With DeepSpeed, _save_optimizer_and_scheduler has the engine save its
+ * checkpoint into the step (checkpoint-N/global_stepN/, `latest`): each
+ * such directory judged by DeepSpeed's rule (layout_deepspeed.c), its
+ * verdict named by the directory (c NULL: only counted). Returns the
+ * number found, or -1. */
+static int hf_deepspeed(const struct judge_view *v, struct ckpt_checkpoint *c,
+                        struct ckpt_err *err)
+{
+    int found = 0;
+    const char *last = NULL;
+    size_t lastn = 0;
+    for (size_t i = v->lo; i < v->hi; i++) {
+        const char *r = judge_rel(v, i);
+        const char *sl = strchr(r, '/');
+        if (!sl || (last && (size_t)(sl - r) == lastn &&
+                    !strncmp(r, last, lastn)))
+            continue;
+        last = r;
+        lastn = (size_t)(sl - r);
+        char *sub = ckpt_xstrndup(r, lastn);
+        char *dir = ckpt_path_join(v->dir, sub);
+        struct judge_view sv = { v->t, dir, 0, 0 };
+        ckpt_tree_range(v->t, dir, &sv.lo, &sv.hi);
+        int rc = 0;
+        if (judge_layout_deepspeed.recognise(&sv) && !c) {
+            found++;
+        } else if (judge_layout_deepspeed.recognise(&sv)) {
+            struct ckpt_checkpoint d;
+            memset(&d, 0, sizeof(d));
+            d.complete = 1;
+            found++;
+            rc = judge_layout_deepspeed.judge(&sv, &d, err);
+            if (rc == 0 && !d.complete) {
+                char *why = ckpt_xasprintf("%s/%s", sub, d.why ? d.why : "?");
+                if (d.unknown)
+                    judge_unknown(c, "%s", why);
+                else
+                    judge_incomplete(c, "%s", why);
+                free(why);
+            }
+            free(d.why);
+        }
+        free(dir);
+        free(sub);
+        if (rc != 0)
+            return -1;
+    }
+    return found;
+}
+
 static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                     struct ckpt_err *err)
 {
@@ -118,8 +170,22 @@ static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
     c->format = fsdp ? CKPT_FMT_HF : CKPT_FMT_UNSHARDED;
     if ((fsdp ? hf_fsdp(v, c, err) : judge_plain(v, c, err)) != 0)
         return -1;
+    if (c->unknown && c->why &&
+        ckpt_str_startswith(c->why, "no file ckpt recognises") &&
+        hf_deepspeed(v, NULL, err) > 0) {
+        /* ZeRO-3 may leave no weights at the top: the DeepSpeed
+         * directory holds them. */
+        free(c->why);
+        c->why = NULL;
+        c->unknown = 0;
+        c->complete = 1;
+        c->format = CKPT_FMT_UNSHARDED;
+    }
+    int ds = hf_deepspeed(v, c, err);
+    if (ds < 0)
+        return -1;
     int after = judge_get(v, "optimizer.pt") || judge_get(v, "scheduler.pt") ||
-                has_top(v, "rng_state", ".pth") || fsdp;
+                has_top(v, "rng_state", ".pth") || fsdp || ds;
     if (after && !judge_get(v, "trainer_state.json"))
         judge_missing(v, c, "trainer_state.json",
                       "HF Trainer writes it last, after the optimizer and "

@@ -8,7 +8,8 @@ real-writers/, provenance beside them); the damaged ones are damaged as
 ../shared/fixtures/real-writers/damaged_*/DAMAGE.txt describes a crash
 leaving them (a DeepSpeed rank's optim file never written, a Megatron
 torch_dist save killed before metadata.json, an HF Trainer step killed
-before trainer_state.json), plus a Megatron legacy step without a tensor
+before trainer_state.json, an HF Trainer + DeepSpeed step killed inside
+the engine's save), plus a Megatron legacy step without a tensor
 rank and a rank-local DCP step without a rank's metadata.
 
 `ckpt ls` gives each step its verdict and format; `clean -n` predicts and
@@ -107,6 +108,11 @@ RUNS = [
      ["global_step2/zero_pp_rank_1_mp_rank_00_model_states.pt"]),
     ("hf-bin", [], []),
     ("hf-bin-cut", [], []),
+    ("hf-ds", [(HF, "checkpoint-4"), (DS2, "checkpoint-4/global_step4")],
+     []),
+    ("hf-ds-cut", [(HF, "checkpoint-4"), (DS2, "checkpoint-4/global_step4")],
+     ["checkpoint-4/global_step4/zero_pp_rank_1_mp_rank_00_optim_states.pt",
+      "checkpoint-4/rng_state.pth", "checkpoint-4/trainer_state.json"]),
     ("hf-fsdp", [(FSDP, "checkpoint-2")], []),
     ("hf-fsdp-cut", [(FSDP, "checkpoint-2")],
      ["checkpoint-2/trainer_state.json"]),
@@ -149,6 +155,9 @@ LS = [
     ("hf-bin-cut", "checkpoint-3", "3", "unsharded", "incomplete: "
      "pytorch_model-00002-of-00002.bin: cut short (no end of central "
      "directory)"),
+    ("hf-ds", "checkpoint-4", "4", "unsharded", "complete"),
+    ("hf-ds-cut", "checkpoint-4", "4", "unsharded", "incomplete: "
+     "global_step4/" + DS_RANK1),
     ("hf-fsdp", "checkpoint-2", "2", "hf", "complete"),
     ("hf-fsdp-cut", "checkpoint-2", "2", "hf", "incomplete: " + HF_STATE),
     ("hf-partial", "checkpoint-4", "4", "unsharded",
@@ -174,6 +183,7 @@ KEEP = {
     "ds-interrupted": "global_step2 (deepspeed)",
     "ds3": "global_step4 (deepspeed)",
     "hf-bin": "checkpoint-3 (unsharded)",
+    "hf-ds": "checkpoint-4 (unsharded)",
     "hf-fsdp": "checkpoint-2 (hf)",
     "hf-two": "checkpoint-4 (unsharded)",
     "mg-dist": "iter_0000010 (megatron)",
