@@ -162,7 +162,8 @@ static int judge_olmo_local(const struct judge_view *v, struct ckpt_checkpoint *
  * long enough. */
 static int judge_dcp_meta(const struct judge_view *v,
                           struct ckpt_checkpoint *c, const char *mdir,
-                          const char *mname, struct ckpt_err *err)
+                          const char *mname, struct ckpt_dcp_meta **all,
+                          struct ckpt_err *err)
 {
     char *mpath = ckpt_path_join(mdir, mname);
     char *full = ckpt_path_join(v->dir, mpath);
@@ -186,11 +187,73 @@ static int judge_dcp_meta(const struct judge_view *v,
         }
         if (rc == 0)
             ckpt_dcp_filereqs_free(req, n);
+        /* The coverage check is extra proof: metadata it cannot merge
+         * (a dtype ckpt does not know) only leaves it out. */
+        struct ckpt_err e2 = CKPT_ERR_INIT;
+        if (rc == 0 && all && *all &&
+            ckpt_dcp_meta_add(*all, data, len, mpath, &e2) != 0) {
+            ckpt_dcp_meta_free(*all);
+            *all = NULL;
+        }
         free(data);
     }
     free(full);
     free(mpath);
     return rc;
+}
+
+/* The volume of the distinct chunks of tensor e, or 0 when it cannot
+ * be told (overflow). Chunks saved by several ranks (replicas) count
+ * once: DCP chunks are identical or disjoint. */
+static uint64_t chunk_volume(const struct ckpt_dcp_entry *e, int *ok)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < e->nchunks && *ok; i++) {
+        const struct ckpt_dcp_chunk *a = &e->chunks[i];
+        int dup = 0;
+        for (size_t j = 0; j < i && !dup; j++) {
+            const struct ckpt_dcp_chunk *b = &e->chunks[j];
+            dup = !memcmp(a->offsets, b->offsets,
+                          (size_t)e->ndim * sizeof(uint64_t)) &&
+                  !memcmp(a->sizes, b->sizes,
+                          (size_t)e->ndim * sizeof(uint64_t));
+        }
+        if (dup)
+            continue;
+        uint64_t vol = 1;
+        for (int d = 0; d < e->ndim; d++) {
+            if (a->sizes[d] && vol > UINT64_MAX / a->sizes[d])
+                *ok = 0;
+            vol *= a->sizes[d];
+        }
+        if (sum > UINT64_MAX - vol)
+            *ok = 0;
+        sum += vol;
+    }
+    return sum;
+}
+
+/* Every tensor's distinct chunks, over all ranks, add up to the tensor:
+ * a rank that saved nothing leaves its shards uncovered. */
+static void rank_local_coverage(const struct ckpt_dcp_meta *m,
+                                struct ckpt_checkpoint *c)
+{
+    for (size_t i = 0; i < m->n && c->complete; i++) {
+        const struct ckpt_dcp_entry *e = &m->entries[i];
+        if (e->kind != CKPT_DCP_TENSOR || e->nchunks > 4096)
+            continue;
+        int ok = 1;
+        uint64_t numel = 1;
+        for (int d = 0; d < e->ndim; d++) {
+            if (e->size[d] && numel > UINT64_MAX / e->size[d])
+                ok = 0;
+            numel *= e->size[d];
+        }
+        uint64_t have = chunk_volume(e, &ok);
+        if (ok && have < numel)
+            set_why(c, "%s: the ranks' chunks do not cover it (a rank's "
+                       "__R.metadata missing)", e->fqn);
+    }
 }
 
 /* The highest N of files named prefix<N>suffix / prefix<N>_*suffix in
@@ -231,9 +294,10 @@ static long rank_local_max(const struct judge_view *v, const char *mdir,
 /* A rank-local save (torch >= 2.9, use_collectives=False): each rank
  * writes its data files, then its own __R.metadata naming them
  * (FileSystemWriter.finish per rank). Complete when the ranks' metadata
- * are 0..N-1 without a gap, every file each names is whole, and no rank
- * wrote data without its metadata. A last rank that wrote nothing at all
- * leaves no trace: not provable, such a step is kept. */
+ * are 0..N-1 without a gap, every file each names is whole, no rank
+ * wrote data without its metadata, and every tensor's chunks over all
+ * ranks cover it (a last rank that wrote nothing leaves its shards
+ * uncovered; replicated state is whole without it). */
 static int judge_dcp_rank_local(const struct judge_view *v,
                                 struct ckpt_checkpoint *c, const char *mdir,
                                 struct ckpt_err *err)
@@ -252,12 +316,18 @@ static int judge_dcp_rank_local(const struct judge_view *v,
                  "wrote data files)", mdir, *mdir ? "/" : "", dmax, dmax);
         return set_why(c, "%s", what);
     }
+    struct ckpt_dcp_meta *all = ckpt_dcp_meta_new();
     for (long r = 0; r <= mmax && c->complete; r++) {
         char name[48];
         snprintf(name, sizeof(name), "__%ld.metadata", r);
-        if (judge_dcp_meta(v, c, mdir, name, err) != 0)
+        if (judge_dcp_meta(v, c, mdir, name, &all, err) != 0) {
+            ckpt_dcp_meta_free(all);
             return -1;
+        }
     }
+    if (c->complete && all)
+        rank_local_coverage(all, c);
+    ckpt_dcp_meta_free(all);
     return 0;
 }
 
@@ -280,7 +350,7 @@ static int judge_dcp(const struct judge_view *v, struct ckpt_checkpoint *c,
         return rc;
     }
     free(mpath);
-    return judge_dcp_meta(v, c, mdir, ".metadata", err);
+    return judge_dcp_meta(v, c, mdir, ".metadata", NULL, err);
 }
 
 /* NeMo marks an unfinished checkpoint with a sibling "<name>-unfinished",

@@ -10,7 +10,8 @@ leaving them (a DeepSpeed rank's optim file never written, a Megatron
 torch_dist save killed before metadata.json, an HF Trainer step killed
 before trainer_state.json, an HF Trainer + DeepSpeed step killed inside
 the engine's save), plus a Megatron legacy step without a tensor
-rank and a rank-local DCP step without a rank's metadata.
+rank and rank-local DCP steps without a rank's metadata (its data there,
+or gone too: then the sharded tensor's chunks do not cover it).
 
 `ckpt ls` gives each step its verdict and format; `clean -n` predicts and
 `clean` does exactly this: runs whose newest step is complete are kept
@@ -128,6 +129,8 @@ RUNS = [
      ["iter_0000010/mp_rank_01"]),
     ("ranklocal", [(RL, "step5")], []),
     ("ranklocal-cut", [(RL, "step5")], ["step5/__1.metadata"]),
+    ("ranklocal-gone", [(RL, "step5")],
+     ["step5/__1.metadata", "step5/__1_0.distcp"]),
 ]
 
 
@@ -175,6 +178,8 @@ LS = [
     ("ranklocal", "step5", "5", "dcp", "complete"),
     ("ranklocal-cut", "step5", "5", "dcp", "incomplete: __1.metadata "
      "missing (rank 1 wrote data files)"),
+    ("ranklocal-gone", "step5", "5", "dcp", "incomplete: weight: the "
+     "ranks' chunks do not cover it (a rank's __R.metadata missing)"),
 ]
 
 # clean: run -> (kept checkpoint and format, or None: deleted)
