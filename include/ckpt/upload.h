@@ -42,6 +42,8 @@ enum ckpt_upload_action {
  * deleted: they stay at SRC. */
 #define CKPT_UP_WHY_LINK "symbolic link not followed (use --follow-links)"
 #define CKPT_UP_WHY_SPECIAL "not a regular file; not copied"
+/* An archive's symbolic link member (the archive is then kept). */
+#define CKPT_UP_WHY_ARCHIVE_LINK "link inside the archive; not copied"
 
 /* Stable lowercase name: "uploaded", "would-skip", ... */
 const char *ckpt_upload_action_name(enum ckpt_upload_action a);

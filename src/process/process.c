@@ -274,6 +274,7 @@ static void up_event(void *ud, const struct ckpt_upload_event *ev)
     struct one *o = ud;
     if (ev->action == CKPT_UP_WARNING &&
         (!strcmp(ev->detail, CKPT_UP_WHY_LINK) ||
+         !strcmp(ev->detail, CKPT_UP_WHY_ARCHIVE_LINK) ||
          !strcmp(ev->detail, CKPT_UP_WHY_SPECIAL))) {
         pthread_mutex_lock(&o->mu);
         ckpt_buf_addf(&o->specials, "%s%s", o->nspecials++ ? ", " : "",

@@ -224,6 +224,15 @@ static int produce_part(struct ckpt_upload *u, struct group *g)
     return 1;
 }
 
+/* A symlink member named as OLMo's `latest` links (upload of a tree
+ * drops those with the run, plan.c). */
+static int olmo_latest(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    return !strcmp(b, "latest") || !strcmp(b, "latest-unsharded");
+}
+
 /* The member's path below the top directory, or NULL when outside it. */
 static const char *strip_path(struct ckpt_upload *u, struct extract *x,
                               const struct ckpt_archive_entry *e)
@@ -504,10 +513,14 @@ int up_extract_step(struct ckpt_upload *u, struct group *g)
     const char *rel = strip_path(u, x, &e);
     if (e.type == CKPT_ENTRY_DIR) {
         /* Directories exist only through their files. */
+    } else if (e.type == CKPT_ENTRY_LINK && !e.hardlink &&
+               olmo_latest(e.path)) {
+        /* OLMo's `latest` names a checkpoint of the run: goes with it. */
     } else if (e.type != CKPT_ENTRY_FILE && !e.hardlink) {
+        /* Not copied, so the archive is never deleted (delete_sources). */
+        g->nuncopied++;
         up_emit(u, CKPT_UP_WARNING, NULL, disp, e.type == CKPT_ENTRY_LINK
-                ? "link inside the archive; not copied"
-                : "not a regular file; not copied");
+                ? CKPT_UP_WHY_ARCHIVE_LINK : CKPT_UP_WHY_SPECIAL);
     } else if (!rel || !*rel) {
         ckpt_err_set(&err, CKPT_EUNSAFE, "outside '%s', the archive's top "
                      "directory that was stepped into (use --no-strip)",

@@ -202,6 +202,15 @@ static void delete_sources(struct ckpt_upload *u)
             u->t.kept_archives++;
             continue;
         }
+        if (g->kind == G_ARCHIVE && g->nuncopied) {
+            char *d = ckpt_xasprintf("not deleted: %zu member(s) in it are "
+                                     "symbolic links or special files, "
+                                     "which are not copied", g->nuncopied);
+            up_emit(u, CKPT_UP_WARNING, NULL, g->sdisp, d);
+            free(d);
+            u->t.kept_archives++;
+            continue;
+        }
         if (g->kind == G_ARCHIVE) {
             queue_delete(u, g, NULL);
             continue;

@@ -176,6 +176,8 @@ struct group {
     size_t ndrops;
     size_t nkept;                    /* files kept by design (KEPT) */
     size_t nleft;                    /* files picked LEAVE: kept */
+    size_t nuncopied;                /* archive: symlink or special
+                                        members, not copied: kept */
     struct extract *x;               /* owned while streaming */
     int extracted;                   /* archive fully read */
 };

@@ -12,6 +12,8 @@ files, archived with `tar cf` and `tar czf`:
   is the archive deleted.
 - A link whose target is not in the archive fails the copy: exit 1, the
   archive kept.
+- A symbolic link member (not copied) keeps the archive too, warned
+  about; OLMo's `latest` link member goes with the run, silently.
 """
 import io
 import os
@@ -133,6 +135,33 @@ def dangling(c, env, tmp):
     c.true("dangling: archive kept", os.path.isfile(arc))
 
 
+def symlink_member(c, env, tmp):
+    d = os.path.join(tmp, "sym")
+    os.makedirs(d)
+    arc = os.path.join(d, "run.tar")
+    with tarfile.open(arc, "w") as t:
+        data = b"x" * 100
+        ti = tarfile.TarInfo("run/a.bin")
+        ti.size = len(data)
+        t.addfile(ti, io.BytesIO(data))
+        for name in ("run/b.bin", "run/latest"):
+            ti = tarfile.TarInfo(name)
+            ti.type = tarfile.SYMTYPE
+            ti.linkname = "a.bin"
+            t.addfile(ti)
+    for dry in (["-n"], []):
+        rc, out, err = ckpt("upload", *dry, "--extract", "--delete-source",
+                            "--no-progress", arc, os.path.join(tmp, "dsym"),
+                            env=env)
+        warned = sorted(ln.split("warning: ", 1)[1] for ln in
+                        err.splitlines() if "warning: " in ln)
+        c.eq("symlink member %s: exit, warnings" % dry, (rc, warned),
+             (0, ["%s/run/b.bin: link inside the archive; not copied" % arc,
+                  "%s: not deleted: 1 member(s) in it are symbolic links "
+                  "or special files, which are not copied" % arc]))
+        c.true("symlink member %s: archive kept" % dry, os.path.isfile(arc))
+
+
 def main():
     # Trees are aged with utime(): ctimes aged too (s3test.old_ctime).
     os.environ.update(old_ctime())
@@ -146,6 +175,7 @@ def main():
             upload(c, env, tmp, arcs, want)
             process(c, env, tmp, arcs, want)
             dangling(c, env, tmp)
+            symlink_member(c, env, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return c.finish()
