@@ -423,6 +423,11 @@ int ckpt_storage_same_file(struct ckpt_storage *sa, const char *a,
  * symlinks; non-empty ones stay). A no-op for object storage. */
 int ckpt_storage_prune_dirs(struct ckpt_storage *st, const char *dir,
                             struct ckpt_err *err);
+/* The same, but dir itself stays (process removes a run's directory only
+ * after its state says "done": while it is there a pass over SRC still
+ * finds the run). */
+int ckpt_storage_prune_below(struct ckpt_storage *st, const char *dir,
+                             struct ckpt_err *err);
 
 /* ---- Compare-and-swap on small objects (leases; docs/storage.md
  * "Conditional writes") ----

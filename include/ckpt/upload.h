@@ -81,6 +81,10 @@ struct ckpt_upload_cfg {
      * it unless the run's own state says it wrote there. */
     int no_replace;
     int follow_links;       /* follow symlinks inside local trees */
+    int keep_src_root;      /* --delete-source: a local SRC directory's
+                               own directory stays, emptied (`ckpt
+                               process` removes it once its state says
+                               "done") */
     int strip;              /* --extract: step into a single top directory */
     uint64_t part_size;     /* minimum part size; 0: 8 MiB */
     uint64_t mem_budget;    /* bytes of data buffers; 0: 96 MiB */

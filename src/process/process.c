@@ -104,7 +104,12 @@ struct one {
      * complete at DEST and skipped: adopted when the state lacks them. */
     char **have;
     size_t nhave;
+    /* -n: output directories of the steps it would unshard. */
+    char **wdirs;
+    size_t nwdirs;
     int state_failed;           /* a state write during unshard failed */
+    enum proc_phase s_before;   /* the state before "deleted" was written */
+    int s_had;                  /* ...and there was one */
     /* Steps whose unshard output verified at DEST (--drop-sharded). */
     int64_t *made;
     size_t nmade;
@@ -408,7 +413,8 @@ static int upload_pass(struct one *o, int verify, int dry,
         .dry_run = dry,
         .checksum = verify, .delete_source = !c->keep_source,
         .no_replace = !o->own,
-        .strip = 1, .state_dir = c->state_dir, .on_event = up_event,
+        .strip = 1, .keep_src_root = 1, .state_dir = c->state_dir,
+        .on_event = up_event,
         .on_progress = up_progress,
         .may_delete = dry ? NULL : up_may_delete, .pick = up_pick_cb,
         .may_drop = dry ? NULL : up_may_drop, .ud = o,
@@ -466,6 +472,43 @@ static int save_state(struct one *o, enum proc_phase ph,
 }
 
 
+/* Right before a bad run is deleted (renamed aside first): its state
+ * "deleted", with the judge's reason, so that a worker killed from here
+ * on leaves a state that says what the run was (a pass over SRC no
+ * longer sees a run deleted whole), and a rerun that finishes the delete
+ * keeps that reason. A delete that finishes one a killed worker left
+ * (it->resume) keeps the reason its state recorded. 0, or -1 after the
+ * run's row. */
+static int pre_delete_state(struct one *o, const struct ckpt_clean_item *it)
+{
+    o->s_before = o->s.phase;
+    o->s_had = o->s.phase != PROC_NEW || o->s.src || o->s.nouts;
+    if (!(it->resume && o->s.phase == PROC_DELETED && o->s.why)) {
+        free(o->s.why);
+        o->s.why = ckpt_xstrdup(it->reason.ptr);
+    }
+    return save_state(o, PROC_DELETED, CKPT_PROC_DELETE);
+}
+
+/* The delete failed (the run changed, a file could not go): the state
+ * says again what it said before, or is removed when there was none (a
+ * rerun judges the run again either way: a "deleted" run that exists is
+ * a new run under the old name). */
+static void undo_delete_state(struct one *o)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (o->s_before == PROC_DELETED)
+        return;
+    free(o->s.why);
+    o->s.why = NULL;
+    o->s.phase = o->s_before;
+    if (o->s_had)
+        (void)proc_state_write(o->p->cfg.dst, o->state_key, o->r->id, &o->s,
+                               &err);
+    else
+        (void)ckpt_storage_delete(o->p->cfg.dst, o->state_key, &err);
+}
+
 /* Judge with clean's rules. Returns 1 to go on (a good run), 0 when the
  * run's row was given (deleted, skipped, failed). */
 static int judge(struct one *o)
@@ -505,17 +548,17 @@ static int judge(struct one *o)
         free(d);
     } else if (!c->dry_run && proc_keeper_check(&o->k, &err) != 0) {
         fail_run(o, CKPT_PROC_DELETE, err.msg);
-    } else {
+    } else if (c->dry_run || pre_delete_state(o, &it) == 0) {
         /* Re-read, still bad, unchanged: then deleted (rename-first). */
         ckpt_clean_act(&it);
         if (!strcmp(it.action, "error")) {
+            if (!c->dry_run)
+                undo_delete_state(o);
             fail_run(o, CKPT_PROC_DELETE, it.reason.ptr);
         } else {
             o->freed = it.bytes;
             emit(o, CKPT_PROC_DELETE, c->dry_run ? CKPT_PROC_WOULD
                  : CKPT_PROC_OK, it.reason.ptr, 0, 0);
-            /* So that a rerun naming it (a stale glob) says done. */
-            o->s.why = ckpt_xstrdup(it.reason.ptr);
             if (c->dry_run || save_state(o, PROC_DELETED, CKPT_PROC_DELETE)
                               == 0)
                 finish(o, CKPT_PROC_DELETED, it.reason.ptr, 0);
@@ -625,6 +668,49 @@ static const char *out_rel(const struct one *o, const char *out)
     return out[n] == '/' ? out + n + 1 : out[n] ? NULL : out + n;
 }
 
+/* The output directory of a recorded output path ("step1000-unsharded"
+ * of "step1000-unsharded/model.pt"; "" for a run that is one
+ * checkpoint), malloced. */
+static char *out_dir(const char *path)
+{
+    const char *slash = strchr(path, '/');
+    return slash ? ckpt_xstrndup(path, (size_t)(slash - path))
+                 : ckpt_xstrdup("");
+}
+
+static int has_str(char *const *v, size_t n, const char *s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(v[i], s))
+            return 1;
+    return 0;
+}
+
+/* STEPS of the row and the state: the unsharded steps at DEST that the
+ * state records (the output directories of its outputs), plus extra[n]
+ * (-n: the ones the pass would make or adopt), each once; not what one
+ * pass unsharded (a rerun after a kill makes only what was missing). */
+static uint64_t out_steps(const struct proc_state *s, char *const *extra,
+                          size_t n)
+{
+    char **dirs = NULL;
+    size_t nd = 0;
+    for (size_t i = 0; i < s->nouts + n; i++) {
+        char *d = i < s->nouts ? out_dir(s->outs[i].path)
+                               : ckpt_xstrdup(extra[i - s->nouts]);
+        if (has_str(dirs, nd, d)) {
+            free(d);
+            continue;
+        }
+        dirs = ckpt_xreallocarray(dirs, nd + 1, sizeof(*dirs));
+        dirs[nd++] = d;
+    }
+    for (size_t i = 0; i < nd; i++)
+        free(dirs[i]);
+    free(dirs);
+    return nd;
+}
+
 /* A step's outputs, written and committed: recorded in the state at once,
  * so that a worker killed after this never loses track of them. */
 static void record_outputs(struct one *o,
@@ -643,7 +729,7 @@ static void record_outputs(struct one *o,
     }
     if (!o->s.src)
         o->s.src = ckpt_xstrdup(o->r->srcid);
-    o->s.steps = o->steps;
+    o->s.steps = out_steps(&o->s, NULL, 0);
     if (proc_state_write(o->p->cfg.dst, o->state_key, o->r->id, &o->s,
                          &err) != 0 && !o->state_failed) {
         o->state_failed = 1;
@@ -658,6 +744,14 @@ static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
     if (!strcmp(ev->action, "unsharded") ||
         !strcmp(ev->action, "would-unshard"))
         o->steps++;
+    if (!strcmp(ev->action, "would-unshard")) {
+        const char *rel = ev->out ? out_rel(o, ev->out) : NULL;
+        o->wdirs = ckpt_xreallocarray(o->wdirs, o->nwdirs + 1,
+                                      sizeof(*o->wdirs));
+        o->wdirs[o->nwdirs] = rel ? ckpt_xstrdup(rel)
+                                  : ckpt_xasprintf("/%zu", o->nwdirs);
+        o->nwdirs++;
+    }
     if (!strcmp(ev->action, "unsharded") && ev->res && ev->out)
         record_outputs(o, ev);
     if (!strcmp(ev->action, "skip") && ev->out && out_rel(o, ev->out)) {
@@ -917,6 +1011,19 @@ static int unshard(struct one *o)
     }
     if (!c->dry_run && adopt_outputs(o) != 0)
         return -1;
+    /* The steps at DEST once the phase is done: recorded ones (adopted
+     * included), and -n those it would make or adopt (dry_have). */
+    if (c->dry_run) {
+        char **x = ckpt_xcalloc(o->nhave + o->nwdirs + 1, sizeof(*x));
+        for (size_t i = 0; i < o->nhave; i++)
+            x[i] = o->have[i];
+        for (size_t i = 0; i < o->nwdirs; i++)
+            x[o->nhave + i] = o->wdirs[i];
+        o->steps = out_steps(&o->s, x, o->nhave + o->nwdirs);
+        free(x);
+    } else {
+        o->steps = out_steps(&o->s, NULL, 0);
+    }
     emit(o, CKPT_PROC_UNSHARD, c->dry_run ? CKPT_PROC_WOULD : CKPT_PROC_OK,
          "", 0, 0);
     return 0;
@@ -1210,6 +1317,24 @@ static int left_behind(struct one *o)
     return -1;
 }
 
+/* State "done", then the run's own directory, emptied by the pass (the
+ * upload engine keeps it: keep_src_root): while it is there, a pass over
+ * SRC still finds the run, so a worker killed between its last deletion
+ * and this state is finished by the next pass (docs/reliability.md
+ * "stuck-uploaded"). rmdir removes only an empty directory; one that is
+ * not (files kept, or new ones) stays for the next pass. 0, or -1 after
+ * the run's row. */
+static int save_done(struct one *o)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (save_state(o, PROC_DONE, CKPT_PROC_DELETE) != 0)
+        return -1;
+    if (!o->p->cfg.keep_source && ckpt_storage_is_local(o->r->st) &&
+        ckpt_archive_kind_of(o->r->key) == CKPT_ARCHIVE_NONE)
+        (void)ckpt_storage_prune_dirs(o->r->st, o->r->key, &err);
+    return 0;
+}
+
 /* Copy the run to DEST, verify and delete the source in one pass of the
  * upload engine, as `upload --delete-source` does (it deletes nothing
  * unless every file arrived; with --keep-source every file is compared
@@ -1244,7 +1369,7 @@ static int upload(struct one *o)
     set_note(o);
     if (left_behind(o) != 0)
         return -1;
-    return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
+    return save_done(o);
 }
 
 /* Compare every source file with DEST, then delete the source. */
@@ -1275,7 +1400,7 @@ static int verify_delete(struct one *o)
     set_note(o);
     if (left_behind(o) != 0)
         return -1;
-    return save_state(o, PROC_DONE, CKPT_PROC_DELETE);
+    return save_done(o);
 }
 
 /* A run the state says was uploaded or done whose source is still there:
@@ -1353,6 +1478,16 @@ static int other_source(struct one *o)
     return 1;
 }
 
+/* A bad run a killed worker of this host left renamed aside
+ * (.NAME.ckpt-del-HOST-PID, the process dead). */
+static int aside_left(const struct one *o)
+{
+    char *s = ckpt_storage_is_local(o->r->st)
+        ? ckpt_del_dead_sibling(o->r->key) : NULL;
+    free(s);
+    return s != NULL;
+}
+
 /* With the lease held (-n: without, changing nothing): from whatever
  * the state says to done. */
 static void leased(struct one *o)
@@ -1365,7 +1500,7 @@ static void leased(struct one *o)
         fail_run(o, CKPT_PROC_JUDGE, err.msg);
         return;
     }
-    o->steps = o->s.steps;
+    o->steps = out_steps(&o->s, NULL, 0);
     if (other_source(o))
         return;
     int exists = ckpt_storage_stat(o->r->st, o->r->key, &sb, &err) == 0;
@@ -1383,6 +1518,13 @@ static void leased(struct one *o)
     if (!exists && o->s.phase == PROC_NEW) {
         /* Never processed: judging says it does not exist, or finishes
          * the delete of a bad run a killed worker left renamed aside. */
+        if (judge(o))
+            fail_run(o, CKPT_PROC_JUDGE, "does not exist");
+        return;
+    }
+    if (!exists && o->s.phase == PROC_DELETED && aside_left(o)) {
+        /* Killed after the state, while deleting: finish the delete (of
+         * a dead process of this host; clean's rules), keep the reason. */
         if (judge(o))
             fail_run(o, CKPT_PROC_JUDGE, "does not exist");
         return;
@@ -1486,6 +1628,9 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     for (size_t i = 0; i < o.nhave; i++)
         free(o.have[i]);
     free(o.have);
+    for (size_t i = 0; i < o.nwdirs; i++)
+        free(o.wdirs[i]);
+    free(o.wdirs);
     proc_state_release(&o.s);
     ckpt_buf_release(&o.fail);
     ckpt_buf_release(&o.specials);

@@ -97,6 +97,14 @@ int ckpt_storage_prune_dirs(struct ckpt_storage *st, const char *dir,
                             struct ckpt_err *err)
 {
     if (ckpt_storage_is_local(st))
-        return st_local_prune_dirs(st, dir, err);
+        return st_local_prune_dirs(st, dir, 0, err);
+    return 0;
+}
+
+int ckpt_storage_prune_below(struct ckpt_storage *st, const char *dir,
+                             struct ckpt_err *err)
+{
+    if (ckpt_storage_is_local(st))
+        return st_local_prune_dirs(st, dir, 1, err);
     return 0;
 }

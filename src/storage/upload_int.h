@@ -25,6 +25,6 @@ int st_local_up_finish(struct ckpt_storage *st, const char *key,
 int st_local_up_abort(struct ckpt_storage *st, const char *upload_id,
                       struct ckpt_err *err);
 int st_local_prune_dirs(struct ckpt_storage *st, const char *dir,
-                        struct ckpt_err *err);
+                        int keep_root, struct ckpt_err *err);
 
 #endif

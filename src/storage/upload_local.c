@@ -216,7 +216,7 @@ static int prune_fd(int dfd, const struct st_fs *fs, const char *name,
 }
 
 int st_local_prune_dirs(struct ckpt_storage *st, const char *dir,
-                        struct ckpt_err *err)
+                        int keep_root, struct ckpt_err *err)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
@@ -230,8 +230,8 @@ int st_local_prune_dirs(struct ckpt_storage *st, const char *dir,
         return ckpt_err_sys(err, "stat '%s'", dir);
     }
     int rc = prune_fd(dfd, &fs, dir, &empty, err);
-    if (rc == 0 && empty && rmdir(dir) != 0 && errno != ENOENT &&
-        errno != ENOTEMPTY)
+    if (rc == 0 && empty && !keep_root && rmdir(dir) != 0 &&
+        errno != ENOENT && errno != ENOTEMPTY)
         rc = ckpt_err_sys(err, "delete directory '%s'", dir);
     return rc;
 }

@@ -250,7 +250,9 @@ static void delete_sources(struct ckpt_upload *u)
                                           &err) != 0)
                 up_emit(u, CKPT_UP_WARNING, NULL, g->links[k], err.msg);
         if (deletable(g) && g->kind == G_TREE &&
-            ckpt_storage_prune_dirs(g->sst, g->skey, &err) != 0)
+            (u->cfg.keep_src_root
+             ? ckpt_storage_prune_below(g->sst, g->skey, &err)
+             : ckpt_storage_prune_dirs(g->sst, g->skey, &err)) != 0)
             up_emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);
         /* The source is gone: its journal can never vouch again. */
         if (deletable(g) && !g->ndel_failed && !g->nkept)

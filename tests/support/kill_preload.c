@@ -7,6 +7,13 @@
  * kill from outside, sent when a watcher sees the change, lands
  * milliseconds later, after a small step is gone whole.
  * With CKPT_TEST_KILL_SKIP=N the first N such calls are let through.
+ * Two more triggers, each on its own (CKPT_TEST_KILL_AT unset):
+ * CKPT_TEST_KILL_RMDIR=PREFIX kills right after a directory whose
+ * absolute path starts with PREFIX and has no '/' after it is removed
+ * (".../R/.RUN.ckpt-del-": a renamed-aside run's last rmdir; ".../R/RUN":
+ * a run's own directory, the last thing its delete removes), and
+ * CKPT_TEST_KILL_TO=PATH right after a rename onto PATH (a state object
+ * committed: ".../DEST/.ckpt-process/RUN.json").
  * (tests/crash/crash.py's process scenarios, tests/integration/
  * process_drop_crash.py.)
  */
@@ -64,6 +71,29 @@ static void maybe_kill(void)
         kill(getpid(), SIGKILL);
 }
 
+/* CKPT_TEST_KILL_RMDIR: the directory removed is PREFIX... with no '/'
+ * after the prefix. */
+static int rmdir_watched(int dirfd, const char *name)
+{
+    const char *at = getenv("CKPT_TEST_KILL_RMDIR");
+    char path[PATH_MAX];
+    if (!at || !*at || !name || full_path(dirfd, name, path,
+                                          sizeof(path)) != 0)
+        return 0;
+    size_t n = strlen(at);
+    return !strncmp(path, at, n) && !strchr(path + n, '/');
+}
+
+/* CKPT_TEST_KILL_TO: a rename onto exactly PATH. */
+static int to_watched(int dirfd, const char *name)
+{
+    const char *at = getenv("CKPT_TEST_KILL_TO");
+    char path[PATH_MAX];
+    return at && *at && name &&
+           full_path(dirfd, name, path, sizeof(path)) == 0 &&
+           !strcmp(path, at);
+}
+
 #define REAL(name, type) ((type)dlsym(RTLD_NEXT, name))
 
 int unlink(const char *path)
@@ -77,7 +107,8 @@ int unlink(const char *path)
 
 int unlinkat(int dirfd, const char *path, int flags)
 {
-    int hit = !(flags & AT_REMOVEDIR) && watched(dirfd, path);
+    int hit = (flags & AT_REMOVEDIR) ? rmdir_watched(dirfd, path)
+                                     : watched(dirfd, path);
     int rc = REAL("unlinkat", int (*)(int, const char *, int))(dirfd, path,
                                                               flags);
     if (rc == 0 && hit)
@@ -85,9 +116,18 @@ int unlinkat(int dirfd, const char *path, int flags)
     return rc;
 }
 
+int rmdir(const char *path)
+{
+    int hit = rmdir_watched(AT_FDCWD, path);
+    int rc = REAL("rmdir", int (*)(const char *))(path);
+    if (rc == 0 && hit)
+        maybe_kill();
+    return rc;
+}
+
 int rename(const char *from, const char *to)
 {
-    int hit = watched(AT_FDCWD, from);
+    int hit = watched(AT_FDCWD, from) || to_watched(AT_FDCWD, to);
     int rc = REAL("rename", int (*)(const char *, const char *))(from, to);
     if (rc == 0 && hit)
         maybe_kill();
@@ -96,7 +136,7 @@ int rename(const char *from, const char *to)
 
 int renameat(int fromfd, const char *from, int tofd, const char *to)
 {
-    int hit = watched(fromfd, from);
+    int hit = watched(fromfd, from) || to_watched(tofd, to);
     int rc = REAL("renameat", int (*)(int, const char *, int,
                                       const char *))(fromfd, from, tofd, to);
     if (rc == 0 && hit)
@@ -107,7 +147,7 @@ int renameat(int fromfd, const char *from, int tofd, const char *to)
 int renameat2(int fromfd, const char *from, int tofd, const char *to,
               unsigned flags)
 {
-    int hit = watched(fromfd, from);
+    int hit = watched(fromfd, from) || to_watched(tofd, to);
     int rc = REAL("renameat2", int (*)(int, const char *, int, const char *,
                                        unsigned))(fromfd, from, tofd, to,
                                                   flags);
