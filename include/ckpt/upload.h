@@ -103,7 +103,8 @@ struct ckpt_upload_cfg {
     /* NULL, or asked (on the thread that deletes) right before each file
      * picked DROP is deleted, with its source key and path below SRC:
      * non-zero (err saying why) keeps it, a CKPT_UP_KEPT event. `ckpt
-     * process` checks there that it is unchanged since it was judged. */
+     * process` checks there that it is unchanged since it was judged.
+     * Asked in a dry run too (which then predicts the KEPT event). */
     int (*may_drop)(void *ud, const char *skey, const char *rel,
                     struct ckpt_err *err);
     void *ud;

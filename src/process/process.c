@@ -342,6 +342,9 @@ static int up_may_delete(void *ud, struct ckpt_err *err)
             o->s.src = ckpt_xstrdup(o->r->srcid);
         struct proc_state s = o->s;   /* counts come with "done" */
         s.phase = PROC_UPLOADED;
+        /* What is dropped, as judged: a rerun after a kill in a dropped
+         * step's delete finishes it, never uploads the remains. */
+        s.dropped = o->drops;
         s.files = s.bytes = s.freed = 0;
         s.steps = o->steps;
         rc = proc_state_write(o->p->cfg.dst, o->state_key, o->r->id, &s,
@@ -417,7 +420,7 @@ static int upload_pass(struct one *o, int verify, int dry,
         .on_event = up_event,
         .on_progress = up_progress,
         .may_delete = dry ? NULL : up_may_delete, .pick = up_pick_cb,
-        .may_drop = dry ? NULL : up_may_drop, .ud = o,
+        .may_drop = up_may_drop, .ud = o,
     };
     struct ckpt_upload *u = ckpt_upload_new(&ucfg);
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -1562,6 +1565,14 @@ static void leased(struct one *o)
     } else {
         if (live_again(o))
             return;
+        /* A worker killed while deleting: the steps it judged droppable
+         * are still dropped (what is left of them deleted if unchanged
+         * since judged, else kept), never judged again nor uploaded. */
+        if (o->s.phase == PROC_UPLOADED && o->s.dropped.n) {
+            o->drops = o->s.dropped;
+            o->drops.st = o->r->st;
+            memset(&o->s.dropped, 0, sizeof(o->s.dropped));
+        }
         emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_DONE, "", o->s.files,
              o->s.bytes);
         if (verify_delete(o) != 0)

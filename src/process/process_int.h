@@ -11,6 +11,27 @@
 #include "ckpt/storage.h"
 #include "ckpt/upload.h"
 
+/* ---- drop.c (below): the steps left out of DEST ---- */
+
+/* A file of a dropped step as it was when the step was judged. */
+struct proc_drop_file {
+    char *rel;              /* owned: path in the run */
+    struct ckpt_srcver v;   /* local: its version; object storage: size */
+    char etag[80];          /* object storage: its ETag, or "" */
+    char *changed;          /* owned: why it cannot be vouched for (it
+                               changed while being judged), or NULL */
+};
+
+/* The steps of a run left out of DEST and deleted with its source. */
+struct proc_drops {
+    char **dirs;            /* owned: step directories, paths in the run */
+    size_t n;
+    struct proc_drop_file *files;  /* owned, sorted by rel */
+    size_t nfiles;
+    int recorded;           /* files recorded (a directory run) */
+    struct ckpt_storage *st;       /* borrowed: the run's */
+};
+
 /* ---- state.c: the per-run state object ---- */
 
 enum proc_phase { PROC_NEW = 0, PROC_UPLOADED, PROC_DONE, PROC_DELETED };
@@ -40,6 +61,11 @@ struct proc_state {
     uint64_t files, bytes, steps, freed;
     struct proc_out *outs;  /* owned: the unshard outputs at DEST */
     size_t nouts;
+    /* UPLOADED: the steps judged droppable and each of their files as it
+     * was judged (a rerun deletes what is left of them, unchanged, and
+     * never uploads it); owned, empty in every other state. Read back:
+     * st NULL, recorded 1 when there are steps. */
+    struct proc_drops dropped;
 };
 
 /* 1 when path is a safe place below the run's DEST (dirs 0) or DEST
@@ -95,25 +121,6 @@ void proc_keeper_stop(struct proc_keeper *k);
 /* ---- drop.c: --drop-sharded, --drop-incomplete, --include/--exclude */
 
 struct ckpt_filter;
-
-/* A file of a dropped step as it was when the step was judged. */
-struct proc_drop_file {
-    char *rel;              /* owned: path in the run */
-    struct ckpt_srcver v;   /* local: its version; object storage: size */
-    char etag[80];          /* object storage: its ETag, or "" */
-    char *changed;          /* owned: why it cannot be vouched for (it
-                               changed while being judged), or NULL */
-};
-
-/* The steps of a run left out of DEST and deleted with its source. */
-struct proc_drops {
-    char **dirs;            /* owned: step directories, paths in the run */
-    size_t n;
-    struct proc_drop_file *files;  /* owned, sorted by rel */
-    size_t nfiles;
-    int recorded;           /* files recorded (a directory run) */
-    struct ckpt_storage *st;       /* borrowed: the run's */
-};
 
 /* Which step directories of the run at key to drop: incomplete ones (as
  * `ckpt ls` judges them), and sharded ones with a complete -unsharded

@@ -17,7 +17,8 @@
 #include "ckpt/util.h"
 
 /* Room for thousands of unshard outputs. */
-#define STATE_MAX (4u << 20)
+#define STATE_MAX (64u << 20)  /* an "uploaded" state lists the
+                                   dropped steps' files too */
 
 static const char *const phase_names[] = { "new", "uploaded", "done",
                                            "deleted" };
@@ -97,6 +98,113 @@ static int parse_outs(const cJSON *v, struct proc_state *s)
     return 0;
 }
 
+/* A signed or unsigned 64-bit integer written as a decimal string
+ * (nanosecond times and inodes are beyond what a JSON number holds
+ * exactly). */
+static int get_dec(const cJSON *o, const char *name, int sign, void *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    const char *p = cJSON_IsString(v) ? v->valuestring : NULL;
+    char *end = NULL;
+    if (!p || !*p || (!sign && *p == '-'))
+        return -1;
+    errno = 0;
+    if (sign)
+        *(int64_t *)out = strtoll(p, &end, 10);
+    else
+        *(uint64_t *)out = strtoull(p, &end, 10);
+    return errno || *end ? -1 : 0;
+}
+
+/* A path in the run, as the upload engine gives it (hidden names
+ * included: DCP's .metadata): relative, no empty, "." or ".."
+ * component. */
+static int run_path_safe(const char *p)
+{
+    if (!*p)
+        return 0;
+    while (*p) {
+        size_t n = strcspn(p, "/");
+        if (n == 0 || (n == 1 && p[0] == '.') ||
+            (n == 2 && p[0] == '.' && p[1] == '.'))
+            return 0;
+        p += n;
+        if (*p == '/' && !*++p)
+            return 0;
+    }
+    return 1;
+}
+
+static int below_dir(const struct proc_drops *d, const char *rel)
+{
+    for (size_t i = 0; i < d->n; i++) {
+        size_t n = strlen(d->dirs[i]);
+        if (!strncmp(rel, d->dirs[i], n) && rel[n] == '/')
+            return 1;
+    }
+    return 0;
+}
+
+static int cmp_drop_rel(const void *a, const void *b)
+{
+    return strcmp(((const struct proc_drop_file *)a)->rel,
+                  ((const struct proc_drop_file *)b)->rel);
+}
+
+/* "dropped": {"dirs": [D, ...], "files": [{"path": P, "size": N,
+ * "mtime_ns": "T", "ctime_ns": "T", "ino": "I", "etag": E, "changed":
+ * W}, ...]}: every dir a safe path in the run, every file a safe path
+ * below one of them, once; anything else is an unreadable state (a
+ * file is deleted on its word). */
+static int parse_dropped(const cJSON *v, struct proc_drops *d)
+{
+    const cJSON *e;
+    if (!v)
+        return 0;
+    const cJSON *dirs = cJSON_GetObjectItemCaseSensitive(v, "dirs");
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(v, "files");
+    if (!cJSON_IsObject(v) || !cJSON_IsArray(dirs) || !cJSON_IsArray(files))
+        return -1;
+    cJSON_ArrayForEach(e, dirs) {
+        if (!cJSON_IsString(e) || !run_path_safe(e->valuestring))
+            return -1;
+        d->dirs = ckpt_xreallocarray(d->dirs, d->n + 1, sizeof(*d->dirs));
+        d->dirs[d->n++] = ckpt_xstrdup(e->valuestring);
+    }
+    cJSON_ArrayForEach(e, files) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path");
+        const cJSON *et = cJSON_GetObjectItemCaseSensitive(e, "etag");
+        const cJSON *ch = cJSON_GetObjectItemCaseSensitive(e, "changed");
+        struct proc_drop_file f;
+        memset(&f, 0, sizeof(f));
+        if (!cJSON_IsString(p) || !run_path_safe(p->valuestring) ||
+            !below_dir(d, p->valuestring) ||
+            get_dec(e, "mtime_ns", 1, &f.v.mtime_ns) != 0 ||
+            get_dec(e, "ctime_ns", 1, &f.v.ctime_ns) != 0 ||
+            get_dec(e, "ino", 0, &f.v.ino) != 0 ||
+            (et && (!cJSON_IsString(et) ||
+                    strlen(et->valuestring) >= sizeof(f.etag))) ||
+            (ch && !cJSON_IsString(ch)))
+            return -1;
+        f.v.size = get_u64(e, "size");
+        f.v.regular = 1;
+        if (et)
+            snprintf(f.etag, sizeof(f.etag), "%s", et->valuestring);
+        d->files = ckpt_xreallocarray(d->files, d->nfiles + 1,
+                                      sizeof(*d->files));
+        f.rel = ckpt_xstrdup(p->valuestring);
+        f.changed = ch ? ckpt_xstrdup(ch->valuestring) : NULL;
+        d->files[d->nfiles++] = f;
+    }
+    if (d->nfiles)
+        ckpt_sort(d->files, d->nfiles, sizeof(*d->files), cmp_drop_rel);
+    for (size_t i = 1; i < d->nfiles; i++)
+        if (!strcmp(d->files[i - 1].rel, d->files[i].rel))
+            return -1;
+    d->recorded = d->n > 0;
+    return 0;
+}
+
 int proc_state_parse(const char *data, size_t len, struct proc_state *s)
 {
     memset(s, 0, sizeof(*s));
@@ -124,6 +232,9 @@ int proc_state_parse(const char *data, size_t len, struct proc_state *s)
         s->src = ckpt_xstrdup(src->valuestring);
     if (rc == 0)
         rc = parse_outs(cJSON_GetObjectItemCaseSensitive(o, "unsharded"), s);
+    if (rc == 0)
+        rc = parse_dropped(cJSON_GetObjectItemCaseSensitive(o, "dropped"),
+                           &s->dropped);
     s->files = get_u64(o, "files");
     s->bytes = get_u64(o, "bytes");
     s->steps = get_u64(o, "steps");
@@ -166,6 +277,39 @@ static void add_u64(cJSON *o, const char *name, uint64_t v)
     cJSON_AddRawToObject(o, name, buf);
 }
 
+static void add_dec(cJSON *o, const char *name, int sign, uint64_t v)
+{
+    char buf[32];
+    if (sign)
+        snprintf(buf, sizeof(buf), "%lld", (long long)(int64_t)v);
+    else
+        snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+    cJSON_AddStringToObject(o, name, buf);
+}
+
+static void add_dropped(cJSON *o, const struct proc_drops *d)
+{
+    cJSON *x = cJSON_AddObjectToObject(o, "dropped");
+    cJSON *dirs = cJSON_AddArrayToObject(x, "dirs");
+    cJSON *files = cJSON_AddArrayToObject(x, "files");
+    for (size_t i = 0; i < d->n; i++)
+        cJSON_AddItemToArray(dirs, cJSON_CreateString(d->dirs[i]));
+    for (size_t i = 0; i < d->nfiles; i++) {
+        const struct proc_drop_file *f = &d->files[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "path", f->rel);
+        add_u64(e, "size", f->v.size);
+        add_dec(e, "mtime_ns", 1, (uint64_t)f->v.mtime_ns);
+        add_dec(e, "ctime_ns", 1, (uint64_t)f->v.ctime_ns);
+        add_dec(e, "ino", 0, f->v.ino);
+        if (f->etag[0])
+            cJSON_AddStringToObject(e, "etag", f->etag);
+        if (f->changed)
+            cJSON_AddStringToObject(e, "changed", f->changed);
+        cJSON_AddItemToArray(files, e);
+    }
+}
+
 char *proc_state_format(const char *run, const struct proc_state *s)
 {
     char host[256] = "";
@@ -196,6 +340,8 @@ char *proc_state_format(const char *run, const struct proc_state *s)
             cJSON_AddItemToArray(a, e);
         }
     }
+    if (s->dropped.n && s->dropped.recorded)
+        add_dropped(o, &s->dropped);
     cJSON_AddStringToObject(o, "host", host);
     cJSON_AddNumberToObject(o, "pid", (double)getpid());
     cJSON_AddNumberToObject(o, "updated", (double)time(NULL));
@@ -224,6 +370,7 @@ void proc_state_release(struct proc_state *s)
     for (size_t i = 0; i < s->nouts; i++)
         free(s->outs[i].path);
     free(s->outs);
+    proc_drops_release(&s->dropped);
     memset(s, 0, sizeof(*s));
 }
 

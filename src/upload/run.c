@@ -163,13 +163,14 @@ static void delete_drops(struct ckpt_upload *u, struct group *g)
     for (size_t k = 0; k < g->ndrops; k++) {
         struct ckpt_err err = CKPT_ERR_INIT;
         char *disp = ckpt_storage_display(g->sst, g->drops[k]);
-        if (u->cfg.dry_run) {
-            drop_event(u, CKPT_UP_WOULD_DELETE, disp, g->drop_sizes[k], "");
-        } else if (u->cfg.may_drop &&
+        int keep = u->cfg.may_drop &&
                    u->cfg.may_drop(u->cfg.ud, g->drops[k], g->drop_rels[k],
-                                   &err) != 0) {
+                                   &err) != 0;
+        if (u->cfg.dry_run && !keep) {
+            drop_event(u, CKPT_UP_WOULD_DELETE, disp, g->drop_sizes[k], "");
+        } else if (keep) {
             /* Changed since it was judged: its bytes may exist nowhere
-             * else. Kept, by design (not a failure). */
+             * else. Kept, by design (not a failure); -n says so too. */
             g->nkept++;
             drop_event(u, CKPT_UP_KEPT, disp, g->drop_sizes[k], err.msg);
         } else if ((u->cfg.may_delete &&

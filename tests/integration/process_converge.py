@@ -20,7 +20,16 @@ pid, time and FREED), SRC and DEST file by file.
                   directory stays for the rerun, which removes it
   counts          killed right after the first unsharded step's state
                   write: the rerun's state says 2 steps, as the
-                  uninterrupted run's (was 1: what the rerun unsharded)"""
+                  uninterrupted run's (was 1: what the rerun unsharded)
+  drop-remains    killed right after the first file of a dropped step
+                  (2871001/step2000, incomplete) was deleted: the rerun
+                  deletes the rest, unchanged since judged as the state
+                  "uploaded" records it, and sends none of it to DEST
+                  (was: the remains uploaded)
+  drop-changed    the same, but after the kill one remaining file of the
+                  step is rewritten and a new one written there: both
+                  kept at the source, not sent to DEST, the row says so;
+                  the unchanged rest deleted; -n predicts the same"""
 import json
 import os
 import shutil
@@ -55,14 +64,15 @@ def make(src, rid):
     shutil.rmtree(tmp)
 
 
-def process(src, dest, **kill):
+def process(src, dest, dry=False, **kill):
     env = dict(os.environ)
     if kill:
         env.update(LD_PRELOAD=SHIM,
                    ASAN_OPTIONS=(env.get("ASAN_OPTIONS", "") +
                                  ":verify_asan_link_order=0").lstrip(":"))
         env.update(kill)
-    r = subprocess.run([CKPT, "process", src, "--dest", dest] + ARGS,
+    r = subprocess.run([CKPT, "process", src, "--dest", dest] + ARGS +
+                       (["-n"] if dry else []),
                        env=env, capture_output=True, text=True, timeout=300)
     return r.returncode, r.stdout, r.stderr
 
@@ -104,7 +114,11 @@ def snap(root, top):
     return out
 
 
-def case(c, tmp, name, rid, kill, killed_check=None):
+def case(c, tmp, name, rid, kill, killed_check=None, changes=None):
+    """Run rid uninterrupted (ref) and killed then rerun (got); compare
+    the two ends, unless changes (a function of got's directory, run
+    after the kill) changed the run: then the caller checks. Returns the
+    rerun's rows."""
     ref, got = os.path.join(tmp, name, "ref"), os.path.join(tmp, name, "got")
     for top in (ref, got):
         os.makedirs(os.path.join(top, "R"))
@@ -119,8 +133,44 @@ def case(c, tmp, name, rid, kill, killed_check=None):
     if killed_check:
         killed_check(got)
     lapse(os.path.join(got, "D"))
+    if changes:
+        changes(got)
+    rc, out, err = process(os.path.join(got, "R"), os.path.join(got, "D"),
+                           dry=True)
+    predicted = plan(out)
     rc, out, err = process(os.path.join(got, "R"), os.path.join(got, "D"))
     c.eq("%s: the rerun exits 0 (%s%s)" % (name, out, err[-300:]), rc, 0)
+    done = rows(out)
+    c.eq("%s: -n predicted the rerun's rows" % name, predicted, plan(out))
+    if not changes:
+        compare(c, name, ref, got)
+    return done, got
+
+
+def plan(out):
+    """Rows as (action, run, numbers...) with the real run's words and
+    without the columns a plan has not (freed per run, seconds), as
+    process_dry_run.py compares them."""
+    res = []
+    for line in out.splitlines():
+        f = line.split("\t")
+        if f[0] == "total":
+            res.append(tuple(x for x in f if not x.startswith("seconds=")))
+        elif f[0] in ("processed", "would-process"):
+            res.append(("processed",) + tuple(f[1:6]))
+        else:
+            res.append((f[0].replace("would-delete", "deleted"),) +
+                       tuple(x.replace("finishes an", "finished an")
+                             for x in f[1:]))
+    return sorted(res)
+
+
+def rows(out):
+    return [line.split("\t") for line in out.splitlines()
+            if line and not line.startswith("total\t")]
+
+
+def compare(c, name, ref, got):
     want, have = snap(ref, ref), snap(got, got)
     diff = sorted(k for k in set(want) | set(have)
                   if want.get(k) != have.get(k))
@@ -168,6 +218,47 @@ def main():
         case(c, tmp, "counts", "2871007",
              {"CKPT_TEST_KILL_TO": "@/D/.ckpt-process/2871007.json"},
              one_step)
+
+        def half_dropped(got):
+            left = os.listdir(os.path.join(got, "R", "2871001", "step2000",
+                                           "model_and_optim"))
+            with open(os.path.join(got, "D", ".ckpt-process",
+                                   "2871001.json")) as f:
+                s = json.load(f)
+            c.eq("drop-remains: killed in step2000's delete, state uploaded"
+                 " (%s)" % left, (s["phase"], len(left) > 0),
+                 ("uploaded", True))
+        case(c, tmp, "drop-remains", "2871001",
+             {"CKPT_TEST_KILL_AT": "@/R/2871001/step2000"}, half_dropped)
+
+        changed = {}
+
+        def change(got):
+            step = os.path.join(got, "R", "2871001", "step2000")
+            rest = sorted(os.path.join(dp, f) for dp, _, fs in os.walk(step)
+                          for f in fs)
+            with open(rest[0], "ab") as f:
+                f.write(b"more")
+            with open(os.path.join(step, "new.txt"), "w") as f:
+                f.write("written after the kill\n")
+            changed["files"] = sorted(os.path.relpath(p, step)
+                                      for p in (rest[0], os.path.join(
+                                          step, "new.txt")))
+            changed["run"] = os.path.join(got, "R", "2871001")
+        done, got = case(c, tmp, "drop-changed", "2871001",
+                         {"CKPT_TEST_KILL_AT": "@/R/2871001/step2000"},
+                         changes=change)
+        left = sorted(os.path.relpath(os.path.join(dp, f), changed["run"])
+                      for dp, _, fs in os.walk(changed["run"]) for f in fs)
+        # (and the run's `latest` link: it may name what is kept)
+        c.eq("drop-changed: the changed and the new file kept, nothing else",
+             left, ["latest"] + ["step2000/" + f for f in changed["files"]])
+        dest = os.path.join(got, "D", "2871001")
+        c.eq("drop-changed: no step2000 at DEST",
+             os.path.exists(os.path.join(dest, "step2000")), False)
+        c.true("drop-changed: the row names both kept files (%s)" % done,
+               len(done) == 1 and done[0][0] == "processed" and
+               "kept 2 dropped files" in done[0][-1])
     return c.finish()
 
 
