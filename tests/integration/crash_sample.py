@@ -14,24 +14,20 @@ kills come the moment a step's delete starts (crash.py's probe), half of
 the process kills the moment a drop starts (a bad run renamed aside, or
 a dropped step's first file unlinked: kill_preload.c), so the sample
 covers those windows on every run. KNOWN (docs/reliability.md, "Open
-findings"; none loses data, each is a rerun that ends near, not at, the
-uninterrupted run's state): process's drop-remains (a dropped step's
-remains go to DEST after a kill in its delete, as documented),
-stuck-uploaded and state-missing (killed after the source was gone,
-before the state was written), reason (a bad run's state says "finished
-an interrupted delete"), counts (a state's STEPS after a rerun: what
-that pass unsharded) and lapsed-lease (a killed worker's lease of a
-finished run stays, expired). litter, leftover-run and leftover-sharded
-are no longer KNOWN: both deletes commit by a rename to
-.NAME.ckpt-del-HOST-PID that reruns finish."""
+findings"; it loses no data, a rerun that ends near, not at, the
+uninterrupted run's state): process's lapsed-lease (a killed worker's
+lease of a finished run stays, expired). litter, leftover-run and
+leftover-sharded are no longer KNOWN: both deletes commit by a rename
+to .NAME.ckpt-del-HOST-PID that reruns finish; nor are process's
+drop-remains, stuck-uploaded, state-missing, reason and counts
+(findings 4-7, fixed: tests/integration/process_converge.py)."""
 import os
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CRASH = os.path.join(HERE, "..", "crash", "crash.py")
-KNOWN = ("drop-remains,stuck-uploaded,state-missing,reason,counts,"
-         "lapsed-lease")
+KNOWN = "lapsed-lease"
 
 sys.exit(subprocess.call([sys.executable, CRASH, "--kills",
                           os.environ.get("CKPT_CRASH_KILLS", "8"), "--quick",
