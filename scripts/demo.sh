@@ -15,9 +15,11 @@ W=${CKPT_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/ckpt-demo-XXXXXX")}
 mkdir -p "$W"
 cd "$W"
 python3 "$ROOT/tests/support/gen_runs.py" scratch --archives
-# As on a real scratch filesystem, the runs were last written days ago
-# (younger runs may still be training: process leaves them alone).
-find scratch -exec touch -h -d '2 days ago' {} +
+# The sample was written a moment ago, so by ckpt's live-run guard (a
+# file's mtime or ctime within --min-age, 1 h by default) every run may
+# still be training and would be skipped. --min-age 0 below says these
+# runs are finished; on a real scratch filesystem, leave the default.
+AGE=(--min-age 0)
 
 # Print a command as typed (`ckpt`, not the build path), run it, and say
 # its exit status when it is not 0 (kept in $rc).
@@ -34,7 +36,7 @@ step() {
 echo "in $W: the sample runs are in scratch/, the bucket is bucket/"
 # What the scratch directory holds: every checkpoint, then one screen.
 step "$CKPT" ls scratch
-step "$CKPT" ls --summary scratch
+step "$CKPT" ls --summary "${AGE[@]}" scratch
 
 # Merging a sharded step (3 ranks, written by torch's DCP) on its own:
 # the tensors come out bit-exact, the very bytes torch saved unsharded
@@ -62,8 +64,8 @@ step "$CKPT" map-wandb --offline -o wandb-map.tsv scratch/2871*
 # bucket/ENTITY/PROJECT/RUN_ID/, verified, and deleted at the source.
 # 2871101.tar is 2871001 archived (the same W&B run): it lands in the
 # same place, where every file is already there.
-step "$CKPT" process -n --wandb-map wandb-map.tsv --logs scratch/logs scratch --dest bucket
-step "$CKPT" process --wandb-map wandb-map.tsv --logs scratch/logs scratch --dest bucket
+step "$CKPT" process -n "${AGE[@]}" --wandb-map wandb-map.tsv --logs scratch/logs scratch --dest bucket
+step "$CKPT" process "${AGE[@]}" --wandb-map wandb-map.tsv --logs scratch/logs scratch --dest bucket
 
 echo
 echo "the bucket now holds (bucket/.ckpt-process/: one state file per run):"
@@ -72,5 +74,5 @@ echo
 echo "scratch/ keeps what is not a run: $(ls scratch | tr '\n' ' ')"
 
 # Idempotent: a second pass (cron's next one) finds nothing left to do.
-step "$CKPT" process --wandb-map wandb-map.tsv --logs scratch/logs scratch --dest bucket
+step "$CKPT" process "${AGE[@]}" --wandb-map wandb-map.tsv --logs scratch/logs scratch --dest bucket
 echo "(exit status $rc: nothing left to do)"
