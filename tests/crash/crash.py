@@ -170,7 +170,21 @@ def tool(env, *args):
 
 def snap_s3(env, prefix):
     """Objects under s3://BUCKET/prefix/ by content MD5 (fetched: an ETag
-    is not always the MD5)."""
+    is not always the MD5). A request the killed command had sent whole
+    still reaches s3rver through the proxy after the kill (a lease's
+    DELETE): an object listed and gone when read is listed again, until
+    a listing holds still."""
+    for _ in range(20):
+        try:
+            return snap_s3_once(env, prefix)
+        except RuntimeError as e:
+            if "not-found" not in str(e):
+                raise
+            time.sleep(0.1)
+    return snap_s3_once(env, prefix)
+
+
+def snap_s3_once(env, prefix):
     out = {}
     loc = "s3://%s/%s" % (BUCKET, prefix)
     p = subprocess.run([TOOL, "ls", "-r", loc], env=direct(env),
