@@ -36,9 +36,15 @@ file of it unlinked): that window is a few milliseconds of the run. In
 the process scenarios every other kill comes at the start of a drop: the
 process kills itself right after it renamed aside a bad run, or unlinked
 the first file of a dropped step, drawn at random among those the
-reference deletes (tests/support/kill_preload.c, LD_PRELOAD). Before the
-rerun a killed process's leases are made to lapse (their expiry put in
-the past), as time would.
+reference deletes (tests/support/kill_preload.c, LD_PRELOAD). In the
+unshard_s3 scenario every other kill comes the moment a delete of the
+step's objects reaches the proxy, which holds each delete
+UnshardS3.DELETE_DELAY_MS, so it lands after the kill. After every kill
+in an S3 scenario the checks wait until the proxy has carried out every
+request the dead process sent (settle): a SIGKILL does not recall them,
+and on a loaded machine a DeleteObjects in flight lands under the
+after-kill snapshot or the rerun. Before the rerun a killed process's
+leases are made to lapse (their expiry put in the past), as time would.
 
 Invariants after a kill (each violation is a bug):
   - nothing deleted without a verified copy: a source file (upload), a
@@ -94,6 +100,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("CKPT_SRC") or os.path.normpath(os.path.join(HERE,
@@ -156,6 +163,34 @@ def direct(env):
     if "S3ENV_S3RVER" not in env:
         return env
     return dict(env, AWS_ENDPOINT_URL="http://" + env["S3ENV_S3RVER"])
+
+
+def proxy(env, path, data=None):
+    """The S3 proxy's control endpoint (GET, or POST data): its JSON."""
+    req = urllib.request.Request(
+        "http://%s/__proxy/%s" % (env["S3ENV_PROXY"], path),
+        data=None if data is None else json.dumps(data).encode(),
+        method="GET" if data is None else "POST")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read() or b"null")
+
+
+def settle(env, limit=300):
+    """Wait until the S3 proxy has carried out every request a killed
+    process sent. A SIGKILL does not stop what the servers already
+    received: a DeleteObjects in flight lands after the kill, on a loaded
+    machine well after it, under the after-kill checks and the rerun. The
+    proxy accepts connections in order and counts each until its request
+    is answered (or refused, the client gone mid-body): once only the one
+    asking is open, nothing the dead process sent is still on its way."""
+    if "S3ENV_PROXY" not in env:
+        return
+    t0 = time.monotonic()
+    while proxy(env, "stats")["connections"] > 1:
+        if time.monotonic() - t0 > limit:
+            raise RuntimeError("the S3 proxy still serves a killed "
+                               "process's requests after %d s" % limit)
+        time.sleep(0.01)
 
 
 def tool(env, *args):
@@ -247,6 +282,7 @@ class Scenario:
     after_kill(d, orig, ref) -> [violations]."""
     name = ""
     remote = False
+    DELETE_DELAY_MS = 0   # remote: the proxy holds each delete this long
 
     def __init__(self, env, rng, work):
         self.env = env
@@ -417,8 +453,24 @@ class UnshardS3(Unshard):
     def src_loc(self, d):
         return "s3://%s/u/%s" % (BUCKET, os.path.basename(d))
 
+    # Each delete waits this long at the proxy: the probe's kill comes
+    # while the step's DeleteObjects is in flight, as on a loaded server.
+    DELETE_DELAY_MS = 300
+
     def probe(self, d):
-        return None
+        """Every other kill comes the moment a delete of the step's
+        objects reaches S3 (the proxy counts it, then holds it
+        DELETE_DELAY_MS): it lands after the kill (settle waits for it)."""
+
+        def deletes():
+            m = proxy(self.env, "stats")["methods"]
+            return m.get("POST", 0) + m.get("DELETE", 0)
+        first = deletes()
+
+        def hit():
+            time.sleep(0.005)
+            return deletes() != first
+        return hit
 
     def state(self, d):
         return (snap_s3(self.env, "u/%s" % os.path.basename(d)),
@@ -907,6 +959,8 @@ def partly_deleted(k, end, orig, ref):
 
 def scenario(cls, env, rng, work, kills, report):
     sc = cls(env, rng, work)
+    if sc.remote:
+        proxy(env, "config", {"delete_delay_ms": sc.DELETE_DELAY_MS})
     ref_dir = os.path.join(work, sc.name + "-ref")
     os.makedirs(ref_dir)
     sc.prepare(ref_dir)
@@ -957,6 +1011,7 @@ def scenario(cls, env, rng, work, kills, report):
         else:
             delay = rng.uniform(0, 0.9 * dur)
             hit = run_killed(sc.argv(d), env, delay)
+        settle(env)
         before = len(r["violations"])
         if not hit:
             r["missed"] += 1

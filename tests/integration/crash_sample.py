@@ -12,15 +12,17 @@ command).
 Fails on any violation but the KNOWN kinds. Half of the local unshard
 kills come the moment a step's delete starts (crash.py's probe), half of
 the process kills the moment a drop starts (a bad run renamed aside, or
-a dropped step's first file unlinked: kill_preload.c), so the sample
-covers those windows on every run. KNOWN (docs/reliability.md, "Open
-findings"; it loses no data, a rerun that ends near, not at, the
-uninterrupted run's state): process's lapsed-lease (a killed worker's
-lease of a finished run stays, expired). litter, leftover-run and
-leftover-sharded are no longer KNOWN: both deletes commit by a rename
-to .NAME.ckpt-del-HOST-PID that reruns finish; nor are process's
-drop-remains, stuck-uploaded, state-missing, reason and counts
-(findings 4-7, fixed: tests/integration/process_converge.py)."""
+a dropped step's first file unlinked: kill_preload.c), half of the S3
+unshard kills the moment a delete reaches S3 (held there, it lands after
+the kill), so the sample covers those windows on every run. KNOWN
+(docs/reliability.md, "Open findings"; it loses no data, a rerun that
+ends near, not at, the uninterrupted run's state): process's
+lapsed-lease (a killed worker's lease of a finished run stays, expired).
+litter, leftover-run and leftover-sharded are no longer KNOWN: both
+deletes commit by a rename to .NAME.ckpt-del-HOST-PID that reruns
+finish; nor are process's drop-remains, stuck-uploaded, state-missing,
+reason and counts (findings 4-7, fixed:
+tests/integration/process_converge.py)."""
 import os
 import subprocess
 import sys

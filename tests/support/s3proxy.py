@@ -59,6 +59,9 @@ Faults, chosen per request at random (seeded):
             AuthorizationHeaderMalformed with x-amz-bucket-region, as AWS
   delete_key_errors  in the next DeleteObjects, report this many keys as
             <Error> InternalError (and do not delete them), as S3 may
+  delete_delay_ms  hold each DeleteObjects or DELETE this long before it
+            is forwarded (a loaded server: the delete lands after its
+            client may have died)
   put_before_delete  {"path": "/BUCKET/KEY", "body": "..."}: before the
             next DeleteObjects or DELETE is forwarded, store this object
             (once): a writer racing a tree delete, deterministically
@@ -79,7 +82,9 @@ Faults, chosen per request at random (seeded):
             it is checked and forwarded (stats "delayed" counts such GETs
             once they start waiting): a window to replace the object in
 Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
-Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them.
+Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them;
+"connections" (not zeroed) is how many connections are open, the asking
+one included.
 "object_gets" counts the object GETs that succeeded (listings excluded):
 "ranged" (with a Range header) and "whole", their "bytes", the largest
 body ("max_body") and per object path "keys": [GETs, bytes].
@@ -143,8 +148,9 @@ class State:
                        "get_delay_match": "", "fault_match": "",
                        "corrupt_put": 0, "corrupt_match": "",
                        "fault_next": 0, "trickle_bps": 0,
-                       "trickle_match": ""}
+                       "trickle_match": "", "delete_delay_ms": 0}
         self.get_seen = 0
+        self.connections = 0
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
@@ -379,6 +385,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if emulated:
                 return self.reply(*emulated)
             self.race_delete(path)
+            self.delay_delete(path)
             failed_keys = self.drop_delete_keys(path, body)
             if failed_keys:
                 body = failed_keys[0]
@@ -468,13 +475,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         b[len(b) // 2] ^= 0x01
         return bytes(b)
 
-    def race_delete(self, path):
-        """put_before_delete: store an object just before a delete."""
+    def is_delete(self, path):
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query,
                                       keep_blank_values=True)
-        is_delete = (self.command == "DELETE" and "uploadId" not in query) \
+        return (self.command == "DELETE" and "uploadId" not in query) \
             or (self.command == "POST" and "delete" in query)
-        if not is_delete:
+
+    def delay_delete(self, path):
+        ms = self.st.config["delete_delay_ms"]
+        if ms and self.is_delete(path):
+            self.st.count("delayed")
+            time.sleep(ms / 1000.0)
+
+    def race_delete(self, path):
+        """put_before_delete: store an object just before a delete."""
+        if not self.is_delete(path):
             return
         with self.st.lock:
             put = self.st.config["put_before_delete"]
@@ -790,7 +805,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = self.read_body()
         if path == "/__proxy/stats":
             with self.st.lock:
-                data = json.dumps(self.st.stats).encode()
+                data = json.dumps(dict(self.st.stats, connections=self.st
+                                       .connections)).encode()
             return self.reply(200, data, {"Content-Type":
                                           "application/json"})
         if path == "/__proxy/reset" and self.command == "POST":
@@ -881,8 +897,24 @@ class _NoLock:
 
 
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    """Counts its open connections (stats "connections", the asking one
+    included): accepted in order, each counted until its handler is done
+    with it, so a client that waits for 1 knows that every request sent
+    before it asked (a killed process's) was carried out or refused."""
     daemon_threads = True
     allow_reuse_address = True
+
+    def process_request(self, request, client_address):
+        with self.state.lock:
+            self.state.connections += 1
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        try:
+            super().shutdown_request(request)
+        finally:
+            with self.state.lock:
+                self.state.connections -= 1
 
 
 def main():
