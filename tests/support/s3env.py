@@ -48,8 +48,10 @@ def _die_with_parent():
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _read_port(proc, marker, timeout=30.0):
-    """Wait for 'marker HOST:PORT' on proc's stdout; return PORT."""
+def _read_port(proc, marker, timeout=600.0):
+    """Wait for 'marker HOST:PORT' on proc's stdout; return PORT. A server
+    that exits fails at once; the deadline is only for one that hangs (on
+    a loaded machine node takes seconds, not one, to start s3rver)."""
     deadline = time.time() + timeout
     buf = b""
     while time.time() < deadline:
@@ -169,7 +171,7 @@ class S3Env:
             "http://127.0.0.1:%d/__proxy/%s" % (self.proxy_port, path),
             data=None if data is None else json.dumps(data).encode(),
             method="GET" if data is None else "POST")
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=120) as r:
             body = r.read()
         return json.loads(body) if body else None
 

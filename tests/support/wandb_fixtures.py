@@ -5,9 +5,11 @@ and a handle on a running fake server.
 Everything is deterministic (seeded), so tests can assert exact output.
 """
 import base64
+import ctypes
 import json
 import os
 import random
+import signal
 import struct
 import subprocess
 import sys
@@ -212,14 +214,23 @@ def add_steps(run_dir, steps, unsharded=()):
 
 # ---- the fake server -----------------------------------------------------------
 
+def _die_with_parent():
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class FakeWandb:
     """fake_wandb.py in a subprocess; use as a context manager."""
 
-    def __init__(self, db_path, key=KEY, timeout=600):
+    def __init__(self, db_path, key=KEY, timeout=24 * 3600):
+        # The server goes with the test (even one killed with SIGKILL),
+        # not after a fixed time that a slow test on a loaded machine
+        # may outlast: its --timeout is only a backstop.
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "fake_wandb.py"),
              "--db", db_path, "--key", key, "--timeout", str(timeout)],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, text=True,
+            preexec_fn=_die_with_parent)
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
             self.proc.kill()
@@ -238,7 +249,7 @@ class FakeWandb:
         req = urllib.request.Request(
             self.url + path, method="POST" if body is not None else "GET",
             data=json.dumps(body).encode() if body is not None else None)
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=120) as r:
             return json.load(r)
 
     def stats(self):
