@@ -51,6 +51,11 @@ struct ckpt_tree {
                                       ckpt_archive_damage), or NULL; the
                                       listing may then miss members, so
                                       nothing may be judged missing */
+    size_t mounts;                 /* local directory: mount points below
+                                      it the listing found (entries with
+                                      ckpt_entry.mount) */
+    char *mount_first;             /* owned: the smallest of their paths,
+                                      or NULL */
 };
 
 /* How many leading bytes of a member to keep while streaming a compressed

@@ -80,12 +80,20 @@ struct ckpt_entry {
     enum ckpt_entry_type type;
     const char *etag;           /* "" when unknown */
     int64_t ctime;              /* as struct ckpt_stat's, or 0 */
+    int mount;                  /* local: a mount point below the listed
+                                   directory (another device or mount, or
+                                   a mount's root), found by the listing's
+                                   own statx; never set below one. 0 else */
 };
 
 /* Return 0 to continue, non-zero to stop the listing (returned as-is). */
 typedef int (*ckpt_list_fn)(void *ud, const struct ckpt_entry *e);
 
 #define CKPT_LIST_RECURSIVE 1u  /* every file below; else one level (dirs too) */
+/* With RECURSIVE: also report each directory that is a mount point (as a
+ * DIR entry with mount set, before what it holds), so that an empty
+ * mount is seen. Local listings only; others ignore it. */
+#define CKPT_LIST_MOUNTS 2u
 
 /* Open the storage that serves loc (credentials and endpoint from the
  * environment and profile files). Free with ckpt_storage_close. */

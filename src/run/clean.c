@@ -411,27 +411,20 @@ static char *link_in_checkpoint(const struct ckpt_tree *t)
 }
 
 /* A local directory run holding a mount point (another filesystem: a
- * tmpfs, a bind mount): never deleted across it. The message (malloced),
- * or NULL. */
-static char *mount_inside(const struct ckpt_clean_item *it)
+ * tmpfs, a bind mount): never deleted across it. Found by the listing
+ * that built the tree (one walk, not two). The message (malloced), or
+ * NULL. */
+static char *mount_inside(const struct ckpt_clean_item *it,
+                          const struct ckpt_tree *t)
 {
-    if (it->is_archive || !ckpt_storage_is_local(it->st))
+    if (it->is_archive || !ckpt_storage_is_local(it->st) || !t->mounts)
         return NULL;
-    char *first = NULL;
-    size_t n = 0;
-    struct ckpt_err err = CKPT_ERR_INIT;
-    int rc = ckpt_local_find_mount(it->key, &first, &n, &err);
-    char *msg = NULL;
-    if (rc < 0)
-        msg = ckpt_xstrdup(err.msg);
-    else if (rc > 0 && n > 1)
-        msg = ckpt_xasprintf("holds %zu mount points (other filesystems), "
-                             "first %s; not deleting across them", n, first);
-    else if (rc > 0)
-        msg = ckpt_xasprintf("holds a mount point (another filesystem): "
-                             "%s; not deleting across it", first);
-    free(first);
-    return msg;
+    if (t->mounts > 1)
+        return ckpt_xasprintf("holds %zu mount points (other filesystems), "
+                              "first %s; not deleting across them",
+                              t->mounts, t->mount_first);
+    return ckpt_xasprintf("holds a mount point (another filesystem): "
+                          "%s; not deleting across it", t->mount_first);
 }
 
 void ckpt_clean_judge(struct ckpt_clean_item *it)
@@ -474,17 +467,22 @@ void ckpt_clean_judge(struct ckpt_clean_item *it)
                                                  tree->damage)
                                 : NULL;
     char *link = link_in_checkpoint(tree);
+    char *mount = mount_inside(it, tree);
     ckpt_tree_free(tree);
     if (live) {
         free(damage);
         free(link);
+        free(mount);
         return;
     }
     verdict(it);
     /* What ckpt cannot prove is kept: a run holding another filesystem
      * is an error whatever it holds, a link at a checkpoint's place when
      * anything would be deleted. */
-    char *mount = strcmp(it->action, "skip") ? mount_inside(it) : NULL;
+    if (!strcmp(it->action, "skip")) {
+        free(mount);
+        mount = NULL;
+    }
     if (mount || (link && (!strcmp(it->action, msg_delete(it->co)) ||
                            will_prune(it)))) {
         it->action = "error";

@@ -36,9 +36,23 @@ static struct ckpt_tree_file *add_file(struct builder *b, const char *path,
     return f;
 }
 
+/* A mount point the local listing found: counted, the smallest kept. */
+static void note_mount(struct ckpt_tree *t, const char *path)
+{
+    t->mounts++;
+    if (!t->mount_first || strcmp(path, t->mount_first) < 0) {
+        free(t->mount_first);
+        t->mount_first = ckpt_xstrdup(path);
+    }
+}
+
 static int list_cb(void *ud, const struct ckpt_entry *e)
 {
     struct builder *b = ud;
+    if (e->mount)
+        note_mount(b->t, e->name);
+    if (e->mount && e->type == CKPT_ENTRY_DIR)
+        return 0; /* (CKPT_LIST_MOUNTS: not a file) */
     struct ckpt_tree_file *f = add_file(b, e->name, e->size, e->type);
     f->mtime = e->mtime;
     f->ctime = e->ctime;
@@ -49,8 +63,12 @@ static int dir_cb(void *ud, const struct ckpt_entry *e)
 {
     /* One-level pass: recursive listings omit directories, and an empty
      * wandb/ or step0/ still tells us something. */
-    if (e->type == CKPT_ENTRY_DIR)
-        list_cb(ud, e);
+    if (e->type == CKPT_ENTRY_DIR) {
+        struct builder *b = ud;
+        struct ckpt_tree_file *f = add_file(b, e->name, e->size, e->type);
+        f->mtime = e->mtime;
+        f->ctime = e->ctime;
+    }
     return 0;
 }
 
@@ -298,8 +316,8 @@ int ckpt_tree_load_flags(struct ckpt_tree **out, struct ckpt_storage *st,
         rc = load_archive(&b, want ? want : ckpt_tree_want_default, flags,
                           err);
     } else {
-        rc = ckpt_storage_list(st, key, CKPT_LIST_RECURSIVE, list_cb, &b,
-                               err);
+        rc = ckpt_storage_list(st, key, CKPT_LIST_RECURSIVE |
+                               CKPT_LIST_MOUNTS, list_cb, &b, err);
         if (rc == 0)
             rc = ckpt_storage_list(st, key, 0, dir_cb, &b, err);
     }
@@ -322,6 +340,7 @@ void ckpt_tree_free(struct ckpt_tree *t)
 {
     if (!t)
         return;
+    free(t->mount_first);
     for (size_t i = 0; i < t->n; i++) {
         free(t->files[i].path);
         free(t->files[i].content);

@@ -114,7 +114,78 @@ struct walk {
     struct ckpt_buf rel;     /* path relative to the listed dir */
     const char *top;         /* for messages */
     struct ckpt_err *err;
+    struct st_fs fs;         /* the listed directory's filesystem */
+    int has_fs;              /* fs known (else no entry is a mount) */
+    int in_mount;            /* walking inside a mount point found */
 };
+
+/* What the listing needs of an entry, and its filesystem: one statx per
+ * entry serves both the listing and the mount check (a second walk to
+ * find mount points doubled the metadata round trips on Lustre/NFS). */
+#define WALK_MASK (STATX_TYPE | STATX_MODE | STATX_SIZE | STATX_MTIME |   \
+                   STATX_CTIME | STATX_MNT_ID)
+
+/* Is the entry statx'd into sx a mount point below the listed directory:
+ * another device, another mount (where the kernel says, >= 5.8; else the
+ * device alone), or a mount's root (a bind mount of the same fs)? Not
+ * below a mount point already found (as find_mounts, which stops there). */
+static int walk_mount(const struct walk *w, const struct statx *sx)
+{
+    if (!w->has_fs || w->in_mount)
+        return 0;
+    unsigned long long dev = ((unsigned long long)sx->stx_dev_major << 32) |
+                             sx->stx_dev_minor;
+    int root = (sx->stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+               (sx->stx_attributes & STATX_ATTR_MOUNT_ROOT);
+    return root || dev != w->fs.dev ||
+           ((sx->stx_mask & STATX_MNT_ID) && w->fs.has_mnt &&
+            sx->stx_mnt_id != w->fs.mnt);
+}
+
+static int walk_emit(struct walk *w, const struct statx *sx,
+                     enum ckpt_entry_type t, int mount)
+{
+    struct ckpt_entry e = {
+        .name = w->rel.ptr,
+        .size = t == CKPT_ENTRY_FILE ? (uint64_t)sx->stx_size : 0,
+        .mtime = sx->stx_mtime.tv_sec,
+        .type = t,
+        .etag = "",
+        .ctime = sx->stx_ctime.tv_sec,
+        .mount = mount,
+    };
+    return w->fn(w->ud, &e);
+}
+
+static int walk_dir(struct walk *w, int dfd);
+
+/* Walk into the directory name (the entry just named in w->rel), found a
+ * mount point when mount. */
+static int walk_sub(struct walk *w, int dfd, const char *name,
+                    const struct statx *sx, int mount)
+{
+    int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                     O_CLOEXEC);
+    if (sub < 0) {
+        if (errno == ENOENT)
+            return 0;
+        return ckpt_err_sys(w->err, "open directory '%s/%s'", w->top,
+                            w->rel.ptr);
+    }
+    int rc = 0;
+    if (mount && (w->flags & CKPT_LIST_MOUNTS))
+        rc = walk_emit(w, sx, CKPT_ENTRY_DIR, 1);
+    if (rc) {
+        close(sub);
+        return rc;
+    }
+    ckpt_buf_addch(&w->rel, '/');
+    int was = w->in_mount;
+    w->in_mount |= mount;
+    rc = walk_dir(w, sub);
+    w->in_mount = was;
+    return rc;
+}
 
 /* Walk the directory open at dfd (consumed). Returns 0, -1 on error (err
  * set), or the callback's non-zero stop value. */
@@ -139,8 +210,9 @@ static int walk_dir(struct walk *w, int dfd)
         }
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
-        struct stat sb;
-        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        struct statx sx;
+        if (statx(dirfd(d), de->d_name, AT_SYMLINK_NOFOLLOW, WALK_MASK,
+                  &sx) != 0) {
             if (errno == ENOENT)
                 continue; /* removed while we walked */
             rc = ckpt_err_sys(w->err, "stat '%s/%s%s'", w->top, w->rel.ptr,
@@ -149,32 +221,12 @@ static int walk_dir(struct walk *w, int dfd)
         }
         ckpt_buf_setlen(&w->rel, base);
         ckpt_buf_addstr(&w->rel, de->d_name);
-        enum ckpt_entry_type t = mode_type(sb.st_mode);
-        if (t == CKPT_ENTRY_DIR && (w->flags & CKPT_LIST_RECURSIVE)) {
-            int sub = openat(dirfd(d), de->d_name,
-                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (sub < 0) {
-                if (errno == ENOENT)
-                    continue;
-                rc = ckpt_err_sys(w->err, "open directory '%s/%s'", w->top,
-                                  w->rel.ptr);
-                break;
-            }
-            ckpt_buf_addch(&w->rel, '/');
-            rc = walk_dir(w, sub);
-            if (rc)
-                break;
-            continue;
-        }
-        struct ckpt_entry e = {
-            .name = w->rel.ptr,
-            .size = t == CKPT_ENTRY_FILE ? (uint64_t)sb.st_size : 0,
-            .mtime = sb.st_mtime,
-            .type = t,
-            .etag = "",
-            .ctime = sb.st_ctime,
-        };
-        rc = w->fn(w->ud, &e);
+        enum ckpt_entry_type t = mode_type(sx.stx_mode);
+        int mount = walk_mount(w, &sx);
+        if (t == CKPT_ENTRY_DIR && (w->flags & CKPT_LIST_RECURSIVE))
+            rc = walk_sub(w, dirfd(d), de->d_name, &sx, mount);
+        else
+            rc = walk_emit(w, &sx, t, mount);
         if (rc)
             break;
     }
@@ -183,13 +235,16 @@ static int walk_dir(struct walk *w, int dfd)
     return rc;
 }
 
+static int fs_of(int fd, struct st_fs *fs);
+
 static int local_list(struct ckpt_storage *st, const char *dir, unsigned flags,
                       ckpt_list_fn fn, void *ud, struct ckpt_err *err)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return ckpt_err_sys(err, "open directory '%s'", dir);
-    struct walk w = { fn, ud, flags, CKPT_BUF_INIT, dir, err };
+    struct walk w = { fn, ud, flags, CKPT_BUF_INIT, dir, err, { 0 }, 0, 0 };
+    w.has_fs = fs_of(dfd, &w.fs) == 0;
     int rc = walk_dir(&w, dfd);
     ckpt_buf_release(&w.rel);
     return rc;

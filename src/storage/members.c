@@ -105,7 +105,7 @@ static int mem_list(struct ckpt_storage *st, const char *dir, unsigned flags,
         const char *name = m->v[i].path + pl;
         const char *slash = strchr(name, '/');
         struct ckpt_entry e = { name, m->v[i].size, 0, CKPT_ENTRY_FILE, "",
-                                0 };
+                                0, 0 };
         if (slash && !(flags & CKPT_LIST_RECURSIVE)) {
             /* One level: each subdirectory once (members are sorted). */
             size_t l = (size_t)(slash - name);
@@ -114,7 +114,7 @@ static int mem_list(struct ckpt_storage *st, const char *dir, unsigned flags,
             lastdir = name;
             lastlen = l;
             char *d = ckpt_xstrndup(name, l);
-            e = (struct ckpt_entry){ d, 0, 0, CKPT_ENTRY_DIR, "", 0 };
+            e = (struct ckpt_entry){ d, 0, 0, CKPT_ENTRY_DIR, "", 0, 0 };
             rc = fn(ud, &e);
             free(d);
             continue;

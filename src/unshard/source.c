@@ -626,7 +626,8 @@ static int list_ranks(struct ujob *j, struct ranks *r, struct ckpt_err *err)
         return ckpt_err_sys(err, "open '%s'", j->src.dir);
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        struct ckpt_entry e = { de->d_name, 0, 0, CKPT_ENTRY_FILE, "", 0 };
+        struct ckpt_entry e = { de->d_name, 0, 0, CKPT_ENTRY_FILE, "", 0,
+                                0 };
         note_rank(r, &e);
     }
     closedir(d);

@@ -78,7 +78,7 @@ int up_dmap_load(struct group *g, struct dmap *m, struct ckpt_err *err)
             rc = ckpt_err_set(err, CKPT_EUSAGE, "DEST '%s' is a directory",
                               disp);
         struct ckpt_entry e = { "", sb.size, sb.mtime, sb.type, sb.etag,
-                                sb.ctime };
+                                sb.ctime, 0 };
         if (rc == 0)
             dmap_add(m, &e);
         free(disp);

@@ -2,7 +2,7 @@
  * age_preload.c - LD_PRELOAD shim for tests of the live-run guard, which
  * reads the newer of a file's mtime and ctime.
  *
- * CKPT_TEST_OLD_CTIME=N: stat(2) and friends report every ctime N
+ * CKPT_TEST_OLD_CTIME=N: stat(2), statx(2) and friends report every ctime N
  * seconds earlier, so that a tree aged with utime() (touch -d, os.utime)
  * is as old as its mtimes say (a test cannot set a ctime in the past),
  * while a change still moves the ctime (the unchanged checks see it).
@@ -155,4 +155,15 @@ int fstatat64(int dfd, const char *p, struct stat64 *sb, int fl)
     int rc = REAL("fstatat64", int (*)(int, const char *, struct stat64 *,
                                        int))(dfd, p, sb, fl);
     FIX(rc, sb);
+}
+
+/* The local listing reads ctimes with statx (one call per entry gives the
+ * listing and the mount check both). */
+int statx(int dfd, const char *p, int fl, unsigned mask, struct statx *sx)
+{
+    int rc = REAL("statx", int (*)(int, const char *, int, unsigned,
+                                   struct statx *))(dfd, p, fl, mask, sx);
+    if (rc == 0)
+        sx->stx_ctime.tv_sec -= ctime_shift();
+    return rc;
 }
