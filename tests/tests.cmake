@@ -88,39 +88,19 @@ target_link_libraries(storage_tool PRIVATE ckpt_core)
 add_executable(lease_tool ${CMAKE_SOURCE_DIR}/tests/support/lease_tool.c)
 target_link_libraries(lease_tool PRIVATE ckpt_core)
 
-# vanish_preload: LD_PRELOAD shim that deletes a directory at the moment
-# it is first opened (tests/support/vanish_preload.c); tests find it as
-# $CKPT_BUILD/libvanish_preload.so.
-add_library(vanish_preload SHARED
-            ${CMAKE_SOURCE_DIR}/tests/support/vanish_preload.c)
-target_link_libraries(vanish_preload PRIVATE ${CMAKE_DL_LIBS})
-
-# unlink_fail_preload: LD_PRELOAD shim under which deleting a file of a
-# given name fails (tests/support/unlink_fail_preload.c); tests find it as
-# $CKPT_BUILD/libunlink_fail_preload.so.
-add_library(unlink_fail_preload SHARED
-            ${CMAKE_SOURCE_DIR}/tests/support/unlink_fail_preload.c)
-target_link_libraries(unlink_fail_preload PRIVATE ${CMAKE_DL_LIBS})
-
-# kill_preload: LD_PRELOAD shim that SIGKILLs the process right after its
-# first delete or rename below a path (tests/support/kill_preload.c);
-# $CKPT_BUILD/libkill_preload.so.
-add_library(kill_preload SHARED
-            ${CMAKE_SOURCE_DIR}/tests/support/kill_preload.c)
-target_link_libraries(kill_preload PRIVATE ${CMAKE_DL_LIBS})
-
-# change_preload: LD_PRELOAD shim that changes a file at the moment the
-# process first unlinks something below a directory
-# (tests/support/change_preload.c); tests find it as
-# $CKPT_BUILD/libchange_preload.so.
-add_library(change_preload SHARED
-            ${CMAKE_SOURCE_DIR}/tests/support/change_preload.c)
-target_link_libraries(change_preload PRIVATE ${CMAKE_DL_LIBS})
-
-# age_preload: LD_PRELOAD shim for the live-run guard's tests: ctimes
-# reported older (trees aged with utime), and a file written at the
-# moment a given one is first opened (tests/support/age_preload.c); tests
-# find it as $CKPT_BUILD/libage_preload.so.
-add_library(age_preload SHARED
-            ${CMAKE_SOURCE_DIR}/tests/support/age_preload.c)
-target_link_libraries(age_preload PRIVATE ${CMAKE_DL_LIBS})
+# LD_PRELOAD shims (tests/support/NAME_preload.c, sharing preload.h); tests
+# find each as $CKPT_BUILD/libNAME_preload.so.
+#   vanish       deletes a directory at the moment it is first opened;
+#   unlink_fail  deleting a file of a given name fails;
+#   kill         SIGKILLs the process right after its first delete or
+#                rename below a path;
+#   change       changes a file at the moment the process first unlinks
+#                something below a directory;
+#   age          the live-run guard's tests: ctimes reported older (trees
+#                aged with utime), and a file written at the moment a given
+#                one is first opened.
+foreach(shim vanish unlink_fail kill change age)
+  add_library(${shim}_preload SHARED
+              ${CMAKE_SOURCE_DIR}/tests/support/${shim}_preload.c)
+  target_link_libraries(${shim}_preload PRIVATE ${CMAKE_DL_LIBS})
+endforeach()

@@ -12,16 +12,14 @@
  * directories too) with a few bytes: a job that writes a new step while
  * `ckpt process` is uploading the run, at an exact moment.
  */
-/* Both the plain and the 64-bit names are defined here: the redirect that
- * the build's _FILE_OFFSET_BITS asks for would make them one symbol. */
+/* Both the plain and the 64-bit names are defined here (open() and open64()
+ * in preload.h): the redirect that the build's _FILE_OFFSET_BITS asks for
+ * would make them one symbol. */
 #undef _FILE_OFFSET_BITS
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <dlfcn.h>
+static void maybe_write(const char *path, int flags);
+#define PRELOAD_ON_OPEN maybe_write
+#include "preload.h"
 #include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,40 +56,6 @@ static void maybe_write(const char *path, int flags)
     errno = saved;
 }
 
-static int open_impl(const char *name, const char *path, int flags,
-                     mode_t mode)
-{
-    int (*real)(const char *, int, ...) =
-        (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, name);
-    maybe_write(path, flags);
-    return real(path, flags, mode);
-}
-
-/* The mode argument, present only with O_CREAT or O_TMPFILE. */
-#define MODE_OF(flags, mode)                                                \
-    do {                                                                    \
-        if ((flags) & (O_CREAT | O_TMPFILE)) {                              \
-            va_list ap;                                                     \
-            va_start(ap, flags);                                            \
-            (mode) = (mode_t)va_arg(ap, int);                               \
-            va_end(ap);                                                     \
-        }                                                                   \
-    } while (0)
-
-int open(const char *path, int flags, ...)
-{
-    mode_t mode = 0;
-    MODE_OF(flags, mode);
-    return open_impl("open", path, flags, mode);
-}
-
-int open64(const char *path, int flags, ...)
-{
-    mode_t mode = 0;
-    MODE_OF(flags, mode);
-    return open_impl("open64", path, flags, mode);
-}
-
 static long ctime_shift(void)
 {
     const char *v = getenv("CKPT_TEST_OLD_CTIME");
@@ -104,8 +68,6 @@ static long ctime_shift(void)
             (sb)->st_ctim.tv_sec -= ctime_shift();                          \
         return (rc);                                                        \
     } while (0)
-
-#define REAL(name, type) ((type)dlsym(RTLD_NEXT, name))
 
 int stat(const char *p, struct stat *sb)
 {

@@ -10,11 +10,7 @@
  * That moment is after the run was judged and before any file of a
  * dropped step is deleted (they go last), so the race is exact.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <dlfcn.h>
-#include <fcntl.h>
+#include "preload.h"
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -82,17 +78,13 @@ static void maybe_change(int dfd, const char *name)
 
 int unlink(const char *path)
 {
-    int (*real)(const char *) =
-        (int (*)(const char *))dlsym(RTLD_NEXT, "unlink");
     maybe_change(AT_FDCWD, path);
-    return real(path);
+    return REAL("unlink", int (*)(const char *))(path);
 }
 
 int unlinkat(int dfd, const char *name, int flags)
 {
-    int (*real)(int, const char *, int) =
-        (int (*)(int, const char *, int))dlsym(RTLD_NEXT, "unlinkat");
     if (!(flags & AT_REMOVEDIR))
         maybe_change(dfd, name);
-    return real(dfd, name, flags);
+    return REAL("unlinkat", int (*)(int, const char *, int))(dfd, name, flags);
 }

@@ -17,11 +17,7 @@
  * (tests/crash/crash.py's process scenarios, tests/integration/
  * process_drop_crash.py.)
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <dlfcn.h>
-#include <fcntl.h>
+#include "preload.h"
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -93,8 +89,6 @@ static int to_watched(int dirfd, const char *name)
            full_path(dirfd, name, path, sizeof(path)) == 0 &&
            !strcmp(path, at);
 }
-
-#define REAL(name, type) ((type)dlsym(RTLD_NEXT, name))
 
 int unlink(const char *path)
 {

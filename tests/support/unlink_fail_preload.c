@@ -5,12 +5,8 @@
  * component is CKPT_TEST_UNLINK_FAIL fails with EACCES; everything else
  * goes to libc.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <dlfcn.h>
+#include "preload.h"
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,22 +22,19 @@ static int refused(const char *path)
 
 int unlink(const char *path)
 {
-    int (*real)(const char *) =
-        (int (*)(const char *))dlsym(RTLD_NEXT, "unlink");
     if (refused(path)) {
         errno = EACCES;
         return -1;
     }
-    return real(path);
+    return REAL("unlink", int (*)(const char *))(path);
 }
 
 int unlinkat(int dirfd, const char *path, int flags)
 {
-    int (*real)(int, const char *, int) =
-        (int (*)(int, const char *, int))dlsym(RTLD_NEXT, "unlinkat");
     if (!(flags & AT_REMOVEDIR) && refused(path)) {
         errno = EACCES;
         return -1;
     }
-    return real(dirfd, path, flags);
+    return REAL("unlinkat", int (*)(int, const char *, int))(dirfd, path,
+                                                            flags);
 }

@@ -7,17 +7,12 @@
  * open and every later one find nothing there - as when a concurrent
  * `ckpt process` deleted the run between our stat and our listing.
  */
-/* Both open() and open64() are defined here: the 64-bit redirect of
- * open() to open64() that the build's _FILE_OFFSET_BITS asks for would
- * make them one symbol. */
+/* open() and open64() are both defined (preload.h). */
 #undef _FILE_OFFSET_BITS
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <dlfcn.h>
+static void on_open(const char *path, int flags);
+#define PRELOAD_ON_OPEN on_open
+#include "preload.h"
 #include <dirent.h>
-#include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,45 +34,14 @@ static void maybe_vanish(const char *path)
         perror("vanish_preload: rename");
 }
 
-static int open_impl(const char *name, const char *path, int flags,
-                     mode_t mode)
+static void on_open(const char *path, int flags)
 {
-    int (*real)(const char *, int, ...) =
-        (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, name);
     if (flags & O_DIRECTORY)
         maybe_vanish(path);
-    return real(path, flags, mode);
-}
-
-/* The mode argument, present only with O_CREAT or O_TMPFILE. */
-#define MODE_OF(flags, mode)                                                \
-    do {                                                                    \
-        if ((flags) & (O_CREAT | O_TMPFILE)) {                              \
-            va_list ap;                                                     \
-            va_start(ap, flags);                                            \
-            (mode) = (mode_t)va_arg(ap, int);                               \
-            va_end(ap);                                                     \
-        }                                                                   \
-    } while (0)
-
-int open(const char *path, int flags, ...)
-{
-    mode_t mode = 0;
-    MODE_OF(flags, mode);
-    return open_impl("open", path, flags, mode);
-}
-
-int open64(const char *path, int flags, ...)
-{
-    mode_t mode = 0;
-    MODE_OF(flags, mode);
-    return open_impl("open64", path, flags, mode);
 }
 
 DIR *opendir(const char *path)
 {
-    DIR *(*real)(const char *) =
-        (DIR * (*)(const char *)) dlsym(RTLD_NEXT, "opendir");
     maybe_vanish(path);
-    return real(path);
+    return REAL("opendir", DIR * (*)(const char *))(path);
 }
