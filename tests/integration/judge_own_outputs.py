@@ -21,7 +21,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import Checker, ckpt  # noqa: E402
+from s3test import Checker, ckpt, listing  # noqa: E402
 
 FIX = os.path.join(HERE, "..", "fixtures")
 # torch 2.6 DCP saves: 6 tensors (split by --max-shard-size 200), and one
@@ -45,14 +45,6 @@ RUNS = {
     "olmo-torch": (["step1000"], OLMO, ["--format", "torch"]),
     "olmo-st": (["step1000"], OLMO, ["--format", "safetensors"]),
 }
-
-
-def listing(root):
-    out = []
-    for dp, ds, fs in os.walk(root):
-        for n in fs:
-            out.append(os.path.relpath(os.path.join(dp, n), root))
-    return sorted(out)
 
 
 def make(root, name, steps, src):

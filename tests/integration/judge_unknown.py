@@ -31,7 +31,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import Checker, ckpt  # noqa: E402
+from s3test import Checker, ckpt, listing  # noqa: E402
 
 FIX = os.path.join(HERE, "..", "fixtures")
 RW = os.path.join(FIX, "real-writers")
@@ -55,14 +55,6 @@ def run_dir(root, name, pieces):
         for n in ds + fs:
             os.chmod(os.path.join(dp, n), 0o755 if n in ds else 0o644)
     return d
-
-
-def listing(root):
-    out = []
-    for dp, ds, fs in os.walk(root):
-        for n in fs:
-            out.append(os.path.relpath(os.path.join(dp, n), root))
-    return sorted(out)
 
 
 def madeup(run):

@@ -23,20 +23,12 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import Checker, ckpt  # noqa: E402
+from s3test import Checker, ckpt, listing  # noqa: E402
 
 OLMO = os.path.join(HERE, "..", "fixtures", "runs", "olmo-torch-new-1.13")
 CUT = "model.pt: cut short (no end of central directory)"
 NOTRAIN = ("train.pt missing (an OLMo step's unsharded copy with optim.pt "
            "has train.pt)")
-
-
-def listing(root):
-    out = []
-    for dp, ds, fs in os.walk(root):
-        for n in fs:
-            out.append(os.path.relpath(os.path.join(dp, n), root))
-    return sorted(out)
 
 
 def make(root, name, copy, broken):

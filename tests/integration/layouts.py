@@ -30,7 +30,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import Checker, ckpt  # noqa: E402
+from s3test import Checker, ckpt, listing  # noqa: E402
 
 FIX = os.path.join(HERE, "..", "fixtures")
 RW = os.path.join(FIX, "real-writers")
@@ -215,14 +215,6 @@ def clean_rows(dry, keep_last):
                 why[len("incomplete: "):])
         out.append(line + "\n")
     return "".join(out)
-
-
-def listing(root):
-    out = []
-    for dp, ds, fs in os.walk(root):
-        for n in fs:
-            out.append(os.path.relpath(os.path.join(dp, n), root))
-    return sorted(out)
 
 
 def main():

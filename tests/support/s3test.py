@@ -68,6 +68,15 @@ def contents(root):
     return out
 
 
+def listing(root):
+    """Sorted relative paths of the files below root."""
+    out = []
+    for d, _, fs in os.walk(root):
+        for n in fs:
+            out.append(os.path.relpath(os.path.join(d, n), root))
+    return sorted(out)
+
+
 def digests(root):
     """{relative path: sha256} of the files below root."""
     out = {}
