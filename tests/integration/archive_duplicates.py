@@ -16,12 +16,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import (Checker, S3Env, age_tree, contents, ckpt,  # noqa: E402
-                    gen_runs, old_ctime, remote_contents)
+from s3test import (Checker, age_tree, contents, ckpt,  # noqa: E402
+                    dest_tree, gen_runs, s3_session)
 from process_s3 import rows  # noqa: E402
 
 B = "ckpt-test"
@@ -55,12 +54,6 @@ def fresh(arc, tmp, name):
     shutil.copy2(arc, p)
     age_tree(d)
     return p
-
-
-def dest_tree(env, dest):
-    if dest.startswith("s3://"):
-        return remote_contents(env, B, dest[len("s3://%s/" % B):])
-    return contents(dest)
 
 
 def dest_of(tmp, dname, what):
@@ -124,19 +117,11 @@ def process(c, env, tmp, arc, want):
 
 
 def main():
-    # Trees are aged with utime(): ctimes aged too (s3test.old_ctime).
-    os.environ.update(old_ctime())
     c = Checker()
-    tmp = tempfile.mkdtemp(prefix="ckpt-dups-")
-    try:
+    with s3_session("ckpt-dups-") as (tmp, env):
         want, arc = make(tmp)
-        with S3Env() as s3:
-            env = s3.env()
-            env["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
-            upload(c, env, tmp, arc, want)
-            process(c, env, tmp, arc, want)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        upload(c, env, tmp, arc, want)
+        process(c, env, tmp, arc, want)
     return c.finish()
 
 

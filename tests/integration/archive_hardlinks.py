@@ -21,12 +21,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import (Checker, S3Env, age_tree, contents, ckpt,  # noqa: E402
-                    gen_runs, old_ctime, remote_contents)
+from s3test import (Checker, age_tree, contents, ckpt,  # noqa: E402
+                    dest_tree, gen_runs, s3_session)
 from process_s3 import rows  # noqa: E402
 
 B = "ckpt-test"
@@ -67,12 +66,6 @@ def fresh(arcs, tmp, ext, name):
     shutil.copy2(os.path.join(arcs, "2871005" + ext), p)
     age_tree(d)
     return p
-
-
-def dest_tree(env, dest):
-    if dest.startswith("s3://"):
-        return remote_contents(env, B, dest[len("s3://%s/" % B):])
-    return contents(dest)
 
 
 def upload(c, env, tmp, arcs, want):
@@ -163,21 +156,13 @@ def symlink_member(c, env, tmp):
 
 
 def main():
-    # Trees are aged with utime(): ctimes aged too (s3test.old_ctime).
-    os.environ.update(old_ctime())
     c = Checker()
-    tmp = tempfile.mkdtemp(prefix="ckpt-hardlinks-")
-    try:
+    with s3_session("ckpt-hardlinks-") as (tmp, env):
         want, arcs = make_run(tmp)
-        with S3Env() as s3:
-            env = s3.env()
-            env["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
-            upload(c, env, tmp, arcs, want)
-            process(c, env, tmp, arcs, want)
-            dangling(c, env, tmp)
-            symlink_member(c, env, tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        upload(c, env, tmp, arcs, want)
+        process(c, env, tmp, arcs, want)
+        dangling(c, env, tmp)
+        symlink_member(c, env, tmp)
     return c.finish()
 
 

@@ -40,7 +40,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import BUILD, Checker, contents  # noqa: E402
+from s3test import BUILD, Checker, contents, plan  # noqa: E402
 import gen_runs  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
@@ -145,24 +145,6 @@ def case(c, tmp, name, rid, kill, killed_check=None, changes=None):
     if not changes:
         compare(c, name, ref, got)
     return done, got
-
-
-def plan(out):
-    """Rows as (action, run, numbers...) with the real run's words and
-    without the columns a plan has not (freed per run, seconds), as
-    process_dry_run.py compares them."""
-    res = []
-    for line in out.splitlines():
-        f = line.split("\t")
-        if f[0] == "total":
-            res.append(tuple(x for x in f if not x.startswith("seconds=")))
-        elif f[0] in ("processed", "would-process"):
-            res.append(("processed",) + tuple(f[1:6]))
-        else:
-            res.append((f[0].replace("would-delete", "deleted"),) +
-                       tuple(x.replace("finishes an", "finished an")
-                             for x in f[1:]))
-    return sorted(res)
 
 
 def rows(out):

@@ -22,7 +22,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import Checker, age_tree, ckpt, gen_runs  # noqa: E402
-from s3test import old_ctime  # noqa: E402
+from s3test import old_ctime, plan  # noqa: E402
 
 
 def tree(root):
@@ -37,22 +37,6 @@ def tree(root):
             else:
                 out[os.path.relpath(p, root)] = "dir-or-link"
     return out
-
-
-def plan(out):
-    """Rows as (action, run, numbers...) with the real run's words and
-    without the columns a plan has not (freed per run, seconds)."""
-    res = []
-    for line in out.splitlines():
-        f = line.split("\t")
-        if f[0] == "total":
-            res.append(tuple(x for x in f if not x.startswith("seconds=")))
-        elif f[0] in ("processed", "would-process"):
-            res.append(("processed",) + tuple(f[1:6]))
-        else:
-            res.append((f[0].replace("would-delete", "deleted"),) +
-                       tuple(f[1:]))
-    return sorted(res)
 
 
 def main():

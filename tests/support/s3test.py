@@ -1,10 +1,12 @@
 """s3test.py - shared helpers for the Python object-storage integration
 tests: run storage_tool, check results, count passes."""
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -75,6 +77,24 @@ def listing(root):
         for n in fs:
             out.append(os.path.relpath(os.path.join(d, n), root))
     return sorted(out)
+
+
+def plan(out):
+    """process rows as sorted (action, run, numbers...) with the real
+    run's words and without the columns a plan has not (freed per run,
+    seconds): `process -n` and the real run compare equal."""
+    res = []
+    for line in out.splitlines():
+        f = line.split("\t")
+        if f[0] == "total":
+            res.append(tuple(x for x in f if not x.startswith("seconds=")))
+        elif f[0] in ("processed", "would-process"):
+            res.append(("processed",) + tuple(f[1:6]))
+        else:
+            res.append((f[0].replace("would-delete", "deleted"),) +
+                       tuple(x.replace("finishes an", "finished an")
+                             for x in f[1:]))
+    return sorted(res)
 
 
 def digests(root):
@@ -168,3 +188,27 @@ def remote_contents(env, bucket, prefix, names=None, check=False):
             _, res[name], _ = tool(env, "cat", "s3://%s/%s/%s"
                                    % (bucket, prefix, name))
     return res
+
+
+def dest_tree(env, dest, bucket="ckpt-test"):
+    """contents() of a DEST: a local directory or s3://BUCKET/PREFIX."""
+    if dest.startswith("s3://"):
+        return remote_contents(env, bucket,
+                               dest[len("s3://%s/" % bucket):])
+    return contents(dest)
+
+
+@contextlib.contextmanager
+def s3_session(prefix):
+    """A scratch directory (removed after) and a running S3Env: yields
+    (tmp, env), env with its own CKPT_STATE_DIR below tmp. Trees are
+    aged with utime(), so ctimes are aged too (old_ctime)."""
+    os.environ.update(old_ctime())
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        with S3Env() as s3:
+            env = s3.env()
+            env["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
+            yield tmp, env
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
