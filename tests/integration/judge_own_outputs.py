@@ -17,11 +17,10 @@ the run: the only copy, the sharded step being gone."""
 import os
 import shutil
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import Checker, ckpt, listing  # noqa: E402
+from s3test import Checker, ckpt, listing, scratch  # noqa: E402
 
 FIX = os.path.join(HERE, "..", "fixtures")
 # torch 2.6 DCP saves: 6 tensors (split by --max-shard-size 200), and one
@@ -62,8 +61,7 @@ def make(root, name, steps, src):
 
 def main():
     c = Checker()
-    tmp = tempfile.mkdtemp(prefix="ckpt-judge-own-")
-    try:
+    with scratch("ckpt-judge-own-") as tmp:
         for name, (steps, src, opts) in sorted(RUNS.items()):
             run = make(tmp, name, steps, src)
             # each step's copy beside it, as unshard's run mode names it
@@ -109,8 +107,6 @@ def main():
                                               "step1000-unsharded"),
              ["config.yaml", "extra.json", "model.safetensors",
               "optim.safetensors", "train.pt"])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return c.finish()
 
 

@@ -27,11 +27,10 @@ before, it was dropped as incomplete and deleted with the source."""
 import os
 import shutil
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import Checker, ckpt, listing  # noqa: E402
+from s3test import Checker, ckpt, listing, scratch  # noqa: E402
 
 FIX = os.path.join(HERE, "..", "fixtures")
 RW = os.path.join(FIX, "real-writers")
@@ -112,8 +111,7 @@ def rows(dry):
 
 def main():
     c = Checker()
-    tmp = tempfile.mkdtemp(prefix="ckpt-judge-unknown-")
-    try:
+    with scratch("ckpt-judge-unknown-") as tmp:
         root = os.path.join(tmp, "runs")
         make_runs(root)
         names = [r for _, r, _ in ROWS]
@@ -168,9 +166,6 @@ def main():
         want = dict(before)
         del want["hf-gone"]
         c.eq("clean: only the provably bad run is gone", after, want)
-    finally:
-        os.chdir("/")
-        shutil.rmtree(tmp, ignore_errors=True)
     return c.finish()
 
 

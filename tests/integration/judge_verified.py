@@ -19,11 +19,10 @@ optim.pt for an OLMo step):
 import os
 import shutil
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import Checker, ckpt, listing  # noqa: E402
+from s3test import Checker, ckpt, listing, scratch  # noqa: E402
 
 OLMO = os.path.join(HERE, "..", "fixtures", "runs", "olmo-torch-new-1.13")
 CUT = "model.pt: cut short (no end of central directory)"
@@ -61,8 +60,7 @@ def sharded(files):
 
 def main():
     c = Checker()
-    tmp = tempfile.mkdtemp(prefix="ckpt-judge-verified-")
-    try:
+    with scratch("ckpt-judge-verified-") as tmp:
         for broken, why in (("cut", CUT), ("notrain", NOTRAIN)):
             # --drop-sharded keeps (uploads) the sharded step
             run = make(tmp, "drop-" + broken, "step1000-unsharded", broken)
@@ -112,8 +110,6 @@ def main():
         c.eq("ls: the copy is incomplete", out.splitlines()[-1].split("\t")
              [1:5], ["step2000-unsharded", "2000", "unsharded",
                      "incomplete: " + CUT])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return c.finish()
 
 

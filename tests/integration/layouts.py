@@ -26,11 +26,10 @@ ones too."""
 import os
 import shutil
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import Checker, ckpt, listing  # noqa: E402
+from s3test import Checker, ckpt, listing, scratch  # noqa: E402
 
 FIX = os.path.join(HERE, "..", "fixtures")
 RW = os.path.join(FIX, "real-writers")
@@ -219,8 +218,7 @@ def clean_rows(dry, keep_last):
 
 def main():
     c = Checker()
-    tmp = tempfile.mkdtemp(prefix="ckpt-layouts-")
-    try:
+    with scratch("ckpt-layouts-") as tmp:
         root = os.path.join(tmp, "runs")
         for name, pieces, drop in RUNS:
             d = run_dir(root, name, pieces, drop)
@@ -263,9 +261,6 @@ def main():
             c.eq("clean --keep-last 1: %s files left" % n, listing(n),
                  [f for f in before[n]
                   if not (pre and f.startswith(pre + "/"))])
-    finally:
-        os.chdir("/")
-        shutil.rmtree(tmp, ignore_errors=True)
     return c.finish()
 
 

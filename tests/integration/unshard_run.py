@@ -22,14 +22,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
 from harness import CKPT, check, compare, finish, generate, run  # noqa: E402
-
-
-def files(root):
-    out = []
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            out.append(os.path.relpath(os.path.join(d, f), root))
-    return sorted(out)
+from s3test import listing as files  # noqa: E402
 
 
 def unshard(*args):

@@ -190,6 +190,18 @@ def remote_contents(env, bucket, prefix, names=None, check=False):
     return res
 
 
+@contextlib.contextmanager
+def scratch(prefix):
+    """A scratch directory, yielded; removed after, from "/" (a test may
+    have chdir'd into it)."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield tmp
+    finally:
+        os.chdir("/")
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def dest_tree(env, dest, bucket="ckpt-test"):
     """contents() of a DEST: a local directory or s3://BUCKET/PREFIX."""
     if dest.startswith("s3://"):
@@ -204,11 +216,7 @@ def s3_session(prefix):
     (tmp, env), env with its own CKPT_STATE_DIR below tmp. Trees are
     aged with utime(), so ctimes are aged too (old_ctime)."""
     os.environ.update(old_ctime())
-    tmp = tempfile.mkdtemp(prefix=prefix)
-    try:
-        with S3Env() as s3:
-            env = s3.env()
-            env["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
-            yield tmp, env
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with scratch(prefix) as tmp, S3Env() as s3:
+        env = s3.env()
+        env["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
+        yield tmp, env
