@@ -68,41 +68,41 @@ def fresh(arcs, tmp, ext, name):
     return p
 
 
-def upload(c, env, tmp, arcs, want):
+def cases(arcs, tmp, verb, tag):
+    """(what, archive, DEST) for each archive kind and each kind of DEST:
+    a fresh copy of the archive and a DEST of its own, named after tag."""
     for ext in (".tar", ".tar.gz"):
         for dname in ("local", "s3"):
-            what = "upload %s -> %s" % (ext, dname)
-            arc = fresh(arcs, tmp, ext, "up-%s-%s" % (dname, ext))
-            dest = (os.path.join(tmp, "dup-%s-%s" % (dname, ext))
+            arc = fresh(arcs, tmp, ext, "%s-%s-%s" % (tag, dname, ext))
+            dest = (os.path.join(tmp, "d%s-%s-%s" % (tag, dname, ext))
                     if dname == "local" else
-                    "s3://%s/up%s" % (B, ext.replace(".", "-")))
-            rc, _, err = ckpt("upload", "--extract", "--delete-source",
-                              "--no-progress", arc, dest, env=env)
-            c.eq("%s: exit" % what, rc, 0)
-            c.eq("%s: no warning" % what, "warning" in err, False)
-            c.eq("%s: counts" % what, "uploaded 10 file(s)" in err, True)
-            c.eq("%s: DEST byte for byte" % what, dest_tree(env, dest), want)
-            c.eq("%s: archive deleted" % what, os.path.exists(arc), False)
+                    "s3://%s/%s%s" % (B, tag, ext.replace(".", "-")))
+            yield "%s %s -> %s" % (verb, ext, dname), arc, dest
+
+
+def upload(c, env, tmp, arcs, want):
+    for what, arc, dest in cases(arcs, tmp, "upload", "up"):
+        rc, _, err = ckpt("upload", "--extract", "--delete-source",
+                          "--no-progress", arc, dest, env=env)
+        c.eq("%s: exit" % what, rc, 0)
+        c.eq("%s: no warning" % what, "warning" in err, False)
+        c.eq("%s: counts" % what, "uploaded 10 file(s)" in err, True)
+        c.eq("%s: DEST byte for byte" % what, dest_tree(env, dest), want)
+        c.eq("%s: archive deleted" % what, os.path.exists(arc), False)
 
 
 def process(c, env, tmp, arcs, want):
-    for ext in (".tar", ".tar.gz"):
-        for dname in ("local", "s3"):
-            what = "process %s -> %s" % (ext, dname)
-            arc = fresh(arcs, tmp, ext, "pr-%s-%s" % (dname, ext))
-            dest = (os.path.join(tmp, "dpr-%s-%s" % (dname, ext))
-                    if dname == "local" else
-                    "s3://%s/pr%s" % (B, ext.replace(".", "-")))
-            rc, out, _ = ckpt("process", "--no-wandb", "--no-progress",
-                              "--unshard", "none", arc, "--dest", dest,
-                              env=env)
-            r = rows(out)[0]
-            c.eq("%s: exit, row" % what, (rc, r[0], r[1], r[3:5]),
-                 (0, "processed", arc, ["10", str(sum(map(len,
-                                                          want.values())))]))
-            c.eq("%s: DEST byte for byte" % what,
-                 dest_tree(env, dest + "/2871005"), want)
-            c.eq("%s: archive deleted" % what, os.path.exists(arc), False)
+    for what, arc, dest in cases(arcs, tmp, "process", "pr"):
+        rc, out, _ = ckpt("process", "--no-wandb", "--no-progress",
+                          "--unshard", "none", arc, "--dest", dest,
+                          env=env)
+        r = rows(out)[0]
+        c.eq("%s: exit, row" % what, (rc, r[0], r[1], r[3:5]),
+             (0, "processed", arc, ["10", str(sum(map(len,
+                                                      want.values())))]))
+        c.eq("%s: DEST byte for byte" % what,
+             dest_tree(env, dest + "/2871005"), want)
+        c.eq("%s: archive deleted" % what, os.path.exists(arc), False)
 
 
 def dangling(c, env, tmp):
