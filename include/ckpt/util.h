@@ -62,6 +62,11 @@ int ckpt_pwrite_all(int fd, const void *p, size_t n, uint64_t off,
 /* Monotonic seconds. */
 double ckpt_now(void);
 
+struct timespec;
+/* *ts = the CLOCK_REALTIME instant ns nanoseconds (under a second) from
+ * now: the deadline of a pthread_cond_timedwait. */
+void ckpt_deadline_in(struct timespec *ts, long ns);
+
 /* 1 if dir/name is a regular file (symlinks followed), else 0. */
 int ckpt_is_file_in(const char *dir, const char *name);
 

@@ -233,12 +233,7 @@ static void *tick_main(void *arg)
     pthread_mutex_lock(&ui->mu);
     while (!ui->stop) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 500000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        ckpt_deadline_in(&ts, 500000000L);
         if (pthread_cond_timedwait(&ui->tick, &ui->mu, &ts) == ETIMEDOUT &&
             !ui->stop) {
             pthread_mutex_unlock(&ui->mu);

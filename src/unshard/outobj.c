@@ -256,12 +256,7 @@ int uns_outobj_reserve(struct ujob *j, struct ufile *f, uint64_t off,
         if (!need || o->held + need <= o->budget || seq <= o->low)
             break;
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        ckpt_deadline_in(&ts, 200000000L);
         pthread_cond_timedwait(&o->cv, &o->mu, &ts);
     }
     for (uint32_t i = a; i <= b; i++) {

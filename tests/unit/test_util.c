@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/buf.h"
@@ -349,8 +350,21 @@ static void test_util__del_names(void)
     CHECK(access(dir, F_OK) != 0);
 }
 
+static void test_util__deadline_in(void)
+{
+    struct timespec before, ts, after;
+    clock_gettime(CLOCK_REALTIME, &before);
+    ckpt_deadline_in(&ts, 999999999L);
+    clock_gettime(CLOCK_REALTIME, &after);
+    CHECK(ts.tv_nsec >= 0 && ts.tv_nsec < 1000000000L);
+#define NS(t) ((int64_t)(t).tv_sec * 1000000000 + (t).tv_nsec)
+    CHECK(NS(ts) >= NS(before) + 999999999L);
+    CHECK(NS(ts) <= NS(after) + 999999999L);
+#undef NS
+}
+
 TEST_MAIN(T(test_util__parse_size), T(test_util__paths), T(test_util__buf),
           T(test_util__err), T(test_util__pool), T(test_util__die_oom),
           T(test_util__escape), T(test_util__redact), T(test_util__tempname),
           T(test_util__read_small_file), T(test_util__del_names),
-          T(test_util__is_del_name))
+          T(test_util__is_del_name), T(test_util__deadline_in))
