@@ -105,8 +105,10 @@ def process(c, env, tmp, arcs, want):
         c.eq("%s: archive deleted" % what, os.path.exists(arc), False)
 
 
-def dangling(c, env, tmp):
-    d = os.path.join(tmp, "dang")
+def link_tar(tmp, name, kind, links, target):
+    """tmp/NAME/run.tar: run/a.bin (100 bytes), then each of links as a
+    member of tarfile type kind (a hard or symbolic link) to target."""
+    d = os.path.join(tmp, name)
     os.makedirs(d)
     arc = os.path.join(d, "run.tar")
     with tarfile.open(arc, "w") as t:
@@ -114,10 +116,17 @@ def dangling(c, env, tmp):
         ti = tarfile.TarInfo("run/a.bin")
         ti.size = len(data)
         t.addfile(ti, io.BytesIO(data))
-        ti = tarfile.TarInfo("run/b.bin")
-        ti.type = tarfile.LNKTYPE
-        ti.linkname = "run/gone.bin"
-        t.addfile(ti)
+        for n in links:
+            ti = tarfile.TarInfo(n)
+            ti.type = kind
+            ti.linkname = target
+            t.addfile(ti)
+    return arc
+
+
+def dangling(c, env, tmp):
+    arc = link_tar(tmp, "dang", tarfile.LNKTYPE, ["run/b.bin"],
+                   "run/gone.bin")
     rc, out, _ = ckpt("upload", "--extract", "--delete-source",
                       "--no-progress", arc, os.path.join(tmp, "ddang"),
                       env=env)
@@ -129,19 +138,8 @@ def dangling(c, env, tmp):
 
 
 def symlink_member(c, env, tmp):
-    d = os.path.join(tmp, "sym")
-    os.makedirs(d)
-    arc = os.path.join(d, "run.tar")
-    with tarfile.open(arc, "w") as t:
-        data = b"x" * 100
-        ti = tarfile.TarInfo("run/a.bin")
-        ti.size = len(data)
-        t.addfile(ti, io.BytesIO(data))
-        for name in ("run/b.bin", "run/latest"):
-            ti = tarfile.TarInfo(name)
-            ti.type = tarfile.SYMTYPE
-            ti.linkname = "a.bin"
-            t.addfile(ti)
+    arc = link_tar(tmp, "sym", tarfile.SYMTYPE, ["run/b.bin", "run/latest"],
+                   "a.bin")
     for dry in (["-n"], []):
         rc, out, err = ckpt("upload", *dry, "--extract", "--delete-source",
                             "--no-progress", arc, os.path.join(tmp, "dsym"),
