@@ -42,6 +42,19 @@ S3RVER = os.path.join(HERE, "node_modules", "s3rver", "bin", "s3rver.js")
 S3RVER_ATOMIC = os.path.join(HERE, "s3rver_atomic.js")
 
 
+def server_env(base=None):
+    """base (default os.environ) for a test server (s3rver, the proxy, the
+    fake W&B server, Slurm's daemons): without the LD_PRELOAD shims and
+    their CKPT_TEST_* settings that a test may have put in its own
+    environment for ckpt. In the ASan build the shims are instrumented,
+    and a process without ASan's runtime (node) dies on them at start."""
+    e = dict(os.environ if base is None else base)
+    e.pop("LD_PRELOAD", None)
+    for k in [k for k in e if k.startswith("CKPT_TEST_")]:
+        del e[k]
+    return e
+
+
 def _die_with_parent():
     # The servers must not outlive a test killed with SIGKILL.
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -100,7 +113,7 @@ class S3Env:
         self.tmp = tempfile.mkdtemp(prefix="ckpt-s3env-")
         for name in ("credentials", "config"):
             open(os.path.join(self.tmp, name), "w").close()
-        env = dict(os.environ)
+        env = server_env()
         # s3rver 3.7.1 pages with DES, which Node >= 17 only has here.
         env["NODE_OPTIONS"] = "--openssl-legacy-provider"
         # S3ENV_RAW_S3RVER=1: s3rver as shipped (to show what the
@@ -126,6 +139,7 @@ class S3Env:
             q = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                                  stderr=open(os.path.join(self.tmp,
                                              "s3proxy.log"), "wb"),
+                                 env=server_env(),
                                  preexec_fn=_die_with_parent)
             self.procs.append(q)
             self.proxy_port = _read_port(q, "s3proxy listening on")

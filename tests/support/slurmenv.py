@@ -29,16 +29,13 @@ import socket
 import subprocess
 import time
 
+from s3env import _die_with_parent, server_env  # noqa: E402
+
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol")
 
 
 class Unavailable(Exception):
     pass
-
-
-def _die_with_parent():
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _free_port():
@@ -111,7 +108,7 @@ class SlurmEnv:
     def _start(self, argv, log):
         out = open(self.path(log), "ab")
         p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env=self.env(),
+                             stdin=subprocess.DEVNULL, env=self.env(server_env()),
                              preexec_fn=_die_with_parent)
         out.close()
         self.procs.append(p)

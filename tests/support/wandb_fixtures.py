@@ -18,6 +18,8 @@ import urllib.request
 
 import yaml
 
+from s3env import _die_with_parent, server_env  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEY = "local-0123456789abcdef0123456789abcdef01234567"
 
@@ -214,11 +216,6 @@ def add_steps(run_dir, steps, unsharded=()):
 
 # ---- the fake server -----------------------------------------------------------
 
-def _die_with_parent():
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class FakeWandb:
     """fake_wandb.py in a subprocess; use as a context manager."""
 
@@ -229,7 +226,7 @@ class FakeWandb:
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "fake_wandb.py"),
              "--db", db_path, "--key", key, "--timeout", str(timeout)],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, text=True, env=server_env(),
             preexec_fn=_die_with_parent)
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
