@@ -554,7 +554,7 @@ class UploadS3(Upload):
 # ---- process --drop-sharded --drop-incomplete ----
 
 STATE = re.compile(r"^\.ckpt-process/[^/]+\.json$")
-LEASE = re.compile(r"^\.ckpt-process/[^/]+\.lease$")
+LEASE = re.compile(r"^\.ckpt-process/[^/]+\.lease(\.lock)?$")
 UNFINISHED = "-unsharded-unfinished"
 
 
