@@ -858,63 +858,132 @@ static int has_prefix_file(const struct judge_view *v, const char *sub,
     return has_file_like(v, sub, prefix, suffix, 1);
 }
 
-static enum ckpt_format detect(const struct judge_view *v, const char **mdir)
+/* --- judge.c's own formats, as entries of the layout table ------------ */
+
+static int orbax_recognise(const struct judge_view *v)
 {
-    static const char *orbax[] = {
+    static const char *marks[] = {
         "_CHECKPOINT_METADATA", "commit_success.txt", "manifest.ocdbt",
         "orbax.checkpoint",
     };
     for (size_t i = v->lo; i < v->hi; i++) {
         const char *r = rel_of(v, i);
         const char *b = base_of(r);
-        for (size_t k = 0; k < sizeof(orbax) / sizeof(orbax[0]); k++)
-            if (!strcmp(b, orbax[k]))
-                return CKPT_FMT_ORBAX;
+        for (size_t k = 0; k < sizeof(marks) / sizeof(marks[0]); k++)
+            if (!strcmp(b, marks[k]))
+                return 1;
         if (strstr(r, "ocdbt.process_"))
-            return CKPT_FMT_ORBAX;
+            return 1;
         /* An item's pytree metadata, "<item>/_METADATA": older Orbax
          * steps have no step-level marker. */
         const char *sl = strchr(r, '/');
         if (sl && sl == b - 1 && !strcmp(b, "_METADATA"))
-            return CKPT_FMT_ORBAX;
+            return 1;
         /* The item itself (`ckpt unshard STEP/default`). */
         if (v->dir[0] == '\0' && !strcmp(r, "_METADATA"))
-            return CKPT_FMT_ORBAX;
+            return 1;
     }
-    static const char *dcpdirs[] = { "", "model_and_optim" };
+    return 0;
+}
+
+/* The directory of the DCP checkpoint ("" or OLMo's "model_and_optim"),
+ * or NULL when v holds none. */
+static const char *dcp_dir(const struct judge_view *v)
+{
+    static const char *dirs[] = { "", "model_and_optim" };
     for (size_t d = 0; d < 2; d++) {
-        *mdir = dcpdirs[d];
-        char *m = ckpt_path_join(dcpdirs[d], ".metadata");
+        char *m = ckpt_path_join(dirs[d], ".metadata");
         int has = get(v, m) != NULL;
         free(m);
-        if (has || has_file_like(v, dcpdirs[d], "__", ".distcp", 0) ||
-            has_file_like(v, dcpdirs[d], "__", ".metadata", 0))
-            return CKPT_FMT_DCP;
+        if (has || has_file_like(v, dirs[d], "__", ".distcp", 0) ||
+            has_file_like(v, dirs[d], "__", ".metadata", 0))
+            return dirs[d];
     }
-    if (get(v, ".zgroup"))
-        return CKPT_FMT_ZARR;
-    if (has_prefix_file(v, "model", "rank_", ".safetensors"))
-        return CKPT_FMT_OLMO_CORE;
-    if (has_prefix_file(v, "model", "rank", ".pt") ||
-        has_prefix_file(v, "optim", "rank", ".pt"))
-        return CKPT_FMT_OLMO_LOCAL;
-    if (has_prefix_file(v, "", "rank", ".pt"))
-        return CKPT_FMT_OLMO_LEGACY;
-    return CKPT_FMT_UNSHARDED;
+    return NULL;
 }
+
+static int dcp_recognise(const struct judge_view *v)
+{
+    return dcp_dir(v) != NULL;
+}
+
+static int dcp_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                     struct ckpt_err *err)
+{
+    return judge_dcp(v, c, dcp_dir(v), err);
+}
+
+static int zarr_recognise(const struct judge_view *v)
+{
+    return get(v, ".zgroup") != NULL;
+}
+
+static int olmo_core_recognise(const struct judge_view *v)
+{
+    return has_prefix_file(v, "model", "rank_", ".safetensors");
+}
+
+static int olmo_local_recognise(const struct judge_view *v)
+{
+    return has_prefix_file(v, "model", "rank", ".pt") ||
+           has_prefix_file(v, "optim", "rank", ".pt");
+}
+
+static int olmo_legacy_recognise(const struct judge_view *v)
+{
+    return has_prefix_file(v, "", "rank", ".pt");
+}
+
+static int olmo_legacy_judge(const struct judge_view *v,
+                             struct ckpt_checkpoint *c, struct ckpt_err *err)
+{
+    (void)err;
+    rank_set(v, c, "", "rank", ".pt");
+    return 0;
+}
+
+/* Last in the table: whatever no other layout claims is judged as
+ * unsharded files, by their structure (unknown when none is known). */
+static int plain_recognise(const struct judge_view *v)
+{
+    (void)v;
+    return 1;
+}
+
+const struct judge_layout judge_layout_orbax = {
+    "orbax", CKPT_FMT_ORBAX, orbax_recognise, judge_orbax, NULL,
+};
+const struct judge_layout judge_layout_dcp = {
+    "dcp", CKPT_FMT_DCP, dcp_recognise, dcp_judge, NULL,
+};
+const struct judge_layout judge_layout_zarr = {
+    "zarr", CKPT_FMT_ZARR, zarr_recognise, judge_zarr, NULL,
+};
+const struct judge_layout judge_layout_olmo_core = {
+    "olmo-core", CKPT_FMT_OLMO_CORE, olmo_core_recognise, judge_olmo_core,
+    NULL,
+};
+const struct judge_layout judge_layout_olmo_local = {
+    "olmo-local", CKPT_FMT_OLMO_LOCAL, olmo_local_recognise,
+    judge_olmo_local, NULL,
+};
+const struct judge_layout judge_layout_olmo_legacy = {
+    "olmo-legacy", CKPT_FMT_OLMO_LEGACY, olmo_legacy_recognise,
+    olmo_legacy_judge, NULL,
+};
+const struct judge_layout judge_layout_plain = {
+    "unsharded", CKPT_FMT_UNSHARDED, plain_recognise, judge_unsharded, NULL,
+};
 
 enum ckpt_format ckpt_judge_format(const struct ckpt_tree *t,
                                    const char *dir)
 {
     struct judge_view v = { (struct ckpt_tree *)t, dir, 0, 0 };
-    const char *mdir;
     ckpt_tree_range(t, dir, &v.lo, &v.hi);
     if (v.lo >= v.hi)
         return CKPT_FMT_UNKNOWN;
     const struct judge_layout *L = judge_layout_find(&v);
-    if (L)
-        return L->format_of ? L->format_of(&v) : L->format;
-    return detect(&v, &mdir);
+    return L->format_of ? L->format_of(&v) : L->format;
 }
 
 int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
@@ -931,32 +1000,11 @@ int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
         c->format = CKPT_FMT_UNKNOWN;
         return set_why(c, "%s", "empty");
     }
-    const char *mdir = "";
-    c->format = detect(&v, &mdir);
+    const struct judge_layout *L = judge_layout_find(&v);
+    c->format = L->format;
     if (nemo_unfinished(&v))
         return set_why(c, "%s", "marked unfinished");
-    const struct judge_layout *L = judge_layout_find(&v);
-    if (L) {
-        c->format = L->format;
-        return L->judge(&v, c, err);
-    }
-    switch (c->format) {
-    case CKPT_FMT_DCP:
-        return judge_dcp(&v, c, mdir, err);
-    case CKPT_FMT_OLMO_LEGACY:
-        rank_set(&v, c, "", "rank", ".pt");
-        return 0;
-    case CKPT_FMT_OLMO_LOCAL:
-        return judge_olmo_local(&v, c, err);
-    case CKPT_FMT_OLMO_CORE:
-        return judge_olmo_core(&v, c, err);
-    case CKPT_FMT_ZARR:
-        return judge_zarr(&v, c, err);
-    case CKPT_FMT_ORBAX:
-        return judge_orbax(&v, c, err);
-    default:
-        return judge_unsharded(&v, c, err);
-    }
+    return L->judge(&v, c, err);
 }
 
 /* ckpt's unshard writes model.pt, optim.pt and train.pt for an OLMo step;

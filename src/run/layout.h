@@ -1,8 +1,11 @@
 /*
- * layout.h - private to src/run: the table of trainer layouts judge.c
- * asks before its own formats. Each layout_<trainer>.c recognises its
- * checkpoints by names and files and judges them with the writer's own
- * completeness rule (docs/formats/runs.md names the code it follows).
+ * layout.h - private to src/run: the table of checkpoint layouts, the one
+ * place that knows what a checkpoint of each format looks like. Each
+ * layout_<trainer>.c recognises its checkpoints by names and files and
+ * judges them with the writer's own completeness rule
+ * (docs/formats/runs.md names the code it follows); judge.c holds the
+ * entries of the formats ckpt started with (DCP, OLMo, Orbax, zarr,
+ * unsharded files) and the helpers they share.
  * A layout that cannot tell says so (judge_unknown): never "incomplete"
  * without proof, clean would delete the run.
  */
@@ -32,7 +35,8 @@ struct judge_layout {
     enum ckpt_format (*format_of)(const struct judge_view *v);
 };
 
-/* The layout of v, or NULL (judge.c's own formats then). */
+/* The layout of v: the first entry of the table that recognises it
+ * (never NULL: the last entry, plain unsharded files, takes the rest). */
 const struct judge_layout *judge_layout_find(const struct judge_view *v);
 
 /* --- helpers shared by the layouts (judge.c) --------------------------- */
@@ -76,5 +80,13 @@ long judge_rank_of(const char *name, const char *prefix, const char *suffix);
 extern const struct judge_layout judge_layout_hf;
 extern const struct judge_layout judge_layout_deepspeed;
 extern const struct judge_layout judge_layout_megatron;
+/* judge.c's own */
+extern const struct judge_layout judge_layout_orbax;
+extern const struct judge_layout judge_layout_dcp;
+extern const struct judge_layout judge_layout_zarr;
+extern const struct judge_layout judge_layout_olmo_core;
+extern const struct judge_layout judge_layout_olmo_local;
+extern const struct judge_layout judge_layout_olmo_legacy;
+extern const struct judge_layout judge_layout_plain;
 
 #endif
