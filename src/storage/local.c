@@ -757,72 +757,42 @@ int ckpt_local_delete_below(const char *root, const char *key,
 }
 
 struct mounts {
-    struct ckpt_buf rel;
     char *first;            /* smallest path found, malloced */
     size_t n;
 };
 
-/* Mount points below the directory open at dfd (consumed): directories
- * on another device than dev (their insides are not walked). */
-static int find_mounts(int dfd, const struct st_fs *fs, struct mounts *m,
-                       struct ckpt_err *err)
+static int mount_seen(void *ud, const struct ckpt_entry *e)
 {
-    DIR *d = fdopendir(dfd);
-    if (!d) {
-        close(dfd);
-        return ckpt_err_sys(err, "open directory '%s'", m->rel.ptr);
+    struct mounts *m = ud;
+    if (!e->mount)
+        return 0;
+    m->n++;
+    if (!m->first || strcmp(e->name, m->first) < 0) {
+        free(m->first);
+        m->first = ckpt_xstrdup(e->name);
     }
-    int rc = 0;
-    size_t base = m->rel.len;
-    struct dirent *de;
-    while (rc == 0 && (de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-            (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN &&
-             de->d_type != DT_REG))
-            continue;
-        unsigned mode;
-        int other = st_fs_other(dirfd(d), de->d_name, fs, &mode);
-        if (other < 0)
-            continue;
-        ckpt_buf_setlen(&m->rel, base);
-        ckpt_buf_addf(&m->rel, "%s%s", base ? "/" : "", de->d_name);
-        if (other) {
-            m->n++;
-            if (!m->first || strcmp(m->rel.ptr, m->first) < 0) {
-                free(m->first);
-                m->first = ckpt_xstrdup(m->rel.ptr);
-            }
-            continue;
-        }
-        if (!S_ISDIR(mode))
-            continue;
-        int sub = openat(dirfd(d), de->d_name,
-                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (sub >= 0)
-            rc = find_mounts(sub, fs, m, err);
-    }
-    ckpt_buf_setlen(&m->rel, base);
-    closedir(d);
-    return rc;
+    return 0;
 }
 
+/* The listing's own walk finds the mount points: one rule (walk_mount)
+ * for what the judge sees in a listing and what a delete re-checks. */
 int ckpt_local_find_mount(const char *dir, char **first, size_t *n,
                           struct ckpt_err *err)
 {
     *first = NULL;
     *n = 0;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    struct st_fs fs;
     if (dfd < 0)
         return ckpt_err_sys(err, "open directory '%s'", dir);
-    if (fs_of(dfd, &fs) != 0) {
+    struct mounts m = { NULL, 0 };
+    struct walk w = { mount_seen, &m, CKPT_LIST_RECURSIVE | CKPT_LIST_MOUNTS,
+                      CKPT_BUF_INIT, dir, err, { 0 }, 1, 0 };
+    if (fs_of(dfd, &w.fs) != 0) {
         close(dfd);
         return ckpt_err_sys(err, "stat '%s'", dir);
     }
-    struct mounts m = { CKPT_BUF_INIT, NULL, 0 };
-    ckpt_buf_addstr(&m.rel, "");
-    int rc = find_mounts(dfd, &fs, &m, err);
-    ckpt_buf_release(&m.rel);
+    int rc = walk_dir(&w, dfd);
+    ckpt_buf_release(&w.rel);
     if (rc != 0) {
         free(m.first);
         return -1;
