@@ -9,6 +9,7 @@
 #include "ckpt/archive.h"
 #include "ckpt/run.h"
 #include "ckpt/util.h"
+#include "layout.h"
 #include "run_int.h"
 
 const char *ckpt_format_name(enum ckpt_format f)
@@ -150,6 +151,12 @@ static int root_marked(const struct ckpt_tree *t)
         if (f && f->type == CKPT_ENTRY_FILE)
             return 1;
     }
+    /* A DeepSpeed tag directory (global_stepN/ given as itself): its
+     * layout's own names. */
+    struct judge_view v = { (struct ckpt_tree *)t, "", 0, 0 };
+    ckpt_tree_range(t, "", &v.lo, &v.hi);
+    if (v.lo < v.hi && judge_layout_deepspeed.recognise(&v))
+        return 1;
     /* Any rank<N>.pt: an OLMo torch_legacy step whose rank0.pt is the
      * one missing is still that step (unshard then says so). */
     for (size_t i = 0; i < t->n; i++) {

@@ -67,7 +67,8 @@ int ckpt_unshard_supported(int format)
     enum ckpt_format f = (enum ckpt_format)format;
     return f == CKPT_FMT_DCP || f == CKPT_FMT_OLMO_LEGACY ||
            f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL ||
-           f == CKPT_FMT_OLMO_CORE || f == CKPT_FMT_ORBAX;
+           f == CKPT_FMT_OLMO_CORE || f == CKPT_FMT_ORBAX ||
+           f == CKPT_FMT_DEEPSPEED;
 }
 
 static int supported(enum ckpt_format f)

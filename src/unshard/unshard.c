@@ -222,6 +222,7 @@ static const struct {
     { CKPT_FMT_OLMO_LEGACY, uns_legacy_plan },
     { CKPT_FMT_ZARR, uns_zarr_plan },
     { CKPT_FMT_ORBAX, uns_orbax_plan },
+    { CKPT_FMT_DEEPSPEED, uns_ds_plan },
 };
 
 /* Plan everything; nothing is written. */

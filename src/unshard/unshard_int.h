@@ -424,6 +424,13 @@ int uns_tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
                const struct ckpt_rd *rd, struct usrc *src,
                struct ckpt_err *err);
 
+/* dsplan.c: DeepSpeed ZeRO-1/2/3 steps (global_stepN/), as zero_to_fp32 */
+int uns_ds_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+/* n elements of dtype from (little-endian) at in as float32 (Tensor.float()
+ * of a buffer); exported for the unit test. */
+void uns_ds_to_f32(const struct ckpt_dtype *from, const unsigned char *in,
+                   uint64_t n, float *out);
+
 /* legacy.c: OLMo torch_legacy rank*.pt steps */
 int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 /* Structural equality of two values from the rank files za and zb
