@@ -380,10 +380,13 @@ static int optim_files(struct dsplan *p, const struct uns_dir *d,
 {
     char name[96];
     size_t n = 0;
-    p->bf16 = uns_fs_has_file(d, "bf16_zero_pp_rank_0_mp_rank_00_"
-                                 "optim_states.pt");
-    for (size_t i = 0; i < d->n; i++)
-        n += ends_with(d->v[i].name, "_optim_states.pt");
+    /* bf16_ names when any optimizer file has one (rank 0's may be the
+     * one missing). */
+    for (size_t i = 0; i < d->n; i++) {
+        int o = ends_with(d->v[i].name, "_optim_states.pt");
+        n += o;
+        p->bf16 |= o && !strncmp(d->v[i].name, "bf16_", 5);
+    }
     if (!n)
         return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': no "
                             "*_optim_states.pt files (zero_to_fp32 reads "
@@ -855,9 +858,17 @@ static int model_states(struct dsplan *p, const struct uns_dir *d,
                      "model_states.pt", r);
         else
             snprintf(name, sizeof(name), "mp_rank_00_model_states.pt");
-        if (!uns_fs_has_file(d, name))
+        if (!uns_fs_has_file(d, name) && p->stage == 3)
+            rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s' is missing "
+                              "(ZeRO-3 saves every rank's model states; "
+                              "partition_count %d)", p->j->src.dir, name,
+                              p->world);
+        else if (!uns_fs_has_file(d, name))
             rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s' is missing",
                               p->j->src.dir, name);
+        if (rc == 0)
+            rc = uns_src_prefetch(p->j, ckpt_arena_strdup(ma(p), name),
+                                  uns_fs_find(d, name), err);
         if (rc == 0)
             rc = file_open(p, name, &m[r], err);
     }

@@ -171,7 +171,60 @@ static void test_unshard__olmoflat_shard_indices(void)
     ckpt_arena_free(a);
 }
 
-TEST_MAIN(T(test_unshard__flat_boxes_cover_ranges),
+/* A DeepSpeed buffer turned float32 (zero_to_fp32's x.float()): every
+ * value bit for bit as torch 1.13 converts it (values computed there). */
+static void test_unshard__ds_to_f32(void)
+{
+    static const uint16_t h[] = { 0x3C00, 0x0001, 0x03FF, 0x7C00, 0xFC00,
+                                  0x7E01, 0x8000, 0x3555 };
+    static const uint32_t hw[] = { 0x3f800000, 0x33800000, 0x387fc000,
+                                   0x7f800000, 0xff800000, 0x7fc02000,
+                                   0x80000000, 0x3eaaa000 };
+    static const double d[] = { 0.1, 1e300, -2.5e-46 };
+    static const uint32_t dw[] = { 0x3dcccccd, 0x7f800000, 0x80000000 };
+    static const int64_t iv[] = { 16777217, -9007199254740993LL,
+                                  INT64_MAX };
+    static const float iw[] = { 16777216.0f, -9007199254740992.0f,
+                                9223372036854775808.0f };
+    unsigned char in[64];
+    float out[8];
+    uint32_t bits;
+    for (size_t i = 0; i < 8; i++) {
+        in[2 * i] = (unsigned char)h[i];
+        in[2 * i + 1] = (unsigned char)(h[i] >> 8);
+    }
+    uns_ds_to_f32(ckpt_dtype_by_name("float16"), in, 8, out);
+    for (size_t i = 0; i < 8; i++) {
+        memcpy(&bits, &out[i], 4);
+        CHECK(bits == hw[i]);
+    }
+    /* bfloat16 is the top half of a float32. */
+    uns_ds_to_f32(ckpt_dtype_by_name("bfloat16"), in, 8, out);
+    for (size_t i = 0; i < 8; i++) {
+        memcpy(&bits, &out[i], 4);
+        CHECK(bits == (uint32_t)h[i] << 16);
+    }
+    memcpy(in, d, sizeof(d));
+    uns_ds_to_f32(ckpt_dtype_by_name("float64"), in, 3, out);
+    for (size_t i = 0; i < 3; i++) {
+        memcpy(&bits, &out[i], 4);
+        CHECK(bits == dw[i]);
+    }
+    memcpy(in, iv, sizeof(iv));
+    uns_ds_to_f32(ckpt_dtype_by_name("int64"), in, 3, out);
+    for (size_t i = 0; i < 3; i++)
+        CHECK(out[i] == iw[i]);
+    static const unsigned char b[] = { 0, 1, 255 };
+    uns_ds_to_f32(ckpt_dtype_by_name("bool"), b, 2, out);
+    CHECK(out[0] == 0.0f && out[1] == 1.0f);
+    uns_ds_to_f32(ckpt_dtype_by_name("uint8"), b, 3, out);
+    CHECK(out[2] == 255.0f);
+    uns_ds_to_f32(ckpt_dtype_by_name("int8"), b, 3, out);
+    CHECK(out[2] == -1.0f);
+}
+
+TEST_MAIN(T(test_unshard__ds_to_f32),
+          T(test_unshard__flat_boxes_cover_ranges),
           T(test_unshard__flat_boxes_bad_ranges),
           T(test_unshard__olmoflat_strip),
           T(test_unshard__olmoflat_shard_param_infos),

@@ -1,0 +1,269 @@
+#!/usr/bin/python3
+# ctest-cost: 12
+"""unshard_deepspeed.py - issue 21: `ckpt unshard` of DeepSpeed ZeRO-1/2/3
+steps (global_stepN/) against DeepSpeed's own zero_to_fp32.py output.
+
+Fixtures (tests/fixtures/real-writers/deepspeed_*, provenance beside them)
+were written by DeepSpeed 0.19.6's engine.save_checkpoint on CPU, 2 ranks:
+ZeRO-1 bf16 and fp32, ZeRO-2 bf16 and fp32, ZeRO-3 fp32, a model with a
+tied embedding (shared_params), a frozen parameter, a buffer and an odd
+number of trainable elements (padding). The references are zero_to_fp32's
+pytorch_model.bin of each step, committed; zero_to_fp32 is never run here.
+
+Compared exactly (torch 1.13, weights_only=True): the same keys in the
+same order (buffers, frozen parameters, trainable ones, tied names last;
+ZeRO-1 records no frozen parameters, so they are absent as in the
+reference), and per tensor the same dtype, shape, requires_grad and
+bytes; a tied name is the same tensor as its source in both. Where
+zero_to_fp32's tensors are views of one flat storage (ZeRO-1/2), ckpt's
+are each their own (documented in docs/formats/deepspeed.md).
+
+Also: --format safetensors (the same tensors, tied ones copied: safetensors
+cannot share, and zero_to_fp32's own --safe_serialization fails there);
+--verify; a dry run; run mode on a run directory, a .tar (read in place)
+and a .tar.gz (one step extracted at a time), byte for byte the local
+output; a damaged step (a rank's optimizer file missing, as an
+interrupted save leaves it; a ZeRO-3 rank's model states missing): exit 1,
+one error naming the missing file, nothing at DEST, while run mode
+unshards the complete step beside it and skips the damaged one as
+incomplete; `ckpt process` of a DeepSpeed run unshards its step
+(before: 'unsupported checkpoint format', and `unshard STEP` said "no
+checkpoint")."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from s3test import CKPT, Checker, contents  # noqa: E402
+from s3test import scratch  # noqa: E402
+
+RW = os.path.join(HERE, "..", "fixtures", "real-writers")
+CASES = ("zero1_bf16", "zero1_fp32", "zero2_bf16", "zero2_fp32",
+         "zero3_fp32")
+MISSING = ("'%s/zero_pp_rank_1_mp_rank_00_optim_states.pt' is missing "
+           "(partition_count 2 in zero_pp_rank_0_mp_rank_00_optim_states.pt)")
+
+
+def step(case):
+    return os.path.join(RW, "deepspeed_" + case, "checkpoints",
+                        "global_step2")
+
+
+def ref(case):
+    return os.path.join(RW, "deepspeed_" + case, "zero_to_fp32_out",
+                        "global_step2", "pytorch_model.bin")
+
+
+def unshard(*args, env=None):
+    p = subprocess.run([CKPT, "unshard", "--no-progress"] + list(args),
+                       capture_output=True, text=True, env=env, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+def raw(t):
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
+
+
+def views(sd):
+    """Pairs of keys holding the same tensor view (tied)."""
+    ks = list(sd)
+    return sorted((a, b) for i, a in enumerate(ks) for b in ks[i + 1:]
+                  if sd[a].data_ptr() == sd[b].data_ptr() and
+                  sd[a].shape == sd[b].shape and
+                  sd[a].stride() == sd[b].stride())
+
+
+def shared_storage(sd):
+    ks = list(sd)
+    return sorted((a, b) for i, a in enumerate(ks) for b in ks[i + 1:]
+                  if sd[a].storage().data_ptr() ==
+                  sd[b].storage().data_ptr())
+
+
+def same_state(c, what, path, reference):
+    got = torch.load(path, weights_only=True)
+    want = torch.load(reference, weights_only=True)
+    c.eq(what + ": type", type(got).__name__, type(want).__name__)
+    c.eq(what + ": keys in order", list(got), list(want))
+    for k in want:
+        if k not in got:
+            continue
+        a, b = got[k], want[k]
+        c.eq("%s: %s dtype, shape, requires_grad" % (what, k),
+             (a.dtype, tuple(a.shape), a.requires_grad),
+             (b.dtype, tuple(b.shape), b.requires_grad))
+        c.true("%s: %s bytes" % (what, k), raw(a) == raw(b))
+    c.eq(what + ": tied names share their tensor", views(got), views(want))
+    c.eq(what + ": no other storage shared", shared_storage(got),
+         views(want))
+
+
+ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16,
+             "F16": torch.float16}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    head = json.loads(data[8:8 + n])
+    head.pop("__metadata__", None)
+    out = {}
+    for k, v in sorted(head.items(), key=lambda kv: kv[1]["data_offsets"]):
+        b, e = v["data_offsets"]
+        buf = bytearray(data[8 + n + b:8 + n + e])
+        t = torch.frombuffer(buf, dtype=ST_DTYPES[v["dtype"]]) if buf \
+            else torch.empty(0, dtype=ST_DTYPES[v["dtype"]])
+        out[k] = t.reshape(v["shape"])
+    return out
+
+
+def same_tensors_st(c, what, path, reference):
+    got = read_safetensors(path)
+    want = torch.load(reference, weights_only=True)
+    c.eq(what + ": names in order", list(got), list(want))
+    for k in want:
+        if k in got:
+            c.eq("%s: %s dtype, shape" % (what, k),
+                 (got[k].dtype, tuple(got[k].shape)),
+                 (want[k].dtype, tuple(want[k].shape)))
+            c.true("%s: %s bytes" % (what, k), raw(got[k]) == raw(want[k]))
+
+
+def each_case(c, tmp):
+    for case in CASES:
+        out = os.path.join(tmp, "out-" + case)
+        rc, so, se = unshard("--verify", step(case), out)
+        c.eq(case + ": exit (%s)" % se.strip(), rc, 0)
+        c.true(case + ": one unshard row", so.startswith("unshard\t") and
+               so.count("\n") == 1)
+        c.eq(case + ": files", sorted(os.listdir(out))
+             if os.path.isdir(out) else None, ["checkpoint.pt"])
+        if rc == 0:
+            same_state(c, case, os.path.join(out, "checkpoint.pt"),
+                       ref(case))
+        st = os.path.join(tmp, "st-" + case)
+        rc, _, se = unshard("--format", "safetensors", step(case), st)
+        c.eq(case + " safetensors: exit (%s)" % se.strip(), rc, 0)
+        c.eq(case + " safetensors: files", sorted(os.listdir(st))
+             if os.path.isdir(st) else None, ["model.safetensors"])
+        if rc == 0:
+            same_tensors_st(c, case + " safetensors",
+                            os.path.join(st, "model.safetensors"), ref(case))
+    dry = os.path.join(tmp, "dry")
+    rc, so, _ = unshard("-n", step("zero3_fp32"), dry)
+    c.eq("dry run: row", (rc, so.split("\t")[0], os.path.exists(dry)),
+         (0, "would-unshard", False))
+
+
+def make_run(root, case, drop=()):
+    """A run directory: the case's checkpoints/ (global_step2, latest),
+    and a damaged global_step4 (a copy of step 2 without the files in
+    drop, as an interrupted save leaves it)."""
+    run = os.path.join(root, "ds-" + case)
+    shutil.copytree(os.path.join(RW, "deepspeed_" + case, "checkpoints"), run)
+    with open(os.path.join(run, "latest"), "w") as f:
+        f.write("global_step2")
+    if drop:
+        s4 = os.path.join(run, "global_step4")
+        shutil.copytree(os.path.join(run, "global_step2"), s4)
+        for n in drop:
+            os.remove(os.path.join(s4, n))
+    return run
+
+
+def runs(c, tmp):
+    run = make_run(os.path.join(tmp, "runs"), "zero3_fp32",
+                   drop=("zero_pp_rank_1_mp_rank_00_optim_states.pt",))
+    local = os.path.join(tmp, "run-out")
+    rc, so, se = unshard(run, local)
+    rows = sorted(tuple(x.split("\t")[:2]) for x in so.splitlines())
+    c.eq("run: exit (%s)" % se.strip(), rc, 0)
+    c.eq("run: step 2 unsharded, step 4 skipped", rows,
+         [("skip", "global_step4"), ("unsharded", "global_step2")])
+    c.true("run: skip says why", "incomplete: " in so and
+           "zero_pp_rank_1_mp_rank_00_optim_states.pt" in so)
+    got = os.path.join(local, "global_step2-unsharded", "checkpoint.pt")
+    c.eq("run: outputs", sorted(os.listdir(local)) if os.path.isdir(local)
+         else None, ["global_step2-unsharded"])
+    if os.path.exists(got):
+        same_state(c, "run", got, ref("zero3_fp32"))
+    want = contents(local)
+    for ext, mode in ((".tar", "w"), (".tar.gz", "w:gz")):
+        arc = os.path.join(tmp, "ds-run" + ext)
+        with tarfile.open(arc, mode) as t:
+            t.add(run, arcname="ds-zero3_fp32")
+        out = os.path.join(tmp, "arc-out" + ext)
+        rc, so, se = unshard(arc, out)
+        c.eq("%s: exit (%s)" % (ext, se.strip()), rc, 0)
+        c.eq("%s: byte for byte the directory's output" % ext,
+             contents(out) if os.path.isdir(out) else None, want)
+
+
+def damaged(c, tmp):
+    for case, rm, want in (
+            ("zero2_fp32", "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+             MISSING),
+            ("zero3_fp32", "zero_pp_rank_1_mp_rank_00_model_states.pt",
+             "'%s/zero_pp_rank_1_mp_rank_00_model_states.pt' is missing "
+             "(ZeRO-3 saves every rank's model states; partition_count 2)"),
+            ("zero1_bf16",
+             "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+             "'%s/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt' is "
+             "missing")):
+        s = os.path.join(tmp, "bad-" + case)
+        shutil.copytree(step(case), s)
+        os.remove(os.path.join(s, rm))
+        before = sorted(os.listdir(s))
+        out = os.path.join(tmp, "bad-out-" + case)
+        rc, so, se = unshard(s, out)
+        err = se.strip().splitlines()
+        c.eq("damaged %s: exit" % case, rc, 1)
+        c.eq("damaged %s: one error naming the file" % case,
+             [e.split(" ckpt: ", 1)[-1] for e in err],
+             ["error: " + want % s])
+        c.eq("damaged %s: nothing at DEST, source kept" % case,
+             (os.path.exists(out), sorted(os.listdir(s))), (False, before))
+
+
+def process(c, tmp):
+    root = os.path.join(tmp, "queue")
+    run = make_run(root, "zero2_bf16")
+    dest = os.path.join(tmp, "D")
+    p = subprocess.run([CKPT, "process", "--no-wandb", "-q", "--min-age",
+                        "0", run, "--dest", dest], capture_output=True,
+                       text=True, timeout=600)
+    f = p.stdout.split("\t")
+    c.eq("process: exit (%s)" % p.stderr.strip(), p.returncode, 0)
+    c.eq("process: processed, 1 step unsharded", (f[0], f[5]) if
+         len(f) > 5 else p.stdout, ("processed", "1"))
+    got = os.path.join(dest, "ds-zero2_bf16", "global_step2-unsharded",
+                       "checkpoint.pt")
+    c.true("process: output at DEST", os.path.exists(got))
+    if os.path.exists(got):
+        same_state(c, "process", got, ref("zero2_bf16"))
+    c.eq("process: source gone", os.path.exists(run), False)
+
+
+def main():
+    c = Checker()
+    with scratch("ckpt-ds-") as tmp:
+        each_case(c, tmp)
+        runs(c, tmp)
+        damaged(c, tmp)
+        process(c, tmp)
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
