@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# ctest-cost: 12
+# ctest-cost: 20
 """unshard_deepspeed.py - issue 21: `ckpt unshard` of DeepSpeed ZeRO-1/2/3
 steps (global_stepN/) against DeepSpeed's own zero_to_fp32.py output.
 
@@ -21,8 +21,8 @@ are each their own (documented in docs/formats/deepspeed.md).
 Also: --format safetensors (the same tensors, tied ones copied: safetensors
 cannot share, and zero_to_fp32's own --safe_serialization fails there);
 --verify; a dry run; run mode on a run directory, a .tar (read in place)
-and a .tar.gz (one step extracted at a time), byte for byte the local
-output; a damaged step (a rank's optimizer file missing, as an
+and a .tar.gz (one step extracted at a time), and from S3 (a step to a
+local directory, the run to S3), byte for byte the local output; a damaged step (a rank's optimizer file missing, as an
 interrupted save leaves it; a ZeRO-3 rank's model states missing): exit 1,
 one error naming the missing file, nothing at DEST, while run mode
 unshards the complete step beside it and skips the damaged one as
@@ -41,7 +41,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import CKPT, Checker, contents  # noqa: E402
+from s3test import CKPT, Checker, S3Env, contents, sh  # noqa: E402
 from s3test import scratch  # noqa: E402
 
 RW = os.path.join(HERE, "..", "fixtures", "real-writers")
@@ -199,6 +199,7 @@ def runs(c, tmp):
     if os.path.exists(got):
         same_state(c, "run", got, ref("zero3_fp32"))
     want = contents(local)
+    remote(c, tmp, run, want)
     for ext, mode in ((".tar", "w"), (".tar.gz", "w:gz")):
         arc = os.path.join(tmp, "ds-run" + ext)
         with tarfile.open(arc, mode) as t:
@@ -208,6 +209,33 @@ def runs(c, tmp):
         c.eq("%s: exit (%s)" % (ext, se.strip()), rc, 0)
         c.eq("%s: byte for byte the directory's output" % ext,
              contents(out) if os.path.isdir(out) else None, want)
+
+
+def remote(c, tmp, run, want):
+    """The run in S3 (s3rver behind the signing proxy): the step alone
+    into a local directory, and the run into S3, byte for byte the local
+    outputs; the damaged step skipped there too."""
+    with S3Env() as s3:
+        env = s3.env()
+        sh("aws", "s3", "cp", "--quiet", "--recursive", run,
+           "s3://ckpt-test/src/ds-run", env=env)
+        out = os.path.join(tmp, "s3-step")
+        rc, _, se = unshard("s3://ckpt-test/src/ds-run/global_step2", out,
+                            env=env)
+        c.eq("s3 step: exit (%s)" % se.strip(), rc, 0)
+        c.eq("s3 step: the local output",
+             {"global_step2-unsharded/" + k: v
+              for k, v in contents(out).items()}, want)
+        rc, so, se = unshard("s3://ckpt-test/src/ds-run",
+                             "s3://ckpt-test/out", env=env)
+        c.eq("s3 run: exit (%s)" % se.strip(), rc, 0)
+        c.eq("s3 run: rows", sorted(tuple(x.split("\t")[:2])
+                                    for x in so.splitlines()),
+             [("skip", "global_step4"), ("unsharded", "global_step2")])
+        dl = os.path.join(tmp, "s3-dl")
+        sh("aws", "s3", "cp", "--quiet", "--recursive", "s3://ckpt-test/out",
+           dl, env=env)
+        c.eq("s3 run: the local outputs", contents(dl), want)
 
 
 def damaged(c, tmp):
