@@ -1020,7 +1020,8 @@ void ckpt_judge_olmo_copy(struct ckpt_tree *t, struct ckpt_checkpoint *c,
                src->format == CKPT_FMT_OLMO_LOCAL ||
                src->format == CKPT_FMT_OLMO_CORE ||
                (src->format == CKPT_FMT_DCP &&
-                get(&s, "model_and_optim/.metadata"));
+                (get(&s, "model_and_optim/.metadata") ||
+                 has_file_like(&s, "model_and_optim", "__", ".metadata", 0)));
     if (!olmo || !c->complete || c->format != CKPT_FMT_UNSHARDED ||
         t->damage || !get(&v, "model.pt") || !get(&v, "optim.pt") ||
         get(&v, "train.pt"))

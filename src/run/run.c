@@ -141,7 +141,8 @@ static void find_ckpts(struct ckpt_run *run, const struct ckpt_tree *t)
 static int root_marked(const struct ckpt_tree *t)
 {
     static const char *const marks[] = {
-        ".metadata", "__0.metadata", "model_and_optim/.metadata", ".zgroup",
+        ".metadata", "__0.metadata", "model_and_optim/.metadata",
+        "model_and_optim/__0.metadata", ".zgroup",
         "model/rank0.pt", "model/metadata.json", "model/rank_0.safetensors",
         "_CHECKPOINT_METADATA", "commit_success.txt", "manifest.ocdbt",
         "metadata.yaml", "_METADATA", NULL

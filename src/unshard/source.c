@@ -635,11 +635,27 @@ static int list_ranks(struct ujob *j, struct ranks *r, struct ckpt_err *err)
 }
 
 /* Rank-local checkpoints (torch >= 2.9, use_collectives=False): merge
- * __0.metadata, __1.metadata, ... in rank order. */
+ * __0.metadata, __1.metadata, ... in rank order. They sit at the top of
+ * the checkpoint or, in an OLMo step, in model_and_optim/ (a step the run
+ * module judges by the same rule, judge.c). */
 static int rank_local(struct ujob *j, struct ckpt_err *err)
 {
     struct ranks r = { ckpt_xcalloc(1000000, 1), -1 };
     int rc = list_ranks(j, &r, err);
+    if (rc == 0 && r.max < 0 && !j->src.olmo_step) {
+        char *sub = ckpt_path_join(j->src.top, "model_and_optim");
+        char *keep = j->src.dir;
+        j->src.dir = sub;
+        struct ckpt_err lerr;
+        /* No such directory: not an OLMo step, the error below says so. */
+        if (list_ranks(j, &r, &lerr) == 0 && r.max >= 0) {
+            j->src.olmo_step = 1;
+            free(keep);
+        } else {
+            j->src.dir = keep;
+            free(sub);
+        }
+    }
     if (rc == 0 && r.max < 0)
         rc = ckpt_err_set(err, CKPT_ENOTFOUND, "'%s': no .metadata (not a "
                           "DCP checkpoint)", j->src.dir);
