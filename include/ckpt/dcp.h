@@ -59,6 +59,15 @@ struct ckpt_dcp_chunk {
     const uint64_t *offsets;    /* ndim; position in the global tensor */
     const uint64_t *sizes;      /* ndim; shape of the stored tensor */
     struct ckpt_dcp_storage st;
+    unsigned part;              /* metadata file it came from, counted from
+                                   0 (rank-local: the rank) */
+};
+
+/* A byte item as another metadata file stored it (rank-local: every
+ * rank stores its own copy of a key). */
+struct ckpt_dcp_copy {
+    struct ckpt_dcp_storage st;
+    unsigned part;
 };
 
 enum ckpt_dcp_kind { CKPT_DCP_TENSOR = 0, CKPT_DCP_BYTES };
@@ -74,6 +83,9 @@ struct ckpt_dcp_entry {
     size_t nchunks, chunkcap;
     /* byte items */
     struct ckpt_dcp_storage st;
+    unsigned part;              /* metadata file of st */
+    struct ckpt_dcp_copy *copies;   /* the later files' copies, in order */
+    size_t ncopies, copycap;
     /* planner_data path (TUPLE of str/int) restoring nesting, or NULL:
      * the fqn is then a top-level key. */
     const struct ckpt_pv *path;
@@ -94,14 +106,26 @@ struct ckpt_dcp_meta *ckpt_dcp_meta_new(void);
 /*
  * Parse one metadata pickle (name for messages, e.g. ".metadata") and
  * merge it into m: new fqns are appended, chunks of an fqn already seen
- * are added to it (rank-local metadata), byte items seen before are kept
- * from the first file. Fails on unknown dtypes, chunks outside their
- * tensor, chunks without storage, unsafe relative paths. 0 or -1.
+ * are added to it (rank-local metadata), byte items seen before stay the
+ * first file's, the later files' copies listed in entry.copies. Fails on
+ * unknown dtypes, chunks outside their tensor, chunks without storage,
+ * unsafe relative paths. 0 or -1.
  */
 int ckpt_dcp_meta_add(struct ckpt_dcp_meta *m, const void *data, size_t len,
                       const char *name, struct ckpt_err *err);
 /* NULL-safe. */
 void ckpt_dcp_meta_free(struct ckpt_dcp_meta *m);
+/*
+ * Replace entry i by one entry per metadata file that stored it, in file
+ * order, each named "FQN.rankP" (P: the part; its planner path's last key
+ * gets the same suffix): a byte item's own storage and copies, or a
+ * tensor whose every chunk is the whole tensor, one per part. The other
+ * entries keep their order. Fails (CKPT_EFORMAT) when a new name is taken
+ * or the path ends in a list index. Entry pointers taken before are
+ * invalid afterwards.
+ */
+int ckpt_dcp_split_parts(struct ckpt_dcp_meta *m, size_t i,
+                         struct ckpt_err *err);
 /* Entry by fqn, or NULL. */
 const struct ckpt_dcp_entry *ckpt_dcp_find(const struct ckpt_dcp_meta *m,
                                            const char *fqn);

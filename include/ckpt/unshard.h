@@ -49,6 +49,15 @@ struct ckpt_unshard_result;
 typedef void (*ckpt_unshard_planned_fn)(void *ud,
                                         const struct ckpt_unshard_result *res);
 
+/* --rank-values: a key whose ranks' values differ is an error naming it
+ * (default), keeps the first rank's (rank 0), or becomes one key per rank,
+ * KEY.rankR (docs/commands/unshard.md). */
+enum ckpt_rank_values {
+    CKPT_RANK_VALUES_ERROR = 0,
+    CKPT_RANK_VALUES_RANK0,
+    CKPT_RANK_VALUES_PER_RANK
+};
+
 struct ckpt_unshard_opts {
     enum ckpt_unshard_layout layout;
     enum ckpt_unshard_format format;
@@ -59,6 +68,9 @@ struct ckpt_unshard_opts {
     int source_format;
     uint64_t max_shard_size;    /* safetensors split size; 0: 5 GiB */
     int allow_replicas;         /* identical duplicate chunks are fine */
+    /* Rank-local DCP (__R.metadata): what to do when ranks saved
+     * different values under one key (enum ckpt_rank_values). */
+    int rank_values;
     /* Write pickled values naming globals outside the allow-list (a
      * plain torch.load of the output would call them); else such a value
      * fails the checkpoint with CKPT_EUNSAFE naming item and global. */

@@ -47,7 +47,7 @@ static const char *const usage[] = {
 
 struct cmd {
     struct ckpt_opts g;
-    const char *layout, *format;
+    const char *layout, *format, *rank_values;
     uint64_t max_shard, memory;
     int allow_replicas, allow_unsafe_pickle, verify, latest, delete_sharded;
     int no_sync;
@@ -76,6 +76,9 @@ static int parse(struct cmd *c, int *argc, char **argv)
                   "split safetensors output above SIZE (default 5G)"),
         OPT_BOOL_(0, "allow-replicas", &c->allow_replicas,
                   "accept identical replicated chunks"),
+        OPT_STR_(0, "rank-values", &c->rank_values, "M",
+                 "rank-local DCP, ranks saved different values under one "
+                 "key: error (default), rank0 or per-rank (KEY.rankR)"),
         OPT_BOOL_(0, "allow-unsafe-pickle", &c->allow_unsafe_pickle,
                   "also write pickled globals torch.load(weights_only) "
                   "refuses (warns)"),
@@ -135,6 +138,15 @@ static int validate(struct cmd *c, int argc, char **argv)
     else
         return usage_err("unknown --format '%s' (torch or safetensors)",
                          c->format);
+    if (!c->rank_values || !strcmp(c->rank_values, "error"))
+        o->rank_values = CKPT_RANK_VALUES_ERROR;
+    else if (!strcmp(c->rank_values, "rank0"))
+        o->rank_values = CKPT_RANK_VALUES_RANK0;
+    else if (!strcmp(c->rank_values, "per-rank"))
+        o->rank_values = CKPT_RANK_VALUES_PER_RANK;
+    else
+        return usage_err("unknown --rank-values '%s' (error, rank0 or "
+                         "per-rank)", c->rank_values);
     uint64_t step;
     if (c->step && ckpt_parse_u64(c->step, &step) != 0)
         return usage_err("--step needs a number, got '%s'", c->step);

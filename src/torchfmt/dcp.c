@@ -8,6 +8,7 @@
  * (storage_meta, version, transform_descriptors) and missing ones (None
  * values dropped by __getstate__) are both fine.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +133,104 @@ const struct ckpt_dcp_entry *ckpt_dcp_find(const struct ckpt_dcp_meta *m,
     if (!tf_strmap_get(&ix->fqns, fqn, strlen(fqn), &i))
         return NULL;
     return &m->entries[i];
+}
+
+/* --- per-rank copies (ckpt_dcp_split_parts) ----------------------------- */
+
+/* path with its last key suffixed (".rankP"), or NULL (no path: the fqn is
+ * the key; *bad when the last key is a list index). */
+static const struct ckpt_pv *suffixed_path(struct ckpt_arena *a,
+                                           const struct ckpt_pv *path,
+                                           const char *sfx, int *bad)
+{
+    if (!path)
+        return NULL;
+    size_t n = path->u.seq.n;
+    const struct ckpt_pv *last = path->u.seq.v[n - 1];
+    if (last->kind != CKPT_PV_STR) {
+        *bad = 1;
+        return NULL;
+    }
+    struct ckpt_pv *t = ckpt_pv_new(a, CKPT_PV_TUPLE);
+    char *k = ckpt_xasprintf("%.*s%s", (int)last->u.s.len, last->u.s.p, sfx);
+    struct ckpt_pv *ks = t ? ckpt_pv_str(a, k, strlen(k)) : NULL;
+    free(k);
+    for (size_t i = 0; ks && i + 1 < n; i++)
+        if (ckpt_pv_push(a, t, path->u.seq.v[i]) != 0)
+            return NULL;
+    return ks && ckpt_pv_push(a, t, ks) == 0 ? t : NULL;
+}
+
+/* Entry e as part P stored it: renamed, its own storage or chunk. */
+static int part_entry(struct ckpt_dcp_meta *m, const struct ckpt_dcp_entry *e,
+                      size_t k, struct ckpt_dcp_entry *out,
+                      struct ckpt_err *err)
+{
+    unsigned part = e->kind == CKPT_DCP_BYTES
+                        ? (k ? e->copies[k - 1].part : e->part)
+                        : e->chunks[k].part;
+    char sfx[24];
+    snprintf(sfx, sizeof(sfx), ".rank%u", part);
+    *out = *e;
+    char *fqn = ckpt_xasprintf("%s%s", e->fqn, sfx);
+    out->fqn = ckpt_arena_strndup(m->arena, fqn, strlen(fqn));
+    free(fqn);
+    int bad = 0;
+    out->path = suffixed_path(m->arena, e->path, sfx, &bad);
+    if (bad)
+        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': per-rank copies need a "
+                            "key to rename, the last key of its path is a "
+                            "list index", e->fqn);
+    if (!out->fqn || (e->path && !out->path))
+        return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    if (ckpt_dcp_find(m, out->fqn))
+        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': its per-rank copy "
+                            "'%s' would replace the key of that name",
+                            e->fqn, out->fqn);
+    out->copies = NULL;
+    out->ncopies = out->copycap = 0;
+    out->part = part;
+    if (e->kind == CKPT_DCP_BYTES) {
+        out->st = k ? e->copies[k - 1].st : e->st;
+        return 0;
+    }
+    out->chunks = &e->chunks[k];
+    out->nchunks = out->chunkcap = 1;
+    return 0;
+}
+
+int ckpt_dcp_split_parts(struct ckpt_dcp_meta *m, size_t i,
+                         struct ckpt_err *err)
+{
+    struct dcp_index *ix = m->index;
+    const struct ckpt_dcp_entry *e = &m->entries[i];
+    size_t k = e->kind == CKPT_DCP_BYTES ? 1 + e->ncopies : e->nchunks;
+    if (e->kind == CKPT_DCP_TENSOR)
+        for (size_t c = 0; c < e->nchunks; c++)
+            for (int d = 0; d < e->ndim; d++)
+                if (e->chunks[c].offsets[d] ||
+                    e->chunks[c].sizes[d] != e->size[d])
+                    return ckpt_err_set(err, CKPT_EFORMAT, "tensor '%s': "
+                                        "per-rank copies need every rank's "
+                                        "chunk to be the whole tensor",
+                                        e->fqn);
+    size_t n = m->n - 1 + k;
+    struct ckpt_dcp_entry *v = ckpt_arena_array(m->arena, n,
+                                                sizeof(*v));
+    if (!v)
+        return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    memcpy(v, m->entries, i * sizeof(*v));
+    for (size_t p = 0; p < k; p++)
+        if (part_entry(m, e, p, &v[i + p], err) != 0)
+            return -1;
+    memcpy(v + i + k, m->entries + i + 1, (m->n - i - 1) * sizeof(*v));
+    m->entries = v;
+    m->n = m->cap = n;
+    tf_strmap_release(&ix->fqns);
+    for (size_t x = 0; x < n; x++)
+        if (tf_strmap_put(&ix->fqns, v[x].fqn, strlen(v[x].fqn), x) != 0)
+            return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    return 0;
 }
 
 static int root_object(const struct ckpt_pv *root, const char *name,

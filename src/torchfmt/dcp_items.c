@@ -194,6 +194,7 @@ static int add_chunk(struct ckpt_dcp_meta *m, struct ckpt_dcp_entry *e,
         return ckpt_err_set(err, CKPT_EFORMAT,
                             "%s: tensor '%s': chunk has no storage_data "
                             "entry", name, e->fqn);
+    ch.part = ((struct dcp_index *)m->index)->part;
     e->chunks = grow(m->arena, e->chunks, e->nchunks, &e->chunkcap,
                      sizeof(*e->chunks));
     if (!e->chunks)
@@ -239,15 +240,29 @@ static int tensor_entry(struct ckpt_dcp_meta *m, struct ckpt_dcp_entry *e,
 static int bytes_entry(struct ckpt_dcp_meta *m, struct ckpt_dcp_entry *e,
                        int merge, const char *name, struct ckpt_err *err)
 {
-    if (merge)   /* replicated object: the first file's copy stands */
-        return e->kind == CKPT_DCP_BYTES ? 0 :
-               ckpt_err_set(err, CKPT_EFORMAT, "%s: '%s': conflicts with "
+    struct ckpt_dcp_storage st;
+    if (merge && e->kind != CKPT_DCP_BYTES)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: '%s': conflicts with "
                             "another metadata file", name, e->fqn);
-    e->kind = CKPT_DCP_BYTES;
-    if (find_storage(m, e->fqn, NULL, -1, &e->st) != 0)
+    if (find_storage(m, e->fqn, NULL, -1, &st) != 0)
         return ckpt_err_set(err, CKPT_EFORMAT,
                             "%s: '%s': byte item has no storage_data entry",
                             name, e->fqn);
+    unsigned part = ((struct dcp_index *)m->index)->part;
+    if (!merge) {
+        e->kind = CKPT_DCP_BYTES;
+        e->st = st;
+        e->part = part;
+        return 0;
+    }
+    /* Another rank's copy: the first file's stands, the others are kept
+     * for whoever must tell whether the ranks agree (unshard). */
+    e->copies = grow(m->arena, e->copies, e->ncopies, &e->copycap,
+                     sizeof(*e->copies));
+    if (!e->copies)
+        return oom(err);
+    e->copies[e->ncopies].st = st;
+    e->copies[e->ncopies++].part = part;
     return 0;
 }
 

@@ -225,11 +225,12 @@ static int copy_box(struct ujob *j, const struct utensor *t,
 }
 
 /* Fill buf with band `band` of t from its chunks, or (replicas = 1) lay
- * the skipped replica chunks over buf; with note, the reads count for the
- * records' CRC checks. */
-static int fill_band(struct ujob *j, struct utensor *t, uint64_t band,
-                     char *buf, char *rbuf, uint64_t *len, int replicas,
-                     int note, struct ckpt_err *err)
+ * the skipped replica chunks (only: just that one) over buf; with note,
+ * the reads count for the records' CRC checks. */
+static int fill_one(struct ujob *j, struct utensor *t, uint64_t band,
+                    char *buf, char *rbuf, uint64_t *len, int replicas,
+                    const struct uchunk *only, int note,
+                    struct ckpt_err *err)
 {
     const struct ckpt_dcp_entry *e = t->e;
     uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
@@ -244,7 +245,7 @@ static int fill_band(struct ujob *j, struct utensor *t, uint64_t band,
     }
     for (size_t i = 0; i < e->nchunks; i++) {
         struct uchunk *c = &t->chunks[i];
-        int empty = c->skip != replicas;
+        int empty = c->skip != replicas || (only && c != only);
         for (int d = 0; d < bx.nd && !empty; d++) {
             uint64_t clo = c->meta->offsets[d], chi = clo + c->meta->sizes[d];
             uint64_t a = lo[d] > clo ? lo[d] : clo;
@@ -258,6 +259,13 @@ static int fill_band(struct ujob *j, struct utensor *t, uint64_t band,
             return -1;
     }
     return 0;
+}
+
+static int fill_band(struct ujob *j, struct utensor *t, uint64_t band,
+                     char *buf, char *rbuf, uint64_t *len, int replicas,
+                     int note, struct ckpt_err *err)
+{
+    return fill_one(j, t, band, buf, rbuf, len, replicas, NULL, note, err);
 }
 
 /* --- tasks ------------------------------------------------------------- */
@@ -330,10 +338,25 @@ static int check_replicas(struct task *k, const char *buf, char *scratch,
     memcpy(scratch, buf, len);
     if (fill_band(k->j, k->t, k->band, scratch, rbuf, &len, 1, 0, err) != 0)
         return -1;
-    if (memcmp(scratch, buf, len) != 0)
+    if (memcmp(scratch, buf, len) == 0)
+        return 0;
+    if (!k->j->src.rank_check)
         return ckpt_err_set(err, CKPT_EFORMAT, "verify: tensor '%s': "
                             "replicated chunks differ", k->t->e->fqn);
-    return 0;
+    /* Rank-local: name the first rank whose copy differs. */
+    for (size_t i = 0; i < k->t->e->nchunks; i++) {
+        const struct uchunk *c = &k->t->chunks[i];
+        if (!c->skip)
+            continue;
+        memcpy(scratch, buf, len);
+        if (fill_one(k->j, k->t, k->band, scratch, rbuf, &len, 1, c, 0,
+                     err) != 0)
+            return -1;
+        if (memcmp(scratch, buf, len) != 0)
+            return uns_rank_tensor_error(k->j, k->t, c, err);
+    }
+    return ckpt_err_set(err, CKPT_EFORMAT, "tensor '%s': replicated chunks "
+                        "differ", k->t->e->fqn);
 }
 
 static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
@@ -344,7 +367,9 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
     struct usrc out;
     char what[300];
     uns_out_reader(j, f, &out);
-    if (k->t && check_replicas(k, buf, rbuf + j->plan.band, rbuf, len, err) != 0)
+    /* --rank-values rank0 of a rank-local save took rank 0's on purpose. */
+    if (k->t && !j->src.rank0 &&
+        check_replicas(k, buf, rbuf + j->plan.band, rbuf, len, err) != 0)
         return -1;
     if (uns_src_read(&out, at, rbuf, len, err) != 0)
         return -1;
@@ -550,6 +575,11 @@ static int band_work(struct task *k, uint64_t *len, struct ckpt_err *err)
         rc = crc_task(k, buf, len, err);
     } else {
         rc = task_fill(k, buf, rbuf, &at, len, err);
+        /* Rank-local replicas are compared as they are copied, --verify
+         * or not (ranks.c). */
+        if (rc == 0 && k->t && !k->verify && j->src.rank_check)
+            rc = check_replicas(k, buf, rbuf + j->plan.band, rbuf, *len,
+                                err);
         if (rc == 0 && k->verify) {
             rc = task_verify(k, buf, rbuf, at, *len, err);
         } else if (rc == 0) {

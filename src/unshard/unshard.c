@@ -202,7 +202,7 @@ static int open_step(struct ujob *j, const char *src, struct ckpt_err *err)
 static int plan_dcp(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_pv *root;
-    if (uns_src_open(j, src, err) != 0)
+    if (uns_src_open(j, src, err) != 0 || uns_rank_values(j, err) != 0)
         return -1;
     j->plan.olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
               (j->o->layout == CKPT_LAYOUT_AUTO && j->src.olmo_step);

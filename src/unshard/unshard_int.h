@@ -161,6 +161,10 @@ struct ujob_src {
                                        (srcwhole.c), or NULL; owned */
     int olmo_step;                  /* src is an OLMo step */
     int allow_replicas;             /* option, or rank-local metadata */
+    int rank_check;                 /* rank-local: every dropped replica is
+                                       compared as it is copied (ranks.c) */
+    int rank0;                      /* rank-local with --rank-values rank0:
+                                       replicas are not compared */
     const char *metaname;
     struct usrc **srcs;             /* data files and temp items */
     size_t nsrcs, srccap;
@@ -401,6 +405,14 @@ void uns_grid_fill(char *out, uint64_t chunk_bytes, const void *fill,
 
 /* plan.c */
 int uns_plan_tensors(struct ujob *j, struct ckpt_err *err);
+/* ranks.c: before planning, a rank-local checkpoint's keys whose ranks
+ * saved different values are an error, or split into KEY.rankR entries,
+ * by o->rank_values; sets src.rank_check. */
+int uns_rank_values(struct ujob *j, struct ckpt_err *err);
+/* The error for tensor t whose replica chunk c differs from the chunk it
+ * replicates (the engine's check). */
+int uns_rank_tensor_error(const struct ujob *j, const struct utensor *t,
+                          const struct uchunk *c, struct ckpt_err *err);
 /* Chunk c of t located (its item parsed and checked against the
  * metadata, its zip record registered for the CRC check), once, from any
  * pool worker: the copy calls it before reading c. 0, or -1 with err
