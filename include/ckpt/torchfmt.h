@@ -65,6 +65,12 @@ int ckpt_torch_allow_weights(void *ud, const char *module, const char *name);
 /* What ckpt writes into its outputs (docs/formats/pickle.md): the weights
  * list plus pathlib paths and numpy arrays (OLMo trainer state). */
 int ckpt_torch_allow_object(void *ud, const char *module, const char *name);
+/* What a Megatron step's common state holds and megatron.core registers
+ * with torch.serialization.add_safe_globals on import
+ * (megatron/core/safe_globals.py SAFE_GLOBALS): argparse.Namespace, its
+ * enums, signal.Signals, ... Written for Megatron steps only. */
+int ckpt_torch_allow_megatron(void *ud, const char *module,
+                              const char *name);
 
 /* Whether globals outside ckpt_torch_allow_object may be written. */
 typedef void (*ckpt_pickle_warn_fn)(void *ud, const char *item,
@@ -73,6 +79,8 @@ struct ckpt_pickle_gate {
     int allow_unsafe;          /* pass them through, calling warn */
     ckpt_pickle_warn_fn warn;  /* NULL: silent */
     void *ud;
+    ckpt_pickle_allow_fn also; /* more globals allowed (a trainer's own,
+                                  e.g. ckpt_torch_allow_megatron), or NULL */
 };
 /* Check every global reachable from root, a value about to be written as
  * `item` (e.g. "checkpoint.pt['extra']"). Returns 0, or -1 with err

@@ -200,6 +200,36 @@ int ckpt_torch_allow_object(void *ud, const char *module, const char *name)
     return -1;
 }
 
+int ckpt_torch_allow_megatron(void *ud, const char *module,
+                              const char *name)
+{
+    /* megatron/core/safe_globals.py SAFE_GLOBALS (megatron.core 0.20),
+     * by the module their classes pickle under. */
+    static const struct { const char *module, *name; } mg[] = {
+        { "argparse", "Namespace" },
+        { "types", "SimpleNamespace" },
+        { "signal", "Signals" },
+        { "_io", "BytesIO" },
+        { "io", "BytesIO" },
+        { "numpy.dtypes", "UInt32DType" },
+        { "torch._C", "Generator" },
+        { "megatron.core.enums", "ModelType" },
+        { "megatron.core.optimizer.optimizer_config", "OptimizerConfig" },
+        { "megatron.core.rerun_state_machine", "RerunDiagnostic" },
+        { "megatron.core.rerun_state_machine", "RerunMode" },
+        { "megatron.core.rerun_state_machine", "RerunState" },
+        { "megatron.core.transformer.enums", "AttnBackend" },
+        { "megatron.core.transformer.enums", "CudaGraphModule" },
+        { "megatron.core.transformer.enums", "CudaGraphScope" },
+        { "megatron.core.transformer.enums", "InferenceCudaGraphScope" },
+    };
+    (void)ud;
+    for (size_t i = 0; i < sizeof(mg) / sizeof(mg[0]); i++)
+        if (!strcmp(module, mg[i].module) && !strcmp(name, mg[i].name))
+            return 0;
+    return ckpt_torch_allow_object(ud, module, name);
+}
+
 struct gate_walk {
     const char *item;
     const struct ckpt_pickle_gate *g;
@@ -211,7 +241,9 @@ static int gate_visit(void *ud, const struct ckpt_pv *v)
     struct gate_walk *w = ud;
     if (v->kind != CKPT_PV_GLOBAL ||
         ckpt_torch_allow_object(NULL, v->u.global.module,
-                                v->u.global.name) == 0)
+                                v->u.global.name) == 0 ||
+        (w->g && w->g->also &&
+         w->g->also(NULL, v->u.global.module, v->u.global.name) == 0))
         return 0;
     if (w->g && w->g->allow_unsafe) {
         if (w->g->warn)

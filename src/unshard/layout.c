@@ -70,7 +70,9 @@ static int check_globals(struct ujob *j, const char *name,
                          const struct ckpt_pv *d, struct ckpt_err *err)
 {
     struct ckpt_pickle_gate g = { j->o->allow_unsafe_pickle,
-                                  j->o->unsafe_pickle, j->o->progress_ud };
+                                  j->o->unsafe_pickle, j->o->progress_ud,
+                                  j->plan.megatron ? ckpt_torch_allow_megatron
+                                                   : NULL };
     if (!d || d->kind != CKPT_PV_DICT)
         return ckpt_torch_check_written(d, name, &g, err);
     int rc = 0;

@@ -214,11 +214,41 @@ static struct ufile *raw_file(struct ujob *j, char *name, char *text)
     return f;
 }
 
-static int extra_json(struct ujob *j, struct ckpt_err *err)
+static int is_tensor_node(const struct ckpt_pv *v)
+{
+    const struct ckpt_pv *g = ckpt_pv_call_global(v);
+    return ckpt_pv_is_global(g, "torch._utils", "_rebuild_tensor_v2") ||
+           ckpt_pv_is_global(g, "torch._utils", "_rebuild_tensor_v3");
+}
+
+/* A Megatron step's values are its merged root's (megatron.c): the
+ * common state's keys, then the other byte items; flat (no planner_data),
+ * so every top-level value is a tensor or not. */
+static int extra_megatron(const struct ckpt_pv *root, cJSON *o)
+{
+    int any = 0;
+    for (size_t i = 0; i < root->u.dict.n; i++) {
+        const struct ckpt_pv *k = root->u.dict.k[i];
+        if (is_tensor_node(root->u.dict.v[i]))
+            continue;
+        struct ckpt_buf kb = CKPT_BUF_INIT;
+        if (k->kind == CKPT_PV_STR)
+            ckpt_buf_add(&kb, k->u.s.p, k->u.s.len);
+        else
+            ckpt_pv_repr(k, &kb, 256);
+        cJSON_AddItemToObject(o, kb.ptr, to_json(root->u.dict.v[i], 0));
+        ckpt_buf_release(&kb);
+        any = 1;
+    }
+    return any;
+}
+
+static int extra_json(struct ujob *j, const struct ckpt_pv *root,
+                      struct ckpt_err *err)
 {
     cJSON *o = cJSON_CreateObject();
-    int any = 0;
-    for (size_t i = 0; i < j->plan.meta->n; i++) {
+    int any = j->plan.megatron ? extra_megatron(root, o) : 0;
+    for (size_t i = 0; !j->plan.megatron && i < j->plan.meta->n; i++) {
         if (j->plan.meta->entries[i].kind != CKPT_DCP_BYTES)
             continue;
         cJSON_AddItemToObject(o, j->plan.meta->entries[i].fqn,
@@ -448,5 +478,5 @@ int uns_st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
         ckpt_buf_release(&parts[pi].head);
     }
     free(parts);
-    return rc ? rc : extra_json(j, err);
+    return rc ? rc : extra_json(j, root, err);
 }

@@ -202,11 +202,18 @@ static int open_step(struct ujob *j, const char *src, struct ckpt_err *err)
 static int plan_dcp(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_pv *root;
-    if (uns_src_open(j, src, err) != 0 || uns_rank_values(j, err) != 0)
+    if (uns_src_open(j, src, err) != 0) {
+        if (j->plan.megatron)
+            uns_mg_explain(j, err);
+        return -1;
+    }
+    if (uns_rank_values(j, err) != 0)
         return -1;
     j->plan.olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
               (j->o->layout == CKPT_LAYOUT_AUTO && j->src.olmo_step);
-    if (uns_plan_tensors(j, err) != 0 || uns_tree_build(j, &root, err) != 0)
+    if ((j->plan.megatron && uns_mg_open(j, err) != 0) ||
+        uns_plan_tensors(j, err) != 0 || uns_tree_build(j, &root, err) != 0 ||
+        (j->plan.megatron && uns_mg_merge(j, &root, err) != 0))
         return -1;
     return uns_layout_files(j, root, err);
 }
@@ -229,6 +236,8 @@ static const struct {
 static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     enum ckpt_format f = (enum ckpt_format)j->o->source_format;
+    /* Megatron torch_dist is DCP with its common state merged in. */
+    j->plan.megatron = f == CKPT_FMT_MEGATRON;
     for (size_t i = 0; i < sizeof(planners) / sizeof(planners[0]); i++) {
         if (planners[i].format != f)
             continue;

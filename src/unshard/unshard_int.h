@@ -188,6 +188,8 @@ struct ujob_plan {
     struct ucopy *copies;
     size_t ncopies, copycap;
     int olmo;                       /* layout olmo chosen */
+    int megatron;                   /* a Megatron torch_dist step
+                                       (megatron.c) */
     struct ckpt_pv **values;        /* per metadata entry; malloced */
     const struct ckpt_pv **paths;   /* per entry: where it was placed */
     uint64_t band;                  /* band bytes */
@@ -581,5 +583,16 @@ uint64_t uns_outobj_budget(const struct ujob *j);
 
 /* verify.c: outputs read back through ckpt's own readers */
 int uns_verify_outputs(struct ujob *j, struct ckpt_err *err);
+
+/* megatron.c: a Megatron torch_dist step, read as DCP. After the
+ * metadata is read: common.pt, when present, becomes a byte item. */
+int uns_mg_open(struct ujob *j, struct ckpt_err *err);
+/* The DCP source could not be opened: a legacy Megatron step (mp_rank_*
+ * directories) says so in err instead. */
+void uns_mg_explain(struct ujob *j, struct ckpt_err *err);
+/* The tree built: the common state becomes the root, every other entry
+ * merged into it (Megatron's dict_utils.merge). */
+int uns_mg_merge(struct ujob *j, struct ckpt_pv **root,
+                 struct ckpt_err *err);
 
 #endif

@@ -270,7 +270,7 @@ static void test_pickle__check_written(void)
               "is not allowed (use --allow-unsafe-pickle to pass it "
               "through)");
     struct warned w = { CKPT_BUF_INIT };
-    struct ckpt_pickle_gate g = { 1, note_warn, &w };
+    struct ckpt_pickle_gate g = { 1, note_warn, &w, NULL };
     CHECK(ckpt_torch_check_written(v, "out.pt", &g, &err) == 0);
     CHECK_STR(w.b.ptr, "out.pt doctest.debug_script;out.pt "
               "builtins.getattr;");

@@ -133,6 +133,15 @@ static void test_torchfmt__dtypes(void)
     CHECK(ckpt_torch_allow_object(NULL, "os.path", "join") == -1);
     CHECK(ckpt_torch_allow_object(NULL, "__builtin__", "eval") == -1);
     CHECK(ckpt_torch_allow_object(NULL, "pathlib", "PosixPath") == 0);
+    /* Megatron's safe globals: only for Megatron steps (the gate's also). */
+    CHECK(ckpt_torch_allow_object(NULL, "argparse", "Namespace") == -1);
+    CHECK(ckpt_torch_allow_megatron(NULL, "argparse", "Namespace") == 0);
+    CHECK(ckpt_torch_allow_megatron(NULL, "megatron.core.transformer.enums",
+                                    "AttnBackend") == 0);
+    CHECK(ckpt_torch_allow_megatron(NULL, "megatron.core.transformer.enums",
+                                    "eval") == -1);
+    CHECK(ckpt_torch_allow_megatron(NULL, "pathlib", "PosixPath") == 0);
+    CHECK(ckpt_torch_allow_megatron(NULL, "os", "system") == -1);
 }
 
 static char *slurp(const char *path, size_t *len)
