@@ -7,7 +7,9 @@ Fixtures (tests/fixtures/real-writers/deepspeed_*, provenance beside them)
 were written by DeepSpeed 0.19.6's engine.save_checkpoint on CPU, 2 ranks:
 ZeRO-1 bf16 and fp32, ZeRO-2 bf16 and fp32, ZeRO-3 fp32, a model with a
 tied embedding (shared_params), a frozen parameter, a buffer and an odd
-number of trainable elements (padding). The references are zero_to_fp32's
+number of trainable elements (padding); and, 3 ranks, ZeRO-2 and ZeRO-3
+with two parameter groups and bfloat16 and int64 buffers (zero_to_fp32
+turns buffers float32). The references are zero_to_fp32's
 pytorch_model.bin of each step, committed; zero_to_fp32 is never run here.
 
 Compared exactly (torch 1.13, weights_only=True): the same keys in the
@@ -46,7 +48,7 @@ from s3test import scratch  # noqa: E402
 
 RW = os.path.join(HERE, "..", "fixtures", "real-writers")
 CASES = ("zero1_bf16", "zero1_fp32", "zero2_bf16", "zero2_fp32",
-         "zero3_fp32")
+         "zero3_fp32", "zero2_groups", "zero3_groups")
 MISSING = ("'%s/zero_pp_rank_1_mp_rank_00_optim_states.pt' is missing "
            "(partition_count 2 in zero_pp_rank_0_mp_rank_00_optim_states.pt)")
 
