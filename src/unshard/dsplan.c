@@ -289,7 +289,96 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-/* Rank r's flat groups (rank 0 sets stage, world size, groups). */
+/* partition_count: one int (ZeRO-3), or one per group (ZeRO-1/2; expert
+ * groups may differ): the world is the largest, as zero_to_fp32 takes
+ * it. 0, or -1 when it is missing or malformed. */
+static int world_of(const struct ckpt_pv *pc, uint64_t *world)
+{
+    *world = 0;
+    if (pc && (pc->kind == CKPT_PV_LIST || pc->kind == CKPT_PV_TUPLE)) {
+        for (size_t i = 0; i < pc->u.seq.n; i++) {
+            uint64_t x;
+            if (get_u64(pc->u.seq.v[i], &x) != 0)
+                return -1;
+            *world = x > *world ? x : *world;
+        }
+    } else if (get_u64(pc, world) != 0) {
+        return -1;
+    }
+    return *world >= 1 && *world <= MAX_RANKS ? 0 : -1;
+}
+
+/* optimizer_state_dict's ZeRO stage and world size: rank 0 sets them,
+ * the others must agree. */
+static int optim_header(struct dsplan *p, int r, const struct dsfile *f,
+                        const struct ckpt_pv *osd, struct ckpt_err *err)
+{
+    uint64_t stage, world;
+    if (!osd || enum_int(ckpt_pv_dict_get(osd, "zero_stage"), &stage) != 0)
+        return ckpt_err_set(err, CKPT_EFORMAT, "'%s' is not a ZeRO "
+                            "optimizer file (no optimizer_state_dict."
+                            "zero_stage)", f->rel);
+    if (stage < 1 || stage > 3)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': ZeRO stage %llu "
+                            "(zero_to_fp32 reads stages 1 to 3)", f->rel,
+                            (unsigned long long)stage);
+    if (world_of(ckpt_pv_dict_get(osd, "partition_count"), &world) != 0)
+        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': no partition_count "
+                            "between 1 and %d", f->rel, MAX_RANKS);
+    if (r == 0) {
+        p->stage = (int)stage;
+        p->world = (int)world;
+    } else if ((int)stage != p->stage || (int)world != p->world) {
+        return ckpt_err_set(err, CKPT_EFORMAT, "ranks 0 and %d disagree on "
+                            "the ZeRO stage or partition count (%s)", r,
+                            f->rel);
+    }
+    return 0;
+}
+
+/* Rank r's flat groups: 1-D tensors of one dtype, as many as rank 0's. */
+static int optim_groups(struct dsplan *p, int r, struct dsfile *f,
+                        const struct ckpt_pv *osd, struct ckpt_err *err)
+{
+    const char *key = p->stage == 3 ? "fp32_flat_groups"
+                                    : "single_partition_of_fp32_groups";
+    const struct ckpt_pv *gs = ckpt_pv_dict_get(osd, key);
+    if (!gs || (gs->kind != CKPT_PV_LIST && gs->kind != CKPT_PV_TUPLE) ||
+        !gs->u.seq.n)
+        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': no %s list", f->rel,
+                            key);
+    if (r == 0) {
+        p->ngroups = gs->u.seq.n;
+        p->groups = ckpt_xcalloc((size_t)p->world * p->ngroups,
+                                 sizeof(*p->groups));
+    } else if (gs->u.seq.n != p->ngroups) {
+        return ckpt_err_set(err, CKPT_EFORMAT, "'%s': %zu parameter groups, "
+                            "rank 0 %zu", f->rel, gs->u.seq.n, p->ngroups);
+    }
+    for (size_t g = 0; g < p->ngroups; g++) {
+        struct ckpt_tensor t;
+        const struct ckpt_tzip_entry *ze;
+        char what[96];
+        snprintf(what, sizeof(what), "%s[%zu]", key, g);
+        if (file_tensor(f, gs->u.seq.v[g], what, &t, &ze, err) != 0)
+            return -1;
+        if (t.ndim != 1)
+            return ckpt_err_set(err, CKPT_EFORMAT, "'%s': %s is not 1-D",
+                                f->rel, what);
+        if (r == 0 && g == 0)
+            p->gdtype = t.dtype;
+        if (t.dtype != p->gdtype)
+            return ckpt_err_set(err, CKPT_EFORMAT, "'%s': %s is %s, rank "
+                                "0's first group %s", f->rel, what,
+                                t.dtype->name, p->gdtype->name);
+        p->groups[(size_t)r * p->ngroups + g] = (struct dsgroup){
+            f->src, ze->data_off, (uint64_t)t.size[0], t.storage_offset,
+            t.stride[0], f->z->big_endian, t.requires_grad };
+    }
+    return 0;
+}
+
+/* Rank r's optimizer file (rank 0 sets stage, world size, groups). */
 static int optim_rank(struct dsplan *p, int r, struct ckpt_err *err)
 {
     char name[96];
@@ -297,78 +386,10 @@ static int optim_rank(struct dsplan *p, int r, struct ckpt_err *err)
     int rc = file_open(p, optim_name(p, r, name, sizeof(name)), &f, err);
     const struct ckpt_pv *osd = rc ? NULL
         : ckpt_pv_dict_items(field(&f, "optimizer_state_dict"));
-    uint64_t stage = 0, world = 0;
-    if (rc == 0 && (!osd || enum_int(ckpt_pv_dict_get(osd, "zero_stage"),
-                                     &stage) != 0))
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' is not a ZeRO "
-                          "optimizer file (no optimizer_state_dict."
-                          "zero_stage)", f.rel);
-    if (rc == 0 && (stage < 1 || stage > 3))
-        rc = ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': ZeRO stage %llu "
-                          "(zero_to_fp32 reads stages 1 to 3)", f.rel,
-                          (unsigned long long)stage);
-    const struct ckpt_pv *pc = rc ? NULL
-        : ckpt_pv_dict_get(osd, "partition_count");
-    /* ZeRO-1/2 record one count per group (expert groups may differ):
-     * the world is the largest, as zero_to_fp32 takes it. */
-    if (rc == 0 && pc && (pc->kind == CKPT_PV_LIST ||
-                          pc->kind == CKPT_PV_TUPLE)) {
-        for (size_t i = 0; rc == 0 && i < pc->u.seq.n; i++) {
-            uint64_t x;
-            if (get_u64(pc->u.seq.v[i], &x) != 0)
-                rc = -1;
-            else if (x > world)
-                world = x;
-        }
-    } else if (rc == 0 && get_u64(pc, &world) != 0) {
-        rc = -1;
-    }
-    if (rc == 0 && (world < 1 || world > MAX_RANKS))
-        rc = -1;
-    if (rc < 0 && !err->msg[0])
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': no partition_count "
-                          "between 1 and %d", f.rel, MAX_RANKS);
-    if (rc == 0 && r == 0) {
-        p->stage = (int)stage;
-        p->world = (int)world;
-    } else if (rc == 0 && ((int)stage != p->stage || (int)world != p->world)) {
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "ranks 0 and %d disagree on "
-                          "the ZeRO stage or partition count (%s)", r, f.rel);
-    }
-    const char *key = p->stage == 3 ? "fp32_flat_groups"
-                                    : "single_partition_of_fp32_groups";
-    const struct ckpt_pv *gs = rc ? NULL : ckpt_pv_dict_get(osd, key);
-    if (rc == 0 && (!gs || (gs->kind != CKPT_PV_LIST &&
-                            gs->kind != CKPT_PV_TUPLE) || !gs->u.seq.n))
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': no %s list", f.rel, key);
-    if (rc == 0 && r == 0) {
-        p->ngroups = gs->u.seq.n;
-        p->groups = ckpt_xcalloc((size_t)p->world * p->ngroups,
-                                 sizeof(*p->groups));
-    } else if (rc == 0 && gs->u.seq.n != p->ngroups) {
-        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': %zu parameter groups, "
-                          "rank 0 %zu", f.rel, gs->u.seq.n, p->ngroups);
-    }
-    for (size_t g = 0; rc == 0 && g < p->ngroups; g++) {
-        struct ckpt_tensor t;
-        const struct ckpt_tzip_entry *ze;
-        char what[96];
-        snprintf(what, sizeof(what), "%s[%zu]", key, g);
-        rc = file_tensor(&f, gs->u.seq.v[g], what, &t, &ze, err);
-        if (rc == 0 && t.ndim != 1)
-            rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': %s is not 1-D",
-                              f.rel, what);
-        if (rc == 0 && r == 0 && g == 0)
-            p->gdtype = t.dtype;
-        if (rc == 0 && t.dtype != p->gdtype)
-            rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': %s is %s, rank 0's "
-                              "first group %s", f.rel, what, t.dtype->name,
-                              p->gdtype->name);
-        if (rc == 0)
-            p->groups[(size_t)r * p->ngroups + g] = (struct dsgroup){
-                f.src, ze->data_off, (uint64_t)t.size[0], t.storage_offset,
-                t.stride[0], f.z->big_endian, t.requires_grad };
-    }
+    if (rc == 0)
+        rc = optim_header(p, r, &f, osd, err);
+    if (rc == 0)
+        rc = optim_groups(p, r, &f, osd, err);
     file_close(&f);
     return rc;
 }
@@ -999,10 +1020,8 @@ static int make_entry(struct dsplan *p, struct ckpt_dcp_entry *e,
         p->conv[ei] = 1;
         for (int d = 0; d < o->ndim; d++)
             n *= o->size[d];
-        for (uint64_t at = 0; at < n || (!at && !n); at += CONV_PIECE) {
+        for (uint64_t at = 0; at < n; at += CONV_PIECE) {
             uint64_t cnt = n - at < CONV_PIECE ? n - at : CONV_PIECE;
-            if (!n)
-                break;
             if (add_boxes(p, e, lv, o, at, cnt, o->soff + (int64_t)at, 1,
                           row, &proto, err) != 0)
                 return -1;
