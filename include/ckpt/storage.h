@@ -101,6 +101,9 @@ int ckpt_storage_open(struct ckpt_storage **out, const struct ckpt_loc *loc,
                       const struct ckpt_storage_cfg *cfg, struct ckpt_err *err);
 void ckpt_storage_close(struct ckpt_storage *st);
 int ckpt_storage_is_local(const struct ckpt_storage *st);
+/* The concurrency the storage was opened for (cfg.jobs, -j): 0 when not
+ * given. Archive decoders size their thread pools by it. */
+int ckpt_storage_jobs(const struct ckpt_storage *st);
 /* Is etag a content hash rather than an opaque tag: 32 hex digits (an
  * MD5), alone or followed by "-N" (a multipart object's)? *multipart says
  * which. */

@@ -20,8 +20,10 @@
 #include <unistd.h>
 
 #include "ckpt/buf.h"
+#include "ckpt/pool.h"
 #include "ckpt/torchfmt.h"
 #include "ckpt/util.h"
+#include "zdec.h"
 
 #define TAR_BLOCK_MIN (2u << 10)
 #define TAR_BLOCK_MAX (256u << 10)
@@ -33,8 +35,8 @@
 
 struct ckpt_archive {
     struct archive *ar;         /* format reader: tar or zip */
-    struct archive *raw;        /* compressed: filters + raw format, whose
-                                   output feeds ar; NULL otherwise */
+    struct zdec *z;             /* compressed: the decoder, whose output
+                                   feeds ar; NULL otherwise */
     struct ckpt_storage *st;    /* borrowed */
     char *key;                  /* owned */
     char *name;                 /* owned: display name for messages */
@@ -59,15 +61,13 @@ struct ckpt_archive {
     uint64_t base, end;
     int in_member, done, restarted;
     char *damage;               /* owned: why the end was not proper */
-    /* Compressed: the last two blocks pulled from raw (ar may still be
-     * reading the older one), the decompressed bytes pulled so far and
-     * their CRC-32 (gzip). */
+    /* Compressed: the last two blocks pulled from z (ar may still be
+     * reading the older one) and the decompressed bytes pulled so far. */
     char *zb[2];
     size_t zl[2];
     uint64_t zs[2];
     int zi;
     uint64_t zpos;
-    uint32_t zcrc;
     int zeof;
     uint64_t feed;              /* next offset to hand to ar */
 };
@@ -246,13 +246,13 @@ static void damaged(struct ckpt_archive *a, const char *fmt, ...)
 
 /* Pull the next block of the decompressed stream into the older of the
  * two block buffers: its length, 0 at the end of the stream, -1 on error
- * (archive_error_string(a->raw), or a->io_failed). */
+ * (zdec_error(a->z), or a->io_failed). */
 static la_ssize_t zpull(struct ckpt_archive *a)
 {
     if (a->zeof)
         return 0;
     int i = a->zi ^ 1;
-    la_ssize_t n = archive_read_data(a->raw, a->zb[i], ZBLOCK);
+    la_ssize_t n = zdec_read(a->z, a->zb[i], ZBLOCK);
     if (n < 0)
         return -1;
     if (n == 0) {
@@ -263,15 +263,12 @@ static la_ssize_t zpull(struct ckpt_archive *a)
     a->zl[i] = (size_t)n;
     a->zpos += (uint64_t)n;
     a->zi = i;
-    if (a->kind == CKPT_ARCHIVE_TAR_GZ)
-        a->zcrc = ckpt_crc32(a->zcrc, a->zb[i], (size_t)n);
     return n;
 }
 
 static const char *raw_error(struct ckpt_archive *a)
 {
-    const char *m = archive_error_string(a->raw);
-    return m ? m : "decompression failed";
+    return zdec_error(a->z);
 }
 
 /* ar's read callback over the decompressed stream: from a->feed, which
@@ -321,7 +318,7 @@ static int start_reader(struct ckpt_archive *a, uint64_t at, int restart)
         if (restart)
             archive_read_set_format(a->ar, ARCHIVE_FORMAT_TAR);
     }
-    if (a->raw) {
+    if (a->z) {
         archive_read_set_read_callback(a->ar, zread_cb);
     } else {
         a->pos = at;
@@ -333,22 +330,23 @@ static int start_reader(struct ckpt_archive *a, uint64_t at, int restart)
     return archive_read_open1(a->ar) == ARCHIVE_OK ? 0 : -1;
 }
 
-/* Compressed: a raw reader decompresses, and the tar reader reads its
- * output, so that what follows the tar's end (and the gzip trailer) can
- * be checked too. */
+static int zin_cb(void *ud, const void **out, size_t *got)
+{
+    struct ckpt_archive *a = ud;
+    *out = a->buf;
+    ssize_t n = fetch(a, a->block);
+    *got = n > 0 ? (size_t)n : 0;
+    return n < 0 ? -1 : 0;
+}
+
+/* Compressed: our decoder (zdec.h) decompresses on -j threads, and the tar
+ * reader reads its output, so that what follows the tar's end can be
+ * checked too. */
 static int start_raw(struct ckpt_archive *a)
 {
-    a->raw = archive_read_new();
-    archive_read_support_filter_gzip(a->raw);
-    archive_read_support_filter_bzip2(a->raw);
-    archive_read_support_filter_xz(a->raw);
-    archive_read_support_filter_zstd(a->raw);
-    archive_read_support_format_raw(a->raw);
-    archive_read_set_read_callback(a->raw, read_cb);
-    archive_read_set_callback_data(a->raw, a);
-    struct archive_entry *ae;
-    if (archive_read_open1(a->raw) != ARCHIVE_OK ||
-        archive_read_next_header(a->raw, &ae) != ARCHIVE_OK)
+    int jobs = ckpt_storage_jobs(a->st);
+    a->z = zdec_open(a->kind, jobs > 0 ? jobs : ckpt_ncpus(), zin_cb, a);
+    if (!a->z)
         return -1;
     for (int i = 0; i < 2; i++)
         a->zb[i] = ckpt_xmalloc(ZBLOCK);
@@ -397,7 +395,8 @@ int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
         if (a->io_failed)
             *err = a->io_err;
         else
-            ckpt_err_set(err, CKPT_EFORMAT, "%s: %s", a->name, raw_error(a));
+            ckpt_err_set(err, CKPT_EFORMAT, "%s: cannot start the decoder",
+                         a->name);
         ckpt_archive_close(a);
         return -1;
     }
@@ -563,37 +562,14 @@ static int z_scan(struct ckpt_archive *a, uint64_t from, uint64_t *at)
     }
 }
 
-static uint32_t le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-/* The compressed stream ended: every byte of the file was consumed, and
- * for gzip (whose libarchive filter does not check it) the trailer's
- * CRC-32 and length match the data. A multi-member gzip fails this check:
- * its last trailer covers the last member only. */
+/* The compressed stream ended (the decoder checked every member's or
+ * block's checksum): every byte of the file was consumed. */
 static void z_check_trailer(struct ckpt_archive *a)
 {
-    uint64_t used = (uint64_t)archive_filter_bytes(a->raw, -1);
-    if (used < a->size) {
+    uint64_t used = zdec_in_used(a->z);
+    if (used < a->size)
         damaged(a, "%llu bytes after the end of the compressed stream",
                 (unsigned long long)(a->size - used));
-        return;
-    }
-    if (a->kind != CKPT_ARCHIVE_TAR_GZ)
-        return;
-    if (a->size < 18) {
-        damaged(a, "gzip trailer missing");
-        return;
-    }
-    a->pos = a->size - 8;
-    if (fetch(a, 8) != 8)
-        return;
-    const unsigned char *t = (const unsigned char *)a->buf;
-    if (le32(t) != a->zcrc || le32(t + 4) != (uint32_t)a->zpos)
-        damaged(a, "gzip checksum mismatch (CRC-32 or length in the "
-                "trailer does not match the data)");
 }
 
 static void check_unchanged(struct ckpt_archive *a)
@@ -614,7 +590,7 @@ static int restart_at(struct ckpt_archive *a, uint64_t q)
     if (a->restarted && r <= a->base)
         return 0; /* no progress: give up */
     a->restarted = 1;
-    if (a->raw) {
+    if (a->z) {
         int older = a->zi ^ 1;
         uint64_t lo = a->zl[older] ? a->zs[older] : a->zs[a->zi];
         if (r < lo)
@@ -643,7 +619,7 @@ static int at_end(struct ckpt_archive *a, struct ckpt_err *err)
         return 0;
     }
     uint64_t q = 0;
-    int r = a->raw ? z_scan(a, a->end, &q) : plain_scan(a, a->end, &q);
+    int r = a->z ? z_scan(a, a->end, &q) : plain_scan(a, a->end, &q);
     if (r < 0 && a->io_failed) {
         *err = a->io_err;
         return -1;
@@ -656,11 +632,11 @@ static int at_end(struct ckpt_archive *a, struct ckpt_err *err)
         return 0;
     }
     if (r == 0) {
-        uint64_t stream_end = a->raw ? a->zpos : a->size;
+        uint64_t stream_end = a->z ? a->zpos : a->size;
         if (stream_end - a->end < EOA_BYTES)
             damaged(a, "no end-of-archive marker (the archive is cut short, "
                     "or still being written)");
-        if (a->raw)
+        if (a->z)
             z_check_trailer(a);
     }
     check_unchanged(a);
@@ -785,8 +761,7 @@ void ckpt_archive_close(struct ckpt_archive *a)
         return;
     if (a->ar)
         archive_read_free(a->ar);
-    if (a->raw)
-        archive_read_free(a->raw);
+    zdec_close(a->z);
     if (a->fd >= 0)
         close(a->fd);
     ckpt_buf_release(&a->path);

@@ -138,6 +138,11 @@ int ckpt_storage_is_local(const struct ckpt_storage *st)
     return st->loc.scheme == CKPT_SCHEME_LOCAL;
 }
 
+int ckpt_storage_jobs(const struct ckpt_storage *st)
+{
+    return st->cfg.jobs;
+}
+
 int ckpt_etag_is_md5(const char *etag, int *multipart)
 {
     *multipart = 0;

@@ -1,0 +1,301 @@
+/*
+ * test_zdec - the archive decoders (src/archive/zdec*.c) against the real
+ * tools: every byte equal to the input, multi-member/multi-stream files
+ * read on, truncated and corrupt files an error, trailing bytes left.
+ */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "archive/zdec.h"
+#include "ckpt/buf.h"
+#include "ckpt/util.h"
+#include "test.h"
+
+struct src {
+    int fd;
+    char buf[65536];
+};
+
+static int rd(void *ud, const void **out, size_t *got)
+{
+    struct src *s = ud;
+    ssize_t n = read(s->fd, s->buf, sizeof(s->buf));
+    *out = s->buf;
+    *got = n > 0 ? (size_t)n : 0;
+    return n < 0 ? -1 : 0;
+}
+
+struct result {
+    int rc;                     /* 0 clean end, -1 error */
+    char *data;
+    size_t len;
+    uint64_t used;
+    char err[256];
+};
+
+static struct result decode(const char *path, enum ckpt_archive_kind kind,
+                            int threads)
+{
+    struct result r = { 0 };
+    struct src s;
+    s.fd = open(path, O_RDONLY);
+    CHECK(s.fd >= 0);
+    struct zdec *z = zdec_open(kind, threads, rd, &s);
+    CHECK(z != NULL);
+    size_t cap = 1 << 20;
+    r.data = ckpt_xmalloc(cap);
+    for (;;) {
+        if (cap - r.len < 100000) {
+            cap *= 2;
+            r.data = ckpt_xrealloc(r.data, cap);
+        }
+        /* Odd sizes: the reader must cope with any. */
+        ssize_t n = zdec_read(z, r.data + r.len, 99991);
+        if (n <= 0) {
+            r.rc = n < 0 ? -1 : 0;
+            break;
+        }
+        r.len += (size_t)n;
+    }
+    if (r.rc < 0)
+        snprintf(r.err, sizeof(r.err), "%s", zdec_error(z));
+    r.used = zdec_in_used(z);
+    zdec_close(z);
+    close(s.fd);
+    return r;
+}
+
+static char *tmp(const char *name)
+{
+    static char p[4][600];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(p[i], sizeof(p[i]), "%s/%s", test_tmpdir(), name);
+    return p[i];
+}
+
+static int sh(const char *fmt, ...) CKPT_PRINTF(1, 2);
+static int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+static int have_tool(const char *t)
+{
+    return sh("command -v %s >/dev/null 2>&1", t) == 0;
+}
+
+/* Mixed data: random stretches, text, a long zero run (a bzip2 block that
+ * decodes to far more than its input), 3.5 MB in all. Made once. */
+static const char *plain(void)
+{
+    static int made;
+    const char *p = tmp("plain");
+    if (!made) {
+        CHECK(sh("cd %s && python3 -c \"import random,sys\n"
+                 "r=random.Random(7);o=sys.stdout.buffer\n"
+                 "for i in range(40):\n"
+                 "  o.write(bytes(r.getrandbits(8) for _ in range(20000)))\n"
+                 "  o.write(b'step %%d loss %%f\\\\n' %% (i, r.random()) * 3000)\n"
+                 "o.write(bytes(6000000))\n"
+                 "o.write(b'tail')\n\" > plain", test_tmpdir()) == 0);
+        made = 1;
+    }
+    return p;
+}
+
+static struct ckpt_buf slurp(const char *path)
+{
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    char tmpb[65536];
+    size_t n;
+    while ((n = fread(tmpb, 1, sizeof(tmpb), f)) > 0)
+        ckpt_buf_add(&b, tmpb, n);
+    fclose(f);
+    return b;
+}
+
+static uint64_t fsize(const char *path)
+{
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0);
+    return (uint64_t)sb.st_size;
+}
+
+/* Compress plain() with cmd (reads stdin, writes stdout) into name and
+ * check that every thread count decodes it to the same bytes. */
+static void roundtrip(const char *name, const char *cmd,
+                      enum ckpt_archive_kind kind)
+{
+    const char *out = tmp(name);
+    CHECK(sh("cd %s && (%s) < %s > %s", test_tmpdir(), cmd, plain(), out) == 0);
+    struct ckpt_buf want = slurp(plain());
+    for (int t = 1; t <= 4; t *= 2) {
+        struct result r = decode(out, kind, t);
+        if (r.rc != 0)
+            fprintf(stderr, "  %s (%d threads): %s\n", name, t, r.err);
+        CHECK_EQ(r.rc, 0);
+        CHECK_EQ(r.len, want.len);
+        CHECK(r.len == want.len && !memcmp(r.data, want.ptr, r.len));
+        CHECK_EQ(r.used, fsize(out));
+        free(r.data);
+    }
+    ckpt_buf_release(&want);
+}
+
+static void test_zdec__bzip2(void)
+{
+    roundtrip("p1.bz2", "bzip2 -1", CKPT_ARCHIVE_TAR_BZ2);
+    roundtrip("p9.bz2", "bzip2 -9", CKPT_ARCHIVE_TAR_BZ2);
+    /* Two streams in a row, as bzip2 reads them. */
+    CHECK(sh("cd %s && head -c 1000000 plain | bzip2 -2 > cat.bz2 && "
+             "tail -c +1000001 plain | bzip2 -3 >> cat.bz2",
+             test_tmpdir()) == 0);
+    roundtrip("catx.bz2", "cat cat.bz2", CKPT_ARCHIVE_TAR_BZ2);
+    /* An empty stream. */
+    CHECK(sh("cd %s && printf '' | bzip2 > empty.bz2", test_tmpdir()) == 0);
+    struct result r = decode(tmp("empty.bz2"), CKPT_ARCHIVE_TAR_BZ2, 2);
+    CHECK_EQ(r.rc, 0);
+    CHECK_EQ(r.len, 0);
+    CHECK_EQ(r.used, 14);
+    free(r.data);
+}
+
+static void test_zdec__bzip2_parallel_tools(void)
+{
+    if (have_tool("lbzip2"))
+        roundtrip("l.bz2", "lbzip2 -n 3 -1", CKPT_ARCHIVE_TAR_BZ2);
+    else
+        fprintf(stderr, "  lbzip2 missing: skipped\n");
+    if (have_tool("pbzip2"))
+        roundtrip("pb.bz2", "pbzip2 -p3 -b1 -1 -c", CKPT_ARCHIVE_TAR_BZ2);
+    else
+        fprintf(stderr, "  pbzip2 missing: skipped\n");
+}
+
+/* A false block boundary inside every block: each block fails, is merged
+ * with the next candidate and decoded again, and the output is exact. */
+static void test_zdec__bzip2_false_boundaries(void)
+{
+    zdec_bz2_test_fake_boundaries(1);
+    roundtrip("fake.bz2", "bzip2 -1", CKPT_ARCHIVE_TAR_BZ2);
+    /* 3 thread counts x the blocks of a 3.5 MB file at 100k blocks */
+    int n = zdec_bz2_test_fake_boundaries(0);
+    fprintf(stderr, "  %d retries\n", n);
+    CHECK(n >= 3 * 20);
+}
+
+static void test_zdec__bzip2_damage(void)
+{
+    const char *d = test_tmpdir();
+    CHECK(sh("cd %s && bzip2 -1 < plain > good.bz2 && "
+             "head -c $(( $(stat -c %%s good.bz2) / 2 )) good.bz2 > cut.bz2 &&"
+             " cp good.bz2 tail.bz2 && printf 'trailing garbage' >> tail.bz2"
+             " && cp good.bz2 bad.bz2 && printf '\\377' | dd of=bad.bz2 "
+             "bs=1 seek=200000 conv=notrunc status=none", d) == 0);
+    struct result r = decode(tmp("cut.bz2"), CKPT_ARCHIVE_TAR_BZ2, 2);
+    CHECK_EQ(r.rc, -1);
+    CHECK_STR(r.err, "bzip2 stream truncated (unexpected end of file)");
+    CHECK(r.len < 3000000); /* the blocks before the cut, then the error */
+    free(r.data);
+    r = decode(tmp("tail.bz2"), CKPT_ARCHIVE_TAR_BZ2, 2);
+    CHECK_EQ(r.rc, 0);
+    CHECK_EQ(r.used, fsize(tmp("good.bz2")));
+    free(r.data);
+    for (int t = 1; t <= 2; t++) {
+        r = decode(tmp("bad.bz2"), CKPT_ARCHIVE_TAR_BZ2, t);
+        CHECK_EQ(r.rc, -1);
+        CHECK(ckpt_str_startswith(r.err, "bzip2 data is corrupt (CRC "
+                                  "mismatch or corrupt data, block at byte "));
+        free(r.data);
+    }
+    /* Not bzip2 at all. */
+    r = decode(plain(), CKPT_ARCHIVE_TAR_BZ2, 2);
+    CHECK_EQ(r.rc, -1);
+    CHECK_STR(r.err, "not a bzip2 stream");
+    free(r.data);
+}
+
+static void test_zdec__gzip(void)
+{
+    roundtrip("p.gz", "gzip -1", CKPT_ARCHIVE_TAR_GZ);
+    if (have_tool("pigz"))
+        roundtrip("pigz.gz", "pigz -p 3", CKPT_ARCHIVE_TAR_GZ);
+    CHECK(sh("cd %s && head -c 1000000 plain | gzip > cat.gz && "
+             "tail -c +1000001 plain | gzip -9 >> cat.gz", test_tmpdir()) ==
+          0);
+    roundtrip("cat2.gz", "cat cat.gz", CKPT_ARCHIVE_TAR_GZ);
+    const char *d = test_tmpdir();
+    /* CRC-32, then ISIZE, of the last member broken; cut; trailing. */
+    CHECK(sh("cd %s && gzip < plain > g.gz && n=$(stat -c %%s g.gz) && "
+             "cp g.gz crc.gz && printf '\\377' | dd of=crc.gz bs=1 "
+             "seek=$((n-8)) conv=notrunc status=none && cp g.gz len.gz && "
+             "printf '\\377' | dd of=len.gz bs=1 seek=$((n-3)) conv=notrunc "
+             "status=none && head -c $((n/2)) g.gz > cut.gz && cp g.gz "
+             "tail.gz && printf 'garbage' >> tail.gz", d) == 0);
+    const char *bad[] = { "crc.gz", "len.gz" };
+    for (int i = 0; i < 2; i++) {
+        struct result r = decode(tmp(bad[i]), CKPT_ARCHIVE_TAR_GZ, 1);
+        CHECK_EQ(r.rc, -1);
+        CHECK_STR(r.err, "gzip checksum mismatch (CRC-32 or length in the "
+                  "trailer does not match the data)");
+        free(r.data);
+    }
+    struct result r = decode(tmp("cut.gz"), CKPT_ARCHIVE_TAR_GZ, 1);
+    CHECK_EQ(r.rc, -1);
+    CHECK_STR(r.err, "gzip stream truncated (unexpected end of file)");
+    free(r.data);
+    r = decode(tmp("tail.gz"), CKPT_ARCHIVE_TAR_GZ, 1);
+    CHECK_EQ(r.rc, 0);
+    CHECK_EQ(r.used, fsize(tmp("g.gz")));
+    free(r.data);
+}
+
+static void test_zdec__xz(void)
+{
+    /* Multi-block, as xz -T0 writes them. */
+    roundtrip("p.xz", "xz -T2 -1 --block-size=300000", CKPT_ARCHIVE_TAR_XZ);
+    CHECK(sh("cd %s && head -c 1000000 plain | xz -1 > cat.xz && "
+             "tail -c +1000001 plain | xz -T2 -1 --block-size=500000 >> "
+             "cat.xz", test_tmpdir()) == 0);
+    roundtrip("cat2.xz", "cat cat.xz", CKPT_ARCHIVE_TAR_XZ);
+    CHECK(sh("cd %s && head -c $(( $(stat -c %%s p.xz) / 2 )) p.xz > "
+             "cut.xz", test_tmpdir()) == 0);
+    struct result r = decode(tmp("cut.xz"), CKPT_ARCHIVE_TAR_XZ, 2);
+    CHECK_EQ(r.rc, -1);
+    CHECK_STR(r.err, "xz stream truncated (unexpected end of file)");
+    free(r.data);
+}
+
+static void test_zdec__zstd(void)
+{
+    roundtrip("p.zst", "zstd -q -T2 -1", CKPT_ARCHIVE_TAR_ZST);
+    CHECK(sh("cd %s && head -c 1000000 plain | zstd -q > cat.zst && "
+             "tail -c +1000001 plain | zstd -q -3 >> cat.zst",
+             test_tmpdir()) == 0);
+    roundtrip("cat2.zst", "cat cat.zst", CKPT_ARCHIVE_TAR_ZST);
+    CHECK(sh("cd %s && head -c $(( $(stat -c %%s p.zst) / 2 )) p.zst > "
+             "cut.zst && cp p.zst tail.zst && printf 'garbage!' >> "
+             "tail.zst", test_tmpdir()) == 0);
+    struct result r = decode(tmp("cut.zst"), CKPT_ARCHIVE_TAR_ZST, 1);
+    CHECK_EQ(r.rc, -1);
+    CHECK_STR(r.err, "zstd stream truncated (unexpected end of file)");
+    free(r.data);
+    r = decode(tmp("tail.zst"), CKPT_ARCHIVE_TAR_ZST, 1);
+    CHECK_EQ(r.rc, 0);
+    CHECK_EQ(r.used, fsize(tmp("p.zst")));
+    free(r.data);
+}
+
+TEST_MAIN(T(test_zdec__bzip2), T(test_zdec__bzip2_parallel_tools),
+          T(test_zdec__bzip2_false_boundaries), T(test_zdec__bzip2_damage),
+          T(test_zdec__gzip), T(test_zdec__xz), T(test_zdec__zstd))
