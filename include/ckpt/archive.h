@@ -1,7 +1,10 @@
 /*
  * ckpt/archive.h - read run archives (.tar, .tar.gz/.tgz, .tar.bz2,
  * .tar.zst, .tar.xz, .zip) through libarchive, fed from any storage by
- * ranged reads. Nothing is extracted to disk.
+ * ranged reads. Nothing is extracted to disk. Compressed archives are
+ * decompressed by our own decoders on the storage's -j threads (all cores
+ * by default): bzip2 blocks in parallel, xz blocks through liblzma's
+ * threaded decoder, gzip through ISA-L where built with it.
  *
  * Plain .tar is read header by header and member data is skipped by seeking,
  * so classifying a remote tar fetches only the headers; each entry reports
@@ -63,8 +66,9 @@ int ckpt_archive_next(struct ckpt_archive *a, struct ckpt_archive_entry *e,
 /* After next() returned 0: NULL when the archive was read to a proper end,
  * else why not (malloc-free, owned by a). Proper: a tar's end-of-archive
  * blocks followed by nothing but zeros (at least two zero blocks), a
- * compressed stream that ended with every byte of the file consumed (gzip:
- * trailer CRC-32 and length match; a multi-member gzip does not pass), a
+ * compressed stream that ended with every byte of the file consumed and
+ * every checksum matching (each gzip member's CRC-32 and length, each
+ * bzip2 block's and stream's CRC, xz's and zstd's checks), a
  * zip's central directory read; and the file's size and mtime unchanged
  * since open. Only such an archive may be judged to lack something. */
 const char *ckpt_archive_damage(const struct ckpt_archive *a);

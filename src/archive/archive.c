@@ -218,15 +218,22 @@ static void sniff(struct ckpt_archive *a)
             : zip ? CKPT_ARCHIVE_ZIP : CKPT_ARCHIVE_TAR;
 }
 
+/* Why ar stopped. libarchive words a failed read of the decompressed
+ * stream as a truncated file: the decoder says why. */
+static const char *ar_msg(struct ckpt_archive *a)
+{
+    const char *m = a->z && zdec_failed(a->z) ? zdec_error(a->z)
+                                              : archive_error_string(a->ar);
+    return m ? m : "unreadable archive";
+}
+
 static int ar_fail(struct ckpt_archive *a, struct ckpt_err *err)
 {
     if (a->io_failed) {
         *err = a->io_err;
         return -1;
     }
-    const char *m = archive_error_string(a->ar);
-    return ckpt_err_set(err, CKPT_EFORMAT, "%s: %s", a->name,
-                        m ? m : "unreadable archive");
+    return ckpt_err_set(err, CKPT_EFORMAT, "%s: %s", a->name, ar_msg(a));
 }
 
 /* Record why the archive did not end properly; the first reason wins. */
@@ -647,9 +654,10 @@ static int at_end(struct ckpt_archive *a, struct ckpt_err *err)
  * in salvage mode the end of what can be listed. */
 static int broken(struct ckpt_archive *a, int rc, struct ckpt_err *err)
 {
-    if (!a->salvage || a->io_failed)
+    /* Past a failed decompression nothing more can be read: no salvage
+     * (the same at any size, however much the decoder buffered). */
+    if (!a->salvage || a->io_failed || (a->z && zdec_failed(a->z)))
         return ar_fail(a, err);
-    const char *m = archive_error_string(a->ar);
     uint64_t at = a->base + (uint64_t)archive_filter_bytes(a->ar, 0);
     if (rc == ARCHIVE_RETRY) {
         /* A bad header block: libarchive moved on by one block, which
@@ -659,7 +667,7 @@ static int broken(struct ckpt_archive *a, int rc, struct ckpt_err *err)
         a->end = at;
         return 1;
     }
-    damaged(a, "%s", m ? m : "unreadable archive");
+    damaged(a, "%s", ar_msg(a));
     a->done = 1;
     return 0;
 }

@@ -212,7 +212,7 @@ static ssize_t gz_read(struct zdec *z, unsigned char *out, size_t len)
             if (r < 0)
                 break;
             if (r == 0) {
-                fail(z, "gzip stream truncated (unexpected end of file)");
+                fail(z, "truncated gzip input");
                 break;
             }
         }
@@ -246,8 +246,7 @@ static const char *xz_msg(lzma_ret rc)
     switch (rc) {
     case LZMA_FORMAT_ERROR: return "not an xz stream (or data after it)";
     case LZMA_DATA_ERROR: return "xz data is corrupt";
-    case LZMA_BUF_ERROR: return "xz stream truncated (unexpected end of "
-                                "file)";
+    case LZMA_BUF_ERROR: return "truncated xz input";
     case LZMA_MEM_ERROR: return "out of memory";
     case LZMA_OPTIONS_ERROR: return "unsupported xz options";
     case LZMA_UNSUPPORTED_CHECK: return "unsupported xz integrity check";
@@ -316,7 +315,7 @@ static ssize_t zs_read(struct zdec *z, unsigned char *out, size_t len)
             if (r < 0)
                 break;
             if (r == 0) {
-                fail(z, "zstd stream truncated (unexpected end of file)");
+                fail(z, "truncated zstd input");
                 break;
             }
         }
@@ -395,6 +394,11 @@ const char *zdec_error(const struct zdec *z)
     if (z->bz)
         return zdec_bz2_error(z->bz);
     return z->err[0] ? z->err : "decompression failed";
+}
+
+int zdec_failed(const struct zdec *z)
+{
+    return z->bz ? zdec_bz2_failed(z->bz) : z->failed;
 }
 
 int zdec_io_failed(const struct zdec *z)

@@ -56,6 +56,8 @@ struct zdec *zdec_open(enum ckpt_archive_kind kind, int threads,
  * the error comes with the next call. */
 ssize_t zdec_read(struct zdec *z, void *buf, size_t len);
 const char *zdec_error(const struct zdec *z);
+/* The data is bad (zdec_error() says why): not a read failure. */
+int zdec_failed(const struct zdec *z);
 int zdec_io_failed(const struct zdec *z);
 /* Compressed bytes up to the end of the last complete stream. */
 uint64_t zdec_in_used(const struct zdec *z);
@@ -66,6 +68,7 @@ struct zdec_bz2;
 struct zdec_bz2 *zdec_bz2_open(struct zdec_in *in, int threads);
 ssize_t zdec_bz2_read(struct zdec_bz2 *b, void *buf, size_t len);
 const char *zdec_bz2_error(const struct zdec_bz2 *b);
+int zdec_bz2_failed(const struct zdec_bz2 *b);
 uint64_t zdec_bz2_in_used(const struct zdec_bz2 *b);
 void zdec_bz2_close(struct zdec_bz2 *b);
 /* Tests: make the scanner report a false block boundary inside every

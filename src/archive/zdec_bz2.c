@@ -332,7 +332,7 @@ static struct job *fail_job(const char *msg)
     return j;
 }
 
-#define TRUNCATED "bzip2 stream truncated (unexpected end of file)"
+#define TRUNCATED "truncated bzip2 input"
 
 
 /* Test hook: report a false boundary inside each block first. */
@@ -631,6 +631,11 @@ struct zdec_bz2 *zdec_bz2_open(struct zdec_in *in, int threads)
 const char *zdec_bz2_error(const struct zdec_bz2 *b)
 {
     return b->err[0] ? b->err : "decompression failed";
+}
+
+int zdec_bz2_failed(const struct zdec_bz2 *b)
+{
+    return b->err[0] != '\0';
 }
 
 uint64_t zdec_bz2_in_used(const struct zdec_bz2 *b)

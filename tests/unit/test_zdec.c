@@ -204,7 +204,7 @@ static void test_zdec__bzip2_damage(void)
              "bs=1 seek=200000 conv=notrunc status=none", d) == 0);
     struct result r = decode(tmp("cut.bz2"), CKPT_ARCHIVE_TAR_BZ2, 2);
     CHECK_EQ(r.rc, -1);
-    CHECK_STR(r.err, "bzip2 stream truncated (unexpected end of file)");
+    CHECK_STR(r.err, "truncated bzip2 input");
     CHECK(r.len < 3000000); /* the blocks before the cut, then the error */
     free(r.data);
     r = decode(tmp("tail.bz2"), CKPT_ARCHIVE_TAR_BZ2, 2);
@@ -252,7 +252,7 @@ static void test_zdec__gzip(void)
     }
     struct result r = decode(tmp("cut.gz"), CKPT_ARCHIVE_TAR_GZ, 1);
     CHECK_EQ(r.rc, -1);
-    CHECK_STR(r.err, "gzip stream truncated (unexpected end of file)");
+    CHECK_STR(r.err, "truncated gzip input");
     free(r.data);
     r = decode(tmp("tail.gz"), CKPT_ARCHIVE_TAR_GZ, 1);
     CHECK_EQ(r.rc, 0);
@@ -272,7 +272,7 @@ static void test_zdec__xz(void)
              "cut.xz", test_tmpdir()) == 0);
     struct result r = decode(tmp("cut.xz"), CKPT_ARCHIVE_TAR_XZ, 2);
     CHECK_EQ(r.rc, -1);
-    CHECK_STR(r.err, "xz stream truncated (unexpected end of file)");
+    CHECK_STR(r.err, "truncated xz input");
     free(r.data);
 }
 
@@ -288,7 +288,7 @@ static void test_zdec__zstd(void)
              "tail.zst", test_tmpdir()) == 0);
     struct result r = decode(tmp("cut.zst"), CKPT_ARCHIVE_TAR_ZST, 1);
     CHECK_EQ(r.rc, -1);
-    CHECK_STR(r.err, "zstd stream truncated (unexpected end of file)");
+    CHECK_STR(r.err, "truncated zstd input");
     free(r.data);
     r = decode(tmp("tail.zst"), CKPT_ARCHIVE_TAR_ZST, 1);
     CHECK_EQ(r.rc, 0);
