@@ -94,6 +94,7 @@ target_link_libraries(lease_tool PRIVATE ckpt_core)
 #   unlink_fail  deleting a file of a given name fails;
 #   kill         SIGKILLs the process right after its first delete or
 #                rename below a path;
+#   readcount    bytes read from one file and its opens, appended at exit;
 #   change       changes a file at the moment the process first unlinks
 #                something below a directory;
 #   age          the live-run guard's tests: ctimes reported older (trees
@@ -102,7 +103,7 @@ target_link_libraries(lease_tool PRIVATE ckpt_core)
 # Never sanitized: a test that puts a shim in its whole environment
 # (s3test.old_ctime) also loads it into python, node and Slurm's daemons,
 # which die at start on a library that needs ASan's runtime.
-foreach(shim vanish unlink_fail kill change age)
+foreach(shim vanish unlink_fail kill change age readcount)
   add_library(${shim}_preload SHARED
               ${CMAKE_SOURCE_DIR}/tests/support/${shim}_preload.c)
   target_link_libraries(${shim}_preload PRIVATE ${CMAKE_DL_LIBS})

@@ -94,4 +94,51 @@ int ckpt_archive_check_member(const char *archive, const char *path,
                               const char *link, int hardlink,
                               struct ckpt_err *err);
 
+/*
+ * Spools: one decompression pass for every reader of a compressed
+ * archive. ckpt_archive_spool reads the archive once, to its proper end,
+ * and writes each file member's bytes into a fresh private directory
+ * (a temporary of ckpt/tempname.h, so a killed process's spool is removed
+ * by the next sweep of that directory). Once attached, every
+ * ckpt_archive_open of the same storage and key replays the spool instead
+ * of decompressing again: the same members in the same order, with the
+ * same names, sizes, types and links, and their bytes from the spool, as
+ * long as the archive is unchanged since it was spooled (size, mtime and,
+ * locally, ctime and inode; remotely the ETag); a changed archive is read
+ * again as usual.
+ */
+struct ckpt_archive_spool;
+
+struct ckpt_spool_cfg {
+    const char *dir;            /* where the spool directory is made */
+    /* Asked before a member's bytes are written: 0 to go on, or -1 with
+     * err saying why not (a disk budget); NULL: always. */
+    int (*reserve)(void *ud, uint64_t bytes, struct ckpt_err *err);
+    /* The archive's bytes read so far of its size, as the pass goes on
+     * (and once at the end); NULL: nobody is told. */
+    void (*on_read)(void *ud, uint64_t read, uint64_t size);
+    void *ud;
+};
+
+/* Spool the archive at key (st borrowed; it must outlive the spool). 0
+ * with *out, or -1 with err (the archive is damaged or does not end
+ * properly, a member does not fit the budget, a storage or disk error);
+ * nothing is left on disk then. */
+int ckpt_archive_spool(struct ckpt_archive_spool **out,
+                       struct ckpt_storage *st, const char *key,
+                       const struct ckpt_spool_cfg *cfg,
+                       struct ckpt_err *err);
+/* Bytes of member data the spool holds. */
+uint64_t ckpt_archive_spool_bytes(const struct ckpt_archive_spool *s);
+/* Make ckpt_archive_open replay s (thread-safe), and stop. */
+void ckpt_archive_spool_attach(struct ckpt_archive_spool *s);
+void ckpt_archive_spool_detach(struct ckpt_archive_spool *s);
+/* Detach, remove the spool directory, free. NULL is a no-op. */
+void ckpt_archive_spool_free(struct ckpt_archive_spool *s);
+/* The attached spool of (st, key) as a directory, malloced, or NULL:
+ * every file member whose last copy is at its own path below it, as
+ * `tar x` leaves them (no hard or symbolic links made), when the archive
+ * is unchanged and every member found its place. */
+char *ckpt_archive_spool_root(struct ckpt_storage *st, const char *key);
+
 #endif

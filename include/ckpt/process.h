@@ -45,7 +45,10 @@ enum ckpt_process_phase {
     CKPT_PROC_UPLOAD,
     CKPT_PROC_VERIFY,
     CKPT_PROC_DELETE,
-    CKPT_PROC_RUN           /* the run's outcome: its row */
+    CKPT_PROC_RUN,          /* the run's outcome: its row */
+    CKPT_PROC_SPOOL         /* SKIPPED only: a compressed archive that
+                               was not spooled (detail: why), so each
+                               phase reads it again */
 };
 
 enum ckpt_process_status {
@@ -120,12 +123,25 @@ struct ckpt_process_cfg {
                                     go through dst itself) */
     const char *state_dir;       /* upload journals; NULL: none */
     int64_t lease_ttl;           /* seconds; 0: CKPT_LEASE_TTL */
+    /* A compressed archive (.tar.gz/.bz2/.zst/.xz) is decompressed once:
+     * its members are spooled below tmp_dir (ckpt_archive_spool) and
+     * every phase reads the spool. Spools of the runs in flight hold at
+     * most spool_limit bytes together (0: no limit of its own) and never
+     * fill tmp_dir's file system past its last GiB (or 5%); an archive
+     * that does not fit, or does not read to its proper end, is read
+     * once per phase instead. no_spool: never spool. */
+    uint64_t spool_limit;
+    int no_spool;
     /* Called one at a time (never concurrently), from whichever thread
      * works on the run; a run's events come in phase order, runs'
      * events interleave when runs > 1. on_progress gets the items and
      * bytes of every run's upload so far (never going back). */
     void (*on_event)(void *ud, const struct ckpt_process_event *ev);
     void (*on_progress)(void *ud, uint64_t items, uint64_t bytes);
+    /* A run's archive being spooled: bytes read of its size so far
+     * (NULL: nobody is told); serialised with the others. */
+    void (*on_archive)(void *ud, const char *run, uint64_t read,
+                       uint64_t size);
     void *ud;
 };
 

@@ -9,6 +9,7 @@
  * one request per header.
  */
 #include "ckpt/archive.h"
+#include "archive_int.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -70,6 +71,8 @@ struct ckpt_archive {
     uint64_t zpos;
     int zeof;
     uint64_t feed;              /* next offset to hand to ar */
+    struct arc_replay *rp;      /* owned: an attached spool's replay
+                                   (spool.c) instead of all the above */
 };
 
 static const struct {
@@ -363,6 +366,14 @@ static int start_raw(struct ckpt_archive *a)
 int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
                       const char *key, struct ckpt_err *err)
 {
+    struct arc_replay *rp = arc_replay_open(st, key);
+    if (rp) {
+        struct ckpt_archive *a = ckpt_xcalloc(1, sizeof(*a));
+        a->fd = -1;
+        a->rp = rp;
+        *out = a;
+        return 0;
+    }
     struct ckpt_stat sb;
     if (ckpt_storage_stat(st, key, &sb, err) != 0)
         return -1;
@@ -423,7 +434,7 @@ void ckpt_archive_set_salvage(struct ckpt_archive *a, int on)
 
 const char *ckpt_archive_damage(const struct ckpt_archive *a)
 {
-    return a->damage;
+    return a->damage; /* (a replay's is NULL: only proper ends spool) */
 }
 
 /* Normalise a member name into a->path: drop "/" and "./" prefixes, empty
@@ -677,6 +688,8 @@ int ckpt_archive_next(struct ckpt_archive *a, struct ckpt_archive_entry *e,
 {
     struct archive_entry *ae;
     int rc;
+    if (a->rp)
+        return arc_replay_next(a->rp, e, err);
     for (;;) {
         if (a->done)
             return 0;
@@ -739,6 +752,8 @@ int ckpt_archive_next(struct ckpt_archive *a, struct ckpt_archive_entry *e,
 int ckpt_archive_read(struct ckpt_archive *a, void *buf, size_t len,
                       size_t *n, struct ckpt_err *err)
 {
+    if (a->rp)
+        return arc_replay_read(a->rp, buf, len, n, err);
     la_ssize_t r = archive_read_data(a->ar, buf, len);
     if (r < 0) {
         *n = 0;
@@ -750,23 +765,24 @@ int ckpt_archive_read(struct ckpt_archive *a, void *buf, size_t len,
 
 uint64_t ckpt_archive_file_size(const struct ckpt_archive *a)
 {
-    return a->size;
+    return a->rp ? arc_replay_file_size(a->rp) : a->size;
 }
 
 uint64_t ckpt_archive_bytes_fetched(const struct ckpt_archive *a)
 {
-    return a->fetched;
+    return a->rp ? arc_replay_fetched(a->rp) : a->fetched;
 }
 
 enum ckpt_archive_kind ckpt_archive_kind(const struct ckpt_archive *a)
 {
-    return a->kind;
+    return a->rp ? arc_replay_kind(a->rp) : a->kind;
 }
 
 void ckpt_archive_close(struct ckpt_archive *a)
 {
     if (!a)
         return;
+    arc_replay_close(a->rp);
     if (a->ar)
         archive_read_free(a->ar);
     zdec_close(a->z);

@@ -50,7 +50,7 @@ struct pr_opts {
     int runs;
     int no_wandb, keep_bad, keep_source, keep_archive, step0;
     int drop_sharded, drop_incomplete;
-    uint64_t max_archive;
+    uint64_t max_archive, spool_limit;
     struct opt_list include, exclude;
 };
 
@@ -71,6 +71,15 @@ struct ui {
     pthread_t ticker;
     pthread_cond_t tick;
     int stop;
+    /* Archives being read (spooled): bytes read of their size, since
+     * when, and when the line was last drawn for them. */
+    struct arcread {
+        char *name;
+        uint64_t read, size;
+        double t0;
+    } *arcs;
+    size_t narcs;
+    double arc_drawn;
 };
 
 /* ---- output ---- */
@@ -169,8 +178,22 @@ static char *status_text(const struct ui *ui)
     ckpt_buf_addf(&b, "process: %zu/%zu runs, %s copied, %s freed, %s/s, "
                   "ETA %s, in flight:", ui->done, ui->total, cp, fr, rate,
                   eta);
-    for (size_t i = 0; i < ui->nflight; i++)
+    for (size_t i = 0; i < ui->nflight; i++) {
         ckpt_buf_addf(&b, "%s %s", i ? "," : "", ui->flight[i]);
+        for (size_t k = 0; k < ui->narcs; k++) {
+            const struct arcread *a = &ui->arcs[k];
+            if (strcmp(a->name, ui->flight[i]) != 0)
+                continue;
+            char rd[32], sz[32], ar[32];
+            double t = ckpt_now() - a->t0;
+            ckpt_buf_addf(&b, " (read %s of %s, %s/s)",
+                          ckpt_fmt_size(a->read, rd, sizeof(rd)),
+                          ckpt_fmt_size(a->size, sz, sizeof(sz)),
+                          ckpt_fmt_size(t > 0 ? (uint64_t)((double)a->read
+                                                           / t) : 0,
+                                        ar, sizeof(ar)));
+        }
+    }
     if (!ui->nflight)
         ckpt_buf_addstr(&b, " none");
     return ckpt_buf_detach(&b, NULL);
@@ -269,6 +292,9 @@ static void line_end(struct ui *ui)
     for (size_t i = 0; i < ui->nflight; i++)
         free(ui->flight[i]);
     free(ui->flight);
+    for (size_t i = 0; i < ui->narcs; i++)
+        free(ui->arcs[i].name);
+    free(ui->arcs);
 }
 
 static void on_event(void *ud, const struct ckpt_process_event *ev)
@@ -291,6 +317,45 @@ static void on_event(void *ud, const struct ckpt_process_event *ev)
         row(ev, dry);
     if (ui->line)
         redraw(ui);
+}
+
+/* An archive being read: its bytes and rate join its name on the line,
+ * drawn when the read starts and ends and at most 4 times a second in
+ * between; gone once it was read. */
+static void on_archive(void *ud, const char *run, uint64_t read,
+                       uint64_t size)
+{
+    struct ui *ui = ud;
+    if (!ui->line)
+        return;
+    char *name = short_name(run);
+    pthread_mutex_lock(&ui->mu);
+    size_t k = 0;
+    while (k < ui->narcs && strcmp(ui->arcs[k].name, name) != 0)
+        k++;
+    int draw = k == ui->narcs || read >= size ||
+               ckpt_now() - ui->arc_drawn >= 0.25;
+    if (k == ui->narcs) {
+        ui->arcs = ckpt_xreallocarray(ui->arcs, ui->narcs + 1,
+                                      sizeof(*ui->arcs));
+        ui->arcs[k] = (struct arcread){ name, 0, size, ckpt_now() };
+        ui->narcs++;
+        name = NULL;
+    }
+    ui->arcs[k].read = read;
+    ui->arcs[k].size = size;
+    if (draw)
+        ui->arc_drawn = ckpt_now();
+    pthread_mutex_unlock(&ui->mu);
+    if (draw)
+        redraw(ui);
+    if (read >= size) {
+        pthread_mutex_lock(&ui->mu);
+        free(ui->arcs[k].name);
+        ui->arcs[k] = ui->arcs[--ui->narcs];
+        pthread_mutex_unlock(&ui->mu);
+    }
+    free(name);
 }
 
 static void on_progress(void *ud, uint64_t items, uint64_t bytes)
@@ -495,6 +560,7 @@ static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
     c->state_dir = sdir;
     c->on_event = on_event;
     c->on_progress = on_progress;
+    c->on_archive = on_archive;
     c->ud = &ui;
     if (open_loc(&stores, g, po->dest, &dloc, &c->dst, &err) != 0 ||
         (po->logs && open_loc(&stores, g, po->logs, &lloc, &c->logs_st,
@@ -557,6 +623,7 @@ int cmd_process(int argc, char **argv)
     memset(&po, 0, sizeof(po));
     memset(&c, 0, sizeof(c));
     po.max_archive = 5ULL << 30;
+    po.spool_limit = UINT64_MAX;    /* not given */
     c.clean.min_age = 86400;
     const struct option opts[] = {
         OPT_STR_(0, "dest", &po.dest, "DEST", "where runs go (required): "
@@ -572,6 +639,11 @@ int cmd_process(int argc, char **argv)
                  "limit): they may still be training"),
         OPT_SIZE_(0, "max-archive-size", &po.max_archive, "SIZE",
                   "skip larger archives without opening them (default 5G)"),
+        OPT_SIZE_(0, "spool-limit", &po.spool_limit, "SIZE", "most disk "
+                  "the spools of compressed archives take in --tmp-dir, "
+                  "all runs together (default: no limit but the disk's "
+                  "last GiB; 0: no spool, read each archive once per "
+                  "phase)"),
         OPT_BOOL_(0, "keep-bad", &po.keep_bad, "report bad runs instead "
                   "of deleting them"),
         OPT_BOOL_(0, "keep-source", &po.keep_source, "upload and verify, "
@@ -621,6 +693,8 @@ int cmd_process(int argc, char **argv)
     }
     cli_init_output(&g);
     c.clean.max_archive = po.max_archive;
+    c.no_spool = po.spool_limit == 0;
+    c.spool_limit = po.spool_limit == UINT64_MAX ? 0 : po.spool_limit;
     c.dry_run = g.dry_run;
     c.keep_bad = po.keep_bad;
     c.keep_source = po.keep_source;

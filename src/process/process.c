@@ -24,6 +24,7 @@
 
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <sys/statvfs.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -73,6 +74,7 @@ struct ckpt_process {
     int run_jobs;               /* upload workers per run */
     uint64_t run_mem;           /* upload data buffers per run */
     uint64_t items, bytes;      /* progress of every run together */
+    uint64_t spooled;           /* bytes the spools in flight hold */
 };
 
 /* One run being worked on. */
@@ -134,12 +136,18 @@ struct one {
     size_t nspecials, nkept;
     char **keptv;               /* owned: kept files, as in the run */
     size_t nkeptv;
+    /* A compressed archive read once into a spool that every phase
+     * reads (attached while the run is worked on), and its bytes counted
+     * in p->spooled. */
+    struct ckpt_archive_spool *spool;
+    uint64_t reserved;
 };
 
 const char *ckpt_process_phase_name(enum ckpt_process_phase p)
 {
     static const char *const n[] = { "judge", "lease", "map", "unshard",
-                                     "upload", "verify", "delete", "run" };
+                                     "upload", "verify", "delete", "run",
+                                     "spool" };
     return (unsigned)p < sizeof(n) / sizeof(n[0]) ? n[p] : "?";
 }
 
@@ -512,6 +520,103 @@ static void undo_delete_state(struct one *o)
         (void)ckpt_storage_delete(o->p->cfg.dst, o->state_key, &err);
 }
 
+/* ---- one decompression pass ---- */
+
+/* Before a member's bytes go to the spool: within --spool-limit (all
+ * runs' spools together) and leaving the last GiB (or 5%) of --tmp-dir's
+ * file system free. */
+static int spool_reserve(void *ud, uint64_t bytes, struct ckpt_err *err)
+{
+    struct one *o = ud;
+    struct ckpt_process *p = o->p;
+    struct statvfs vs;
+    char a[32], b[32];
+    if (statvfs(p->tmp, &vs) == 0) {
+        uint64_t avail = (uint64_t)vs.f_bavail * vs.f_frsize;
+        uint64_t floor = (uint64_t)vs.f_blocks * vs.f_frsize / 20;
+        if (floor > 1024 * MIB)
+            floor = 1024 * MIB;
+        if (avail < floor || avail - floor < bytes)
+            return ckpt_err_set(err, CKPT_EIO, "%s would leave less than "
+                                "%s free (%s free)", p->tmp,
+                                ckpt_fmt_size(floor, a, sizeof(a)),
+                                ckpt_fmt_size(avail, b, sizeof(b)));
+    }
+    int rc = 0;
+    pthread_mutex_lock(&p->mu);
+    uint64_t limit = p->cfg.spool_limit;
+    if (limit && (p->spooled > limit || limit - p->spooled < bytes))
+        rc = ckpt_err_set(err, CKPT_EIO, "its members pass --spool-limit "
+                          "%s", ckpt_fmt_size(limit, a, sizeof(a)));
+    else {
+        p->spooled += bytes;
+        o->reserved += bytes;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+static void spool_read(void *ud, uint64_t read, uint64_t size)
+{
+    struct one *o = ud;
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    if (!c->on_archive)
+        return;
+    pthread_mutex_lock(&o->p->mu);
+    c->on_archive(c->ud, o->r->display, read, size);
+    pthread_mutex_unlock(&o->p->mu);
+}
+
+static void spool_release(struct one *o)
+{
+    ckpt_archive_spool_free(o->spool);
+    o->spool = NULL;
+    pthread_mutex_lock(&o->p->mu);
+    o->p->spooled -= o->reserved;
+    o->reserved = 0;
+    pthread_mutex_unlock(&o->p->mu);
+}
+
+/* A compressed archive is decompressed once, here, before it is judged:
+ * its members go to a spool below --tmp-dir that judge, unshard, upload
+ * and verify then read (ckpt_archive_spool). Not for an archive that is
+ * live or above --max-archive-size (judged without reading it through);
+ * one that does not fit the budget or does not read to its proper end is
+ * read by each phase as before, with a note saying why (the judge then
+ * reports the damage). */
+static void spool(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    enum ckpt_archive_kind k = ckpt_archive_kind_of(o->r->key);
+    if (c->no_spool || (k != CKPT_ARCHIVE_TAR_GZ &&
+                        k != CKPT_ARCHIVE_TAR_BZ2 &&
+                        k != CKPT_ARCHIVE_TAR_ZST &&
+                        k != CKPT_ARCHIVE_TAR_XZ))
+        return;
+    struct ckpt_stat sb;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (ckpt_storage_stat(o->r->st, o->r->key, &sb, &err) != 0 ||
+        sb.type != CKPT_ENTRY_FILE ||
+        (c->clean.max_archive && sb.size > c->clean.max_archive))
+        return;
+    struct ckpt_clean_item it;
+    ckpt_clean_item_init(&it, o->r->st, o->r->key, o->r->display, &c->clean);
+    int live = ckpt_clean_live(&it, &err);
+    ckpt_clean_item_release(&it);
+    if (live != 0)
+        return;
+    struct ckpt_spool_cfg sc = { o->p->tmp, spool_reserve, spool_read, o };
+    if (ckpt_archive_spool(&o->spool, o->r->st, o->r->key, &sc, &err) != 0) {
+        char *d = ckpt_xasprintf("not spooled (%s): each phase reads the "
+                                 "archive again", err.msg);
+        emit(o, CKPT_PROC_SPOOL, CKPT_PROC_SKIPPED, d, 0, 0);
+        free(d);
+        spool_release(o);
+        return;
+    }
+    ckpt_archive_spool_attach(o->spool);
+}
+
 /* Judge with clean's rules. Returns 1 to go on (a good run), 0 when the
  * run's row was given (deleted, skipped, failed). */
 static int judge(struct one *o)
@@ -524,8 +629,11 @@ static int judge(struct one *o)
     co.force = 0;
     co.keep_last = co.keep_every = 0;
     ckpt_clean_item_init(&it, o->r->st, o->r->key, o->r->display, &co);
-    if (ckpt_clean_precheck(&it, &err) == 0)
+    if (ckpt_clean_precheck(&it, &err) == 0) {
+        if (!o->spool)
+            spool(o);
         ckpt_clean_judge(&it);
+    }
     else {
         it.action = "error";
         ckpt_buf_addstr(&it.reason, err.msg);
@@ -1630,6 +1738,7 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
         }
     }
     *failed |= o.failed;
+    spool_release(&o);
     proc_drops_release(&o.drops);
     free(o.would);
     free(o.made);

@@ -48,6 +48,10 @@ struct runctx {
                                    the step's storage when read in place,
                                    else a local file), or NULL */
     struct ckpt_storage *members;   /* owned: a plain tar's members */
+    char *spooled;              /* owned: a compressed archive spooled
+                                   by the caller (ckpt_archive_spool):
+                                   the run's files at their own paths,
+                                   read there; or NULL */
     int dest_remote;            /* DEST is object storage */
 };
 
@@ -604,16 +608,19 @@ static int spool_pass(struct runctx *r, struct spooled *v, size_t n,
         struct spooled *s = spool_of(v, n, e.path + sl);
         if (!s)
             continue;
-        char *to = ckpt_path_join(r->scratch, e.path + sl);
-        rc = extract_member(a, to, e.path, err);
-        free(to);
-        if (rc != 0)
-            break;
+        if (!r->spooled) {
+            char *to = ckpt_path_join(r->scratch, e.path + sl);
+            rc = extract_member(a, to, e.path, err);
+            free(to);
+            if (rc != 0)
+                break;
+        }
         if (--s->left)
             continue;
         s->done = 1;
         failed |= unshard_step(r, s->k, s->dir, s->out) != 0;
-        ckpt_rm_tree(s->dir);
+        if (!r->spooled)
+            ckpt_rm_tree(s->dir);
     }
     ckpt_archive_close(a);
     if (rc < 0)
@@ -636,7 +643,12 @@ static int spool_run(struct runctx *r, const size_t *pick, size_t n)
             free(out);
             continue;
         }
-        v[m] = (struct spooled){ k, out, ckpt_path_join(r->scratch, k->dir),
+        /* A spooled archive's step is read where the spool has it;
+         * the steps still come in archive order, as a pass gives them. */
+        v[m] = (struct spooled){ k, out, ckpt_path_join(r->spooled
+                                                        ? r->spooled
+                                                        : r->scratch,
+                                                        k->dir),
                                  step_files(r->tree, k->dir), 0 };
         m++;
     }
@@ -649,7 +661,8 @@ static int spool_run(struct runctx *r, const size_t *pick, size_t n)
                      "ended before all of the step's files were read",
                      NULL, NULL);
         failed |= !v[i].done;
-        ckpt_rm_tree(v[i].dir);
+        if (!r->spooled)
+            ckpt_rm_tree(v[i].dir);
         free(v[i].dir);
         free(v[i].out);
     }
@@ -708,6 +721,12 @@ static int open_run(struct runctx *r, const char *key, struct ckpt_err *err)
     if (rc == 0)
         r->remote = r->tree->archive == CKPT_ARCHIVE_NONE &&
                     !ckpt_storage_is_local(r->st);
+    char *root = rc == 0 && stream_only(r->tree->archive)
+               ? ckpt_archive_spool_root(r->st, key) : NULL;
+    if (root) {
+        r->spooled = ckpt_path_join(root, r->tree->strip);
+        free(root);
+    }
     return rc;
 }
 
@@ -830,6 +849,7 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
 out:
     ckpt_rm_tree(r.scratch);
     free(r.scratch);
+    free(r.spooled);
     free(r.config);
     ckpt_storage_close(r.members);
     if (r.tree)

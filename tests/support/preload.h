@@ -24,14 +24,6 @@
 /* libc's own NAME (the next one in lookup order), as a TYPE pointer. */
 #define REAL(name, type) ((type)dlsym(RTLD_NEXT, name))
 
-#ifdef PRELOAD_ON_OPEN
-static int preload_open(const char *name, const char *path, int flags,
-                        mode_t mode)
-{
-    PRELOAD_ON_OPEN(path, flags);
-    return REAL(name, int (*)(const char *, int, ...))(path, flags, mode);
-}
-
 /* The mode argument, present only with O_CREAT or O_TMPFILE. */
 #define PRELOAD_MODE_OF(flags, mode)                                        \
     do {                                                                    \
@@ -42,6 +34,14 @@ static int preload_open(const char *name, const char *path, int flags,
             va_end(ap);                                                     \
         }                                                                   \
     } while (0)
+
+#ifdef PRELOAD_ON_OPEN
+static int preload_open(const char *name, const char *path, int flags,
+                        mode_t mode)
+{
+    PRELOAD_ON_OPEN(path, flags);
+    return REAL(name, int (*)(const char *, int, ...))(path, flags, mode);
+}
 
 int open(const char *path, int flags, ...)
 {

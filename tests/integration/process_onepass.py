@@ -1,0 +1,260 @@
+#!/usr/bin/python3
+# ctest-cost: 25
+"""process_onepass.py - `ckpt process` decompresses a compressed run
+archive once (issue 22).
+
+The run: 2871001 of the sample (step0, step1000 sharded without an
+-unsharded copy, so it is unsharded; step2000 aborted; a `latest` link)
+plus 3 MiB of random bytes (train_data/big.bin), archived with tar and
+each of zstd, gzip, bzip2 and xz. An LD_PRELOAD shim
+(tests/support/readcount_preload.c) counts the bytes ckpt reads from the
+archive file and its opens.
+
+For each kind, `process --no-wandb --min-age 0` (the archive deleted at
+the end):
+  * default (spooled): the archive is read once (its size plus the few
+    header bytes sniffed); --spool-limit 0 (each phase reads it again,
+    as before: the reference) reads it 4 times;
+  * both give the same row, the same state object (host, pid, time and
+    source path aside) and the same DEST tree, byte for byte, which is
+    also what processing the extracted directory (`tar x`) gives;
+  * no spool is left in --tmp-dir.
+Then, .tar.zst:
+  * --keep-source: read once, kept, same DEST;
+  * killed (SIGKILL from the shim once half the archive was read): a
+    spool is left in --tmp-dir; the rerun (its lease lapsed) removes it
+    (`removed stale temporary ... (pid N, dead)`), reads the archive once
+    and converges to the reference;
+  * over budget (--spool-limit 100K): a `spool skipped: not spooled
+    (its members pass --spool-limit 100.0 KiB): ...` log line, the
+    multi-pass path, the same row, state and DEST;
+  * truncated (cut in the middle): not spooled, the run fails in judge
+    (`failed`, exit 1), the archive kept, nothing at DEST, no spool left.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from s3test import BUILD, CKPT, Checker, contents, gen_runs  # noqa: E402
+
+SHIM = os.path.join(BUILD, "libreadcount_preload.so")
+KINDS = [(".tar.zst", ["zstd", "-q", "-c"]), (".tar.gz", ["gzip", "-c"]),
+         (".tar.bz2", ["bzip2", "-c"]), (".tar.xz", ["xz", "-c"])]
+ARGS = ["--no-wandb", "--min-age", "0", "--no-progress", "--runs", "1"]
+
+
+def make_run(tmp):
+    gen = os.path.join(tmp, "gen")
+    gen_runs(gen)
+    src = os.path.join(tmp, "src")
+    os.makedirs(src)
+    shutil.copytree(os.path.join(gen, "2871001"),
+                    os.path.join(src, "2871001"), symlinks=True)
+    shutil.rmtree(os.path.join(src, "2871001", "step1000-unsharded"))
+    with open(os.path.join(src, "2871001", "train_data", "big.bin"),
+              "wb") as f:
+        f.write(os.urandom(3 << 20))
+    return src
+
+
+def archive(src, tmp, ext, comp):
+    path = os.path.join(tmp, "2871001" + ext)
+    tar = subprocess.run(["tar", "cf", "-", "-C", src, "2871001"],
+                         check=True, capture_output=True).stdout
+    with open(path, "wb") as f:
+        f.write(subprocess.run(comp, input=tar, check=True,
+                               capture_output=True).stdout)
+    return path
+
+
+def run(top, arc, *extra, kill_at=None):
+    """process a copy of arc in top/ (cwd, so rows and DEST names are the
+    same everywhere): (rc, rows, log, reads, opens, tmp entries)."""
+    os.makedirs(os.path.join(top, "tmp"), exist_ok=True)
+    name = os.path.basename(arc)
+    if not os.path.exists(os.path.join(top, name)):
+        shutil.copy(arc, os.path.join(top, name))
+    counts = os.path.join(top, "reads")
+    if os.path.exists(counts):
+        os.remove(counts)
+    env = dict(os.environ, LD_PRELOAD=SHIM,
+               CKPT_TEST_READS_PATH=os.path.join(top, name),
+               CKPT_TEST_READS_OUT=counts,
+               ASAN_OPTIONS=(os.environ.get("ASAN_OPTIONS", "") +
+                             ":verify_asan_link_order=0").lstrip(":"))
+    if kill_at is not None:
+        env["CKPT_TEST_READS_KILL_AT"] = str(kill_at)
+    r = subprocess.run([CKPT, "process"] + ARGS + ["--tmp-dir", "tmp"] +
+                       list(extra) + [name, "--dest", "dest"], cwd=top,
+                       env=env, capture_output=True, text=True, timeout=300)
+    reads, opens = (0, 0)
+    if os.path.exists(counts):
+        with open(counts) as f:
+            reads, opens = map(int, f.read().split())
+    rows = [masked(x) for x in r.stdout.splitlines()]
+    return (r.returncode, rows, r.stderr, reads, opens,
+            sorted(os.listdir(os.path.join(top, "tmp"))))
+
+
+def masked(row):
+    f = row.split("\t")
+    if f[0] == "processed":
+        f[7] = "S"
+    elif f[0] == "total":
+        f[-1] = "seconds=S"
+    return "\t".join(f)
+
+
+def dest(top):
+    """DEST as {path: bytes}, the state object normalised (who wrote it,
+    when, from where) and leases left out."""
+    out = {}
+    for k, v in contents(os.path.join(top, "dest")).items():
+        if k.endswith(".lease"):
+            continue
+        if k.startswith(".ckpt-process/"):
+            o = json.loads(v)
+            for x in ("host", "pid", "updated", "src"):
+                o.pop(x, None)
+            v = json.dumps(o, sort_keys=True)
+        out[k] = v
+    return out
+
+
+def lapse(top):
+    sdir = os.path.join(top, "dest", ".ckpt-process")
+    for name in os.listdir(sdir):
+        if name.endswith(".lease"):
+            path = os.path.join(sdir, name)
+            with open(path) as f:
+                lease = json.load(f)
+            lease["acquired"] = lease["expires"] = int(time.time()) - 3600
+            with open(path, "w") as f:
+                f.write(json.dumps(lease) + "\n")
+
+
+def main():
+    c = Checker()
+    tmp = tempfile.mkdtemp(prefix="process-onepass-")
+    try:
+        src = make_run(tmp)
+        # The extracted directory, processed: what every archive gives.
+        d = os.path.join(tmp, "dir")
+        os.makedirs(d)
+        shutil.copytree(os.path.join(src, "2871001"),
+                        os.path.join(d, "2871001"), symlinks=True)
+        r = subprocess.run([CKPT, "process"] + ARGS + ["--keep-source",
+                                                       "2871001", "--dest",
+                                                       "dest"],
+                           cwd=d, capture_output=True, text=True)
+        c.eq("directory: exit 0 (%s)" % r.stderr[-300:], r.returncode, 0)
+        want = dest(d)
+        refrows = {}
+        for ext, comp in KINDS:
+            arc = archive(src, tmp, ext, comp)
+            size = os.path.getsize(arc)
+            ref = run(os.path.join(tmp, "ref" + ext), arc, "--spool-limit",
+                      "0")
+            refrows[ext] = ref[1]
+            got = run(os.path.join(tmp, "one" + ext), arc)
+            c.eq("%s: exit 0 (%s)" % (ext, got[2][-300:]), got[0], 0)
+            c.true("%s: spooled: read once (%d bytes of %d)"
+                   % (ext, got[3], size), size <= got[3] < size + 65536)
+            c.true("%s: --spool-limit 0 reads it again in each phase "
+                   "(%d bytes of %d)" % (ext, ref[3], size),
+                   ref[3] >= 4 * size)
+            c.eq("%s: rows as without the spool" % ext, got[1], ref[1])
+            c.eq("%s: processed" % ext, got[1][0].split("\t")[:2],
+                 ["processed", "2871001" + ext])
+            g = dest(os.path.join(tmp, "one" + ext))
+            c.eq("%s: DEST and state as without the spool" % ext, g,
+                 dest(os.path.join(tmp, "ref" + ext)))
+            c.eq("%s: DEST as from the extracted directory" % ext,
+                 {k: v for k, v in g.items()
+                  if not k.startswith(".ckpt-process/")},
+                 {k: v for k, v in want.items()
+                  if not k.startswith(".ckpt-process/")})
+            c.eq("%s: archive deleted, no spool left" % ext,
+                 (os.path.exists(os.path.join(tmp, "one" + ext,
+                                              "2871001" + ext)), got[5]),
+                 (False, []))
+
+        arc = os.path.join(tmp, "2871001.tar.zst")
+        size = os.path.getsize(arc)
+        ref = dest(os.path.join(tmp, "ref.tar.zst"))
+        top = os.path.join(tmp, "keep")
+        got = run(top, arc, "--keep-source")
+        c.eq("--keep-source: exit 0, read once, kept",
+             (got[0], size <= got[3] < size + 65536,
+              os.path.exists(os.path.join(top, "2871001.tar.zst"))),
+             (0, True, True))
+        c.eq("--keep-source: DEST as from the directory",
+             {k: v for k, v in dest(top).items()
+              if not k.startswith(".ckpt-process/")},
+             {k: v for k, v in want.items()
+              if not k.startswith(".ckpt-process/")})
+
+        # Killed mid-pass: the spool stays; the rerun removes it.
+        top = os.path.join(tmp, "kill")
+        got = run(top, arc, kill_at=size // 2)
+        c.eq("killed: SIGKILL mid-pass, a spool left in --tmp-dir",
+             (got[0], len(got[5]), all(re.match(r"\.ckpt-.*\.tmp$", x)
+                                       for x in got[5])),
+             (-9, 1, True))
+        left = os.path.join(top, "tmp", got[5][0]) if got[5] else ""
+        c.true("killed: the spool holds members read before the kill",
+               any(files for _, _, files in os.walk(left)))
+        lapse(top)
+        got = run(top, arc)
+        c.eq("killed, rerun: exit 0, read once, spool removed",
+             (got[0], size <= got[3] < size + 65536, got[5]),
+             (0, True, []))
+        c.true("killed, rerun: says it removed the stale spool",
+               re.search(r"removed stale temporary tmp/\.ckpt-\S+\.tmp "
+                         r"\(pid \d+, dead\)", got[2]) is not None)
+        c.eq("killed, rerun: DEST and state converge", dest(top), ref)
+
+        # Over budget: read once per phase, the same result.
+        top = os.path.join(tmp, "budget")
+        got = run(top, arc, "--spool-limit", "100K")
+        c.eq("over budget: exit 0, read again per phase, no spool left",
+             (got[0], got[3] >= 4 * size, got[5]), (0, True, []))
+        c.true("over budget: the log says why",
+               "2871001.tar.zst: spool skipped: not spooled (its members "
+               "pass --spool-limit 100.0 KiB): each phase reads the "
+               "archive again" in got[2])
+        c.eq("over budget: rows, DEST and state as without the spool",
+             (got[1], dest(top)), (refrows[".tar.zst"], ref))
+
+        # Truncated: judged an error, kept, nothing spooled or copied.
+        top = os.path.join(tmp, "cut")
+        os.makedirs(top)
+        with open(arc, "rb") as f:
+            data = f.read()
+        with open(os.path.join(top, "2871001.tar.zst"), "wb") as f:
+            f.write(data[:len(data) // 2])
+        got = run(top, arc)
+        c.eq("truncated: exit 1, failed in judge, kept, no spool, no DEST "
+             "files",
+             (got[0], got[1][0].split("\t")[:2],
+              os.path.exists(os.path.join(top, "2871001.tar.zst")), got[5],
+              [k for k in contents(os.path.join(top, "dest"))
+               if not k.startswith(".ckpt-process/")]
+              if os.path.isdir(os.path.join(top, "dest")) else []),
+             (1, ["failed", "2871001.tar.zst"], True, [], []))
+        c.true("truncated: the row says judge (%s)" % got[1][0],
+               got[1][0].split("\t")[2].startswith("judge: "))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+/*
+ * readcount_preload.c - LD_PRELOAD shim for tests: how many bytes the
+ * process read from one file, and how many times it opened it. The file
+ * is named by CKPT_TEST_READS_PATH (found by device and inode when the
+ * process starts, so a rename or delete later does not lose it); every
+ * read(), pread() and pread64() on a descriptor of that file counts, and
+ * every open() / open64() / openat() of it. At exit the counts are
+ * appended to CKPT_TEST_READS_OUT as one line "BYTES OPENS". With
+ * CKPT_TEST_READS_KILL_AT=N the process SIGKILLs itself once it has read
+ * N bytes of the file (a kill at an exact point of a pass).
+ *
+ * `ckpt process` of a compressed archive must read it once: BYTES is then
+ * the archive's size plus a few header bytes sniffed, never twice it.
+ */
+#undef _FILE_OFFSET_BITS
+#include "preload.h"
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static dev_t target_dev;
+static ino_t target_ino;
+static int active;
+static atomic_ullong nbytes, nopens;
+static unsigned long long kill_at;
+
+__attribute__((constructor)) static void init(void)
+{
+    const char *p = getenv("CKPT_TEST_READS_PATH");
+    struct stat sb;
+    if (p && getenv("CKPT_TEST_READS_OUT") && stat(p, &sb) == 0) {
+        target_dev = sb.st_dev;
+        target_ino = sb.st_ino;
+        active = 1;
+        const char *k = getenv("CKPT_TEST_READS_KILL_AT");
+        kill_at = k ? strtoull(k, NULL, 10) : 0;
+    }
+}
+
+__attribute__((destructor)) static void fini(void)
+{
+    if (!active)
+        return;
+    FILE *f = fopen(getenv("CKPT_TEST_READS_OUT"), "a");
+    if (!f)
+        return;
+    fprintf(f, "%llu %llu\n", (unsigned long long)nbytes,
+            (unsigned long long)nopens);
+    fclose(f);
+}
+
+static int is_target(int fd)
+{
+    struct stat sb;
+    return active && fd >= 0 && fstat(fd, &sb) == 0 &&
+           sb.st_dev == target_dev && sb.st_ino == target_ino;
+}
+
+static void count(int fd, ssize_t n)
+{
+    if (n > 0 && is_target(fd) &&
+        (nbytes += (unsigned long long)n) >= kill_at && kill_at)
+        raise(SIGKILL);
+}
+
+static int opened(int fd)
+{
+    if (is_target(fd))
+        nopens++;
+    return fd;
+}
+
+ssize_t read(int fd, void *buf, size_t n)
+{
+    ssize_t r = REAL("read", ssize_t (*)(int, void *, size_t))(fd, buf, n);
+    count(fd, r);
+    return r;
+}
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+    ssize_t r = REAL("pread", ssize_t (*)(int, void *, size_t, off_t))(
+        fd, buf, n, off);
+    count(fd, r);
+    return r;
+}
+
+ssize_t pread64(int fd, void *buf, size_t n, off64_t off)
+{
+    ssize_t r = REAL("pread64", ssize_t (*)(int, void *, size_t, off64_t))(
+        fd, buf, n, off);
+    count(fd, r);
+    return r;
+}
+
+int open(const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    PRELOAD_MODE_OF(flags, mode);
+    return opened(REAL("open", int (*)(const char *, int, ...))(path, flags,
+                                                                mode));
+}
+
+int open64(const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    PRELOAD_MODE_OF(flags, mode);
+    return opened(REAL("open64", int (*)(const char *, int, ...))(path,
+                                                                  flags,
+                                                                  mode));
+}
+
+int openat(int dfd, const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    PRELOAD_MODE_OF(flags, mode);
+    return opened(REAL("openat", int (*)(int, const char *, int, ...))(
+        dfd, path, flags, mode));
+}
+
+int openat64(int dfd, const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    PRELOAD_MODE_OF(flags, mode);
+    return opened(REAL("openat64", int (*)(int, const char *, int, ...))(
+        dfd, path, flags, mode));
+}
