@@ -18,7 +18,8 @@ the end):
   * both give the same row, the same state object (host, pid, time and
     source path aside) and the same DEST tree, byte for byte, which is
     also what processing the extracted directory (`tar x`) gives;
-  * no spool is left in --tmp-dir.
+  * no spool is left in --tmp-dir;
+  * `ckpt ls` and `ckpt clean -n` of it read it once too.
 Then, .tar.zst:
   * --keep-source: read once, kept, same DEST;
   * killed (SIGKILL from the shim once half the archive was read): a
@@ -103,6 +104,21 @@ def run(top, arc, *extra, kill_at=None):
             sorted(os.listdir(os.path.join(top, "tmp"))))
 
 
+def reads_of(arc, *cmd):
+    """Bytes `ckpt CMD ARC` reads from arc."""
+    counts = arc + ".reads"
+    env = dict(os.environ, LD_PRELOAD=SHIM, CKPT_TEST_READS_PATH=arc,
+               CKPT_TEST_READS_OUT=counts,
+               ASAN_OPTIONS=(os.environ.get("ASAN_OPTIONS", "") +
+                             ":verify_asan_link_order=0").lstrip(":"))
+    subprocess.run([CKPT] + list(cmd) + [arc], env=env, capture_output=True,
+                   timeout=300)
+    with open(counts) as f:
+        n = int(f.read().split()[0])
+    os.remove(counts)
+    return n
+
+
 def masked(row):
     f = row.split("\t")
     if f[0] == "processed":
@@ -163,6 +179,11 @@ def main():
             ref = run(os.path.join(tmp, "ref" + ext), arc, "--spool-limit",
                       "0")
             refrows[ext] = ref[1]
+            for cmd in (["ls"], ["clean", "-n", "--min-age", "0"]):
+                n = reads_of(arc, *cmd)
+                c.true("%s: %s reads it once (%d bytes of %d)"
+                       % (ext, " ".join(cmd), n, size),
+                       size <= n < size + 65536)
             got = run(os.path.join(tmp, "one" + ext), arc)
             c.eq("%s: exit 0 (%s)" % (ext, got[2][-300:]), got[0], 0)
             c.true("%s: spooled: read once (%d bytes of %d)"

@@ -14,7 +14,10 @@ order:
     RATE/s, ETA 0s, in flight: none`, BYTES and FREED the total row's
     bytes= and freed= in ckpt's units;
   * while each run is worked on, a drawn line names it in flight, and the
-    done count goes 0, 1, ..., 14 without going back.
+    done count goes 0, 1, ..., 14 without going back;
+  * each compressed archive (.tar.gz, .tar.zst, .tar.xz, .tar.bz2), read
+    once into its spool, is drawn in flight with its bytes read and rate
+    when its pass ends: `in flight: NAME (read SIZE of SIZE, RATE/s)`.
 Without a terminal (pipes): the same rows on stdout, timestamped log
 lines on stderr (one per phase), and no progress line, \\r or ESC on
 either stream."""
@@ -142,6 +145,15 @@ def main():
         c.eq("terminal: each run drawn in flight while it was worked on",
              [n for n in names
               if not any(d.endswith("in flight: " + n) for d in drawn)], [])
+        arcs = sorted(n for n in os.listdir(os.path.join(tmp, "sample"))
+                      if re.search(r"\.tar\.(gz|zst|xz|bz2)$", n))
+        c.eq("terminal: 4 compressed archives in the sample", len(arcs), 4)
+        c.eq("terminal: each archive drawn with its bytes read and rate",
+             [n for n in arcs if not any(re.search(
+                 r"in flight: %s \(read %s of %s, [0-9.]+ (B|KiB|MiB|GiB)"
+                 r"/s\)$" % (re.escape(n), re.escape(sz), re.escape(sz)),
+                 d) for sz in [size(os.path.getsize(os.path.join(
+                     tmp, "sample", n)))] for d in drawn)], [])
         done = [int(re.match(r"process: (\d+)/14 runs", d).group(1))
                 for d in drawn]
         c.eq("terminal: done counts 0..14, never back",
