@@ -264,6 +264,8 @@ int ckpt_archive_spool(struct ckpt_archive_spool **out,
     s->root = ckpt_path_join(s->dir, "t");
     char *aside = ckpt_path_join(s->dir, "m");
     int rc = ver_get(st, key, &s->ver, err);
+    if (rc == 0)
+        rc = ckpt_mkdirs(cfg->dir, err);
     if (rc == 0 && (mkdir(s->dir, 0700) != 0 || mkdir(aside, 0700) != 0))
         rc = ckpt_err_sys(err, "create directory '%s'", s->dir);
     free(aside);

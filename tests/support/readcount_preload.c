@@ -62,8 +62,11 @@ static int is_target(int fd)
 
 static void count(int fd, ssize_t n)
 {
-    if (n > 0 && is_target(fd) &&
-        (nbytes += (unsigned long long)n) >= kill_at && kill_at)
+    if (n <= 0 || !is_target(fd))
+        return;
+    unsigned long long now = atomic_fetch_add(&nbytes, (unsigned long long)n)
+                             + (unsigned long long)n;
+    if (kill_at && now >= kill_at)
         raise(SIGKILL);
 }
 
