@@ -375,6 +375,13 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
         /* -n: the delete that would follow is refused (a mount inside) */
         failed = 1;
         step_row(r, "error", k, err.msg, &res, out);
+    } else if (c->delete_sharded) {
+        /* -n says the delete the real run would do, as it would say it */
+        char *sharded = ckpt_path_join(r->src, k->dir);
+        char *w = ckpt_xasprintf("%s; would delete %s", why, sharded);
+        free(why);
+        why = w;
+        free(sharded);
     }
     if (!failed)
         step_row(r, msg_done[c->uo.dry_run ? 1 : 0], k, why, &res, out);

@@ -207,9 +207,27 @@ def case_not_ours(tmp):
           "%d %s %s" % (rc, lines, err))
 
 
+def case_dry_run(tmp):
+    """-n --delete-sharded names the delete the real run then does."""
+    r = os.path.join(tmp, "dry", "run")
+    dest = os.path.join(tmp, "dry", "out")
+    make_run(r, steps=(10,))
+    rc, dry, err = unshard("-n", "--delete-sharded", r, dest)
+    check("-n: nothing changed", rc == 0 and not os.path.exists(dest) and
+          sorted(os.listdir(r)) == ["config.yaml", "step10", "wandb"], err)
+    rc, real, err = unshard("--delete-sharded", r, dest)
+    check("-n: the real run's row, as a prediction", rc == 0 and
+          len(dry) == len(real) == 1 and
+          real[0].startswith("unsharded\tstep10\t") and
+          real[0].endswith("; deleted %s/step10" % r) and
+          dry[0] == real[0].replace("unsharded\t", "would-unshard\t", 1)
+          .replace("; deleted ", "; would delete "), "%s %s" % (dry, real))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-unshard-resume-")
     try:
+        case_dry_run(tmp)
         case_killed(tmp)
         case_before_delete(tmp)
         case_not_ours(tmp)
