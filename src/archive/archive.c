@@ -32,6 +32,13 @@
 #define STREAM_BLOCK_LOCAL (1u << 20)
 #define STREAM_BLOCK_REMOTE (8u << 20)
 #define ZBLOCK (256u << 10)
+/* Remote compressed archives: ranged GETs of RA_BLOCK fetched RA_DEPTH
+ * ahead of the decoder by RA_THREADS fetchers (RA_SLOTS blocks held):
+ * decoding runs at the decoder's speed, not one stream's. */
+#define RA_BLOCK (4u << 20)
+#define RA_DEPTH 6
+#define RA_THREADS 4
+#define RA_SLOTS 8
 #define EOA_BYTES 1024u /* two zero blocks end a tar archive */
 
 struct ckpt_archive {
@@ -39,6 +46,8 @@ struct ckpt_archive {
     struct zdec *z;             /* compressed: the decoder, whose output
                                    feeds ar; NULL otherwise */
     struct ckpt_storage *st;    /* borrowed */
+    struct ckpt_storage *ra;    /* remote compressed: read-ahead over st */
+    char etag[80];              /* the version read (remote) */
     char *key;                  /* owned */
     char *name;                 /* owned: display name for messages */
     int fd;                     /* local fast path, or -1 */
@@ -118,6 +127,15 @@ char *ckpt_archive_stem(const char *name)
     return base;
 }
 
+static int remote_read(struct ckpt_archive *a, size_t len, size_t *got)
+{
+    if (a->ra)
+        return ckpt_storage_read_if(a->ra, a->key, a->etag, a->pos, a->buf,
+                                    len, got, &a->io_err);
+    return ckpt_storage_read(a->st, a->key, a->pos, a->buf, len, got,
+                             &a->io_err);
+}
+
 /* Fill a->buf with up to len bytes at a->pos. */
 static ssize_t fetch(struct ckpt_archive *a, size_t len)
 {
@@ -141,8 +159,7 @@ static ssize_t fetch(struct ckpt_archive *a, size_t len)
                 break;
             got += (size_t)n;
         }
-    } else if (ckpt_storage_read(a->st, a->key, a->pos, a->buf, len, &got,
-                                 &a->io_err) != 0) {
+    } else if (remote_read(a, len, &got) != 0) {
         a->io_failed = 1;
         return -1;
     }
@@ -386,6 +403,7 @@ int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
     a->fd = -1;
     a->size = sb.size;
     a->mtime = sb.mtime;
+    snprintf(a->etag, sizeof(a->etag), "%s", sb.etag);
     ckpt_buf_init(&a->path);
     ckpt_buf_init(&a->link);
     if (ckpt_storage_is_local(st)) {
@@ -409,6 +427,11 @@ int ckpt_archive_open(struct ckpt_archive **out, struct ckpt_storage *st,
         return -1;
     }
     int compressed = !a->plain_tar && a->kind != CKPT_ARCHIVE_ZIP;
+    struct ckpt_err e = CKPT_ERR_INIT;
+    if (compressed && a->fd < 0 &&
+        ckpt_storage_open_readahead(&a->ra, st, RA_BLOCK, RA_SLOTS,
+                                    RA_THREADS, RA_DEPTH, &e) != 0)
+        a->ra = NULL; /* read in turn, as before */
     if (compressed && start_raw(a) != 0) {
         if (a->io_failed)
             *err = a->io_err;
@@ -786,6 +809,7 @@ void ckpt_archive_close(struct ckpt_archive *a)
     if (a->ar)
         archive_read_free(a->ar);
     zdec_close(a->z);
+    ckpt_storage_close(a->ra);
     if (a->fd >= 0)
         close(a->fd);
     ckpt_buf_release(&a->path);
