@@ -127,11 +127,12 @@ enum ckpt_format {
     CKPT_FMT_UNSHARDED,
     CKPT_FMT_HF,          /* HF Trainer / accelerate FSDP (DCP subdirs) */
     CKPT_FMT_DEEPSPEED,
-    CKPT_FMT_MEGATRON
+    CKPT_FMT_MEGATRON,
+    CKPT_FMT_DCP_HF       /* torch DCP HuggingFaceStorageWriter shards */
 };
 
 /* "dcp", "olmo-legacy", "olmo-local", "olmo-core", "zarr", "orbax",
- * "unsharded", "hf", "deepspeed", "megatron", "unknown". */
+ * "unsharded", "hf", "deepspeed", "megatron", "dcp-hf", "unknown". */
 const char *ckpt_format_name(enum ckpt_format f);
 
 struct ckpt_checkpoint {

@@ -216,6 +216,8 @@ struct ckpt_safetensors {
     struct ckpt_safetensors_tensor *tensors;  /* sorted by name */
     size_t n;
     uint64_t data_start;                      /* 8 + header length */
+    const char *dcp_sharding;   /* __metadata__["DCP_SHARDING_INFO"] (torch
+                                   DCP's safetensors writers), or NULL */
 };
 
 /* Read and check the header of the safetensors file in rd (its size is
@@ -233,6 +235,17 @@ int ckpt_safetensors_parse(struct ckpt_safetensors **out, const void *header,
 /* Tensor by name, or NULL. */
 const struct ckpt_safetensors_tensor *
 ckpt_safetensors_find(const struct ckpt_safetensors *s, const char *name);
+/* Where tensor t of s sits in its DCP tensor: the "saved_offsets" that
+ * torch DCP's safetensors writers (FileSystemWriter with
+ * serialization_format=SAFETENSORS, HuggingFaceStorageWriter) record per
+ * tensor in __metadata__["DCP_SHARDING_INFO"], a JSON string
+ * {name: {"saved_offsets": [int, ...]}}. off gets t->ndim values. 1 when
+ * recorded, 0 when s has no sharding info at all (a whole tensor: zeros),
+ * -1 with err when it is there but malformed or lacks t. */
+int ckpt_safetensors_saved_offsets(const struct ckpt_safetensors *s,
+                                   const struct ckpt_safetensors_tensor *t,
+                                   uint64_t *off, const char *name,
+                                   struct ckpt_err *err);
 /* NULL-safe. */
 void ckpt_safetensors_free(struct ckpt_safetensors *s);
 

@@ -10,6 +10,7 @@
 static const struct judge_layout *const layouts[] = {
     &judge_layout_deepspeed,
     &judge_layout_megatron,
+    &judge_layout_dcp_hf,
     &judge_layout_hf,
     &judge_layout_orbax,
     &judge_layout_dcp,

@@ -80,6 +80,7 @@ long judge_rank_of(const char *name, const char *prefix, const char *suffix);
 extern const struct judge_layout judge_layout_hf;
 extern const struct judge_layout judge_layout_deepspeed;
 extern const struct judge_layout judge_layout_megatron;
+extern const struct judge_layout judge_layout_dcp_hf;
 /* judge.c's own */
 extern const struct judge_layout judge_layout_orbax;
 extern const struct judge_layout judge_layout_dcp;

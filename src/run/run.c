@@ -25,6 +25,7 @@ const char *ckpt_format_name(enum ckpt_format f)
     case CKPT_FMT_HF: return "hf";
     case CKPT_FMT_DEEPSPEED: return "deepspeed";
     case CKPT_FMT_MEGATRON: return "megatron";
+    case CKPT_FMT_DCP_HF: return "dcp-hf";
     default: return "unknown";
     }
 }
@@ -158,6 +159,15 @@ static int root_marked(const struct ckpt_tree *t)
     ckpt_tree_range(t, "", &v.lo, &v.hi);
     if (v.lo < v.hi && judge_layout_deepspeed.recognise(&v))
         return 1;
+    /* torch DCP's HuggingFaceStorageWriter shards, or its consolidated
+     * form (shards moved to sharded/). */
+    if (v.lo < v.hi && judge_layout_dcp_hf.recognise(&v))
+        return 1;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->files[i].type == CKPT_ENTRY_FILE &&
+            ckpt_str_startswith(t->files[i].path, "sharded/shard-") &&
+            ckpt_str_endswith(t->files[i].path, ".safetensors"))
+            return 1;
     /* Any rank<N>.pt: an OLMo torch_legacy step whose rank0.pt is the
      * one missing is still that step (unshard then says so). */
     for (size_t i = 0; i < t->n; i++) {

@@ -86,16 +86,22 @@ static int parse_entry(struct ckpt_safetensors *s, const cJSON *o,
     return 0;
 }
 
-/* "__metadata__": free-form, but str -> str as the reference requires. */
-static int check_meta(const cJSON *m, const char *name, struct ckpt_err *err)
+/* "__metadata__": free-form, but str -> str as the reference requires.
+ * torch DCP's sharding info is kept. */
+static int check_meta(struct ckpt_safetensors *s, const cJSON *m,
+                      const char *name, struct ckpt_err *err)
 {
     const cJSON *v;
     if (!cJSON_IsObject(m))
         return bad(err, name, "__metadata__ is not an object", NULL);
-    cJSON_ArrayForEach(v, m)
+    cJSON_ArrayForEach(v, m) {
         if (!cJSON_IsString(v))
             return bad(err, name, "__metadata__ values must be strings",
                        NULL);
+        if (!strcmp(v->string, "DCP_SHARDING_INFO") &&
+            !(s->dcp_sharding = ckpt_arena_strdup(s->arena, v->valuestring)))
+            return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
+    }
     return 0;
 }
 
@@ -157,7 +163,7 @@ static int parse_header(struct ckpt_safetensors *s, const cJSON *h,
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     cJSON_ArrayForEach(o, h) {
         if (!strcmp(o->string, "__metadata__")) {
-            if (check_meta(o, name, err) != 0)
+            if (check_meta(s, o, name, err) != 0)
                 return -1;
             continue;
         }
@@ -239,6 +245,29 @@ ckpt_safetensors_find(const struct ckpt_safetensors *s, const char *name)
     if (!s || !s->n)
         return NULL;
     return bsearch(&key, s->tensors, s->n, sizeof(key), by_name);
+}
+
+int ckpt_safetensors_saved_offsets(const struct ckpt_safetensors *s,
+                                   const struct ckpt_safetensors_tensor *t,
+                                   uint64_t *off, const char *name,
+                                   struct ckpt_err *err)
+{
+    for (int d = 0; d < t->ndim; d++)
+        off[d] = 0;
+    if (!s->dcp_sharding)
+        return 0;
+    cJSON *j = cJSON_Parse(s->dcp_sharding);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, t->name);
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(e, "saved_offsets");
+    int ok = cJSON_IsArray(so) && cJSON_GetArraySize(so) == t->ndim;
+    for (int d = 0; ok && d < t->ndim; d++)
+        ok = get_u64(cJSON_GetArrayItem(so, d), &off[d]) == 0;
+    cJSON_Delete(j);
+    if (!ok)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: tensor '%s': no "
+                            "saved_offsets of %d dimensions in "
+                            "DCP_SHARDING_INFO", name, t->name, t->ndim);
+    return 1;
 }
 
 void ckpt_safetensors_free(struct ckpt_safetensors *s)

@@ -60,6 +60,9 @@ static int probe_chunk(struct ujob *j, struct utensor *t, struct uchunk *c,
     if (uns_src_item(j, &c->meta->st, bytes + (16u << 20), &c->src, &off, &len,
                      err) != 0)
         return -1;
+    int st = uns_st_item_locate(j, t, c, c->src, off, err);
+    if (st != 0)
+        return st < 0 ? -1 : 0;
     struct src_cache cache;
     if (j->src.ra && c->src->st == j->src.ra) {
         /* Located by the copy: the read-ahead blocks hold the item. */

@@ -72,7 +72,8 @@ int ckpt_unshard_supported(int format)
     return f == CKPT_FMT_DCP || f == CKPT_FMT_OLMO_LEGACY ||
            f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL ||
            f == CKPT_FMT_OLMO_CORE || f == CKPT_FMT_ORBAX ||
-           f == CKPT_FMT_DEEPSPEED || f == CKPT_FMT_MEGATRON;
+           f == CKPT_FMT_DEEPSPEED || f == CKPT_FMT_MEGATRON ||
+           f == CKPT_FMT_DCP_HF;
 }
 
 static int supported(enum ckpt_format f)

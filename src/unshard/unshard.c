@@ -123,6 +123,7 @@ static void job_release(struct ujob *j)
     free(j->plan.values);
     free(j->plan.paths);
     uns_src_close_all(j);
+    uns_st_items_free(j);
     if (j->plan.fmtfree)
         j->plan.fmtfree(j->plan.fmtplan);
     pthread_mutex_destroy(&j->dmu);
@@ -230,6 +231,10 @@ static const struct {
     { CKPT_FMT_ZARR, uns_zarr_plan },
     { CKPT_FMT_ORBAX, uns_orbax_plan },
     { CKPT_FMT_DEEPSPEED, uns_ds_plan },
+    { CKPT_FMT_DCP_HF, uns_hfst_plan },
+    /* Given directly: whole safetensors files (a Hugging Face model
+     * directory, HuggingFaceStorageWriter's consolidated output). */
+    { CKPT_FMT_UNSHARDED, uns_hfst_plan },
 };
 
 /* Plan everything; nothing is written. */

@@ -190,6 +190,10 @@ struct ujob_plan {
     int olmo;                       /* layout olmo chosen */
     int megatron;                   /* a Megatron torch_dist step
                                        (megatron.c) */
+    /* stitem.c: safetensors files inside data files, parsed once (under
+     * ujob.mu) */
+    struct uns_stblob *stblobs;
+    size_t nstblobs, stblobcap;
     struct ckpt_pv **values;        /* per metadata entry; malloced */
     const struct ckpt_pv **paths;   /* per entry: where it was placed */
     uint64_t band;                  /* band bytes */
@@ -440,6 +444,9 @@ int uns_tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
 
 /* dsplan.c: DeepSpeed ZeRO-1/2/3 steps (global_stepN/), as zero_to_fp32 */
 int uns_ds_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+/* hfstplan.c: the *.safetensors files of a directory as torch DCP's
+ * HuggingFaceStorageReader reads them (DCP_SHARDING_INFO offsets). */
+int uns_hfst_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 /* n elements of dtype from (little-endian) at in as float32 (Tensor.float()
  * of a buffer); exported for the unit test. */
 void uns_ds_to_f32(const struct ckpt_dtype *from, const unsigned char *in,
@@ -583,6 +590,13 @@ uint64_t uns_outobj_budget(const struct ujob *j);
 
 /* verify.c: outputs read back through ckpt's own readers */
 int uns_verify_outputs(struct ujob *j, struct ckpt_err *err);
+
+/* stitem.c: locate chunk c of t when its item at off of s is a
+ * safetensors file (serialization_format=SAFETENSORS): 1 done, 0 not
+ * safetensors (a torch zip), -1 with err. */
+int uns_st_item_locate(struct ujob *j, struct utensor *t, struct uchunk *c,
+                       struct usrc *s, uint64_t off, struct ckpt_err *err);
+void uns_st_items_free(struct ujob *j);
 
 /* megatron.c: a Megatron torch_dist step, read as DCP. After the
  * metadata is read: common.pt, when present, becomes a byte item. */

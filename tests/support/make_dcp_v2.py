@@ -74,6 +74,18 @@ Cases:
              transform_descriptors ['stream.zstd/1'].
   rank_local (torch with dcp.save(use_collectives=...)) 2 ranks. Each rank
              writes __R.metadata (no global .metadata) and its own data file.
+  st_format  2 ranks. FileSystemWriter(serialization_format=SAFETENSORS):
+             byte items, then one safetensors file of the rank's tensors per
+             data file. torch cannot read it back: reference.pt is the
+             generator's expected dict, checked against every rank file's
+             tensors read by safetensors.torch.load.
+  hf_sharded 2 ranks, tensors only. HuggingFaceStorageWriter(save_distributed=
+             True, fqn_to_index_mapping: 2 files): shard-R-model-K-of-2
+             .safetensors, no .metadata. reference/ = torch's
+             consolidate_safetensors_files; reference.pt its tensors.
+  hf_consolidated  the same with enable_consolidation=True: torch's own
+             model-K-of-2.safetensors + index in ckpt/, shards in
+             ckpt/sharded/; reference.pt = the consolidated tensors.
 
 Exit status 0 when every requested case was written and checked.
 """
@@ -420,6 +432,77 @@ def _check_zstd():
     return True, ""
 
 
+def build_st(rank, mesh):
+    """Tensors sharded on dim 0 and dim 1 (uneven), a replicated one, bf16
+    and int64, and byte items: FileSystemWriter writes the byte items
+    first, then one safetensors blob of the rank's tensors."""
+    full = collections.OrderedDict([
+        ("w0", f32((5, 4), "v2.st.w0")),
+        ("w1", rand_tensor(torch.bfloat16, (3, 7), "v2.st.w1")),
+        ("i64", rand_tensor(torch.int64, (6,), "v2.st.i64")),
+    ])
+    pl = {"w0": [Shard(0)], "w1": [Shard(1)], "i64": [Shard(0)]}
+    sd = collections.OrderedDict((k, dtensor(v, mesh, pl[k])) for k, v in full.items())
+    sd["rep"] = full["rep"] = f32((2, 3), "v2.st.rep")
+    sd["step"] = full["step"] = 7
+    sd["meta"] = full["meta"] = {"lr": 0.5, "ids": [1, 2]}
+    return sd, full
+
+
+def build_hf(rank, mesh):
+    """Model weights only (safetensors holds tensors): HuggingFaceStorage-
+    Writer with save_distributed=True, two output files by fqn."""
+    full = collections.OrderedDict([
+        ("model.embed.weight", f32((7, 4), "v2.hf.embed")),
+        ("model.layers.0.mlp.weight", rand_tensor(torch.bfloat16, (4, 6), "v2.hf.mlp")),
+        ("model.layers.0.norm.weight", f32((4,), "v2.hf.norm")),
+        ("lm_head.weight", f32((7, 4), "v2.hf.head")),
+    ])
+    pl = {"model.embed.weight": [Shard(0)], "model.layers.0.mlp.weight": [Shard(1)],
+          "lm_head.weight": [Shard(0)]}
+    sd = collections.OrderedDict(
+        (k, dtensor(v, mesh, pl[k]) if k in pl else v) for k, v in full.items())
+    return sd, full
+
+
+HF_FILES = {"model.embed.weight": 1, "model.layers.0.mlp.weight": 1,
+            "model.layers.0.norm.weight": 2, "lm_head.weight": 2}
+
+
+def _st_writer(path):
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+    return dcp.FileSystemWriter(path, serialization_format=SerializationFormat.SAFETENSORS)
+
+
+def _hf_writer(path, consolidate=False):
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+    return HuggingFaceStorageWriter(path, fqn_to_index_mapping=dict(HF_FILES),
+                                    save_distributed=True,
+                                    enable_consolidation=consolidate)
+
+
+def _hf_consolidated_writer(path):
+    return _hf_writer(path, consolidate=True)
+
+
+def _check_st():
+    try:
+        from torch.distributed.checkpoint.filesystem import SerializationFormat  # noqa: F401
+        import safetensors  # noqa: F401
+    except ImportError as e:
+        return False, f"no safetensors serialization ({e})"
+    return True, ""
+
+
+def _check_hf():
+    try:
+        from torch.distributed.checkpoint import HuggingFaceStorageWriter  # noqa: F401
+        import safetensors  # noqa: F401
+    except ImportError as e:
+        return False, f"no HuggingFaceStorageWriter ({e})"
+    return True, ""
+
+
 def _check_rank_local():
     if "use_collectives" not in inspect.signature(dcp.save).parameters:
         return False, "dcp.save has no use_collectives"
@@ -436,6 +519,10 @@ CASES = [
     Case("zstd", 2, (2,), build_zstd, writer="zstd", check=_check_zstd),
     Case("rank_local", 2, (2,), build_row, save={"use_collectives": False},
          check=_check_rank_local),
+    Case("st_format", 2, (2,), build_st, writer=_st_writer, check=_check_st),
+    Case("hf_sharded", 2, (2,), build_hf, writer=_hf_writer, check=_check_hf),
+    Case("hf_consolidated", 2, (2,), build_hf, writer=_hf_consolidated_writer,
+         check=_check_hf),
 ]
 
 
@@ -443,7 +530,15 @@ CASES = [
 # Workers
 
 def _writer_kwargs(case):
+    if callable(case.writer):
+        return {"writer": getattr(case.writer, "__name__", "writer")}
     return _zstd_writer() if case.writer == "zstd" else dict(case.writer)
+
+
+def _make_writer(case, path):
+    if callable(case.writer):
+        return case.writer(path)
+    return dcp.FileSystemWriter(path, **_writer_kwargs(case))
 
 
 def _worker(rank, world, case, outdir):
@@ -452,7 +547,7 @@ def _worker(rank, world, case, outdir):
     if rank == 0:
         torch.save(expected, os.path.join(outdir, "expected.pt"))
         _write_manifest(case, sd, outdir)
-    writer = dcp.FileSystemWriter(os.path.join(outdir, "ckpt"), **_writer_kwargs(case))
+    writer = _make_writer(case, os.path.join(outdir, "ckpt"))
     dcp.save(sd, storage_writer=writer, **case.save)
 
 
@@ -511,6 +606,100 @@ def _note_manifest(outdir, **kw):
         f.write("\n")
 
 
+def _torch_attempt(outdir, expected):
+    """What torch's dcp_to_torch_save makes of outdir/ckpt, in words."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    tmp = os.path.join(outdir, "torch-attempt.pt")
+    try:
+        dcp_to_torch_save(os.path.join(outdir, "ckpt"), tmp)
+        r = compare(torch.load(tmp, weights_only=False), expected)
+        note = "matches" if r.ok else f"differs at {r.path}: {r.msg}"
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001  (CheckpointException is one)
+        last = str(e).strip().splitlines()[-1:] or [""]
+        note = f"failed: {type(e).__name__}: {last[0][:200]}"
+    if os.path.exists(tmp):
+        os.remove(tmp)
+    return note
+
+
+def _st_reference(outdir, exp_path, ref_path):
+    """serialization_format=SAFETENSORS: torch 2.14 writes it but none of
+    its readers reads it back (FileSystemReader torch.loads each item;
+    dcp_to_torch_save fails), so the reference is the generator's expected
+    dict, checked here against each rank file read by the safetensors
+    package itself: the blob after the byte items is one safetensors file
+    whose tensors are the rank's chunks at __metadata__ DCP_SHARDING_INFO's
+    saved_offsets."""
+    from safetensors.torch import load as st_load
+    import torch.distributed.checkpoint as d
+    expected = torch.load(exp_path, weights_only=False)
+    md = d.FileSystemReader(os.path.join(outdir, "ckpt")).read_metadata()
+    seen = 0
+    for f in sorted(os.listdir(os.path.join(outdir, "ckpt"))):
+        if not f.endswith(".distcp"):
+            continue
+        data = open(os.path.join(outdir, "ckpt", f), "rb").read()
+        starts = {v.offset for k, v in md.storage_data.items()
+                  if v.relative_path == f and k.fqn in expected and
+                  torch.is_tensor(expected[k.fqn])}
+        if not starts:
+            continue
+        assert len(starts) == 1, f"{f}: tensors at several offsets {starts}"
+        blob = data[starts.pop():]
+        hlen = int.from_bytes(blob[:8], "little")
+        info = json.loads(json.loads(blob[8:8 + hlen])["__metadata__"]["DCP_SHARDING_INFO"])
+        for k, t in st_load(blob).items():
+            off = info[k]["saved_offsets"]
+            want = expected[k]
+            for dim, o in enumerate(off):
+                want = want.narrow(dim, o, t.shape[dim])
+            assert t.dtype == want.dtype and torch.equal(
+                t.view(torch.uint8) if t.is_floating_point() else t,
+                want.contiguous().view(torch.uint8) if t.is_floating_point() else want), (f, k)
+            seen += 1
+    shutil.copyfile(exp_path, ref_path)
+    _note_manifest(outdir, reference_note=(
+        "torch's dcp_to_torch_save " + _torch_attempt(outdir, expected) +
+        f"; the generator's expected dict, checked against {seen} chunks read by "
+        "safetensors.torch.load from the blob each .distcp file ends with")[:600])
+    return "generator"
+
+
+def _hf_reference(case, outdir, exp_path, ref_path):
+    """HuggingFaceStorageWriter: torch's own consolidation
+    (consolidate_safetensors_files, the code finish() runs with
+    enable_consolidation) into reference/ -- for hf_consolidated the files
+    it already wrote beside sharded/ -- and reference.pt, the torch.save of
+    those files' tensors (safetensors.torch.load_file), which must equal
+    the generator's expected dict."""
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint._consolidate_hf_safetensors import \
+        consolidate_safetensors_files
+    ckpt = os.path.join(outdir, "ckpt")
+    if case.name == "hf_consolidated":
+        ref_dir = ckpt
+    else:
+        ref_dir = os.path.join(outdir, "reference")
+        os.makedirs(ref_dir)
+        consolidate_safetensors_files(input_dir=ckpt, output_dir=ref_dir,
+                                      fqn_to_index_mapping=dict(HF_FILES))
+    expected = torch.load(exp_path, weights_only=False)
+    got = {}
+    for f in sorted(os.listdir(ref_dir)):
+        if f.endswith(".safetensors"):
+            got.update(load_file(os.path.join(ref_dir, f)))
+    ordered = collections.OrderedDict((k, got[k]) for k in expected if k in got)
+    assert set(got) == set(expected), (sorted(got), list(expected))
+    torch.save(ordered, ref_path)
+    _note_manifest(outdir, reference_note=(
+        "consolidate_safetensors_files output in " + os.path.relpath(ref_dir, outdir) +
+        "/; reference.pt = its tensors (safetensors.torch.load_file) in state dict "
+        "order; torch's dcp_to_torch_save " + _torch_attempt(outdir, expected))[:600])
+    return "torch"
+
+
 def make_case(case, out, timeout):
     outdir = os.path.join(out, case.name)
     if os.path.exists(outdir):
@@ -523,7 +712,11 @@ def make_case(case, out, timeout):
     ref_path = os.path.join(outdir, "reference.pt")
     expected = torch.load(exp_path, weights_only=False)
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-    if case.save.get("use_collectives") is False:
+    if case.name.startswith("hf_"):
+        source = _hf_reference(case, outdir, exp_path, ref_path)
+    elif case.name == "st_format":
+        source = _st_reference(outdir, exp_path, ref_path)
+    elif case.save.get("use_collectives") is False:
         # Rank-local metadata: dcp_to_torch_save (no_dist) falls back to
         # __0.metadata ONLY and silently returns zeros for the other ranks'
         # chunks (seen with 2.14.1), so torch cannot make the reference. Use
