@@ -159,6 +159,9 @@ static int root_marked(const struct ckpt_tree *t)
     ckpt_tree_range(t, "", &v.lo, &v.hi);
     if (v.lo < v.hi && judge_layout_deepspeed.recognise(&v))
         return 1;
+    /* A Megatron step given as itself (legacy mp_rank_TT/ files). */
+    if (v.lo < v.hi && judge_layout_megatron.recognise(&v))
+        return 1;
     /* torch DCP's HuggingFaceStorageWriter shards, or its consolidated
      * form (shards moved to sharded/). */
     if (v.lo < v.hi && judge_layout_dcp_hf.recognise(&v))

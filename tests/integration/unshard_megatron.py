@@ -287,6 +287,12 @@ def errors(tmp):
           "only" in p.stderr, p.stderr)
     check("legacy: nothing written", not os.path.exists(
         os.path.join(dest, "iter_0000010-unsharded")))
+    # Given as itself, the step says what it is too (was "no checkpoint").
+    p = ckpt("unshard", "--no-progress", os.path.join(legacy, "iter_0000010"),
+             dest)
+    check("legacy step: exit 1", p.returncode == 1, p.stderr)
+    check("legacy step: says why", "Megatron legacy checkpoint" in p.stderr,
+          p.stderr)
     # A common state key that is also a tensor's: Megatron's merge refuses.
     bad = os.path.join(tmp, "clash")
     shutil.copytree(os.path.join(COMMON_PT, "ckpt"), bad)
