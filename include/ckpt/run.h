@@ -197,6 +197,9 @@ enum ckpt_format ckpt_judge_format(const struct ckpt_tree *t,
  * checkpoint directories, checkpoint files at its top), by name alone,
  * for a tree ckpt_run_scan could not judge; -1 when t is not one. */
 int ckpt_run_root_format(const struct ckpt_tree *t);
+/* 1 when t's top holds files that ls judges a complete unsharded
+ * checkpoint (model.pt, model.safetensors, ...: already whole), else 0. */
+int ckpt_run_root_whole(struct ckpt_tree *t);
 
 enum ckpt_load_status {
     CKPT_LOAD_OK = 0,

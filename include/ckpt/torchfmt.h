@@ -158,6 +158,10 @@ struct ckpt_tensor {
     const char *key;          /* storage record key ("0"); borrowed */
     uint64_t storage_nbytes;  /* from the persistent id */
     int requires_grad;
+    /* A conj / neg view saved unresolved (only from
+     * ckpt_tensor_item_load): the values are the stored elements with
+     * the imaginary parts (conj) or every component (neg) negated. */
+    int conj, neg;
 };
 
 /* Interpret v as a tensor: a call of torch._utils._rebuild_tensor(_v2,
@@ -187,7 +191,8 @@ struct ckpt_tensor_loc {
 };
 
 /* Open the zip in rd, parse data.pkl (tensor allow-list) and locate the
- * single tensor it holds. */
+ * single tensor it holds. A conj or neg view (float or complex dtypes) is
+ * accepted: out->t.conj / neg say how the stored values are meant. */
 int ckpt_tensor_item_load(const struct ckpt_rd *rd,
                           struct ckpt_tensor_loc *out, struct ckpt_err *err);
 

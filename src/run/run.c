@@ -235,6 +235,18 @@ int ckpt_run_root_format(const struct ckpt_tree *t)
     return (int)ckpt_judge_format(t, "");
 }
 
+int ckpt_run_root_whole(struct ckpt_tree *t)
+{
+    struct ckpt_checkpoint c;
+    struct ckpt_err err;
+    memset(&c, 0, sizeof(c));
+    c.dir = "";
+    int whole = ckpt_judge_checkpoint(t, &c, &err) == 0 &&
+                c.format == CKPT_FMT_UNSHARDED && c.complete && c.nfiles;
+    free(c.why);
+    return whole;
+}
+
 void ckpt_run_release(struct ckpt_run *run)
 {
     for (size_t i = 0; i < run->n; i++) {

@@ -173,9 +173,12 @@ int ckpt_torch_allow_weights(void *ud, const char *module, const char *name)
                 !strcmp(name, "Counter")) ? 0 : -1;
     if (!strcmp(module, "_codecs"))
         return !strcmp(name, "encode") ? 0 : -1;
-    /* torch maps Python 2's __builtin__ to builtins before looking up. */
+    /* torch maps Python 2's __builtin__ to builtins before looking up.
+     * complex: a Python complex value, complex(real, imag), on torch's own
+     * list since pytorch issue #141537 (torch 2.14 loads it). */
     if (is_builtins(module))
-        return (!strcmp(name, "set") || !strcmp(name, "bytearray")) ? 0 : -1;
+        return (!strcmp(name, "set") || !strcmp(name, "bytearray") ||
+                !strcmp(name, "complex")) ? 0 : -1;
     return -1;
 }
 

@@ -87,26 +87,53 @@ static int storage_dtype(struct ckpt_tensor *t, const struct ckpt_pv *type,
     return 0;
 }
 
-/* metadata dict of _rebuild_tensor_v2/v3: conj/neg bits change the values
- * that the stored bytes mean; DCP never saves such views. */
-static int check_flags(const struct ckpt_pv *md, const char *name,
-                       struct ckpt_err *err)
+/* metadata dict of _rebuild_tensor_v2/v3 (torch._utils.get_tensor_metadata):
+ * a conj or neg view (c.conj(), x._neg_view()) is saved with its storage
+ * as it is, unresolved, and the bit says what the stored bytes mean: the
+ * conjugate (imaginary parts negated), the negation. DCP saves such views
+ * as they are (its writer clones only views smaller than their storage).
+ * With allow, the bits are kept in t for the copy to resolve; dtypes
+ * whose negation is not a sign-bit flip are refused. */
+static int is_complex(const struct ckpt_dtype *d)
+{
+    return !strncmp(d->name, "complex", 7) || !strncmp(d->name, "bcomplex", 8);
+}
+
+static int sign_flips(const struct ckpt_dtype *d)
+{
+    static const char *const ok[] = { "float16", "bfloat16", "float32",
+                                      "float64" };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        if (!strcmp(d->name, ok[i]))
+            return 1;
+    return is_complex(d);
+}
+
+static int check_flags(const struct ckpt_pv *md, struct ckpt_tensor *t,
+                       int allow, const char *name, struct ckpt_err *err)
 {
     if (!md || md->kind != CKPT_PV_DICT)
         return 0;
     for (size_t i = 0; i < md->u.dict.n; i++) {
         const struct ckpt_pv *val = md->u.dict.v[i];
-        if (val && val->kind == CKPT_PV_BOOL && val->u.b)
+        const struct ckpt_pv *k = md->u.dict.k[i];
+        const char *key = k->kind == CKPT_PV_STR ? k->u.s.p : "?";
+        if (!val || val->kind != CKPT_PV_BOOL || !val->u.b)
+            continue;
+        int conj = !strcmp(key, "conj_bit"), neg = !strcmp(key, "neg_bit");
+        if (!allow || (!conj && !neg) ||
+            (conj && !is_complex(t->dtype)) ||
+            (neg && !sign_flips(t->dtype)))
             return ckpt_err_set(err, CKPT_EUNSUPPORTED,
-                                "%s: tensor with the '%s' bit set is not "
-                                "supported", name,
-                                md->u.dict.k[i]->kind == CKPT_PV_STR ?
-                                md->u.dict.k[i]->u.s.p : "?");
+                                "%s: %s tensor with the '%s' bit set is "
+                                "not supported", name, t->dtype->name, key);
+        t->conj |= conj;
+        t->neg |= neg;
     }
     return 0;
 }
 
-static int rebuild(const struct ckpt_pv *args, int version,
+static int rebuild(const struct ckpt_pv *args, int version, int allow,
                    struct ckpt_tensor *t, const char *name,
                    struct ckpt_err *err)
 {
@@ -135,7 +162,8 @@ static int rebuild(const struct ckpt_pv *args, int version,
     if (version > 1)
         ckpt_pv_get_int(ckpt_pv_item(args, 4), &rg);
     t->requires_grad = rg != 0;
-    return n > want ? check_flags(ckpt_pv_item(args, want), name, err) : 0;
+    return n > want ? check_flags(ckpt_pv_item(args, want), t, allow, name,
+                                  err) : 0;
 }
 
 static int rebuild_version(const struct ckpt_pv *g)
@@ -148,8 +176,8 @@ static int rebuild_version(const struct ckpt_pv *g)
            !strcmp(fn, "_rebuild_tensor_v3") ? 3 : 0;
 }
 
-int ckpt_tensor_from_pv(const struct ckpt_pv *v, struct ckpt_tensor *t,
-                        const char *name, struct ckpt_err *err)
+static int from_pv(const struct ckpt_pv *v, struct ckpt_tensor *t, int allow,
+                   const char *name, struct ckpt_err *err)
 {
     const struct ckpt_pv *g = ckpt_pv_call_global(v);
     if (!g || strcmp(g->u.global.module, "torch._utils"))
@@ -165,7 +193,13 @@ int ckpt_tensor_from_pv(const struct ckpt_pv *v, struct ckpt_tensor *t,
     int version = rebuild_version(ckpt_pv_call_global(v));
     if (!version)
         return 0;
-    return rebuild(v->u.call.args, version, t, name, err) ? -1 : 1;
+    return rebuild(v->u.call.args, version, allow, t, name, err) ? -1 : 1;
+}
+
+int ckpt_tensor_from_pv(const struct ckpt_pv *v, struct ckpt_tensor *t,
+                        const char *name, struct ckpt_err *err)
+{
+    return from_pv(v, t, 0, name, err);
 }
 
 int ckpt_tensor_numel(const struct ckpt_tensor *t, uint64_t *out)
@@ -248,7 +282,7 @@ int ckpt_tensor_item_load(const struct ckpt_rd *rd,
     }
     if (ckpt_pickle_load(a, pkl, len, &po, &v, NULL, err) != 0)
         goto prefix;
-    int is = ckpt_tensor_from_pv(v, &out->t, "data.pkl", err);
+    int is = from_pv(v, &out->t, 1, "data.pkl", err);
     if (is <= 0) {
         if (is == 0)
             ckpt_err_set(err, CKPT_EFORMAT, "data.pkl: not a tensor (%s)",

@@ -196,6 +196,31 @@ static int run_swap(void *ud, int64_t s, int64_t d)
     return 0;
 }
 
+/* A conj / neg view's values: flip the sign bit (the top bit of each
+ * little-endian component) of the imaginary half (conj) or of every
+ * component (neg; conj and neg together: the real half only). Exactly
+ * what torch's resolve_conj / resolve_neg compute, NaN payloads kept. */
+static int run_sign(void *ud, int64_t s, int64_t d)
+{
+    struct gather *g = ud;
+    (void)s;
+    unsigned half = g->size / 2;
+    int re = g->c->neg, im = g->c->neg != g->c->conj;
+    int cplx = g->unit != g->size;
+    unsigned char *p = (unsigned char *)g->dst + (uint64_t)d * g->size;
+    for (uint64_t i = 0; i < g->run; i++, p += g->size) {
+        if (!cplx) {
+            p[g->size - 1] ^= 0x80;
+            continue;
+        }
+        if (re)
+            p[half - 1] ^= 0x80;
+        if (im)
+            p[g->size - 1] ^= 0x80;
+    }
+    return 0;
+}
+
 static int copy_box(struct ujob *j, const struct utensor *t,
                     const struct uchunk *c, const struct box *bx, char *buf,
                     char *rbuf, int note, struct ckpt_err *err)
@@ -221,6 +246,8 @@ static int copy_box(struct ujob *j, const struct utensor *t,
      * half), so the output is little-endian as its byteorder says. */
     if (c->big_endian)
         each_run(bx, c, &r, run_swap, &g);
+    if (c->conj || c->neg)
+        each_run(bx, c, &r, run_sign, &g);
     return 0;
 }
 

@@ -92,6 +92,8 @@ static int probe_chunk(struct ujob *j, struct utensor *t, struct uchunk *c,
     c->item_off = off;
     c->data = off + loc.data_off;
     c->big_endian = loc.big_endian;
+    c->conj = loc.t.conj;
+    c->neg = loc.t.neg;
     uns_src_note_record(c->src, c->data, loc.data_size, loc.crc, NULL, loc.rec);
     return 0;
 }

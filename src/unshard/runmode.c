@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ckpt/archive.h"
+#include "ckpt/buf.h"
 #include "ckpt/run.h"
 #include "ckpt/storage.h"
 #include "ckpt/tempname.h"
@@ -788,6 +789,34 @@ static int finish_dead_deletes(struct runctx *r, size_t *found)
     return failed ? -1 : 0;
 }
 
+/* SRC without checkpoints that is itself already whole (a step holding
+ * model.pt, model.safetensors, ...: what ckpt ls calls unsharded): the
+ * row's detail naming its files, or NULL. */
+static char *whole_src(struct runctx *r)
+{
+    if (!ckpt_run_root_whole(r->tree))
+        return NULL;
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    size_t n = 0;
+    static const char *const exts[] = { ".pt", ".pth", ".bin", ".ckpt",
+                                        ".safetensors" };
+    for (size_t i = 0; i < r->tree->n; i++) {
+        const struct ckpt_tree_file *f = &r->tree->files[i];
+        int weights = 0;
+        for (size_t e = 0; e < sizeof(exts) / sizeof(exts[0]); e++)
+            weights |= ckpt_str_endswith(f->path, exts[e]);
+        /* The weights files, not config.yaml beside them. */
+        if (f->type == CKPT_ENTRY_FILE && !strchr(f->path, '/') && weights)
+            ckpt_buf_addf(&b, "%s%s", n++ ? ", " : "", f->path);
+    }
+    if (!n)
+        ckpt_buf_addstr(&b, "its files");
+    char *why = ckpt_xasprintf("not sharded: %s %s already whole, nothing "
+                               "to merge", b.ptr, n == 1 ? "is" : "are");
+    ckpt_buf_release(&b);
+    return why;
+}
+
 int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
                      const char *src, const char *dest,
                      const struct ckpt_unshard_run_cfg *cfg)
@@ -844,9 +873,14 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
         /* Only unsharded checkpoints: a rerun after everything was done. */
         step_row(&r, "skip", NULL, "no sharded checkpoint", NULL, NULL);
     } else if (!n) {
-        step_row(&r, "error", NULL, cfg->has_step ? "no sharded checkpoint "
-                 "with that step" : "no checkpoint", NULL, NULL);
-        failed = 1;
+        /* A checkpoint that is whole already (a step of model.pt) is
+         * what run mode skips as "not sharded": said so, not "none". */
+        char *whole = cfg->has_step ? NULL : whole_src(&r);
+        step_row(&r, whole ? "skip" : "error", NULL, whole ? whole :
+                 cfg->has_step ? "no sharded checkpoint with that step"
+                               : "no checkpoint", NULL, NULL);
+        failed |= !whole;
+        free(whole);
     }
     if (n && stream_only(r.tree->archive))
         failed |= spool_run(&r, pick, n) != 0;

@@ -159,6 +159,30 @@ static cJSON *json_dict(const struct ckpt_pv *d, int depth)
     return o;
 }
 
+/* complex(real, imag) as Python pickles a complex value:
+ * {"__complex__": [real, imag]}, or NULL. */
+static cJSON *complex_json(const struct ckpt_pv *v)
+{
+    const struct ckpt_pv *g = ckpt_pv_call_global(v);
+    const struct ckpt_pv *a = g ? v->u.call.args : NULL;
+    if (!g || strcmp(g->u.global.name, "complex") ||
+        (strcmp(g->u.global.module, "builtins") &&
+         strcmp(g->u.global.module, "__builtin__")) ||
+        v->u.call.how != CKPT_CALL_REDUCE || ckpt_pv_len(a) != 2 ||
+        v->u.call.state || v->u.call.listitems || v->u.call.dictitems)
+        return NULL;
+    for (size_t i = 0; i < 2; i++)
+        if (a->u.seq.v[i]->kind != CKPT_PV_FLOAT &&
+            a->u.seq.v[i]->kind != CKPT_PV_INT)
+            return NULL;
+    cJSON *pair = cJSON_CreateArray();
+    cJSON_AddItemToArray(pair, json_number(a->u.seq.v[0]));
+    cJSON_AddItemToArray(pair, json_number(a->u.seq.v[1]));
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "__complex__", pair);
+    return o;
+}
+
 static cJSON *to_json(const struct ckpt_pv *v, int depth)
 {
     if (!v || depth > CKPT_PICKLE_MAX_DEPTH)
@@ -186,6 +210,9 @@ static cJSON *to_json(const struct ckpt_pv *v, int depth)
         cJSON *b = latin1_bytes(v);
         if (b)
             return b;
+        cJSON *c = complex_json(v);
+        if (c)
+            return c;
         if (ckpt_pv_is_global(ckpt_pv_call_global(v), "collections",
                               "OrderedDict"))
             return v->u.call.dictitems ? json_dict(v->u.call.dictitems,
@@ -470,6 +497,19 @@ int uns_st_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
         free(p.tensors);
         tf_strmap_release(&names);
     }
+    /* No tensors at all (an empty state dict, or objects only): still a
+     * model.safetensors, its header only, as safetensors' save_file({})
+     * writes; --format torch writes checkpoint.pt of the empty dict too. */
+    int any = 0;
+    for (size_t i = 0; i < j->dst.nfiles; i++)
+        any |= !j->dst.files[i].copy_from;
+    for (size_t pi = 0; rc == 0 && !any && pi < nparts; pi++)
+        if (!parts[pi].copy_from) {
+            struct part p = { parts[pi].prefix, NULL, 0 };
+            add_shard(j, &p, 0, 0,
+                      ckpt_xasprintf("%s.safetensors", p.base));
+            any = 1;
+        }
     free(part);
     for (size_t pi = 0; pi < nparts; pi++) {
         free(parts[pi].name);

@@ -71,6 +71,8 @@ struct uchunk {
     int64_t *stride;        /* arena, ndim; element strides in storage */
     int64_t soff;           /* storage offset, elements */
     int big_endian;
+    int conj, neg;          /* a conj / neg view: negate the imaginary
+                               parts / every component as copied */
     int skip;               /* identical replica of an earlier chunk */
     atomic_int located;     /* src..big_endian are set (plan.c) */
 };
