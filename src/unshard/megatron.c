@@ -124,7 +124,10 @@ static int merge_dicts(struct ujob *j, struct ckpt_pv *x1,
     for (size_t i = 0; rc == 0 && i < n1; i++) {
         size_t len;
         char *k = key_of(x1->u.dict.k[i], &len);
-        if (k && tf_strmap_put(&seen, k, len, i) != 0)
+        /* The map keeps the key's pointer: the arena's copy. */
+        const char *kept = k ? ckpt_arena_strndup(j->plan.arena, k, len)
+                             : NULL;
+        if (k && (!kept || tf_strmap_put(&seen, kept, len, i) != 0))
             rc = oom(err);
         free(k);
     }
