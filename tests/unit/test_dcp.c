@@ -99,5 +99,56 @@ static void test_dcp__entries(void)
     free(data);
 }
 
+static size_t index_of(const struct ckpt_dcp_meta *m, const char *fqn)
+{
+    const struct ckpt_dcp_entry *e = ckpt_dcp_find(m, fqn);
+    return e ? (size_t)(e - m->entries) : (size_t)-1;
+}
+
+/* Rank-local merging keeps every file's copy of a byte item and each
+ * chunk's file (part); ckpt_dcp_split_parts turns a key into KEY.rankP. */
+static void test_dcp__parts(void)
+{
+    size_t len = 0;
+    char *data = slurp("fuzz/corpus/dcp_metadata/t113_rowcol.metadata", &len);
+    struct ckpt_dcp_meta *m = ckpt_dcp_meta_new();
+    struct ckpt_err err;
+    CHECK(ckpt_dcp_meta_add(m, data, len, "__0.metadata", &err) == 0);
+    CHECK(ckpt_dcp_meta_add(m, data, len, "__1.metadata", &err) == 0);
+    const struct ckpt_dcp_entry *e = ckpt_dcp_find(m, "step");
+    CHECK(e && e->part == 0 && e->ncopies == 1);
+    if (e && e->ncopies == 1) {
+        CHECK_EQ(e->copies[0].part, 1);
+        CHECK_STR(e->copies[0].st.file, "__0_3.distcp");
+    }
+    e = ckpt_dcp_find(m, "row");
+    CHECK(e && e->nchunks == 4 && e->chunks[1].part == 0 &&
+          e->chunks[2].part == 1);
+    /* A sharded tensor has no per-rank copies. */
+    size_t i = index_of(m, "row");
+    CHECK(ckpt_dcp_split_parts(m, i, &err) == -1);
+    CHECK_STR(err.msg, "tensor 'row': per-rank copies need every rank's "
+                       "chunk to be the whole tensor");
+    i = index_of(m, "step");
+    CHECK(ckpt_dcp_split_parts(m, i, &err) == 0);
+    CHECK_EQ(m->n, 6);
+    CHECK(ckpt_dcp_find(m, "step") == NULL);
+    CHECK_STR(m->entries[i].fqn, "step.rank0");
+    CHECK_STR(m->entries[i + 1].fqn, "step.rank1");
+    CHECK(m->entries[i + 1].kind == CKPT_DCP_BYTES &&
+          m->entries[i + 1].part == 1 && m->entries[i + 1].ncopies == 0);
+    CHECK_EQ(index_of(m, "step.rank1"), i + 1);
+    CHECK_EQ(index_of(m, "extra"), 5);
+    /* A plain tensor every rank stored whole: one entry per rank. */
+    i = index_of(m, "rep");
+    CHECK(ckpt_dcp_split_parts(m, i, &err) == 0);
+    CHECK_EQ(m->n, 7);
+    e = ckpt_dcp_find(m, "rep.rank1");
+    CHECK(e && e->kind == CKPT_DCP_TENSOR && e->nchunks == 1 &&
+          e->chunks[0].part == 1);
+    ckpt_dcp_meta_free(m);
+    free(data);
+}
+
 TEST_MAIN(T(test_dcp__required_sizes), T(test_dcp__required_sizes_errors),
-          T(test_dcp__entries))
+          T(test_dcp__entries), T(test_dcp__parts))
