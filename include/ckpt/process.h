@@ -104,6 +104,8 @@ struct ckpt_process_cfg {
                                     the source (verified uploads first) */
     enum ckpt_process_unshard unshard;
     int unshard_step0;           /* also step 0 */
+    int rank_values;             /* unshard's --rank-values (enum
+                                    ckpt_rank_values, ckpt/unshard.h) */
     const char *tmp_dir;         /* unshard's scratch: the step being
                                     read of a compressed archive or zip
                                     (outputs go straight to DEST); NULL:

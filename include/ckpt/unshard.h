@@ -58,6 +58,10 @@ enum ckpt_rank_values {
     CKPT_RANK_VALUES_PER_RANK
 };
 
+/* The --rank-values spelling name ("error", "rank0", "per-rank"; NULL:
+ * the default) into *out: 0, or -1 for any other name. */
+int ckpt_rank_values_parse(const char *name, int *out);
+
 struct ckpt_unshard_opts {
     enum ckpt_unshard_layout layout;
     enum ckpt_unshard_format format;

@@ -13,6 +13,7 @@
 
 #include "ckpt/clean.h"
 #include "ckpt/process.h"
+#include "ckpt/unshard.h"
 #include "ckpt/text.h"
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
@@ -46,6 +47,7 @@ static const char *const process_usage[] = {
 
 struct pr_opts {
     const char *dest, *wandb_map, *logs, *state_dir, *min_age, *unshard;
+    const char *rank_values;
     const char *lease_ttl;
     int runs;
     int no_wandb, keep_bad, keep_source, keep_archive, step0;
@@ -451,6 +453,9 @@ static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c)
     else
         return usage_error("--unshard '%s': expected all, latest or none",
                            u);
+    if (ckpt_rank_values_parse(po->rank_values, &c->rank_values) != 0)
+        return usage_error("unknown --rank-values '%s' (error, rank0 or "
+                           "per-rank)", po->rank_values);
     return 0;
 }
 
@@ -662,6 +667,10 @@ int cmd_process(int argc, char **argv)
                   "incomplete steps (deleted with the source)"),
         OPT_STR_(0, "unshard", &po.unshard, "all|latest|none",
                  "which sharded steps to unshard (default all)"),
+        OPT_STR_(0, "rank-values", &po.rank_values, "M",
+                 "rank-local DCP steps whose ranks saved different values "
+                 "under one key: error (default), rank0 or per-rank "
+                 "(KEY.rankR), as unshard's"),
         OPT_BOOL_(0, "unshard-step0", &po.step0, "also unshard step 0 "
                   "(the untrained initial weights: skipped by default)"),
         OPT_STR_(0, "logs", &po.logs, "LOCATION", "add log files naming "

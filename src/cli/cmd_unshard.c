@@ -138,13 +138,7 @@ static int validate(struct cmd *c, int argc, char **argv)
     else
         return usage_err("unknown --format '%s' (torch or safetensors)",
                          c->format);
-    if (!c->rank_values || !strcmp(c->rank_values, "error"))
-        o->rank_values = CKPT_RANK_VALUES_ERROR;
-    else if (!strcmp(c->rank_values, "rank0"))
-        o->rank_values = CKPT_RANK_VALUES_RANK0;
-    else if (!strcmp(c->rank_values, "per-rank"))
-        o->rank_values = CKPT_RANK_VALUES_PER_RANK;
-    else
+    if (ckpt_rank_values_parse(c->rank_values, &o->rank_values) != 0)
         return usage_err("unknown --rank-values '%s' (error, rank0 or "
                          "per-rank)", c->rank_values);
     uint64_t step;

@@ -1031,6 +1031,7 @@ static int rederive(struct one *o, const char *dir, int record)
         struct ckpt_unshard_run_cfg u = {
             .uo = { .sync = 0, .tmp_dir = o->p->tmp, .insecure = c->insecure,
                     .retries = c->retries, .checksum = 1,
+                    .rank_values = c->rank_values,
                     .memory = o->p->run_mem, .jobs = o->p->run_jobs },
             .has_step = 1, .step = step, .tmp_dir = o->p->tmp,
             .on_step = rederive_step, .ud = &r,
@@ -1107,6 +1108,7 @@ static int unshard(struct one *o)
         .uo = { .dry_run = c->dry_run, .sync = 1, .tmp_dir = o->p->tmp,
                 .insecure = c->insecure, .retries = c->retries,
                 .dest_storage = c->dst, .checksum = 1,
+                .rank_values = c->rank_values,
                 .memory = o->p->run_mem, .jobs = o->p->run_jobs },
         .latest = c->unshard == CKPT_PROC_UNSHARD_LATEST,
         .skip_step0 = !c->unshard_step0, .tmp_dir = o->p->tmp,

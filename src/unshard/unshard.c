@@ -282,6 +282,20 @@ static int write_all_outputs(struct ujob *j, struct ckpt_err *err)
     return j->dst.out->remote ? 0 : ops->close(j, err);
 }
 
+int ckpt_rank_values_parse(const char *name, int *out)
+{
+    static const char *const names[] = { "error", "rank0", "per-rank" };
+    *out = CKPT_RANK_VALUES_ERROR;
+    if (!name)
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i])) {
+            *out = i;
+            return 0;
+        }
+    return -1;
+}
+
 int ckpt_unshard_dcp(const char *src, const char *dest,
                      const struct ckpt_unshard_opts *opts,
                      struct ckpt_unshard_result *res, struct ckpt_err *err)

@@ -14,7 +14,8 @@ torch 1.13 through tests/support/make_dcp_ranklocal.py (3 ranks):
           rank: an error naming it and rank 1 by default; rank0 / per-rank
           as above, with --verify.
 A run holding the `bytes` step: an error row by default, the step
-unsharded with --rank-values per-rank. An unknown mode is a usage error.
+unsharded with --rank-values per-rank; the same through `process`, which
+passes the option to its unshard phase. An unknown mode is a usage error.
 
 Before, plain `unshard` silently wrote rank 0's value of both keys.
 """
@@ -102,6 +103,36 @@ def run_mode(tmp, fx):
             os.path.join(fx, "bytes", "expected_per_rank.pt"))
 
 
+def process_mode(tmp, fx):
+    """process passes --rank-values to its unshard phase; by default the
+    step's unshard fails and the run is kept whole at the source."""
+    runs = os.path.join(tmp, "proc")
+    r = os.path.join(runs, "run1")
+    shutil.copytree(os.path.join(fx, "bytes", "ckpt"),
+                    os.path.join(r, "step5"))
+    with open(os.path.join(r, "config.yaml"), "w") as f:
+        f.write("run_name: run1\n")
+    dest = os.path.join(tmp, "proc-dest")
+    p = run(CKPT, "process", "--no-wandb", "--no-progress", "--min-age", "0",
+            "--keep-source", r, "--dest", dest, ok=False)
+    check("process default: exit 1", p.returncode == 1, p.stdout + p.stderr)
+    check("process default: the key named", "object 'loader': ranks 1, 2 "
+          "saved values different from rank 0's" in p.stdout + p.stderr,
+          p.stdout + p.stderr)
+    check("process default: no output at DEST", not any(
+        "step5-unsharded" in d for d, _, _ in os.walk(dest)))
+    p = run(CKPT, "process", "--no-wandb", "--no-progress", "--min-age", "0",
+            "--keep-source", "--rank-values", "per-rank", r, "--dest", dest,
+            ok=False)
+    check("process per-rank: exit 0", p.returncode == 0, p.stdout + p.stderr)
+    out = [os.path.join(d, "checkpoint.pt") for d, _, fs in os.walk(dest)
+           if d.endswith("step5-unsharded") and "checkpoint.pt" in fs]
+    check("process per-rank: one output", len(out) == 1, str(out))
+    if out:
+        compare("process per-rank: values", out[0],
+                os.path.join(fx, "bytes", "expected_per_rank.pt"))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-rank-values-")
     try:
@@ -118,6 +149,7 @@ def main():
               "different from rank 0's " + hint("rng"))
         safetensors(tmp, fx)
         run_mode(tmp, fx)
+        process_mode(tmp, fx)
         p = unshard("--rank-values", "rank1", src, os.path.join(tmp, "u"))
         check("unknown mode: exit 2", p.returncode == 2, p.stderr)
         check("unknown mode: message", p.stderr.startswith(
