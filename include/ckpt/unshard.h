@@ -62,6 +62,15 @@ enum ckpt_rank_values {
  * the default) into *out: 0, or -1 for any other name. */
 int ckpt_rank_values_parse(const char *name, int *out);
 
+/* --weights, for DeepSpeed steps: the fp32 master weights of the ZeRO
+ * optimizer's partitions, as zero_to_fp32 consolidates them (default), or
+ * the module's state dict as trained (bf16/fp16 in a 16-bit run), as the
+ * model-states file holds it (docs/formats/deepspeed.md). */
+enum ckpt_unshard_weights {
+    CKPT_WEIGHTS_MASTER = 0,
+    CKPT_WEIGHTS_MODULE
+};
+
 struct ckpt_unshard_opts {
     enum ckpt_unshard_layout layout;
     enum ckpt_unshard_format format;
@@ -75,6 +84,7 @@ struct ckpt_unshard_opts {
     /* Rank-local DCP (__R.metadata): what to do when ranks saved
      * different values under one key (enum ckpt_rank_values). */
     int rank_values;
+    int weights;                /* enum ckpt_unshard_weights */
     /* Write pickled values naming globals outside the allow-list (a
      * plain torch.load of the output would call them); else such a value
      * fails the checkpoint with CKPT_EUNSAFE naming item and global. */

@@ -47,7 +47,7 @@ static const char *const usage[] = {
 
 struct cmd {
     struct ckpt_opts g;
-    const char *layout, *format, *rank_values;
+    const char *layout, *format, *rank_values, *weights;
     uint64_t max_shard, memory;
     int allow_replicas, allow_unsafe_pickle, verify, latest, delete_sharded;
     int no_sync;
@@ -79,6 +79,9 @@ static int parse(struct cmd *c, int *argc, char **argv)
         OPT_STR_(0, "rank-values", &c->rank_values, "M",
                  "rank-local DCP, ranks saved different values under one "
                  "key: error (default), rank0 or per-rank (KEY.rankR)"),
+        OPT_STR_(0, "weights", &c->weights, "W",
+                 "DeepSpeed: master (fp32, as zero_to_fp32; default) or "
+                 "module (the model-states file's 16-bit module weights)"),
         OPT_BOOL_(0, "allow-unsafe-pickle", &c->allow_unsafe_pickle,
                   "also write pickled globals torch.load(weights_only) "
                   "refuses (warns)"),
@@ -141,6 +144,13 @@ static int validate(struct cmd *c, int argc, char **argv)
     if (ckpt_rank_values_parse(c->rank_values, &o->rank_values) != 0)
         return usage_err("unknown --rank-values '%s' (error, rank0 or "
                          "per-rank)", c->rank_values);
+    if (!c->weights || !strcmp(c->weights, "master"))
+        o->weights = CKPT_WEIGHTS_MASTER;
+    else if (!strcmp(c->weights, "module"))
+        o->weights = CKPT_WEIGHTS_MODULE;
+    else
+        return usage_err("unknown --weights '%s' (master or module)",
+                         c->weights);
     uint64_t step;
     if (c->step && ckpt_parse_u64(c->step, &step) != 0)
         return usage_err("--step needs a number, got '%s'", c->step);

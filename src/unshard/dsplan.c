@@ -910,6 +910,68 @@ static int model_states(struct dsplan *p, const struct uns_dir *d,
     return rc;
 }
 
+/* --- --weights module ------------------------------------------------------ */
+
+/* Output o (the last one added) is a view of the same record, offset,
+ * shape and strides as an earlier one (a tied weight): it becomes that
+ * one, as torch.load gives one storage for both. */
+static void tie_view(struct dsplan *p)
+{
+    struct dsout *o = &p->outs[p->nouts - 1];
+    for (size_t i = 0; i + 1 < p->nouts; i++) {
+        const struct dsout *q = &p->outs[i];
+        if (q->alias >= 0 || q->src != o->src || q->data != o->data ||
+            q->soff != o->soff || q->dtype != o->dtype || q->ndim != o->ndim ||
+            memcmp(q->size, o->size, sizeof(*o->size) * (size_t)o->ndim) ||
+            memcmp(q->stride, o->stride, sizeof(*o->stride) * (size_t)o->ndim))
+            continue;
+        o->alias = (int)i;
+        return;
+    }
+}
+
+/* ZeRO-1/2: torch.load(mp_rank_00_model_states.pt)['module'], the
+ * module's state dict as trained (engine.module_state_dict(): what
+ * save_16bit_model writes for these stages), every tensor as saved. */
+static int module_weights(struct dsplan *p, const struct uns_dir *d,
+                          struct ckpt_err *err)
+{
+    const char *name = "mp_rank_00_model_states.pt";
+    struct dsfile f;
+    if (!uns_fs_has_file(d, name) &&
+        uns_fs_has_file(d, "zero_pp_rank_0_mp_rank_00_model_states.pt"))
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': --weights module "
+                            "of a ZeRO-3 step: its model-states files hold "
+                            "every parameter empty and the step keeps no "
+                            "16-bit values (DeepSpeed's save_16bit_model "
+                            "writes them, with stage3_gather_16bit_weights_"
+                            "on_model_save); --weights master gives the fp32 "
+                            "weights", p->j->src.dir);
+    if (!uns_fs_has_file(d, name))
+        return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s' is missing",
+                            p->j->src.dir, name);
+    if (uns_src_prefetch(p->j, ckpt_arena_strdup(ma(p), name),
+                         uns_fs_find(d, name), err) != 0 ||
+        file_open(p, name, &f, err) != 0)
+        return -1;
+    int rc = check_world(&f, err);
+    const struct ckpt_pv *mod = ckpt_pv_dict_items(field(&f, "module"));
+    if (rc == 0 && !mod)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s' holds no module state "
+                          "dict", f.rel);
+    for (size_t i = 0; rc == 0 && i < mod->u.dict.n; i++) {
+        const struct ckpt_pv *k = mod->u.dict.k[i];
+        char *key = k->kind == CKPT_PV_STR ? mstr(p, k) : NULL;
+        if (!key)
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': module key %zu is "
+                              "not a string", f.rel, i);
+        else if ((rc = plain_out(p, &f, key, mod->u.dict.v[i], 0, err)) == 0)
+            tie_view(p);
+    }
+    file_close(&f);
+    return rc;
+}
+
 /* --- entries ------------------------------------------------------------ */
 
 static int64_t *row_strides(struct dsplan *p, int ndim, const uint64_t *size)
@@ -1248,11 +1310,13 @@ int uns_ds_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = uns_fs_list(j, src, 0, &d, err);
     listed = rc == 0;
-    if (rc == 0)
+    if (rc == 0 && j->o->weights == CKPT_WEIGHTS_MODULE)
+        rc = module_weights(p, &d, err);
+    else if (rc == 0)
         rc = optim_files(p, &d, err);
-    if (rc == 0 && p->stage == 3)
+    if (rc == 0 && !j->o->weights && p->stage == 3)
         j->src.metaname = "zero_pp_rank_0_mp_rank_00_model_states.pt";
-    if (rc == 0)
+    if (rc == 0 && !j->o->weights)
         rc = model_states(p, &d, err);
     if (listed)
         uns_fs_free(&d);

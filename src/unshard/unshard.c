@@ -243,6 +243,10 @@ static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
     enum ckpt_format f = (enum ckpt_format)j->o->source_format;
     /* Megatron torch_dist is DCP with its common state merged in. */
     j->plan.megatron = f == CKPT_FMT_MEGATRON;
+    if (j->o->weights == CKPT_WEIGHTS_MODULE && f != CKPT_FMT_DEEPSPEED)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': --weights module "
+                            "reads a DeepSpeed step's model-states file; "
+                            "this is %s", src, ckpt_format_name(f));
     for (size_t i = 0; i < sizeof(planners) / sizeof(planners[0]); i++) {
         if (planners[i].format != f)
             continue;

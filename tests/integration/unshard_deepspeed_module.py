@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+# ctest-cost: 8
+"""unshard_deepspeed_module.py - issue 21: `ckpt unshard --weights module`
+of a DeepSpeed ZeRO-1/2 step writes the module's state dict as trained
+(bf16 in a bf16 run), what torch.load(mp_rank_00_model_states.pt)['module']
+gives: the same keys in the same order, and per tensor the same dtype,
+shape, requires_grad and bytes; a tied weight (embed/head: views of one
+storage at one offset in DeepSpeed's file) is one tensor in the output.
+For ZeRO-1/2 this state dict is also what DeepSpeed's save_16bit_model
+writes (engine.module_state_dict()).
+
+The reference is DeepSpeed's own file, loaded by torch (1.13 here): the
+fixtures in tests/fixtures/real-writers/deepspeed_* were written by
+DeepSpeed 0.19.6's engine.save_checkpoint (provenance.txt beside them);
+DeepSpeed is never run here.
+
+Also: --format safetensors (the same tensors, the tied one copied);
+--verify; a dry run (a row, nothing written); run mode (--weights module
+on a run directory: the complete step unsharded); ZeRO-3 refused with one
+error saying why (its model-states files hold every parameter empty, and
+the step keeps no 16-bit values), nothing at DEST; --weights of another
+format and an unknown --weights value refused.
+
+Before: `--weights` was an unknown option (exit 2)."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from s3test import CKPT, Checker  # noqa: E402
+from s3test import scratch  # noqa: E402
+
+RW = os.path.join(HERE, "..", "fixtures", "real-writers")
+CASES = ("zero1_bf16", "zero1_fp32", "zero2_bf16", "zero2_fp32",
+         "zero2_groups")
+ZERO3 = ("zero3_fp32", "zero3_groups")
+ZERO3_ERR = ("error: '%s': --weights module of a ZeRO-3 step: its "
+             "model-states files hold every parameter empty and the step "
+             "keeps no 16-bit values (DeepSpeed's save_16bit_model writes "
+             "them, with stage3_gather_16bit_weights_on_model_save); "
+             "--weights master gives the fp32 weights")
+
+
+def step(case):
+    return os.path.join(RW, "deepspeed_" + case, "checkpoints",
+                        "global_step2")
+
+
+def module(case):
+    """DeepSpeed's own file, as torch loads it (our committed fixture:
+    not weights_only, it pickles DeepSpeed's config objects)."""
+    sd = torch.load(os.path.join(step(case), "mp_rank_00_model_states.pt"),
+                    map_location="cpu")
+    return sd["module"]
+
+
+def unshard(*args):
+    p = subprocess.run([CKPT, "unshard", "--no-progress"] + list(args),
+                       capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+def errors(se):
+    return [e.split(" ckpt: ", 1)[-1] for e in se.strip().splitlines()]
+
+
+def raw(t):
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
+
+
+def ties(sd):
+    """Pairs of keys that are views of one storage at one offset, shape
+    and stride (a tied weight)."""
+    ks = list(sd)
+    return sorted((a, b) for i, a in enumerate(ks) for b in ks[i + 1:]
+                  if sd[a].data_ptr() == sd[b].data_ptr() and
+                  sd[a].shape == sd[b].shape and
+                  sd[a].stride() == sd[b].stride())
+
+
+def same_state(c, what, got, want):
+    c.eq(what + ": keys in order", list(got), list(want))
+    for k in want:
+        if k in got:
+            a, b = got[k], want[k]
+            c.eq("%s: %s dtype, shape, requires_grad" % (what, k),
+                 (a.dtype, tuple(a.shape), a.requires_grad),
+                 (b.dtype, tuple(b.shape), b.requires_grad))
+            c.true("%s: %s bytes" % (what, k), raw(a) == raw(b))
+
+
+ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16,
+             "F16": torch.float16, "I64": torch.int64}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    head = json.loads(data[8:8 + n])
+    head.pop("__metadata__", None)
+    out = {}
+    for k, v in sorted(head.items(), key=lambda kv: kv[1]["data_offsets"]):
+        b, e = v["data_offsets"]
+        buf = bytearray(data[8 + n + b:8 + n + e])
+        out[k] = torch.frombuffer(buf, dtype=ST_DTYPES[v["dtype"]]) \
+            .reshape(v["shape"])
+    return out
+
+
+def each_case(c, tmp):
+    for case in CASES:
+        want = module(case)
+        out = os.path.join(tmp, "out-" + case)
+        rc, so, se = unshard("--weights", "module", "--verify", step(case),
+                             out)
+        c.eq(case + ": exit (%s)" % se.strip(), rc, 0)
+        c.true(case + ": one unshard row", so.startswith("unshard\t") and
+               so.count("\n") == 1)
+        c.eq(case + ": files", sorted(os.listdir(out))
+             if os.path.isdir(out) else None, ["checkpoint.pt"])
+        if rc == 0:
+            got = torch.load(os.path.join(out, "checkpoint.pt"),
+                             weights_only=True)
+            same_state(c, case, got, want)
+            c.eq(case + ": the tied weight is one tensor", ties(got),
+                 ties(want))
+        st = os.path.join(tmp, "st-" + case)
+        rc, _, se = unshard("--weights", "module", "--format",
+                            "safetensors", step(case), st)
+        c.eq(case + " safetensors: exit (%s)" % se.strip(), rc, 0)
+        c.eq(case + " safetensors: files", sorted(os.listdir(st))
+             if os.path.isdir(st) else None, ["model.safetensors"])
+        if rc == 0:
+            got = read_safetensors(os.path.join(st, "model.safetensors"))
+            for t in want.values():
+                t.requires_grad_(False)
+            same_state(c, case + " safetensors", got, want)
+    # The 16-bit run's weights are bf16 (the fp32 master is another
+    # thing: --weights master, unshard_deepspeed.py).
+    c.eq("zero1_bf16: module dtypes", sorted({str(t.dtype) for t in
+                                              module("zero1_bf16")
+                                              .values()}),
+         ["torch.bfloat16", "torch.float32"])
+    dry = os.path.join(tmp, "dry")
+    rc, so, _ = unshard("-n", "--weights", "module", step("zero2_bf16"), dry)
+    c.eq("dry run: row", (rc, so.split("\t")[0], os.path.exists(dry)),
+         (0, "would-unshard", False))
+
+
+def zero3(c, tmp):
+    for case in ZERO3:
+        out = os.path.join(tmp, "z3-" + case)
+        rc, so, se = unshard("--weights", "module", step(case), out)
+        c.eq(case + ": refused, one error saying why",
+             (rc, errors(se)), (1, [ZERO3_ERR % step(case)]))
+        c.eq(case + ": nothing at DEST", os.path.exists(out), False)
+
+
+def run_mode(c, tmp):
+    run = os.path.join(tmp, "runs", "ds-zero2_bf16")
+    shutil.copytree(os.path.join(RW, "deepspeed_zero2_bf16", "checkpoints"),
+                    run)
+    out = os.path.join(tmp, "run-out")
+    rc, so, se = unshard("--weights", "module", run, out)
+    c.eq("run: exit (%s)" % se.strip(), rc, 0)
+    c.eq("run: rows", [tuple(x.split("\t")[:2]) for x in so.splitlines()],
+         [("unsharded", "global_step2")])
+    got = os.path.join(out, "global_step2-unsharded", "checkpoint.pt")
+    if os.path.exists(got):
+        same_state(c, "run", torch.load(got, weights_only=True),
+                   module("zero2_bf16"))
+    else:
+        c.true("run: output at " + got, False)
+
+
+def refusals(c, tmp):
+    rc, _, se = unshard("--weights", "fp16", step("zero2_bf16"),
+                        os.path.join(tmp, "x"))
+    c.eq("unknown --weights: usage error", (rc, se.splitlines()[0]),
+         (2, "ckpt unshard: error: unknown --weights 'fp16' (master or "
+             "module)"))
+    dcp = os.path.join(RW, "hf_trainer_fsdp2_sharded", "checkpoint-2",
+                       "pytorch_model_fsdp_0")
+    out = os.path.join(tmp, "dcp")
+    rc, _, se = unshard("--weights", "module", dcp, out)
+    c.eq("DCP: --weights module refused", (rc, errors(se)),
+         (1, ["error: '%s': --weights module reads a DeepSpeed step's "
+              "model-states file; this is dcp" % dcp]))
+    c.eq("DCP: nothing at DEST", os.path.exists(out), False)
+
+
+def main():
+    c = Checker()
+    with scratch("ckpt-dsmod-") as tmp:
+        each_case(c, tmp)
+        zero3(c, tmp)
+        run_mode(c, tmp)
+        refusals(c, tmp)
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
