@@ -81,7 +81,7 @@ static int parse(struct cmd *c, int *argc, char **argv)
                  "key: error (default), rank0 or per-rank (KEY.rankR)"),
         OPT_STR_(0, "weights", &c->weights, "W",
                  "DeepSpeed: master (fp32, as zero_to_fp32; default) or "
-                 "module (the model-states file's 16-bit module weights)"),
+                 "module (the module's weights as trained, e.g. bf16)"),
         OPT_BOOL_(0, "allow-unsafe-pickle", &c->allow_unsafe_pickle,
                   "also write pickled globals torch.load(weights_only) "
                   "refuses (warns)"),

@@ -28,6 +28,11 @@
  * records none), the trainable parameters, then shared_params: a tied
  * name is the same tensor as its source (one storage in a torch file, a
  * copy of the bytes in safetensors, which cannot share).
+ *
+ * --weights module: the module's state dict as trained instead. ZeRO-1/2
+ * keep it whole in the model states (module_weights); ZeRO-3 keeps every
+ * parameter empty there, so it is the partitions cut as above and cast
+ * to the module's dtype, as save_16bit_model's gather gives (module3).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +74,9 @@ struct dsout {
     int64_t soff;
     const int64_t *stride;      /* meta arena */
     int big_endian;
-    const struct ckpt_dtype *from;  /* K_CONVERT: its dtype */
+    const struct ckpt_dtype *from;  /* K_CONVERT: its dtype; K_FLAT:
+                                       the groups' (fp32), cast to dtype
+                                       (--weights module, ZeRO-3) */
     int requires_grad;          /* as zero_to_fp32's tensor has it */
     size_t entry;               /* in the plan (not for an alias in a
                                    torch file) */
@@ -111,6 +118,7 @@ struct dsplan {
     size_t nlocs;
     int *conv;                  /* per entry: decoded (K_CONVERT) */
     int *rg;                    /* per entry: requires_grad */
+    int module;                 /* --weights module */
 };
 
 /* --- small readers ------------------------------------------------------ */
@@ -866,6 +874,105 @@ static int check_world(struct dsfile *f, struct ckpt_err *err)
     return 0;
 }
 
+static int is_buffer(const struct ckpt_pv *names, const struct ckpt_pv *k)
+{
+    for (size_t b = 0; k->kind == CKPT_PV_STR && b < names->u.seq.n; b++)
+        if (names->u.seq.v[b]->kind == CKPT_PV_STR &&
+            names->u.seq.v[b]->u.s.len == k->u.s.len &&
+            !memcmp(names->u.seq.v[b]->u.s.p, k->u.s.p, k->u.s.len))
+            return 1;
+    return 0;
+}
+
+/* Output o holds a parameter whose module tensor (empty in ZeRO-3's
+ * model states) is of dtype dt: the fp32 master cast to it, as DeepSpeed
+ * last copied it into the 16-bit partition (copy_, round to nearest
+ * even). Only the casts checked against save_16bit_model's output. */
+static int module_dtype(struct dsplan *p, struct dsout *o,
+                        const struct ckpt_dtype *dt, const char *key,
+                        struct ckpt_err *err)
+{
+    if (o->dtype == dt)
+        return 0;
+    if (o->kind == K_FLAT && o->dtype == p->gdtype &&
+        !strcmp(o->dtype->name, "float32") && !strcmp(dt->name, "bfloat16")) {
+        for (size_t i = 0; i < o->nsl; i++)
+            if (o->sl[i].step != 1)
+                return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': the "
+                                    "flat group holding '%s' is strided",
+                                    p->j->src.dir, key);
+        o->from = o->dtype;
+        o->dtype = dt;
+        return 0;
+    }
+    return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': '%s' is %s in the "
+                        "module, %s in the checkpoint: --weights module of "
+                        "ZeRO-3 casts fp32 master weights to bfloat16 only "
+                        "(the cast checked against DeepSpeed's "
+                        "save_16bit_model)", p->j->src.dir, key, dt->name,
+                        o->dtype->name);
+}
+
+/* ZeRO-3, --weights module: the state dict DeepSpeed's
+ * _zero3_consolidated_16bit_state_dict (save_16bit_model) gives, in the
+ * module's key order (rank 0's model states list it, every parameter
+ * empty): buffers as the module holds them, parameters from the
+ * partitions (frozen ones as saved, trainable ones cast to the module's
+ * dtype), a tied one the same tensor as its source; no requires_grad. */
+static int module3(struct dsplan *p, struct dsfile *f, struct ckpt_err *err)
+{
+    const struct ckpt_pv *names = field(f, "buffer_names");
+    const struct ckpt_pv *mod = ckpt_pv_dict_items(field(f, "module"));
+    if (!names || (names->kind != CKPT_PV_LIST &&
+                   names->kind != CKPT_PV_TUPLE) || !mod)
+        return ckpt_err_set(err, CKPT_EFORMAT, "'%s' is not a model state "
+                            "checkpoint (no buffer_names or module)", f->rel);
+    size_t *order = ckpt_xcalloc(mod->u.dict.n + 1, sizeof(*order));
+    size_t n = 0;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < mod->u.dict.n; i++) {
+        const struct ckpt_pv *k = mod->u.dict.k[i];
+        char *key = k->kind == CKPT_PV_STR ? mstr(p, k) : NULL;
+        struct ckpt_tensor t;
+        uint64_t pos;
+        if (!key) {
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': module key %zu is "
+                              "not a string", f->rel, i);
+        } else if (is_buffer(names, k)) {
+            if ((rc = plain_out(p, f, key, mod->u.dict.v[i], 0, err)) == 0)
+                order[n++] = p->nouts - 1;
+        } else if ((rc = ckpt_tensor_from_pv(mod->u.dict.v[i], &t, f->rel,
+                                             err)) != 1) {
+            if (rc == 0)
+                ckpt_err_set(err, CKPT_EFORMAT, "'%s': module value '%s' "
+                             "is not a tensor", f->rel, key);
+            rc = -1;
+        } else if (!tf_strmap_get(&p->byname, key, strlen(key), &pos)) {
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': module parameter "
+                              "'%s' is not in param_shapes, "
+                              "frozen_param_shapes or shared_params",
+                              f->rel, key);
+        } else {
+            size_t oi = p->order[pos], target = oi;
+            rc = 0;
+            while (p->outs[target].alias >= 0)
+                target = (size_t)p->outs[target].alias;
+            rc = module_dtype(p, &p->outs[target], t.dtype, key, err);
+            order[n++] = oi;
+        }
+    }
+    for (size_t i = 0; i < p->nouts; i++)
+        p->outs[i].requires_grad = 0;
+    if (rc == 0) {
+        free(p->order);
+        p->order = order;
+        p->norder = n;
+    } else {
+        free(order);
+    }
+    return rc;
+}
+
 static int model_states(struct dsplan *p, const struct uns_dir *d,
                         struct ckpt_err *err)
 {
@@ -895,7 +1002,11 @@ static int model_states(struct dsplan *p, const struct uns_dir *d,
     }
     if (rc == 0)
         rc = check_world(&m[0], err);
-    if (rc == 0)
+    if (rc == 0 && p->module && p->stage != 3)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "'%s': ZeRO-%d optimizer "
+                          "files without mp_rank_00_model_states.pt",
+                          p->j->src.dir, p->stage);
+    if (rc == 0 && !p->module)
         rc = buffers(p, &m[0], err);
     if (rc == 0)
         rc = p->stage == 3 ? frozen3(p, m, err) : frozen2(p, &m[0], err);
@@ -904,6 +1015,8 @@ static int model_states(struct dsplan *p, const struct uns_dir *d,
                            : trainable2(p, &m[0], err);
     if (rc == 0)
         rc = shared(p, &m[0], err);
+    if (rc == 0 && p->module)
+        rc = module3(p, &m[0], err);
     for (int r = 0; r < n; r++)
         file_close(&m[r]);
     free(m);
@@ -938,15 +1051,6 @@ static int module_weights(struct dsplan *p, const struct uns_dir *d,
 {
     const char *name = "mp_rank_00_model_states.pt";
     struct dsfile f;
-    if (!uns_fs_has_file(d, name) &&
-        uns_fs_has_file(d, "zero_pp_rank_0_mp_rank_00_model_states.pt"))
-        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': --weights module "
-                            "of a ZeRO-3 step: its model-states files hold "
-                            "every parameter empty and the step keeps no "
-                            "16-bit values (DeepSpeed's save_16bit_model "
-                            "writes them, with stage3_gather_16bit_weights_"
-                            "on_model_save); --weights master gives the fp32 "
-                            "weights", p->j->src.dir);
     if (!uns_fs_has_file(d, name))
         return ckpt_err_set(err, CKPT_ENOTFOUND, "'%s/%s' is missing",
                             p->j->src.dir, name);
@@ -1027,6 +1131,13 @@ static int add_boxes(struct dsplan *p, struct ckpt_dcp_entry *e,
 static size_t max_chunks(const struct dsout *o)
 {
     size_t per = 2 * (size_t)(o->ndim ? o->ndim : 1);
+    if (o->kind == K_FLAT && o->from) {
+        size_t n = 1;
+        for (size_t i = 0; i < o->nsl; i++)
+            n += (size_t)((o->sl[i].count + CONV_PIECE - 1) / CONV_PIECE) *
+                 per;
+        return n;
+    }
     if (o->kind == K_FLAT)
         return o->nsl * per + 1;
     if (o->kind == K_PLAIN)
@@ -1090,13 +1201,20 @@ static int make_entry(struct dsplan *p, struct ckpt_dcp_entry *e,
         }
         return 0;
     }
+    /* A cast slice (step 1) is decoded CONV_PIECE elements at a time. */
+    p->conv[ei] = o->from != NULL;
     for (size_t i = 0; i < o->nsl; i++) {
         const struct dslice *s = &o->sl[i];
         struct dsloc proto = { s->src, s->data, 0, NULL, s->big_endian,
-                               NULL, 0 };
-        if (add_boxes(p, e, lv, o, s->start, s->count, s->soff, s->step,
-                      row, &proto, err) != 0)
-            return -1;
+                               o->from, 0 };
+        uint64_t piece = o->from ? CONV_PIECE : s->count;
+        for (uint64_t at = 0; at < s->count; at += piece) {
+            uint64_t cnt = s->count - at < piece ? s->count - at : piece;
+            if (add_boxes(p, e, lv, o, s->start + at, cnt,
+                          s->soff + (int64_t)at * s->step, s->step, row,
+                          &proto, err) != 0)
+                return -1;
+        }
     }
     return 0;
 }
@@ -1143,7 +1261,7 @@ static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
     memcpy(c->stride, l->stride, sizeof(int64_t) * (size_t)t->e->ndim);
     c->soff = l->from ? 0 : l->soff;
     c->big_endian = l->from ? 0 : l->big_endian;
-    c->dec = l->from ? l->count * 4 : 0;
+    c->dec = l->from ? l->count * t->e->dtype->itemsize : 0;
     return 0;
 }
 
@@ -1187,6 +1305,9 @@ void uns_ds_to_f32(const struct ckpt_dtype *from, const unsigned char *in,
         } else if (!strcmp(d, "float16")) {
             bits = f16_bits((uint16_t)u);
             memcpy(&f, &bits, 4);
+        } else if (!strcmp(d, "float32")) {
+            bits = (uint32_t)u;
+            memcpy(&f, &bits, 4);
         } else if (!strcmp(d, "float64")) {
             double v;
             memcpy(&v, &u, 8);
@@ -1205,6 +1326,21 @@ void uns_ds_to_f32(const struct ckpt_dtype *from, const unsigned char *in,
             f = (float)(uint8_t)u;
         }
         out[i] = f;
+    }
+}
+
+/* n float32 values as bfloat16 (little-endian), rounded to nearest even
+ * with NaN made 0x7fc0, as torch's float -> bfloat16 conversion
+ * (c10::round_to_nearest_even) does. */
+void uns_ds_f32_to_bf16(const float *in, uint64_t n, unsigned char *out)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &in[i], 4);
+        uint16_t h = in[i] != in[i] ? 0x7fc0
+                   : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+        out[2 * i] = (unsigned char)(h & 0xff);
+        out[2 * i + 1] = (unsigned char)(h >> 8);
     }
 }
 
@@ -1231,8 +1367,14 @@ static int decode(struct ujob *j, const struct utensor *t,
                           (size_t)(l->count * size), err);
     if (rc == 0 && l->big_endian && size > 1)
         swap_in_place(in, l->count, size);
-    if (rc == 0)
+    if (rc == 0 && t->e->dtype->itemsize == 4) {
         uns_ds_to_f32(l->from, in, l->count, (float *)(void *)out);
+    } else if (rc == 0) {   /* bfloat16 (module_dtype) */
+        float *f = ckpt_xmalloc((size_t)(l->count * 4) + 1);
+        uns_ds_to_f32(l->from, in, l->count, f);
+        uns_ds_f32_to_bf16(f, l->count, (unsigned char *)out);
+        free(f);
+    }
     free(in);
     return rc;
 }
@@ -1310,13 +1452,19 @@ int uns_ds_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = uns_fs_list(j, src, 0, &d, err);
     listed = rc == 0;
-    if (rc == 0 && j->o->weights == CKPT_WEIGHTS_MODULE)
+    p->module = j->o->weights == CKPT_WEIGHTS_MODULE;
+    /* ZeRO-1/2's module weights are whole in the model states; ZeRO-3's
+     * come from the partitions, as the master weights do. */
+    int whole = rc == 0 && p->module && (uns_fs_has_file(&d, "mp_rank_00_model_states.pt")
+                || !uns_fs_has_file(&d, "zero_pp_rank_0_mp_rank_00_model_"
+                                        "states.pt"));
+    if (rc == 0 && whole)
         rc = module_weights(p, &d, err);
     else if (rc == 0)
         rc = optim_files(p, &d, err);
-    if (rc == 0 && !j->o->weights && p->stage == 3)
+    if (rc == 0 && !whole && p->stage == 3)
         j->src.metaname = "zero_pp_rank_0_mp_rank_00_model_states.pt";
-    if (rc == 0 && !j->o->weights)
+    if (rc == 0 && !whole)
         rc = model_states(p, &d, err);
     if (listed)
         uns_fs_free(&d);

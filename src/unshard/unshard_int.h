@@ -453,6 +453,8 @@ int uns_hfst_plan(struct ujob *j, const char *src, struct ckpt_err *err);
  * of a buffer); exported for the unit test. */
 void uns_ds_to_f32(const struct ckpt_dtype *from, const unsigned char *in,
                    uint64_t n, float *out);
+/* n float32 values as little-endian bfloat16, as torch casts them. */
+void uns_ds_f32_to_bf16(const float *in, uint64_t n, unsigned char *out);
 
 /* legacy.c: OLMo torch_legacy rank*.pt steps */
 int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);

@@ -1,25 +1,24 @@
 #!/usr/bin/python3
 # ctest-cost: 8
 """unshard_deepspeed_module.py - issue 21: `ckpt unshard --weights module`
-of a DeepSpeed ZeRO-1/2 step writes the module's state dict as trained
-(bf16 in a bf16 run), what torch.load(mp_rank_00_model_states.pt)['module']
-gives: the same keys in the same order, and per tensor the same dtype,
-shape, requires_grad and bytes; a tied weight (embed/head: views of one
-storage at one offset in DeepSpeed's file) is one tensor in the output.
-For ZeRO-1/2 this state dict is also what DeepSpeed's save_16bit_model
-writes (engine.module_state_dict()).
-
-The reference is DeepSpeed's own file, loaded by torch (1.13 here): the
-fixtures in tests/fixtures/real-writers/deepspeed_* were written by
-DeepSpeed 0.19.6's engine.save_checkpoint (provenance.txt beside them);
-DeepSpeed is never run here.
+of a DeepSpeed step writes the module's state dict as trained (bf16 in a
+bf16 run), checked against DeepSpeed's own files, loaded by torch (1.13):
+- ZeRO-1/2 (bf16 and fp32, 2 ranks; two groups, 3 ranks): what
+  torch.load(mp_rank_00_model_states.pt)['module'] gives (also what
+  save_16bit_model writes for these stages: engine.module_state_dict());
+- ZeRO-3 (bf16 and fp32, 2 ranks): what DeepSpeed's save_16bit_model
+  (_zero3_consolidated_16bit_state_dict) wrote after the same step; ckpt
+  casts the fp32 master partitions to the module's bf16.
+The same keys in the same order, and per tensor the same dtype, shape,
+requires_grad and bytes; a tied weight (embed/head) one tensor, as in
+DeepSpeed's file. Fixtures: tests/fixtures/real-writers/deepspeed_*
+(README and provenance.txt beside them); DeepSpeed is never run here.
 
 Also: --format safetensors (the same tensors, the tied one copied);
---verify; a dry run (a row, nothing written); run mode (--weights module
-on a run directory: the complete step unsharded); ZeRO-3 refused with one
-error saying why (its model-states files hold every parameter empty, and
-the step keeps no 16-bit values), nothing at DEST; --weights of another
-format and an unknown --weights value refused.
+--verify; a dry run (a row, nothing written); run mode; a ZeRO-3 step
+missing a rank's optimizer file refused naming it, nothing at DEST; the
+bf16 step's fp32 master is not bf16-exact (the cast matters);
+--weights of another format and an unknown --weights value refused.
 
 Before: `--weights` was an unknown option (exit 2)."""
 import json
@@ -39,17 +38,19 @@ from s3test import scratch  # noqa: E402
 RW = os.path.join(HERE, "..", "fixtures", "real-writers")
 CASES = ("zero1_bf16", "zero1_fp32", "zero2_bf16", "zero2_fp32",
          "zero2_groups")
-ZERO3 = ("zero3_fp32", "zero3_groups")
-ZERO3_ERR = ("error: '%s': --weights module of a ZeRO-3 step: its "
-             "model-states files hold every parameter empty and the step "
-             "keeps no 16-bit values (DeepSpeed's save_16bit_model writes "
-             "them, with stage3_gather_16bit_weights_on_model_save); "
-             "--weights master gives the fp32 weights")
+ZERO3 = ("zero3_bf16", "zero3_fp32_16bit")
 
 
 def step(case):
     return os.path.join(RW, "deepspeed_" + case, "checkpoints",
-                        "global_step2")
+                        "global_step4" if case in ZERO3 else "global_step2")
+
+
+def saved16(case):
+    """DeepSpeed's own save_16bit_model file of that step (ZeRO-3)."""
+    return torch.load(os.path.join(RW, "deepspeed_" + case,
+                                   "save_16bit_model", "pytorch_model.bin"),
+                      weights_only=True)
 
 
 def module(case):
@@ -118,8 +119,8 @@ def read_safetensors(path):
 
 
 def each_case(c, tmp):
-    for case in CASES:
-        want = module(case)
+    for case in CASES + ZERO3:
+        want = saved16(case) if case in ZERO3 else module(case)
         out = os.path.join(tmp, "out-" + case)
         rc, so, se = unshard("--weights", "module", "--verify", step(case),
                              out)
@@ -158,12 +159,35 @@ def each_case(c, tmp):
 
 
 def zero3(c, tmp):
-    for case in ZERO3:
-        out = os.path.join(tmp, "z3-" + case)
-        rc, so, se = unshard("--weights", "module", step(case), out)
-        c.eq(case + ": refused, one error saying why",
-             (rc, errors(se)), (1, [ZERO3_ERR % step(case)]))
-        c.eq(case + ": nothing at DEST", os.path.exists(out), False)
+    """What the cast does to a ZeRO-3 bf16 step: every trainable weight
+    of DeepSpeed's 16-bit file is bf16, and its fp32 master (--weights
+    master) differs from it (the cast is not a no-op here)."""
+    want = saved16("zero3_bf16")
+    c.eq("zero3_bf16: 16-bit file dtypes", sorted({str(t.dtype) for t in
+                                                   want.values()}),
+         ["torch.bfloat16", "torch.float32"])
+    out = os.path.join(tmp, "z3-master")
+    rc, _, se = unshard(step("zero3_bf16"), out)
+    c.eq("zero3_bf16 master: exit (%s)" % se.strip(), rc, 0)
+    if rc == 0:
+        m = torch.load(os.path.join(out, "checkpoint.pt"), weights_only=True)
+        c.eq("zero3_bf16 master: fp32", m["fc1.weight"].dtype, torch.float32)
+        c.true("zero3_bf16 master: not already bf16-exact",
+               not torch.equal(m["fc1.weight"],
+                               m["fc1.weight"].to(torch.bfloat16).float()))
+    # A missing rank's optimizer file: the partitions are needed.
+    bad = os.path.join(tmp, "z3-bad")
+    shutil.copytree(step("zero3_bf16"), bad)
+    os.remove(os.path.join(bad,
+                           "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"))
+    out = os.path.join(tmp, "z3-bad-out")
+    rc, _, se = unshard("--weights", "module", bad, out)
+    c.eq("zero3 missing optim file: one error naming it", (rc, errors(se)),
+         (1, ["error: '%s/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt' "
+              "is missing (partition_count 2 in bf16_zero_pp_rank_0_mp_"
+              "rank_00_optim_states.pt)" % bad]))
+    c.eq("zero3 missing optim file: nothing at DEST", os.path.exists(out),
+         False)
 
 
 def run_mode(c, tmp):

@@ -223,7 +223,28 @@ static void test_unshard__ds_to_f32(void)
     CHECK(out[2] == -1.0f);
 }
 
+/* float32 -> bfloat16 as torch 1.13 casts (values from torch): ties to
+ * even, overflow to infinity, subnormals rounded; NaN stays NaN (its
+ * bits are the scalar c10 ones, 0x7fc0). */
+static void test_unshard__ds_f32_to_bf16(void)
+{
+    static const uint32_t x[] = { 0x3f808000, 0x3f818000, 0x3f808001,
+                                  0x7f800000, 0xff800000, 0x7f7fffff,
+                                  0x00008000, 0x80018000, 0x3f800000,
+                                  0x7fc00001, 0xffc00000 };
+    static const uint16_t want[] = { 0x3f80, 0x3f82, 0x3f81, 0x7f80, 0xff80,
+                                     0x7f80, 0x0000, 0x8002, 0x3f80, 0x7fc0,
+                                     0x7fc0 };
+    float in[11];
+    unsigned char out[22];
+    memcpy(in, x, sizeof(x));
+    uns_ds_f32_to_bf16(in, 11, out);
+    for (size_t i = 0; i < 11; i++)
+        CHECK((uint16_t)(out[2 * i] | out[2 * i + 1] << 8) == want[i]);
+}
+
 TEST_MAIN(T(test_unshard__ds_to_f32),
+          T(test_unshard__ds_f32_to_bf16),
           T(test_unshard__flat_boxes_cover_ranges),
           T(test_unshard__flat_boxes_bad_ranges),
           T(test_unshard__olmoflat_strip),
