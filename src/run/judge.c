@@ -1091,6 +1091,23 @@ int judge_whole(const struct judge_view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
+int judge_st_header(const struct judge_view *v, const char *rel,
+                    struct ckpt_safetensors **out, struct ckpt_err *err)
+{
+    const struct ckpt_tree_file *f = get(v, rel);
+    *out = NULL;
+    char *full = ckpt_path_join(v->dir, rel);
+    if (!f || f->size < 8 || ckpt_tree_read_streams(v->t, full, 0, 8)) {
+        free(full);
+        return 0;
+    }
+    struct tfile x = { v->t, full };
+    struct ckpt_rd rd = { tfile_read, &x, 0, f->size, rel };
+    int rc = ckpt_safetensors_open(out, &rd, err);
+    free(full);
+    return rc;
+}
+
 int judge_dcp_dir(const struct judge_view *v, struct ckpt_checkpoint *c,
                   const char *mdir, struct ckpt_err *err)
 {

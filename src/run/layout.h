@@ -13,6 +13,7 @@
 #define CKPT_RUN_LAYOUT_H
 
 #include "ckpt/pickle.h"
+#include "ckpt/torchfmt.h"
 #include "run_int.h"
 
 /* One checkpoint directory of a tree: its files are t->files[lo..hi). */
@@ -60,6 +61,11 @@ void judge_missing(const struct judge_view *v, struct ckpt_checkpoint *c,
  * cut short is proof, not a zip at all is unknown. -1 on I/O error. */
 int judge_whole(const struct judge_view *v, struct ckpt_checkpoint *c,
                 const char *rel, int st, struct ckpt_err *err);
+/* The parsed header of safetensors file rel (whole: judge_whole said
+ * so), or *out NULL when reading it would cost a pass over a compressed
+ * archive. Reads the header only. -1 with err when it cannot be read. */
+int judge_st_header(const struct judge_view *v, const char *rel,
+                    struct ckpt_safetensors **out, struct ckpt_err *err);
 /* Unsharded files judged by their structure (judge.c's own rule). */
 int judge_plain(const struct judge_view *v, struct ckpt_checkpoint *c,
                 struct ckpt_err *err);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/run.h"
 #include "ckpt/util.h"
 #include "unshard_int.h"
 
@@ -66,12 +67,43 @@ static void hplan_free(void *v)
     free(p);
 }
 
+/* A HuggingFaceStorageWriter shard file directly in d. */
+static int top_shards(const struct uns_dir *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (d->v[i].type == CKPT_ENTRY_FILE && !strchr(d->v[i].name, '/') &&
+            ckpt_str_startswith(d->v[i].name, "shard-") &&
+            ckpt_str_endswith(d->v[i].name, ".safetensors"))
+            return 1;
+    return 0;
+}
+
 /* The *.safetensors files at the top of the directory, by name. */
 static int list_files(struct ujob *j, struct hplan *p, struct uns_dir *d,
                       struct ckpt_err *err)
 {
     if (uns_fs_list(j, j->src.dir, 0, d, err) != 0)
         return -1;
+    /* HuggingFaceStorageWriter's shards in sharded/ whose consolidation
+     * was cut short (the run module judged the step dcp-hf, not whole
+     * files): the shards are the whole copy. */
+    if (j->o->source_format == CKPT_FMT_DCP_HF && !top_shards(d)) {
+        char *sub = ckpt_path_join(j->src.dir, "sharded");
+        struct uns_dir sd;
+        if (uns_fs_list(j, sub, 0, &sd, err) != 0) {
+            free(sub);
+            return -1;
+        }
+        if (top_shards(&sd)) {
+            uns_fs_free(d);
+            *d = sd;
+            free(j->src.dir);
+            j->src.dir = sub;
+        } else {
+            uns_fs_free(&sd);
+            free(sub);
+        }
+    }
     p->hdr = ckpt_xcalloc(d->n + 1, sizeof(*p->hdr));
     p->src = ckpt_xcalloc(d->n + 1, sizeof(*p->src));
     p->rel = ckpt_xcalloc(d->n + 1, sizeof(*p->rel));

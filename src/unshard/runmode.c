@@ -244,7 +244,10 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
         return ckpt_xstrdup("unsupported checkpoint format 'unknown' (no "
                             "recognised checkpoint files)");
     }
-    if (!k->complete)
+    /* HuggingFaceStorageWriter shards ckpt cannot prove whole (no file
+     * records the world size) are unsharded all the same: the unshard
+     * checks that every tensor's chunks tile it. Never deleted (below). */
+    if (!k->complete && !(k->format == CKPT_FMT_DCP_HF && k->unknown))
         return ckpt_xasprintf("%s: %s", k->unknown ? "not judged"
                               : "incomplete", k->why ? k->why : "?");
     if (at_src) {
@@ -362,7 +365,13 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
     char *why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", out,
                                res.nfiles, res.nfiles == 1 ? "" : "s",
                                (unsigned long long)res.tensors);
-    if (c->delete_sharded && !c->uo.dry_run) {
+    if (c->delete_sharded && !k->complete) {
+        /* Not proven complete: the copy licenses no delete. */
+        char *w = ckpt_xasprintf("%s; %s kept (not judged complete: %s)",
+                                 why, k->name, k->why ? k->why : "?");
+        free(why);
+        why = w;
+    } else if (c->delete_sharded && !c->uo.dry_run) {
         char *sharded = ckpt_path_join(r->src, k->dir);
         if (delete_step(r, k, &err) != 0) {
             failed = 1;

@@ -14,10 +14,11 @@ unshard_dcp_v2.py compares every output with reference.pt. Here: the
 safetensors output holds, tensor for tensor, the very bytes (dtype, shape,
 data) of torch's own consolidation (consolidate_safetensors_files), direct
 and through the storage API; `ls -l` judges each as a step of a run
-(dcp-hf complete, the consolidated form unsharded complete, dcp complete);
-run mode unshards the sharded ones; a shard file cut short is proof of an
-incomplete step, one missing from the middle of a tensor fails the unshard
-naming the tensor. Before: the HF shards were judged "unsharded
+(dcp-hf unknown: nothing written records the world size; the consolidated
+form unsharded complete, dcp complete); run mode unshards the sharded
+ones; a shard file cut short is proof of an incomplete step, and so is one
+missing from the middle of a tensor (ls and unshard name the tensor;
+dcp_hf_proof.py has the rest). Before: the HF shards were judged "unsharded
 incomplete: split safetensors without their index" (clean deleted them) and
 could not be unsharded; st_format failed ("not a torch.save zip").
 """
@@ -98,7 +99,9 @@ def run_mode(tmp):
     p = ckpt("ls", "-l", run)
     rows = [l.split("\t")[1:5] for l in p.stdout.splitlines()]
     check("ls: verdicts", rows == [
-        ["step1", "1", "dcp-hf", "complete"],
+        ["step1", "1", "dcp-hf", "unknown: shards consistent, but nothing "
+         "written records the world size: a missing last rank cannot be "
+         "seen (torch's reader cannot tell either)"],
         ["step2", "2", "unsharded", "complete"],
         ["step3", "3", "dcp", "complete"]], p.stdout + p.stderr)
     dest = os.path.join(tmp, "run-dest")
@@ -130,10 +133,12 @@ def damaged(tmp):
     os.remove(os.path.join(gap, "shard-00001-model-00001-of-00002.safetensors"))
     p = ckpt("ls", "-l", run)
     rows = [l.split("\t")[1:5] for l in p.stdout.splitlines()]
-    check("damaged ls: cut short is incomplete, a missing file is not proof",
+    check("damaged ls: cut short is incomplete, so is a gap (named)",
           len(rows) == 2 and rows[0][:3] == ["step1", "1", "dcp-hf"] and
           rows[0][3].startswith("incomplete") and
-          rows[1] == ["step2", "2", "dcp-hf", "complete"],
+          rows[1] == ["step2", "2", "dcp-hf", "incomplete: tensor "
+                      "'model.embed.weight': chunks cover 12 of 28 elements "
+                      "(a shard file is missing)"],
           p.stdout + p.stderr)
     out = os.path.join(tmp, "gap-out")
     p = ckpt("unshard", "--no-progress", gap, out)
