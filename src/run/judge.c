@@ -584,8 +584,10 @@ enum { W_WHOLE = 0, W_CUT, W_UNKNOWN };
  * its tail or header: W_WHOLE, W_CUT or W_UNKNOWN with *msg (malloced),
  * or -1 (err). Members of a compressed archive would cost a pass over the
  * archive per read: there the archive's own end check stands for them. */
-static int file_whole(const struct judge_view *v, const char *rel, int st,
-                      char **msg, struct ckpt_err *err)
+static int file_whole_hdr(const struct judge_view *v, const char *rel,
+                          int st, char **msg,
+                          struct ckpt_safetensors **hdr,
+                          struct ckpt_err *err)
 {
     const struct ckpt_tree_file *f = get(v, rel);
     *msg = NULL;
@@ -606,7 +608,9 @@ static int file_whole(const struct judge_view *v, const char *rel, int st,
     if (st) {
         struct ckpt_safetensors *s;
         rc = ckpt_safetensors_open(&s, &rd, &e);
-        if (rc == 0)
+        if (rc == 0 && hdr)
+            *hdr = s;
+        else if (rc == 0)
             ckpt_safetensors_free(s);
         else if (e.code == CKPT_EFORMAT)
             rc = W_CUT;
@@ -625,6 +629,12 @@ static int file_whole(const struct judge_view *v, const char *rel, int st,
     if (rc == W_CUT)
         *msg = ckpt_xstrdup(e.msg);
     return rc;
+}
+
+static int file_whole(const struct judge_view *v, const char *rel, int st,
+                      char **msg, struct ckpt_err *err)
+{
+    return file_whole_hdr(v, rel, st, msg, NULL, err);
 }
 
 /* What judge_unsharded found: the first proof of incompleteness (cut) and
@@ -1091,21 +1101,21 @@ int judge_whole(const struct judge_view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
-int judge_st_header(const struct judge_view *v, const char *rel,
-                    struct ckpt_safetensors **out, struct ckpt_err *err)
+int judge_whole_st(const struct judge_view *v, struct ckpt_checkpoint *c,
+                   const char *rel, struct ckpt_safetensors **hdr,
+                   struct ckpt_err *err)
 {
-    const struct ckpt_tree_file *f = get(v, rel);
-    *out = NULL;
-    char *full = ckpt_path_join(v->dir, rel);
-    if (!f || f->size < 8 || ckpt_tree_read_streams(v->t, full, 0, 8)) {
-        free(full);
-        return 0;
-    }
-    struct tfile x = { v->t, full };
-    struct ckpt_rd rd = { tfile_read, &x, 0, f->size, rel };
-    int rc = ckpt_safetensors_open(out, &rd, err);
-    free(full);
-    return rc;
+    char *msg;
+    *hdr = NULL;
+    int w = file_whole_hdr(v, rel, 1, &msg, hdr, err);
+    if (w < 0)
+        return -1;
+    if (w == W_CUT)
+        judge_incomplete(c, "%s", msg);
+    else if (w == W_UNKNOWN)
+        judge_unknown(c, "%s", msg);
+    free(msg);
+    return 0;
 }
 
 int judge_dcp_dir(const struct judge_view *v, struct ckpt_checkpoint *c,

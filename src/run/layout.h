@@ -61,11 +61,13 @@ void judge_missing(const struct judge_view *v, struct ckpt_checkpoint *c,
  * cut short is proof, not a zip at all is unknown. -1 on I/O error. */
 int judge_whole(const struct judge_view *v, struct ckpt_checkpoint *c,
                 const char *rel, int st, struct ckpt_err *err);
-/* The parsed header of safetensors file rel (whole: judge_whole said
- * so), or *out NULL when reading it would cost a pass over a compressed
- * archive. Reads the header only. -1 with err when it cannot be read. */
-int judge_st_header(const struct judge_view *v, const char *rel,
-                    struct ckpt_safetensors **out, struct ckpt_err *err);
+/* judge_whole of safetensors file rel, handing back its parsed header
+ * in *hdr (free with ckpt_safetensors_free) when it was read and whole;
+ * NULL when it is not, or when reading it would cost a pass over a
+ * compressed archive (the archive's end check stands for it). */
+int judge_whole_st(const struct judge_view *v, struct ckpt_checkpoint *c,
+                   const char *rel, struct ckpt_safetensors **hdr,
+                   struct ckpt_err *err);
 /* Unsharded files judged by their structure (judge.c's own rule). */
 int judge_plain(const struct judge_view *v, struct ckpt_checkpoint *c,
                 struct ckpt_err *err);

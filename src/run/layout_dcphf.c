@@ -237,17 +237,18 @@ static int judge_set(const struct judge_view *v, struct ckpt_checkpoint *c,
             files = n;
         }
         int was_c = c->complete, was_u = c->unknown;
-        if ((rc = judge_whole(v, c, r, 1, err)) != 0)
+        struct ckpt_safetensors *h;
+        if ((rc = judge_whole_st(v, c, r, &h, err)) != 0)
             continue;
-        if (!c->complete && !c->unknown)
+        if (!c->complete && !c->unknown) {
+            ckpt_safetensors_free(h);
             break;                  /* cut short: proof */
+        }
         if (c->complete != was_c || c->unknown != was_u) {
+            ckpt_safetensors_free(h);
             partial = 1;            /* not a file ckpt can read */
             continue;
         }
-        struct ckpt_safetensors *h;
-        if ((rc = judge_st_header(v, r, &h, err)) != 0)
-            continue;
         if (!h) {
             judge_unknown(c, "%s: in a compressed archive (its header is not "
                              "read)", r);
