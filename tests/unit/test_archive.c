@@ -344,9 +344,127 @@ static void test_archive__names(void)
     free(s);
 }
 
+/* Every member as ckpt_archive_next gives it, with its data:
+ * "path:size:type:link=data;..." ("" when it cannot be opened). */
+static char *replayed(struct ckpt_storage *st, const char *path)
+{
+    struct ckpt_archive *a;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_buf out = CKPT_BUF_INIT;
+    ckpt_buf_addstr(&out, "");
+    if (ckpt_archive_open(&a, st, path, &err) != 0)
+        return ckpt_buf_detach(&out, NULL);
+    struct ckpt_archive_entry e;
+    int rc;
+    while ((rc = ckpt_archive_next(a, &e, &err)) == 1) {
+        ckpt_buf_addf(&out, "%s:%llu:%d:%s=", e.path,
+                      (unsigned long long)e.size, (int)e.type,
+                      e.hardlink ? e.hardlink : "-");
+        char b[256];
+        size_t n;
+        while (ckpt_archive_read(a, b, sizeof(b), &n, &err) == 0 && n)
+            ckpt_buf_add(&out, b, n);
+        ckpt_buf_addch(&out, ';');
+    }
+    CHECK_EQ(rc, 0);
+    CHECK(ckpt_archive_damage(a) == NULL);
+    ckpt_archive_close(a);
+    return ckpt_buf_detach(&out, NULL);
+}
+
+static int refuse(void *ud, uint64_t bytes, struct ckpt_err *err)
+{
+    (void)ud;
+    return bytes > 3 ? ckpt_err_set(err, CKPT_EIO, "over budget") : 0;
+}
+
+static int entries(const char *dir)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A %s)\"", dir);
+    return system(cmd) != 0;
+}
+
+/* A spool replays the archive exactly (a name stored twice, a hard link,
+ * a file where a directory later stands) and is a tree only when every
+ * member found its own path; a changed archive is read again; a damaged
+ * one or one over budget leaves nothing. */
+static void test_archive__spool_replay(void)
+{
+    char d[600], tmp[700], a1[700], a2[700], cut[700];
+    snprintf(d, sizeof(d), "%s/spool", test_tmpdir());
+    snprintf(tmp, sizeof(tmp), "%s/tmp", d);
+    snprintf(a1, sizeof(a1), "%s/dup.tar.gz", d);
+    snprintf(a2, sizeof(a2), "%s/clash.tar.zst", d);
+    snprintf(cut, sizeof(cut), "%s/cut.tar.gz", d);
+    CHECK(sh("rm -rf %s && mkdir -p %s/s/run/dir %s/tmp && cd %s/s && "
+             "printf one > run/a && printf x1 > run/dir/x && ln run/a run/h "
+             "&& tar cf ../dup.tar run && printf two! > run/a && "
+             "tar rf ../dup.tar run/a && gzip ../dup.tar", d) == 0);
+    CHECK(sh("cd %s/s && rm -rf run && mkdir run && printf c > run/c && "
+             "tar cf ../clash.tar run && rm run/c && mkdir run/c && "
+             "printf d > run/c/d && tar rf ../clash.tar run/c && "
+             "zstd -q --rm ../clash.tar && head -c $(($(stat -c %%s "
+             "../dup.tar.gz) / 2)) ../dup.tar.gz > ../cut.tar.gz", d) == 0);
+    struct ckpt_storage *st = local();
+    const char *arcs[] = { a1, a2 };
+    for (int i = 0; i < 2; i++) {
+        char *want = replayed(st, arcs[i]);
+        CHECK(strstr(want, i ? "run/c:1:0:-=c;" : "run/a:4:0:-=two!;"));
+        struct ckpt_archive_spool *sp = NULL;
+        struct ckpt_spool_cfg cfg = { tmp, NULL, NULL, NULL };
+        struct ckpt_err err = CKPT_ERR_INIT;
+        CHECK_EQ(ckpt_archive_spool(&sp, st, arcs[i], &cfg, &err), 0);
+        if (!sp)
+            continue;
+        CHECK(ckpt_archive_spool_bytes(sp) == (i ? 2u : 9u));
+        ckpt_archive_spool_attach(sp);
+        char *got = replayed(st, arcs[i]);
+        CHECK_STR(got, want);
+        char *root = ckpt_archive_spool_root(st, arcs[i]);
+        CHECK(i ? root == NULL : root != NULL);
+        if (root) {
+            /* the later copy of run/a stands at its own path */
+            char *a = ckpt_path_join(root, "run/a");
+            FILE *f = fopen(a, "rb");
+            char b[16];
+            size_t n = f ? fread(b, 1, sizeof(b), f) : 0;
+            CHECK(n == 4 && !memcmp(b, "two!", 4));
+            if (f)
+                fclose(f);
+            free(a);
+        }
+        free(root);
+        /* Changed (another mtime): read again, the spool is no tree. */
+        CHECK(sh("touch -d '2 days ago' %s", arcs[i]) == 0);
+        root = ckpt_archive_spool_root(st, arcs[i]);
+        CHECK(root == NULL);
+        free(root);
+        free(got);
+        got = replayed(st, arcs[i]);
+        CHECK_STR(got, want);
+        free(got);
+        ckpt_archive_spool_free(sp);
+        CHECK(!entries(tmp));
+        free(want);
+    }
+    const char *bad[] = { cut, a1 };
+    for (int i = 0; i < 2; i++) {
+        struct ckpt_archive_spool *sp = NULL;
+        struct ckpt_spool_cfg cfg = { tmp, i ? refuse : NULL, NULL, NULL };
+        struct ckpt_err err = CKPT_ERR_INIT;
+        CHECK_EQ(ckpt_archive_spool(&sp, st, bad[i], &cfg, &err), -1);
+        CHECK(sp == NULL);
+        CHECK(i ? strstr(err.msg, "over budget") != NULL : *err.msg != 0);
+        CHECK(!entries(tmp));
+    }
+    ckpt_storage_close(st);
+}
+
 TEST_MAIN(T(test_archive__tar), T(test_archive__tar_gz),
           T(test_archive__tar_bz2), T(test_archive__tar_xz),
           T(test_archive__tar_zst), T(test_archive__zip),
           T(test_archive__plain_tar_skips_data), T(test_archive__unsafe_members),
           T(test_archive__corrupt), T(test_archive__proper_end),
-          T(test_archive__salvage), T(test_archive__names))
+          T(test_archive__salvage), T(test_archive__names),
+          T(test_archive__spool_replay))
