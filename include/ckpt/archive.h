@@ -128,6 +128,11 @@ int ckpt_archive_spool(struct ckpt_archive_spool **out,
                        struct ckpt_storage *st, const char *key,
                        const struct ckpt_spool_cfg *cfg,
                        struct ckpt_err *err);
+/* The disk rule of spools: 0 when bytes more written below dir leave
+ * the last GiB (or 5% of its file system, if less) free, else -1 with
+ * err saying so. */
+int ckpt_archive_spool_room(const char *dir, uint64_t bytes,
+                            struct ckpt_err *err);
 /* Bytes of member data the spool holds. */
 uint64_t ckpt_archive_spool_bytes(const struct ckpt_archive_spool *s);
 /* Make ckpt_archive_open replay s (thread-safe), and stop. */

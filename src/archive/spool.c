@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "ckpt/tempname.h"
@@ -282,6 +283,26 @@ int ckpt_archive_spool(struct ckpt_archive_spool **out,
         return -1;
     }
     *out = s;
+    return 0;
+}
+
+int ckpt_archive_spool_room(const char *dir, uint64_t bytes,
+                            struct ckpt_err *err)
+{
+    const uint64_t gib = 1024ULL * 1024 * 1024;
+    struct statvfs vs;
+    char a[32], b[32];
+    if (statvfs(dir, &vs) != 0)
+        return 0;   /* not made yet: the spool's own mkdir says why */
+    uint64_t avail = (uint64_t)vs.f_bavail * vs.f_frsize;
+    uint64_t floor = (uint64_t)vs.f_blocks * vs.f_frsize / 20;
+    if (floor > gib)
+        floor = gib;
+    if (avail < floor || avail - floor < bytes)
+        return ckpt_err_set(err, CKPT_EIO, "%s would leave less than %s "
+                            "free (%s free)", dir,
+                            ckpt_fmt_size(floor, a, sizeof(a)),
+                            ckpt_fmt_size(avail, b, sizeof(b)));
     return 0;
 }
 

@@ -49,11 +49,15 @@ struct cmd {
     struct ckpt_opts g;
     const char *layout, *format, *rank_values, *weights;
     uint64_t max_shard, memory;
+    uint64_t spool_limit;       /* UINT64_MAX: not given */
+    uint64_t spooled;           /* bytes the spool holds */
+    int over_budget;            /* the spool stopped at the budget */
     int allow_replicas, allow_unsafe_pickle, verify, latest, delete_sharded;
     int no_sync;
     const char *step;
     struct ckpt_unshard_opts uo;
     struct progress *prog;
+    const char *spool_dir;      /* --tmp-dir, else $TMPDIR or /tmp */
 };
 
 /* Ctrl-C / SIGTERM: the run stops at the next piece and removes its
@@ -93,6 +97,10 @@ static int parse(struct cmd *c, int *argc, char **argv)
                   "run: delete each sharded step once verified"),
         OPT_SIZE_(0, "memory", &c->memory, "SIZE", "remote DEST: part "
                   "buffers held at once (default 96M)"),
+        OPT_SIZE_(0, "spool-limit", &c->spool_limit, "SIZE", "most disk "
+                  "the spool of a compressed archive takes in --tmp-dir "
+                  "(default: all but its last GiB); 0: no spool, read the "
+                  "archive once per pass"),
         OPT_BOOL_(0, "no-sync", &c->no_sync,
                   "do not fsync outputs before renaming them"),
         OPT_END_(),
@@ -379,6 +387,62 @@ static int single_format(const struct verdict *v, const char *src)
     return f;
 }
 
+/* --- one decompression pass ------------------------------------------ */
+
+/* Before a member's bytes go to the spool: within --spool-limit and the
+ * spools' disk rule (ckpt_archive_spool_room). */
+static int spool_reserve(void *ud, uint64_t bytes, struct ckpt_err *err)
+{
+    struct cmd *c = ud;
+    char a[32];
+    uint64_t limit = c->spool_limit == UINT64_MAX ? 0 : c->spool_limit;
+    if (ckpt_archive_spool_room(c->spool_dir, bytes, err) != 0)
+        return c->over_budget = 1, -1;
+    if (limit && (c->spooled > limit || limit - c->spooled < bytes)) {
+        c->over_budget = 1;
+        return ckpt_err_set(err, CKPT_EIO, "its members pass --spool-limit "
+                            "%s", ckpt_fmt_size(limit, a, sizeof(a)));
+    }
+    c->spooled += bytes;
+    return 0;
+}
+
+/*
+ * A compressed archive (.tar.gz/.bz2/.xz/.zst) is decompressed once,
+ * here: its members go to a spool below --tmp-dir (else $TMPDIR or /tmp)
+ * that the run's load and every step then read (ckpt_archive_spool), as
+ * `ckpt process` does. One that does not fit the budget is read once per
+ * pass, as before, with a warning; one that does not read to its proper
+ * end is read again by run mode, which reports why. NULL: not spooled.
+ */
+static struct ckpt_archive_spool *spool_src(struct cmd *c, const char *src,
+                                            struct storages *sts)
+{
+    enum ckpt_archive_kind k = ckpt_archive_kind_of(src);
+    if (c->spool_limit == 0 || (k != CKPT_ARCHIVE_TAR_GZ &&
+                                k != CKPT_ARCHIVE_TAR_BZ2 &&
+                                k != CKPT_ARCHIVE_TAR_ZST &&
+                                k != CKPT_ARCHIVE_TAR_XZ))
+        return NULL;
+    struct ckpt_loc loc;
+    struct ckpt_storage *st;
+    struct ckpt_archive_spool *s = NULL;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_spool_cfg sc = { c->spool_dir, spool_reserve, NULL, c };
+    memset(&loc, 0, sizeof(loc));
+    if (ckpt_loc_parse(&loc, src, &err) == 0 &&
+        cli_storages_get(sts, &loc, &c->g, &st, &err) == 0 &&
+        ckpt_archive_spool(&s, st, loc.key, &sc, &err) == 0)
+        ckpt_archive_spool_attach(s);
+    else if (c->over_budget)
+        cli_warnf("%s: not spooled (%s): each pass reads the archive again",
+                  src, err.msg);
+    else
+        cli_debugf("%s: not spooled (%s)", src, err.msg);
+    ckpt_loc_release(&loc);
+    return s;
+}
+
 /* A step's row (ckpt_unshard_run's event). */
 static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
 {
@@ -469,6 +533,7 @@ int cmd_unshard(int argc, char **argv)
 {
     struct cmd c;
     memset(&c, 0, sizeof(c));
+    c.spool_limit = UINT64_MAX;
     int rc = parse(&c, &argc, argv);
     if (rc >= 0)
         return rc;
@@ -485,6 +550,9 @@ int cmd_unshard(int argc, char **argv)
     }
     /* One storage per bucket, shared by the verdict and the run. */
     struct storages sts = { 0 };
+    c.spool_dir = c.g.tmp_dir ? c.g.tmp_dir
+                : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    struct ckpt_archive_spool *spool = spool_src(&c, src, &sts);
     struct verdict v;
     judge_src(&v, src, &c, &sts);
     int format = single_format(&v, src);
@@ -493,6 +561,7 @@ int cmd_unshard(int argc, char **argv)
     else
         rc = unshard_one(&c, src, dest, format) ? EXIT_FAILED : EXIT_OK;
     verdict_release(&v);
+    ckpt_archive_spool_free(spool);    /* before the storage it reads */
     cli_storages_release(&sts);
     return rc;
 }

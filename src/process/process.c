@@ -24,7 +24,6 @@
 
 #include <openssl/evp.h>
 #include <pthread.h>
-#include <sys/statvfs.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -529,19 +528,9 @@ static int spool_reserve(void *ud, uint64_t bytes, struct ckpt_err *err)
 {
     struct one *o = ud;
     struct ckpt_process *p = o->p;
-    struct statvfs vs;
-    char a[32], b[32];
-    if (statvfs(p->tmp, &vs) == 0) {
-        uint64_t avail = (uint64_t)vs.f_bavail * vs.f_frsize;
-        uint64_t floor = (uint64_t)vs.f_blocks * vs.f_frsize / 20;
-        if (floor > 1024 * MIB)
-            floor = 1024 * MIB;
-        if (avail < floor || avail - floor < bytes)
-            return ckpt_err_set(err, CKPT_EIO, "%s would leave less than "
-                                "%s free (%s free)", p->tmp,
-                                ckpt_fmt_size(floor, a, sizeof(a)),
-                                ckpt_fmt_size(avail, b, sizeof(b)));
-    }
+    char a[32];
+    if (ckpt_archive_spool_room(p->tmp, bytes, err) != 0)
+        return -1;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
     uint64_t limit = p->cfg.spool_limit;
