@@ -39,7 +39,9 @@ int zdec_in_more(struct zdec_in *in, size_t keep)
         in->eof = 1;
         return 0;
     }
-    if (keep) {
+    /* Drop what is no longer needed only when room is short: a move per
+     * read would copy the retained bytes again and again. */
+    if (keep && in->cap - in->len < n) {
         memmove(in->buf, in->buf + keep, in->len - keep);
         in->len -= keep;
         in->pos -= keep;
