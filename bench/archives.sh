@@ -19,6 +19,7 @@
 # same bytes as the manual route's.
 #   bash bench/archives.sh             (build/ckpt)
 #   STEP_MB=256 ROUNDS=3 BENCH_DIR=/tmp/ckpt-bench-archives bash bench/archives.sh
+#   KINDS="xz zst" bash bench/archives.sh   only these kinds
 #   bash bench/archives.sh --install   apt-get the tools it compares with
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,13 +72,12 @@ secs() {
     echo "$t"
 }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-proc() { # SRC DEST
-    "$CKPT" process -q --no-progress --no-wandb --keep-source --min-age 0 \
-        --tmp-dir "$tmp" "$1" --dest "$2"
-}
+PROC=("$CKPT" process -q --no-progress --no-wandb --keep-source --min-age 0
+      --tmp-dir "$tmp/spool")
 
 echo "host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); step $MB MiB (4 ranks); $R rounds" >&2
-for k in bz2 gz xz zst; do
+KINDS=${KINDS:-bz2 gz xz zst}
+for k in $KINDS; do
     a=$DATA/run-$MB.tar.$k
     for r in $(seq 1 "$R"); do
         d=$(secs sh -c "${DEC[$k]} '$a'"); cat "$tmp/cpu" >>"$tmp/$k.deccpu"
@@ -87,13 +87,15 @@ for k in bz2 gz xz zst; do
         echo "  $k round $r: decompressor $d s ($(tail -1 "$tmp/$k.deccpu") CPU s)," \
             "ckpt ls $l s ($(tail -1 "$tmp/$k.lscpu") CPU s, $lrss KiB)" >&2
         [ "${PROCESS:-1}" = 1 ] || continue
-        rm -rf "$tmp/x" "$tmp/d1" "$tmp/d2" "$tmp/state" && mkdir -p "$tmp/x"
+        rm -rf "$tmp/x" "$tmp/d1" "$tmp/d2" "$tmp/state" "$tmp/spool" && mkdir -p "$tmp/x"
         x=$(secs sh -c "${DEC[$k]} '$a' | tar xf - -C '$tmp/x'")
         find "$tmp/x" -exec touch -h -d '3 days ago' {} +
-        m=$(secs proc "$tmp/x/$RUN" "$tmp/d1")
-        p=$(secs proc "$a" "$tmp/d2"); prss=$(cat "$tmp/rss")
-        (cd "$tmp/d1" && find . -type f -not -path './.ckpt-process/*' -exec md5sum {} + | sort -k2) >"$tmp/s1"
-        (cd "$tmp/d2" && find . -type f -not -path './.ckpt-process/*' -exec md5sum {} + | sort -k2) >"$tmp/s2"
+        m=$(secs "${PROC[@]}" "$tmp/x/$RUN" --dest "$tmp/d1")
+        p=$(secs "${PROC[@]}" "$a" --dest "$tmp/d2"); prss=$(cat "$tmp/rss")
+        # (the run is DEST/3200001 from the directory, DEST/run-MB from
+        # the archive's stem)
+        (cd "$tmp/d1/$RUN" && find . -type f -exec md5sum {} + | sort -k2) >"$tmp/s1"
+        (cd "$tmp/d2/run-$MB" && find . -type f -exec md5sum {} + | sort -k2) >"$tmp/s2"
         cmp -s "$tmp/s1" "$tmp/s2" || { echo "$k: DEST differs from the manual route's" >&2; diff "$tmp/s1" "$tmp/s2" | head >&2; exit 1; }
         python3 -c "print($x + $m)" >>"$tmp/$k.route"
         python3 -c "print($p / ($x + $m))" >>"$tmp/$k.pratio"
@@ -107,7 +109,7 @@ ncpu=$(nproc)
 raw=$(du -sb "$src" | cut -f1)
 echo "| archive | MiB | decompressor alone: wall, CPU | ckpt ls: wall, CPU | ls / decompressor (median of per-round ratios) | CPU ratio | ls MB/s per core (uncompressed) | ls peak RSS MiB |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
-for k in bz2 gz xz zst; do
+for k in $KINDS; do
     a=$DATA/run-$MB.tar.$k
     d=$(median <"$tmp/$k.dec"); l=$(median <"$tmp/$k.ls")
     dc=$(median <"$tmp/$k.deccpu"); lc=$(median <"$tmp/$k.lscpu")
@@ -121,7 +123,7 @@ done
 echo
 echo "| archive | manual route (decompress \| tar x, then ckpt process DIR) | ckpt process ARCHIVE | ckpt / route (median of per-round ratios) | process peak RSS MiB |"
 echo "| --- | --- | --- | --- | --- |"
-for k in bz2 gz xz zst; do
+for k in $KINDS; do
     t=$(median <"$tmp/$k.route"); p=$(median <"$tmp/$k.proc")
     printf '| .tar.%s | %.2f s | %.2f s | %.2fx | %.0f |\n' "$k" "$t" "$p" \
         "$(median <"$tmp/$k.pratio")" \

@@ -19,9 +19,12 @@
 
 #include "ckpt/util.h"
 
-/* liblzma's threaded decoder keeps whole blocks in memory: past this it
- * decodes on fewer threads (never fails). */
-#define XZ_MEMLIMIT_THREADING (96u << 20)
+/* liblzma's threaded decoder keeps each thread's block whole in memory
+ * (xz -T0 -6 writes 24 MiB blocks: ~55 MiB a thread with the dictionary
+ * and the compressed block): past threads x this it decodes on fewer
+ * threads (never fails). */
+#define XZ_MEM_PER_THREAD (64ull << 20)
+#define XZ_MEM_MAX (1ull << 30)
 #define GZ_CHECKSUM "gzip checksum mismatch (CRC-32 or length in the " \
                     "trailer does not match the data)"
 
@@ -234,7 +237,8 @@ static int xz_start(struct zdec *z, int threads)
     lzma_mt mt = { 0 };
     mt.flags = LZMA_CONCATENATED;
     mt.threads = threads > 0 ? (uint32_t)threads : 1;
-    mt.memlimit_threading = XZ_MEMLIMIT_THREADING;
+    mt.memlimit_threading = mt.threads * XZ_MEM_PER_THREAD < XZ_MEM_MAX
+                          ? mt.threads * XZ_MEM_PER_THREAD : XZ_MEM_MAX;
     mt.memlimit_stop = UINT64_MAX;
     z->xz = (lzma_stream)LZMA_STREAM_INIT;
     if (lzma_stream_decoder_mt(&z->xz, &mt) != LZMA_OK)

@@ -334,7 +334,6 @@ static struct job *fail_job(const char *msg)
 
 #define TRUNCATED "truncated bzip2 input"
 
-
 /* Test hook: report a false boundary inside each block first. */
 static int fake_boundaries;
 static _Atomic int retries;

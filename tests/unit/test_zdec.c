@@ -103,7 +103,8 @@ static const char *plain(void)
                  "r=random.Random(7);o=sys.stdout.buffer\n"
                  "for i in range(40):\n"
                  "  o.write(bytes(r.getrandbits(8) for _ in range(20000)))\n"
-                 "  o.write(b'step %%d loss %%f\\\\n' %% (i, r.random()) * 3000)\n"
+                 "  o.write(b'step %%d loss %%f\\\\n' %% (i, r.random())"
+                 " * 3000)\n"
                  "o.write(bytes(6000000))\n"
                  "o.write(b'tail')\n\" > plain", test_tmpdir()) == 0);
         made = 1;
@@ -137,7 +138,8 @@ static void roundtrip(const char *name, const char *cmd,
                       enum ckpt_archive_kind kind)
 {
     const char *out = tmp(name);
-    CHECK(sh("cd %s && (%s) < %s > %s", test_tmpdir(), cmd, plain(), out) == 0);
+    CHECK(sh("cd %s && (%s) < %s > %s", test_tmpdir(), cmd, plain(),
+             out) == 0);
     struct ckpt_buf want = slurp(plain());
     for (int t = 1; t <= 4; t *= 2) {
         struct result r = decode(out, kind, t);
