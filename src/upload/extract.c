@@ -478,6 +478,14 @@ int up_extract_step(struct ckpt_upload *u, struct group *g)
     int rc = x->at_end ? 0 : ckpt_archive_next(x->a, &e, &err);
     if (rc < 0)
         return archive_failed(u, g, &err);
+    if (rc == 0 && !x->at_end && x->pass == 0 && ckpt_archive_damage(x->a)) {
+        /* Not read to its proper end (a checksum that did not match,
+         * bytes after the stream, no end-of-archive marker...): what was
+         * copied may be wrong or short, so the copy fails and the archive
+         * is never deleted. */
+        up_emit(u, CKPT_UP_FAILED, NULL, g->sdisp, ckpt_archive_damage(x->a));
+        g->plan_failed = 1;
+    }
     x->at_end = rc == 0;
     if (rc == 0 && x->pass == 0 && x->ndups && !u->cfg.dry_run &&
         !superseded_done(u, g))

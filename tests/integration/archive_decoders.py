@@ -168,6 +168,44 @@ def damaged(c, tmp):
               True))
 
 
+def not_proper(c, tmp, env):
+    """An archive not read to its proper end (a gzip trailer's CRC that
+    does not match, bytes after the stream) is never deleted:
+    `upload --extract --delete-source` fails it, `process` fails the run,
+    the archive stays. Before, both deleted it."""
+    os.chdir(tmp)
+    gz = open("gzip.tar.gz", "rb").read()
+    bad = bytearray(gz)
+    bad[-8] ^= 0xFF
+    cases = [("badcrc", bytes(bad), "gzip checksum mismatch (CRC-32 or "
+              "length in the trailer does not match the data)"),
+             ("tail", gz + b"junk", "4 bytes after the end of the "
+              "compressed stream")]
+    for name, data, why in cases:
+        d = os.path.join(tmp, "np-" + name)
+        os.makedirs(d)
+        a = os.path.join(d, RUN + ".tar.gz")
+        with open(a, "wb") as f:
+            f.write(data)
+        os.utime(a, (1e9, 1e9))
+        rc, out, err = ckpt("upload", "-n", "--extract", "--delete-source",
+                            "--no-progress", a, os.path.join(d, "up"))
+        c.eq("%s: upload -n predicts it" % name,
+             (rc, "failed\t%s\t-\t%s\n" % (a, why) in out,
+              "would-delete" in out), (1, True, False))
+        rc, out, err = ckpt("upload", "--extract", "--delete-source",
+                            "--no-progress", a, os.path.join(d, "up"))
+        c.eq("%s: upload --extract --delete-source fails, keeps it" % name,
+             (rc, "failed\t%s\t-\t%s\n" % (a, why) in out,
+              os.path.exists(a)), (1, True, True))
+        rc, out, err = ckpt("process", "--no-wandb", "--min-age", "0",
+                            "--no-progress", a, "--dest",
+                            os.path.join(d, "pr"), env=env)
+        c.eq("%s: process fails the run, keeps it" % name,
+             (out.splitlines()[0].split("\t")[:2], os.path.exists(a)),
+             (["failed", a], True))
+
+
 def remote(c, tmp, made, env):
     for name, arc in made:
         tool(env, "put", arc, "s3://%s/arc/%s" % (B, name))
@@ -234,6 +272,7 @@ def main():
                                           "rb").read().count(b"BZh1") > 1)
         good(c, tmp, made)
         damaged(c, tmp)
+        not_proper(c, tmp, env)
         remote(c, tmp, made, env)
         readahead(c, tmp, s3, env)
         del tar
