@@ -36,6 +36,10 @@ enum ckpt_archive_kind {
 
 /* The archive kind named by a file name's extension, or NONE. */
 enum ckpt_archive_kind ckpt_archive_kind_of(const char *name);
+/* 1 for the compressed tars (.tar.gz/.bz2/.zst/.xz): the kinds a pass
+ * must decompress, which process and unshard spool (a plain tar or zip
+ * is read in place). */
+int ckpt_archive_compressed(enum ckpt_archive_kind k);
 /* The name without its archive extension ("run1.tar.gz" -> "run1"),
  * malloced. */
 char *ckpt_archive_stem(const char *name);

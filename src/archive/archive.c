@@ -118,6 +118,12 @@ enum ckpt_archive_kind ckpt_archive_kind_of(const char *name)
     return k;
 }
 
+int ckpt_archive_compressed(enum ckpt_archive_kind k)
+{
+    return k == CKPT_ARCHIVE_TAR_GZ || k == CKPT_ARCHIVE_TAR_BZ2 ||
+           k == CKPT_ARCHIVE_TAR_ZST || k == CKPT_ARCHIVE_TAR_XZ;
+}
+
 char *ckpt_archive_stem(const char *name)
 {
     char *base = ckpt_path_basename(name);

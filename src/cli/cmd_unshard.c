@@ -418,11 +418,8 @@ static int spool_reserve(void *ud, uint64_t bytes, struct ckpt_err *err)
 static struct ckpt_archive_spool *spool_src(struct cmd *c, const char *src,
                                             struct storages *sts)
 {
-    enum ckpt_archive_kind k = ckpt_archive_kind_of(src);
-    if (c->spool_limit == 0 || (k != CKPT_ARCHIVE_TAR_GZ &&
-                                k != CKPT_ARCHIVE_TAR_BZ2 &&
-                                k != CKPT_ARCHIVE_TAR_ZST &&
-                                k != CKPT_ARCHIVE_TAR_XZ))
+    if (c->spool_limit == 0 ||
+        !ckpt_archive_compressed(ckpt_archive_kind_of(src)))
         return NULL;
     struct ckpt_loc loc;
     struct ckpt_storage *st;

@@ -576,11 +576,8 @@ static void spool_release(struct one *o)
 static void spool(struct one *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
-    enum ckpt_archive_kind k = ckpt_archive_kind_of(o->r->key);
-    if (c->no_spool || (k != CKPT_ARCHIVE_TAR_GZ &&
-                        k != CKPT_ARCHIVE_TAR_BZ2 &&
-                        k != CKPT_ARCHIVE_TAR_ZST &&
-                        k != CKPT_ARCHIVE_TAR_XZ))
+    if (c->no_spool || !ckpt_archive_compressed(ckpt_archive_kind_of(
+            o->r->key)))
         return;
     struct ckpt_stat sb;
     struct ckpt_err err = CKPT_ERR_INIT;

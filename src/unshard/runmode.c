@@ -688,12 +688,6 @@ static int spool_run(struct runctx *r, const size_t *pick, size_t n)
     return failed | rc;
 }
 
-static int stream_only(enum ckpt_archive_kind a)
-{
-    return a == CKPT_ARCHIVE_TAR_GZ || a == CKPT_ARCHIVE_TAR_BZ2 ||
-           a == CKPT_ARCHIVE_TAR_ZST || a == CKPT_ARCHIVE_TAR_XZ;
-}
-
 /* Which checkpoints to act on: sharded ones, narrowed by --step and
  * --latest (the newest complete one). Returns a malloced index array. */
 static size_t *choose(struct runctx *r, size_t *n)
@@ -739,7 +733,7 @@ static int open_run(struct runctx *r, const char *key, struct ckpt_err *err)
     if (rc == 0)
         r->remote = r->tree->archive == CKPT_ARCHIVE_NONE &&
                     !ckpt_storage_is_local(r->st);
-    char *root = rc == 0 && stream_only(r->tree->archive)
+    char *root = rc == 0 && ckpt_archive_compressed(r->tree->archive)
                ? ckpt_archive_spool_root(r->st, key) : NULL;
     if (root) {
         r->spooled = ckpt_path_join(root, r->tree->strip);
@@ -891,7 +885,7 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
         failed |= !whole;
         free(whole);
     }
-    if (n && stream_only(r.tree->archive))
+    if (n && ckpt_archive_compressed(r.tree->archive))
         failed |= spool_run(&r, pick, n) != 0;
     else
         for (size_t i = 0; i < n && !cancelled(&r); i++)
