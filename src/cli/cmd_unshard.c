@@ -58,6 +58,9 @@ struct cmd {
     struct ckpt_unshard_opts uo;
     struct progress *prog;
     const char *spool_dir;      /* --tmp-dir, else $TMPDIR or /tmp */
+    struct progress *spool_prog;/* the spool pass, on a terminal */
+    char *spool_what;           /* "read NAME" */
+    uint64_t spool_read;        /* the archive's bytes read so far */
 };
 
 /* Ctrl-C / SIGTERM: the run stops at the next piece and removes its
@@ -407,6 +410,22 @@ static int spool_reserve(void *ud, uint64_t bytes, struct ckpt_err *err)
     return 0;
 }
 
+/* The spool pass's progress, on a terminal only (its line would be new
+ * output in logs): the archive's bytes read of its size, and the rate. */
+static void spool_read(void *ud, uint64_t read, uint64_t size)
+{
+    struct cmd *c = ud;
+    if (!cli_status_enabled(&c->g))
+        return;
+    if (!c->spool_prog)
+        c->spool_prog = cli_progress_new(&c->g, c->spool_what, 1, size);
+    if (read < c->spool_read)
+        return;
+    int end = read >= size && c->spool_read < size;
+    cli_progress_add(c->spool_prog, end, read - c->spool_read);
+    c->spool_read = read;
+}
+
 /*
  * A compressed archive (.tar.gz/.bz2/.xz/.zst) is decompressed once,
  * here: its members go to a spool below --tmp-dir (else $TMPDIR or /tmp)
@@ -425,7 +444,11 @@ static struct ckpt_archive_spool *spool_src(struct cmd *c, const char *src,
     struct ckpt_storage *st;
     struct ckpt_archive_spool *s = NULL;
     struct ckpt_err err = CKPT_ERR_INIT;
-    struct ckpt_spool_cfg sc = { c->spool_dir, spool_reserve, NULL, c };
+    struct ckpt_spool_cfg sc = { c->spool_dir, spool_reserve, spool_read,
+                                 c };
+    char *base = ckpt_path_basename(src);
+    c->spool_what = ckpt_xasprintf("read %s", base);
+    free(base);
     memset(&loc, 0, sizeof(loc));
     if (ckpt_loc_parse(&loc, src, &err) == 0 &&
         cli_storages_get(sts, &loc, &c->g, &st, &err) == 0 &&
@@ -436,6 +459,10 @@ static struct ckpt_archive_spool *spool_src(struct cmd *c, const char *src,
                   src, err.msg);
     else
         cli_debugf("%s: not spooled (%s)", src, err.msg);
+    cli_progress_done(c->spool_prog);
+    c->spool_prog = NULL;
+    free(c->spool_what);
+    c->spool_what = NULL;
     ckpt_loc_release(&loc);
     return s;
 }

@@ -24,7 +24,9 @@ Then, .tar.zst:
   * over budget (--spool-limit 100K): a warning says why, the archive is
     read twice, the same rows and DEST;
   * `upload --extract` (with and without --delete-source) reads it once
-    and copies the run's files.
+    and copies the run's files;
+  * on a terminal, the pass draws a progress line that ends as `read
+    NAME: 1/1 items, SIZE/SIZE, RATE/s`.
 """
 import os
 import re
@@ -38,6 +40,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "support"))
 sys.path.insert(0, HERE)
 from s3test import BUILD, CKPT, Checker, contents  # noqa: E402
 from process_onepass import archive, make_run  # noqa: E402
+from process_tty import on_pty  # noqa: E402
 
 SHIM = os.path.join(BUILD, "libreadcount_preload.so")
 KINDS = [(".tar.zst", ["zstd", "-q", "-c"]), (".tar.gz", ["gzip", "-c"])]
@@ -120,6 +123,21 @@ def main():
 
         arc = os.path.join(tmp, "2871001.tar.zst")
         size = os.path.getsize(arc)
+
+        # On a terminal: the pass's progress line, redrawn in place, ends
+        # as `read NAME: 1/1 items, SIZE/SIZE, RATE/s`; then the rows.
+        top = os.path.join(tmp, "tty")
+        os.makedirs(os.path.join(top, "tmp"))
+        shutil.copy(arc, top)
+        rc, out = on_pty([CKPT, "unshard", "--tmp-dir", "tmp",
+                          "2871001.tar.zst", "dest"], top)
+        kept = [seg.split("\r\x1b[K")[-1]
+                for seg in out.replace("\r\n", "\n").split("\n")]
+        c.eq("terminal: exit 0", rc, 0)
+        c.true("terminal: the pass's progress line (%r)" % out[-600:],
+               any(re.fullmatch(r"read 2871001\.tar\.zst: 1/1 items, "
+                                r"(\S+ \S+)/\1, [0-9.]+ \S+/s", k)
+                   for k in kept))
 
         # Killed mid-pass: the spool stays; the rerun removes it.
         top = os.path.join(tmp, "kill")
