@@ -128,11 +128,13 @@ enum ckpt_format {
     CKPT_FMT_HF,          /* HF Trainer / accelerate FSDP (DCP subdirs) */
     CKPT_FMT_DEEPSPEED,
     CKPT_FMT_MEGATRON,
-    CKPT_FMT_DCP_HF       /* torch DCP HuggingFaceStorageWriter shards */
+    CKPT_FMT_DCP_HF,      /* torch DCP HuggingFaceStorageWriter shards */
+    CKPT_FMT_LIGHTNING    /* PyTorch Lightning .ckpt file or directory */
 };
 
 /* "dcp", "olmo-legacy", "olmo-local", "olmo-core", "zarr", "orbax",
- * "unsharded", "hf", "deepspeed", "megatron", "dcp-hf", "unknown". */
+ * "unsharded", "hf", "deepspeed", "megatron", "dcp-hf", "lightning",
+ * "unknown". */
 const char *ckpt_format_name(enum ckpt_format f);
 
 struct ckpt_checkpoint {
@@ -184,7 +186,8 @@ int ckpt_run_looks_like_run(const struct ckpt_run *run);
 /* The newest complete checkpoint with step > 0 (or a complete root
  * checkpoint, whatever its name), or NULL: a run without one is bad. */
 const struct ckpt_checkpoint *ckpt_run_best(const struct ckpt_run *run);
-/* The newest checkpoint with step > 0 (or root) that ckpt cannot judge
+/* The newest checkpoint with step other than 0 (or root: a step it could
+ * not read, -1, counts) that ckpt cannot judge
  * (unknown), or NULL: a run without a best one but with such a step is an
  * error, never bad. */
 const struct ckpt_checkpoint *ckpt_run_unknown(const struct ckpt_run *run);

@@ -205,7 +205,9 @@ static void plan_prune(const struct ckpt_run *run, const struct ckpt_clean_opts 
     int64_t last_step = INT64_MIN;
     for (size_t i = n; i-- > 0;) {
         const struct ckpt_checkpoint *c = &run->ckpts[i];
-        if (!c->complete) {
+        /* Lightning's checkpoints are files and its own save_top_k
+         * prunes them: not counted, never pruned here. */
+        if (!c->complete || c->format == CKPT_FMT_LIGHTNING) {
             keep[i] = 1;
             continue;
         }

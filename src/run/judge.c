@@ -988,7 +988,7 @@ const struct judge_layout judge_layout_plain = {
 enum ckpt_format ckpt_judge_format(const struct ckpt_tree *t,
                                    const char *dir)
 {
-    struct judge_view v = { (struct ckpt_tree *)t, dir, 0, 0 };
+    struct judge_view v = { (struct ckpt_tree *)t, dir, 0, 0, 0 };
     ckpt_tree_range(t, dir, &v.lo, &v.hi);
     if (v.lo >= v.hi)
         return CKPT_FMT_UNKNOWN;
@@ -996,10 +996,35 @@ enum ckpt_format ckpt_judge_format(const struct ckpt_tree *t,
     return L->format_of ? L->format_of(&v) : L->format;
 }
 
+/* A checkpoint that is one file (Lightning's "epoch=0-step=100.ckpt"):
+ * judged as the view of its directory holding that file alone. */
+static int judge_one_file(struct ckpt_tree *t, struct ckpt_checkpoint *c,
+                          const struct ckpt_tree_file *f,
+                          struct ckpt_err *err)
+{
+    const char *slash = strrchr(c->dir, '/');
+    char *parent = ckpt_xstrndup(c->dir, slash ? (size_t)(slash - c->dir)
+                                               : 0);
+    struct judge_view v = { t, parent, (size_t)(f - t->files),
+                            (size_t)(f - t->files) + 1, 1 };
+    c->size = f->size;
+    c->nfiles = 1;
+    c->complete = 1;
+    const struct judge_layout *L = judge_layout_find(&v);
+    c->format = L->format;
+    int rc = L->judge(&v, c, err);
+    free(parent);
+    return rc;
+}
+
 int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
                           struct ckpt_err *err)
 {
-    struct judge_view v = { t, c->dir, 0, 0 };
+    struct judge_view v = { t, c->dir, 0, 0, 0 };
+    const struct ckpt_tree_file *f = *c->dir ? ckpt_tree_find(t, c->dir)
+                                             : NULL;
+    if (f && f->type == CKPT_ENTRY_FILE)
+        return judge_one_file(t, c, f, err);
     ckpt_tree_range(t, c->dir, &v.lo, &v.hi);
     for (size_t i = v.lo; i < v.hi; i++) {
         c->size += t->files[i].size;
@@ -1024,8 +1049,8 @@ int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
 void ckpt_judge_olmo_copy(struct ckpt_tree *t, struct ckpt_checkpoint *c,
                           const struct ckpt_checkpoint *src)
 {
-    struct judge_view v = { t, c->dir, 0, 0 };
-    struct judge_view s = { t, src->dir, 0, 0 };
+    struct judge_view v = { t, c->dir, 0, 0, 0 };
+    struct judge_view s = { t, src->dir, 0, 0, 0 };
     int olmo = src->format == CKPT_FMT_OLMO_LEGACY ||
                src->format == CKPT_FMT_OLMO_LOCAL ||
                src->format == CKPT_FMT_OLMO_CORE ||

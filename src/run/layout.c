@@ -8,6 +8,7 @@
 #include "layout.h"
 
 static const struct judge_layout *const layouts[] = {
+    &judge_layout_lightning,
     &judge_layout_deepspeed,
     &judge_layout_megatron,
     &judge_layout_dcp_hf,

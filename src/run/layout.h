@@ -21,6 +21,8 @@ struct judge_view {
     struct ckpt_tree *t;
     const char *dir;
     size_t lo, hi;
+    int one_file;   /* the checkpoint is the one file t->files[lo], in
+                     * dir (Lightning's .ckpt files) */
 };
 
 struct judge_layout {
@@ -86,6 +88,7 @@ long judge_rank_of(const char *name, const char *prefix, const char *suffix);
 
 /* The layouts (layout_<trainer>.c). */
 extern const struct judge_layout judge_layout_hf;
+extern const struct judge_layout judge_layout_lightning;
 extern const struct judge_layout judge_layout_deepspeed;
 extern const struct judge_layout judge_layout_megatron;
 extern const struct judge_layout judge_layout_dcp_hf;

@@ -134,7 +134,7 @@ static int hf_deepspeed(const struct judge_view *v, struct ckpt_checkpoint *c,
         lastn = (size_t)(sl - r);
         char *sub = ckpt_xstrndup(r, lastn);
         char *dir = ckpt_path_join(v->dir, sub);
-        struct judge_view sv = { v->t, dir, 0, 0 };
+        struct judge_view sv = { v->t, dir, 0, 0, 0 };
         ckpt_tree_range(v->t, dir, &sv.lo, &sv.hi);
         int rc = 0;
         if (judge_layout_deepspeed.recognise(&sv) && !c) {

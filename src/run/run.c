@@ -26,6 +26,7 @@ const char *ckpt_format_name(enum ckpt_format f)
     case CKPT_FMT_DEEPSPEED: return "deepspeed";
     case CKPT_FMT_MEGATRON: return "megatron";
     case CKPT_FMT_DCP_HF: return "dcp-hf";
+    case CKPT_FMT_LIGHTNING: return "lightning";
     default: return "unknown";
     }
 }
@@ -105,6 +106,28 @@ static void add_ckpt(struct ckpt_run *run, size_t *cap, const char *dir,
     c->unsharded_name = uns;
 }
 
+/* Lightning's checkpoints: "*.ckpt" files, or directories of that name
+ * (FSDP sharded), at the top, in checkpoints/, or in a logger's
+ * NAME/version_N/checkpoints/. */
+static void find_lightning(struct ckpt_run *run, size_t *cap,
+                           const struct ckpt_tree_file *f)
+{
+    size_t skip = ckpt_lightning_place(f->path);
+    const char *rest = f->path + skip;
+    const char *slash = strchr(rest, '/');
+    if (!slash && f->type != CKPT_ENTRY_DIR && f->type != CKPT_ENTRY_FILE)
+        return;
+    size_t nl = slash ? (size_t)(slash - rest) : strlen(rest);
+    char *name = ckpt_xstrndup(rest, nl);
+    int64_t step;
+    if (ckpt_lightning_name(name, &step)) {
+        char *dir = ckpt_xstrndup(f->path, skip + nl);
+        add_ckpt(run, cap, dir, name, step, 0);
+        free(dir);
+    }
+    free(name);
+}
+
 /* Checkpoint directories sit at the top of the run, or one level down in
  * checkpoints/ or checkpoint/ (torchtitan, HF trainers). */
 static void find_ckpts(struct ckpt_run *run, const struct ckpt_tree *t)
@@ -113,6 +136,7 @@ static void find_ckpts(struct ckpt_run *run, const struct ckpt_tree *t)
     for (size_t i = 0; i < t->n; i++) {
         const char *p = t->files[i].path;
         const char *dirpart = p;
+        find_lightning(run, &cap, &t->files[i]);
         size_t skip = 0;
         if (ckpt_str_startswith(p, "checkpoints/"))
             skip = strlen("checkpoints/");
@@ -155,7 +179,7 @@ static int root_marked(const struct ckpt_tree *t)
     }
     /* A DeepSpeed tag directory (global_stepN/ given as itself): its
      * layout's own names. */
-    struct judge_view v = { (struct ckpt_tree *)t, "", 0, 0 };
+    struct judge_view v = { (struct ckpt_tree *)t, "", 0, 0, 0 };
     ckpt_tree_range(t, "", &v.lo, &v.hi);
     if (v.lo < v.hi && judge_layout_deepspeed.recognise(&v))
         return 1;
@@ -336,7 +360,7 @@ const struct ckpt_checkpoint *ckpt_run_unknown(const struct ckpt_run *run)
 {
     for (size_t i = run->n; i-- > 0;)
         if (run->ckpts[i].unknown &&
-            (run->ckpts[i].step > 0 || run->ckpts[i].root))
+            (run->ckpts[i].step != 0 || run->ckpts[i].root))
             return &run->ckpts[i];
     return NULL;
 }
