@@ -221,6 +221,8 @@ int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
         const struct ckpt_checkpoint *c = &run.ckpts[i];
         if (c->root || !*c->dir)
             continue;  /* the run itself: never dropped */
+        if (c->format == CKPT_FMT_LIGHTNING)
+            continue;  /* files, not step directories: copied as they are */
         int drop = incomplete && !c->complete && !c->unknown;
         if (sharded && c->complete && !c->unsharded_name &&
             c->format != CKPT_FMT_UNSHARDED &&

@@ -237,6 +237,10 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
     *copy = COPY_NONE;
     if (k->format == CKPT_FMT_UNSHARDED && (k->complete || k->unknown))
         return ckpt_xstrdup("not sharded");
+    /* Judged only: a Lightning checkpoint (a file, or an FSDP sharded
+     * directory) is copied as it is, never unsharded. */
+    if (k->format == CKPT_FMT_LIGHTNING)
+        return ckpt_xstrdup("a Lightning checkpoint: copied as it is");
     if (k->format == CKPT_FMT_UNKNOWN && k->nfiles) {
         /* A step directory holding files ckpt does not recognise (an
          * empty one is an aborted save: skipped as incomplete). */

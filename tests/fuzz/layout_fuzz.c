@@ -1,14 +1,16 @@
 /*
  * layout_fuzz.c - property: any set of files in a step directory (names
  * and contents from the input) judged through the trainer layout table
- * (src/run/layout*.c: DeepSpeed, Megatron, HF names, their pickles and
- * metadata.json) and judge.c never crashes or leaks, and every verdict
- * that is not complete says why.
+ * (src/run/layout*.c: Lightning, DeepSpeed, Megatron, HF names, their
+ * pickles and metadata.json) and judge.c never crashes or leaks, and
+ * every verdict that is not complete says why.
  *
  * Input: records separated by 0xff, each "NAME\0CONTENT". NAME is a path
  * inside the step (at most one '/', no "..", no leading '/'); records
  * with other names are skipped. The files are written under a fresh
- * temporary run directory, `global_step5/`, then scanned as a run.
+ * temporary run directory, `global_step5/`, then scanned as a run; a
+ * NAME starting with '=' is written at the run's top instead (without the
+ * '='): Lightning's `last.ckpt` files and sharded `x.ckpt/` directories.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -49,18 +51,20 @@ static int ok_name(const char *n, size_t len)
     return slashes <= 1 && !strstr(n, "//") && strcmp(n, ".") != 0;
 }
 
-static void put(const char *step, const uint8_t *rec, size_t n)
+static void put(const char *top, const char *step, const uint8_t *rec,
+                size_t n)
 {
     const uint8_t *z = memchr(rec, 0, n);
     if (!z)
         return;
     size_t nl = (size_t)(z - rec);
     char name[80];
-    if (!ok_name((const char *)rec, nl))
+    size_t at = nl && rec[0] == '=';
+    if (!ok_name((const char *)rec + at, nl - at))
         return;
-    memcpy(name, rec, nl);
-    name[nl] = '\0';
-    char *path = ckpt_path_join(step, name);
+    memcpy(name, rec + at, nl - at);
+    name[nl - at] = '\0';
+    char *path = ckpt_path_join(at ? top : step, name);
     char *dir = ckpt_path_dirname(path);
     mkdir(dir, 0755);
     FILE *f = fopen(path, "wb");
@@ -82,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < size;) {
         const uint8_t *end = memchr(data + i, 0xff, size - i);
         size_t n = end ? (size_t)(end - (data + i)) : size - i;
-        put(step, data + i, n);
+        put(tmpl, step, data + i, n);
         i += n + 1;
     }
     struct ckpt_loc loc;

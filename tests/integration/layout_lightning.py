@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "support"))
 import torchshim  # noqa: E402,F401  (must precede torch)
 import torch  # noqa: E402
 import torch.distributed._shard.checkpoint as dcp  # noqa: E402
-from s3test import Checker, ckpt, listing, scratch  # noqa: E402
+from s3test import Checker, ckpt, listing, plan, scratch  # noqa: E402
 
 LOGS = "lightning_logs/version_0/checkpoints"
 
@@ -122,7 +122,39 @@ def main():
         c.eq("clean: only the runs proven bad are gone", left, sorted(KEEP))
         c.eq("clean: kept runs untouched (nothing pruned)",
              {n: listing(n) for n in left}, {n: before[n] for n in left})
+    with scratch("ckpt-lightning-p-") as tmp:
+        check_process(c, tmp)
     return c.finish()
+
+
+def check_process(c, tmp):
+    """process copies a kept Lightning run as it is (nothing unsharded,
+    --drop-incomplete drops no .ckpt file) and deletes a proven bad one;
+    -n predicts it."""
+    src, dest = os.path.join(tmp, "src"), os.path.join(tmp, "dest")
+    os.makedirs(src)
+    build(src)
+    names = ["lt-files", "lt-sharded", "lt-cut"]
+    runs = [os.path.join(src, n) for n in names]
+    files = {n: listing(os.path.join(src, n)) for n in names}
+    args = ["--no-wandb", "--min-age", "0", "--drop-incomplete", "--dest",
+            dest] + runs
+    rc, dry, err = ckpt("process", "-n", *args)
+    rows = sorted(l.split("\t")[:2] for l in dry.splitlines()
+                  if not l.startswith("total"))
+    c.eq("process -n rows", (rc, rows),
+         (0, [["would-delete", runs[2]], ["would-process", runs[0]],
+              ["would-process", runs[1]]]))
+    rc, real, err = ckpt("process", *args)
+    c.eq("process: as -n predicted", (rc, plan(real)), (0, plan(dry)))
+    c.eq("process: kept runs copied whole, bad run not copied",
+         sorted(os.listdir(dest)), [".ckpt-process", "lt-files",
+                                    "lt-sharded"])
+    for n in names[:2]:
+        c.eq("process: %s at DEST as it was" % n,
+             listing(os.path.join(dest, n)), files[n])
+    c.eq("process: sources gone", sorted(os.listdir(src)),
+         ["lt-nometa", "lt-nostep", "lt-notzip", "lt-sharded-cut"])
 
 
 CUT = "cut short (no end of central directory)"
