@@ -118,6 +118,8 @@ static void find_lightning(struct ckpt_run *run, size_t *cap,
     if (!slash && f->type != CKPT_ENTRY_DIR && f->type != CKPT_ENTRY_FILE)
         return;
     size_t nl = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (nl <= 5 || memcmp(rest + nl - 5, ".ckpt", 5) != 0)
+        return;  /* (most files: no copy made) */
     char *name = ckpt_xstrndup(rest, nl);
     int64_t step;
     if (ckpt_lightning_name(name, &step)) {
