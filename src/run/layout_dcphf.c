@@ -258,7 +258,7 @@ static int judge_set(const struct judge_view *v, struct ckpt_checkpoint *c,
         s.hdr[s.nhdr++] = h;
         partial |= add_pieces(c, &s, h, r) != 0;
     }
-    if (rc == 0 && !partial) {
+    if (rc == 0 && !partial && s.n) {  /* (qsort wants an array) */
         qsort(s.p, s.n, sizeof(*s.p), by_box);
         for (size_t i = 0, j; i < s.n; i = j) {
             for (j = i + 1; j < s.n && !strcmp(s.p[j].t->name, s.p[i].t->name);)

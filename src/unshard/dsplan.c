@@ -529,7 +529,8 @@ static int plain_out(struct dsplan *p, struct dsfile *f, const char *name,
         return oom(err);
     for (int d = 0; d < t.ndim; d++)
         size[d] = (uint64_t)t.size[d];
-    memcpy(stride, t.stride, sizeof(int64_t) * (size_t)t.ndim);
+    if (t.ndim)     /* a 0-dim tensor's stride may be NULL */
+        memcpy(stride, t.stride, sizeof(int64_t) * (size_t)t.ndim);
     o->ndim = t.ndim;
     o->size = size;
     o->stride = stride;
@@ -1109,8 +1110,10 @@ static int add_boxes(struct dsplan *p, struct ckpt_dcp_entry *e,
         int64_t *st = ckpt_arena_array(ma(p), (size_t)o->ndim + 1, 8);
         if (!off || !len || !st)
             return oom(err);
-        memcpy(off, boxes[b].off, sizeof(*off) * (size_t)o->ndim);
-        memcpy(len, boxes[b].len, sizeof(*len) * (size_t)o->ndim);
+        if (o->ndim) {
+            memcpy(off, boxes[b].off, sizeof(*off) * (size_t)o->ndim);
+            memcpy(len, boxes[b].len, sizeof(*len) * (size_t)o->ndim);
+        }
         e->chunks[c].offsets = off;
         e->chunks[c].sizes = len;
         e->chunks[c].st.file = proto->src->name;
@@ -1258,7 +1261,8 @@ static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
     c->src = l->src;
     c->item_off = 0;
     c->data = l->data;
-    memcpy(c->stride, l->stride, sizeof(int64_t) * (size_t)t->e->ndim);
+    if (t->e->ndim)
+        memcpy(c->stride, l->stride, sizeof(int64_t) * (size_t)t->e->ndim);
     c->soff = l->from ? 0 : l->soff;
     c->big_endian = l->from ? 0 : l->big_endian;
     c->dec = l->from ? l->count * t->e->dtype->itemsize : 0;
