@@ -1,5 +1,6 @@
 #!/usr/bin/python3
 # ctest-cost: 120
+# ctest-labels: slow
 """crash_sample.py - the short sample of tests/crash/crash.py that CI runs:
 8 SIGKILLs at random moments for each of ckpt clean, unshard
 --delete-sharded (local, and a run in S3 behind s3proxy.py), upload

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
 # ctest-cost: 60
+# ctest-labels: slow
 """unshard_many_ranks.py: a step of 1,024 rank files unshards under
 `ulimit -n 256` (issue: every rank file stayed open, so OLMo-sized steps hit
 the open-file limit: "Too many open files").

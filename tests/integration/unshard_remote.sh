@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # ctest-cost: 40
+# ctest-labels: slow
 # ckpt unshard of a DCP checkpoint stored in S3 (s3rver behind the
 # signature-verifying proxy): read by ranged GETs, output bit-exact against
 # the state dict torch 1.13 saved. A 24 MiB 2-rank checkpoint (~300

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
 # ctest-cost: 120
+# ctest-labels: slow
 """unshard_sink_chunks.py - `ckpt unshard SRC s3://…` of zarr and Orbax
 arrays whose stored chunks are not whole rows (chunked along the last
 dimension, 2-D and 3-D chunk grids, edge chunks partial in every

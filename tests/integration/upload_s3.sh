@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # ctest-cost: 90
+# ctest-labels: slow
 # upload_s3.sh - `ckpt upload` against s3rver behind the signing,
 # fault-injecting proxy: a tree with 0-byte files, a large file (one
 # streamed PUT in the tree, multipart alone; 100 MiB here,
