@@ -454,6 +454,22 @@ static int optim_files(struct dsplan *p, const struct uns_dir *d,
 
 /* --- outputs ------------------------------------------------------------ */
 
+static struct dsout *new_out(struct dsplan *p, const char *name);
+
+/* Entry i of a {name: torch.Size} dict (param_shapes,
+ * frozen_param_shapes) as a new output with its shape, numel in *numel;
+ * NULL when the entry is not a name and a shape (the caller says where). */
+static struct dsout *shape_entry(struct dsplan *p, const struct ckpt_pv *d,
+                                 size_t i, uint64_t *numel)
+{
+    const struct ckpt_pv *k = d->u.dict.k[i];
+    char *name = k->kind == CKPT_PV_STR ? mstr(p, k) : NULL;
+    struct dsout *o = name ? new_out(p, name) : NULL;
+    if (!o || shape_of(p, d->u.dict.v[i], &o->ndim, &o->size, numel) != 0)
+        return NULL;
+    return o;
+}
+
 static struct dsout *new_out(struct dsplan *p, const char *name)
 {
     if (p->nouts == p->outcap) {
@@ -621,14 +637,12 @@ static int frozen3(struct dsplan *p, struct dsfile *m, struct ckpt_err *err)
     const struct ckpt_pv *sh = ckpt_pv_dict_items(field(&m[0],
                                                   "frozen_param_shapes"));
     for (size_t i = 0; sh && i < sh->u.dict.n; i++) {
-        const struct ckpt_pv *k = sh->u.dict.k[i];
-        char *name = k->kind == CKPT_PV_STR ? mstr(p, k) : NULL;
-        struct dsout *o = name ? new_out(p, name) : NULL;
         uint64_t numel, at = 0;
-        if (!o || shape_of(p, sh->u.dict.v[i], &o->ndim, &o->size,
-                           &numel) != 0)
+        struct dsout *o = shape_entry(p, sh, i, &numel);
+        if (!o)
             return ckpt_err_set(err, CKPT_EFORMAT, "'%s': malformed "
                                 "frozen_param_shapes entry %zu", m[0].rel, i);
+        const char *name = o->name;
         o->kind = K_FLAT;
         for (int r = 0; r < p->world && at < numel; r++) {
             const struct ckpt_pv *fr = ckpt_pv_dict_items(field(&m[r],
@@ -727,15 +741,13 @@ static int trainable2(struct dsplan *p, struct dsfile *f,
         for (int r = 0; r < p->world; r++)
             avail += p->groups[(size_t)r * p->ngroups + g].numel;
         for (size_t i = 0; d && i < d->u.dict.n; i++) {
-            const struct ckpt_pv *k = d->u.dict.k[i];
-            char *name = k->kind == CKPT_PV_STR ? mstr(p, k) : NULL;
-            struct dsout *o = name ? new_out(p, name) : NULL;
             uint64_t numel;
-            if (!o || shape_of(p, d->u.dict.v[i], &o->ndim, &o->size,
-                               &numel) != 0)
+            struct dsout *o = shape_entry(p, d, i, &numel);
+            if (!o)
                 return ckpt_err_set(err, CKPT_EFORMAT, "'%s': malformed "
                                     "param_shapes entry %zu of group %zu",
                                     f->rel, i, g);
+            const char *name = o->name;
             o->kind = K_FLAT;
             o->dtype = p->gdtype;
             if (numel > avail - off)
@@ -794,15 +806,13 @@ static int trainable3(struct dsplan *p, struct dsfile *f,
     for (size_t gi = 0; gi < ps->u.seq.n; gi++) {
         const struct ckpt_pv *d = ckpt_pv_dict_items(ps->u.seq.v[gi]);
         for (size_t i = 0; d && i < d->u.dict.n; i++) {
-            const struct ckpt_pv *k = d->u.dict.k[i];
-            char *name = k->kind == CKPT_PV_STR ? mstr(p, k) : NULL;
-            struct dsout *o = name ? new_out(p, name) : NULL;
             uint64_t numel;
-            if (!o || shape_of(p, d->u.dict.v[i], &o->ndim, &o->size,
-                               &numel) != 0)
+            struct dsout *o = shape_entry(p, d, i, &numel);
+            if (!o)
                 return ckpt_err_set(err, CKPT_EFORMAT, "'%s': malformed "
                                     "param_shapes entry %zu of group %zu",
                                     f->rel, i, gi);
+            const char *name = o->name;
             if (tf_strmap_get(&p->byname, name, strlen(name), NULL))
                 return ckpt_err_set(err, CKPT_EFORMAT, "'%s': '%s' is "
                                     "listed twice", f->rel, name);
