@@ -17,7 +17,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,50 +27,7 @@
 #include "ckpt/run.h"
 #include "ckpt/unshard.h"
 #include "ckpt/util.h"
-
-static int rm_one(const char *p, const struct stat *sb, int flag,
-                  struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static int ok_name(const char *n, size_t len)
-{
-    int slashes = 0;
-    if (!len || len > 64 || n[0] == '/' || n[len - 1] == '/' ||
-        strstr(n, ".."))
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        if (n[i] == '/')
-            slashes++;
-        if ((unsigned char)n[i] < 0x20 || n[i] == '\\')
-            return 0;
-    }
-    return slashes <= 1 && !strstr(n, "//") && strcmp(n, ".") != 0;
-}
-
-static void put(const char *step, const char *nm, size_t nl,
-                const uint8_t *content, size_t n)
-{
-    char name[80];
-    if (!ok_name(nm, nl))
-        return;
-    memcpy(name, nm, nl);
-    name[nl] = '\0';
-    char *path = ckpt_path_join(step, name);
-    char *dir = ckpt_path_dirname(path);
-    mkdir(dir, 0755);
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite(content, 1, n, f);
-        fclose(f);
-    }
-    free(dir);
-    free(path);
-}
+#include "fuzztree.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -94,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         i += 4;
         if (n > size - i)
             n = size - i;
-        put(step, nm, nl, data + i, n);
+        fuzztree_put(step, nm, nl, data + i, n);
         i += n;
     }
     struct ckpt_unshard_opts o;
@@ -118,6 +74,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     free(out);
     free(step);
-    nftw(tmpl, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+    fuzztree_rm(tmpl);
     return 0;
 }

@@ -15,7 +15,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,30 +25,7 @@
 #include "ckpt/run.h"
 #include "ckpt/storage.h"
 #include "ckpt/util.h"
-
-static int rm_one(const char *p, const struct stat *sb, int flag,
-                  struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static int ok_name(const char *n, size_t len)
-{
-    int slashes = 0;
-    if (!len || len > 64 || n[0] == '/' || n[len - 1] == '/' ||
-        strstr(n, ".."))
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        if (n[i] == '/')
-            slashes++;
-        if ((unsigned char)n[i] < 0x20 || n[i] == '\\')
-            return 0;
-    }
-    return slashes <= 1 && !strstr(n, "//") && strcmp(n, ".") != 0;
-}
+#include "fuzztree.h"
 
 static void put(const char *top, const char *step, const uint8_t *rec,
                 size_t n)
@@ -58,22 +34,9 @@ static void put(const char *top, const char *step, const uint8_t *rec,
     if (!z)
         return;
     size_t nl = (size_t)(z - rec);
-    char name[80];
     size_t at = nl && rec[0] == '=';
-    if (!ok_name((const char *)rec + at, nl - at))
-        return;
-    memcpy(name, rec + at, nl - at);
-    name[nl - at] = '\0';
-    char *path = ckpt_path_join(at ? top : step, name);
-    char *dir = ckpt_path_dirname(path);
-    mkdir(dir, 0755);
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite(z + 1, 1, n - nl - 1, f);
-        fclose(f);
-    }
-    free(dir);
-    free(path);
+    fuzztree_put(at ? top : step, (const char *)rec + at, nl - at, z + 1,
+                 n - nl - 1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -110,6 +73,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ckpt_loc_release(&loc);
     }
     free(step);
-    nftw(tmpl, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+    fuzztree_rm(tmpl);
     return 0;
 }
