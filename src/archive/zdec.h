@@ -75,5 +75,18 @@ void zdec_bz2_close(struct zdec_bz2 *b);
  * block before the real one, so that each block is retried merged.
  * Returns the number of retries since the last call. */
 int zdec_bz2_test_fake_boundaries(int on);
+/* Tests: decode every block with libbz2 (on), not zdec_bz2blk_decode.
+ * Returns the number of blocks zdec_bz2blk_decode decoded since the last
+ * call. */
+int zdec_bz2_test_libbz2_only(int on);
+
+/* One bzip2 block (zdec_bz2blk.c): the nbits bits at bit `from` of raw,
+ * from its block magic to the next magic (raw readable 8 bytes past
+ * them), of a stream of the given level. Its bytes go to *out (grown up
+ * to cap; *olen, *ocap). 0 when it decoded exactly those bits and matched
+ * its CRC; -1 otherwise, whatever the reason: libbz2 then decides. */
+int zdec_bz2blk_decode(const unsigned char *raw, uint64_t from,
+                       uint64_t nbits, int level, unsigned char **out,
+                       size_t *olen, size_t *ocap, size_t cap);
 
 #endif

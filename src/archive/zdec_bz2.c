@@ -60,7 +60,7 @@ struct job {
     unsigned char *src;         /* the standalone stream */
     bz_stream bs;
     int bs_open;
-    char *out;
+    unsigned char *out;
     size_t olen, ocap, opos;
 };
 
@@ -179,6 +179,10 @@ static int find_magic(struct zdec_bz2 *b, uint64_t from, uint64_t limit,
 
 /* ---- the worker: one block as a standalone stream ---- */
 
+/* Test hooks: libbz2 only; blocks the fast decoder did. */
+static int no_fast;
+static _Atomic int fast_blocks;
+
 struct bitw {
     unsigned char *p;
     uint64_t n;                 /* bits written */
@@ -234,7 +238,7 @@ static int decode_some(struct job *j)
             j->ocap = j->ocap * 2 < OUT_CAP ? j->ocap * 2 : OUT_CAP;
             j->out = ckpt_xrealloc(j->out, j->ocap);
         }
-        j->bs.next_out = j->out + j->olen;
+        j->bs.next_out = (char *)j->out + j->olen;
         j->bs.avail_out = (unsigned)(j->ocap - j->olen);
         unsigned before = j->bs.avail_out;
         int rc = BZ2_bzDecompress(&j->bs);
@@ -264,15 +268,24 @@ static void job_decode(void *arg)
 {
     struct job *j = arg;
     struct zdec_bz2 *b = j->owner;
+    int rc = -1;
+    j->ocap = 0;
+    if (!no_fast && zdec_bz2blk_decode(j->raw, j->start % 8,
+                                       j->end - j->start, j->level, &j->out,
+                                       &j->olen, &j->ocap, OUT_CAP) == 0) {
+        fast_blocks++;
+        rc = 0;
+        goto done;
+    }
+    j->olen = 0;
     size_t n = build_src(j);
     memset(&j->bs, 0, sizeof(j->bs));
-    int rc = -1;
     if (BZ2_bzDecompressInit(&j->bs, 0, 0) == BZ_OK) {
         j->bs_open = 1;
         j->bs.next_in = (char *)j->src;
         j->bs.avail_in = (unsigned)n;
         j->ocap = (size_t)j->level * 100000 + 4096;
-        j->out = ckpt_xmalloc(j->ocap);
+        j->out = ckpt_xrealloc(j->out, j->ocap);
         rc = decode_some(j);
     } else {
         snprintf(j->msg, sizeof(j->msg), "out of memory");
@@ -281,6 +294,7 @@ static void job_decode(void *arg)
         BZ2_bzDecompressEnd(&j->bs);
         j->bs_open = 0;
     }
+done:
     pthread_mutex_lock(&b->mu);
     j->rc = rc;
     j->done = 1;
@@ -338,6 +352,12 @@ static struct job *fail_job(const char *msg)
 static int fake_boundaries;
 static _Atomic int retries;
 
+int zdec_bz2_test_libbz2_only(int on)
+{
+    no_fast = on;
+    return atomic_exchange(&fast_blocks, 0);
+}
+
 int zdec_bz2_test_fake_boundaries(int on)
 {
     fake_boundaries = on;
@@ -372,7 +392,8 @@ static void take_raw(struct zdec_bz2 *b, struct job *j)
 {
     uint64_t lo = j->start / 8, hi = (j->end + 7) / 8;
     j->rawlen = (size_t)(hi - lo);
-    j->raw = ckpt_xmalloc(j->rawlen);
+    /* Zero padding: zdec_bz2blk_decode reads 8 bytes at a time. */
+    j->raw = ckpt_xcalloc(1, j->rawlen + 8);
     memcpy(j->raw, b->in->buf + (lo - b->in->base), j->rawlen);
 }
 

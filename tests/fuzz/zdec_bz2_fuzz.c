@@ -1,6 +1,8 @@
 /*
  * zdec_bz2_fuzz - the parallel bzip2 decoder (block scanner, standalone
  * block streams, retries past false boundaries, stream CRCs) on any bytes.
+ * Each block goes through the table-driven decoder (zdec_bz2blk.c) first
+ * and through libbz2 when that one declines.
  * Properties: no crash or hang; whatever it accepts (a clean end), libbz2
  * reading the same bytes stream after stream up to zdec_in_used() accepts
  * too, with the same output; and what libbz2 accepts whole, so does it.

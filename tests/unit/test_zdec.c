@@ -154,6 +154,11 @@ static void roundtrip(const char *name, const char *cmd,
     ckpt_buf_release(&want);
 }
 
+/* bzip2 -1 / -9 of plain(): blocks, and those holding the zero run. */
+#define BZ1_BLOCKS 36
+#define BZ1_CAPPED 1
+#define BZ9_BLOCKS 4
+
 static void test_zdec__bzip2(void)
 {
     roundtrip("p1.bz2", "bzip2 -1", CKPT_ARCHIVE_TAR_BZ2);
@@ -194,6 +199,27 @@ static void test_zdec__bzip2_false_boundaries(void)
     int n = zdec_bz2_test_fake_boundaries(0);
     fprintf(stderr, "  %d retries\n", n);
     CHECK(n >= 3 * 20);
+}
+
+/* The table-driven block decoder (zdec_bz2blk.c) does the blocks it can
+ * and libbz2 the rest (here the blocks of plain()'s zero run, which decode
+ * to more than the 4 MiB cap); libbz2 alone gives the same bytes. */
+static void test_zdec__bzip2_fast_and_libbz2(void)
+{
+    zdec_bz2_test_libbz2_only(0);
+    roundtrip("f1.bz2", "bzip2 -1", CKPT_ARCHIVE_TAR_BZ2);
+    int fast1 = zdec_bz2_test_libbz2_only(0);
+    roundtrip("f9.bz2", "bzip2 -9", CKPT_ARCHIVE_TAR_BZ2);
+    int fast9 = zdec_bz2_test_libbz2_only(1);
+    roundtrip("s1.bz2", "bzip2 -1", CKPT_ARCHIVE_TAR_BZ2);
+    roundtrip("s9.bz2", "bzip2 -9", CKPT_ARCHIVE_TAR_BZ2);
+    int slow = zdec_bz2_test_libbz2_only(0);
+    fprintf(stderr, "  fast blocks: %d at -1, %d at -9\n", fast1, fast9);
+    /* 3 thread counts each; BZ1_BLOCKS blocks at -1, BZ1_CAPPED of them
+     * past the cap; at -9 all but the one block holding the zero run. */
+    CHECK_EQ(fast1, 3 * (BZ1_BLOCKS - BZ1_CAPPED));
+    CHECK_EQ(fast9, 3 * (BZ9_BLOCKS - 1));
+    CHECK_EQ(slow, 0);
 }
 
 static void test_zdec__bzip2_damage(void)
@@ -299,5 +325,6 @@ static void test_zdec__zstd(void)
 }
 
 TEST_MAIN(T(test_zdec__bzip2), T(test_zdec__bzip2_parallel_tools),
-          T(test_zdec__bzip2_false_boundaries), T(test_zdec__bzip2_damage),
+          T(test_zdec__bzip2_false_boundaries),
+          T(test_zdec__bzip2_fast_and_libbz2), T(test_zdec__bzip2_damage),
           T(test_zdec__gzip), T(test_zdec__xz), T(test_zdec__zstd))
