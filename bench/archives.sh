@@ -14,12 +14,17 @@
 #               ARCHIVE --dest DIR` against the manual route: the parallel
 #               decompressor | tar x, then the same `ckpt process` of the
 #               extracted run (PROCESS=0 skips (b))
+#   (c) S3=1: (b) with the archive in a bucket of a local s3rver
+#               (connected directly, as bench/upload.sh): `ckpt process
+#               s3://bench/ARCHIVE` against `aws s3 cp s3://... - |
+#               decompressor | tar x`, then `ckpt process DIR`
 # Peak RSS of each ckpt (/usr/bin/time -f %M, the median round's worst).
 # Every result is checked: process's DEST holds the same files with the
 # same bytes as the manual route's.
 #   bash bench/archives.sh             (build/ckpt)
 #   STEP_MB=256 ROUNDS=3 BENCH_DIR=/tmp/ckpt-bench-archives bash bench/archives.sh
 #   KINDS="xz zst" bash bench/archives.sh   only these kinds
+#   S3=1 bash bench/archives.sh             also (c), from a local s3rver
 #   bash bench/archives.sh --install   apt-get the tools it compares with
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +82,35 @@ PROC=("$CKPT" process -q --no-progress --no-wandb --keep-source --min-age 0
 
 echo "host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); step $MB MiB (4 ranks); $R rounds" >&2
 KINDS=${KINDS:-bz2 gz xz zst}
+S3=${S3:-0}
+if [ "$S3" = 1 ]; then
+    . tests/support/s3env.sh
+    s3env_start --no-proxy --bucket bench --max-seconds 7200
+    trap 's3env_stop; rm -rf "$tmp"' EXIT
+    for k in $KINDS; do
+        aws --endpoint-url "$AWS_ENDPOINT_URL" s3 cp --quiet \
+            "$DATA/run-$MB.tar.$k" "s3://bench/run-$MB.tar.$k"
+    done
+fi
+
+# s3 round for kind $1: the route and ckpt, both to a local DEST.
+s3_round() {
+    local k=$1 key=s3://bench/run-$MB.tar.$1
+    rm -rf "$tmp/x" "$tmp/d1" "$tmp/d2" "$tmp/state" "$tmp/spool" && mkdir -p "$tmp/x"
+    local x m p
+    x=$(secs sh -c "aws --endpoint-url '$AWS_ENDPOINT_URL' s3 cp --quiet '$key' - | ${DEC[$k]} | tar xf - -C '$tmp/x'")
+    find "$tmp/x" -exec touch -h -d '3 days ago' {} +
+    m=$(secs "${PROC[@]}" "$tmp/x/$RUN" --dest "$tmp/d1")
+    p=$(secs "${PROC[@]}" "$key" --dest "$tmp/d2"); echo "$(cat "$tmp/rss")" >>"$tmp/$k.s3rss"
+    (cd "$tmp/d1/$RUN" && find . -type f -exec md5sum {} + | sort -k2) >"$tmp/s1"
+    (cd "$tmp/d2/run-$MB" && find . -type f -exec md5sum {} + | sort -k2) >"$tmp/s2"
+    cmp -s "$tmp/s1" "$tmp/s2" || { echo "$k (s3): DEST differs from the manual route's" >&2; exit 1; }
+    python3 -c "print($x + $m)" >>"$tmp/$k.s3route"
+    echo "$p" >>"$tmp/$k.s3proc"
+    python3 -c "print($p / ($x + $m))" >>"$tmp/$k.s3ratio"
+    echo "  $k round $2 (s3): route $x + $m s, ckpt process $p s" >&2
+}
+
 for k in $KINDS; do
     a=$DATA/run-$MB.tar.$k
     for r in $(seq 1 "$R"); do
@@ -101,6 +135,7 @@ for k in $KINDS; do
         python3 -c "print($p / ($x + $m))" >>"$tmp/$k.pratio"
         echo "$p" >>"$tmp/$k.proc"; echo "$prss" >>"$tmp/$k.procrss"
         echo "  $k round $r: route $x + $m s, ckpt process $p s ($prss KiB)" >&2
+        [ "$S3" = 1 ] && s3_round "$k" "$r"
     done
 done
 
@@ -128,4 +163,14 @@ for k in $KINDS; do
     printf '| .tar.%s | %.2f s | %.2f s | %.2fx | %.0f |\n' "$k" "$t" "$p" \
         "$(median <"$tmp/$k.pratio")" \
         "$(python3 -c "print($(sort -g "$tmp/$k.procrss" | tail -1) / 1024)")"
+done
+[ "$S3" = 1 ] || exit 0
+echo
+echo "| archive in s3rver | manual route (aws s3 cp - \| decompress \| tar x, then ckpt process DIR) | ckpt process s3://… | ckpt / route (median of per-round ratios) | process peak RSS MiB |"
+echo "| --- | --- | --- | --- | --- |"
+for k in $KINDS; do
+    printf '| .tar.%s | %.2f s | %.2f s | %.2fx | %.0f |\n' "$k" \
+        "$(median <"$tmp/$k.s3route")" "$(median <"$tmp/$k.s3proc")" \
+        "$(median <"$tmp/$k.s3ratio")" \
+        "$(python3 -c "print($(sort -g "$tmp/$k.s3rss" | tail -1) / 1024)")"
 done
