@@ -18,6 +18,7 @@
 #ifndef CKPT_ARCHIVE_H
 #define CKPT_ARCHIVE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -113,11 +114,26 @@ int ckpt_archive_check_member(const char *archive, const char *path,
  */
 struct ckpt_archive_spool;
 
+/* The disk a set of spools may take (all runs' spools in one `process`):
+ * at most limit bytes of member data together (0: no limit), and each
+ * member only while ckpt_archive_spool_room(dir) allows it. A spool
+ * reserves each member's size before writing it and gives back all it
+ * reserved when it is freed or fails. Thread-safe; it must outlive the
+ * spools that use it. */
+struct ckpt_spool_budget {
+    pthread_mutex_t mu;
+    const char *dir;            /* borrowed */
+    uint64_t limit, used;
+    int refused;                /* a spool was refused for want of room */
+};
+
+void ckpt_spool_budget_init(struct ckpt_spool_budget *b, const char *dir,
+                            uint64_t limit);
+void ckpt_spool_budget_destroy(struct ckpt_spool_budget *b);
+
 struct ckpt_spool_cfg {
     const char *dir;            /* where the spool directory is made */
-    /* Asked before a member's bytes are written: 0 to go on, or -1 with
-     * err saying why not (a disk budget); NULL: always. */
-    int (*reserve)(void *ud, uint64_t bytes, struct ckpt_err *err);
+    struct ckpt_spool_budget *budget;   /* NULL: no limit */
     /* The archive's bytes read so far of its size, as the pass goes on
      * (and once at the end); NULL: nobody is told. */
     void (*on_read)(void *ud, uint64_t read, uint64_t size);

@@ -67,6 +67,8 @@ struct ckpt_archive_spool {
     enum ckpt_archive_kind kind;
     uint64_t size, fetched;
     struct sp_ver ver;
+    struct ckpt_spool_budget *budget;   /* borrowed, or NULL */
+    uint64_t reserved;          /* of budget, given back at the end */
     int attached;
     struct ckpt_archive_spool *next;    /* attached ones */
 };
@@ -182,12 +184,66 @@ static int member_file(struct ckpt_archive_spool *s, size_t i, char **path,
     return fd;
 }
 
+/* ---- the disk budget ---- */
+
+void ckpt_spool_budget_init(struct ckpt_spool_budget *b, const char *dir,
+                            uint64_t limit)
+{
+    memset(b, 0, sizeof(*b));
+    pthread_mutex_init(&b->mu, NULL);
+    b->dir = dir;
+    b->limit = limit;
+}
+
+void ckpt_spool_budget_destroy(struct ckpt_spool_budget *b)
+{
+    pthread_mutex_destroy(&b->mu);
+}
+
+/* Before a member's bytes go to the spool: within the budget's limit (all
+ * its spools together) and its directory's disk rule. */
+static int budget_take(struct ckpt_archive_spool *s, uint64_t bytes,
+                       struct ckpt_err *err)
+{
+    struct ckpt_spool_budget *b = s->budget;
+    if (!b)
+        return 0;
+    char a[32];
+    int rc = ckpt_archive_spool_room(b->dir, bytes, err);
+    pthread_mutex_lock(&b->mu);
+    if (rc == 0 && b->limit &&
+        (b->used > b->limit || b->limit - b->used < bytes))
+        rc = ckpt_err_set(err, CKPT_EIO, "its members pass --spool-limit "
+                          "%s", ckpt_fmt_size(b->limit, a, sizeof(a)));
+    if (rc == 0) {
+        b->used += bytes;
+        s->reserved += bytes;
+    } else {
+        b->refused = 1;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+static void budget_give_back(struct ckpt_archive_spool *s)
+{
+    struct ckpt_spool_budget *b = s->budget;
+    if (!b || !s->reserved)
+        return;
+    pthread_mutex_lock(&b->mu);
+    b->used -= s->reserved;
+    pthread_mutex_unlock(&b->mu);
+    s->reserved = 0;
+}
+
+/* ---- the pass ---- */
+
 static int copy_member(struct ckpt_archive_spool *s, struct ckpt_archive *a,
                        size_t i, char *buf, const struct ckpt_spool_cfg *cfg,
                        uint64_t *told, struct ckpt_err *err)
 {
     struct sp_member *m = &s->m[i];
-    if (cfg->reserve && cfg->reserve(cfg->ud, m->size, err) != 0)
+    if (budget_take(s, m->size, err) != 0)
         return -1;
     char *path;
     int fd = member_file(s, i, &path, err);
@@ -259,6 +315,7 @@ int ckpt_archive_spool(struct ckpt_archive_spool **out,
     s->st = st;
     s->key = ckpt_xstrdup(key);
     s->natural = 1;
+    s->budget = cfg->budget;
     /* A killed process's spool goes with the next one made here. */
     ckpt_temp_sweep(cfg->dir);
     s->dir = ckpt_temp_path(cfg->dir);
@@ -342,6 +399,7 @@ void ckpt_archive_spool_free(struct ckpt_archive_spool *s)
     ckpt_archive_spool_detach(s);
     if (s->dir)
         ckpt_rm_tree(s->dir);
+    budget_give_back(s);
     for (size_t i = 0; i < s->n; i++) {
         free(s->m[i].path);
         free(s->m[i].link);

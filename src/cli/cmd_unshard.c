@@ -50,14 +50,13 @@ struct cmd {
     const char *layout, *format, *rank_values, *weights;
     uint64_t max_shard, memory;
     uint64_t spool_limit;       /* UINT64_MAX: not given */
-    uint64_t spooled;           /* bytes the spool holds */
-    int over_budget;            /* the spool stopped at the budget */
     int allow_replicas, allow_unsafe_pickle, verify, latest, delete_sharded;
     int no_sync;
     const char *step;
     struct ckpt_unshard_opts uo;
     struct progress *prog;
     const char *spool_dir;      /* --tmp-dir, else $TMPDIR or /tmp */
+    struct ckpt_spool_budget spools;    /* --spool-limit */
     struct progress *spool_prog;/* the spool pass, on a terminal */
     char *spool_what;           /* "read NAME" */
     uint64_t spool_read;        /* the archive's bytes read so far */
@@ -392,24 +391,6 @@ static int single_format(const struct verdict *v, const char *src)
 
 /* --- one decompression pass ------------------------------------------ */
 
-/* Before a member's bytes go to the spool: within --spool-limit and the
- * spools' disk rule (ckpt_archive_spool_room). */
-static int spool_reserve(void *ud, uint64_t bytes, struct ckpt_err *err)
-{
-    struct cmd *c = ud;
-    char a[32];
-    uint64_t limit = c->spool_limit == UINT64_MAX ? 0 : c->spool_limit;
-    if (ckpt_archive_spool_room(c->spool_dir, bytes, err) != 0)
-        return c->over_budget = 1, -1;
-    if (limit && (c->spooled > limit || limit - c->spooled < bytes)) {
-        c->over_budget = 1;
-        return ckpt_err_set(err, CKPT_EIO, "its members pass --spool-limit "
-                            "%s", ckpt_fmt_size(limit, a, sizeof(a)));
-    }
-    c->spooled += bytes;
-    return 0;
-}
-
 /* The spool pass's progress, on a terminal only (its line would be new
  * output in logs): the archive's bytes read of its size, and the rate. */
 static void spool_read(void *ud, uint64_t read, uint64_t size)
@@ -444,8 +425,7 @@ static struct ckpt_archive_spool *spool_src(struct cmd *c, const char *src,
     struct ckpt_storage *st;
     struct ckpt_archive_spool *s = NULL;
     struct ckpt_err err = CKPT_ERR_INIT;
-    struct ckpt_spool_cfg sc = { c->spool_dir, spool_reserve, spool_read,
-                                 c };
+    struct ckpt_spool_cfg sc = { c->spool_dir, &c->spools, spool_read, c };
     char *base = ckpt_path_basename(src);
     c->spool_what = ckpt_xasprintf("read %s", base);
     free(base);
@@ -454,7 +434,7 @@ static struct ckpt_archive_spool *spool_src(struct cmd *c, const char *src,
         cli_storages_get(sts, &loc, &c->g, &st, &err) == 0 &&
         ckpt_archive_spool(&s, st, loc.key, &sc, &err) == 0)
         ckpt_archive_spool_attach(s);
-    else if (c->over_budget)
+    else if (c->spools.refused)
         cli_warnf("%s: not spooled (%s): each pass reads the archive again",
                   src, err.msg);
     else
@@ -576,6 +556,8 @@ int cmd_unshard(int argc, char **argv)
     struct storages sts = { 0 };
     c.spool_dir = c.g.tmp_dir ? c.g.tmp_dir
                 : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    ckpt_spool_budget_init(&c.spools, c.spool_dir,
+                           c.spool_limit == UINT64_MAX ? 0 : c.spool_limit);
     struct ckpt_archive_spool *spool = spool_src(&c, src, &sts);
     struct verdict v;
     judge_src(&v, src, &c, &sts);
@@ -586,6 +568,7 @@ int cmd_unshard(int argc, char **argv)
         rc = unshard_one(&c, src, dest, format) ? EXIT_FAILED : EXIT_OK;
     verdict_release(&v);
     ckpt_archive_spool_free(spool);    /* before the storage it reads */
+    ckpt_spool_budget_destroy(&c.spools);
     cli_storages_release(&sts);
     return rc;
 }

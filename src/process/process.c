@@ -73,7 +73,7 @@ struct ckpt_process {
     int run_jobs;               /* upload workers per run */
     uint64_t run_mem;           /* upload data buffers per run */
     uint64_t items, bytes;      /* progress of every run together */
-    uint64_t spooled;           /* bytes the spools in flight hold */
+    struct ckpt_spool_budget spools;    /* --spool-limit, all runs */
 };
 
 /* One run being worked on. */
@@ -136,10 +136,8 @@ struct one {
     char **keptv;               /* owned: kept files, as in the run */
     size_t nkeptv;
     /* A compressed archive read once into a spool that every phase
-     * reads (attached while the run is worked on), and its bytes counted
-     * in p->spooled. */
+     * reads (attached while the run is worked on), within p->spools. */
     struct ckpt_archive_spool *spool;
-    uint64_t reserved;
 };
 
 const char *ckpt_process_phase_name(enum ckpt_process_phase p)
@@ -521,30 +519,6 @@ static void undo_delete_state(struct one *o)
 
 /* ---- one decompression pass ---- */
 
-/* Before a member's bytes go to the spool: within --spool-limit (all
- * runs' spools together) and leaving the last GiB (or 5%) of --tmp-dir's
- * file system free. */
-static int spool_reserve(void *ud, uint64_t bytes, struct ckpt_err *err)
-{
-    struct one *o = ud;
-    struct ckpt_process *p = o->p;
-    char a[32];
-    if (ckpt_archive_spool_room(p->tmp, bytes, err) != 0)
-        return -1;
-    int rc = 0;
-    pthread_mutex_lock(&p->mu);
-    uint64_t limit = p->cfg.spool_limit;
-    if (limit && (p->spooled > limit || limit - p->spooled < bytes))
-        rc = ckpt_err_set(err, CKPT_EIO, "its members pass --spool-limit "
-                          "%s", ckpt_fmt_size(limit, a, sizeof(a)));
-    else {
-        p->spooled += bytes;
-        o->reserved += bytes;
-    }
-    pthread_mutex_unlock(&p->mu);
-    return rc;
-}
-
 static void spool_read(void *ud, uint64_t read, uint64_t size)
 {
     struct one *o = ud;
@@ -560,10 +534,6 @@ static void spool_release(struct one *o)
 {
     ckpt_archive_spool_free(o->spool);
     o->spool = NULL;
-    pthread_mutex_lock(&o->p->mu);
-    o->p->spooled -= o->reserved;
-    o->reserved = 0;
-    pthread_mutex_unlock(&o->p->mu);
 }
 
 /* A compressed archive is decompressed once, here, before it is judged:
@@ -591,7 +561,7 @@ static void spool(struct one *o)
     ckpt_clean_item_release(&it);
     if (live != 0)
         return;
-    struct ckpt_spool_cfg sc = { o->p->tmp, spool_reserve, spool_read, o };
+    struct ckpt_spool_cfg sc = { o->p->tmp, &o->p->spools, spool_read, o };
     if (ckpt_archive_spool(&o->spool, o->r->st, o->r->key, &sc, &err) != 0) {
         char *d = ckpt_xasprintf("not spooled (%s): each phase reads the "
                                  "archive again", err.msg);
@@ -2058,6 +2028,7 @@ int ckpt_process_new(struct ckpt_process **out,
                      : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     p->cfg = *cfg;
     p->tmp = ckpt_xstrdup(base);
+    ckpt_spool_budget_init(&p->spools, p->tmp, cfg->spool_limit);
     *out = p;
     if (cfg->logs_st &&
         ckpt_storage_list(cfg->logs_st, cfg->logs_key, CKPT_LIST_RECURSIVE,
@@ -2083,6 +2054,7 @@ void ckpt_process_free(struct ckpt_process *p)
         free(p->logs[i]);
     free(p->logs);
     pthread_mutex_destroy(&p->mu);
+    ckpt_spool_budget_destroy(&p->spools);
     free(p->tmp);
     free(p->runs);
     free(p->ids);

@@ -372,12 +372,6 @@ static char *replayed(struct ckpt_storage *st, const char *path)
     return ckpt_buf_detach(&out, NULL);
 }
 
-static int refuse(void *ud, uint64_t bytes, struct ckpt_err *err)
-{
-    (void)ud;
-    return bytes > 3 ? ckpt_err_set(err, CKPT_EIO, "over budget") : 0;
-}
-
 static int entries(const char *dir)
 {
     char cmd[700];
@@ -451,12 +445,20 @@ static void test_archive__spool_replay(void)
     const char *bad[] = { cut, a1 };
     for (int i = 0; i < 2; i++) {
         struct ckpt_archive_spool *sp = NULL;
-        struct ckpt_spool_cfg cfg = { tmp, i ? refuse : NULL, NULL, NULL };
+        struct ckpt_spool_budget b;
+        ckpt_spool_budget_init(&b, tmp, 3);
+        struct ckpt_spool_cfg cfg = { tmp, i ? &b : NULL, NULL, NULL };
         struct ckpt_err err = CKPT_ERR_INIT;
         CHECK_EQ(ckpt_archive_spool(&sp, st, bad[i], &cfg, &err), -1);
         CHECK(sp == NULL);
-        CHECK(i ? strstr(err.msg, "over budget") != NULL : *err.msg != 0);
+        if (i)
+            CHECK_STR(err.msg, "its members pass --spool-limit 3 B");
+        else
+            CHECK(*err.msg != 0);
+        CHECK_EQ(b.used, 0);    /* a failed spool gives back all it took */
+        CHECK_EQ(b.refused, i);
         CHECK(!entries(tmp));
+        ckpt_spool_budget_destroy(&b);
     }
     ckpt_storage_close(st);
 }
