@@ -28,57 +28,6 @@
 #define GZ_CHECKSUM "gzip checksum mismatch (CRC-32 or length in the " \
                     "trailer does not match the data)"
 
-int zdec_in_more(struct zdec_in *in, size_t keep)
-{
-    if (in->eof)
-        return 0;
-    const void *p;
-    size_t n;
-    if (in->rd(in->ud, &p, &n) != 0) {
-        in->io_failed = 1;
-        return -1;
-    }
-    if (!n) {
-        in->eof = 1;
-        return 0;
-    }
-    /* Drop what is no longer needed only when room is short: a move per
-     * read would copy the retained bytes again and again. */
-    if (keep && in->cap - in->len < n) {
-        memmove(in->buf, in->buf + keep, in->len - keep);
-        in->len -= keep;
-        in->pos -= keep;
-        in->base += keep;
-    }
-    if (in->cap - in->len < n) {
-        size_t c = in->cap ? in->cap : 64;
-        while (c - in->len < n)
-            c *= 2;
-        in->buf = ckpt_xrealloc(in->buf, c);
-        in->cap = c;
-    }
-    memcpy(in->buf + in->len, p, n);
-    in->len += n;
-    return 1;
-}
-
-int zdec_in_need(struct zdec_in *in, size_t n)
-{
-    while (in->len - in->pos < n) {
-        int r = zdec_in_more(in, in->pos);
-        if (r <= 0)
-            return r;
-    }
-    return 1;
-}
-
-void zdec_in_release(struct zdec_in *in)
-{
-    free(in->buf);
-    in->buf = NULL;
-    in->cap = in->len = in->pos = 0;
-}
-
 struct zdec {
     enum ckpt_archive_kind kind;
     struct zdec_in in;
