@@ -15,6 +15,7 @@
 
 #include "ckpt/util.h"
 #include "ckpt/zarr.h"
+#include "zarr_int.h"
 
 /* --- dtype ---------------------------------------------------------------- */
 
@@ -61,18 +62,17 @@ static void put_le(unsigned char *p, uint64_t v, unsigned n)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static int fill_float(struct ckpt_zarray *z, double d)
+static int fill_float(unsigned char *fill, const char *t, double d)
 {
-    const char *t = z->dtype->name;
     if (!strcmp(t, "float64") || !strcmp(t, "complex128")) {
         uint64_t u;
         memcpy(&u, &d, 8);
-        put_le(z->fill, u, 8);
+        put_le(fill, u, 8);
     } else if (!strcmp(t, "float32") || !strcmp(t, "complex64")) {
         float f = (float)d;
         uint32_t u;
         memcpy(&u, &f, 4);
-        put_le(z->fill, u, 4);
+        put_le(fill, u, 4);
     } else if (!strcmp(t, "float16") || !strcmp(t, "bfloat16")) {
         int bf = t[0] == 'b';
         uint16_t u;
@@ -85,44 +85,55 @@ static int fill_float(struct ckpt_zarray *z, double d)
             u = (uint16_t)((d < 0 ? 0x8000 : 0) | (bf ? 0x7f80 : 0x7c00));
         else
             return -1;
-        put_le(z->fill, u, 2);
+        put_le(fill, u, 2);
     } else {
         return -1;
     }
     return 0;
 }
 
-static int parse_fill(const cJSON *f, struct ckpt_zarray *z, const char *name,
-                      struct ckpt_err *err)
+int zarr_fill_value(const cJSON *f, const struct ckpt_dtype *dt, int hex,
+                    unsigned char *fill)
 {
-    const char *t = z->dtype->name;
+    const char *t = dt->name;
     int is_float = strstr(t, "float") || strstr(t, "complex");
-    memset(z->fill, 0, sizeof(z->fill));
-    z->has_fill = !(f == NULL || cJSON_IsNull(f));
-    if (!z->has_fill)
-        return 0;
     if (cJSON_IsBool(f)) {
-        z->fill[0] = cJSON_IsTrue(f);
+        fill[0] = cJSON_IsTrue(f);
         return 0;
     }
     if (cJSON_IsString(f) && is_float) {
         const char *s = f->valuestring;
+        if (hex && !strncmp(s, "0x", 2) &&
+            strlen(s) == 2 + 2 * dt->itemsize) {
+            put_le(fill, strtoull(s + 2, NULL, 16), dt->itemsize);
+            return 0;
+        }
         double d = !strcmp(s, "NaN") ? NAN : !strcmp(s, "Infinity") ?
                    INFINITY : !strcmp(s, "-Infinity") ? -INFINITY : 1.5;
-        if (d != 1.5 && fill_float(z, d) == 0)
+        if (d != 1.5 && fill_float(fill, t, d) == 0)
             return 0;
     }
     if (cJSON_IsNumber(f)) {
         double d = f->valuedouble;
-        if (is_float && fill_float(z, d) == 0)
+        if (is_float && fill_float(fill, t, d) == 0)
             return 0;
         if (!is_float && d == floor(d) && fabs(d) < 9007199254740992.0) {
-            put_le(z->fill, (uint64_t)(int64_t)d, z->dtype->itemsize);
+            put_le(fill, (uint64_t)(int64_t)d, dt->itemsize);
             return 0;
         }
     }
+    return -1;
+}
+
+static int parse_fill(const cJSON *f, struct ckpt_zarray *z, const char *name,
+                      struct ckpt_err *err)
+{
+    memset(z->fill, 0, sizeof(z->fill));
+    z->has_fill = !(f == NULL || cJSON_IsNull(f));
+    if (!z->has_fill || zarr_fill_value(f, z->dtype, 0, z->fill) == 0)
+        return 0;
     return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: fill_value not "
-                        "supported for dtype %s", name, t);
+                        "supported for dtype %s", name, z->dtype->name);
 }
 
 /* --- .zarray ---------------------------------------------------------------- */

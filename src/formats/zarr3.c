@@ -13,6 +13,7 @@
 
 #include "ckpt/orbax.h"
 #include "ckpt/util.h"
+#include "zarr_int.h"
 
 static const cJSON *get(const cJSON *o, const char *k)
 {
@@ -38,80 +39,18 @@ static int dims(const cJSON *a, uint64_t *out, int *n, int zero_ok)
     return 0;
 }
 
-static void put_le(unsigned char *p, uint64_t v, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* Exact float fills only: any f32/f64; f16/bf16 zeros, infinities, NaN. */
-static int fill_float(struct ckpt_zarr3 *z, double d)
-{
-    const char *t = z->dtype->name;
-    if (!strcmp(t, "float64")) {
-        uint64_t u;
-        memcpy(&u, &d, 8);
-        put_le(z->fill, u, 8);
-    } else if (!strcmp(t, "float32")) {
-        float f = (float)d;
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        put_le(z->fill, u, 4);
-    } else if (!strcmp(t, "float16") || !strcmp(t, "bfloat16")) {
-        int bf = t[0] == 'b';
-        uint16_t u;
-        if (d == 0)
-            u = signbit(d) ? 0x8000 : 0;
-        else if (isnan(d))
-            u = bf ? 0x7fc0 : 0x7e00;
-        else if (isinf(d))
-            u = (uint16_t)((d < 0 ? 0x8000 : 0) | (bf ? 0x7f80 : 0x7c00));
-        else
-            return -1;
-        put_le(z->fill, u, 2);
-    } else {
-        return -1;
-    }
-    return 0;
-}
-
 static int parse_fill(const cJSON *f, struct ckpt_zarr3 *z, const char *name,
                       struct ckpt_err *err)
 {
-    const char *t = z->dtype->name;
-    int is_float = strstr(t, "float") != NULL;
     memset(z->fill, 0, sizeof(z->fill));
     z->has_fill = f && !cJSON_IsNull(f);
     if (!z->has_fill)
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: fill_value missing "
                             "(required in zarr v3)", name);
-    if (cJSON_IsBool(f)) {
-        z->fill[0] = cJSON_IsTrue(f);
+    if (zarr_fill_value(f, z->dtype, 1, z->fill) == 0)
         return 0;
-    }
-    if (cJSON_IsString(f) && is_float) {
-        const char *s = f->valuestring;
-        if (!strncmp(s, "0x", 2) && strlen(s) == 2 + 2 * z->dtype->itemsize) {
-            uint64_t u = strtoull(s + 2, NULL, 16);
-            put_le(z->fill, u, z->dtype->itemsize);
-            return 0;
-        }
-        double d = !strcmp(s, "NaN") ? NAN : !strcmp(s, "Infinity") ?
-                   INFINITY : !strcmp(s, "-Infinity") ? -INFINITY : 1.5;
-        if (d != 1.5 && fill_float(z, d) == 0)
-            return 0;
-    }
-    if (cJSON_IsNumber(f)) {
-        double d = f->valuedouble;
-        if (is_float && fill_float(z, d) == 0)
-            return 0;
-        if (!is_float && d == floor(d) && fabs(d) < 9007199254740992.0) {
-            put_le(z->fill, (uint64_t)(int64_t)d, z->dtype->itemsize);
-            return 0;
-        }
-    }
     return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: fill_value not "
-                        "supported for data type %s", name, t);
+                        "supported for data type %s", name, z->dtype->name);
 }
 
 static int parse_dtype(const cJSON *d, struct ckpt_zarr3 *z,
