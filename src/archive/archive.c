@@ -24,6 +24,7 @@
 #include "ckpt/pool.h"
 #include "ckpt/torchfmt.h"
 #include "ckpt/util.h"
+#include "zahead.h"
 #include "zdec.h"
 
 #define TAR_BLOCK_MIN (2u << 10)
@@ -32,6 +33,9 @@
 #define STREAM_BLOCK_LOCAL (1u << 20)
 #define STREAM_BLOCK_REMOTE (8u << 20)
 #define ZBLOCK (256u << 10)
+/* Decoded blocks in the decode-ahead ring (zahead.h): two held by the tar
+ * reader, the rest decoded ahead of it. */
+#define ZSLOTS 8
 /* Remote compressed archives: ranged GETs of RA_BLOCK fetched RA_DEPTH
  * ahead of the decoder by RA_THREADS fetchers (RA_SLOTS blocks held):
  * decoding runs at the decoder's speed, not one stream's. */
@@ -45,6 +49,7 @@ struct ckpt_archive {
     struct archive *ar;         /* format reader: tar or zip */
     struct zdec *z;             /* compressed: the decoder, whose output
                                    feeds ar; NULL otherwise */
+    struct zahead *zh;          /* z running ahead in its own thread */
     struct ckpt_storage *st;    /* borrowed */
     struct ckpt_storage *ra;    /* remote compressed: read-ahead over st */
     char etag[80];              /* the version read (remote) */
@@ -54,7 +59,8 @@ struct ckpt_archive {
     uint64_t size;              /* archive file size */
     int64_t mtime;              /* archive mtime when opened */
     uint64_t pos;               /* next read position */
-    uint64_t fetched;           /* bytes read from storage */
+    uint64_t fetched;           /* bytes read from storage (atomic: the
+                                   decoder thread reads compressed input) */
     size_t block;               /* current read size */
     int plain_tar;
     enum ckpt_archive_kind kind;
@@ -62,6 +68,9 @@ struct ckpt_archive {
     size_t block_cap;
     struct ckpt_err io_err;     /* storage failure inside a callback */
     int io_failed;
+    struct ckpt_err zio_err;    /* the same in the decoder thread's reads,
+                                   moved to io_err when a block taken
+                                   says it failed */
     struct ckpt_buf path;       /* normalised current member name */
     struct ckpt_buf link;       /* normalised hard link target */
     /* Where the tar stream stands (uncompressed offsets), for the end
@@ -71,8 +80,9 @@ struct ckpt_archive {
     uint64_t base, end;
     int in_member, done, restarted;
     char *damage;               /* owned: why the end was not proper */
-    /* Compressed: the last two blocks pulled from z (ar may still be
-     * reading the older one) and the decompressed bytes pulled so far. */
+    /* Compressed: the last two blocks taken from zh (ar may still be
+     * reading the older one; they point into zh's ring) and the
+     * decompressed bytes taken so far. */
     char *zb[2];
     size_t zl[2];
     uint64_t zs[2];
@@ -133,17 +143,18 @@ char *ckpt_archive_stem(const char *name)
     return base;
 }
 
-static int remote_read(struct ckpt_archive *a, size_t len, size_t *got)
+static int remote_read(struct ckpt_archive *a, size_t len, size_t *got,
+                       struct ckpt_err *err)
 {
     if (a->ra)
         return ckpt_storage_read_if(a->ra, a->key, a->etag, a->pos, a->buf,
-                                    len, got, &a->io_err);
-    return ckpt_storage_read(a->st, a->key, a->pos, a->buf, len, got,
-                             &a->io_err);
+                                    len, got, err);
+    return ckpt_storage_read(a->st, a->key, a->pos, a->buf, len, got, err);
 }
 
-/* Fill a->buf with up to len bytes at a->pos. */
-static ssize_t fetch(struct ckpt_archive *a, size_t len)
+/* Fill a->buf with up to len bytes at a->pos; -1 with *err set. */
+static ssize_t fetch_to(struct ckpt_archive *a, size_t len,
+                        struct ckpt_err *err)
 {
     if (a->pos >= a->size)
         return 0;
@@ -157,21 +168,28 @@ static ssize_t fetch(struct ckpt_archive *a, size_t len)
             if (n < 0 && errno == EINTR)
                 continue;
             if (n < 0) {
-                ckpt_err_sys(&a->io_err, "read '%s'", a->name);
-                a->io_failed = 1;
+                ckpt_err_sys(err, "read '%s'", a->name);
                 return -1;
             }
             if (n == 0)
                 break;
             got += (size_t)n;
         }
-    } else if (remote_read(a, len, &got) != 0) {
-        a->io_failed = 1;
+    } else if (remote_read(a, len, &got, err) != 0) {
         return -1;
     }
     a->pos += got;
-    a->fetched += got;
+    __atomic_fetch_add(&a->fetched, got, __ATOMIC_RELAXED);
     return (ssize_t)got;
+}
+
+/* The same in the caller's thread: a failure is a->io_err. */
+static ssize_t fetch(struct ckpt_archive *a, size_t len)
+{
+    ssize_t n = fetch_to(a, len, &a->io_err);
+    if (n < 0)
+        a->io_failed = 1;
+    return n;
 }
 
 static la_ssize_t read_cb(struct archive *ar, void *ud, const void **out)
@@ -224,7 +242,7 @@ static void sniff(struct ckpt_archive *a)
     ssize_t n = fetch(a, sizeof(m));
     a->pos = save;
     if (n > 0)
-        a->fetched -= (uint64_t)n; /* read again by libarchive */
+        a->fetched -= (uint64_t)n; /* read again (no thread runs yet) */
     if (n > 0)
         memcpy(m, a->buf, (size_t)n < sizeof(m) ? (size_t)n : sizeof(m));
     int gz = m[0] == 0x1f && m[1] == 0x8b;
@@ -248,8 +266,8 @@ static void sniff(struct ckpt_archive *a)
  * stream as a truncated file: the decoder says why. */
 static const char *ar_msg(struct ckpt_archive *a)
 {
-    const char *m = a->z && zdec_failed(a->z) ? zdec_error(a->z)
-                                              : archive_error_string(a->ar);
+    const char *m = a->zh && zahead_failed(a->zh)
+                  ? zahead_error(a->zh) : archive_error_string(a->ar);
     return m ? m : "unreadable archive";
 }
 
@@ -277,21 +295,27 @@ static void damaged(struct ckpt_archive *a, const char *fmt, ...)
     a->damage = ckpt_buf_detach(&b, NULL);
 }
 
-/* Pull the next block of the decompressed stream into the older of the
- * two block buffers: its length, 0 at the end of the stream, -1 on error
- * (zdec_error(a->z), or a->io_failed). */
+/* Take the next block of the decompressed stream as the newer of the two
+ * retained blocks (releasing the older): its length, 0 at the end of the
+ * stream, -1 on error (zahead_error(a->zh), or a->io_failed). */
 static la_ssize_t zpull(struct ckpt_archive *a)
 {
     if (a->zeof)
         return 0;
     int i = a->zi ^ 1;
-    la_ssize_t n = zdec_read(a->z, a->zb[i], ZBLOCK);
+    char *blk = NULL;
+    la_ssize_t n = zahead_next(a->zh, &blk);
+    if (zahead_io_failed(a->zh) && !a->io_failed) {
+        a->io_err = a->zio_err; /* written before the block was published */
+        a->io_failed = 1;
+    }
     if (n < 0)
         return -1;
     if (n == 0) {
         a->zeof = 1;
         return 0;
     }
+    a->zb[i] = blk;
     a->zs[i] = a->zpos;
     a->zl[i] = (size_t)n;
     a->zpos += (uint64_t)n;
@@ -301,7 +325,7 @@ static la_ssize_t zpull(struct ckpt_archive *a)
 
 static const char *raw_error(struct ckpt_archive *a)
 {
-    return zdec_error(a->z);
+    return zahead_error(a->zh);
 }
 
 /* ar's read callback over the decompressed stream: from a->feed, which
@@ -363,26 +387,28 @@ static int start_reader(struct ckpt_archive *a, uint64_t at, int restart)
     return archive_read_open1(a->ar) == ARCHIVE_OK ? 0 : -1;
 }
 
+/* The decoder's input, read in the decoder thread: a failure goes to
+ * a->zio_err, which zpull moves to a->io_err in the reader's thread. */
 static int zin_cb(void *ud, const void **out, size_t *got)
 {
     struct ckpt_archive *a = ud;
     *out = a->buf;
-    ssize_t n = fetch(a, a->block);
+    ssize_t n = fetch_to(a, a->block, &a->zio_err);
     *got = n > 0 ? (size_t)n : 0;
     return n < 0 ? -1 : 0;
 }
 
-/* Compressed: our decoder (zdec.h) decompresses on -j threads, and the tar
- * reader reads its output, so that what follows the tar's end can be
- * checked too. */
+/* Compressed: our decoder (zdec.h) decompresses on -j threads, ahead of
+ * the tar reader in a thread of its own (zahead.h), and the tar reader
+ * reads its output, so that what follows the tar's end can be checked
+ * too. */
 static int start_raw(struct ckpt_archive *a)
 {
     int jobs = ckpt_storage_jobs(a->st);
     a->z = zdec_open(a->kind, jobs > 0 ? jobs : ckpt_ncpus(), zin_cb, a);
     if (!a->z)
         return -1;
-    for (int i = 0; i < 2; i++)
-        a->zb[i] = ckpt_xmalloc(ZBLOCK);
+    a->zh = zahead_open(a->z, ZBLOCK, ZSLOTS);
     return 0;
 }
 
@@ -610,7 +636,8 @@ static int z_scan(struct ckpt_archive *a, uint64_t from, uint64_t *at)
 }
 
 /* The compressed stream ended (the decoder checked every member's or
- * block's checksum): every byte of the file was consumed. */
+ * block's checksum): every byte of the file was consumed. The end was
+ * taken, so the decoder thread is done with a->z. */
 static void z_check_trailer(struct ckpt_archive *a)
 {
     uint64_t used = zdec_in_used(a->z);
@@ -696,7 +723,7 @@ static int broken(struct ckpt_archive *a, int rc, struct ckpt_err *err)
 {
     /* Past a failed decompression nothing more can be read: no salvage
      * (the same at any size, however much the decoder buffered). */
-    if (!a->salvage || a->io_failed || (a->z && zdec_failed(a->z)))
+    if (!a->salvage || a->io_failed || (a->zh && zahead_failed(a->zh)))
         return ar_fail(a, err);
     uint64_t at = a->base + (uint64_t)archive_filter_bytes(a->ar, 0);
     if (rc == ARCHIVE_RETRY) {
@@ -799,7 +826,8 @@ uint64_t ckpt_archive_file_size(const struct ckpt_archive *a)
 
 uint64_t ckpt_archive_bytes_fetched(const struct ckpt_archive *a)
 {
-    return a->rp ? arc_replay_fetched(a->rp) : a->fetched;
+    return a->rp ? arc_replay_fetched(a->rp)
+                 : __atomic_load_n(&a->fetched, __ATOMIC_RELAXED);
 }
 
 enum ckpt_archive_kind ckpt_archive_kind(const struct ckpt_archive *a)
@@ -814,14 +842,13 @@ void ckpt_archive_close(struct ckpt_archive *a)
     arc_replay_close(a->rp);
     if (a->ar)
         archive_read_free(a->ar);
+    zahead_close(a->zh); /* stops the thread: it may be decoding ahead */
     zdec_close(a->z);
     ckpt_storage_close(a->ra);
     if (a->fd >= 0)
         close(a->fd);
     ckpt_buf_release(&a->path);
     ckpt_buf_release(&a->link);
-    free(a->zb[0]);
-    free(a->zb[1]);
     free(a->damage);
     free(a->buf);
     free(a->key);

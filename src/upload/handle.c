@@ -349,6 +349,8 @@ static void on_put(struct ckpt_upload *u, struct unit *un)
     up_unit_free(u, un);
 }
 
+static void settle(struct ckpt_upload *u, struct obj *o);
+
 static void on_start(struct ckpt_upload *u, struct unit *un)
 {
     struct obj *o = un->o;
@@ -361,6 +363,11 @@ static void on_start(struct ckpt_upload *u, struct unit *un)
     up_journal_start(o->g->jr, o->dkey, o->upload_id, o->size, o->part_size,
                      o->srcsig);
     o->st = O_PARTS;
+    /* Abandoned while its upload was being created (an archive that
+     * failed mid-member): no part will come back to settle it, so abort
+     * and fail it now, or the engine waits on it forever. */
+    if (o->failing)
+        settle(u, o);
 }
 
 /* Start over with a fresh upload (the old one vanished under a resume).
@@ -389,7 +396,6 @@ static void restart(struct ckpt_upload *u, struct obj *o)
     up_ctl_push(u, up_unit_new(u, U_START, o));
 }
 
-static void settle(struct ckpt_upload *u, struct obj *o);
 
 void up_obj_abandon(struct ckpt_upload *u, struct obj *o,
                     const struct ckpt_err *err)
