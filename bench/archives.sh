@@ -67,8 +67,11 @@ for k in bz2 gz xz zst; do
 done
 
 # secs CMD...: wall seconds of CMD; its peak RSS (KiB) in $tmp/rss, its
-# CPU seconds (user + system, children included) in $tmp/cpu
+# CPU seconds (user + system, children included) in $tmp/cpu. A sync
+# first (not timed): the page cache's writeback of what the previous
+# command wrote (the route's 800 MB) would otherwise land on this one.
 secs() {
+    sync
     /usr/bin/time -f '%e %M %U %S' -o "$tmp/time" "$@" >/dev/null 2>"$tmp/err" ||
         { cat "$tmp/err" >&2; echo "failed: $*" >&2; exit 1; }
     read -r t m u s <"$tmp/time"
