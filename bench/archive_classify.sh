@@ -8,6 +8,7 @@
 # usage: bench/archive_classify.sh [MEMBERS] [MEMBER_KB] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 members=${1:-5000}
 kb=${2:-200}
 runs=${3:-3}
@@ -39,7 +40,6 @@ PY
 (cd "$W/src" && tar -cf "$W/run.tar" 2871001 && gzip -1 -c "$W/run.tar" > "$W/run.tar.gz" \
     && zstd -q -3 -T0 "$W/run.tar" -o "$W/run.tar.zst")
 
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 timeit() { # prints seconds
     local s e
     s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N)

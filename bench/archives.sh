@@ -28,6 +28,7 @@
 #   bash bench/archives.sh --install   apt-get the tools it compares with
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 if [ "${1:-}" = "--install" ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
         --no-install-recommends lbzip2 pigz zstd xz-utils time tar
@@ -79,11 +80,10 @@ secs() {
     python3 -c "print(round($u + $s, 2))" >"$tmp/cpu"
     echo "$t"
 }
-median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 PROC=("$CKPT" process -q --no-progress --no-wandb --keep-source --min-age 0
       --tmp-dir "$tmp/spool")
 
-echo "host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); step $MB MiB (4 ranks); $R rounds" >&2
+echo "host: $(nproc) CPUs, load $(loadavg); step $MB MiB (4 ranks); $R rounds" >&2
 KINDS=${KINDS:-bz2 gz xz zst}
 S3=${S3:-0}
 if [ "$S3" = 1 ]; then
@@ -155,7 +155,7 @@ for k in $KINDS; do
         "$k" "$(size "$a")" "${DEC[$k]}" "$d" "$dc" "$l" "$lc" \
         "$(median <"$tmp/$k.ratio")" "$(python3 -c "print($lc / $dc)")" \
         "$(python3 -c "print($raw / 1e6 / $l / $ncpu)")" \
-        "$(python3 -c "print($(sort -g "$tmp/$k.lsrss" | tail -1) / 1024)")"
+        "$(python3 -c "print($(peak "$tmp/$k.lsrss") / 1024)")"
 done
 [ "${PROCESS:-1}" = 1 ] || exit 0
 echo
@@ -165,7 +165,7 @@ for k in $KINDS; do
     t=$(median <"$tmp/$k.route"); p=$(median <"$tmp/$k.proc")
     printf '| .tar.%s | %.2f s | %.2f s | %.2fx | %.0f |\n' "$k" "$t" "$p" \
         "$(median <"$tmp/$k.pratio")" \
-        "$(python3 -c "print($(sort -g "$tmp/$k.procrss" | tail -1) / 1024)")"
+        "$(python3 -c "print($(peak "$tmp/$k.procrss") / 1024)")"
 done
 [ "$S3" = 1 ] || exit 0
 echo
@@ -175,5 +175,5 @@ for k in $KINDS; do
     printf '| .tar.%s | %.2f s | %.2f s | %.2fx | %.0f |\n' "$k" \
         "$(median <"$tmp/$k.s3route")" "$(median <"$tmp/$k.s3proc")" \
         "$(median <"$tmp/$k.s3ratio")" \
-        "$(python3 -c "print($(sort -g "$tmp/$k.s3rss" | tail -1) / 1024)")"
+        "$(python3 -c "print($(peak "$tmp/$k.s3rss") / 1024)")"
 done

@@ -24,6 +24,7 @@
 # Prints a Markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 CKPT=${CKPT:-build/ckpt}
 SRC=${SRC:-/work/bench-data/zero3-big/checkpoints}
 TAG=${TAG:-$(cat "$SRC/latest")}
@@ -33,22 +34,8 @@ OUT=${BENCH_DIR:-bench/out}
 Z2F_OUT=${Z2F_OUT:-$(dirname "$SRC")/bench-z2f-out}
 PY=/usr/bin/python3
 mkdir -p "$OUT"
-[ -x "$CKPT" ] || { echo "build $CKPT first (scripts/build.sh)" >&2; exit 2; }
+need_ckpt
 [ -f "$SRC/zero_to_fp32.py" ] || { echo "$SRC has no zero_to_fp32.py" >&2; exit 2; }
-
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-measure() {
-    local log
-    log=$(mktemp)
-    /usr/bin/time -v "$@" >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
-    awk -F': ' '/Elapsed \(wall clock\)/ {
-                    n = split($2, t, ":"); s = 0
-                    for (i = 1; i <= n; i++) s = s * 60 + t[i]
-                    wall = s }
-                /Maximum resident set size/ { rss = $2 }
-                END { print wall, rss }' "$log"
-    rm -f "$log"
-}
 
 bytes=$(du -sbL "$SRC/$TAG" | cut -f1)
 cat "$SRC/$TAG"/* >/dev/null
@@ -63,17 +50,17 @@ z_t=(); c_t=(); n_t=(); z_rss=0; c_rss=0; n_rss=0
 for i in $(seq "$RUNS"); do
     if [ "$have_z2f" = 1 ]; then
         rm -rf "$Z2F_OUT"; sync
-        read -r t r < <(measure chroot "$SID" env DS_ACCELERATOR=cpu \
+        read -r t r _ < <(measure chroot "$SID" env DS_ACCELERATOR=cpu \
             PYTHONPATH=/opt/deepspeed sh -c "cd '$SRC' && exec python3 \
             zero_to_fp32.py . '$Z2F_OUT' -t '$TAG'")
         z_t+=("$t"); [ "$r" -gt "$z_rss" ] && z_rss=$r
     fi
     rm -rf "$OUT/ds-out"; sync
-    read -r t r < <(measure "$CKPT" unshard --no-progress "$SRC/$TAG" \
+    read -r t r _ < <(measure "$CKPT" unshard --no-progress "$SRC/$TAG" \
                     "$OUT/ds-out")
     c_t+=("$t"); [ "$r" -gt "$c_rss" ] && c_rss=$r
     rm -rf "$OUT/ds-out"; sync
-    read -r t r < <(measure "$CKPT" unshard --no-progress --no-sync \
+    read -r t r _ < <(measure "$CKPT" unshard --no-progress --no-sync \
                     "$SRC/$TAG" "$OUT/ds-out")
     n_t+=("$t"); [ "$r" -gt "$n_rss" ] && n_rss=$r
 done
@@ -89,15 +76,15 @@ sys.exit(c.finish())
 EOF
 fi
 
-ct=$(printf '%s\n' "${c_t[@]}" | median)
-nt=$(printf '%s\n' "${n_t[@]}" | median)
+ct=$(med "${c_t[@]}")
+nt=$(med "${n_t[@]}")
 echo
 echo "checkpoint: $SRC/$TAG ($bytes bytes), median of $RUNS runs"
 echo
 echo "| tool | wall (s) | peak RSS (MiB) |"
 echo "|---|---|---|"
 if [ "$have_z2f" = 1 ]; then
-    zt=$(printf '%s\n' "${z_t[@]}" | median)
+    zt=$(med "${z_t[@]}")
     echo "| zero_to_fp32.py (DeepSpeed 0.19.6, torch 2.14) | $zt | $((z_rss / 1024)) |"
 fi
 echo "| ckpt unshard | $ct | $((c_rss / 1024)) |"

@@ -30,6 +30,7 @@
 #                  --runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 CKPT=$(realpath "${CKPT:-build/ckpt}")
 TOOL=$(realpath "${CKPT_BUILD:-build}/storage_tool")
 N=${RUNS_N:-40}
@@ -153,7 +154,6 @@ measure() { # mode round
         "$(tail -1 "$tmp/$1.cpu"))" >&2
 }
 
-median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 bytes=$(find "$master" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }')
 good=$((N - N / 10))

@@ -12,6 +12,7 @@
 #   bench/s3_list_delete.sh [N] [ROUNDS]     (build/storage_tool must exist)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 N=${1:-20000}
 R=${2:-3}
 T=${CKPT_BUILD:-build}/storage_tool
@@ -34,7 +35,6 @@ count() { # objects left under the prefix (a missing prefix is an error)
     { "$T" ls -r s3://bench/p 2>/dev/null || true; } | wc -l
 }
 
-median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 run_tool() { # name, command...
     local name=$1; shift

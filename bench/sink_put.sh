@@ -15,6 +15,7 @@
 #   SIZES="32" ROUNDS=3 ARGS="--memory 16M" ...  (ARGS: extra unshard options)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 CKPT=$(realpath "${CKPT:-build/ckpt}")
 BASE=$(realpath "${CKPT_BASE:?CKPT_BASE: the other build\'s ckpt}")
 TOOL=${CKPT_BUILD:-build}/storage_tool
@@ -49,10 +50,9 @@ one() { # build-name binary src size-mb round
     echo "  $4 MiB round $5 $1: $t s, PUT $put, POST $post, RSS $((rss / 1024)) MiB" >&2
 }
 
-median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 SIZES=${SIZES:-32 95}
-echo "host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); s3rver on Node $(node --version); ARGS='${ARGS:-}'" >&2
+echo "host: $(nproc) CPUs, load $(loadavg); s3rver on Node $(node --version); ARGS='${ARGS:-}'" >&2
 echo "| output | build | median s ($R rounds) | rounds (s) | PUT | POST | peak RSS MiB | vs base |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for mb in $SIZES; do
@@ -78,7 +78,7 @@ for mb in $SIZES; do
         printf '| %s MB | %s | %.2f | %s | %s | %s | %d | %.2fx |\n' \
             "$(( $(cat "$tmp/want-$mb") / 1000000 ))" "$w" "$t" \
             "$(paste -sd, "$tmp/$w-$mb.times" | sed 's/,/, /g')" "$put" "$post" \
-            $(( $(sort -g "$tmp/$w-$mb.rss" | tail -1) / 1024 )) \
+            $(( $(peak "$tmp/$w-$mb.rss") / 1024 )) \
             "$(python3 -c "print($t / $b)")"
     done
 done

@@ -18,30 +18,14 @@
 # KEEP=1. Prints a Markdown table for bench/RESULTS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 CKPT=${CKPT:-build/ckpt}
 OUT=${BENCH_DIR:-bench/out}
 SIZES=${SIZES:-"512 3072"}
 RUNS=${RUNS:-3}
 PY=/usr/bin/python3
 mkdir -p "$OUT"
-[ -x "$CKPT" ] || { echo "build $CKPT first (scripts/build.sh)" >&2; exit 2; }
-
-# median of the numbers on stdin
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-
-# run CMD... under /usr/bin/time -v; prints "wall_seconds max_rss_kb"
-measure() {
-    local log
-    log=$(mktemp)
-    /usr/bin/time -v "$@" >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
-    awk -F': ' '/Elapsed \(wall clock\)/ {
-                    n = split($2, t, ":"); s = 0
-                    for (i = 1; i <= n; i++) s = s * 60 + t[i]
-                    wall = s }
-                /Maximum resident set size/ { rss = $2 }
-                END { print wall, rss }' "$log"
-    rm -f "$log"
-}
+need_ckpt
 
 rows=()
 for size in $SIZES; do
@@ -58,11 +42,11 @@ for size in $SIZES; do
     cp_t=(); ck_t=(); ck_rss=0; cp_rss=0
     for i in $(seq "$RUNS"); do
         rm -rf "$OUT/cp-out"; sync
-        read -r t r < <(measure cp -r "$src" "$OUT/cp-out")
+        read -r t r _ < <(measure cp -r "$src" "$OUT/cp-out")
         cp_t+=("$t"); cp_rss=$r
         rm -rf "$OUT/cp-out"; sync
         rm -rf "$OUT/ck-out"; sync
-        read -r t r < <(measure "$CKPT" unshard --no-sync --no-progress \
+        read -r t r _ < <(measure "$CKPT" unshard --no-sync --no-progress \
                         "$src" "$OUT/ck-out")
         ck_t+=("$t"); [ "$r" -gt "$ck_rss" ] && ck_rss=$r
         rm -rf "$OUT/ck-out"; sync
@@ -70,23 +54,21 @@ for size in $SIZES; do
     read -r sync_t _ < <(measure "$CKPT" unshard --no-progress "$src" \
                          "$OUT/ck-out")
     rm -rf "$OUT/ck-out"; sync
-    read -r torch_t torch_rss < <(measure $PY bench/torch_unshard.py "$src" \
+    read -r torch_t torch_rss _ < <(measure $PY bench/torch_unshard.py "$src" \
                                   "$OUT/torch.pt")
     rm -f "$OUT/torch.pt"; sync
 
-    cp_med=$(printf '%s\n' "${cp_t[@]}" | median)
-    ck_med=$(printf '%s\n' "${ck_t[@]}" | median)
-    mbs() { awk -v b="$bytes" -v t="$1" 'BEGIN {printf "%.0f", b / t / 1e6}'; }
-    ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
-    rows+=("| $size MiB ($(awk -v b="$bytes" 'BEGIN{printf "%.2f", b/2^30}') GiB) | cp -r | $cp_med s ($(mbs "$cp_med") MB/s) | $((cp_rss / 1024)) MiB | runs: ${cp_t[*]} |")
-    rows+=("| | ckpt unshard --no-sync | $ck_med s ($(mbs "$ck_med") MB/s) = $(ratio "$cp_med" "$ck_med")x cp | $((ck_rss / 1024)) MiB | runs: ${ck_t[*]} |")
-    rows+=("| | ckpt unshard (fsync) | $sync_t s ($(mbs "$sync_t") MB/s) | | one run |")
+    cp_med=$(med "${cp_t[@]}")
+    ck_med=$(med "${ck_t[@]}")
+    rows+=("| $size MiB ($(gib "$bytes") GiB) | cp -r | $cp_med s ($(mbs "$bytes" "$cp_med") MB/s) | $((cp_rss / 1024)) MiB | runs: ${cp_t[*]} |")
+    rows+=("| | ckpt unshard --no-sync | $ck_med s ($(mbs "$bytes" "$ck_med") MB/s) = $(ratio "$cp_med" "$ck_med")x cp | $((ck_rss / 1024)) MiB | runs: ${ck_t[*]} |")
+    rows+=("| | ckpt unshard (fsync) | $sync_t s ($(mbs "$bytes" "$sync_t") MB/s) | | one run |")
     rows+=("| | torch 1.13 load+save | $torch_t s = ckpt $(ratio "$torch_t" "$ck_med")x faster | $((torch_rss / 1024)) MiB = $(ratio "$torch_rss" "$ck_rss")x ckpt | one run |")
     [ "${KEEP:-0}" = 1 ] || rm -rf "$src"
 done
 
 echo
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/2^20}' /proc/meminfo), $(df -T "$OUT" | awk 'NR==2 {print $2}') at $OUT, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+machine_line "$OUT"
 echo
 echo "| checkpoint | tool | time (median of $RUNS) | peak RSS | notes |"
 echo "| --- | --- | --- | --- | --- |"

@@ -14,6 +14,7 @@
 # removed at the end unless KEEP=1. Prints a Markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 CKPT=${CKPT:-build/ckpt}
 OUT=${BENCH_DIR:-bench/out}
 RANKS=${RANKS:-64}
@@ -21,21 +22,7 @@ SIZE=${SIZE:-2048}
 RUNS=${RUNS:-3}
 PY=/usr/bin/python3
 mkdir -p "$OUT"
-[ -x "$CKPT" ] || { echo "build $CKPT first (scripts/build.sh)" >&2; exit 2; }
-
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-measure() {
-    local log
-    log=$(mktemp)
-    /usr/bin/time -v "$@" >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
-    awk -F': ' '/Elapsed \(wall clock\)/ {
-                    n = split($2, t, ":"); s = 0
-                    for (i = 1; i <= n; i++) s = s * 60 + t[i]
-                    wall = s }
-                /Maximum resident set size/ { rss = $2 }
-                END { print wall, rss }' "$log"
-    rm -f "$log"
-}
+need_ckpt
 
 src="$OUT/legacy-$RANKS-$SIZE"
 if [ ! -f "$src/rank0.pt" ]; then
@@ -50,17 +37,17 @@ cat "$src"/* >/dev/null
 cp_t=(); ck_t=(); ck_rss=0; cp_rss=0
 for i in $(seq "$RUNS"); do
     rm -rf "$OUT/cp-out"; sync
-    read -r t r < <(measure cp -r "$src" "$OUT/cp-out")
+    read -r t r _ < <(measure cp -r "$src" "$OUT/cp-out")
     cp_t+=("$t"); cp_rss=$r
     rm -rf "$OUT/cp-out" "$OUT/ck-out"; sync
-    read -r t r < <(measure "$CKPT" unshard --no-sync --no-progress \
+    read -r t r _ < <(measure "$CKPT" unshard --no-sync --no-progress \
                     "$src" "$OUT/ck-out")
     ck_t+=("$t"); [ "$r" -gt "$ck_rss" ] && ck_rss=$r
     [ "$i" = "$RUNS" ] || rm -rf "$OUT/ck-out"
     sync
 done
 rm -rf "$OUT/torch-out"; sync
-read -r torch_t torch_rss < <(measure $PY bench/torch_unshard_legacy.py \
+read -r torch_t torch_rss _ < <(measure $PY bench/torch_unshard_legacy.py \
                               "$src" "$OUT/torch-out")
 same="not checked"
 if [ "${CHECK:-1}" = 1 ]; then
@@ -69,16 +56,14 @@ fi
 rm -rf "$OUT/ck-out" "$OUT/torch-out"; sync
 [ "${KEEP:-0}" = 1 ] || rm -rf "$src"
 
-cp_med=$(printf '%s\n' "${cp_t[@]}" | median)
-ck_med=$(printf '%s\n' "${ck_t[@]}" | median)
-mbs() { awk -v b="$bytes" -v t="$1" 'BEGIN {printf "%.0f", b / t / 1e6}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+cp_med=$(med "${cp_t[@]}")
+ck_med=$(med "${ck_t[@]}")
 echo
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/2^20}' /proc/meminfo), $(df -T "$OUT" | awk 'NR==2 {print $2}') at $OUT, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "input: $RANKS rank files, $(awk -v b="$bytes" 'BEGIN{printf "%.2f", b/2^30}') GiB; ckpt output vs torch: $same"
+machine_line "$OUT"
+echo "input: $RANKS rank files, $(gib "$bytes") GiB; ckpt output vs torch: $same"
 echo
 echo "| tool | time (median of $RUNS) | peak RSS | notes |"
 echo "| --- | --- | --- | --- |"
-echo "| cp -r | $cp_med s ($(mbs "$cp_med") MB/s) | $((cp_rss / 1024)) MiB | runs: ${cp_t[*]} |"
-echo "| ckpt unshard --no-sync | $ck_med s ($(mbs "$ck_med") MB/s) = $(ratio "$cp_med" "$ck_med")x cp | $((ck_rss / 1024)) MiB | runs: ${ck_t[*]} |"
+echo "| cp -r | $cp_med s ($(mbs "$bytes" "$cp_med") MB/s) | $((cp_rss / 1024)) MiB | runs: ${cp_t[*]} |"
+echo "| ckpt unshard --no-sync | $ck_med s ($(mbs "$bytes" "$ck_med") MB/s) = $(ratio "$cp_med" "$ck_med")x cp | $((ck_rss / 1024)) MiB | runs: ${ck_t[*]} |"
 echo "| OLMo algorithm, torch 1.13 | $torch_t s = ckpt $(ratio "$torch_t" "$ck_med")x faster | $((torch_rss / 1024)) MiB = $(ratio "$torch_rss" "$ck_rss")x ckpt | one run |"

@@ -13,6 +13,7 @@
 #                   (RANKS files of ~M/RANKS MiB: large records)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 R=${1:-3}
 RANKS=${RANKS:-64}
 CKPT=${CKPT:-build/ckpt}
@@ -51,7 +52,7 @@ for r in $(seq 1 "$R"); do
         cat "$tmp/t" >>"$tmp/all"
     done
 done
-echo "$RANKS ranks, $(du -sb "$DATA/ckpt" | cut -f1) bytes; proxy ${PROXY:-0}; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$RANKS ranks, $(du -sb "$DATA/ckpt" | cut -f1) bytes; proxy ${PROXY:-0}; load $(loadavg)"
 echo "| tool | median s ($R rounds) | rounds | peak RSS MiB |"
 echo "| --- | --- | --- | --- |"
 for t in "${tools[@]}"; do

@@ -20,29 +20,13 @@
 # Prints a Markdown table for bench/RESULTS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 CKPT=${CKPT:-build/ckpt}
 OUT=${BENCH_DIR:-bench/out}
 SIZE=${SIZE:-1024}
 RUNS=${RUNS:-3}
 mkdir -p "$OUT"
-[ -x "$CKPT" ] || { echo "build $CKPT first (scripts/build.sh)" >&2; exit 2; }
-
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-
-measure() {
-    local log
-    log=$(mktemp)
-    /usr/bin/time -v "$@" >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
-    awk -F': ' '/Elapsed \(wall clock\)/ {
-                    n = split($2, t, ":"); s = 0
-                    for (i = 1; i <= n; i++) s = s * 60 + t[i]
-                    wall = s }
-                /Maximum resident set size/ { rss = $2 }
-                /User time/ { cpu += $2 }
-                /System time/ { cpu += $2 }
-                END { print wall, rss, cpu }' "$log"
-    rm -f "$log"
-}
+need_ckpt
 
 gen="$OUT/orbax-$SIZE"
 src="$gen/run/1"
@@ -55,7 +39,7 @@ bytes=$(du -sb "$src" | cut -f1)
 sync
 find "$src" -type f -exec cat {} + >/dev/null
 
-load0=$(cut -d' ' -f1-3 /proc/loadavg)
+load0=$(loadavg)
 cp_t=(); ck_t=(); bs_t=(); cp_c=(); ck_c=(); bs_c=()
 ck_rss=0; cp_rss=0; bs_rss=0
 unshard() {
@@ -76,21 +60,18 @@ for i in $(seq "$RUNS"); do
         bs_t+=("$t"); bs_c+=("$c"); [ "$r" -gt "$bs_rss" ] && bs_rss=$r
     fi
 done
-med() { printf '%s\n' "$@" | median; }
 cp_med=$(med "${cp_t[@]}")
 ck_med=$(med "${ck_t[@]}")
-mbs() { awk -v b="$bytes" -v t="$1" 'BEGIN {printf "%.0f", b / t / 1e6}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 [ "${KEEP:-0}" = 1 ] || rm -rf "$gen"
 
 echo
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/2^20}' /proc/meminfo), $(df -T "$OUT" | awk 'NR==2 {print $2}') at $OUT, load average $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after"
+machine_line "$OUT" "$load0"
 echo
 echo "| step | tool | time (median of $RUNS) | CPU s (median) | peak RSS | notes |"
 echo "| --- | --- | --- | --- | --- | --- |"
-echo "| $SIZE MiB OCDBT ($(awk -v b="$bytes" 'BEGIN{printf "%.2f", b/2^30}') GiB) | cp -r | $cp_med s ($(mbs "$cp_med") MB/s) | $(med "${cp_c[@]}") | $((cp_rss / 1024)) MiB | runs: ${cp_t[*]} |"
-echo "| | ckpt unshard --format safetensors --no-sync | $ck_med s ($(mbs "$ck_med") MB/s) = $(ratio "$cp_med" "$ck_med")x cp | $(med "${ck_c[@]}") | $((ck_rss / 1024)) MiB | runs: ${ck_t[*]} |"
+echo "| $SIZE MiB OCDBT ($(gib "$bytes") GiB) | cp -r | $cp_med s ($(mbs "$bytes" "$cp_med") MB/s) | $(med "${cp_c[@]}") | $((cp_rss / 1024)) MiB | runs: ${cp_t[*]} |"
+echo "| | ckpt unshard --format safetensors --no-sync | $ck_med s ($(mbs "$bytes" "$ck_med") MB/s) = $(ratio "$cp_med" "$ck_med")x cp | $(med "${ck_c[@]}") | $((ck_rss / 1024)) MiB | runs: ${ck_t[*]} |"
 if [ -n "${BASE:-}" ]; then
     bs_med=$(med "${bs_t[@]}")
-    echo "| | BASE ($BASE) | $bs_med s ($(mbs "$bs_med") MB/s) = $(ratio "$cp_med" "$bs_med")x cp | $(med "${bs_c[@]}") | $((bs_rss / 1024)) MiB | runs: ${bs_t[*]} |"
+    echo "| | BASE ($BASE) | $bs_med s ($(mbs "$bytes" "$bs_med") MB/s) = $(ratio "$cp_med" "$bs_med")x cp | $(med "${bs_c[@]}") | $((bs_rss / 1024)) MiB | runs: ${bs_t[*]} |"
 fi

@@ -16,6 +16,7 @@
 #                  fsync (aws does not fsync its download either)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 R=${1:-3}
 MB=${SIZE_MB:-1024}
 CKPT=${CKPT:-build/ckpt}
@@ -90,7 +91,6 @@ sink_local() { # round
     echo "  round $1 local->s3: ckpt $t s, unshard + aws up $(tail -1 "$tmp/lalt.times") s" >&2
 }
 
-median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 echo "host: $(nproc) CPUs, $(uname -r); s3rver on Node $(node --version); $MB MiB, 4 ranks" >&2
 for r in $(seq 1 "$R"); do sink "$r"; alt "$r"; sink_local "$r"; done
@@ -98,13 +98,13 @@ c=$(median <"$tmp/ckpt.times"); a=$(median <"$tmp/alt.times")
 echo "| way | median s ($R rounds) | speed-up | ckpt peak RSS MiB | local disk |"
 echo "| --- | --- | --- | --- | --- |"
 printf '| ckpt unshard s3:// s3:// | %.2f | %.2fx | %d | 0 |\n' "$c" \
-    "$(python3 -c "print($a / $c)")" $(( $(sort -g "$tmp/ckpt.rss" | tail -1) / 1024 ))
+    "$(python3 -c "print($a / $c)")" $(( $(peak "$tmp/ckpt.rss") / 1024 ))
 printf '| aws down (%s) + ckpt unshard (%s) + aws up (%s) | %.2f | 1.00x | %d | %d MiB |\n' \
     "$(cut -d' ' -f1 "$tmp/alt.phases" | median)" "$(cut -d' ' -f2 "$tmp/alt.phases" | median)" \
     "$(cut -d' ' -f3 "$tmp/alt.phases" | median)" "$a" \
-    $(( $(sort -g "$tmp/alt.rss" | tail -1) / 1024 )) $(( $(cat "$tmp/alt.disk") >> 20 ))
+    $(( $(peak "$tmp/alt.rss") / 1024 )) $(( $(cat "$tmp/alt.disk") >> 20 ))
 l=$(median <"$tmp/lckpt.times"); la=$(median <"$tmp/lalt.times")
 printf '| ckpt unshard LOCAL s3:// | %.2f | %.2fx | %d | 0 |\n' "$l" \
-    "$(python3 -c "print($la / $l)")" $(( $(sort -g "$tmp/lckpt.rss" | tail -1) / 1024 ))
+    "$(python3 -c "print($la / $l)")" $(( $(peak "$tmp/lckpt.rss") / 1024 ))
 printf '| ckpt unshard LOCAL local + aws up | %.2f | 1.00x | - | %d MiB |\n' "$la" \
     $(( want >> 20 ))

@@ -13,6 +13,7 @@
 # wall time and max peak RSS (/usr/bin/time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 R=${1:-3}
 CKPT=${CKPT:-build/ckpt}
 DATA=${BENCH_DIR:-/tmp/ckpt-bench-unshard-s3}
@@ -55,7 +56,6 @@ measure() { # tool round
     echo "  $t round $2: $s s, peak RSS $((rss / 1024)) MiB" >&2
     rm -rf "$out"
 }
-median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "host: $(nproc) CPUs; s3rver 3.7.1 on Node $(node --version); $bytes bytes" >&2
 for r in $(seq 1 "$R"); do
     for t in "${tools[@]}"; do
@@ -67,7 +67,7 @@ echo "| tool | median s ($R rounds) | rounds (s) | vs aws download | peak RSS Mi
 echo "| --- | --- | --- | --- | --- |"
 for t in "${tools[@]}"; do
     m=$(median <"$tmp/$t.times")
-    rss=$(sort -g "$tmp/$t.rss" | tail -1)
+    rss=$(peak "$tmp/$t.rss")
     printf '| %s | %.2f | %s | %.2fx | %d |\n' "$t" "$m" \
         "$(paste -sd, "$tmp/$t.times" | sed 's/,/, /g')" \
         "$(python3 -c "print($m / $base)")" $((rss / 1024))

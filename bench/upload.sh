@@ -20,6 +20,7 @@
 #                   kept between runs; needs ~3 GiB plus s3rver's copy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 R=${1:-3}
 CKPT=${CKPT:-build/ckpt}
 TOOL=${CKPT_BUILD:-build}/storage_tool
@@ -91,7 +92,6 @@ measure() { # case tool round src files bytes
     echo "  $1 $2 round $3: $t s, peak RSS $((rss / 1024)) MiB" >&2
 }
 
-median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 tools=(ckpt)
 [ -n "${CKPT_BASE:-}" ] && tools+=(base)
@@ -121,7 +121,7 @@ for c in $CASES; do
     base=$(median <"$tmp/$c-ckpt.times")
     for t in "${tools[@]}"; do
         m=$(median <"$tmp/$c-$t.times")
-        rss=$(sort -g "$tmp/$c-$t.rss" | tail -1)
+        rss=$(peak "$tmp/$c-$t.rss")
         printf '| %s (%s files, %s B) | %s | %.2f | %.1f | %.2fx | %d |\n' \
             "$c" "$files" "$bytes" "$t" "$m" \
             "$(python3 -c "print($bytes / $m / 1e6)")" \
