@@ -43,80 +43,25 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import BUILD, CKPT, Checker, contents, gen_runs  # noqa: E402
+from s3test import CKPT, Checker, contents  # noqa: E402
+from onepass import (STALE_RE, SPOOL_RE, archive, copy_dir,  # noqa: E402
+                     counted, make_run, once, reads_of)
 
-SHIM = os.path.join(BUILD, "libreadcount_preload.so")
 KINDS = [(".tar.zst", ["zstd", "-q", "-c"]), (".tar.gz", ["gzip", "-c"]),
          (".tar.bz2", ["bzip2", "-c"]), (".tar.xz", ["xz", "-c"])]
 ARGS = ["--no-wandb", "--min-age", "0", "--no-progress", "--runs", "1"]
 
 
-def make_run(tmp):
-    gen = os.path.join(tmp, "gen")
-    gen_runs(gen)
-    src = os.path.join(tmp, "src")
-    os.makedirs(src)
-    shutil.copytree(os.path.join(gen, "2871001"),
-                    os.path.join(src, "2871001"), symlinks=True)
-    shutil.rmtree(os.path.join(src, "2871001", "step1000-unsharded"))
-    with open(os.path.join(src, "2871001", "train_data", "big.bin"),
-              "wb") as f:
-        f.write(os.urandom(3 << 20))
-    return src
-
-
-def archive(src, tmp, ext, comp):
-    path = os.path.join(tmp, "2871001" + ext)
-    tar = subprocess.run(["tar", "cf", "-", "-C", src, "2871001"],
-                         check=True, capture_output=True).stdout
-    with open(path, "wb") as f:
-        f.write(subprocess.run(comp, input=tar, check=True,
-                               capture_output=True).stdout)
-    return path
-
-
 def run(top, arc, *extra, kill_at=None):
     """process a copy of arc in top/ (cwd, so rows and DEST names are the
     same everywhere): (rc, rows, log, reads, opens, tmp entries)."""
-    os.makedirs(os.path.join(top, "tmp"), exist_ok=True)
-    name = os.path.basename(arc)
-    if not os.path.exists(os.path.join(top, name)):
-        shutil.copy(arc, os.path.join(top, name))
-    counts = os.path.join(top, "reads")
-    if os.path.exists(counts):
-        os.remove(counts)
-    env = dict(os.environ, LD_PRELOAD=SHIM,
-               CKPT_TEST_READS_PATH=os.path.join(top, name),
-               CKPT_TEST_READS_OUT=counts,
-               ASAN_OPTIONS=(os.environ.get("ASAN_OPTIONS", "") +
-                             ":verify_asan_link_order=0").lstrip(":"))
-    if kill_at is not None:
-        env["CKPT_TEST_READS_KILL_AT"] = str(kill_at)
-    r = subprocess.run([CKPT, "process"] + ARGS + ["--tmp-dir", "tmp"] +
-                       list(extra) + [name, "--dest", "dest"], cwd=top,
-                       env=env, capture_output=True, text=True, timeout=300)
-    reads, opens = (0, 0)
-    if os.path.exists(counts):
-        with open(counts) as f:
-            reads, opens = map(int, f.read().split())
+    r, reads, opens = counted(top, arc, ["process"] + ARGS +
+                              ["--tmp-dir", "tmp"] + list(extra) +
+                              [os.path.basename(arc), "--dest", "dest"],
+                              kill_at=kill_at)
     rows = [masked(x) for x in r.stdout.splitlines()]
     return (r.returncode, rows, r.stderr, reads, opens,
             sorted(os.listdir(os.path.join(top, "tmp"))))
-
-
-def reads_of(arc, *cmd):
-    """Bytes `ckpt CMD ARC` reads from arc."""
-    counts = arc + ".reads"
-    env = dict(os.environ, LD_PRELOAD=SHIM, CKPT_TEST_READS_PATH=arc,
-               CKPT_TEST_READS_OUT=counts,
-               ASAN_OPTIONS=(os.environ.get("ASAN_OPTIONS", "") +
-                             ":verify_asan_link_order=0").lstrip(":"))
-    subprocess.run([CKPT] + list(cmd) + [arc], env=env, capture_output=True,
-                   timeout=300)
-    with open(counts) as f:
-        n = int(f.read().split()[0])
-    os.remove(counts)
-    return n
 
 
 def masked(row):
@@ -162,10 +107,7 @@ def main():
     try:
         src = make_run(tmp)
         # The extracted directory, processed: what every archive gives.
-        d = os.path.join(tmp, "dir")
-        os.makedirs(d)
-        shutil.copytree(os.path.join(src, "2871001"),
-                        os.path.join(d, "2871001"), symlinks=True)
+        d = copy_dir(src, tmp)
         r = subprocess.run([CKPT, "process"] + ARGS + ["--keep-source",
                                                        "2871001", "--dest",
                                                        "dest"],
@@ -183,11 +125,11 @@ def main():
                 n = reads_of(arc, *cmd)
                 c.true("%s: %s reads it once (%d bytes of %d)"
                        % (ext, " ".join(cmd), n, size),
-                       size <= n < size + 65536)
+                       once(n, size))
             got = run(os.path.join(tmp, "one" + ext), arc)
             c.eq("%s: exit 0 (%s)" % (ext, got[2][-300:]), got[0], 0)
             c.true("%s: spooled: read once (%d bytes of %d)"
-                   % (ext, got[3], size), size <= got[3] < size + 65536)
+                   % (ext, got[3], size), once(got[3], size))
             c.true("%s: --spool-limit 0 reads it again in each phase "
                    "(%d bytes of %d)" % (ext, ref[3], size),
                    ref[3] >= 4 * size)
@@ -213,7 +155,7 @@ def main():
         top = os.path.join(tmp, "keep")
         got = run(top, arc, "--keep-source")
         c.eq("--keep-source: exit 0, read once, kept",
-             (got[0], size <= got[3] < size + 65536,
+             (got[0], once(got[3], size),
               os.path.exists(os.path.join(top, "2871001.tar.zst"))),
              (0, True, True))
         c.eq("--keep-source: DEST as from the directory",
@@ -229,7 +171,7 @@ def main():
         top = os.path.join(tmp, "kill")
         got = run(top, arc, kill_at=size)
         c.eq("killed: SIGKILL mid-pass, a spool left in --tmp-dir",
-             (got[0], len(got[5]), all(re.match(r"\.ckpt-.*\.tmp$", x)
+             (got[0], len(got[5]), all(re.match(SPOOL_RE, x)
                                        for x in got[5])),
              (-9, 1, True))
         left = os.path.join(top, "tmp", got[5][0]) if got[5] else ""
@@ -238,11 +180,10 @@ def main():
         lapse(top)
         got = run(top, arc)
         c.eq("killed, rerun: exit 0, read once, spool removed",
-             (got[0], size <= got[3] < size + 65536, got[5]),
+             (got[0], once(got[3], size), got[5]),
              (0, True, []))
         c.true("killed, rerun: says it removed the stale spool",
-               re.search(r"removed stale temporary tmp/\.ckpt-\S+\.tmp "
-                         r"\(pid \d+, dead\)", got[2]) is not None)
+               re.search(STALE_RE, got[2]) is not None)
         c.eq("killed, rerun: DEST and state converge", dest(top), ref)
 
         # Over budget: read once per phase, the same result.

@@ -38,11 +38,11 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 sys.path.insert(0, HERE)
-from s3test import BUILD, CKPT, Checker, contents  # noqa: E402
-from process_onepass import archive, make_run  # noqa: E402
+from s3test import CKPT, Checker, contents  # noqa: E402
+from onepass import (STALE_RE, SPOOL_RE, archive, copy_dir,  # noqa: E402
+                     counted, make_run, once)
 from process_tty import on_pty  # noqa: E402
 
-SHIM = os.path.join(BUILD, "libreadcount_preload.so")
 KINDS = [(".tar.zst", ["zstd", "-q", "-c"]), (".tar.gz", ["gzip", "-c"])]
 ROWS = ["skip\tstep2000\tincomplete: model_and_optim/.metadata missing",
         "unsharded\tstep0\tdest/step0-unsharded: 4 files, 32 tensors",
@@ -52,26 +52,7 @@ ROWS = ["skip\tstep2000\tincomplete: model_and_optim/.metadata missing",
 def ckpt(top, arc, *cmd, kill_at=None):
     """ckpt CMD in top/ (cwd) with the read counter on top/arc's copy:
     (rc, rows, stderr, bytes read)."""
-    os.makedirs(os.path.join(top, "tmp"), exist_ok=True)
-    name = os.path.basename(arc)
-    if not os.path.exists(os.path.join(top, name)):
-        shutil.copy(arc, os.path.join(top, name))
-    counts = os.path.join(top, "reads")
-    if os.path.exists(counts):
-        os.remove(counts)
-    env = dict(os.environ, LD_PRELOAD=SHIM,
-               CKPT_TEST_READS_PATH=os.path.join(top, name),
-               CKPT_TEST_READS_OUT=counts,
-               ASAN_OPTIONS=(os.environ.get("ASAN_OPTIONS", "") +
-                             ":verify_asan_link_order=0").lstrip(":"))
-    if kill_at is not None:
-        env["CKPT_TEST_READS_KILL_AT"] = str(kill_at)
-    r = subprocess.run([CKPT] + list(cmd), cwd=top, env=env,
-                       capture_output=True, text=True, timeout=300)
-    reads = 0
-    if os.path.exists(counts):
-        with open(counts) as f:
-            reads = int(f.read().split()[0])
+    r, reads, _ = counted(top, arc, cmd, kill_at=kill_at)
     return r.returncode, r.stdout.splitlines(), r.stderr, reads
 
 
@@ -82,19 +63,12 @@ def unshard(top, arc, *extra, kill_at=None):
     return got + (sorted(os.listdir(os.path.join(top, "tmp"))),)
 
 
-def once(n, size):
-    return size <= n < size + 65536
-
-
 def main():
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="unshard-onepass-")
     try:
         src = make_run(tmp)
-        d = os.path.join(tmp, "dir")
-        os.makedirs(d)
-        shutil.copytree(os.path.join(src, "2871001"),
-                        os.path.join(d, "2871001"), symlinks=True)
+        d = copy_dir(src, tmp)
         r = subprocess.run([CKPT, "unshard", "2871001", "dest"], cwd=d,
                            capture_output=True, text=True)
         # (in directory order; an archive's come in archive order)
@@ -143,7 +117,7 @@ def main():
         top = os.path.join(tmp, "kill")
         got = unshard(top, arc, kill_at=size // 2)
         c.eq("killed: SIGKILL mid-pass, a spool left in --tmp-dir",
-             (got[0], len(got[4]), all(re.match(r"\.ckpt-.*\.tmp$", x)
+             (got[0], len(got[4]), all(re.match(SPOOL_RE, x)
                                        for x in got[4])),
              (-9, 1, True))
         got = unshard(top, arc)
@@ -152,8 +126,7 @@ def main():
              (0, True, ROWS, []))
         c.true("killed, rerun: says it removed the stale spool (%s)"
                % got[2][-300:],
-               re.search(r"removed stale temporary tmp/\.ckpt-\S+\.tmp "
-                         r"\(pid \d+, dead\)", got[2]) is not None)
+               re.search(STALE_RE, got[2]) is not None)
         c.eq("killed, rerun: DEST", contents(os.path.join(top, "dest")),
              want)
 

@@ -1,0 +1,109 @@
+"""onepass.py - what the one-pass archive tests (process_onepass*.py,
+unshard_onepass*.py, issue 22) share: the run, its archives, ckpt under
+the read counter (readcount_preload.c), and the read-once bounds."""
+import os
+import shutil
+import subprocess
+
+from s3test import BUILD, CKPT, gen_runs
+
+SHIM = os.path.join(BUILD, "libreadcount_preload.so")
+SPOOL_RE = r"\.ckpt-.*\.tmp$"
+STALE_RE = r"removed stale temporary tmp/\.ckpt-\S+\.tmp \(pid \d+, dead\)"
+
+
+def make_run(tmp, big=True):
+    """tmp/src/2871001: the sample run 2871001 without its
+    step1000-unsharded (so step1000 is unsharded); with big, 3 MiB of
+    random bytes in train_data/big.bin. Returns tmp/src."""
+    gen = os.path.join(tmp, "gen")
+    gen_runs(gen)
+    src = os.path.join(tmp, "src")
+    os.makedirs(src)
+    shutil.copytree(os.path.join(gen, "2871001"),
+                    os.path.join(src, "2871001"), symlinks=True)
+    shutil.rmtree(os.path.join(src, "2871001", "step1000-unsharded"))
+    if big:
+        with open(os.path.join(src, "2871001", "train_data", "big.bin"),
+                  "wb") as f:
+            f.write(os.urandom(3 << 20))
+    return src
+
+
+def archive(src, tmp, ext, comp):
+    """tmp/2871001EXT: src/2871001 tarred and piped through comp."""
+    path = os.path.join(tmp, "2871001" + ext)
+    tar = subprocess.run(["tar", "cf", "-", "-C", src, "2871001"],
+                         check=True, capture_output=True).stdout
+    with open(path, "wb") as f:
+        f.write(subprocess.run(comp, input=tar, check=True,
+                               capture_output=True).stdout)
+    return path
+
+
+def copy_dir(src, tmp):
+    """tmp/dir/2871001: the extracted run, to process or unshard as a
+    directory (the reference every archive must match). Returns tmp/dir."""
+    d = os.path.join(tmp, "dir")
+    os.makedirs(d)
+    shutil.copytree(os.path.join(src, "2871001"),
+                    os.path.join(d, "2871001"), symlinks=True)
+    return d
+
+
+def shim_env(path, counts, kill_at=None):
+    """The environment that counts ckpt's reads of path into counts
+    (with kill_at: SIGKILL once that many bytes were read)."""
+    env = dict(os.environ, LD_PRELOAD=SHIM, CKPT_TEST_READS_PATH=path,
+               CKPT_TEST_READS_OUT=counts,
+               ASAN_OPTIONS=(os.environ.get("ASAN_OPTIONS", "") +
+                             ":verify_asan_link_order=0").lstrip(":"))
+    if kill_at is not None:
+        env["CKPT_TEST_READS_KILL_AT"] = str(kill_at)
+    return env
+
+
+def counted(top, arc, argv, kill_at=None):
+    """`ckpt ARGV` in top/ (cwd, so rows and DEST names are the same
+    everywhere), with the read counter on top/'s copy of arc (made if
+    absent; top/tmp made for --tmp-dir): (CompletedProcess, bytes read,
+    opens)."""
+    os.makedirs(os.path.join(top, "tmp"), exist_ok=True)
+    name = os.path.basename(arc)
+    if not os.path.exists(os.path.join(top, name)):
+        shutil.copy(arc, os.path.join(top, name))
+    counts = os.path.join(top, "reads")
+    if os.path.exists(counts):
+        os.remove(counts)
+    r = subprocess.run([CKPT] + list(argv), cwd=top,
+                       env=shim_env(os.path.join(top, name), counts,
+                                    kill_at),
+                       capture_output=True, text=True, timeout=300)
+    reads, opens = (0, 0)
+    if os.path.exists(counts):
+        with open(counts) as f:
+            reads, opens = map(int, f.read().split())
+    return r, reads, opens
+
+
+def reads_of(arc, *cmd):
+    """Bytes `ckpt CMD ARC` reads from arc."""
+    counts = arc + ".reads"
+    subprocess.run([CKPT] + list(cmd) + [arc], env=shim_env(arc, counts),
+                   capture_output=True, timeout=300)
+    with open(counts) as f:
+        n = int(f.read().split()[0])
+    os.remove(counts)
+    return n
+
+
+def once(n, size):
+    """n bytes read of an archive of size: once (its size plus the few
+    header bytes sniffed)."""
+    return size <= n < size + 65536
+
+
+def fetched(s3, key):
+    """Bytes the proxy served of object KEY (/bucket/key) since its last
+    reset_stats."""
+    return s3.stats()["object_gets"]["keys"].get(key, [0, 0])[1]
