@@ -31,10 +31,8 @@ unshards the complete step beside it and skips the damaged one as
 incomplete; `ckpt process` of a DeepSpeed run unshards its step
 (before: 'unsupported checkpoint format', and `unshard STEP` said "no
 checkpoint")."""
-import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tarfile
@@ -45,8 +43,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import CKPT, Checker, S3Env, contents, sh  # noqa: E402
 from s3test import scratch  # noqa: E402
+from dstest import (RW, raw, read_safetensors, same_tensors,  # noqa: E402
+                    ties, unshard)
 
-RW = os.path.join(HERE, "..", "fixtures", "real-writers")
 CASES = ("zero1_bf16", "zero1_fp32", "zero2_bf16", "zero2_fp32",
          "zero3_fp32", "zero2_groups", "zero3_groups")
 MISSING = ("'%s/zero_pp_rank_1_mp_rank_00_optim_states.pt' is missing "
@@ -63,28 +62,6 @@ def ref(case):
                         "global_step2", "pytorch_model.bin")
 
 
-def unshard(*args, env=None):
-    p = subprocess.run([CKPT, "unshard", "--no-progress"] + list(args),
-                       capture_output=True, text=True, env=env, timeout=600)
-    return p.returncode, p.stdout, p.stderr
-
-
-def raw(t):
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        t = t.view(torch.int16)
-    return t.numpy().tobytes()
-
-
-def views(sd):
-    """Pairs of keys holding the same tensor view (tied)."""
-    ks = list(sd)
-    return sorted((a, b) for i, a in enumerate(ks) for b in ks[i + 1:]
-                  if sd[a].data_ptr() == sd[b].data_ptr() and
-                  sd[a].shape == sd[b].shape and
-                  sd[a].stride() == sd[b].stride())
-
-
 def shared_storage(sd):
     ks = list(sd)
     return sorted((a, b) for i, a in enumerate(ks) for b in ks[i + 1:]
@@ -93,41 +70,16 @@ def shared_storage(sd):
 
 
 def same_state(c, what, path, reference):
+    """ckpt's output at path against zero_to_fp32's reference: the same
+    tensors (dstest.same_tensors), a tied name the same tensor as its
+    source, and no other storage shared. (bench/deepspeed.sh uses it.)"""
     got = torch.load(path, weights_only=True)
     want = torch.load(reference, weights_only=True)
     c.eq(what + ": type", type(got).__name__, type(want).__name__)
-    c.eq(what + ": keys in order", list(got), list(want))
-    for k in want:
-        if k not in got:
-            continue
-        a, b = got[k], want[k]
-        c.eq("%s: %s dtype, shape, requires_grad" % (what, k),
-             (a.dtype, tuple(a.shape), a.requires_grad),
-             (b.dtype, tuple(b.shape), b.requires_grad))
-        c.true("%s: %s bytes" % (what, k), raw(a) == raw(b))
-    c.eq(what + ": tied names share their tensor", views(got), views(want))
+    same_tensors(c, what, got, want)
+    c.eq(what + ": tied names share their tensor", ties(got), ties(want))
     c.eq(what + ": no other storage shared", shared_storage(got),
-         views(want))
-
-
-ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16,
-             "F16": torch.float16}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    head = json.loads(data[8:8 + n])
-    head.pop("__metadata__", None)
-    out = {}
-    for k, v in sorted(head.items(), key=lambda kv: kv[1]["data_offsets"]):
-        b, e = v["data_offsets"]
-        buf = bytearray(data[8 + n + b:8 + n + e])
-        t = torch.frombuffer(buf, dtype=ST_DTYPES[v["dtype"]]) if buf \
-            else torch.empty(0, dtype=ST_DTYPES[v["dtype"]])
-        out[k] = t.reshape(v["shape"])
-    return out
+         ties(want))
 
 
 def same_tensors_st(c, what, path, reference):

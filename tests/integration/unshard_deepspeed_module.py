@@ -21,21 +21,18 @@ bf16 step's fp32 master is not bf16-exact (the cast matters);
 --weights of another format and an unknown --weights value refused.
 
 Before: `--weights` was an unknown option (exit 2)."""
-import json
 import os
 import shutil
-import struct
-import subprocess
 import sys
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import CKPT, Checker  # noqa: E402
-from s3test import scratch  # noqa: E402
+from s3test import Checker, scratch  # noqa: E402
+from dstest import (RW, read_safetensors, same_tensors, ties,  # noqa: E402
+                    unshard)
 
-RW = os.path.join(HERE, "..", "fixtures", "real-writers")
 CASES = ("zero1_bf16", "zero1_fp32", "zero2_bf16", "zero2_fp32",
          "zero2_groups")
 ZERO3 = ("zero3_bf16", "zero3_fp32_16bit")
@@ -61,61 +58,8 @@ def module(case):
     return sd["module"]
 
 
-def unshard(*args):
-    p = subprocess.run([CKPT, "unshard", "--no-progress"] + list(args),
-                       capture_output=True, text=True, timeout=600)
-    return p.returncode, p.stdout, p.stderr
-
-
 def errors(se):
     return [e.split(" ckpt: ", 1)[-1] for e in se.strip().splitlines()]
-
-
-def raw(t):
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        t = t.view(torch.int16)
-    return t.numpy().tobytes()
-
-
-def ties(sd):
-    """Pairs of keys that are views of one storage at one offset, shape
-    and stride (a tied weight)."""
-    ks = list(sd)
-    return sorted((a, b) for i, a in enumerate(ks) for b in ks[i + 1:]
-                  if sd[a].data_ptr() == sd[b].data_ptr() and
-                  sd[a].shape == sd[b].shape and
-                  sd[a].stride() == sd[b].stride())
-
-
-def same_state(c, what, got, want):
-    c.eq(what + ": keys in order", list(got), list(want))
-    for k in want:
-        if k in got:
-            a, b = got[k], want[k]
-            c.eq("%s: %s dtype, shape, requires_grad" % (what, k),
-                 (a.dtype, tuple(a.shape), a.requires_grad),
-                 (b.dtype, tuple(b.shape), b.requires_grad))
-            c.true("%s: %s bytes" % (what, k), raw(a) == raw(b))
-
-
-ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16,
-             "F16": torch.float16, "I64": torch.int64}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    head = json.loads(data[8:8 + n])
-    head.pop("__metadata__", None)
-    out = {}
-    for k, v in sorted(head.items(), key=lambda kv: kv[1]["data_offsets"]):
-        b, e = v["data_offsets"]
-        buf = bytearray(data[8 + n + b:8 + n + e])
-        out[k] = torch.frombuffer(buf, dtype=ST_DTYPES[v["dtype"]]) \
-            .reshape(v["shape"])
-    return out
 
 
 def each_case(c, tmp):
@@ -132,7 +76,7 @@ def each_case(c, tmp):
         if rc == 0:
             got = torch.load(os.path.join(out, "checkpoint.pt"),
                              weights_only=True)
-            same_state(c, case, got, want)
+            same_tensors(c, case, got, want)
             c.eq(case + ": the tied weight is one tensor", ties(got),
                  ties(want))
         st = os.path.join(tmp, "st-" + case)
@@ -145,7 +89,7 @@ def each_case(c, tmp):
             got = read_safetensors(os.path.join(st, "model.safetensors"))
             for t in want.values():
                 t.requires_grad_(False)
-            same_state(c, case + " safetensors", got, want)
+            same_tensors(c, case + " safetensors", got, want)
     # The 16-bit run's weights are bf16 (the fp32 master is another
     # thing: --weights master, unshard_deepspeed.py).
     c.eq("zero1_bf16: module dtypes", sorted({str(t.dtype) for t in
@@ -201,7 +145,7 @@ def run_mode(c, tmp):
          [("unsharded", "global_step2")])
     got = os.path.join(out, "global_step2-unsharded", "checkpoint.pt")
     if os.path.exists(got):
-        same_state(c, "run", torch.load(got, weights_only=True),
+        same_tensors(c, "run", torch.load(got, weights_only=True),
                    module("zero2_bf16"))
     else:
         c.true("run: output at " + got, False)
