@@ -10,6 +10,12 @@ PY       Debian's python3, the one with torch 1.13 (/usr/bin/python3)
 SUP      SRC/tests/support
 run(*args, ok=True, env=None) -> subprocess.CompletedProcess (text output).
          With ok, a non-zero exit raises AssertionError with the output.
+unshard(*args) -> run(CKPT, "unshard", "--no-progress", *args, ok=False).
+refused(tmp, name, src, mutate, want, snapshot=None)
+         A damaged copy of checkpoint SRC (TMP/bad-NAME, MUTATE(copy)) is
+         refused: checks exit 1, one error line ending in `ckpt: error:
+         WANT % {"d": copy}`, no output and no .ckpt-* left in TMP; with
+         SNAPSHOT (a function of the copy), the source untouched.
 check(name, cond, detail="")
          Prints "ok   NAME", or "FAIL NAME: DETAIL" and counts a failure.
 compare(name, actual, expected, *options)
@@ -29,6 +35,7 @@ finish() -> exit status
 """
 import json
 import os
+import shutil
 import subprocess
 
 SRC = os.environ.get("CKPT_SRC", os.getcwd())
@@ -46,6 +53,29 @@ def run(*args, ok=True, env=None):
         raise AssertionError("%s failed (%d):\n%s%s" % (
             " ".join(args), p.returncode, p.stdout, p.stderr))
     return p
+
+
+def unshard(*args):
+    return run(CKPT, "unshard", "--no-progress", *args, ok=False)
+
+
+def refused(tmp, name, src, mutate, want, snapshot=None):
+    ck = os.path.join(tmp, "bad-" + name)
+    shutil.copytree(src, ck)
+    mutate(ck)
+    before = snapshot(ck) if snapshot else None
+    out = os.path.join(tmp, "badout-" + name)
+    p = unshard(ck, out)
+    err = p.stderr.strip().splitlines()
+    want = want % {"d": ck}
+    check("%s: exit 1" % name, p.returncode == 1, p.stderr)
+    check("%s: one error line" % name, len(err) == 1 and
+          err[0].endswith("ckpt: error: " + want),
+          "\n".join(err) + "\nwanted: " + want)
+    check("%s: no output, nothing left" % name, not os.path.exists(out) and
+          not [x for x in os.listdir(tmp) if x.startswith(".ckpt-")])
+    if snapshot:
+        check("%s: source untouched" % name, snapshot(ck) == before)
 
 
 def check(name, cond, detail=""):
