@@ -7,40 +7,18 @@ Env: CKPT (binary), CKPT_SRC (repo root).
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 import wandb_fixtures as wf  # noqa: E402
-
-CKPT = os.environ.get("CKPT", "build/ckpt")
-FAILS = []
-
-
-def check(what, got, want):
-    if got != want:
-        FAILS.append(what)
-        print("FAIL %s\n  got:  %r\n  want: %r" % (what, got, want))
-    else:
-        print("ok   %s" % what)
+import wandbtest as wt  # noqa: E402
+from wandbtest import check  # noqa: E402
 
 
 def ckpt(args, url, env=None, key=wf.KEY):
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith("WANDB_") and k != "NETRC"}
-    e["WANDB_BASE_URL"] = url
-    if key is not None:
-        e["WANDB_API_KEY"] = key
-    e.update(env or {})
-    p = subprocess.run([CKPT, "map-wandb"] + args, capture_output=True,
-                       text=True, env=e, timeout=300)
-    # The key must never be printed, whatever happens.
-    if wf.KEY in p.stdout or wf.KEY in p.stderr:
-        FAILS.append("key leaked in %s" % args)
-        print("FAIL key leaked")
-    return p.returncode, p.stdout, p.stderr
+    return wt.ckpt(["map-wandb"] + args, url, key=key, env=env)
 
 
 def build(tmp):
@@ -112,11 +90,7 @@ def build(tmp):
     wf.write_config(d, None, text=text)
 
     # 6. Ambiguous: identical configs without a save_folder.
-    cfg = wf.olmo_config("OLMo-dup", None)
-    db.add("du000001", display="OLMo-dup", config=cfg)
-    db.add("du000002", display="OLMo-dup", config=cfg)
-    d = rundir("dup")
-    wf.write_config(d, cfg, W(name="OLMo-dup"))
+    wt.ambiguous(db, rundir("dup"))
 
     # 7. Unknown: no evidence at all; a name W&B does not know.
     rundir("nothing")
@@ -417,8 +391,7 @@ def main():
             test_archives(fake, runs, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failed" % len(FAILS))
-    return 1 if FAILS else 0
+    return wt.finish()
 
 
 if __name__ == "__main__":

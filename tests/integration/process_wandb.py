@@ -9,7 +9,6 @@ run is deleted whatever W&B says; without an API key nothing at all is
 processed."""
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -18,37 +17,13 @@ sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 import wandb_fixtures as wf  # noqa: E402
 from torchzip import torch_zip  # noqa: E402
-
-CKPT = os.environ.get("CKPT", "build/ckpt")
-FAILS = []
-
-
-def check(what, got, want):
-    if got != want:
-        FAILS.append(what)
-        print("FAIL %s\n  got:  %r\n  want: %r" % (what, got, want))
-    else:
-        print("ok   %s" % what)
+from wandbtest import (ambiguous, check, ckpt, files,  # noqa: E402
+                       finish, write_logs)
 
 
 def process(args, url, key=wf.KEY, home=None):
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith("WANDB_") and k != "NETRC"}
-    e["WANDB_BASE_URL"] = url
-    e["HOME"] = home
-    e["CKPT_STATE_DIR"] = os.path.join(home, "state")
-    if key is not None:
-        e["WANDB_API_KEY"] = key
-    p = subprocess.run([CKPT, "process", "--min-age", "0"] + args,
-                       capture_output=True, text=True, env=e, timeout=300)
-    if wf.KEY in p.stdout or wf.KEY in p.stderr:
-        FAILS.append("key leaked")
-    return p.returncode, p.stdout, p.stderr
-
-
-def files(root):
-    return sorted(os.path.relpath(os.path.join(d, f), root)
-                  for d, _, fs in os.walk(root) for f in fs)
+    return ckpt(["process", "--min-age", "0"] + args, url, key=key,
+                home=home)
 
 
 def step(d, name, data):
@@ -79,23 +54,14 @@ def main():
         arc = os.path.join(runs, "3000003.tar.gz")
         with tarfile.open(arc, "w:gz") as t:
             t.add(a, arcname="3000003")
-        cfg = wf.olmo_config("OLMo-dup", None)
-        db.add("du000001", display="OLMo-dup", config=cfg)
-        db.add("du000002", display="OLMo-dup", config=cfg)
         d = os.path.join(runs, "dup")
-        os.makedirs(d)
-        wf.write_config(d, cfg, W(name="OLMo-dup"))
+        ambiguous(db, d)
         step(d, "step10", b"d" * 100)
         d = os.path.join(runs, "bad1")
         os.makedirs(os.path.join(d, "wandb"))
         wf.write_config(d, wf.olmo_config("OLMo-bad", None),
                         W(name="OLMo-bad"))
-        logs = os.path.join(tmp, "logs")
-        os.makedirs(logs)
-        for name in ("slurm-3000003.out", "train-ab12cd34.log",
-                     "slurm-30000031.out"):
-            with open(os.path.join(logs, name), "w") as f:
-                f.write(name + "\n")
+        logs = write_logs(tmp)
         dbp = os.path.join(tmp, "db.json")
         db.write(dbp)
         dest = os.path.join(tmp, "bucket")
@@ -146,8 +112,7 @@ def main():
                 "train-ab12cd34.log"])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures" % len(FAILS))
-    return 1 if FAILS else 0
+    return finish()
 
 
 if __name__ == "__main__":

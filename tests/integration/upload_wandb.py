@@ -16,37 +16,12 @@ import tempfile
 sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 import wandb_fixtures as wf  # noqa: E402
-
-CKPT = os.environ.get("CKPT", "build/ckpt")
-FAILS = []
-
-
-def check(what, got, want):
-    if got != want:
-        FAILS.append(what)
-        print("FAIL %s\n  got:  %r\n  want: %r" % (what, got, want))
-    else:
-        print("ok   %s" % what)
+from wandbtest import (CKPT, ambiguous, check, ckpt, files,  # noqa: E402
+                       finish, write_logs)
 
 
 def upload(args, url, key=wf.KEY, state=None):
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith("WANDB_") and k != "NETRC"}
-    e["WANDB_BASE_URL"] = url
-    e["HOME"] = state
-    e["CKPT_STATE_DIR"] = os.path.join(state, "state")
-    if key is not None:
-        e["WANDB_API_KEY"] = key
-    p = subprocess.run([CKPT, "upload"] + args, capture_output=True,
-                       text=True, env=e, timeout=300)
-    if wf.KEY in p.stdout or wf.KEY in p.stderr:
-        FAILS.append("key leaked")
-    return p.returncode, p.stdout, p.stderr
-
-
-def files(root):
-    return sorted(os.path.relpath(os.path.join(d, f), root)
-                  for d, _, fs in os.walk(root) for f in fs)
+    return ckpt(["upload"] + args, url, key=key, home=state)
 
 
 def main():
@@ -77,18 +52,8 @@ def main():
         with tarfile.open(arc, "w:gz") as t:
             t.add(a, arcname="3000003")
         # Ambiguous: identical configs, no save_folder.
-        cfg = wf.olmo_config("OLMo-dup", None)
-        db.add("du000001", display="OLMo-dup", config=cfg)
-        db.add("du000002", display="OLMo-dup", config=cfg)
-        d = os.path.join(runs, "dup")
-        os.makedirs(d)
-        wf.write_config(d, cfg, W(name="OLMo-dup"))
-        logs = os.path.join(tmp, "logs")
-        os.makedirs(logs)
-        for name in ("slurm-3000003.out", "train-ab12cd34.log",
-                     "slurm-30000031.out"):
-            with open(os.path.join(logs, name), "w") as f:
-                f.write(name + "\n")
+        ambiguous(db, os.path.join(runs, "dup"))
+        logs = write_logs(tmp)
         dbp = os.path.join(tmp, "db.json")
         db.write(dbp)
         dest = os.path.join(tmp, "bucket")
@@ -140,8 +105,7 @@ def main():
             check("--wandb with --wandb-map: usage", rc, 2)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures" % len(FAILS))
-    return 1 if FAILS else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,75 @@
+"""wandbtest.py - what the tests of ckpt against the fake W&B server
+(map_wandb.py, process_wandb.py, upload_wandb.py) share: the tally of
+checks, ckpt run with only the W&B settings it is given (its output
+never showing the key), file lists, and fixture runs they all build."""
+import os
+import subprocess
+
+import wandb_fixtures as wf
+
+CKPT = os.environ.get("CKPT", "build/ckpt")
+FAILS = []
+
+
+def check(what, got, want):
+    if got != want:
+        FAILS.append(what)
+        print("FAIL %s\n  got:  %r\n  want: %r" % (what, got, want))
+    else:
+        print("ok   %s" % what)
+
+
+def finish():
+    print("%d failures" % len(FAILS))
+    return 1 if FAILS else 0
+
+
+def ckpt(args, url, key=wf.KEY, home=None, env=None):
+    """`ckpt ARGS` against W&B at url with the API key (None: no key) and
+    no other WANDB_* setting nor NETRC; with home, HOME and
+    CKPT_STATE_DIR (home/state) there; env on top. The key in its output
+    is a failure, whatever happens. Returns (rc, stdout, stderr)."""
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("WANDB_") and k != "NETRC"}
+    e["WANDB_BASE_URL"] = url
+    if home is not None:
+        e["HOME"] = home
+        e["CKPT_STATE_DIR"] = os.path.join(home, "state")
+    if key is not None:
+        e["WANDB_API_KEY"] = key
+    e.update(env or {})
+    p = subprocess.run([CKPT] + args, capture_output=True, text=True, env=e,
+                       timeout=300)
+    if wf.KEY in p.stdout or wf.KEY in p.stderr:
+        FAILS.append("key leaked in %s" % args)
+        print("FAIL key leaked")
+    return p.returncode, p.stdout, p.stderr
+
+
+def files(root):
+    """Sorted relative paths of the files below root."""
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, _, fs in os.walk(root) for f in fs)
+
+
+def ambiguous(db, d):
+    """Run directory d (made if absent) whose config (display name
+    OLMo-dup, no save_folder) matches two W&B runs of db equally."""
+    cfg = wf.olmo_config("OLMo-dup", None)
+    db.add("du000001", display="OLMo-dup", config=cfg)
+    db.add("du000002", display="OLMo-dup", config=cfg)
+    os.makedirs(d, exist_ok=True)
+    wf.write_config(d, cfg, wf.wandb_section(name="OLMo-dup"))
+
+
+def write_logs(tmp):
+    """tmp/logs with slurm-3000003.out, train-ab12cd34.log and
+    slurm-30000031.out (each holding its name): the logs of runs
+    3000003 and ab12cd34, and one of neither. Returns its path."""
+    logs = os.path.join(tmp, "logs")
+    os.makedirs(logs)
+    for name in ("slurm-3000003.out", "train-ab12cd34.log",
+                 "slurm-30000031.out"):
+        with open(os.path.join(logs, name), "w") as f:
+            f.write(name + "\n")
+    return logs
