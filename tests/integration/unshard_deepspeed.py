@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import CKPT, Checker, S3Env, contents, sh  # noqa: E402
 from s3test import scratch  # noqa: E402
 from dstest import (RW, raw, read_safetensors, same_tensors,  # noqa: E402
-                    ties, unshard)
+                    ties, unshard, unshard_to)
 
 CASES = ("zero1_bf16", "zero1_fp32", "zero2_bf16", "zero2_fp32",
          "zero3_fp32", "zero2_groups", "zero3_groups")
@@ -97,21 +97,13 @@ def same_tensors_st(c, what, path, reference):
 def each_case(c, tmp):
     for case in CASES:
         out = os.path.join(tmp, "out-" + case)
-        rc, so, se = unshard("--verify", step(case), out)
-        c.eq(case + ": exit (%s)" % se.strip(), rc, 0)
-        c.true(case + ": one unshard row", so.startswith("unshard\t") and
-               so.count("\n") == 1)
-        c.eq(case + ": files", sorted(os.listdir(out))
-             if os.path.isdir(out) else None, ["checkpoint.pt"])
-        if rc == 0:
+        if unshard_to(c, case, out, "checkpoint.pt", "--verify", step(case),
+                      row=True) == 0:
             same_state(c, case, os.path.join(out, "checkpoint.pt"),
                        ref(case))
         st = os.path.join(tmp, "st-" + case)
-        rc, _, se = unshard("--format", "safetensors", step(case), st)
-        c.eq(case + " safetensors: exit (%s)" % se.strip(), rc, 0)
-        c.eq(case + " safetensors: files", sorted(os.listdir(st))
-             if os.path.isdir(st) else None, ["model.safetensors"])
-        if rc == 0:
+        if unshard_to(c, case + " safetensors", st, "model.safetensors",
+                      "--format", "safetensors", step(case)) == 0:
             same_tensors_st(c, case + " safetensors",
                             os.path.join(st, "model.safetensors"), ref(case))
     dry = os.path.join(tmp, "dry")

@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import Checker, scratch  # noqa: E402
 from dstest import (RW, read_safetensors, same_tensors, ties,  # noqa: E402
-                    unshard)
+                    unshard, unshard_to)
 
 CASES = ("zero1_bf16", "zero1_fp32", "zero2_bf16", "zero2_fp32",
          "zero2_groups")
@@ -66,26 +66,17 @@ def each_case(c, tmp):
     for case in CASES + ZERO3:
         want = saved16(case) if case in ZERO3 else module(case)
         out = os.path.join(tmp, "out-" + case)
-        rc, so, se = unshard("--weights", "module", "--verify", step(case),
-                             out)
-        c.eq(case + ": exit (%s)" % se.strip(), rc, 0)
-        c.true(case + ": one unshard row", so.startswith("unshard\t") and
-               so.count("\n") == 1)
-        c.eq(case + ": files", sorted(os.listdir(out))
-             if os.path.isdir(out) else None, ["checkpoint.pt"])
-        if rc == 0:
+        if unshard_to(c, case, out, "checkpoint.pt", "--weights", "module",
+                      "--verify", step(case), row=True) == 0:
             got = torch.load(os.path.join(out, "checkpoint.pt"),
                              weights_only=True)
             same_tensors(c, case, got, want)
             c.eq(case + ": the tied weight is one tensor", ties(got),
                  ties(want))
         st = os.path.join(tmp, "st-" + case)
-        rc, _, se = unshard("--weights", "module", "--format",
-                            "safetensors", step(case), st)
-        c.eq(case + " safetensors: exit (%s)" % se.strip(), rc, 0)
-        c.eq(case + " safetensors: files", sorted(os.listdir(st))
-             if os.path.isdir(st) else None, ["model.safetensors"])
-        if rc == 0:
+        if unshard_to(c, case + " safetensors", st, "model.safetensors",
+                      "--weights", "module", "--format", "safetensors",
+                      step(case)) == 0:
             got = read_safetensors(os.path.join(st, "model.safetensors"))
             for t in want.values():
                 t.requires_grad_(False)

@@ -24,6 +24,20 @@ def unshard(*args, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
+def unshard_to(c, what, out, name, *args, row=False):
+    """`ckpt unshard ARGS OUT`, checked on Checker c: exit 0, OUT holding
+    just the file name; with row, one `unshard` row. Returns the exit
+    status."""
+    rc, so, se = unshard(*args, out)
+    c.eq(what + ": exit (%s)" % se.strip(), rc, 0)
+    if row:
+        c.true(what + ": one unshard row", so.startswith("unshard\t") and
+               so.count("\n") == 1)
+    c.eq(what + ": files", sorted(os.listdir(out))
+         if os.path.isdir(out) else None, [name])
+    return rc
+
+
 def raw(t):
     """The bytes of tensor t (bf16 as its 16-bit pattern)."""
     t = t.detach().contiguous()
