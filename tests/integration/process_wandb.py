@@ -10,7 +10,6 @@ processed."""
 import os
 import shutil
 import sys
-import tarfile
 import tempfile
 
 sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
@@ -18,7 +17,7 @@ sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
 import wandb_fixtures as wf  # noqa: E402
 from torchzip import torch_zip  # noqa: E402
 from wandbtest import (ambiguous, check, ckpt, files,  # noqa: E402
-                       finish, write_logs)
+                       finish, local_run, slurm_archive, write_logs)
 
 
 def process(args, url, key=wf.KEY, home=None):
@@ -38,22 +37,8 @@ def main():
         db = wf.DB()
         runs = os.path.join(tmp, "runs")
         W = wf.wandb_section
-        cfg = wf.olmo_config("OLMo-1B-pr", "/results/1000001")
-        db.add("ab12cd34", display="OLMo-1B-pr", config=cfg, step=1000)
-        d = os.path.join(runs, "local1")
-        os.makedirs(d)
-        wf.write_config(d, cfg, W(name="OLMo-1B-pr"))
-        wf.add_wandb_run(d, "ab12cd34", slurm="1000001", last_step=1000)
-        step(d, "step1000", b"weights" * 1000)
-        cfg = wf.olmo_config("OLMo-7B-pa", "/results/3000003")
-        db.add("sl000001", display="OLMo-7B-pa", config=cfg, step=100)
-        a = os.path.join(tmp, "a", "3000003")
-        os.makedirs(a)
-        wf.write_config(a, cfg, W(name="OLMo-7B-pa"))
-        step(a, "step100", b"w" * 5000)
-        arc = os.path.join(runs, "3000003.tar.gz")
-        with tarfile.open(arc, "w:gz") as t:
-            t.add(a, arcname="3000003")
+        local_run(db, os.path.join(runs, "local1"), "OLMo-1B-pr", step)
+        _, arc = slurm_archive(db, tmp, runs, "OLMo-7B-pa", step)
         d = os.path.join(runs, "dup")
         ambiguous(db, d)
         step(d, "step10", b"d" * 100)

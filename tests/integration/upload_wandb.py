@@ -10,14 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 
 sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 import wandb_fixtures as wf  # noqa: E402
 from wandbtest import (CKPT, ambiguous, check, ckpt, files,  # noqa: E402
-                       finish, write_logs)
+                       finish, local_run, slurm_archive, write_logs)
 
 
 def upload(args, url, key=wf.KEY, state=None):
@@ -29,28 +28,10 @@ def main():
     try:
         db = wf.DB()
         runs = os.path.join(tmp, "runs")
-        W = wf.wandb_section
         # A run directory with its wandb run dir: local id, confirmed.
-        cfg = wf.olmo_config("OLMo-1B-up", "/results/1000001")
-        db.add("ab12cd34", display="OLMo-1B-up", config=cfg, step=1000)
-        d = os.path.join(runs, "local1")
-        os.makedirs(d)
-        wf.write_config(d, cfg, W(name="OLMo-1B-up"))
-        wf.add_wandb_run(d, "ab12cd34", slurm="1000001", last_step=1000)
-        os.makedirs(os.path.join(d, "step1000"))
-        with open(os.path.join(d, "step1000", "model.pt"), "wb") as f:
-            f.write(b"weights" * 1000)
+        local_run(db, os.path.join(runs, "local1"), "OLMo-1B-up")
         # A run archive found by the Slurm id in save_folder.
-        cfg = wf.olmo_config("OLMo-7B-arc", "/results/3000003")
-        db.add("sl000001", display="OLMo-7B-arc", config=cfg, step=100)
-        a = os.path.join(tmp, "a", "3000003")
-        os.makedirs(os.path.join(a, "step100"))
-        wf.write_config(a, cfg, W(name="OLMo-7B-arc"))
-        with open(os.path.join(a, "step100", "model.pt"), "wb") as f:
-            f.write(b"w" * 5000)
-        arc = os.path.join(runs, "3000003.tar.gz")
-        with tarfile.open(arc, "w:gz") as t:
-            t.add(a, arcname="3000003")
+        a, arc = slurm_archive(db, tmp, runs, "OLMo-7B-arc")
         # Ambiguous: identical configs, no save_folder.
         ambiguous(db, os.path.join(runs, "dup"))
         logs = write_logs(tmp)

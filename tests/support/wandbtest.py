@@ -4,6 +4,7 @@ checks, ckpt run with only the W&B settings it is given (its output
 never showing the key), file lists, and fixture runs they all build."""
 import os
 import subprocess
+import tarfile
 
 import wandb_fixtures as wf
 
@@ -50,6 +51,42 @@ def files(root):
     """Sorted relative paths of the files below root."""
     return sorted(os.path.relpath(os.path.join(d, f), root)
                   for d, _, fs in os.walk(root) for f in fs)
+
+
+def raw_step(d, name, data):
+    """d/name/model.pt holding data."""
+    os.makedirs(os.path.join(d, name))
+    with open(os.path.join(d, name, "model.pt"), "wb") as f:
+        f.write(data)
+
+
+def local_run(db, d, display, step=raw_step):
+    """Run directory d found by its local wandb run id: W&B run ab12cd34
+    (display name display, Slurm 1000001) in db and in d's wandb/, with
+    step(d, "step1000", data)."""
+    cfg = wf.olmo_config(display, "/results/1000001")
+    db.add("ab12cd34", display=display, config=cfg, step=1000)
+    os.makedirs(d)
+    wf.write_config(d, cfg, wf.wandb_section(name=display))
+    wf.add_wandb_run(d, "ab12cd34", slurm="1000001", last_step=1000)
+    step(d, "step1000", b"weights" * 1000)
+
+
+def slurm_archive(db, tmp, runs, display, step=raw_step):
+    """A run archive runs/3000003.tar.gz found by the Slurm id in its
+    save_folder: W&B run sl000001 (display name display) in db; the run
+    (tmp/a/3000003, with step(run, "step100", data)) stays extracted
+    beside. Returns (run, archive)."""
+    cfg = wf.olmo_config(display, "/results/3000003")
+    db.add("sl000001", display=display, config=cfg, step=100)
+    a = os.path.join(tmp, "a", "3000003")
+    os.makedirs(a)
+    wf.write_config(a, cfg, wf.wandb_section(name=display))
+    step(a, "step100", b"w" * 5000)
+    arc = os.path.join(runs, "3000003.tar.gz")
+    with tarfile.open(arc, "w:gz") as t:
+        t.add(a, arcname="3000003")
+    return a, arc
 
 
 def ambiguous(db, d):
