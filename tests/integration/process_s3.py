@@ -10,21 +10,18 @@ an unmapped run, a live run and a run leased by another worker untouched
 and reported; --keep-bad and --keep-source change nothing they should
 not; a rerun says `done`; a run whose state says uploaded (a crash before
 its delete) is verified again and deleted, never judged again."""
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import (BUILD, Checker, S3Env, contents,  # noqa: E402
-                    remote_contents, tool)
+                    gen_runs, remote_contents, snapshot, tool)
 from s3test import old_ctime  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
@@ -75,40 +72,9 @@ def in_order(rs, runs):
 
 
 def gen(root):
-    subprocess.run([sys.executable, GEN, root, "--archives"], check=True,
-                   capture_output=True)
-    # Old enough for the default --min-age 1d.
-    for d, ds, fs in os.walk(root):
-        for n in ds + fs:
-            os.utime(os.path.join(d, n), (1e9, 1e9), follow_symlinks=False)
-
-
-def snapshot(path):
-    """{relative path: bytes} of a run directory (links left out) or an
-    archive (its single top directory stepped into)."""
-    files = {}
-    if os.path.isdir(path):
-        for d, _, fs in os.walk(path):
-            for n in fs:
-                p = os.path.join(d, n)
-                if not os.path.islink(p):
-                    with open(p, "rb") as f:
-                        files[os.path.relpath(p, path)] = f.read()
-        return files
-    if path.endswith(".zip"):
-        with zipfile.ZipFile(path) as z:
-            for i in z.infolist():
-                if not i.is_dir():
-                    files[i.filename] = z.read(i)
-    else:
-        with tarfile.open(path) as t:
-            for m in t.getmembers():
-                if m.isfile():
-                    files[m.name] = t.extractfile(m).read()
-    tops = {k.split("/")[0] for k in files}
-    if len(tops) == 1 and all("/" in k for k in files):
-        files = {k.split("/", 1)[1]: v for k, v in files.items()}
-    return files
+    """The sample runs and archives, old enough for the default
+    --min-age 1d."""
+    gen_runs(root, archives=True)
 
 
 local_tree = contents

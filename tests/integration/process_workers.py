@@ -32,12 +32,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import (BUILD, Checker, S3Env, remote_contents,  # noqa: E402
-                    tool)
+from s3test import (BUILD, Checker, S3Env, age_tree,  # noqa: E402
+                    gen_runs, remote_contents, snapshot, tool)
 from s3test import old_ctime  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
-GEN = os.path.join(HERE, "..", "support", "gen_runs.py")
 CHECK = os.path.join(HERE, "..", "support", "check_unshard.py")
 FIX = os.path.join(HERE, "..", "fixtures", "runs", "olmo-torch-new-1.13")
 DEPLOY = os.path.join(ROOT, "scripts", "deploy")
@@ -49,8 +48,7 @@ def make_runs(root):
     """Good runs: 2871001 (its step1000 sharded only: unshard work),
     2871005 and three copies, 2871101.tar.gz (2871001 again); bad:
     2871002, 2871004, 2871102.tar.gz; not runs: notes, logs."""
-    subprocess.run([sys.executable, GEN, root], check=True,
-                   capture_output=True)
+    gen_runs(root)
     shutil.rmtree(os.path.join(root, "2871003"))
     shutil.rmtree(os.path.join(root, "2871006"))
     shutil.rmtree(os.path.join(root, "2871001", "step1000-unsharded"))
@@ -61,9 +59,7 @@ def make_runs(root):
         with tarfile.open(os.path.join(root, name + ".tar.gz"), "w:gz") as t:
             t.add(os.path.join(root, rid), arcname=name)
     shutil.rmtree(os.path.join(root, "logs"))
-    for d, ds, fs in os.walk(root):
-        for n in ds + fs:
-            os.utime(os.path.join(d, n), (1e9, 1e9), follow_symlinks=False)
+    age_tree(root)
 
 
 GOOD = ["2871001", "2871005", "3000001", "3000002", "3000003",
@@ -73,23 +69,6 @@ BADR = ["2871002", "2871004", "2871102.tar.gz"]
 
 def rid(name):
     return name.split(".")[0]
-
-
-def snapshot(path):
-    files = {}
-    if os.path.isdir(path):
-        for d, _, fs in os.walk(path):
-            for n in fs:
-                p = os.path.join(d, n)
-                if not os.path.islink(p):
-                    with open(p, "rb") as f:
-                        files[os.path.relpath(p, path)] = f.read()
-        return files
-    with tarfile.open(path) as t:
-        for m in t.getmembers():
-            if m.isfile():
-                files[m.name.split("/", 1)[1]] = t.extractfile(m).read()
-    return files
 
 
 def s3_tree(env, prefix, names=None):

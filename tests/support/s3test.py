@@ -6,7 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -68,6 +70,34 @@ def contents(root):
             with open(p, "rb") as f:
                 out[os.path.relpath(p, root)] = f.read()
     return out
+
+
+def snapshot(path):
+    """{relative path: bytes} of a run directory (links left out) or an
+    archive (its single top directory stepped into)."""
+    files = {}
+    if os.path.isdir(path):
+        for d, _, fs in os.walk(path):
+            for n in fs:
+                p = os.path.join(d, n)
+                if not os.path.islink(p):
+                    with open(p, "rb") as f:
+                        files[os.path.relpath(p, path)] = f.read()
+        return files
+    if path.endswith(".zip"):
+        with zipfile.ZipFile(path) as z:
+            for i in z.infolist():
+                if not i.is_dir():
+                    files[i.filename] = z.read(i)
+    else:
+        with tarfile.open(path) as t:
+            for m in t.getmembers():
+                if m.isfile():
+                    files[m.name] = t.extractfile(m).read()
+    tops = {k.split("/")[0] for k in files}
+    if len(tops) == 1 and all("/" in k for k in files):
+        files = {k.split("/", 1)[1]: v for k, v in files.items()}
+    return files
 
 
 def listing(root):
