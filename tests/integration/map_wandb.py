@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 import wandb_fixtures as wf  # noqa: E402
 import wandbtest as wt  # noqa: E402
-from wandbtest import check  # noqa: E402
+from tally import check, finish  # noqa: E402
 
 
 def ckpt(args, url, env=None, key=wf.KEY):
@@ -391,7 +391,7 @@ def main():
             test_archives(fake, runs, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return wt.finish()
+    return finish()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wandb_fixtures as wf  # noqa: E402
-from map_wandb import check, ckpt, FAILS  # noqa: E402
+from map_wandb import ckpt  # noqa: E402
+from tally import check, finish  # noqa: E402
 
 ROW = ("local1\tai2-llm/olmo-small/ab12cd34\twandb run dir "
        "wandb/wandb/run-20240501_100000-ab12cd34, confirmed by W&B")
@@ -223,8 +224,7 @@ def main():
         test_usage()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failed" % len(FAILS))
-    return 1 if FAILS else 0
+    return finish()
 
 
 if __name__ == "__main__":

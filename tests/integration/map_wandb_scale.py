@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wandb_fixtures as wf  # noqa: E402
-from map_wandb import check, ckpt, FAILS  # noqa: E402
+from map_wandb import ckpt  # noqa: E402
+from tally import check, finish  # noqa: E402
 
 PROJECT = "olmo-scale"
 
@@ -99,8 +100,7 @@ def main():
                       "ai2-llm/%s/" % PROJECT)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failed" % len(FAILS))
-    return 1 if FAILS else 0
+    return finish()
 
 
 if __name__ == "__main__":

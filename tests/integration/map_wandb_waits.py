@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wandb_fixtures as wf  # noqa: E402
-from map_wandb import check, FAILS, CKPT  # noqa: E402
+from tally import FAILS, check, finish  # noqa: E402
+from wandbtest import CKPT  # noqa: E402
 
 LIMIT = 40  # seconds any one ckpt run may take here
 
@@ -158,8 +159,7 @@ def main():
             test_notice(fake, local)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failed" % len(FAILS))
-    return 1 if FAILS else 0
+    return finish()
 
 
 if __name__ == "__main__":

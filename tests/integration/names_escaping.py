@@ -20,23 +20,15 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
 from torchzip import torch_zip  # noqa: E402
+from tally import FAILS, check, finish  # noqa: E402
 
 MODEL = torch_zip(b"x" * 10)   # a whole torch.save zip, 140 bytes
 
 CKPT = os.path.abspath(os.environ.get("CKPT", "build/ckpt")).encode()
-FAILS = []
 
 NAMES = [b"tab\tname", b"tab name", b"nl\nckpt: error: forged",
          b"esc\x1b[31mred", b"bad\xffbyte", b"c1\xc2\x9b2J",
          b"back\\slash", b"back\\x41", "caf\u00e9".encode()]
-
-
-def check(what, got, want):
-    if got != want:
-        FAILS.append(what)
-        print("FAIL %s\n  got:  %r\n  want: %r" % (what, got, want))
-    else:
-        print("ok   %s" % what)
 
 
 def esc(b):
@@ -260,8 +252,7 @@ def main():
         test_upload(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failed" % len(FAILS))
-    return 1 if FAILS else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 import wandb_fixtures as wf  # noqa: E402
 from torchzip import torch_zip  # noqa: E402
-from wandbtest import (ambiguous, check, ckpt, files,  # noqa: E402
-                       finish, local_run, slurm_archive, write_logs)
+from tally import check, finish  # noqa: E402
+from wandbtest import (ambiguous, ckpt, files, local_run,  # noqa: E402
+                       slurm_archive, write_logs)
 
 
 def process(args, url, key=wf.KEY, home=None):

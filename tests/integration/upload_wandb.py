@@ -15,8 +15,9 @@ import tempfile
 sys.path.insert(0, os.path.join(os.environ.get("CKPT_SRC", "."), "tests",
                                 "support"))
 import wandb_fixtures as wf  # noqa: E402
-from wandbtest import (CKPT, ambiguous, check, ckpt, files,  # noqa: E402
-                       finish, local_run, slurm_archive, write_logs)
+from tally import check, finish  # noqa: E402
+from wandbtest import (CKPT, ambiguous, ckpt, files,  # noqa: E402
+                       local_run, slurm_archive, write_logs)
 
 
 def upload(args, url, key=wf.KEY, state=None):

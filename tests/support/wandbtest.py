@@ -1,28 +1,15 @@
 """wandbtest.py - what the tests of ckpt against the fake W&B server
-(map_wandb.py, process_wandb.py, upload_wandb.py) share: the tally of
-checks, ckpt run with only the W&B settings it is given (its output
-never showing the key), file lists, and fixture runs they all build."""
+(map_wandb*.py, process_wandb.py, upload_wandb.py) share: ckpt run with
+only the W&B settings it is given (its output never showing the key:
+a failure in tally.FAILS), file lists, and fixture runs they build."""
 import os
 import subprocess
 import tarfile
 
 import wandb_fixtures as wf
+from tally import FAILS
 
 CKPT = os.environ.get("CKPT", "build/ckpt")
-FAILS = []
-
-
-def check(what, got, want):
-    if got != want:
-        FAILS.append(what)
-        print("FAIL %s\n  got:  %r\n  want: %r" % (what, got, want))
-    else:
-        print("ok   %s" % what)
-
-
-def finish():
-    print("%d failures" % len(FAILS))
-    return 1 if FAILS else 0
 
 
 def ckpt(args, url, key=wf.KEY, home=None, env=None):
