@@ -23,34 +23,19 @@ one torch process (make_olmo_local.py --check).
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
 
-SRC = os.environ.get("CKPT_SRC", os.getcwd())
-CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))
-PY = "/usr/bin/python3"
-MAKE = os.path.join(SRC, "tests", "support", "make_olmo_local.py")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+from harness import (PY, SUP, check, failures, refused,  # noqa: E402
+                     run, unshard)
+
+MAKE = os.path.join(SUP, "make_olmo_local.py")
 CASES = ("w2-21", "w3-20", "w4-21fp", "w4-20")
 
-failures = []
 checks = []     # value comparisons, run together at the end
-
-
-def run(*args, ok=True):
-    p = subprocess.run(list(args), capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        raise AssertionError("%s failed (%d):\n%s%s" % (
-            " ".join(args), p.returncode, p.stdout, p.stderr))
-    return p
-
-
-def check(name, cond, detail=""):
-    print("%s %s%s" % ("ok  " if cond else "FAIL", name,
-                       (": " + detail) if detail and not cond else ""))
-    if not cond:
-        failures.append(name)
 
 
 def compare(name, actual, expected, **kw):
@@ -59,10 +44,6 @@ def compare(name, actual, expected, **kw):
 
 def same(name, a, b):
     checks.append({"name": name, "same": [a, b]})
-
-
-def unshard(*args):
-    return run(CKPT, "unshard", "--no-progress", *args, ok=False)
 
 
 def files(root):
@@ -143,21 +124,8 @@ def case_formats(fx, tmp):
 
 
 def bad(fx, tmp, name, mutate, want, base="w4-21fp"):
-    ck = os.path.join(tmp, "bad-" + name)
-    shutil.copytree(os.path.join(fx, base, "ckpt"), ck)
-    mutate(ck)
-    before = files(ck)
-    out = os.path.join(tmp, "badout-" + name)
-    p = unshard(ck, out)
-    err = p.stderr.strip().splitlines()
-    want = want % {"d": ck}
-    check("%s: exit 1" % name, p.returncode == 1, p.stderr)
-    check("%s: one error line" % name, len(err) == 1 and
-          err[0].endswith("ckpt: error: " + want),
-          "\n".join(err) + "\nwanted: " + want)
-    check("%s: no output, nothing left" % name, not os.path.exists(out) and
-          not [x for x in os.listdir(tmp) if x.startswith(".ckpt-")])
-    check("%s: source untouched" % name, files(ck) == before)
+    refused(tmp, name, os.path.join(fx, base, "ckpt"), mutate, want,
+            snapshot=files)
 
 
 def case_bad(fx, tmp):
