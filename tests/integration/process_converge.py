@@ -36,11 +36,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import BUILD, Checker, contents, plan  # noqa: E402
+from s3test import BUILD, Checker, contents, lapse, plan  # noqa: E402
 import gen_runs  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
@@ -75,20 +74,6 @@ def process(src, dest, dry=False, **kill):
                        (["-n"] if dry else []),
                        env=env, capture_output=True, text=True, timeout=300)
     return r.returncode, r.stdout, r.stderr
-
-
-def lapse(dest):
-    """Every lease a killed worker left, expired (as after --lease-ttl)."""
-    sdir = os.path.join(dest, ".ckpt-process")
-    for name in os.listdir(sdir):
-        if not name.endswith(".lease"):
-            continue
-        path = os.path.join(sdir, name)
-        with open(path) as f:
-            lease = json.load(f)
-        lease["acquired"] = lease["expires"] = int(time.time()) - 3600
-        with open(path, "w") as f:
-            f.write(json.dumps(lease) + "\n")
 
 
 def snap(root, top):

@@ -36,16 +36,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import CKPT, Checker, contents  # noqa: E402
-from onepass import (STALE_RE, SPOOL_RE, archive, copy_dir,  # noqa: E402
-                     counted, make_run, once, reads_of)
+from s3test import Checker, contents, lapse  # noqa: E402
+from onepass import (STALE_RE, SPOOL_RE, archive, counted,  # noqa: E402
+                     extracted, make_run, once, reads_of)
 
 KINDS = [(".tar.zst", ["zstd", "-q", "-c"]), (".tar.gz", ["gzip", "-c"]),
          (".tar.bz2", ["bzip2", "-c"]), (".tar.xz", ["xz", "-c"])]
@@ -89,29 +87,14 @@ def dest(top):
     return out
 
 
-def lapse(top):
-    sdir = os.path.join(top, "dest", ".ckpt-process")
-    for name in os.listdir(sdir):
-        if name.endswith(".lease"):
-            path = os.path.join(sdir, name)
-            with open(path) as f:
-                lease = json.load(f)
-            lease["acquired"] = lease["expires"] = int(time.time()) - 3600
-            with open(path, "w") as f:
-                f.write(json.dumps(lease) + "\n")
-
-
 def main():
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="process-onepass-")
     try:
         src = make_run(tmp)
         # The extracted directory, processed: what every archive gives.
-        d = copy_dir(src, tmp)
-        r = subprocess.run([CKPT, "process"] + ARGS + ["--keep-source",
-                                                       "2871001", "--dest",
-                                                       "dest"],
-                           cwd=d, capture_output=True, text=True)
+        d, r = extracted(src, tmp, "process", *ARGS, "--keep-source",
+                         "2871001", "--dest", "dest")
         c.eq("directory: exit 0 (%s)" % r.stderr[-300:], r.returncode, 0)
         want = dest(d)
         refrows = {}
@@ -177,7 +160,7 @@ def main():
         left = os.path.join(top, "tmp", got[5][0]) if got[5] else ""
         c.true("killed: the spool holds members read before the kill",
                any(files for _, _, files in os.walk(left)))
-        lapse(top)
+        lapse(os.path.join(top, "dest"))
         got = run(top, arc)
         c.eq("killed, rerun: exit 0, read once, spool removed",
              (got[0], once(got[3], size), got[5]),

@@ -31,7 +31,6 @@ Then, .tar.zst:
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -39,8 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 sys.path.insert(0, HERE)
 from s3test import CKPT, Checker, contents  # noqa: E402
-from onepass import (STALE_RE, SPOOL_RE, archive, copy_dir,  # noqa: E402
-                     counted, make_run, once)
+from onepass import (STALE_RE, SPOOL_RE, archive, counted,  # noqa: E402
+                     extracted, make_run, once)
 from process_tty import on_pty  # noqa: E402
 
 KINDS = [(".tar.zst", ["zstd", "-q", "-c"]), (".tar.gz", ["gzip", "-c"])]
@@ -68,9 +67,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="unshard-onepass-")
     try:
         src = make_run(tmp)
-        d = copy_dir(src, tmp)
-        r = subprocess.run([CKPT, "unshard", "2871001", "dest"], cwd=d,
-                           capture_output=True, text=True)
+        d, r = extracted(src, tmp, "unshard", "2871001", "dest")
         # (in directory order; an archive's come in archive order)
         c.eq("directory: exit 0, rows (%s)" % r.stderr[-300:],
              (r.returncode, sorted(r.stdout.splitlines())), (0, ROWS))

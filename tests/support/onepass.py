@@ -41,14 +41,16 @@ def archive(src, tmp, ext, comp):
     return path
 
 
-def copy_dir(src, tmp):
-    """tmp/dir/2871001: the extracted run, to process or unshard as a
-    directory (the reference every archive must match). Returns tmp/dir."""
+def extracted(src, tmp, *argv):
+    """tmp/dir/2871001, the extracted run, and `ckpt ARGV` run in tmp/dir
+    (the reference every archive must match): (tmp/dir,
+    CompletedProcess)."""
     d = os.path.join(tmp, "dir")
     os.makedirs(d)
     shutil.copytree(os.path.join(src, "2871001"),
                     os.path.join(d, "2871001"), symlinks=True)
-    return d
+    return d, subprocess.run([CKPT] + list(argv), cwd=d,
+                             capture_output=True, text=True)
 
 
 def shim_env(path, counts, kill_at=None):

@@ -2,12 +2,14 @@
 tests: run storage_tool, check results, count passes."""
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -154,6 +156,21 @@ def old_ctime(env=None, preload=None):
     e["ASAN_OPTIONS"] = (e.get("ASAN_OPTIONS", "") +
                          ":verify_asan_link_order=0").lstrip(":")
     return e
+
+
+def lapse(dest):
+    """Every lease in a local DEST's .ckpt-process/, expired an hour ago
+    (as a killed worker's is after --lease-ttl)."""
+    sdir = os.path.join(dest, ".ckpt-process")
+    for name in os.listdir(sdir):
+        if not name.endswith(".lease"):
+            continue
+        path = os.path.join(sdir, name)
+        with open(path) as f:
+            lease = json.load(f)
+        lease["acquired"] = lease["expires"] = int(time.time()) - 3600
+        with open(path, "w") as f:
+            f.write(json.dumps(lease) + "\n")
 
 
 def age_tree(root, when=1e9):
