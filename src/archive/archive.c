@@ -143,17 +143,17 @@ char *ckpt_archive_stem(const char *name)
     return base;
 }
 
-static int remote_read(struct ckpt_archive *a, size_t len, size_t *got,
-                       struct ckpt_err *err)
+static int remote_read(struct ckpt_archive *a, char *dst, size_t len,
+                       size_t *got, struct ckpt_err *err)
 {
     if (a->ra)
-        return ckpt_storage_read_if(a->ra, a->key, a->etag, a->pos, a->buf,
+        return ckpt_storage_read_if(a->ra, a->key, a->etag, a->pos, dst,
                                     len, got, err);
-    return ckpt_storage_read(a->st, a->key, a->pos, a->buf, len, got, err);
+    return ckpt_storage_read(a->st, a->key, a->pos, dst, len, got, err);
 }
 
-/* Fill a->buf with up to len bytes at a->pos; -1 with *err set. */
-static ssize_t fetch_to(struct ckpt_archive *a, size_t len,
+/* Fill dst with up to len bytes at a->pos; -1 with *err set. */
+static ssize_t fetch_to(struct ckpt_archive *a, char *dst, size_t len,
                         struct ckpt_err *err)
 {
     if (a->pos >= a->size)
@@ -163,7 +163,7 @@ static ssize_t fetch_to(struct ckpt_archive *a, size_t len,
     size_t got = 0;
     if (a->fd >= 0) {
         while (got < len) {
-            ssize_t n = pread(a->fd, a->buf + got, len - got,
+            ssize_t n = pread(a->fd, dst + got, len - got,
                               (off_t)(a->pos + got));
             if (n < 0 && errno == EINTR)
                 continue;
@@ -175,7 +175,7 @@ static ssize_t fetch_to(struct ckpt_archive *a, size_t len,
                 break;
             got += (size_t)n;
         }
-    } else if (remote_read(a, len, &got, err) != 0) {
+    } else if (remote_read(a, dst, len, &got, err) != 0) {
         return -1;
     }
     a->pos += got;
@@ -186,7 +186,7 @@ static ssize_t fetch_to(struct ckpt_archive *a, size_t len,
 /* The same in the caller's thread: a failure is a->io_err. */
 static ssize_t fetch(struct ckpt_archive *a, size_t len)
 {
-    ssize_t n = fetch_to(a, len, &a->io_err);
+    ssize_t n = fetch_to(a, a->buf, len, &a->io_err);
     if (n < 0)
         a->io_failed = 1;
     return n;
@@ -389,11 +389,12 @@ static int start_reader(struct ckpt_archive *a, uint64_t at, int restart)
 
 /* The decoder's input, read in the decoder thread: a failure goes to
  * a->zio_err, which zpull moves to a->io_err in the reader's thread. */
-static int zin_cb(void *ud, const void **out, size_t *got)
+/* The decoder's input, read straight into its buffer (no copy). */
+static int zin_cb(void *ud, void *dst, size_t cap, size_t *got)
 {
     struct ckpt_archive *a = ud;
-    *out = a->buf;
-    ssize_t n = fetch_to(a, a->block, &a->zio_err);
+    ssize_t n = fetch_to(a, dst, cap < a->block ? cap : a->block,
+                         &a->zio_err);
     *got = n > 0 ? (size_t)n : 0;
     return n < 0 ? -1 : 0;
 }

@@ -21,10 +21,11 @@
 
 #include "ckpt/archive.h"
 
-/* Compressed input: point *out at the next bytes and set *got (0 at the
- * end of the file). 0, or -1 when reading failed (the caller keeps the
- * error). */
-typedef int (*zdec_read_fn)(void *ud, const void **out, size_t *got);
+/* Compressed input: read the next bytes into dst (at most cap, at least
+ * one unless the file ended) and set *got (0 at the end of the file). 0,
+ * or -1 when reading failed (the caller keeps the error). Read into the
+ * decoder's own buffer, the input is never copied again. */
+typedef int (*zdec_read_fn)(void *ud, void *dst, size_t cap, size_t *got);
 
 /* The compressed bytes read and not yet consumed. */
 struct zdec_in {

@@ -9,13 +9,31 @@
 
 #include "ckpt/util.h"
 
+/* Room kept free for each read: the archive reads 1 MiB at a time
+ * locally. */
+#define ROOM (1u << 20)
+
 int zdec_in_more(struct zdec_in *in, size_t keep)
 {
     if (in->eof)
         return 0;
-    const void *p;
-    size_t n;
-    if (in->rd(in->ud, &p, &n) != 0) {
+    /* Drop what is no longer needed only when room is short: a move per
+     * read would copy the retained bytes again and again. */
+    if (keep && in->cap - in->len < ROOM) {
+        memmove(in->buf, in->buf + keep, in->len - keep);
+        in->len -= keep;
+        in->pos -= keep;
+        in->base += keep;
+    }
+    if (in->cap - in->len < ROOM) {
+        size_t c = in->cap ? in->cap : ROOM;
+        while (c - in->len < ROOM)
+            c *= 2;
+        in->buf = ckpt_xrealloc(in->buf, c);
+        in->cap = c;
+    }
+    size_t n = 0;
+    if (in->rd(in->ud, in->buf + in->len, in->cap - in->len, &n) != 0) {
         in->io_failed = 1;
         return -1;
     }
@@ -23,22 +41,6 @@ int zdec_in_more(struct zdec_in *in, size_t keep)
         in->eof = 1;
         return 0;
     }
-    /* Drop what is no longer needed only when room is short: a move per
-     * read would copy the retained bytes again and again. */
-    if (keep && in->cap - in->len < n) {
-        memmove(in->buf, in->buf + keep, in->len - keep);
-        in->len -= keep;
-        in->pos -= keep;
-        in->base += keep;
-    }
-    if (in->cap - in->len < n) {
-        size_t c = in->cap ? in->cap : 64;
-        while (c - in->len < n)
-            c *= 2;
-        in->buf = ckpt_xrealloc(in->buf, c);
-        in->cap = c;
-    }
-    memcpy(in->buf + in->len, p, n);
     in->len += n;
     return 1;
 }

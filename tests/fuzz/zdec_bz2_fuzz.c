@@ -19,11 +19,13 @@ struct mem {
     size_t n, off;
 };
 
-static int rd(void *ud, const void **out, size_t *got)
+static int rd(void *ud, void *dst, size_t cap, size_t *got)
 {
     struct mem *m = ud;
     size_t k = m->n - m->off < 777 ? m->n - m->off : 777; /* odd pieces */
-    *out = m->p + m->off;
+    if (k > cap)
+        k = cap;
+    memcpy(dst, m->p + m->off, k);
     *got = k;
     m->off += k;
     return 0;

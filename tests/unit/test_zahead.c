@@ -31,7 +31,7 @@ struct src {
     pthread_cond_t cv;
 };
 
-static int rd(void *ud, const void **out, size_t *got)
+static int rd(void *ud, void *dst, size_t cap, size_t *got)
 {
     struct src *s = ud;
     pthread_mutex_lock(&s->mu);
@@ -41,7 +41,9 @@ static int rd(void *ud, const void **out, size_t *got)
     if (s->fail_at && call >= s->fail_at)
         return -1;
     size_t n = s->len - s->pos < PIECE ? s->len - s->pos : PIECE;
-    *out = s->p + s->pos;
+    if (n > cap)
+        n = cap;
+    memcpy(dst, s->p + s->pos, n);
     *got = n;
     s->pos += n;
     return 0;

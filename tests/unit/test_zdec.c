@@ -15,14 +15,13 @@
 
 struct src {
     int fd;
-    char buf[65536];
 };
 
-static int rd(void *ud, const void **out, size_t *got)
+/* 64 KiB at most a read: the decoders must cope with short reads. */
+static int rd(void *ud, void *dst, size_t cap, size_t *got)
 {
     struct src *s = ud;
-    ssize_t n = read(s->fd, s->buf, sizeof(s->buf));
-    *out = s->buf;
+    ssize_t n = read(s->fd, dst, cap < 65536 ? cap : 65536);
     *got = n > 0 ? (size_t)n : 0;
     return n < 0 ? -1 : 0;
 }
