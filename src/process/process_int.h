@@ -6,8 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt/archive.h"
+#include "ckpt/buf.h"
 #include "ckpt/err.h"
 #include "ckpt/lease.h"
+#include "ckpt/process.h"
 #include "ckpt/storage.h"
 #include "ckpt/upload.h"
 
@@ -142,5 +145,146 @@ int proc_pick(const struct ckpt_filter *f, const struct proc_drops *d,
  * with err saying why it is kept. */
 int proc_drop_unchanged(const struct proc_drops *d, const char *key,
                         const char *rel, struct ckpt_err *err);
+
+/* ---- process.c: the queue and one run being worked on ---- */
+
+/* A queued run. */
+struct prun {
+    struct ckpt_storage *st;    /* borrowed */
+    char *key;
+    char *display;
+    char *id;                   /* RUN_ID: base name or archive stem */
+    char *srcid;                /* what the state records as its source */
+    size_t dup;                 /* 1 + index of an earlier run of the
+                                   queue with the same id, or 0 */
+};
+
+/* The queue and what its runs share (ckpt/process.h's handle). */
+struct ckpt_process {
+    struct ckpt_process_cfg cfg;
+    struct prun *runs;
+    size_t n;
+    char **ids;                 /* borrowed from runs, for _ids() */
+    char **logs;                /* keys below cfg.logs_key */
+    size_t nlogs;
+    char *tmp;                  /* owned: unshard's scratch (steps of
+                                   compressed archives), never outputs */
+    /* Several runs are worked on at once (cfg.runs): events, totals and
+     * progress from their threads go through mu, so the caller sees
+     * whole events one at a time and the totals stay exact. */
+    pthread_mutex_t mu;
+    struct ckpt_process_totals *t;
+    size_t next;                /* the next queued run to start */
+    int par;                    /* runs in flight */
+    int run_jobs;               /* upload workers per run */
+    uint64_t run_mem;           /* upload data buffers per run */
+    uint64_t items, bytes;      /* progress of every run together */
+    struct ckpt_spool_budget spools;    /* --spool-limit, all runs */
+};
+
+/* One run being worked on. */
+struct one {
+    struct ckpt_process *p;
+    const struct prun *r;
+    struct proc_keeper k;
+    char *state_key, *lease_key;
+    char *dkey, *ddisp;         /* where the run goes */
+    struct proc_state s;
+    struct ckpt_buf fail;       /* first failed file of a pass */
+    int fail_delete;            /* ...and it was a deletion */
+    uint64_t freed, steps;
+    double t0;
+    uint64_t pitems, pbytes;    /* progress of the current upload pass */
+    int failed;                 /* the run failed or was unmapped */
+    /* First pass: state "uploaded" is written right before the first
+     * deletion (upload deletes only once everything arrived and was
+     * verified), from whichever worker thread gets there. */
+    int save_on_delete, saved;
+    pthread_mutex_t mu;
+    struct proc_drops drops;    /* steps left out and deleted */
+    /* -n: what the unshard phase would make (it writes nothing): its
+     * steps count as unsharded for --drop-sharded, its planned files
+     * as uploaded, so the plan predicts the run's row exactly. */
+    int64_t *would;
+    size_t nwould;
+    /* Output directories (DEST-relative to dkey) that unshard found
+     * complete at DEST and skipped: adopted when the state lacks them. */
+    char **have;
+    size_t nhave;
+    /* -n: output directories of the steps it would unshard. */
+    char **wdirs;
+    size_t nwdirs;
+    int state_failed;           /* a state write during unshard failed */
+    enum proc_phase s_before;   /* the state before "deleted" was written */
+    int s_had;                  /* ...and there was one */
+    /* Steps whose unshard output verified at DEST (--drop-sharded). */
+    int64_t *made;
+    size_t nmade;
+    /* The state read at the start says this run (this source, this DEST
+     * path) finished an upload there: it may replace its own files at
+     * DEST; any other run may not (upload's no_replace). */
+    int own;
+    /* -n: the files DEST would hold after the pass (display -> size),
+     * as the real run counts them (count_dest). */
+    struct pfile {
+        char *disp;
+        uint64_t size;
+        size_t seq;
+        int base;           /* listed at DEST now (an upload's word on
+                               the same name comes after it) */
+    } *pf;
+    size_t npf;
+    /* What a pass leaves at the source by design, for the row: symlinks
+     * and special files never copied, files kept (a dropped file changed
+     * since it was judged). Paths in the run. */
+    struct ckpt_buf specials, kept;
+    size_t nspecials, nkept;
+    char **keptv;               /* owned: kept files, as in the run */
+    size_t nkeptv;
+    /* A compressed archive read once into a spool that every phase
+     * reads (attached while the run is worked on), within p->spools. */
+    struct ckpt_archive_spool *spool;
+};
+
+/* ---- events.c: what every phase shares ---- */
+
+/* A phase's event, through the caller's on_event (one at a time). */
+void proc_emit(struct one *o, enum ckpt_process_phase ph,
+               enum ckpt_process_status st, const char *detail,
+               uint64_t files, uint64_t bytes);
+/* The run's row; counts it in the totals. */
+void proc_finish(struct one *o, enum ckpt_process_status st,
+                 const char *detail, int warn);
+/* "phase: reason" as a failed row. */
+void proc_fail_run(struct one *o, enum ckpt_process_phase ph,
+                   const char *why);
+/* The run's state written as phase ph; 0, or -1 after a failed row. */
+int proc_save_state(struct one *o, enum proc_phase ph,
+                    enum ckpt_process_phase phase);
+/* -n: DEST would hold the file shown as disp with size bytes. */
+void proc_predict_file(struct one *o, const char *disp, uint64_t size,
+                       int base);
+
+/* ---- outputs.c: the unshard outputs at DEST ---- */
+
+/* STEPS of the row and the state: output directories recorded, plus
+ * extra[n]. */
+uint64_t proc_out_steps(const struct proc_state *s, char *const *extra,
+                        size_t n);
+/* The unshard phase, straight to DEST; 0, or -1 after the run's row. */
+int proc_unshard(struct one *o);
+/* -n: unrecorded outputs compared as a real run would; 0, or -1. */
+int proc_dry_have(struct one *o);
+/* Every recorded output checked at DEST; 0, or -1 after the run's row. */
+int proc_verify_outputs(struct one *o);
+
+/* ---- passes.c: the upload passes ---- */
+
+/* Steps to leave out (--drop-*); 0, or -1 after the run's row. */
+int proc_find_drops(struct one *o);
+/* First pass: copy, verify, delete; state "done". 0, or -1. */
+int proc_upload(struct one *o);
+/* Rerun of an uploaded run: compare every file, delete; 0, or -1. */
+int proc_verify_delete(struct one *o);
 
 #endif
