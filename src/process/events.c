@@ -3,7 +3,7 @@
  * events and row (through the caller's on_event, one at a time), its
  * state writes, and -n's prediction of what DEST would hold. Kept apart
  * so that the phase files (outputs.c, passes.c) depend on it and not on
- * each other or on the orchestration in process.c.
+ * each other or on the orchestration in queue.c.
  */
 #include "ckpt/process.h"
 

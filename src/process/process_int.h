@@ -146,7 +146,7 @@ int proc_pick(const struct ckpt_filter *f, const struct proc_drops *d,
 int proc_drop_unchanged(const struct proc_drops *d, const char *key,
                         const char *rel, struct ckpt_err *err);
 
-/* ---- process.c: the queue and one run being worked on ---- */
+/* ---- queue.c: the queue and one run being worked on ---- */
 
 /* A queued run. */
 struct prun {

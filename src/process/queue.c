@@ -1,5 +1,5 @@
 /*
- * process.c - `ckpt process` as a library (ckpt/process.h): the queue of
+ * queue.c - `ckpt process` as a library (ckpt/process.h): the queue of
  * runs, and each run's phases in order: lease, judge, map, unshard,
  * upload, verify + delete. Each phase emits one event; the last event of
  * a run is its row.
