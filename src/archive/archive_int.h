@@ -1,9 +1,52 @@
-/* archive_int.h - shared by src/archive (not installed): the replay of an
- * attached spool (spool.c) behind ckpt_archive_open (archive.c). */
+/* archive_int.h - shared by src/archive (not installed): spools (spool.c
+ * makes them) and the replay of an attached one (replay.c) behind
+ * ckpt_archive_open (archive.c). */
 #ifndef CKPT_ARCHIVE_INT_H
 #define CKPT_ARCHIVE_INT_H
 
 #include "ckpt/archive.h"
+
+#include <stdint.h>
+
+struct sp_member {
+    char *path;                 /* as ckpt_archive_next gave it */
+    char *link;                 /* hard link target, or NULL */
+    uint64_t size;
+    enum ckpt_entry_type type;
+    char *file;                 /* its bytes in the spool, or NULL */
+};
+
+/* Which version of the archive: what a replay must still find. */
+struct sp_ver {
+    uint64_t size;
+    int64_t mtime;
+    int64_t mtime_ns, ctime_ns; /* local */
+    uint64_t ino, dev;          /* local */
+    char etag[80];              /* object storage */
+};
+
+struct ckpt_archive_spool {
+    struct ckpt_storage *st;    /* borrowed */
+    char *key;
+    char *dir;                  /* the spool directory (a temporary) */
+    char *root;                 /* dir/t: members at their own paths */
+    struct sp_member *m;
+    size_t n;
+    int natural;                /* every member's last copy in root */
+    uint64_t bytes;             /* member data written */
+    enum ckpt_archive_kind kind;
+    uint64_t size, fetched;
+    struct sp_ver ver;
+    struct ckpt_spool_budget *budget;   /* borrowed, or NULL */
+    uint64_t reserved;          /* of budget, given back at the end */
+    int attached;
+    struct ckpt_archive_spool *next;    /* attached ones */
+};
+
+/* The version of the archive at key now: 0, or -1 with err. */
+int arc_ver_get(struct ckpt_storage *st, const char *key, struct sp_ver *v,
+                struct ckpt_err *err);
+int arc_ver_same(const struct sp_ver *a, const struct sp_ver *b);
 
 struct arc_replay;
 
