@@ -1111,11 +1111,13 @@ void judge_missing(const struct judge_view *v, struct ckpt_checkpoint *c,
     free(m);
 }
 
-int judge_whole(const struct judge_view *v, struct ckpt_checkpoint *c,
-                const char *rel, int st, struct ckpt_err *err)
+/* file_whole_hdr's answer as c's verdict (hdr may be NULL). */
+static int whole_verdict(const struct judge_view *v, struct ckpt_checkpoint *c,
+                         const char *rel, int st,
+                         struct ckpt_safetensors **hdr, struct ckpt_err *err)
 {
     char *msg;
-    int w = file_whole(v, rel, st, &msg, err);
+    int w = file_whole_hdr(v, rel, st, &msg, hdr, err);
     if (w < 0)
         return -1;
     if (w == W_CUT)
@@ -1126,21 +1128,18 @@ int judge_whole(const struct judge_view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
+int judge_whole(const struct judge_view *v, struct ckpt_checkpoint *c,
+                const char *rel, int st, struct ckpt_err *err)
+{
+    return whole_verdict(v, c, rel, st, NULL, err);
+}
+
 int judge_whole_st(const struct judge_view *v, struct ckpt_checkpoint *c,
                    const char *rel, struct ckpt_safetensors **hdr,
                    struct ckpt_err *err)
 {
-    char *msg;
     *hdr = NULL;
-    int w = file_whole_hdr(v, rel, 1, &msg, hdr, err);
-    if (w < 0)
-        return -1;
-    if (w == W_CUT)
-        judge_incomplete(c, "%s", msg);
-    else if (w == W_UNKNOWN)
-        judge_unknown(c, "%s", msg);
-    free(msg);
-    return 0;
+    return whole_verdict(v, c, rel, 1, hdr, err);
 }
 
 int judge_dcp_dir(const struct judge_view *v, struct ckpt_checkpoint *c,
