@@ -456,6 +456,19 @@ static int save_done(struct one *o)
     return 0;
 }
 
+/* After a real pass that copied and verified everything: its delete
+ * row, the row's note, what stayed at the source, state "done". */
+static int pass_done(struct one *o, const struct ckpt_upload_totals *t,
+                     uint64_t freed0)
+{
+    if (!o->p->cfg.keep_source)
+        emit_delete(o, t, freed0);
+    set_note(o);
+    if (left_behind(o) != 0)
+        return -1;
+    return save_done(o);
+}
+
 /* Copy the run to DEST, verify and delete the source in one pass of the
  * upload engine, as `upload --delete-source` does (it deletes nothing
  * unless every file arrived; with --keep-source every file is compared
@@ -485,12 +498,7 @@ int proc_upload(struct one *o)
     }
     proc_emit(o, CKPT_PROC_UPLOAD, CKPT_PROC_OK, "", o->s.files, o->s.bytes);
     proc_emit(o, CKPT_PROC_VERIFY, CKPT_PROC_OK, "", o->s.files, o->s.bytes);
-    if (!c->keep_source)
-        emit_delete(o, &t, freed0);
-    set_note(o);
-    if (left_behind(o) != 0)
-        return -1;
-    return save_done(o);
+    return pass_done(o, &t, freed0);
 }
 
 /* Compare every source file with DEST, then delete the source (the
@@ -515,10 +523,5 @@ int proc_verify_delete(struct one *o)
             proc_emit(o, CKPT_PROC_DELETE, CKPT_PROC_WOULD, "", 0, 0);
         return 0;
     }
-    if (!c->keep_source)
-        emit_delete(o, &t, freed0);
-    set_note(o);
-    if (left_behind(o) != 0)
-        return -1;
-    return save_done(o);
+    return pass_done(o, &t, freed0);
 }
