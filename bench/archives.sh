@@ -96,22 +96,27 @@ if [ "$S3" = 1 ]; then
     done
 fi
 
-# s3 round for kind $1: the route and ckpt, both to a local DEST.
-s3_round() {
-    local k=$1 key=s3://bench/run-$MB.tar.$1
+# One round of (b) or (c) for kind $1, round $2: the route (the shell
+# command $4 decompresses into $tmp/x, then ckpt process of the extracted
+# run) and ckpt process $5, both to a local DEST, whose files must match.
+# Results go to $tmp/KIND.TAGroute, .TAGproc, .TAGpratio, .TAGprocrss
+# (tag $3: "" local, "s3").
+route_round() {
+    local k=$1 r=$2 tag=$3 route=$4 src=$5 x m p prss
     rm -rf "$tmp/x" "$tmp/d1" "$tmp/d2" "$tmp/state" "$tmp/spool" && mkdir -p "$tmp/x"
-    local x m p
-    x=$(secs sh -c "aws --endpoint-url '$AWS_ENDPOINT_URL' s3 cp --quiet '$key' - | ${DEC[$k]} | tar xf - -C '$tmp/x'")
+    x=$(secs sh -c "$route")
     find "$tmp/x" -exec touch -h -d '3 days ago' {} +
     m=$(secs "${PROC[@]}" "$tmp/x/$RUN" --dest "$tmp/d1")
-    p=$(secs "${PROC[@]}" "$key" --dest "$tmp/d2"); echo "$(cat "$tmp/rss")" >>"$tmp/$k.s3rss"
+    p=$(secs "${PROC[@]}" "$src" --dest "$tmp/d2"); prss=$(cat "$tmp/rss")
+    # (the run is DEST/3200001 from the directory, DEST/run-MB from the
+    # archive's stem)
     (cd "$tmp/d1/$RUN" && find . -type f -exec md5sum {} + | sort -k2) >"$tmp/s1"
     (cd "$tmp/d2/run-$MB" && find . -type f -exec md5sum {} + | sort -k2) >"$tmp/s2"
-    cmp -s "$tmp/s1" "$tmp/s2" || { echo "$k (s3): DEST differs from the manual route's" >&2; exit 1; }
-    python3 -c "print($x + $m)" >>"$tmp/$k.s3route"
-    echo "$p" >>"$tmp/$k.s3proc"
-    python3 -c "print($p / ($x + $m))" >>"$tmp/$k.s3ratio"
-    echo "  $k round $2 (s3): route $x + $m s, ckpt process $p s" >&2
+    cmp -s "$tmp/s1" "$tmp/s2" || { echo "$k ${tag:-local}: DEST differs from the manual route's" >&2; diff "$tmp/s1" "$tmp/s2" | head >&2; exit 1; }
+    python3 -c "print($x + $m)" >>"$tmp/$k.${tag}route"
+    python3 -c "print($p / ($x + $m))" >>"$tmp/$k.${tag}pratio"
+    echo "$p" >>"$tmp/$k.${tag}proc"; echo "$prss" >>"$tmp/$k.${tag}procrss"
+    echo "  $k round $r${tag:+ ($tag)}: route $x + $m s, ckpt process $p s ($prss KiB)" >&2
 }
 
 for k in $KINDS; do
@@ -124,21 +129,9 @@ for k in $KINDS; do
         echo "  $k round $r: decompressor $d s ($(tail -1 "$tmp/$k.deccpu") CPU s)," \
             "ckpt ls $l s ($(tail -1 "$tmp/$k.lscpu") CPU s, $lrss KiB)" >&2
         [ "${PROCESS:-1}" = 1 ] || continue
-        rm -rf "$tmp/x" "$tmp/d1" "$tmp/d2" "$tmp/state" "$tmp/spool" && mkdir -p "$tmp/x"
-        x=$(secs sh -c "${DEC[$k]} '$a' | tar xf - -C '$tmp/x'")
-        find "$tmp/x" -exec touch -h -d '3 days ago' {} +
-        m=$(secs "${PROC[@]}" "$tmp/x/$RUN" --dest "$tmp/d1")
-        p=$(secs "${PROC[@]}" "$a" --dest "$tmp/d2"); prss=$(cat "$tmp/rss")
-        # (the run is DEST/3200001 from the directory, DEST/run-MB from
-        # the archive's stem)
-        (cd "$tmp/d1/$RUN" && find . -type f -exec md5sum {} + | sort -k2) >"$tmp/s1"
-        (cd "$tmp/d2/run-$MB" && find . -type f -exec md5sum {} + | sort -k2) >"$tmp/s2"
-        cmp -s "$tmp/s1" "$tmp/s2" || { echo "$k: DEST differs from the manual route's" >&2; diff "$tmp/s1" "$tmp/s2" | head >&2; exit 1; }
-        python3 -c "print($x + $m)" >>"$tmp/$k.route"
-        python3 -c "print($p / ($x + $m))" >>"$tmp/$k.pratio"
-        echo "$p" >>"$tmp/$k.proc"; echo "$prss" >>"$tmp/$k.procrss"
-        echo "  $k round $r: route $x + $m s, ckpt process $p s ($prss KiB)" >&2
-        [ "$S3" = 1 ] && s3_round "$k" "$r"
+        route_round "$k" "$r" "" "${DEC[$k]} '$a' | tar xf - -C '$tmp/x'" "$a"
+        [ "$S3" = 1 ] || continue
+        route_round "$k" "$r" s3 "aws --endpoint-url '$AWS_ENDPOINT_URL' s3 cp --quiet 's3://bench/run-$MB.tar.$k' - | ${DEC[$k]} | tar xf - -C '$tmp/x'" "s3://bench/run-$MB.tar.$k"
     done
 done
 
@@ -157,23 +150,19 @@ for k in $KINDS; do
         "$(python3 -c "print($raw / 1e6 / $l / $ncpu)")" \
         "$(python3 -c "print($(peak "$tmp/$k.lsrss") / 1024)")"
 done
+# The table of (b) or (c): tag $1 ("" or s3), header $2.
+proc_table() {
+    echo
+    echo "$2"
+    echo "| --- | --- | --- | --- | --- |"
+    for k in $KINDS; do
+        printf '| .tar.%s | %.2f s | %.2f s | %.2fx | %.0f |\n' "$k" \
+            "$(median <"$tmp/$k.$1route")" "$(median <"$tmp/$k.$1proc")" \
+            "$(median <"$tmp/$k.$1pratio")" \
+            "$(python3 -c "print($(peak "$tmp/$k.$1procrss") / 1024)")"
+    done
+}
 [ "${PROCESS:-1}" = 1 ] || exit 0
-echo
-echo "| archive | manual route (decompress \| tar x, then ckpt process DIR) | ckpt process ARCHIVE | ckpt / route (median of per-round ratios) | process peak RSS MiB |"
-echo "| --- | --- | --- | --- | --- |"
-for k in $KINDS; do
-    t=$(median <"$tmp/$k.route"); p=$(median <"$tmp/$k.proc")
-    printf '| .tar.%s | %.2f s | %.2f s | %.2fx | %.0f |\n' "$k" "$t" "$p" \
-        "$(median <"$tmp/$k.pratio")" \
-        "$(python3 -c "print($(peak "$tmp/$k.procrss") / 1024)")"
-done
+proc_table "" "| archive | manual route (decompress \| tar x, then ckpt process DIR) | ckpt process ARCHIVE | ckpt / route (median of per-round ratios) | process peak RSS MiB |"
 [ "$S3" = 1 ] || exit 0
-echo
-echo "| archive in s3rver | manual route (aws s3 cp - \| decompress \| tar x, then ckpt process DIR) | ckpt process s3://… | ckpt / route (median of per-round ratios) | process peak RSS MiB |"
-echo "| --- | --- | --- | --- | --- |"
-for k in $KINDS; do
-    printf '| .tar.%s | %.2f s | %.2f s | %.2fx | %.0f |\n' "$k" \
-        "$(median <"$tmp/$k.s3route")" "$(median <"$tmp/$k.s3proc")" \
-        "$(median <"$tmp/$k.s3ratio")" \
-        "$(python3 -c "print($(peak "$tmp/$k.s3rss") / 1024)")"
-done
+proc_table s3 "| archive in s3rver | manual route (aws s3 cp - \| decompress \| tar x, then ckpt process DIR) | ckpt process s3://… | ckpt / route (median of per-round ratios) | process peak RSS MiB |"
