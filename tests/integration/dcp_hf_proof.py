@@ -20,7 +20,6 @@ tests/fixtures/dcp-v2.14/hf_sharded and hf_consolidated (torch 2.14.1):
   bytes of torch's own consolidation); `--delete-sharded` keeps what is
   not judged complete.
 """
-import json
 import os
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from harness import st_tensors  # noqa: E402
 from s3test import Checker, ckpt, listing, scratch  # noqa: E402
 
 FIX = os.path.join(HERE, "..", "fixtures", "dcp-v2.14")
@@ -77,16 +77,6 @@ def make(root, name, steps):
     for s, kind in steps:
         step(d, s, kind)
     return d
-
-
-def st_tensors(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        h = json.loads(f.read(n))
-        data = f.read()
-    return {k: (v["dtype"], v["shape"],
-                data[v["data_offsets"][0]:v["data_offsets"][1]])
-            for k, v in h.items() if k != "__metadata__"}
 
 
 def ls_rows(c, tmp):

@@ -31,7 +31,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
-from harness import CKPT, SRC, check, finish  # noqa: E402
+from harness import CKPT, SRC, check, finish, st_tensors  # noqa: E402
 
 FIX = os.path.join(SRC, "tests", "fixtures", "dcp-v2.14")
 
@@ -39,17 +39,6 @@ FIX = os.path.join(SRC, "tests", "fixtures", "dcp-v2.14")
 def ckpt(*args, env=None):
     return subprocess.run([CKPT] + list(args), capture_output=True,
                           text=True, env=env)
-
-
-def st_tensors(path):
-    """{name: (dtype, shape, data bytes)} of a safetensors file."""
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        h = json.loads(f.read(n))
-        data = f.read()
-    return {k: (v["dtype"], v["shape"],
-                data[v["data_offsets"][0]:v["data_offsets"][1]])
-            for k, v in h.items() if k != "__metadata__"}
 
 
 def dir_tensors(d):

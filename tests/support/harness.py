@@ -32,6 +32,8 @@ generate(*jobs)
 failures the names of the failed checks
 finish() -> exit status
          Prints "N failures"; returns 1 if a check failed, else 0.
+st_tensors(path) -> {name: (dtype, shape, data bytes)} of a safetensors
+         file, read without torch.
 """
 import json
 import os
@@ -129,3 +131,14 @@ def finish():
         _checker = None
     print("%d failures" % len(failures))
     return 1 if failures else 0
+
+
+def st_tensors(path):
+    """{name: (dtype, shape, data bytes)} of a safetensors file."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        h = json.loads(f.read(n))
+        data = f.read()
+    return {k: (v["dtype"], v["shape"],
+                data[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__"}
