@@ -393,8 +393,9 @@ static void take_raw(struct zdec_bz2 *b, struct job *j)
     uint64_t lo = j->start / 8, hi = (j->end + 7) / 8;
     j->rawlen = (size_t)(hi - lo);
     /* Zero padding: zdec_bz2blk_decode reads 8 bytes at a time. */
-    j->raw = ckpt_xcalloc(1, j->rawlen + 8);
+    j->raw = ckpt_xmalloc(j->rawlen + 8);
     memcpy(j->raw, b->in->buf + (lo - b->in->base), j->rawlen);
+    memset(j->raw + j->rawlen, 0, 8);
 }
 
 /* The next job, or NULL on a read error. */
