@@ -99,11 +99,12 @@ target_link_libraries(lease_tool PRIVATE ckpt_core)
 #                something below a directory;
 #   age          the live-run guard's tests: ctimes reported older (trees
 #                aged with utime), and a file written at the moment a given
-#                one is first opened.
+#                one is first opened;
+#   link         hard links made, and a file changed as it is linked.
 # Never sanitized: a test that puts a shim in its whole environment
 # (s3test.old_ctime) also loads it into python, node and Slurm's daemons,
 # which die at start on a library that needs ASan's runtime.
-foreach(shim vanish unlink_fail kill change age readcount)
+foreach(shim vanish unlink_fail kill change age readcount link)
   add_library(${shim}_preload SHARED
               ${CMAKE_SOURCE_DIR}/tests/support/${shim}_preload.c)
   target_link_libraries(${shim}_preload PRIVATE ${CMAKE_DL_LIBS})

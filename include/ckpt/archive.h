@@ -138,6 +138,10 @@ struct ckpt_spool_cfg {
      * (and once at the end); NULL: nobody is told. */
     void (*on_read)(void *ud, uint64_t read, uint64_t size);
     void *ud;
+    /* MD5 each file member's bytes as they are written, so that a copy
+     * can take the spooled file itself (ckpt_archive_spooled) instead of
+     * reading and hashing it again. */
+    int hash;
 };
 
 /* Spool the archive at key (st borrowed; it must outlive the spool). 0
@@ -165,5 +169,22 @@ void ckpt_archive_spool_free(struct ckpt_archive_spool *s);
  * `tar x` leaves them (no hard or symbolic links made), when the archive
  * is unchanged and every member found its place. */
 char *ckpt_archive_spool_root(struct ckpt_storage *st, const char *key);
+
+/* A file member's bytes as one file of a spool that hashed them
+ * (ckpt_spool_cfg.hash): its path and the MD5 and stat of the bytes as
+ * the pass wrote them, straight from the archive's decompressed stream. */
+struct ckpt_spooled {
+    char *path;                 /* malloced */
+    unsigned char md5[16];
+    uint64_t size, ino, dev;
+    int64_t mtime_ns, ctime_ns;
+};
+/* The member ckpt_archive_next just gave, when a is a replay, the member
+ * is a file, nothing of it was read yet, and its spool hashed it: 1 with
+ * *out, else 0 (read it). The file stays until the spool is freed. */
+int ckpt_archive_spooled(struct ckpt_archive *a, struct ckpt_spooled *out);
+/* 0 when s->path is still the file the pass left (stat: inode, size,
+ * mtime, ctime), else -1 with err (CKPT_EIO) saying what changed. */
+int ckpt_spooled_same(const struct ckpt_spooled *s, struct ckpt_err *err);
 
 #endif

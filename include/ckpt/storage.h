@@ -246,6 +246,10 @@ int ckpt_local_delete_below(const char *root, const char *key,
  * dir, malloced) and *n how many, 0 when none, -1 on error. */
 int ckpt_local_find_mount(const char *dir, char **first, size_t *n,
                           struct ckpt_err *err);
+/* 1 when local paths a and b (or, where one does not exist yet, the
+ * nearest directory above it that does) are on one filesystem and mount,
+ * so that a hard link between them can be made; else 0. */
+int ckpt_local_same_fs(const char *a, const char *b);
 
 /* Delete exactly the files/objects keys[0..n) (all below dir, as a listing
  * of dir named them), then, locally, the directories below dir left empty
@@ -318,6 +322,25 @@ int ckpt_storage_put_object(struct ckpt_storage *st, const char *key,
                             const struct ckpt_obj_meta *meta, unsigned flags,
                             struct ckpt_put_result *res,
                             struct ckpt_err *err);
+/* A local file as the caller knew it (stat). */
+struct ckpt_file_ver {
+    uint64_t size, ino, dev;
+    int64_t mtime_ns;
+};
+
+/* Local storage only (else CKPT_EUNSUPPORTED): the file at path, whose
+ * bytes have MD5 md5 and which is still as ver says, becomes key. A hard
+ * link when key's directory is on path's filesystem and a file created
+ * there would look the same (no default ACL; a set-group-ID directory's
+ * group given to it), else a copy whose bytes must hash to md5. Either
+ * way it appears under key by one rename, with meta's mtime, and only
+ * when it is the version ver (a link: the same inode, size and mtime
+ * after linking). *linked says which. */
+int ckpt_storage_put_file(struct ckpt_storage *st, const char *key,
+                          const char *path, const struct ckpt_file_ver *ver,
+                          const unsigned char md5[16],
+                          const struct ckpt_obj_meta *meta, int *linked,
+                          struct ckpt_err *err);
 /* Supplies the len bytes of an object's body at offset off into buf
  * (a retried PUT asks for the same bytes again). 0, or -1 with err set:
  * the PUT then fails with that error. */

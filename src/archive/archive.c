@@ -820,6 +820,11 @@ int ckpt_archive_read(struct ckpt_archive *a, void *buf, size_t len,
     return 0;
 }
 
+int ckpt_archive_spooled(struct ckpt_archive *a, struct ckpt_spooled *out)
+{
+    return a->rp ? arc_replay_spooled(a->rp, out) : 0;
+}
+
 uint64_t ckpt_archive_file_size(const struct ckpt_archive *a)
 {
     return a->rp ? arc_replay_file_size(a->rp) : a->size;

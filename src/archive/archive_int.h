@@ -7,6 +7,7 @@
 #include "ckpt/archive.h"
 
 #include <stdint.h>
+#include <sys/stat.h>
 
 struct sp_member {
     char *path;                 /* as ckpt_archive_next gave it */
@@ -14,6 +15,9 @@ struct sp_member {
     uint64_t size;
     enum ckpt_entry_type type;
     char *file;                 /* its bytes in the spool, or NULL */
+    int hashed;                 /* md5 and st hold file as written */
+    unsigned char md5[16];
+    struct stat st;
 };
 
 /* Which version of the archive: what a replay must still find. */
@@ -43,6 +47,12 @@ struct ckpt_archive_spool {
     struct ckpt_archive_spool *next;    /* attached ones */
 };
 
+/* A stat time in nanoseconds. */
+static inline int64_t arc_ns(const struct timespec *t)
+{
+    return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+}
+
 /* The version of the archive at key now: 0, or -1 with err. */
 int arc_ver_get(struct ckpt_storage *st, const char *key, struct sp_ver *v,
                 struct ckpt_err *err);
@@ -57,6 +67,7 @@ int arc_replay_next(struct arc_replay *r, struct ckpt_archive_entry *e,
                     struct ckpt_err *err);
 int arc_replay_read(struct arc_replay *r, void *buf, size_t len, size_t *n,
                     struct ckpt_err *err);
+int arc_replay_spooled(const struct arc_replay *r, struct ckpt_spooled *out);
 uint64_t arc_replay_file_size(const struct arc_replay *r);
 uint64_t arc_replay_fetched(const struct arc_replay *r);
 enum ckpt_archive_kind arc_replay_kind(const struct arc_replay *r);

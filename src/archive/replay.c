@@ -37,10 +37,8 @@ int arc_ver_get(struct ckpt_storage *st, const char *key, struct sp_ver *v,
             return ckpt_err_sys(err, "stat '%s'", key);
         v->size = (uint64_t)sb.st_size;
         v->mtime = (int64_t)sb.st_mtim.tv_sec;
-        v->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 +
-                      sb.st_mtim.tv_nsec;
-        v->ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 +
-                      sb.st_ctim.tv_nsec;
+        v->mtime_ns = arc_ns(&sb.st_mtim);
+        v->ctime_ns = arc_ns(&sb.st_ctim);
         v->ino = (uint64_t)sb.st_ino;
         v->dev = (uint64_t)sb.st_dev;
         return 0;
@@ -182,6 +180,23 @@ int arc_replay_read(struct arc_replay *r, void *buf, size_t len, size_t *n,
         *n = (size_t)got;
         return 0;
     }
+}
+
+int arc_replay_spooled(const struct arc_replay *r, struct ckpt_spooled *out)
+{
+    const struct sp_member *m = r->i ? &r->s->m[r->i - 1] : NULL;
+    if (!m || !m->hashed || m->link || m->type != CKPT_ENTRY_FILE ||
+        r->fd >= 0)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->path = ckpt_xstrdup(m->file);
+    memcpy(out->md5, m->md5, 16);
+    out->size = m->size;
+    out->ino = (uint64_t)m->st.st_ino;
+    out->dev = (uint64_t)m->st.st_dev;
+    out->mtime_ns = arc_ns(&m->st.st_mtim);
+    out->ctime_ns = arc_ns(&m->st.st_ctim);
+    return 1;
 }
 
 uint64_t arc_replay_file_size(const struct arc_replay *r)

@@ -33,11 +33,18 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
 
 #define COPY_BUF (1u << 20)
 #define READ_REPORT (4u << 20)  /* on_read at least this often */
+/* A member file's mode: what a copy at DEST is created with (umask
+ * applies), since a hashed spool's files may become DEST's own
+ * (ckpt_archive_spooled); the spool directory (0700) keeps them private
+ * meanwhile. */
+#define SPOOL_MODE 0666
 
 static int write_all(int fd, const char *p, size_t n, const char *path,
                      struct ckpt_err *err)
@@ -65,7 +72,7 @@ static int member_file(struct ckpt_archive_spool *s, size_t i, char **path,
     struct ckpt_err e = CKPT_ERR_INIT;
     int fd = -1;
     if (ckpt_mkdirs(parent, &e) == 0) {
-        fd = open(own, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        fd = open(own, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SPOOL_MODE);
         for (size_t j = i; fd < 0 && errno == EEXIST && j-- > 0;) {
             if (!s->m[j].file || strcmp(s->m[j].file, own) != 0)
                 continue;
@@ -77,7 +84,10 @@ static int member_file(struct ckpt_archive_spool *s, size_t i, char **path,
             }
             free(s->m[j].file);
             s->m[j].file = aside;
-            fd = open(own, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+            /* (the rename moved its ctime) */
+            if (s->m[j].hashed && stat(aside, &s->m[j].st) != 0)
+                s->m[j].hashed = 0;
+            fd = open(own, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SPOOL_MODE);
         }
     }
     free(parent);
@@ -90,7 +100,7 @@ static int member_file(struct ckpt_archive_spool *s, size_t i, char **path,
     free(own);
     s->natural = 0;
     *path = ckpt_xasprintf("%s/m/%zu", s->dir, i);
-    fd = open(*path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    fd = open(*path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SPOOL_MODE);
     if (fd < 0) {
         ckpt_err_sys(err, "create '%s'", *path);
         free(*path);
@@ -153,6 +163,32 @@ static void budget_give_back(struct ckpt_archive_spool *s)
 
 /* ---- the pass ---- */
 
+/* The member's bytes, from the archive to fd (and through the MD5 when
+ * md5 is not NULL). */
+static int copy_bytes(struct ckpt_archive_spool *s, struct ckpt_archive *a,
+                      int fd, const char *path, char *buf, EVP_MD_CTX *md5,
+                      const struct ckpt_spool_cfg *cfg, uint64_t *told,
+                      struct ckpt_err *err)
+{
+    for (;;) {
+        size_t n;
+        if (ckpt_archive_read(a, buf, COPY_BUF, &n, err) != 0)
+            return -1;
+        if (!n)
+            return 0;
+        if (write_all(fd, buf, n, path, err) != 0)
+            return -1;
+        if (md5)
+            EVP_DigestUpdate(md5, buf, n);
+        s->bytes += n;
+        uint64_t got = ckpt_archive_bytes_fetched(a);
+        if (cfg->on_read && got - *told >= READ_REPORT) {
+            cfg->on_read(cfg->ud, got, ckpt_archive_file_size(a));
+            *told = got;
+        }
+    }
+}
+
 static int copy_member(struct ckpt_archive_spool *s, struct ckpt_archive *a,
                        size_t i, char *buf, const struct ckpt_spool_cfg *cfg,
                        uint64_t *told, struct ckpt_err *err)
@@ -165,20 +201,22 @@ static int copy_member(struct ckpt_archive_spool *s, struct ckpt_archive *a,
     if (fd < 0)
         return -1;
     m->file = path;
-    int rc = 0;
-    for (;;) {
-        size_t n;
-        if ((rc = ckpt_archive_read(a, buf, COPY_BUF, &n, err)) != 0 || !n)
-            break;
-        if ((rc = write_all(fd, buf, n, path, err)) != 0)
-            break;
-        s->bytes += n;
-        uint64_t got = ckpt_archive_bytes_fetched(a);
-        if (cfg->on_read && got - *told >= READ_REPORT) {
-            cfg->on_read(cfg->ud, got, ckpt_archive_file_size(a));
-            *told = got;
+    EVP_MD_CTX *md5 = NULL;
+    if (cfg->hash) {
+        md5 = EVP_MD_CTX_new();
+        if (!md5 || EVP_DigestInit_ex(md5, EVP_md5(), NULL) != 1) {
+            EVP_MD_CTX_free(md5);  /* (no MD5 here: copies hash again) */
+            md5 = NULL;
         }
     }
+    int rc = copy_bytes(s, a, fd, path, buf, md5, cfg, told, err);
+    unsigned len = 16;
+    /* As the pass leaves it: a reader that takes the file itself checks
+     * it is still this (ckpt_spooled_same). */
+    if (rc == 0 && md5 && EVP_DigestFinal_ex(md5, m->md5, &len) == 1 &&
+        fstat(fd, &m->st) == 0 && (uint64_t)m->st.st_size == m->size)
+        m->hashed = 1;
+    EVP_MD_CTX_free(md5);
     if (close(fd) != 0 && rc == 0)
         rc = ckpt_err_sys(err, "close '%s'", path);
     return rc;
@@ -275,6 +313,22 @@ int ckpt_archive_spool_room(const char *dir, uint64_t bytes,
                             "free (%s free)", dir,
                             ckpt_fmt_size(floor, a, sizeof(a)),
                             ckpt_fmt_size(avail, b, sizeof(b)));
+    return 0;
+}
+
+int ckpt_spooled_same(const struct ckpt_spooled *sp, struct ckpt_err *err)
+{
+    struct stat now;
+    if (lstat(sp->path, &now) != 0)
+        return ckpt_err_sys(err, "stat '%s'", sp->path);
+    const char *what = !S_ISREG(now.st_mode) ? "type"
+        : (uint64_t)now.st_ino != sp->ino || (uint64_t)now.st_dev != sp->dev
+        ? "inode" : (uint64_t)now.st_size != sp->size ? "size"
+        : arc_ns(&now.st_mtim) != sp->mtime_ns ? "modification time"
+        : arc_ns(&now.st_ctim) != sp->ctime_ns ? "ctime" : NULL;
+    if (what)
+        return ckpt_err_set(err, CKPT_EIO, "'%s' changed since the archive "
+                            "was spooled (%s differs)", sp->path, what);
     return 0;
 }
 

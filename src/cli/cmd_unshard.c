@@ -425,7 +425,7 @@ static struct ckpt_archive_spool *spool_src(struct cmd *c, const char *src,
     struct ckpt_storage *st;
     struct ckpt_archive_spool *s = NULL;
     struct ckpt_err err = CKPT_ERR_INIT;
-    struct ckpt_spool_cfg sc = { c->spool_dir, &c->spools, spool_read, c };
+    struct ckpt_spool_cfg sc = { c->spool_dir, &c->spools, spool_read, c, 0 };
     char *base = ckpt_path_basename(src);
     c->spool_what = ckpt_xasprintf("read %s", base);
     free(base);

@@ -169,6 +169,9 @@ struct ckpt_process {
     size_t nlogs;
     char *tmp;                  /* owned: unshard's scratch (steps of
                                    compressed archives), never outputs */
+    int spool_hash;             /* spools hash their members: a local DEST
+                                   on tmp's filesystem takes the spooled
+                                   files themselves */
     /* Several runs are worked on at once (cfg.runs): events, totals and
      * progress from their threads go through mu, so the caller sees
      * whole events one at a time and the totals stay exact. */

@@ -111,7 +111,8 @@ static void spool(struct one *o)
     ckpt_clean_item_release(&it);
     if (live != 0)
         return;
-    struct ckpt_spool_cfg sc = { o->p->tmp, &o->p->spools, spool_read, o };
+    struct ckpt_spool_cfg sc = { o->p->tmp, &o->p->spools, spool_read, o,
+                                 o->p->spool_hash };
     if (ckpt_archive_spool(&o->spool, o->r->st, o->r->key, &sc, &err) != 0) {
         char *d = ckpt_xasprintf("not spooled (%s): each phase reads the "
                                  "archive again", err.msg);
@@ -812,6 +813,11 @@ int ckpt_process_new(struct ckpt_process **out,
     p->cfg = *cfg;
     p->tmp = ckpt_xstrdup(base);
     ckpt_spool_budget_init(&p->spools, p->tmp, cfg->spool_limit);
+    /* Hashed as they are spooled, members go to DEST as hard links of the
+     * spool's files, neither read nor written again (the upload's
+     * put_file): only where such links can be made. */
+    p->spool_hash = ckpt_storage_is_local(cfg->dst) &&
+                    ckpt_local_same_fs(p->tmp, cfg->dest_key);
     *out = p;
     if (cfg->logs_st &&
         ckpt_storage_list(cfg->logs_st, cfg->logs_key, CKPT_LIST_RECURSIVE,

@@ -802,6 +802,29 @@ int ckpt_local_find_mount(const char *dir, char **first, size_t *n,
     return m.n ? 1 : 0;
 }
 
+/* The filesystem of path, or of the nearest directory above it. */
+static int fs_near(const char *path, struct st_fs *fs)
+{
+    char *p = ckpt_xstrdup(*path ? path : ".");
+    int root, rc;
+    while ((rc = st_fs_at(AT_FDCWD, p, fs, &root, NULL)) != 0 &&
+           errno == ENOENT && strcmp(p, "/") && strcmp(p, ".")) {
+        char *up = ckpt_path_dirname(p);
+        free(p);
+        p = ckpt_xstrdup(*up ? up : ".");
+        free(up);
+    }
+    free(p);
+    return rc;
+}
+
+int ckpt_local_same_fs(const char *a, const char *b)
+{
+    struct st_fs x, y;
+    return fs_near(a, &x) == 0 && fs_near(b, &y) == 0 && x.dev == y.dev &&
+           (!x.has_mnt || !y.has_mnt || x.mnt == y.mnt);
+}
+
 static const struct ckpt_storage_ops local_ops = {
     .name = "local",
     .stat = local_stat,

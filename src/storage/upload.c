@@ -39,6 +39,19 @@ int ckpt_storage_put_object(struct ckpt_storage *st, const char *key,
     return st_local_up_put(st, key, data, len, meta, err);
 }
 
+int ckpt_storage_put_file(struct ckpt_storage *st, const char *key,
+                          const char *path, const struct ckpt_file_ver *ver,
+                          const unsigned char md5[16],
+                          const struct ckpt_obj_meta *meta, int *linked,
+                          struct ckpt_err *err)
+{
+    *linked = 0;
+    if (!ckpt_storage_is_local(st))
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "a file is placed by "
+                            "link or copy only in local storage");
+    return st_local_up_file(st, key, path, ver, md5, meta, linked, err);
+}
+
 int ckpt_storage_mpu_start(struct ckpt_storage *st, const char *key,
                            uint64_t size, const struct ckpt_obj_meta *meta,
                            char **upload_id, struct ckpt_err *err)

@@ -14,6 +14,11 @@ int st_local_up_head(struct ckpt_storage *st, const char *key,
 int st_local_up_put(struct ckpt_storage *st, const char *key, const void *data,
                     size_t len, const struct ckpt_obj_meta *meta,
                     struct ckpt_err *err);
+int st_local_up_file(struct ckpt_storage *st, const char *key,
+                     const char *path, const struct ckpt_file_ver *ver,
+                     const unsigned char md5[16],
+                     const struct ckpt_obj_meta *meta, int *linked,
+                     struct ckpt_err *err);
 int st_local_up_start(struct ckpt_storage *st, const char *key, uint64_t size,
                       char **upload_id, struct ckpt_err *err);
 int st_local_up_part(struct ckpt_storage *st, const char *upload_id,

@@ -15,8 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/evp.h>
 
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
@@ -90,6 +93,125 @@ int st_local_up_put(struct ckpt_storage *st, const char *key, const void *data,
     if (rc == 0 && rename(tmp, key) != 0)
         rc = ckpt_err_sys(err, "rename '%s' to '%s'", tmp, key);
     if (rc != 0 && fd >= 0)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+/* ---- a file placed as it is ---- */
+
+/* Would a hard link of the file fd in the directory of tmp look as a file
+ * created there looks? Mode bits come from the same create (0666 less the
+ * umask); a default ACL would add entries a link lacks; a set-group-ID
+ * directory's group is given to the link (with chown, as the owner may
+ * when a member of that group). 1: yes, 0: copy it instead. */
+static int link_fits(const char *tmp)
+{
+    char *dir = ckpt_path_dirname(tmp);
+    struct stat ds, fs;
+    int ok = stat(*dir ? dir : ".", &ds) == 0 &&
+             getxattr(*dir ? dir : ".", "system.posix_acl_default", NULL,
+                      0) < 0 &&
+             (errno == ENODATA || errno == ENOTSUP);
+    free(dir);
+    if (!ok || !(ds.st_mode & S_ISGID))
+        return ok;
+    return lstat(tmp, &fs) == 0 &&
+           (fs.st_gid == ds.st_gid || lchown(tmp, (uid_t)-1, ds.st_gid) == 0);
+}
+
+/* The linked file tmp is the version ver: same inode, size, mtime. */
+static int linked_same(const char *tmp, const struct ckpt_file_ver *ver,
+                       struct ckpt_err *err)
+{
+    struct stat sb;
+    if (lstat(tmp, &sb) != 0)
+        return ckpt_err_sys(err, "stat '%s'", tmp);
+    int64_t mt = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    if ((uint64_t)sb.st_ino != ver->ino || (uint64_t)sb.st_dev != ver->dev ||
+        (uint64_t)sb.st_size != ver->size || mt != ver->mtime_ns)
+        return ckpt_err_set(err, CKPT_EIO, "'%s' changed while it was "
+                            "linked (%s differs)", tmp,
+                            (uint64_t)sb.st_size != ver->size ? "size"
+                            : mt != ver->mtime_ns ? "modification time"
+                            : "inode");
+    return 0;
+}
+
+/* Copy path to tmp (created) through the MD5: its bytes must be md5's. */
+static int copy_hashed(const char *path, const char *tmp,
+                       const struct ckpt_file_ver *ver,
+                       const unsigned char md5[16], struct ckpt_err *err)
+{
+    int in = open(path, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return ckpt_err_sys(err, "open '%s'", path);
+    int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    if (!c || EVP_DigestInit_ex(c, EVP_md5(), NULL) != 1)
+        ckpt_die_oom("starting an MD5 digest");
+    size_t cap = 1u << 20;
+    char *buf = ckpt_xmalloc(cap);
+    uint64_t total = 0;
+    int rc = out < 0 ? ckpt_err_sys(err, "create '%s'", tmp) : 0;
+    while (rc == 0) {
+        ssize_t n = read(in, buf, cap);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            rc = ckpt_err_sys(err, "read '%s'", path);
+        if (n <= 0)
+            break;
+        EVP_DigestUpdate(c, buf, (size_t)n);
+        rc = ckpt_pwrite_all(out, buf, (size_t)n, (off_t)total, tmp, err);
+        total += (uint64_t)n;
+    }
+    unsigned char got[16];
+    unsigned len = 16;
+    EVP_DigestFinal_ex(c, got, &len);
+    if (rc == 0 && (total != ver->size || memcmp(got, md5, 16)))
+        rc = ckpt_err_set(err, CKPT_EIO, "'%s' changed since it was "
+                          "hashed (%s differs)", path,
+                          total != ver->size ? "size" : "MD5");
+    if (out >= 0 && close(out) != 0 && rc == 0)
+        rc = ckpt_err_sys(err, "close '%s'", tmp);
+    EVP_MD_CTX_free(c);
+    free(buf);
+    close(in);
+    return rc;
+}
+
+int st_local_up_file(struct ckpt_storage *st, const char *key,
+                     const char *path, const struct ckpt_file_ver *ver,
+                     const unsigned char md5[16],
+                     const struct ckpt_obj_meta *meta, int *linked,
+                     struct ckpt_err *err)
+{
+    (void)st;
+    *linked = 0;
+    if (make_parents(key, err) != 0)
+        return -1;
+    char *tmp = temp_name(key);
+    int rc = 0;
+    if (link(path, tmp) == 0) {
+        if (link_fits(tmp)) {
+            *linked = 1;
+            rc = linked_same(tmp, ver, err);
+        } else if (unlink(tmp) != 0) {
+            rc = ckpt_err_sys(err, "delete '%s'", tmp);
+        }
+    }
+    if (rc == 0 && !*linked)
+        rc = copy_hashed(path, tmp, ver, md5, err);
+    if (rc == 0 && meta && meta->mtime) {
+        struct timespec ts[2] = { { 0, UTIME_OMIT }, { (time_t)meta->mtime,
+                                                      0 } };
+        if (utimensat(AT_FDCWD, tmp, ts, AT_SYMLINK_NOFOLLOW) != 0)
+            rc = ckpt_err_sys(err, "set modification time of '%s'", tmp);
+    }
+    if (rc == 0 && rename(tmp, key) != 0)
+        rc = ckpt_err_sys(err, "rename '%s' to '%s'", tmp, key);
+    if (rc != 0)
         unlink(tmp);
     free(tmp);
     return rc;

@@ -121,6 +121,9 @@ void up_unit_free(struct ckpt_upload *u, struct unit *un)
         buf_give(u, un->buf, un->cap);
     free(un->key);
     free(un->upload_id);
+    if (un->spooled)
+        free(un->spooled->path);
+    free(un->spooled);
     free(un);
 }
 

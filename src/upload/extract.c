@@ -59,6 +59,8 @@ struct extract {
     int at_end;                 /* this pass read to its end */
     int resend;                 /* new_member: sent whatever DEST held
                                    when listed */
+    int serving;                /* new_member: a hard link's object, made
+                                   of its target's bytes */
     char sig[96];               /* the archive's version, for srcsig */
     char *strip;                /* owned: "top/", "", or NULL undecided */
     struct obj *cur;            /* big member being read */
@@ -323,8 +325,10 @@ static void serve_link(struct ckpt_upload *u, struct group *g,
     struct ckpt_archive_entry le = *e;
     le.path = l->path;
     le.hardlink = NULL;
+    x->serving = 1;
     if (up_pick(g, l->path, l->rel, e->size))
         new_member(u, g, &le, l->rel);
+    x->serving = 0;
 }
 
 /* Pass 0: a member whose name was read before. 1 when it waits for the
@@ -424,6 +428,33 @@ static int links_left(struct ckpt_upload *u, struct group *g)
     return w > 0;
 }
 
+/* A member whose spool hashed it goes to a local DEST as its spooled file
+ * (storage's put_file: a hard link where the file system allows), not
+ * read or hashed again. Only where DEST has nothing under its name (else
+ * it is compared while it is sent, as any member), and never for a hard
+ * link member: its target's file went to DEST already, and two DEST
+ * files are two files, as a copy makes them. 1 when routed so. */
+static int spooled_member(struct ckpt_upload *u, struct group *g,
+                          struct obj *o)
+{
+    struct ckpt_spooled sp;
+    if (o->dest || g->x->serving || !ckpt_storage_is_local(g->dst) ||
+        !ckpt_archive_spooled(g->x->a, &sp))
+        return 0;
+    if (sp.size != o->size) {
+        free(sp.path);
+        return 0;
+    }
+    struct unit *un = up_unit_new(u, U_PUT, o);
+    un->spooled = ckpt_xmalloc(sizeof(sp));
+    *un->spooled = sp;
+    un->have_data = 1;
+    o->big = 0;     /* one unit, whatever its size */
+    o->put = un;
+    up_obj_route(u, o);
+    return 1;
+}
+
 static void new_member(struct ckpt_upload *u, struct group *g,
                        const struct ckpt_archive_entry *e, const char *rel)
 {
@@ -438,6 +469,8 @@ static void new_member(struct ckpt_upload *u, struct group *g,
             up_obj_route(u, o);
         return;
     }
+    if (spooled_member(u, g, o))
+        return;
     if (!o->big) {
         x->small = o;
         return;

@@ -359,10 +359,37 @@ static void do_put_stream(struct unit *un)
         un->rc = local_unchanged(o, &un->err);
 }
 
+/* A spooled archive member: the spool's file itself, still as the pass
+ * that hashed it left it, becomes DEST's file. */
+static void do_put_spooled(struct unit *un)
+{
+    struct obj *o = un->o;
+    const struct ckpt_spooled *sp = un->spooled;
+    memcpy(un->md5, sp->md5, 16);
+    ckpt_hex_encode(un->md5, 16, un->whole);
+    if (source_unchanged(o, &un->err) != 0 ||
+        ckpt_spooled_same(sp, &un->err) != 0) {
+        un->rc = -1;
+        return;
+    }
+    struct ckpt_file_ver ver = { sp->size, sp->ino, sp->dev, sp->mtime_ns };
+    struct ckpt_obj_meta meta;
+    memset(&meta, 0, sizeof(meta));
+    memcpy(meta.md5, un->whole, 33);
+    meta.mtime = o->mtime;
+    int linked;
+    un->rc = ckpt_storage_put_file(o->g->dst, o->dkey, sp->path, &ver,
+                                   un->md5, &meta, &linked, &un->err);
+}
+
 static void do_put(struct unit *un)
 {
     struct obj *o = un->o;
     char hex[33];
+    if (un->spooled) {
+        do_put_spooled(un);
+        return;
+    }
     if (o->stream) {
         do_put_stream(un);
         return;

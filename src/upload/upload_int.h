@@ -255,6 +255,8 @@ struct unit {
     struct ckpt_storage *st;    /* ABORT: borrowed */
     char *key, *upload_id;      /* ABORT: owned */
     struct group *ag;           /* ABORT: journal owner */
+    struct ckpt_spooled *spooled;   /* PUT: owned; the member's spooled
+                                       file goes to DEST as it is */
     /* results, written by the worker */
     int rc;
     struct ckpt_err err;

@@ -32,7 +32,6 @@ Then, .tar.zst:
   * truncated (cut in the middle): not spooled, the run fails in judge
     (`failed`, exit 1), the archive kept, nothing at DEST, no spool left.
 """
-import json
 import os
 import re
 import shutil
@@ -43,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import Checker, contents, lapse  # noqa: E402
 from onepass import (STALE_RE, SPOOL_RE, archive, counted,  # noqa: E402
-                     extracted, make_run, once, reads_of)
+                     dest, extracted, make_run, masked, once, reads_of)
 
 KINDS = [(".tar.zst", ["zstd", "-q", "-c"]), (".tar.gz", ["gzip", "-c"]),
          (".tar.bz2", ["bzip2", "-c"]), (".tar.xz", ["xz", "-c"])]
@@ -60,31 +59,6 @@ def run(top, arc, *extra, kill_at=None):
     rows = [masked(x) for x in r.stdout.splitlines()]
     return (r.returncode, rows, r.stderr, reads, opens,
             sorted(os.listdir(os.path.join(top, "tmp"))))
-
-
-def masked(row):
-    f = row.split("\t")
-    if f[0] == "processed":
-        f[7] = "S"
-    elif f[0] == "total":
-        f[-1] = "seconds=S"
-    return "\t".join(f)
-
-
-def dest(top):
-    """DEST as {path: bytes}, the state object normalised (who wrote it,
-    when, from where) and leases left out."""
-    out = {}
-    for k, v in contents(os.path.join(top, "dest")).items():
-        if k.endswith(".lease"):
-            continue
-        if k.startswith(".ckpt-process/"):
-            o = json.loads(v)
-            for x in ("host", "pid", "updated", "src"):
-                o.pop(x, None)
-            v = json.dumps(o, sort_keys=True)
-        out[k] = v
-    return out
 
 
 def main():

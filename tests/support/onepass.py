@@ -1,11 +1,12 @@
 """onepass.py - what the one-pass archive tests (process_onepass*.py,
 unshard_onepass*.py, issue 22) share: the run, its archives, ckpt under
 the read counter (readcount_preload.c), and the read-once bounds."""
+import json
 import os
 import shutil
 import subprocess
 
-from s3test import BUILD, CKPT, gen_runs
+from s3test import BUILD, CKPT, contents, gen_runs
 
 SHIM = os.path.join(BUILD, "libreadcount_preload.so")
 SPOOL_RE = r"\.ckpt-.*\.tmp$"
@@ -109,3 +110,29 @@ def fetched(s3, key):
     """Bytes the proxy served of object KEY (/bucket/key) since its last
     reset_stats."""
     return s3.stats()["object_gets"]["keys"].get(key, [0, 0])[1]
+
+
+def masked(row):
+    """A process row without its times."""
+    f = row.split("\t")
+    if f[0] == "processed":
+        f[7] = "S"
+    elif f[0] == "total":
+        f[-1] = "seconds=S"
+    return "\t".join(f)
+
+
+def dest(top):
+    """DEST as {path: bytes}, the state object normalised (who wrote it,
+    when, from where) and leases left out."""
+    out = {}
+    for k, v in contents(os.path.join(top, "dest")).items():
+        if k.endswith(".lease"):
+            continue
+        if k.startswith(".ckpt-process/"):
+            o = json.loads(v)
+            for x in ("host", "pid", "updated", "src"):
+                o.pop(x, None)
+            v = json.dumps(o, sort_keys=True)
+        out[k] = v
+    return out

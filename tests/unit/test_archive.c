@@ -1,3 +1,7 @@
+#include <sys/stat.h>
+
+#include <openssl/evp.h>
+
 #include "ckpt/archive.h"
 #include "ckpt/buf.h"
 #include "ckpt/util.h"
@@ -406,7 +410,7 @@ static void test_archive__spool_replay(void)
         char *want = replayed(st, arcs[i]);
         CHECK(strstr(want, i ? "run/c:1:0:-=c;" : "run/a:4:0:-=two!;"));
         struct ckpt_archive_spool *sp = NULL;
-        struct ckpt_spool_cfg cfg = { tmp, NULL, NULL, NULL };
+        struct ckpt_spool_cfg cfg = { tmp, NULL, NULL, NULL, 0 };
         struct ckpt_err err = CKPT_ERR_INIT;
         CHECK_EQ(ckpt_archive_spool(&sp, st, arcs[i], &cfg, &err), 0);
         if (!sp)
@@ -447,7 +451,7 @@ static void test_archive__spool_replay(void)
         struct ckpt_archive_spool *sp = NULL;
         struct ckpt_spool_budget b;
         ckpt_spool_budget_init(&b, tmp, 3);
-        struct ckpt_spool_cfg cfg = { tmp, i ? &b : NULL, NULL, NULL };
+        struct ckpt_spool_cfg cfg = { tmp, i ? &b : NULL, NULL, NULL, 0 };
         struct ckpt_err err = CKPT_ERR_INIT;
         CHECK_EQ(ckpt_archive_spool(&sp, st, bad[i], &cfg, &err), -1);
         CHECK(sp == NULL);
@@ -463,10 +467,88 @@ static void test_archive__spool_replay(void)
     ckpt_storage_close(st);
 }
 
+/* A hashing spool hands each file member over as its spooled file, with
+ * the MD5 of its bytes (the earlier copy of a name stored twice too, moved
+ * aside); never a hard link member or one being read; a spooled file
+ * written since is told apart. Without hashing, nothing is handed over. */
+static void test_archive__spooled_files(void)
+{
+    char d[600], tmp[700], arc[700];
+    snprintf(d, sizeof(d), "%s/spooled", test_tmpdir());
+    snprintf(tmp, sizeof(tmp), "%s/tmp", d);
+    snprintf(arc, sizeof(arc), "%s/dup.tar.zst", d);
+    CHECK(sh("rm -rf %s && mkdir -p %s/s/run/dir %s/tmp && cd %s/s && "
+             "printf one > run/a && printf x1 > run/dir/x && ln run/a run/h "
+             "&& tar cf ../dup.tar --no-recursion run run/a run/dir run/h && "
+             "printf two! > run/a && tar rf ../dup.tar run/a && "
+             "zstd -q --rm ../dup.tar", d) == 0);
+    struct ckpt_storage *st = local();
+    for (int hash = 0; hash < 2; hash++) {
+        struct ckpt_archive_spool *sp = NULL;
+        struct ckpt_spool_cfg cfg = { tmp, NULL, NULL, NULL, hash };
+        struct ckpt_err err = CKPT_ERR_INIT;
+        CHECK_EQ(ckpt_archive_spool(&sp, st, arc, &cfg, &err), 0);
+        if (!sp)
+            continue;
+        ckpt_archive_spool_attach(sp);
+        struct ckpt_archive *a;
+        CHECK_EQ(ckpt_archive_open(&a, st, arc, &err), 0);
+        struct ckpt_archive_entry e;
+        struct ckpt_buf got = CKPT_BUF_INIT;
+        char *xfile = NULL;
+        while (ckpt_archive_next(a, &e, &err) == 1) {
+            struct ckpt_spooled f;
+            int is = ckpt_archive_spooled(a, &f);
+            ckpt_buf_addf(&got, "%s:%d;", e.path, is);
+            if (!is)
+                continue;
+            CHECK_EQ(ckpt_spooled_same(&f, &err), 0);
+            char b[64];
+            size_t n = 0;
+            CHECK_EQ(ckpt_archive_read(a, b, sizeof(b), &n, &err), 0);
+            unsigned char md5[16];
+            EVP_Digest(b, n, md5, NULL, EVP_md5(), NULL);
+            CHECK(f.size == n && !memcmp(md5, f.md5, 16));
+            struct ckpt_spooled again;
+            CHECK_EQ(ckpt_archive_spooled(a, &again), 0);   /* being read */
+            if (!xfile)
+                xfile = ckpt_xstrdup(f.path);
+            else
+                free(f.path);
+        }
+        ckpt_archive_close(a);
+        CHECK_STR(got.ptr, hash ? "run:0;run/a:1;run/dir:0;run/h:0;"
+                                  "run/a:1;"
+                                : "run:0;run/a:0;run/dir:0;run/h:0;"
+                                  "run/a:0;");
+        if (xfile) {
+            struct ckpt_spooled f = { xfile, { 0 }, 3, 0, 0, 0, 0 };
+            struct stat sb;
+            CHECK(stat(xfile, &sb) == 0);
+            f.ino = (uint64_t)sb.st_ino;
+            f.dev = (uint64_t)sb.st_dev;
+            f.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 +
+                         sb.st_mtim.tv_nsec;
+            f.ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 +
+                         sb.st_ctim.tv_nsec;
+            CHECK_EQ(ckpt_spooled_same(&f, &err), 0);
+            CHECK(sh("printf 2 >> %s", xfile) == 0);
+            CHECK_EQ(ckpt_spooled_same(&f, &err), -1);
+            CHECK(strstr(err.msg, "changed since the archive was spooled "
+                         "(size differs)"));
+            free(xfile);
+        }
+        ckpt_buf_release(&got);
+        ckpt_archive_spool_free(sp);
+        CHECK(!entries(tmp));
+    }
+    ckpt_storage_close(st);
+}
+
 TEST_MAIN(T(test_archive__tar), T(test_archive__tar_gz),
           T(test_archive__tar_bz2), T(test_archive__tar_xz),
           T(test_archive__tar_zst), T(test_archive__zip),
           T(test_archive__plain_tar_skips_data), T(test_archive__unsafe_members),
           T(test_archive__corrupt), T(test_archive__proper_end),
           T(test_archive__salvage), T(test_archive__names),
-          T(test_archive__spool_replay))
+          T(test_archive__spool_replay), T(test_archive__spooled_files))
