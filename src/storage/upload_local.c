@@ -64,6 +64,19 @@ static int set_mtime(int fd, const char *name, int64_t mtime,
     return 0;
 }
 
+/* The end of a one-shot write: the temporary tmp (consumed) renamed to
+ * key when rc is 0, else removed. rc, or -1 with err. */
+static int into_place(char *tmp, const char *key, int rc,
+                      struct ckpt_err *err)
+{
+    if (rc == 0 && rename(tmp, key) != 0)
+        rc = ckpt_err_sys(err, "rename '%s' to '%s'", tmp, key);
+    if (rc != 0)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
 int st_local_up_head(struct ckpt_storage *st, const char *key,
                      struct ckpt_stat *out, struct ckpt_obj_meta *meta,
                      struct ckpt_err *err)
@@ -90,12 +103,7 @@ int st_local_up_put(struct ckpt_storage *st, const char *key, const void *data,
         rc = set_mtime(fd, tmp, meta->mtime, err);
     if (fd >= 0 && close(fd) != 0 && rc == 0)
         rc = ckpt_err_sys(err, "close '%s'", tmp);
-    if (rc == 0 && rename(tmp, key) != 0)
-        rc = ckpt_err_sys(err, "rename '%s' to '%s'", tmp, key);
-    if (rc != 0 && fd >= 0)
-        unlink(tmp);
-    free(tmp);
-    return rc;
+    return into_place(tmp, key, rc, err);
 }
 
 /* ---- a file placed as it is ---- */
@@ -209,12 +217,7 @@ int st_local_up_file(struct ckpt_storage *st, const char *key,
         if (utimensat(AT_FDCWD, tmp, ts, AT_SYMLINK_NOFOLLOW) != 0)
             rc = ckpt_err_sys(err, "set modification time of '%s'", tmp);
     }
-    if (rc == 0 && rename(tmp, key) != 0)
-        rc = ckpt_err_sys(err, "rename '%s' to '%s'", tmp, key);
-    if (rc != 0)
-        unlink(tmp);
-    free(tmp);
-    return rc;
+    return into_place(tmp, key, rc, err);
 }
 
 int st_local_up_start(struct ckpt_storage *st, const char *key, uint64_t size,

@@ -30,7 +30,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import BUILD, CKPT, Checker, snapshot  # noqa: E402
-from onepass import archive, dest, extracted, make_run, masked  # noqa: E402
+from onepass import (archive, dest, in_top, make_run,  # noqa: E402
+                     masked, preload_env, processed_dir)
 
 SHIM = os.path.join(BUILD, "liblink_preload.so")
 ARGS = ["--no-wandb", "--min-age", "0", "--no-progress", "--runs", "1"]
@@ -40,16 +41,8 @@ NOGROUP = 65534
 def run(top, arc, tmpdir="tmp", change=False):
     """process a copy of arc in top/ with the link logger: (rc, rows,
     stderr, links as (old, new, rc) with paths relative to top)."""
-    os.makedirs(top, exist_ok=True)
-    name = os.path.basename(arc)
-    if not os.path.exists(os.path.join(top, name)):
-        shutil.copy(arc, os.path.join(top, name))
-    log = os.path.join(top, "links")
-    if os.path.exists(log):
-        os.remove(log)
-    env = dict(os.environ, LD_PRELOAD=SHIM, CKPT_TEST_LINKS_OUT=log,
-               ASAN_OPTIONS=(os.environ.get("ASAN_OPTIONS", "") +
-                             ":verify_asan_link_order=0").lstrip(":"))
+    name, log = in_top(top, arc, "links")
+    env = preload_env(SHIM, CKPT_TEST_LINKS_OUT=log)
     if change:
         env["CKPT_TEST_LINK_CHANGE"] = tmpdir + "/"
     r = subprocess.run([CKPT, "process"] + ARGS +
@@ -118,10 +111,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="process-spool-link-")
     try:
         src = make_run(tmp)
-        d, r = extracted(src, tmp, "process", *ARGS, "--keep-source",
-                         "2871001", "--dest", "dest")
-        c.eq("directory: exit 0 (%s)" % r.stderr[-300:], r.returncode, 0)
-        want = no_state(dest(d))
+        want = no_state(processed_dir(c, src, tmp, ARGS))
         arc = archive(src, tmp, ".tar.zst", ["zstd", "-q", "-c"])
         members = sorted(snapshot(os.path.join(src, "2871001")))
 

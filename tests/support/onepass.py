@@ -54,16 +54,47 @@ def extracted(src, tmp, *argv):
                              capture_output=True, text=True)
 
 
+def processed_dir(c, src, tmp, argv):
+    """DEST (dest()) of `ckpt process ARGV --keep-source` of the extracted
+    run (extracted()), its exit 0 checked with c: what every archive of it
+    must give."""
+    d, r = extracted(src, tmp, "process", *argv, "--keep-source",
+                     "2871001", "--dest", "dest")
+    c.eq("directory: exit 0 (%s)" % r.stderr[-300:], r.returncode, 0)
+    return dest(d)
+
+
+def preload_env(shim, **var):
+    """The environment with LD_PRELOAD=shim (ASan told the shim comes
+    first) and the variables var."""
+    return dict(os.environ, LD_PRELOAD=shim,
+                ASAN_OPTIONS=(os.environ.get("ASAN_OPTIONS", "") +
+                              ":verify_asan_link_order=0").lstrip(":"),
+                **var)
+
+
 def shim_env(path, counts, kill_at=None):
     """The environment that counts ckpt's reads of path into counts
     (with kill_at: SIGKILL once that many bytes were read)."""
-    env = dict(os.environ, LD_PRELOAD=SHIM, CKPT_TEST_READS_PATH=path,
-               CKPT_TEST_READS_OUT=counts,
-               ASAN_OPTIONS=(os.environ.get("ASAN_OPTIONS", "") +
-                             ":verify_asan_link_order=0").lstrip(":"))
+    env = preload_env(SHIM, CKPT_TEST_READS_PATH=path,
+                      CKPT_TEST_READS_OUT=counts)
     if kill_at is not None:
         env["CKPT_TEST_READS_KILL_AT"] = str(kill_at)
     return env
+
+
+def in_top(top, arc, log):
+    """top/ made with top/tmp (for --tmp-dir) and a copy of arc (kept
+    when there), the shim's log top/LOG removed: (arc's name, the log's
+    path)."""
+    os.makedirs(os.path.join(top, "tmp"), exist_ok=True)
+    name = os.path.basename(arc)
+    if not os.path.exists(os.path.join(top, name)):
+        shutil.copy(arc, os.path.join(top, name))
+    path = os.path.join(top, log)
+    if os.path.exists(path):
+        os.remove(path)
+    return name, path
 
 
 def counted(top, arc, argv, kill_at=None):
@@ -71,13 +102,7 @@ def counted(top, arc, argv, kill_at=None):
     everywhere), with the read counter on top/'s copy of arc (made if
     absent; top/tmp made for --tmp-dir): (CompletedProcess, bytes read,
     opens)."""
-    os.makedirs(os.path.join(top, "tmp"), exist_ok=True)
-    name = os.path.basename(arc)
-    if not os.path.exists(os.path.join(top, name)):
-        shutil.copy(arc, os.path.join(top, name))
-    counts = os.path.join(top, "reads")
-    if os.path.exists(counts):
-        os.remove(counts)
+    name, counts = in_top(top, arc, "reads")
     r = subprocess.run([CKPT] + list(argv), cwd=top,
                        env=shim_env(os.path.join(top, name), counts,
                                     kill_at),
