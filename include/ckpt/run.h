@@ -26,6 +26,11 @@ struct ckpt_tree_file {
     char *content;          /* owned leading bytes captured from a
                                compressed archive, or NULL */
     size_t content_len;     /* < size when only a prefix was kept */
+    char *tail;             /* owned: the bytes [tail_off, size) of a
+                               compressed archive's torch zip member that
+                               its wholeness check reads (central
+                               directory and end records), or NULL */
+    uint64_t tail_off;
     int64_t mtime;          /* directory runs: modification time (s; an
                                object's LastModified), else 0 */
     int64_t ctime;          /* directory runs: inode change time (s; an

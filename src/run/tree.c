@@ -9,13 +9,24 @@
 #include "ckpt/buf.h"
 #include "ckpt/run.h"
 #include "ckpt/orbax.h"
+#include "ckpt/torchfmt.h"
 #include "ckpt/util.h"
 
 #define CAPTURE_MAX (64u << 20)
+/* Torch zips and safetensors files in a compressed archive: the first
+ * bytes (a zip's signature and usually data.pkl's start; a safetensors
+ * header) and, of the last TAIL_RING bytes, what the wholeness check
+ * reads; all members' together at most ENDS_BUDGET. */
+#define HEAD_KEEP (4u << 10)
+#define TAIL_RING (1u << 20)
+#define ENDS_BUDGET (64u << 20)
+#define ST_HEAD_MAX (1u << 20)
 
 struct builder {
     struct ckpt_tree *t;
     size_t cap;
+    char *ring;                 /* TAIL_RING bytes, made on first use */
+    uint64_t ends_used;         /* heads and tails kept */
 };
 
 static struct ckpt_tree_file *add_file(struct builder *b, const char *path,
@@ -111,18 +122,22 @@ size_t ckpt_tree_want_default(const char *path, uint64_t size)
     return 0;
 }
 
-/* Keep the first cap bytes of the current member; libarchive skips the
- * rest when we move to the next header. */
+/* Keep the first cap bytes of the current member (after those kept
+ * already); libarchive skips the rest when we move to the next header. */
 static int capture(struct ckpt_archive *a, struct ckpt_tree_file *f,
                    size_t cap, struct ckpt_err *err)
 {
     struct ckpt_buf buf = CKPT_BUF_INIT;
+    ckpt_buf_add(&buf, f->content ? f->content : "", f->content_len);
+    free(f->content);
+    f->content = NULL;
     while (buf.len < cap) {
         size_t room = cap - buf.len < 65536 ? cap - buf.len : 65536;
         ckpt_buf_grow(&buf, room);
         size_t n;
         if (ckpt_archive_read(a, buf.ptr + buf.len, room, &n, err) != 0) {
             ckpt_buf_release(&buf);
+            f->content_len = 0;
             return -1;
         }
         if (n == 0)
@@ -130,6 +145,146 @@ static int capture(struct ckpt_archive *a, struct ckpt_tree_file *f,
         ckpt_buf_setlen(&buf, buf.len + n);
     }
     f->content = ckpt_buf_detach(&buf, &f->content_len);
+    return 0;
+}
+
+/* Members the judge checks whole from their ends: torch zips (model.pt,
+ * rank files, pytorch_model.bin, Lightning's *.ckpt...) and safetensors
+ * files (their header). */
+enum { ENDS_ZIP = 1, ENDS_ST };
+
+static int ends_kind(const char *path)
+{
+    static const char *zip[] = { ".pt", ".pth", ".bin", ".ckpt" };
+    for (size_t i = 0; i < sizeof(zip) / sizeof(zip[0]); i++)
+        if (ckpt_str_endswith(path, zip[i]))
+            return ENDS_ZIP;
+    return ckpt_str_endswith(path, ".safetensors") ? ENDS_ST : 0;
+}
+
+/* The member's head and last bytes as the pass streamed them: reads
+ * inside them are served, any other is refused and remembered. */
+struct ends {
+    const char *head, *last;
+    size_t head_len, last_len;
+    uint64_t size, low;         /* low: the first byte read of last */
+    int outside;
+};
+
+static int ends_read(void *ctx, uint64_t off, void *buf, size_t len,
+                     struct ckpt_err *err)
+{
+    struct ends *x = ctx;
+    uint64_t last_off = x->size - x->last_len;
+    if (off + len <= x->head_len) {
+        memcpy(buf, x->head + off, len);
+        return 0;
+    }
+    if (off >= last_off && off + len <= x->size) {
+        memcpy(buf, x->last + (off - last_off), len);
+        if (off < x->low)
+            x->low = off;
+        return 0;
+    }
+    x->outside = 1;
+    return ckpt_err_set(err, CKPT_EIO, "not kept");
+}
+
+/* Keep what ckpt_tzip_whole reads of a zip's end (the judge asks the
+ * same later, and then needs no second pass over the archive): all of it
+ * or, when it reads further back than the ring (a central directory over
+ * about 1 MiB) or the budget is spent, nothing (the archive's own end
+ * check then stands for the member, as for any other). A safetensors
+ * file's check reads its header alone: its last byte says so. */
+static void keep_tail(struct builder *b, struct ckpt_tree_file *f, int kind,
+                      const char *last, size_t last_len)
+{
+    struct ends x = { f->content, last, f->content_len, last_len, f->size,
+                      f->size - 1, 0 };
+    if (kind == ENDS_ZIP) {
+        struct ckpt_rd rd = { ends_read, &x, 0, f->size, f->path };
+        struct ckpt_err e = CKPT_ERR_INIT;
+        x.low = f->size;
+        (void)ckpt_tzip_whole(&rd, &e);
+        if (x.low == f->size)
+            x.low = f->size - 1;    /* (no zip: the last byte says "read") */
+    }
+    uint64_t n = f->size - x.low;
+    if (x.outside || b->ends_used + n > ENDS_BUDGET)
+        return;
+    f->tail = ckpt_xmalloc((size_t)n);
+    memcpy(f->tail, last + (last_len - n), (size_t)n);
+    f->tail_off = x.low;
+    b->ends_used += n;
+}
+
+/* How much of the member's start to keep: a zip's first HEAD_KEEP bytes;
+ * a safetensors file's 8-byte length and the header it gives, when at
+ * most ST_HEAD_MAX (else only the length: the judge reads the rest by a
+ * pass of its own). Reads the head into content. */
+static int capture_head(struct builder *b, struct ckpt_archive *a,
+                        struct ckpt_tree_file *f, int kind,
+                        struct ckpt_err *err)
+{
+    size_t head = kind == ENDS_ZIP ? HEAD_KEEP : 8;
+    if (f->size < head)
+        head = (size_t)f->size;
+    if (capture(a, f, head, err) != 0)
+        return -1;
+    if (kind == ENDS_ST && f->content_len == 8) {
+        uint64_t n = 0;
+        for (int i = 7; i >= 0; i--)
+            n = n << 8 | (unsigned char)f->content[i];
+        if (n <= ST_HEAD_MAX && n <= f->size - 8 &&
+            b->ends_used + 8 + n <= ENDS_BUDGET &&
+            capture(a, f, 8 + (size_t)n, err) != 0)
+            return -1;
+    }
+    b->ends_used += f->content_len;
+    return 0;
+}
+
+/* Stream a zip or safetensors member (nothing of it read yet) keeping
+ * its head as content and, through a ring, its last TAIL_RING bytes;
+ * then its tail. */
+static int capture_ends(struct builder *b, struct ckpt_archive *a,
+                        struct ckpt_tree_file *f, int kind,
+                        struct ckpt_err *err)
+{
+    if (b->ends_used + HEAD_KEEP > ENDS_BUDGET)
+        return 0;
+    if (capture_head(b, a, f, kind, err) != 0)
+        return -1;
+    if (f->content_len == f->size)
+        return 0;   /* (the whole member is content) */
+    if (!b->ring)
+        b->ring = ckpt_xmalloc(TAIL_RING);
+    uint64_t pos = f->content_len;
+    for (;;) {
+        size_t at = (size_t)(pos % TAIL_RING), n;
+        if (ckpt_archive_read(a, b->ring + at, TAIL_RING - at, &n, err) != 0)
+            return -1;
+        if (n == 0)
+            break;
+        pos += n;
+    }
+    if (pos != f->size)
+        return 0;   /* short: the archive's damage says so */
+    /* The last bytes in order, [size - len, size): the whole member when
+     * the ring holds all after the head (so that no read of the check
+     * straddles the two), else the ring. */
+    size_t len = f->size - f->content_len <= TAIL_RING ? (size_t)f->size
+                                                       : TAIL_RING;
+    char *last = ckpt_xmalloc(len);
+    size_t have = len - (len == f->size ? f->content_len : 0);
+    if (len == f->size)
+        memcpy(last, f->content, f->content_len);
+    size_t from = (size_t)((f->size - have) % TAIL_RING);
+    size_t first = TAIL_RING - from < have ? TAIL_RING - from : have;
+    memcpy(last + (len - have), b->ring + from, first);
+    memcpy(last + (len - have) + first, b->ring, have - first);
+    keep_tail(b, f, kind, last, len);
+    free(last);
     return 0;
 }
 
@@ -157,12 +312,20 @@ static int load_archive(struct builder *b, ckpt_tree_want_fn want,
             rc = -1;
             break;
         }
+        int kind = !cap && !plain && e.type == CKPT_ENTRY_FILE &&
+                   !e.hardlink && e.size ? ends_kind(e.path) : 0;
+        if (kind && capture_ends(b, a, f, kind, err) != 0) {
+            rc = -1;
+            break;
+        }
     }
     if (rc == 0 && ckpt_archive_damage(a))
         t->damage = ckpt_xstrdup(ckpt_archive_damage(a));
     t->archive_size = ckpt_archive_file_size(a);
     t->fetched = ckpt_archive_bytes_fetched(a);
     ckpt_archive_close(a);
+    free(b->ring);
+    b->ring = NULL;
     return rc;
 }
 
@@ -250,6 +413,7 @@ static void dedupe(struct ckpt_tree *t)
         if (w && !strcmp(t->files[w - 1].path, t->files[i].path)) {
             free(t->files[w - 1].path);
             free(t->files[w - 1].content);
+            free(t->files[w - 1].tail);
             free(t->files[w - 1].hardlink);
             t->files[w - 1] = t->files[i];
             continue;
@@ -290,6 +454,11 @@ static void resolve_hardlinks(struct ckpt_tree *t)
             memcpy(f->content, to->content, to->content_len);
             f->content_len = to->content_len;
         }
+        if (to->tail) {
+            f->tail = ckpt_xmalloc((size_t)(to->size - to->tail_off));
+            memcpy(f->tail, to->tail, (size_t)(to->size - to->tail_off));
+            f->tail_off = to->tail_off;
+        }
     }
 }
 
@@ -305,7 +474,7 @@ int ckpt_tree_load_flags(struct ckpt_tree **out, struct ckpt_storage *st,
                          unsigned flags, struct ckpt_err *err)
 {
     struct ckpt_tree *t = ckpt_xcalloc(1, sizeof(*t));
-    struct builder b = { t, 0 };
+    struct builder b = { t, 0, NULL, 0 };
     t->st = st;
     t->key = ckpt_xstrdup(key);
     t->display = ckpt_storage_display(st, key);
@@ -344,6 +513,7 @@ void ckpt_tree_free(struct ckpt_tree *t)
     for (size_t i = 0; i < t->n; i++) {
         free(t->files[i].path);
         free(t->files[i].content);
+        free(t->files[i].tail);
         free(t->files[i].hardlink);
     }
     free(t->files);
@@ -547,7 +717,8 @@ int ckpt_tree_read_streams(const struct ckpt_tree *t, const char *path,
     const struct ckpt_tree_file *f = ckpt_tree_find(t, path);
     return t->archive != CKPT_ARCHIVE_NONE && f &&
            f->data_offset == CKPT_NO_OFFSET &&
-           !(f->content && off + len <= f->content_len);
+           !(f->content && off + len <= f->content_len) &&
+           !(f->tail && off >= f->tail_off && off + len <= f->size);
 }
 
 int ckpt_tree_read_at(struct ckpt_tree *t, const char *path, uint64_t off,
@@ -564,6 +735,10 @@ int ckpt_tree_read_at(struct ckpt_tree *t, const char *path, uint64_t off,
                             (unsigned long long)(off + len));
     if (f->content && off + len <= f->content_len) {
         memcpy(buf, f->content + off, len);
+        return 0;
+    }
+    if (f->tail && off >= f->tail_off && off + len <= f->size) {
+        memcpy(buf, f->tail + (off - f->tail_off), len);
         return 0;
     }
     if (ckpt_tree_read_streams(t, path, off, len)) {
