@@ -8,6 +8,7 @@
 #define CKPT_FUZZTREE_H
 
 #include <ftw.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,33 @@ static inline void fuzztree_put(const char *dir, const char *nm, size_t nl,
     }
     free(sub);
     free(path);
+}
+
+/* One record "NAME\0CONTENT" (N bytes at REC) written below STEP, or
+ * below TOP when NAME starts with '=' (the '=' dropped). */
+static inline void fuzztree_record(const char *top, const char *step,
+                                   const uint8_t *rec, size_t n)
+{
+    const uint8_t *z = memchr(rec, 0, n);
+    if (!z)
+        return;
+    size_t nl = (size_t)(z - rec);
+    size_t at = nl && rec[0] == '=';
+    fuzztree_put(at ? top : step, (const char *)rec + at, nl - at, z + 1,
+                 n - nl - 1);
+}
+
+/* The layout targets' input: records separated by 0xff, each written by
+ * fuzztree_record. */
+static inline void fuzztree_records(const char *top, const char *step,
+                                    const uint8_t *data, size_t size)
+{
+    for (size_t i = 0; i < size;) {
+        const uint8_t *end = memchr(data + i, 0xff, size - i);
+        size_t n = end ? (size_t)(end - (data + i)) : size - i;
+        fuzztree_record(top, step, data + i, n);
+        i += n + 1;
+    }
 }
 
 #endif

@@ -27,18 +27,6 @@
 #include "ckpt/util.h"
 #include "fuzztree.h"
 
-static void put(const char *top, const char *step, const uint8_t *rec,
-                size_t n)
-{
-    const uint8_t *z = memchr(rec, 0, n);
-    if (!z)
-        return;
-    size_t nl = (size_t)(z - rec);
-    size_t at = nl && rec[0] == '=';
-    fuzztree_put(at ? top : step, (const char *)rec + at, nl - at, z + 1,
-                 n - nl - 1);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char tmpl[] = "/tmp/ckpt-layout-fuzz-XXXXXX";
@@ -46,12 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     char *step = ckpt_path_join(tmpl, "global_step5");
     mkdir(step, 0755);
-    for (size_t i = 0; i < size;) {
-        const uint8_t *end = memchr(data + i, 0xff, size - i);
-        size_t n = end ? (size_t)(end - (data + i)) : size - i;
-        put(tmpl, step, data + i, n);
-        i += n + 1;
-    }
+    fuzztree_records(tmpl, step, data, size);
     struct ckpt_loc loc;
     struct ckpt_storage *st;
     struct ckpt_err err;
