@@ -324,6 +324,11 @@ struct zdec *zdec_open(enum ckpt_archive_kind kind, int threads,
     return z;
 }
 
+void zdec_read_ahead(struct zdec *z, size_t chunk, int slots)
+{
+    zdec_in_ahead(&z->in, chunk, slots);
+}
+
 ssize_t zdec_read(struct zdec *z, void *buf, size_t len)
 {
     if (z->bz)

@@ -24,18 +24,31 @@
 /* Compressed input: read the next bytes into dst (at most cap, at least
  * one unless the file ended) and set *got (0 at the end of the file). 0,
  * or -1 when reading failed (the caller keeps the error). Read into the
- * decoder's own buffer, the input is never copied again. */
+ * buffer the decoder reads (zdec_in.c), the input is not copied again
+ * (but for the few bytes a decoder keeps across reads). With
+ * zdec_read_ahead it is called in a thread of its own. */
 typedef int (*zdec_read_fn)(void *ud, void *dst, size_t cap, size_t *got);
+
+struct zin_ra;
 
 /* The compressed bytes read and not yet consumed. */
 struct zdec_in {
     zdec_read_fn rd;
     void *ud;
-    unsigned char *buf;         /* owned */
+    unsigned char *buf;         /* owned, or a chunk of ra */
     size_t cap, len, pos;       /* buf[pos..len) not consumed yet */
     uint64_t base;              /* file offset of buf[0] */
     int eof, io_failed;
+    size_t ra_chunk;            /* read ahead asked for (zdec_in_ahead) */
+    int ra_slots;
+    struct zin_ra *ra;          /* the thread reading ahead, once started */
 };
+
+/* Read the input ahead in a thread of its own (started by the first
+ * read), into slots chunks of chunk bytes: reading overlaps decoding. The
+ * end of the file and a read failure reach the decoder exactly where they
+ * would without. Set before the first read. */
+void zdec_in_ahead(struct zdec_in *in, size_t chunk, int slots);
 
 /* Read one more piece, dropping the bytes before buf[keep] (keep <= pos).
  * 1 when bytes were added, 0 at the end of the file, -1 on a read error. */
@@ -51,6 +64,8 @@ struct zdec;
  * threads threads. NULL for another kind. */
 struct zdec *zdec_open(enum ckpt_archive_kind kind, int threads,
                        zdec_read_fn rd, void *ud);
+/* zdec_in_ahead for z's input: call before the first zdec_read. */
+void zdec_read_ahead(struct zdec *z, size_t chunk, int slots);
 /* Decompress into buf: the number of bytes (> 0), 0 at the proper end of
  * the last stream, -1 on an error (zdec_error(); zdec_io_failed() when the
  * read callback failed). Bytes decoded before an error are returned first;

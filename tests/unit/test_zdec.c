@@ -4,6 +4,7 @@
  * read on, truncated and corrupt files an error, trailing bytes left.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,24 +14,49 @@
 #include "ckpt/util.h"
 #include "test.h"
 
+/* fail_at: the read reaching that offset fails (after the bytes before
+ * it were read). Counts the reads, and those made outside the thread that
+ * opened the decoder. */
 struct src {
     int fd;
+    off_t pos, fail_at;
+    pthread_t opener;
+    int reads, elsewhere;       /* (atomic) */
 };
 
 /* 64 KiB at most a read: the decoders must cope with short reads. */
 static int rd(void *ud, void *dst, size_t cap, size_t *got)
 {
     struct src *s = ud;
-    ssize_t n = read(s->fd, dst, cap < 65536 ? cap : 65536);
+    __atomic_fetch_add(&s->reads, 1, __ATOMIC_RELAXED);
+    if (!pthread_equal(pthread_self(), s->opener))
+        __atomic_fetch_add(&s->elsewhere, 1, __ATOMIC_RELAXED);
+    size_t want = cap < 65536 ? cap : 65536;
+    if (s->fail_at && s->pos >= s->fail_at)
+        return -1;
+    if (s->fail_at && (off_t)want > s->fail_at - s->pos)
+        want = (size_t)(s->fail_at - s->pos);
+    ssize_t n = read(s->fd, dst, want);
     *got = n > 0 ? (size_t)n : 0;
+    s->pos += n > 0 ? n : 0;
     return n < 0 ? -1 : 0;
 }
+
+/* Read ahead (zdec_read_ahead) in decode() when chunk > 0; the reads a
+ * decode made and those outside its thread; the failing offset. */
+static struct {
+    size_t chunk;
+    int slots;
+    int reads, elsewhere;
+    off_t fail_at;
+} opt;
 
 struct result {
     int rc;                     /* 0 clean end, -1 error */
     char *data;
     size_t len;
     uint64_t used;
+    int io_failed;
     char err[256];
 };
 
@@ -38,11 +64,15 @@ static struct result decode(const char *path, enum ckpt_archive_kind kind,
                             int threads)
 {
     struct result r = { 0 };
-    struct src s;
+    struct src s = { 0 };
     s.fd = open(path, O_RDONLY);
+    s.opener = pthread_self();
+    s.fail_at = opt.fail_at;
     CHECK(s.fd >= 0);
     struct zdec *z = zdec_open(kind, threads, rd, &s);
     CHECK(z != NULL);
+    if (opt.chunk)
+        zdec_read_ahead(z, opt.chunk, opt.slots);
     size_t cap = 1 << 20;
     r.data = ckpt_xmalloc(cap);
     for (;;) {
@@ -61,7 +91,10 @@ static struct result decode(const char *path, enum ckpt_archive_kind kind,
     if (r.rc < 0)
         snprintf(r.err, sizeof(r.err), "%s", zdec_error(z));
     r.used = zdec_in_used(z);
+    r.io_failed = zdec_io_failed(z);
     zdec_close(z);
+    opt.reads = s.reads;
+    opt.elsewhere = s.elsewhere;
     close(s.fd);
     return r;
 }
@@ -323,7 +356,129 @@ static void test_zdec__zstd(void)
     free(r.data);
 }
 
+/* Decode path without and with read ahead in chunks of each size: the
+ * same bytes, end, error and offset used, every read in the thread.
+ * Reads of 64 KiB (rd's most) fall where they fell without the thread,
+ * and the bytes decoded before an error are then the same too; other
+ * boundaries may let a decoder give a little more or less before it (and
+ * liblzma's threads give what they have decoded by then): a prefix of
+ * the same bytes. */
+static void same_ahead(const char *name, enum ckpt_archive_kind kind)
+{
+    static const size_t chunks[] = { 1, 3, 7, 4093, 65536, 1u << 20 };
+    const char *path = tmp(name);
+    opt.chunk = 0;
+    struct result want = decode(path, kind, 2);
+    CHECK_EQ(opt.elsewhere, 0);
+    for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+        if (chunks[c] < 4093 && fsize(path) > 100000)
+            continue; /* (byte reads of a big file: slow, nothing new) */
+        opt.chunk = chunks[c];
+        opt.slots = c % 2 ? 2 : 4;
+        struct result r = decode(path, kind, 2);
+        int exact = want.rc == 0 ||
+                    (chunks[c] >= 65536 && kind != CKPT_ARCHIVE_TAR_XZ);
+        if (r.rc != want.rc || strcmp(r.err, want.err) ||
+            (exact && r.len != want.len))
+            fprintf(stderr, "  %s, chunk %zu, fail at %lld: %d '%s' %zu, "
+                    "not %d '%s' %zu\n", name, chunks[c],
+                    (long long)opt.fail_at, r.rc, r.err, r.len, want.rc,
+                    want.err, want.len);
+        CHECK_EQ(r.rc, want.rc);
+        CHECK_STR(r.err, want.err);
+        CHECK_EQ(r.io_failed, want.io_failed);
+        CHECK_EQ(r.used, want.used);
+        size_t n = r.len < want.len ? r.len : want.len;
+        if (exact)
+            CHECK_EQ(r.len, want.len);
+        CHECK(!memcmp(r.data, want.data, n));
+        CHECK(opt.reads > 0);
+        CHECK_EQ(opt.elsewhere, opt.reads);
+        free(r.data);
+    }
+    opt.chunk = 0;
+    free(want.data);
+}
+
+/* Read ahead (zdec_in.c): the input read in a thread of its own gives
+ * every decoder exactly what reading it in the decoder's thread gave:
+ * whole files, members and frames split anywhere across chunks (a zstd
+ * frame's magic, bzip2's look-back), the cut, the corrupt, the trailing
+ * bytes, and a read failure at the same offset. */
+static void test_zdec__read_ahead(void)
+{
+    plain();
+    CHECK(sh("cd %s && zstd -q -T2 -1 < plain > ra.zst && "
+             "gzip -1 < plain > ra.gz && bzip2 -1 < plain > ra.bz2 && "
+             "xz -T2 -1 --block-size=300000 < plain > ra.xz && "
+             "for i in $(seq 60); do head -c $((i * 37)) plain | zstd -q "
+             ">> tiny.zst; head -c $((i * 41)) plain | gzip >> tiny.gz; "
+             "done && head -c 5000 plain | bzip2 > tiny.bz2 && "
+             "head -c 7000 plain | bzip2 -2 >> tiny.bz2 && "
+             "for f in tiny.zst tiny.gz tiny.bz2; do "
+             "head -c $(( $(stat -c %%s $f) - 5 )) $f > cut.$f; "
+             "cp $f tail.$f; printf 'garbage!' >> tail.$f; "
+             "cp $f bad.$f; printf '\\377' | dd of=bad.$f bs=1 "
+             "seek=$(( $(stat -c %%s $f) - 40 )) conv=notrunc status=none; "
+             "done", test_tmpdir()) == 0);
+    static const struct {
+        const char *name;
+        enum ckpt_archive_kind kind;
+    } f[] = {
+        { "ra.zst", CKPT_ARCHIVE_TAR_ZST }, { "ra.gz", CKPT_ARCHIVE_TAR_GZ },
+        { "ra.bz2", CKPT_ARCHIVE_TAR_BZ2 }, { "ra.xz", CKPT_ARCHIVE_TAR_XZ },
+        { "tiny.zst", CKPT_ARCHIVE_TAR_ZST },
+        { "tiny.gz", CKPT_ARCHIVE_TAR_GZ },
+        { "tiny.bz2", CKPT_ARCHIVE_TAR_BZ2 },
+        { "cut.tiny.zst", CKPT_ARCHIVE_TAR_ZST },
+        { "cut.tiny.gz", CKPT_ARCHIVE_TAR_GZ },
+        { "cut.tiny.bz2", CKPT_ARCHIVE_TAR_BZ2 },
+        { "tail.tiny.zst", CKPT_ARCHIVE_TAR_ZST },
+        { "tail.tiny.gz", CKPT_ARCHIVE_TAR_GZ },
+        { "tail.tiny.bz2", CKPT_ARCHIVE_TAR_BZ2 },
+        { "bad.tiny.zst", CKPT_ARCHIVE_TAR_ZST },
+        { "bad.tiny.gz", CKPT_ARCHIVE_TAR_GZ },
+        { "bad.tiny.bz2", CKPT_ARCHIVE_TAR_BZ2 },
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        same_ahead(f[i].name, f[i].kind);
+    /* A read failure halfway (and one at the very start). */
+    for (size_t i = 0; i < 7; i++) {
+        opt.fail_at = (off_t)fsize(tmp(f[i].name)) / 2 + 1;
+        same_ahead(f[i].name, f[i].kind);
+        opt.fail_at = 0;
+    }
+    opt.fail_at = 1;
+    same_ahead("ra.zst", CKPT_ARCHIVE_TAR_ZST);
+    opt.fail_at = 0;
+}
+
+/* Closing stops the thread at any point: before the first read (none
+ * started), and with the ring full and the decoder not reading. */
+static void test_zdec__read_ahead_close(void)
+{
+    plain();
+    CHECK(sh("cd %s && zstd -q -1 < plain > rc.zst", test_tmpdir()) == 0);
+    struct src s = { 0 };
+    s.fd = open(tmp("rc.zst"), O_RDONLY);
+    s.opener = pthread_self();
+    CHECK(s.fd >= 0);
+    struct zdec *z = zdec_open(CKPT_ARCHIVE_TAR_ZST, 1, rd, &s);
+    zdec_read_ahead(z, 4096, 3);
+    zdec_close(z);
+    CHECK_EQ(s.reads, 0);
+    z = zdec_open(CKPT_ARCHIVE_TAR_ZST, 1, rd, &s);
+    zdec_read_ahead(z, 4096, 3);
+    char b[1];
+    CHECK_EQ(zdec_read(z, b, 1), 1);
+    zdec_close(z);
+    CHECK(s.reads > 0);
+    CHECK_EQ(s.elsewhere, s.reads);
+    close(s.fd);
+}
+
 TEST_MAIN(T(test_zdec__bzip2), T(test_zdec__bzip2_parallel_tools),
           T(test_zdec__bzip2_false_boundaries),
           T(test_zdec__bzip2_fast_and_libbz2), T(test_zdec__bzip2_damage),
-          T(test_zdec__gzip), T(test_zdec__xz), T(test_zdec__zstd))
+          T(test_zdec__gzip), T(test_zdec__xz), T(test_zdec__zstd),
+          T(test_zdec__read_ahead), T(test_zdec__read_ahead_close))
