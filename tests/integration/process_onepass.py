@@ -22,7 +22,8 @@ the end):
   * `ckpt ls` and `ckpt clean -n` of it read it once too.
 Then, .tar.zst:
   * --keep-source: read once, kept, same DEST;
-  * killed (SIGKILL from the shim at the archive's last read): a
+  * killed (SIGKILL from the shim as the spool's second member file is
+    created, the first one whole): a
     spool is left in --tmp-dir; the rerun (its lease lapsed) removes it
     (`removed stale temporary ... (pid N, dead)`), reads the archive once
     and converges to the reference;
@@ -49,13 +50,13 @@ KINDS = [(".tar.zst", ["zstd", "-q", "-c"]), (".tar.gz", ["gzip", "-c"]),
 ARGS = ["--no-wandb", "--min-age", "0", "--no-progress", "--runs", "1"]
 
 
-def run(top, arc, *extra, kill_at=None):
+def run(top, arc, *extra, kill_create=None):
     """process a copy of arc in top/ (cwd, so rows and DEST names are the
     same everywhere): (rc, rows, log, reads, opens, tmp entries)."""
     r, reads, opens = counted(top, arc, ["process"] + ARGS +
                               ["--tmp-dir", "tmp"] + list(extra) +
                               [os.path.basename(arc), "--dest", "dest"],
-                              kill_at=kill_at)
+                              kill_create=kill_create)
     rows = [masked(x) for x in r.stdout.splitlines()]
     return (r.returncode, rows, r.stderr, reads, opens,
             sorted(os.listdir(os.path.join(top, "tmp"))))
@@ -119,11 +120,12 @@ def main():
               if not k.startswith(".ckpt-process/")})
 
         # Killed mid-pass: the spool stays; the rerun removes it. The kill
-        # comes with the archive's last read (1 MiB reads): the decoder
-        # runs at most 1.5 MiB ahead of the spool (archive.c's ring), so
-        # the spool holds the members before that, and never all of them.
+        # comes as the spool creates its second member file (not at a
+        # number of bytes read: the archive is read ahead of the decoder,
+        # zdec_in.c, and a small one is read whole before anything is
+        # spooled).
         top = os.path.join(tmp, "kill")
-        got = run(top, arc, kill_at=size)
+        got = run(top, arc, kill_create="tmp/.ckpt-")
         c.eq("killed: SIGKILL mid-pass, a spool left in --tmp-dir",
              (got[0], len(got[5]), all(re.match(SPOOL_RE, x)
                                        for x in got[5])),

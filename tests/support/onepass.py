@@ -73,13 +73,17 @@ def preload_env(shim, **var):
                 **var)
 
 
-def shim_env(path, counts, kill_at=None):
+def shim_env(path, counts, kill_at=None, kill_create=None):
     """The environment that counts ckpt's reads of path into counts
-    (with kill_at: SIGKILL once that many bytes were read)."""
+    (with kill_at: SIGKILL once that many bytes were read; with
+    kill_create: right after the second file created whose path holds
+    it)."""
     env = preload_env(SHIM, CKPT_TEST_READS_PATH=path,
                       CKPT_TEST_READS_OUT=counts)
     if kill_at is not None:
         env["CKPT_TEST_READS_KILL_AT"] = str(kill_at)
+    if kill_create is not None:
+        env["CKPT_TEST_READS_KILL_CREATE"] = kill_create
     return env
 
 
@@ -97,7 +101,7 @@ def in_top(top, arc, log):
     return name, path
 
 
-def counted(top, arc, argv, kill_at=None):
+def counted(top, arc, argv, kill_at=None, kill_create=None):
     """`ckpt ARGV` in top/ (cwd, so rows and DEST names are the same
     everywhere), with the read counter on top/'s copy of arc (made if
     absent; top/tmp made for --tmp-dir): (CompletedProcess, bytes read,
@@ -105,7 +109,7 @@ def counted(top, arc, argv, kill_at=None):
     name, counts = in_top(top, arc, "reads")
     r = subprocess.run([CKPT] + list(argv), cwd=top,
                        env=shim_env(os.path.join(top, name), counts,
-                                    kill_at),
+                                    kill_at, kill_create),
                        capture_output=True, text=True, timeout=300)
     reads, opens = (0, 0)
     if os.path.exists(counts):

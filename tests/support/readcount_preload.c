@@ -7,7 +7,12 @@
  * every open() / open64() / openat() of it. At exit the counts are
  * appended to CKPT_TEST_READS_OUT as one line "BYTES OPENS". With
  * CKPT_TEST_READS_KILL_AT=N the process SIGKILLs itself once it has read
- * N bytes of the file (a kill at an exact point of a pass).
+ * N bytes of the file (a kill at an exact point of a pass). With
+ * CKPT_TEST_READS_KILL_CREATE=S it SIGKILLs itself right after it created
+ * (O_CREAT|O_EXCL) a file whose path holds S for the second time: the
+ * first such file is whole, wherever the reads stand (the archive is read
+ * ahead of the decoder: a kill by bytes read lands at no exact point of
+ * what was written).
  *
  * `ckpt process` of a compressed archive must read it once: BYTES is then
  * the archive's size plus a few header bytes sniffed, never twice it.
@@ -27,6 +32,8 @@ static ino_t target_ino;
 static int active;
 static atomic_ullong nbytes, nopens;
 static unsigned long long kill_at;
+static const char *kill_create;
+static atomic_int creates;
 
 __attribute__((constructor)) static void init(void)
 {
@@ -38,6 +45,7 @@ __attribute__((constructor)) static void init(void)
         active = 1;
         const char *k = getenv("CKPT_TEST_READS_KILL_AT");
         kill_at = k ? strtoull(k, NULL, 10) : 0;
+        kill_create = getenv("CKPT_TEST_READS_KILL_CREATE");
     }
 }
 
@@ -70,10 +78,14 @@ static void count(int fd, ssize_t n)
         raise(SIGKILL);
 }
 
-static int opened(int fd)
+static int opened(int fd, const char *path, int flags)
 {
     if (is_target(fd))
         nopens++;
+    if (fd >= 0 && kill_create && (flags & (O_CREAT | O_EXCL)) ==
+                                  (O_CREAT | O_EXCL) &&
+        strstr(path, kill_create) && atomic_fetch_add(&creates, 1) == 1)
+        raise(SIGKILL);
     return fd;
 }
 
@@ -105,7 +117,8 @@ int open(const char *path, int flags, ...)
     mode_t mode = 0;
     PRELOAD_MODE_OF(flags, mode);
     return opened(REAL("open", int (*)(const char *, int, ...))(path, flags,
-                                                                mode));
+                                                                mode),
+                  path, flags);
 }
 
 int open64(const char *path, int flags, ...)
@@ -114,7 +127,8 @@ int open64(const char *path, int flags, ...)
     PRELOAD_MODE_OF(flags, mode);
     return opened(REAL("open64", int (*)(const char *, int, ...))(path,
                                                                   flags,
-                                                                  mode));
+                                                                  mode),
+                  path, flags);
 }
 
 int openat(int dfd, const char *path, int flags, ...)
@@ -122,7 +136,7 @@ int openat(int dfd, const char *path, int flags, ...)
     mode_t mode = 0;
     PRELOAD_MODE_OF(flags, mode);
     return opened(REAL("openat", int (*)(int, const char *, int, ...))(
-        dfd, path, flags, mode));
+        dfd, path, flags, mode), path, flags);
 }
 
 int openat64(int dfd, const char *path, int flags, ...)
@@ -130,5 +144,5 @@ int openat64(int dfd, const char *path, int flags, ...)
     mode_t mode = 0;
     PRELOAD_MODE_OF(flags, mode);
     return opened(REAL("openat64", int (*)(int, const char *, int, ...))(
-        dfd, path, flags, mode));
+        dfd, path, flags, mode), path, flags);
 }
