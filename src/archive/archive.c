@@ -43,8 +43,9 @@
 #define RA_DEPTH 6
 #define RA_THREADS 4
 #define RA_SLOTS 8
-/* Local compressed archives: the file read ahead of the decoder in a
- * thread of its own (zdec_in.c), STREAM_BLOCK_LOCAL a chunk. */
+/* Local .tar.gz and .tar.zst (one decoder thread): the file read ahead
+ * of the decoder in a thread of its own (zdec_in.c), STREAM_BLOCK_LOCAL a
+ * chunk. bzip2 and xz decode on every core already: no gain there. */
 #define ZIN_SLOTS 4
 #define EOA_BYTES 1024u /* two zero blocks end a tar archive */
 
@@ -412,7 +413,8 @@ static int start_raw(struct ckpt_archive *a)
     a->z = zdec_open(a->kind, jobs > 0 ? jobs : ckpt_ncpus(), zin_cb, a);
     if (!a->z)
         return -1;
-    if (a->fd >= 0)
+    if (a->fd >= 0 && (a->kind == CKPT_ARCHIVE_TAR_GZ ||
+                       a->kind == CKPT_ARCHIVE_TAR_ZST))
         zdec_read_ahead(a->z, a->block, ZIN_SLOTS);
     a->zh = zahead_open(a->z, ZBLOCK, ZSLOTS);
     return 0;
