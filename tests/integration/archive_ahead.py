@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# ctest-cost: 8
+# ctest-cost: 9
 """The decoder runs ahead of the tar reader in a thread of its own
 (src/archive/zahead.c, issue 22) and nothing a user sees changes. A run
 (gen_runs' 2871005 plus 8 MiB of compressible noise) tarred and
@@ -13,7 +13,12 @@ compressed as four zstd frames:
   * an unsafe member ('../escape') first, the run after it: `ckpt ls`
     stops at it and closes the archive while the thread is decoding ahead
     (no hang; no leak under the ASan build), exactly the error as before;
-  * the last frame cut in half: 'truncated zstd input' as before.
+  * the last frame cut in half: 'truncated zstd input' as before;
+  * a read of the file failing halfway (EIO from readcount_preload.c's
+    CKPT_TEST_READS_EIO_AT), .tar.zst and .tar.gz, with the file read
+    ahead of the decoder in a thread of its own (src/archive/zdec_in.c):
+    `ckpt ls` and `clean -n` fail with the message and exit code they
+    gave when the decoder read it.
 `upload --extract` of the corrupt one failed the archive but then spun
 forever before this test (a member abandoned while its multipart upload
 was being created was never settled; src/upload/handle.c on_start).
@@ -30,6 +35,7 @@ import tarfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import Checker, ckpt, gen_runs, old_ctime, scratch  # noqa: E402
+from onepass import SHIM  # noqa: E402
 
 RUN = "2871005"
 
@@ -132,6 +138,28 @@ def main():
              msg(ckpt("ls", "unsafe.tar.zst", env=env)),
              (1, "", ["error: unsafe.tar.zst: member '../escape' has a '..' "
                       "component"]))
+
+        # A read failure halfway through the file (EIO from the read that
+        # reaches it, the bytes before it read): the file is read ahead of
+        # the decoder in a thread of its own (src/archive/zdec_in.c), and
+        # the failure reaches the user as when the decoder read it.
+        with open("whole.tar.gz", "wb") as f:
+            subprocess.run(["gzip", "-c", "-1", tar], stdout=f, check=True)
+        for name in ("whole.tar.zst", "whole.tar.gz"):
+            size = os.path.getsize(name)
+            shim = dict(env, LD_PRELOAD=SHIM,
+                        CKPT_TEST_READS_PATH=os.path.abspath(name),
+                        CKPT_TEST_READS_OUT=os.path.join(tmp, "reads"),
+                        CKPT_TEST_READS_EIO_AT=str(size // 2),
+                        ASAN_OPTIONS=(env.get("ASAN_OPTIONS", "") +
+                                      ":verify_asan_link_order=0").lstrip(":"))
+            why = "read '%s': Input/output error" % name
+            c.eq("%s, read failure halfway: ls fails naming it" % name,
+                 msg(ckpt("ls", name, env=shim)), (1, "", ["error: " + why]))
+            c.eq("%s, read failure halfway: clean -n reports it" % name,
+                 msg(ckpt("clean", "-n", "--min-age", "0", "--no-progress",
+                          name, env=shim)),
+                 (1, "error\t%s\t%s\n" % (name, why), []))
 
         # Cut in the last frame.
         open("cut.tar.zst", "wb").write(open("whole.tar.zst", "rb").read()[

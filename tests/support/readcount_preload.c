@@ -12,13 +12,16 @@
  * (O_CREAT|O_EXCL) a file whose path holds S for the second time: the
  * first such file is whole, wherever the reads stand (the archive is read
  * ahead of the decoder: a kill by bytes read lands at no exact point of
- * what was written).
+ * what was written). With CKPT_TEST_READS_EIO_AT=N a pread of the file
+ * stops short at offset N and one from N on fails with EIO: the same
+ * bytes arrive first, however the reads are cut.
  *
  * `ckpt process` of a compressed archive must read it once: BYTES is then
  * the archive's size plus a few header bytes sniffed, never twice it.
  */
 #undef _FILE_OFFSET_BITS
 #include "preload.h"
+#include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,6 +36,7 @@ static int active;
 static atomic_ullong nbytes, nopens;
 static unsigned long long kill_at;
 static const char *kill_create;
+static long long eio_at = -1;
 static atomic_int creates;
 
 __attribute__((constructor)) static void init(void)
@@ -46,6 +50,8 @@ __attribute__((constructor)) static void init(void)
         const char *k = getenv("CKPT_TEST_READS_KILL_AT");
         kill_at = k ? strtoull(k, NULL, 10) : 0;
         kill_create = getenv("CKPT_TEST_READS_KILL_CREATE");
+        const char *e = getenv("CKPT_TEST_READS_EIO_AT");
+        eio_at = e ? strtoll(e, NULL, 10) : -1;
     }
 }
 
@@ -96,8 +102,25 @@ ssize_t read(int fd, void *buf, size_t n)
     return r;
 }
 
+/* CKPT_TEST_READS_EIO_AT: -1 (EIO) for a read from eio_at on, else n cut
+ * at it. */
+static ssize_t eio_cut(int fd, long long off, size_t *n)
+{
+    if (eio_at < 0 || !is_target(fd))
+        return 0;
+    if (off >= eio_at) {
+        errno = EIO;
+        return -1;
+    }
+    if ((long long)*n > eio_at - off)
+        *n = (size_t)(eio_at - off);
+    return 0;
+}
+
 ssize_t pread(int fd, void *buf, size_t n, off_t off)
 {
+    if (eio_cut(fd, (long long)off, &n) < 0)
+        return -1;
     ssize_t r = REAL("pread", ssize_t (*)(int, void *, size_t, off_t))(
         fd, buf, n, off);
     count(fd, r);
@@ -106,6 +129,8 @@ ssize_t pread(int fd, void *buf, size_t n, off_t off)
 
 ssize_t pread64(int fd, void *buf, size_t n, off64_t off)
 {
+    if (eio_cut(fd, (long long)off, &n) < 0)
+        return -1;
     ssize_t r = REAL("pread64", ssize_t (*)(int, void *, size_t, off64_t))(
         fd, buf, n, off);
     count(fd, r);
