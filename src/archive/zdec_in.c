@@ -124,12 +124,14 @@ static int ra_take(struct zin_ra *r, size_t *n, int *bad)
     return i;
 }
 
-/* Give the oldest chunk taken back to the thread. */
+/* Give the oldest chunk taken back to the thread. A waiting thread is
+ * woken once half the ring is free, to read several chunks a wake-up. */
 static void ra_free(struct zin_ra *r)
 {
     pthread_mutex_lock(&r->mu);
     r->freed++;
-    if (r->fill_wait)
+    unsigned long long room = r->freed + (unsigned)r->slots - r->filled;
+    if (r->fill_wait && room >= (unsigned)(r->slots / 2))
         pthread_cond_signal(&r->room);
     pthread_mutex_unlock(&r->mu);
 }
