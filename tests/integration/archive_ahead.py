@@ -147,12 +147,12 @@ def main():
             subprocess.run(["gzip", "-c", "-1", tar], stdout=f, check=True)
         for name in ("whole.tar.zst", "whole.tar.gz"):
             size = os.path.getsize(name)
-            shim = dict(env, LD_PRELOAD=SHIM,
-                        CKPT_TEST_READS_PATH=os.path.abspath(name),
-                        CKPT_TEST_READS_OUT=os.path.join(tmp, "reads"),
-                        CKPT_TEST_READS_EIO_AT=str(size // 2),
-                        ASAN_OPTIONS=(env.get("ASAN_OPTIONS", "") +
-                                      ":verify_asan_link_order=0").lstrip(":"))
+            shim = old_ctime(dict(env,
+                                  CKPT_TEST_READS_PATH=os.path.abspath(name),
+                                  CKPT_TEST_READS_OUT=os.path.join(tmp,
+                                                                   "reads"),
+                                  CKPT_TEST_READS_EIO_AT=str(size // 2)),
+                             preload=SHIM)
             why = "read '%s': Input/output error" % name
             c.eq("%s, read failure halfway: ls fails naming it" % name,
                  msg(ckpt("ls", name, env=shim)), (1, "", ["error: " + why]))
