@@ -176,14 +176,13 @@ char *ckpt_archive_spool_root(struct ckpt_storage *st, const char *key);
 struct ckpt_spooled {
     char *path;                 /* malloced */
     unsigned char md5[16];
-    uint64_t size, ino, dev;
-    int64_t mtime_ns, ctime_ns;
+    struct ckpt_file_ver ver;
 };
 /* The member ckpt_archive_next just gave, when a is a replay, the member
  * is a file, nothing of it was read yet, and its spool hashed it: 1 with
  * *out, else 0 (read it). The file stays until the spool is freed. */
 int ckpt_archive_spooled(struct ckpt_archive *a, struct ckpt_spooled *out);
-/* 0 when s->path is still the file the pass left (stat: inode, size,
+/* 0 when s->path is still the file the pass left (s->ver: inode, size,
  * mtime, ctime), else -1 with err (CKPT_EIO) saying what changed. */
 int ckpt_spooled_same(const struct ckpt_spooled *s, struct ckpt_err *err);
 

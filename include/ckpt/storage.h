@@ -325,11 +325,21 @@ int ckpt_storage_put_object(struct ckpt_storage *st, const char *key,
 /* A local file as the caller knew it (stat). */
 struct ckpt_file_ver {
     uint64_t size, ino, dev;
-    int64_t mtime_ns;
+    int64_t mtime_ns, ctime_ns;
+    int regular;
 };
+/* lstat(2) of path (fd: fstat(2) of fd, path naming it for messages). 0,
+ * or -1 with err. */
+int ckpt_file_ver_get(const char *path, int fd, struct ckpt_file_ver *v,
+                      struct ckpt_err *err);
+/* NULL when now is the version was, else what differs ("type", "inode",
+ * "size", "modification time", "ctime"; ctime only when asked: a link
+ * moves it). */
+const char *ckpt_file_ver_diff(const struct ckpt_file_ver *was,
+                               const struct ckpt_file_ver *now, int ctime);
 
 /* Local storage only (else CKPT_EUNSUPPORTED): the file at path, whose
- * bytes have MD5 md5 and which is still as ver says, becomes key. A hard
+ * bytes have MD5 md5 and which is still as ver says (its ctime aside), becomes key. A hard
  * link when key's directory is on path's filesystem and a file created
  * there would look the same (no default ACL; a set-group-ID directory's
  * group given to it), else a copy whose bytes must hash to md5. Either

@@ -15,9 +15,9 @@ struct sp_member {
     uint64_t size;
     enum ckpt_entry_type type;
     char *file;                 /* its bytes in the spool, or NULL */
-    int hashed;                 /* md5 and st hold file as written */
+    int hashed;                 /* md5 and ver hold file as written */
     unsigned char md5[16];
-    struct stat st;
+    struct ckpt_file_ver ver;
 };
 
 /* Which version of the archive: what a replay must still find. */

@@ -191,11 +191,7 @@ int arc_replay_spooled(const struct arc_replay *r, struct ckpt_spooled *out)
     memset(out, 0, sizeof(*out));
     out->path = ckpt_xstrdup(m->file);
     memcpy(out->md5, m->md5, 16);
-    out->size = m->size;
-    out->ino = (uint64_t)m->st.st_ino;
-    out->dev = (uint64_t)m->st.st_dev;
-    out->mtime_ns = arc_ns(&m->st.st_mtim);
-    out->ctime_ns = arc_ns(&m->st.st_ctim);
+    out->ver = m->ver;
     return 1;
 }
 

@@ -85,7 +85,9 @@ static int member_file(struct ckpt_archive_spool *s, size_t i, char **path,
             free(s->m[j].file);
             s->m[j].file = aside;
             /* (the rename moved its ctime) */
-            if (s->m[j].hashed && stat(aside, &s->m[j].st) != 0)
+            struct ckpt_err e2 = CKPT_ERR_INIT;
+            if (s->m[j].hashed &&
+                ckpt_file_ver_get(aside, -1, &s->m[j].ver, &e2) != 0)
                 s->m[j].hashed = 0;
             fd = open(own, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SPOOL_MODE);
         }
@@ -211,10 +213,12 @@ static int copy_member(struct ckpt_archive_spool *s, struct ckpt_archive *a,
     }
     int rc = copy_bytes(s, a, fd, path, buf, md5, cfg, told, err);
     unsigned len = 16;
+    struct ckpt_err e2 = CKPT_ERR_INIT;   /* (not hashed: read again) */
     /* As the pass leaves it: a reader that takes the file itself checks
      * it is still this (ckpt_spooled_same). */
     if (rc == 0 && md5 && EVP_DigestFinal_ex(md5, m->md5, &len) == 1 &&
-        fstat(fd, &m->st) == 0 && (uint64_t)m->st.st_size == m->size)
+        ckpt_file_ver_get(path, fd, &m->ver, &e2) == 0 &&
+        m->ver.size == m->size)
         m->hashed = 1;
     EVP_MD_CTX_free(md5);
     if (close(fd) != 0 && rc == 0)
@@ -318,14 +322,10 @@ int ckpt_archive_spool_room(const char *dir, uint64_t bytes,
 
 int ckpt_spooled_same(const struct ckpt_spooled *sp, struct ckpt_err *err)
 {
-    struct stat now;
-    if (lstat(sp->path, &now) != 0)
-        return ckpt_err_sys(err, "stat '%s'", sp->path);
-    const char *what = !S_ISREG(now.st_mode) ? "type"
-        : (uint64_t)now.st_ino != sp->ino || (uint64_t)now.st_dev != sp->dev
-        ? "inode" : (uint64_t)now.st_size != sp->size ? "size"
-        : arc_ns(&now.st_mtim) != sp->mtime_ns ? "modification time"
-        : arc_ns(&now.st_ctim) != sp->ctime_ns ? "ctime" : NULL;
+    struct ckpt_file_ver now;
+    if (ckpt_file_ver_get(sp->path, -1, &now, err) != 0)
+        return -1;
+    const char *what = ckpt_file_ver_diff(&sp->ver, &now, 1);
     if (what)
         return ckpt_err_set(err, CKPT_EIO, "'%s' changed since the archive "
                             "was spooled (%s differs)", sp->path, what);

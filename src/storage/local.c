@@ -802,6 +802,33 @@ int ckpt_local_find_mount(const char *dir, char **first, size_t *n,
     return m.n ? 1 : 0;
 }
 
+int ckpt_file_ver_get(const char *path, int fd, struct ckpt_file_ver *v,
+                      struct ckpt_err *err)
+{
+    struct stat sb;
+    if ((fd >= 0 ? fstat(fd, &sb) : lstat(path, &sb)) != 0)
+        return ckpt_err_sys(err, "stat '%s'", path);
+    v->size = (uint64_t)sb.st_size;
+    v->ino = (uint64_t)sb.st_ino;
+    v->dev = (uint64_t)sb.st_dev;
+    v->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 +
+                  sb.st_mtim.tv_nsec;
+    v->ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 +
+                  sb.st_ctim.tv_nsec;
+    v->regular = S_ISREG(sb.st_mode);
+    return 0;
+}
+
+const char *ckpt_file_ver_diff(const struct ckpt_file_ver *was,
+                               const struct ckpt_file_ver *now, int ctime)
+{
+    return !now->regular ? "type"
+         : now->ino != was->ino || now->dev != was->dev ? "inode"
+         : now->size != was->size ? "size"
+         : now->mtime_ns != was->mtime_ns ? "modification time"
+         : ctime && now->ctime_ns != was->ctime_ns ? "ctime" : NULL;
+}
+
 /* The filesystem of path, or of the nearest directory above it. */
 static int fs_near(const char *path, struct st_fs *fs)
 {

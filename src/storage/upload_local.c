@@ -128,21 +128,18 @@ static int link_fits(const char *tmp)
            (fs.st_gid == ds.st_gid || lchown(tmp, (uid_t)-1, ds.st_gid) == 0);
 }
 
-/* The linked file tmp is the version ver: same inode, size, mtime. */
+/* The linked file tmp is the version ver: the same inode, size and
+ * mtime (the link itself moved its ctime). */
 static int linked_same(const char *tmp, const struct ckpt_file_ver *ver,
                        struct ckpt_err *err)
 {
-    struct stat sb;
-    if (lstat(tmp, &sb) != 0)
-        return ckpt_err_sys(err, "stat '%s'", tmp);
-    int64_t mt = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
-    if ((uint64_t)sb.st_ino != ver->ino || (uint64_t)sb.st_dev != ver->dev ||
-        (uint64_t)sb.st_size != ver->size || mt != ver->mtime_ns)
+    struct ckpt_file_ver now;
+    if (ckpt_file_ver_get(tmp, -1, &now, err) != 0)
+        return -1;
+    const char *what = ckpt_file_ver_diff(ver, &now, 0);
+    if (what)
         return ckpt_err_set(err, CKPT_EIO, "'%s' changed while it was "
-                            "linked (%s differs)", tmp,
-                            (uint64_t)sb.st_size != ver->size ? "size"
-                            : mt != ver->mtime_ns ? "modification time"
-                            : "inode");
+                            "linked (%s differs)", tmp, what);
     return 0;
 }
 

@@ -441,7 +441,7 @@ static int spooled_member(struct ckpt_upload *u, struct group *g,
     if (o->dest || g->x->serving || !ckpt_storage_is_local(g->dst) ||
         !ckpt_archive_spooled(g->x->a, &sp))
         return 0;
-    if (sp.size != o->size) {
+    if (sp.ver.size != o->size) {
         free(sp.path);
         return 0;
     }

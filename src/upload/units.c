@@ -372,13 +372,12 @@ static void do_put_spooled(struct unit *un)
         un->rc = -1;
         return;
     }
-    struct ckpt_file_ver ver = { sp->size, sp->ino, sp->dev, sp->mtime_ns };
     struct ckpt_obj_meta meta;
     memset(&meta, 0, sizeof(meta));
     memcpy(meta.md5, un->whole, 33);
     meta.mtime = o->mtime;
     int linked;
-    un->rc = ckpt_storage_put_file(o->g->dst, o->dkey, sp->path, &ver,
+    un->rc = ckpt_storage_put_file(o->g->dst, o->dkey, sp->path, &sp->ver,
                                    un->md5, &meta, &linked, &un->err);
 }
 

@@ -508,7 +508,7 @@ static void test_archive__spooled_files(void)
             CHECK_EQ(ckpt_archive_read(a, b, sizeof(b), &n, &err), 0);
             unsigned char md5[16];
             EVP_Digest(b, n, md5, NULL, EVP_md5(), NULL);
-            CHECK(f.size == n && !memcmp(md5, f.md5, 16));
+            CHECK(f.ver.size == n && !memcmp(md5, f.md5, 16));
             struct ckpt_spooled again;
             CHECK_EQ(ckpt_archive_spooled(a, &again), 0);   /* being read */
             if (!xfile)
@@ -522,15 +522,11 @@ static void test_archive__spooled_files(void)
                                 : "run:0;run/a:0;run/dir:0;run/h:0;"
                                   "run/a:0;");
         if (xfile) {
-            struct ckpt_spooled f = { xfile, { 0 }, 3, 0, 0, 0, 0 };
-            struct stat sb;
-            CHECK(stat(xfile, &sb) == 0);
-            f.ino = (uint64_t)sb.st_ino;
-            f.dev = (uint64_t)sb.st_dev;
-            f.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 +
-                         sb.st_mtim.tv_nsec;
-            f.ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 +
-                         sb.st_ctim.tv_nsec;
+            struct ckpt_spooled f;
+            memset(&f, 0, sizeof(f));
+            f.path = xfile;
+            CHECK_EQ(ckpt_file_ver_get(xfile, -1, &f.ver, &err), 0);
+            CHECK(f.ver.size == 3);
             CHECK_EQ(ckpt_spooled_same(&f, &err), 0);
             CHECK(sh("printf 2 >> %s", xfile) == 0);
             CHECK_EQ(ckpt_spooled_same(&f, &err), -1);

@@ -315,12 +315,8 @@ static void test_storage__put_stream_local(void)
 
 static void file_ver(const char *path, struct ckpt_file_ver *v)
 {
-    struct stat sb;
-    CHECK(stat(path, &sb) == 0);
-    v->size = (uint64_t)sb.st_size;
-    v->ino = (uint64_t)sb.st_ino;
-    v->dev = (uint64_t)sb.st_dev;
-    v->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    struct ckpt_err err;
+    CHECK(ckpt_file_ver_get(path, -1, v, &err) == 0);
 }
 
 static int file_is(const char *path, const char *data, size_t n)
