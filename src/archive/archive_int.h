@@ -47,12 +47,6 @@ struct ckpt_archive_spool {
     struct ckpt_archive_spool *next;    /* attached ones */
 };
 
-/* A stat time in nanoseconds. */
-static inline int64_t arc_ns(const struct timespec *t)
-{
-    return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
-}
-
 /* The version of the archive at key now: 0, or -1 with err. */
 int arc_ver_get(struct ckpt_storage *st, const char *key, struct sp_ver *v,
                 struct ckpt_err *err);

@@ -27,6 +27,12 @@ struct arc_replay {
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ckpt_archive_spool *reg;
 
+/* A stat time in nanoseconds. */
+static int64_t arc_ns(const struct timespec *t)
+{
+    return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+}
+
 int arc_ver_get(struct ckpt_storage *st, const char *key, struct sp_ver *v,
                 struct ckpt_err *err)
 {

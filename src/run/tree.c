@@ -711,14 +711,24 @@ static int readable(const struct ckpt_tree *t, const struct ckpt_tree_file *f,
                         " not read", path, what);
 }
 
+/* Bytes [off, off+len) of f as kept while the archive was listed (its
+ * head, or its tail), or NULL. */
+static const char *kept(const struct ckpt_tree_file *f, uint64_t off,
+                        size_t len)
+{
+    if (f->content && off + len <= f->content_len)
+        return f->content + off;
+    if (f->tail && off >= f->tail_off && off + len <= f->size)
+        return f->tail + (off - f->tail_off);
+    return NULL;
+}
+
 int ckpt_tree_read_streams(const struct ckpt_tree *t, const char *path,
                            uint64_t off, size_t len)
 {
     const struct ckpt_tree_file *f = ckpt_tree_find(t, path);
     return t->archive != CKPT_ARCHIVE_NONE && f &&
-           f->data_offset == CKPT_NO_OFFSET &&
-           !(f->content && off + len <= f->content_len) &&
-           !(f->tail && off >= f->tail_off && off + len <= f->size);
+           f->data_offset == CKPT_NO_OFFSET && !kept(f, off, len);
 }
 
 int ckpt_tree_read_at(struct ckpt_tree *t, const char *path, uint64_t off,
@@ -733,12 +743,9 @@ int ckpt_tree_read_at(struct ckpt_tree *t, const char *path, uint64_t off,
                             "not %llu", t->display, path,
                             (unsigned long long)f->size,
                             (unsigned long long)(off + len));
-    if (f->content && off + len <= f->content_len) {
-        memcpy(buf, f->content + off, len);
-        return 0;
-    }
-    if (f->tail && off >= f->tail_off && off + len <= f->size) {
-        memcpy(buf, f->tail + (off - f->tail_off), len);
+    const char *k = kept(f, off, len);
+    if (k) {
+        memcpy(buf, k, len);
         return 0;
     }
     if (ckpt_tree_read_streams(t, path, off, len)) {
