@@ -126,22 +126,18 @@ static int local_replace(const char *key, const void *data, size_t len,
                                (unsigned long)atomic_fetch_add(&seq, 1));
     free(dir);
     free(base);
-    int rc = 0;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) {
-        rc = ckpt_err_sys(err, "create '%s'", tmp);
-    } else {
-        if (write_all(fd, data, len) != 0)
-            rc = ckpt_err_sys(err, "write '%s'", tmp);
-        if (close(fd) != 0 && rc == 0)
-            rc = ckpt_err_sys(err, "close '%s'", tmp);
-        if (rc == 0 && rename(tmp, key) != 0)
-            rc = ckpt_err_sys(err, "rename '%s' to '%s'", tmp, key);
-        if (rc != 0)
-            unlink(tmp);
+        int rc = ckpt_err_sys(err, "create '%s'", tmp);
+        free(tmp);
+        return rc;
     }
-    free(tmp);
-    return rc;
+    int rc = 0;
+    if (write_all(fd, data, len) != 0)
+        rc = ckpt_err_sys(err, "write '%s'", tmp);
+    if (close(fd) != 0 && rc == 0)
+        rc = ckpt_err_sys(err, "close '%s'", tmp);
+    return st_into_place(tmp, key, rc, err);
 }
 
 static int local_put_if_match(struct ckpt_storage *st, const char *key,

@@ -61,6 +61,10 @@ struct st_fs {
     unsigned long long dev, mnt;
     int has_mnt;
 };
+/* The end of a one-shot local write: the temporary tmp (consumed)
+ * renamed to key when rc is 0, else removed. rc, or -1 with err. */
+int st_into_place(char *tmp, const char *key, int rc, struct ckpt_err *err);
+
 /* name in the directory open at dfd (not followed; "" for dfd itself):
  * its filesystem, whether it is a mount's root, its st_mode. 0, or -1
  * with errno. */

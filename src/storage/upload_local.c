@@ -64,10 +64,8 @@ static int set_mtime(int fd, const char *name, int64_t mtime,
     return 0;
 }
 
-/* The end of a one-shot write: the temporary tmp (consumed) renamed to
- * key when rc is 0, else removed. rc, or -1 with err. */
-static int into_place(char *tmp, const char *key, int rc,
-                      struct ckpt_err *err)
+int st_into_place(char *tmp, const char *key, int rc,
+                  struct ckpt_err *err)
 {
     if (rc == 0 && rename(tmp, key) != 0)
         rc = ckpt_err_sys(err, "rename '%s' to '%s'", tmp, key);
@@ -103,7 +101,7 @@ int st_local_up_put(struct ckpt_storage *st, const char *key, const void *data,
         rc = set_mtime(fd, tmp, meta->mtime, err);
     if (fd >= 0 && close(fd) != 0 && rc == 0)
         rc = ckpt_err_sys(err, "close '%s'", tmp);
-    return into_place(tmp, key, rc, err);
+    return st_into_place(tmp, key, rc, err);
 }
 
 /* ---- a file placed as it is ---- */
@@ -214,7 +212,7 @@ int st_local_up_file(struct ckpt_storage *st, const char *key,
         if (utimensat(AT_FDCWD, tmp, ts, AT_SYMLINK_NOFOLLOW) != 0)
             rc = ckpt_err_sys(err, "set modification time of '%s'", tmp);
     }
-    return into_place(tmp, key, rc, err);
+    return st_into_place(tmp, key, rc, err);
 }
 
 int st_local_up_start(struct ckpt_storage *st, const char *key, uint64_t size,
