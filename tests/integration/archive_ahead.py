@@ -27,14 +27,14 @@ before asked, the two last blocks kept, a read failure, close at any
 point.
 """
 import os
-import random
 import subprocess
 import sys
 import tarfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import Checker, ckpt, gen_runs, old_ctime, scratch  # noqa: E402
+from s3test import (Checker, ckpt, gen_runs, noise, old_ctime,  # noqa: E402
+                    scratch)
 from onepass import SHIM  # noqa: E402
 
 RUN = "2871005"
@@ -43,11 +43,7 @@ RUN = "2871005"
 def make_tar(tmp):
     gen = os.path.join(tmp, "gen")
     gen_runs(gen)
-    r = random.Random(22)
-    with open(os.path.join(gen, RUN, "blob.bin"), "wb") as f:
-        for i in range(80):
-            f.write(r.randbytes(30000))
-            f.write(bytes(r.randrange(4) for _ in range(75000)))
+    noise(os.path.join(gen, RUN, "blob.bin"), 80, 75000, 4)
     tar = os.path.join(tmp, "run.tar")
     subprocess.run(["tar", "cf", tar, "-C", gen, RUN], check=True)
     return gen, tar

@@ -24,7 +24,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import (Checker, S3Env, contents, ckpt, gen_runs,  # noqa: E402
-                    old_ctime, scratch, tool)
+                    noise, old_ctime, scratch, tool)
 
 B = "ckpt-test"
 RUN = "2871005"
@@ -42,11 +42,7 @@ def make_run(tmp):
     shutil.copytree(os.path.join(gen, RUN), os.path.join(src, RUN))
     # 3 MB of compressible noise: many bzip2 blocks at -1, several xz
     # blocks, several zstd frames.
-    r = random.Random(22)
-    with open(os.path.join(src, RUN, "blob.bin"), "wb") as f:
-        for i in range(30):
-            f.write(r.randbytes(30000))
-            f.write(bytes(r.randrange(5) for _ in range(70000)))
+    noise(os.path.join(src, RUN, "blob.bin"), 30, 70000, 5)
     tar = os.path.join(tmp, "run.tar")
     subprocess.run(["tar", "cf", tar, "-C", src, RUN], check=True)
     return tar

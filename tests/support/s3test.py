@@ -4,6 +4,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,17 @@ def download(env, bucket, prefix, to):
     sh("aws", "s3", "cp", "--quiet", "--recursive",
        "s3://%s/%s" % (bucket, prefix), to, env=env)
     return to
+
+
+def noise(path, rounds, run, alphabet):
+    """Compressible noise at path, the same bytes every time: rounds of
+    30,000 random bytes then run bytes drawn from range(alphabet) (many
+    bzip2 blocks, xz blocks and zstd frames once compressed)."""
+    r = random.Random(22)
+    with open(path, "wb") as f:
+        for _ in range(rounds):
+            f.write(r.randbytes(30000))
+            f.write(bytes(r.randrange(alphabet) for _ in range(run)))
 
 
 def contents(root):
