@@ -32,6 +32,13 @@ static const char *rel_of(const struct judge_view *v, size_t i)
     return ckpt_tree_rel(v->t, i, v->dir);
 }
 
+/* rel_of for a file; NULL for a directory (an archive lists nested ones,
+ * a directory's listing only those at its top). */
+static const char *file_rel_of(const struct judge_view *v, size_t i)
+{
+    return v->t->files[i].type == CKPT_ENTRY_DIR ? NULL : rel_of(v, i);
+}
+
 static const char *base_of(const char *p)
 {
     const char *s = strrchr(p, '/');
@@ -85,8 +92,8 @@ static long rank_set(const struct judge_view *v, struct ckpt_checkpoint *c,
     long max = -1, count = 0;
     size_t sl = strlen(sub);
     for (size_t i = v->lo; i < v->hi; i++) {
-        const char *r = rel_of(v, i);
-        if (sl && (strncmp(r, sub, sl) != 0 || r[sl] != '/'))
+        const char *r = file_rel_of(v, i);
+        if (!r || (sl && (strncmp(r, sub, sl) != 0 || r[sl] != '/')))
             continue;
         const char *name = sl ? r + sl + 1 : r;
         if (strchr(name, '/'))
@@ -265,8 +272,8 @@ static long rank_local_max(const struct judge_view *v, const char *mdir,
     long max = -1;
     *count = 0;
     for (size_t i = v->lo; i < v->hi; i++) {
-        const char *r = rel_of(v, i);
-        if (sl && (strncmp(r, mdir, sl) != 0 || r[sl] != '/'))
+        const char *r = file_rel_of(v, i);
+        if (!r || (sl && (strncmp(r, mdir, sl) != 0 || r[sl] != '/')))
             continue;
         const char *name = sl ? r + sl + 1 : r;
         if (strchr(name, '/') || strncmp(name, "__", 2) != 0)
@@ -848,8 +855,8 @@ static int has_file_like(const struct judge_view *v, const char *sub,
 {
     size_t sl = strlen(sub);
     for (size_t i = v->lo; i < v->hi; i++) {
-        const char *r = rel_of(v, i);
-        if (sl && (strncmp(r, sub, sl) != 0 || r[sl] != '/'))
+        const char *r = file_rel_of(v, i);
+        if (!r || (sl && (strncmp(r, sub, sl) != 0 || r[sl] != '/')))
             continue;
         const char *name = sl ? r + sl + 1 : r;
         if (strchr(name, '/'))

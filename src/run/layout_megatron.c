@@ -71,7 +71,8 @@ static int has_dcp(const struct judge_view *v, const char *suffix)
 {
     for (size_t i = v->lo; i < v->hi; i++) {
         const char *r = judge_rel(v, i);
-        if (!strchr(r, '/') && ckpt_str_startswith(r, "__") &&
+        if (v->t->files[i].type != CKPT_ENTRY_DIR && !strchr(r, '/') &&
+            ckpt_str_startswith(r, "__") &&
             ckpt_str_endswith(r, suffix))
             return 1;
     }
