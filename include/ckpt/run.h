@@ -161,6 +161,21 @@ struct ckpt_checkpoint {
     int root;            /* the run directory (or the archive's top
                           * directory) is itself this checkpoint: dir is
                           * "", name the directory's or archive's name */
+    int named;           /* a directory at a checkpoint's place that a
+                          * layout recognises by its files, under a name
+                          * without a step (`final`, `best-model`, a
+                          * DeepSpeed tag `latest` names): step is -1 */
+    char *foreign;       /* owned: the first file of it (path in the run)
+                          * that its layout does not own and that is no
+                          * debris, or not a regular file; NULL if none */
+    size_t nforeign;
+    char *special;       /* owned: the first file of it that is not a
+                          * regular file (FIFO, socket, device, link) */
+    size_t nspecial;
+    char *pinned;        /* owned: why the writer pins it (HF's
+                          * best_model_checkpoint, DeepSpeed's `latest`,
+                          * Megatron's latest_checkpointed_iteration.txt):
+                          * never pruned; NULL if it does not */
 };
 
 struct ckpt_run {
@@ -171,6 +186,14 @@ struct ckpt_run {
     size_t n;
     uint64_t size;       /* bytes of all files */
     uint64_t nfiles;
+    char *unaccounted;   /* owned: the first file nothing accounts for
+                          * (docs/reliability.md, "Delete by
+                          * accounting"), or NULL: a run holding one is
+                          * never bad */
+    size_t nunaccounted;
+    char *holds_run;     /* owned: the first directory below the top that
+                          * is a run of its own, or NULL: a directory that
+                          * holds runs is never judged as one run */
 };
 
 /* Recognise a checkpoint directory name: stepN, stepN-unsharded, step_N,
@@ -185,9 +208,30 @@ int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded);
 int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *tree,
                   struct ckpt_err *err);
 void ckpt_run_release(struct ckpt_run *run);
+void ckpt_checkpoint_release(struct ckpt_checkpoint *c);
 /* config.yaml with wandb/ or train_data/, or at least one checkpoint
- * directory (a root checkpoint alone does not make a run). */
+ * directory (a root checkpoint alone does not make a run), and no run
+ * below the top (holds_run). */
 int ckpt_run_looks_like_run(const struct ckpt_run *run);
+
+/* Files below this size that are not weights-like are run debris,
+ * wherever they are (docs/reliability.md, "Delete by accounting"). */
+#define CKPT_DEBRIS_MAX ((uint64_t)64 << 20)
+/* A name that may hold weights or a checkpoint (*.safetensors, *.pt,
+ * *.bin, *.distcp, .metadata, archives, ...): never debris. */
+int ckpt_weights_like(const char *path);
+/* Each file of the judged run nothing accounts for, in order: a file
+ * outside its checkpoints; the first one a checkpoint proven incomplete
+ * does not own, with n the number of such files in it. A non-zero
+ * return stops and is returned. */
+typedef int (*ckpt_unaccounted_fn)(void *ud, const char *path, uint64_t size,
+                                   size_t n);
+int ckpt_run_unaccounted_each(const struct ckpt_run *run,
+                              const struct ckpt_tree *t,
+                              ckpt_unaccounted_fn fn, void *ud);
+/* File f at path (in the run) is run debris: a regular file, not
+ * weights-like, small, or in wandb/, train_data/, logs/ or log-like. */
+int ckpt_debris(const char *path, const struct ckpt_tree_file *f);
 /* The newest complete checkpoint with step > 0 (or a complete root
  * checkpoint, whatever its name), or NULL: a run without one is bad. */
 const struct ckpt_checkpoint *ckpt_run_best(const struct ckpt_run *run);
@@ -208,6 +252,15 @@ int ckpt_run_root_format(const struct ckpt_tree *t);
 /* 1 when t's top holds files that ls judges a complete unsharded
  * checkpoint (model.pt, model.safetensors, ...: already whole), else 0. */
 int ckpt_run_root_whole(struct ckpt_tree *t);
+
+/* The entries of directory key that may be runs, sorted and unique
+ * (malloced, each malloced): directories and archives, not hidden; a
+ * hidden `.NAME.ckpt-del-HOST-PID` (a delete a killed process left
+ * renamed aside) stands for key/NAME. keep (may be NULL) vetoes one by
+ * returning 0. *any (may be NULL): key holds anything at all. */
+int ckpt_run_children(struct ckpt_storage *st, const char *key,
+                      int (*keep)(void *ud, const char *key), void *ud,
+                      char ***keys, size_t *n, int *any, struct ckpt_err *err);
 
 enum ckpt_load_status {
     CKPT_LOAD_OK = 0,

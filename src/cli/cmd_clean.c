@@ -40,6 +40,10 @@ struct item {
     struct ckpt_clean_item c;
     struct ckpt_loc loc;
     const struct ckpt_opts *g;
+    char *arg;          /* owned: a run found in a directory of runs, as
+                           shown (DIR/NAME), or NULL: argv's */
+    int container;      /* a directory of runs: judged run by run */
+    int kid0, nkids;    /* its runs: items[kid0 .. kid0 + nkids) */
 };
 
 static void report(struct item *x)
@@ -81,6 +85,59 @@ static void act(void *arg)
 {
     struct item *x = arg;
     ckpt_clean_act(&x->c);
+}
+
+/* A directory that holds runs is never judged as one run (SPEC): its
+ * runs (directories and archives) are judged instead, each on its own,
+ * as `ckpt process DIR` and `ckpt ls DIR` do. Nested directories of runs
+ * are expanded again, a few levels at most. Returns the items added. */
+static int expand(struct item ***items, int *n, struct item *x, int depth)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    char **keys;
+    size_t nk;
+    if (depth > 4 || ckpt_run_children(x->c.st, x->c.key, NULL, NULL, &keys,
+                                       &nk, NULL, &err) != 0) {
+        if (depth <= 4) {
+            x->c.action = "error";
+            ckpt_buf_reset(&x->c.reason);
+            ckpt_buf_addstr(&x->c.reason, err.msg);
+        }
+        return 0;
+    }
+    x->container = 1;
+    x->kid0 = *n;
+    x->nkids = (int)nk;
+    *items = ckpt_xreallocarray(*items, (size_t)*n + nk, sizeof(**items));
+    for (size_t i = 0; i < nk; i++) {
+        struct item *k = ckpt_xcalloc(1, sizeof(*k));
+        char *base = ckpt_path_basename(keys[i]);
+        k->g = x->g;
+        k->arg = ckpt_path_join(x->c.arg, base);
+        ckpt_clean_item_init(&k->c, x->c.st, keys[i], k->arg, x->c.co);
+        if (ckpt_clean_precheck(&k->c, &err) != 0) {
+            k->c.action = "error";
+            ckpt_buf_addstr(&k->c.reason, err.msg);
+        }
+        (*items)[(*n)++] = k;
+        free(base);
+        free(keys[i]);
+    }
+    free(keys);
+    return (int)nk;
+}
+
+/* The items to act on and report, in argument order, a directory of runs
+ * standing for its runs (sorted). */
+static void in_order(struct item **items, struct item *x, struct item **out,
+                     int *m)
+{
+    if (!x->container) {
+        out[(*m)++] = x;
+        return;
+    }
+    for (int i = 0; i < x->nkids; i++)
+        in_order(items, items[x->kid0 + i], out, m);
 }
 
 static void run_phase(struct item **items, int n, int jobs, ckpt_task_fn fn)
@@ -136,11 +193,11 @@ int cmd_clean(int argc, char **argv)
     cli_init_output(&g);
     co.dry_run = g.dry_run;
 
-    struct item *items = ckpt_xcalloc((size_t)n, sizeof(*items));
+    struct item **items = ckpt_xcalloc((size_t)n, sizeof(*items));
     struct storages stores = { 0 };
     int jobs = cli_default_jobs(&g, n, 8);
     for (int i = 0; i < n; i++) {
-        struct item *x = &items[i];
+        struct item *x = items[i] = ckpt_xcalloc(1, sizeof(*x));
         struct ckpt_storage *st = NULL;
         struct ckpt_err err = CKPT_ERR_INIT;
         x->g = &g;
@@ -153,19 +210,33 @@ int cmd_clean(int argc, char **argv)
         }
     }
     /* Judge everything first, then act: nothing is touched until every
-     * RUN has been read. */
-    struct item **todo = ckpt_xcalloc((size_t)n, sizeof(*todo));
+     * RUN has been read. A directory of runs is replaced by its runs. */
+    int total = n, from = 0;
+    for (int depth = 0; from < total; depth++) {
+        struct item **todo = ckpt_xcalloc((size_t)(total - from),
+                                          sizeof(*todo));
+        int m = 0;
+        for (int i = from; i < total; i++)
+            if (!items[i]->c.action)
+                todo[m++] = items[i];
+        run_phase(todo, m, cli_default_jobs(&g, m, jobs), judge);
+        free(todo);
+        int end = total;
+        for (int i = from; i < end; i++)
+            if (items[i]->c.scanned && items[i]->c.run.holds_run)
+                expand(&items, &total, items[i], depth);
+        from = end;
+    }
+    struct item **todo = ckpt_xcalloc((size_t)total, sizeof(*todo));
     int m = 0;
     for (int i = 0; i < n; i++)
-        if (!items[i].c.action)
-            todo[m++] = &items[i];
-    run_phase(todo, m, jobs, judge);
+        in_order(items, items[i], todo, &m);
     run_phase(todo, m, jobs, act);
     int failed = 0, freed_runs = 0;
     uint64_t freed = 0;
-    for (int i = 0; i < n; i++) {
-        report(&items[i]);
-        const struct ckpt_clean_item *it = &items[i].c;
+    for (int i = 0; i < m; i++) {
+        report(todo[i]);
+        const struct ckpt_clean_item *it = &todo[i]->c;
         freed += it->bytes;
         freed_runs += it->bytes > 0;
         /* A skip is reported once, by its row (docs/output.md). */
@@ -177,9 +248,12 @@ int cmd_clean(int argc, char **argv)
                   ckpt_fmt_size(freed, sz, sizeof(sz)), freed_runs,
                   freed_runs == 1 ? "" : "s");
     }
-    for (int i = 0; i < n; i++) {
-        ckpt_loc_release(&items[i].loc);
-        ckpt_clean_item_release(&items[i].c);
+    for (int i = 0; i < total; i++) {
+        if (i < n)
+            ckpt_loc_release(&items[i]->loc);
+        ckpt_clean_item_release(&items[i]->c);
+        free(items[i]->arg);
+        free(items[i]);
     }
     free(todo);
     free(items);

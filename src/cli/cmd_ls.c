@@ -25,7 +25,10 @@ static const char *const ls_usage[] = {
     "A LOCATION that is not itself a run is listed one level down.",
     "With -l, each Orbax checkpoint is followed by its arrays:",
     "RUN<TAB>CHECKPOINT<TAB>array<TAB>NAME<TAB>DTYPE<TAB>SHAPE<TAB>BYTES",
-    "(NAME is the dotted pytree path; SHAPE like [6,5], [] for a scalar).",
+    "(NAME is the dotted pytree path; SHAPE like [6,5], [] for a scalar),",
+    "and each run by a row per file nothing accounts for (such a run is",
+    "never deleted): RUN<TAB>FILE<TAB>-<TAB>-<TAB>unaccounted: ...<TAB>",
+    "BYTES<TAB>FILES (a checkpoint's first such file stands for FILES).",
     "With --summary, instead: per verdict (complete, incomplete, bad,",
     "live, error) the runs and their bytes, VERDICT<TAB>RUNS<TAB>BYTES",
     "<TAB>SIZE, then total and would-free (what `ckpt clean` with the",
@@ -56,6 +59,8 @@ struct ls_item {
     int explicit;                /* named on the command line */
     int arrays_too;              /* -l */
     cJSON **arrays;              /* -l: per checkpoint, or NULL */
+    cJSON *unaccounted;          /* -l: [{path, bytes, files}] of what
+                                    nothing accounts for, or NULL */
     struct ckpt_run run;
     struct ckpt_err err;
     struct summary *sum;         /* --summary, or NULL */
@@ -95,6 +100,17 @@ static void load_arrays(struct ls_item *it, struct ckpt_tree *tree)
     }
 }
 
+static int add_unaccounted(void *ud, const char *path, uint64_t size,
+                           size_t n)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "path", path);
+    cJSON_AddNumberToObject(o, "bytes", (double)size);
+    cJSON_AddNumberToObject(o, "files", (double)n);
+    cJSON_AddItemToArray(ud, o);
+    return 0;
+}
+
 static void load(void *arg)
 {
     struct ls_item *it = arg;
@@ -109,8 +125,12 @@ static void load(void *arg)
                      it->name);
         return;
     }
-    if (it->arrays_too)
+    if (it->arrays_too) {
         load_arrays(it, tree);
+        it->unaccounted = cJSON_CreateArray();
+        ckpt_run_unaccounted_each(&it->run, tree, add_unaccounted,
+                                  it->unaccounted);
+    }
     ckpt_tree_free(tree);
     it->ok = 1;
 }
@@ -248,6 +268,28 @@ static void free_arrays(struct ls_item *it)
         cJSON_Delete(it->arrays[i]);
     free(it->arrays);
     it->arrays = NULL;
+    cJSON_Delete(it->unaccounted);
+    it->unaccounted = NULL;
+}
+
+/* -l: a row per file nothing accounts for (a run holding one is never
+ * deleted): RUN, the file, '-', '-', the state, its bytes, the number of
+ * such files it stands for (a checkpoint's first one stands for all). */
+static void print_unaccounted(const struct ls_item *it)
+{
+    const cJSON *o;
+    cJSON_ArrayForEach(o, it->unaccounted) {
+        char bytes[32], files[32];
+        snprintf(bytes, sizeof(bytes), "%.0f", cJSON_GetObjectItem(
+                     o, "bytes")->valuedouble);
+        snprintf(files, sizeof(files), "%.0f", cJSON_GetObjectItem(
+                     o, "files")->valuedouble);
+        const char *f[] = { it->name, cJSON_GetObjectItem(o, "path")->
+                            valuestring, "-", "-", "unaccounted: no "
+                            "checkpoint layout or debris rule covers it",
+                            bytes, files };
+        cli_out_tsv(7, f);
+    }
 }
 
 static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
@@ -269,6 +311,9 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
                                       "arrays", cJSON_Duplicate(
                                           it->arrays[i], 1));
         cJSON_AddItemToObject(o, "checkpoints", cks);
+        if (it->unaccounted)
+            cJSON_AddItemToObject(o, "unaccounted",
+                                  cJSON_Duplicate(it->unaccounted, 1));
         cli_out_json(o);
         return;
     }
@@ -280,6 +325,7 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
         const char *f[] = { it->name, "-", "-", "-", "no checkpoints", bytes,
                             files };
         cli_out_tsv(7, f);
+        print_unaccounted(it);
         return;
     }
     for (size_t i = 0; i < it->run.n; i++) {
@@ -303,6 +349,7 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
         ckpt_buf_release(&state);
         print_arrays(it, i);
     }
+    print_unaccounted(it);
 }
 
 struct expand {
@@ -459,7 +506,8 @@ int cmd_ls(int argc, char **argv)
     struct summary sum = { .co = { .min_age = 86400, .dry_run = 1 } };
     const struct option opts[] = {
         OPT_BOOL_('l', "long", &arrays_too,
-                  "also list each Orbax checkpoint's arrays"),
+                  "also list each Orbax checkpoint's arrays, and each file "
+                  "nothing accounts for"),
         OPT_BOOL_(0, "summary", &summarize, "runs and bytes per verdict "
                   "(complete, incomplete, bad, live, error) and what "
                   "clean would free"),

@@ -620,56 +620,19 @@ static void queue(struct ckpt_process *p, struct ckpt_storage *st,
 struct children {
     struct ckpt_process *p;
     struct ckpt_storage *st;
-    const char *key;
-    char **keys;
-    size_t n;
-    int any;                    /* SRC holds anything at all */
 };
 
-/* Directories and archives below SRC, not hidden (clean's rename-aside
- * siblings, our own state directory), not DEST, not the --logs location,
- * nor a place holding either. */
-static int child_cb(void *ud, const struct ckpt_entry *e)
+/* Not DEST, not the --logs location, nor a place holding either. */
+static int child_ok(void *ud, const char *key)
 {
     struct children *c = ud;
-    c->any = 1;
-    const char *del = e->name[0] == '.' ? strstr(e->name, ".ckpt-del-")
-                                        : NULL;
-    if (del && del > e->name + 1) {
-        /* A delete of a bad run that a killed worker left renamed aside:
-         * the run's own name is queued, and judging it finishes the
-         * delete (clean's rules: only a dead process's). */
-        char *name = ckpt_xstrndup(e->name + 1,
-                                   (size_t)(del - (e->name + 1)));
-        c->keys = ckpt_xreallocarray(c->keys, c->n + 1, sizeof(char *));
-        c->keys[c->n++] = ckpt_path_join(c->key, name);
-        free(name);
-        return 0;
-    }
-    if (e->name[0] == '.' ||
-        (e->type != CKPT_ENTRY_DIR &&
-         !(e->type == CKPT_ENTRY_FILE &&
-           ckpt_archive_kind_of(e->name) != CKPT_ARCHIVE_NONE)))
-        return 0;
-    char *key = ckpt_path_join(c->key, e->name);
     enum ckpt_loc_rel rel = ckpt_storage_relation(c->st, key, c->p->cfg.dst,
                                                   c->p->cfg.dest_key);
     enum ckpt_loc_rel lrel = c->p->cfg.logs_st
         ? ckpt_storage_relation(c->st, key, c->p->cfg.logs_st,
                                 c->p->cfg.logs_key) : CKPT_LOC_APART;
-    if (rel == CKPT_LOC_SAME || rel == CKPT_LOC_B_INSIDE_A ||
-        lrel == CKPT_LOC_SAME || lrel == CKPT_LOC_B_INSIDE_A) {
-        free(key);
-        return 0;
-    }
-    c->keys = ckpt_xreallocarray(c->keys, c->n + 1, sizeof(char *));
-    c->keys[c->n++] = key;
-    return 0;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    return !(rel == CKPT_LOC_SAME || rel == CKPT_LOC_B_INSIDE_A ||
+             lrel == CKPT_LOC_SAME || lrel == CKPT_LOC_B_INSIDE_A);
 }
 
 /* Does a directory SRC that is not a run hold runs? Its directories and
@@ -678,21 +641,17 @@ static int cmp_str(const void *a, const void *b)
 static int expand(struct ckpt_process *p, struct ckpt_storage *st,
                   const char *key, int *any, struct ckpt_err *err)
 {
-    struct children c = { p, st, key, NULL, 0, 0 };
-    int rc = ckpt_storage_list(st, key, 0, child_cb, &c, err);
-    if (rc == 0 && c.n)
-        ckpt_sort(c.keys, c.n, sizeof(char *), cmp_str);
-    size_t queued = 0;
-    for (size_t i = 0; rc == 0 && i < c.n; i++)
-        if (i == 0 || strcmp(c.keys[i], c.keys[i - 1])) {
-            queue(p, st, c.keys[i]);
-            queued++;
-        }
-    for (size_t i = 0; i < c.n; i++)
-        free(c.keys[i]);
-    free(c.keys);
-    *any = c.any;
-    return rc == 0 ? (int)queued : -1;
+    struct children c = { p, st };
+    char **keys;
+    size_t n;
+    if (ckpt_run_children(st, key, child_ok, &c, &keys, &n, any, err) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        queue(p, st, keys[i]);
+        free(keys[i]);
+    }
+    free(keys);
+    return (int)n;
 }
 
 /* Is a missing SRC a run an earlier invocation finished (its state

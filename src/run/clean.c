@@ -193,11 +193,29 @@ static int unsafe_local(const char *key, struct ckpt_err *err)
     return 0;
 }
 
+/* Why checkpoint c, complete, is never pruned whatever the options say
+ * (NULL: it may be): the writer pins it, its step is not known, or it
+ * holds a file its layout does not own (pruning would delete that too). */
+static char *never_pruned(const struct ckpt_checkpoint *c)
+{
+    if (c->pinned)
+        return ckpt_xstrdup(c->pinned);
+    if (c->named)
+        return ckpt_xstrdup("its step is not known");
+    if (c->special)
+        return ckpt_xasprintf("%s is not a regular file", c->special);
+    if (c->foreign)
+        return ckpt_xasprintf("cannot account for %s", c->foreign);
+    return NULL;
+}
+
 /* Checkpoints to prune in a kept run, per --keep-last / --keep-every.
  * Never the newest complete one, never the complete predecessor of an
- * incomplete (possibly still being written) newer one. */
+ * incomplete (possibly still being written) newer one; never one
+ * never_pruned keeps, whose name and reason go to *held (when not NULL)
+ * if the options alone would have pruned it. */
 static void plan_prune(const struct ckpt_run *run, const struct ckpt_clean_opts *co,
-                       int *prune)
+                       int *prune, struct ckpt_buf *held)
 {
     size_t n = run->n;
     int *keep = ckpt_xcalloc(n ? n : 1, sizeof(int));
@@ -206,8 +224,9 @@ static void plan_prune(const struct ckpt_run *run, const struct ckpt_clean_opts 
     for (size_t i = n; i-- > 0;) {
         const struct ckpt_checkpoint *c = &run->ckpts[i];
         /* Lightning's checkpoints are files and its own save_top_k
-         * prunes them: not counted, never pruned here. */
-        if (!c->complete || c->format == CKPT_FMT_LIGHTNING) {
+         * prunes them: not counted, never pruned here. A named one has
+         * no step to count by. */
+        if (!c->complete || c->format == CKPT_FMT_LIGHTNING || c->named) {
             keep[i] = 1;
             continue;
         }
@@ -232,8 +251,14 @@ static void plan_prune(const struct ckpt_run *run, const struct ckpt_clean_opts 
                 break;
             }
     }
-    for (size_t i = 0; i < n; i++)
-        prune[i] = !keep[i];
+    for (size_t i = 0; i < n; i++) {
+        char *why = keep[i] ? NULL : never_pruned(&run->ckpts[i]);
+        prune[i] = !keep[i] && !why;
+        if (why && held)
+            ckpt_buf_addf(held, "%s%s (%s)", held->len ? ", " : "",
+                          run->ckpts[i].name, why);
+        free(why);
+    }
     free(keep);
 }
 
@@ -273,6 +298,10 @@ static void resume_verdict(struct ckpt_clean_item *it)
         ckpt_buf_addf(&it->reason, "%s (an interrupted delete) now holds "
                       "complete checkpoint %s (%s); left in place", b,
                       best->name, ckpt_format_name(best->format));
+    else if (status == CKPT_LOAD_OK && (run.unaccounted || run.holds_run))
+        ckpt_buf_addf(&it->reason, "%s (an interrupted delete) now holds "
+                      "%s, which nothing accounts for; left in place", b,
+                      run.unaccounted ? run.unaccounted : run.holds_run);
     else if (status != CKPT_LOAD_OK)
         ckpt_buf_addf(&it->reason, "%s (an interrupted delete) is not a "
                       "directory; left in place", b);
@@ -486,7 +515,9 @@ void ckpt_clean_judge(struct ckpt_clean_item *it)
         mount = NULL;
     }
     if (mount || (link && (!strcmp(it->action, msg_delete(it->co)) ||
-                           will_prune(it)))) {
+                           will_prune(it) ||
+                           (!strcmp(it->action, "error") &&
+                            it->run.unaccounted)))) {
         it->action = "error";
         ckpt_buf_reset(&it->reason);
         ckpt_buf_addstr(&it->reason, mount ? mount : link);
@@ -518,6 +549,14 @@ void ckpt_clean_judge(struct ckpt_clean_item *it)
 /* keep, delete or skip, from the scanned run. */
 static void verdict(struct ckpt_clean_item *it)
 {
+    /* One run is one run: a directory of runs is judged run by run,
+     * never as one (with --force neither). */
+    if (it->run.holds_run) {
+        it->action = "skip";
+        ckpt_buf_addf(&it->reason, "holds runs (%s is one): a directory of "
+                      "runs is never judged as one run", it->run.holds_run);
+        return;
+    }
     if (!ckpt_run_looks_like_run(&it->run) && !it->co->force) {
         it->action = "skip";
         ckpt_buf_addstr(&it->reason, "does not look like a run (no "
@@ -539,6 +578,19 @@ static void verdict(struct ckpt_clean_item *it)
         else
             ckpt_buf_addf(&it->reason, "cannot judge checkpoint %s (%s); "
                           "not deleted", unk->name, unk->why);
+        return;
+    }
+    /* Bad by accounting only: every file is part of a checkpoint
+     * proven incomplete (or of step 0), or debris. */
+    if (!best && it->run.unaccounted) {
+        it->action = "error";
+        ckpt_buf_addf(&it->reason, "cannot account for %s", it->run.unaccounted);
+        if (it->run.nunaccounted > 1)
+            ckpt_buf_addf(&it->reason, " (and %zu more file%s)",
+                          it->run.nunaccounted - 1,
+                          it->run.nunaccounted == 2 ? "" : "s");
+        ckpt_buf_addstr(&it->reason, ": no checkpoint layout or debris rule "
+                        "covers it; not deleted");
         return;
     }
     if (!best) {
@@ -568,6 +620,7 @@ static int verify_still_bad(struct ckpt_clean_item *it, struct ckpt_tree **out,
         return err->code == CKPT_ENOTFOUND ? 1 : -1;
     int ok = status == CKPT_LOAD_OK && !tree->damage &&
              !ckpt_run_best(&run) && !ckpt_run_unknown(&run) &&
+             !run.unaccounted && !run.holds_run &&
              run.nfiles <= it->run.nfiles && run.size <= it->run.size &&
              (!it->is_archive || (sb.size == it->sb.size &&
                                   sb.mtime == it->sb.mtime));
@@ -704,7 +757,7 @@ static int will_prune(const struct ckpt_clean_item *it)
         (it->co->keep_last <= 0 && it->co->keep_every <= 0))
         return 0;
     int *prune = ckpt_xcalloc(it->run.n ? it->run.n : 1, sizeof(int));
-    plan_prune(&it->run, it->co, prune);
+    plan_prune(&it->run, it->co, prune, NULL);
     int any = 0;
     for (size_t i = 0; i < it->run.n; i++)
         any |= prune[i];
@@ -717,7 +770,11 @@ static int prune_run(struct ckpt_clean_item *it, struct ckpt_err *err)
     if (!it->co->dry_run && will_prune(it) && refuse_path(it, err) != 0)
         return -1;
     int *prune = ckpt_xcalloc(it->run.n ? it->run.n : 1, sizeof(int));
-    plan_prune(&it->run, it->co, prune);
+    struct ckpt_buf held = CKPT_BUF_INIT;
+    plan_prune(&it->run, it->co, prune, &held);
+    if (held.len)
+        ckpt_buf_addf(&it->reason, "; kept %s", held.ptr);
+    ckpt_buf_release(&held);
     int rc = 0;
     it->pruned_json = cJSON_CreateArray();
     for (size_t i = 0; i < it->run.n && rc == 0; i++) {

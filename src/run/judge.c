@@ -679,6 +679,70 @@ static int check_file(const struct judge_view *v, struct ufind *u, const char *r
     return 0;
 }
 
+/* A safetensors file torch DCP's HuggingFaceStorageWriter wrote without
+ * save_distributed on several ranks (each rank writes the same file name
+ * with its own rows, the last one stays) records where its rows sit in
+ * __metadata__["DCP_SHARDING_INFO"]: a tensor saved at a non-zero offset
+ * is part of a tensor, not the whole. *bytes: its tensors' bytes, *dcp:
+ * whether it was written by a DCP writer (1), else 0. */
+static int check_st_part(const struct judge_view *v, struct ufind *u,
+                         const char *rel, uint64_t *bytes, int *dcp,
+                         struct ckpt_err *err)
+{
+    struct ckpt_safetensors *h = NULL;
+    char *msg;
+    *bytes = 0;
+    *dcp = 0;
+    int w = file_whole_hdr(v, rel, 1, &msg, &h, err);
+    if (w < 0)
+        return -1;
+    u->found = 1;
+    note(u, w, msg);
+    if (!h)
+        return 0;   /* (cut, or in a compressed archive) */
+    *dcp = h->dcp_sharding != NULL;
+    for (size_t i = 0; i < h->n; i++) {
+        const struct ckpt_safetensors_tensor *t = &h->tensors[i];
+        uint64_t off[8];
+        struct ckpt_err e = CKPT_ERR_INIT;
+        *bytes += t->nbytes;
+        int r = t->ndim <= 8 ? ckpt_safetensors_saved_offsets(h, t, off, rel,
+                                                              &e) : 0;
+        int part = 0;
+        for (int d = 0; r == 1 && d < t->ndim; d++)
+            part |= off[d] != 0;
+        if (part)
+            note(u, W_CUT, ckpt_xasprintf("%s holds part of tensor '%s' "
+                                          "(DCP_SHARDING_INFO: saved at a "
+                                          "non-zero offset)", rel, t->name));
+        else if (r < 0)
+            note(u, W_UNKNOWN, ckpt_xstrdup(e.msg));
+    }
+    ckpt_safetensors_free(h);
+    return 0;
+}
+
+/* An index's total_size against the bytes of the tensors its shards
+ * hold: torch DCP's HuggingFaceStorageWriter counts every rank's rows,
+ * so less present than it says is proof of a part-saved tensor; HF's
+ * own writers' totals are not checked against (unknown at most). */
+static void check_total(const struct judge_view *v, struct ufind *u,
+                        const char *rel, uint64_t have, int dcp)
+{
+    cJSON *j = NULL;
+    struct ckpt_err e = CKPT_ERR_INIT;
+    if (json_field(v, rel, &j, &e) != 0)
+        return;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "metadata");
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(m, "total_size");
+    if (cJSON_IsNumber(ts) && ts->valuedouble > (double)have)
+        note(u, dcp ? W_CUT : W_UNKNOWN,
+             ckpt_xasprintf("%s: total_size %.0f, but its shards hold "
+                            "%llu bytes of tensors", rel, ts->valuedouble,
+                            (unsigned long long)have));
+    cJSON_Delete(j);
+}
+
 /* Another trainer's torch.save file beside the weights (HF Trainer's
  * optimizer.pt, scheduler.pt, rng_state.pth, training_args.bin): a zip
  * cut short proves the step incomplete; a file that is no zip says
@@ -798,7 +862,9 @@ static int judge_unsharded(const struct judge_view *v, struct ckpt_checkpoint *c
         "model.pt", "checkpoint.pt", "optim.pt", "train.pt",
     };
     struct ufind u = { NULL, NULL, 0 };
-    int rc = 0, split = 0, index = 0, splitb = 0, indexb = 0;
+    int rc = 0, split = 0, index = 0, splitb = 0, indexb = 0, dcp = 0;
+    uint64_t st_bytes = 0;
+    const char *st_index = NULL;
     for (size_t i = 0; rc == 0 && i < sizeof(torch) / sizeof(torch[0]); i++)
         if (get(v, torch[i]))
             rc = check_file(v, &u, torch[i], 0, err);
@@ -807,10 +873,15 @@ static int judge_unsharded(const struct judge_view *v, struct ckpt_checkpoint *c
         if (strchr(r, '/') || v->t->files[i].type == CKPT_ENTRY_DIR)
             continue;
         if (ckpt_str_endswith(r, ".safetensors")) {
+            uint64_t b = 0;
+            int d = 0;
             split |= split_shard(r);
-            rc = check_file(v, &u, r, 1, err);
+            rc = check_st_part(v, &u, r, &b, &d, err);
+            st_bytes += b;
+            dcp |= d;
         } else if (ckpt_str_endswith(r, ".safetensors.index.json")) {
             index = 1;
+            st_index = r;
             rc = check_index(v, &u, r, err);
         } else if (hf_weights_bin(r)) {
             splitb |= split_shard_of(r, ".bin");
@@ -828,6 +899,8 @@ static int judge_unsharded(const struct judge_view *v, struct ckpt_checkpoint *c
     if (rc == 0 && split && !index)
         note_missing(v, &u, ckpt_xstrdup("split safetensors without their "
                                          "*.safetensors.index.json"));
+    if (rc == 0 && st_index && !u.cut && !v->t->damage)
+        check_total(v, &u, st_index, st_bytes, dcp);
     if (rc == 0 && !has_model(v) &&
         (get(v, "optim.pt") || get(v, "optim.safetensors") ||
          get(v, "train.pt")))
@@ -967,29 +1040,78 @@ static int plain_recognise(const struct judge_view *v)
     return 1;
 }
 
+/* What each layout's writer writes (layout.h, owns). */
+static int ranked_in(const char *rel, const char *sub, const char *prefix,
+                     const char *suffix)
+{
+    size_t sl = strlen(sub);
+    return !strncmp(rel, sub, sl) && rel[sl] == '/' &&
+           rank_of(rel + sl + 1, prefix, suffix) >= 0;
+}
+
+static int dcp_owns(const struct judge_view *v, const char *rel)
+{
+    (void)v;
+    /* OLMo torch_new's trainer state; NeMo's common.pt */
+    return judge_dcp_file(rel, "") || judge_dcp_file(rel, "model_and_optim") ||
+           ranked_in(rel, "train", "rank", ".pt") || !strcmp(rel, "common.pt");
+}
+
+static int olmo_core_owns(const struct judge_view *v, const char *rel)
+{
+    (void)v;
+    return ranked_in(rel, "model", "rank_", ".safetensors") ||
+           ranked_in(rel, "optim", "rank_", ".safetensors") ||
+           ranked_in(rel, "train", "rank", ".pt");
+}
+
+static int olmo_local_owns(const struct judge_view *v, const char *rel)
+{
+    (void)v;
+    return ranked_in(rel, "model", "rank", ".pt") ||
+           ranked_in(rel, "optim", "rank", ".pt") ||
+           ranked_in(rel, "train", "rank", ".pt");
+}
+
+static int olmo_legacy_owns(const struct judge_view *v, const char *rel)
+{
+    (void)v;
+    return !strchr(rel, '/') && rank_of(rel, "rank", ".pt") >= 0;
+}
+
+/* judge_unsharded judges every torch and safetensors file at the top. */
+static int plain_owns(const struct judge_view *v, const char *rel)
+{
+    static const char *const sfx[] = { ".safetensors", ".pt", ".pth", ".bin",
+                                       NULL };
+    (void)v;
+    return judge_top_with(rel, sfx);
+}
+
 const struct judge_layout judge_layout_orbax = {
-    "orbax", CKPT_FMT_ORBAX, orbax_recognise, judge_orbax, NULL,
+    "orbax", CKPT_FMT_ORBAX, orbax_recognise, judge_orbax, NULL, NULL,
 };
 const struct judge_layout judge_layout_dcp = {
-    "dcp", CKPT_FMT_DCP, dcp_recognise, dcp_judge, NULL,
+    "dcp", CKPT_FMT_DCP, dcp_recognise, dcp_judge, NULL, dcp_owns,
 };
 const struct judge_layout judge_layout_zarr = {
-    "zarr", CKPT_FMT_ZARR, zarr_recognise, judge_zarr, NULL,
+    "zarr", CKPT_FMT_ZARR, zarr_recognise, judge_zarr, NULL, NULL,
 };
 const struct judge_layout judge_layout_olmo_core = {
     "olmo-core", CKPT_FMT_OLMO_CORE, olmo_core_recognise, judge_olmo_core,
-    NULL,
+    NULL, olmo_core_owns,
 };
 const struct judge_layout judge_layout_olmo_local = {
     "olmo-local", CKPT_FMT_OLMO_LOCAL, olmo_local_recognise,
-    judge_olmo_local, NULL,
+    judge_olmo_local, NULL, olmo_local_owns,
 };
 const struct judge_layout judge_layout_olmo_legacy = {
     "olmo-legacy", CKPT_FMT_OLMO_LEGACY, olmo_legacy_recognise,
-    olmo_legacy_judge, NULL,
+    olmo_legacy_judge, NULL, olmo_legacy_owns,
 };
 const struct judge_layout judge_layout_plain = {
     "unsharded", CKPT_FMT_UNSHARDED, plain_recognise, judge_unsharded, NULL,
+    plain_owns,
 };
 
 enum ckpt_format ckpt_judge_format(const struct ckpt_tree *t,
@@ -1001,6 +1123,59 @@ enum ckpt_format ckpt_judge_format(const struct ckpt_tree *t,
         return CKPT_FMT_UNKNOWN;
     const struct judge_layout *L = judge_layout_find(&v);
     return L->format_of ? L->format_of(&v) : L->format;
+}
+
+/* Record in c the files of v that L's judgement does not cover: not
+ * regular (special), or neither owned by L nor debris (foreign). Paths
+ * are the run's. */
+static void find_foreign(const struct judge_view *v, const struct judge_layout *L,
+                         struct ckpt_checkpoint *c)
+{
+    for (size_t i = v->lo; i < v->hi; i++) {
+        const struct ckpt_tree_file *f = &v->t->files[i];
+        if (f->type == CKPT_ENTRY_DIR)
+            continue;
+        const char *rel = v->one_file ? "" : rel_of(v, i);
+        int special = f->type != CKPT_ENTRY_FILE;
+        if (special) {
+            if (!c->nspecial++)
+                c->special = ckpt_xstrdup(f->path);
+        } else if (v->one_file || !L->owns || L->owns(v, rel) ||
+                   ckpt_debris(f->path, f)) {
+            continue;
+        }
+        if (!c->nforeign++)
+            c->foreign = ckpt_xstrdup(f->path);
+    }
+}
+
+int ckpt_judge_recognised(const struct ckpt_tree *t, const char *dir)
+{
+    struct judge_view v = { (struct ckpt_tree *)t, dir, 0, 0, 0 };
+    ckpt_tree_range(t, dir, &v.lo, &v.hi);
+    if (v.lo >= v.hi)
+        return 0;
+    const struct judge_layout *L = judge_layout_find(&v);
+    /* (rank<N>.pt alone is too common a name to stand for OLMo) */
+    if (L == &judge_layout_olmo_legacy)
+        return 0;
+    if (L != &judge_layout_plain)
+        return 1;
+    /* the weights files judge_unsharded knows by name (not any .bin:
+     * token data is .bin too) */
+    static const char *const known[] = {
+        "model.pt", "checkpoint.pt", "optim.pt", "train.pt", NULL
+    };
+    for (size_t i = v.lo; i < v.hi; i++) {
+        const char *r = rel_of(&v, i);
+        int k = 0;
+        for (const char *const *n = known; *n && !k; n++)
+            k = !strcmp(r, *n);
+        if (t->files[i].type == CKPT_ENTRY_FILE && !strchr(r, '/') &&
+            (k || ckpt_str_endswith(r, ".safetensors") || hf_weights_bin(r)))
+            return 1;
+    }
+    return 0;
 }
 
 /* A checkpoint that is one file (Lightning's "epoch=0-step=100.ckpt"):
@@ -1020,6 +1195,7 @@ static int judge_one_file(struct ckpt_tree *t, struct ckpt_checkpoint *c,
     const struct judge_layout *L = judge_layout_find(&v);
     c->format = L->format;
     int rc = L->judge(&v, c, err);
+    find_foreign(&v, L, c);
     free(parent);
     return rc;
 }
@@ -1044,9 +1220,17 @@ int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
     }
     const struct judge_layout *L = judge_layout_find(&v);
     c->format = L->format;
+    find_foreign(&v, L, c);
     if (nemo_unfinished(&v))
-        return set_why(c, "%s", "marked unfinished");
-    return L->judge(&v, c, err);
+        set_why(c, "%s", "marked unfinished");
+    else if (L->judge(&v, c, err) != 0)
+        return -1;   /* (a FIFO it had to read: an error naming it) */
+    /* A FIFO, socket, device or link where a file belongs says nothing
+     * about the checkpoint (a FIFO has size 0: "empty" would be false
+     * proof): whatever the layout concluded, ckpt cannot tell. */
+    if (c->special)
+        set_unknown(c, "%s is not a regular file", c->special);
+    return 0;
 }
 
 /* ckpt's unshard writes model.pt, optim.pt and train.pt for an OLMo step;
@@ -1088,6 +1272,29 @@ const char *judge_rel(const struct judge_view *v, size_t i)
 long judge_rank_of(const char *name, const char *prefix, const char *suffix)
 {
     return rank_of(name, prefix, suffix);
+}
+
+int judge_top_with(const char *rel, const char *const *suffixes)
+{
+    if (strchr(rel, '/'))
+        return 0;
+    for (const char *const *s = suffixes; *s; s++)
+        if (ckpt_str_endswith(rel, *s))
+            return 1;
+    return 0;
+}
+
+int judge_dcp_file(const char *rel, const char *dir)
+{
+    size_t dl = strlen(dir);
+    if (dl && (strncmp(rel, dir, dl) != 0 || rel[dl] != '/'))
+        return 0;
+    const char *name = dl ? rel + dl + 1 : rel;
+    if (strchr(name, '/'))
+        return 0;
+    return !strcmp(name, ".metadata") || ckpt_str_endswith(name, ".distcp") ||
+           (ckpt_str_startswith(name, "__") &&
+            ckpt_str_endswith(name, ".metadata"));
 }
 
 void judge_incomplete(struct ckpt_checkpoint *c, const char *fmt,

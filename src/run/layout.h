@@ -36,6 +36,12 @@ struct judge_layout {
                  struct ckpt_err *err);
     /* The format from names alone (ckpt_judge_format); NULL: format. */
     enum ckpt_format (*format_of)(const struct judge_view *v);
+    /* 1 if file rel (relative to the checkpoint) is one this layout's
+     * writer writes, so that its judgement covers it; NULL: every file
+     * of the directory is (Orbax, zarr, Lightning). A weights-like file
+     * it does not own in a checkpoint it proved incomplete is not
+     * accounted for (account.c): the run is then never bad. */
+    int (*owns)(const struct judge_view *v, const char *rel);
 };
 
 /* The layout of v: the first entry of the table that recognises it
@@ -85,6 +91,12 @@ int judge_torch_pickle(const struct judge_view *v, const char *rel,
                        char **why, struct ckpt_err *err);
 /* "prefix<N>suffix" directly in the checkpoint: N, or -1. */
 long judge_rank_of(const char *name, const char *prefix, const char *suffix);
+/* rel is a file directly at the checkpoint's top (no '/') ending in one
+ * of the NULL-terminated suffixes. */
+int judge_top_with(const char *rel, const char *const *suffixes);
+/* rel is "DIR/" + a DCP file (.metadata, __R.metadata, *.distcp) with
+ * DIR dir ("" the top). */
+int judge_dcp_file(const char *rel, const char *dir);
 
 /* The layouts (layout_<trainer>.c). */
 extern const struct judge_layout judge_layout_hf;

@@ -321,6 +321,16 @@ static int dh_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
+/* The shards and consolidated files at the top, the shards moved to
+ * sharded/. */
+static int dh_owns(const struct judge_view *v, const char *rel)
+{
+    (void)v;
+    if (ckpt_str_startswith(rel, "sharded/"))
+        rel += strlen("sharded/");
+    return !strchr(rel, '/') && ckpt_str_endswith(rel, ".safetensors");
+}
+
 const struct judge_layout judge_layout_dcp_hf = {
-    "dcp-hf", CKPT_FMT_DCP_HF, dh_recognise, dh_judge, NULL,
+    "dcp-hf", CKPT_FMT_DCP_HF, dh_recognise, dh_judge, NULL, dh_owns,
 };

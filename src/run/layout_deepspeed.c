@@ -171,6 +171,14 @@ static int ds_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
+/* ds_judge judges every torch file at the top of the step. */
+static int ds_owns(const struct judge_view *v, const char *rel)
+{
+    static const char *const pt[] = { ".pt", NULL };
+    (void)v;
+    return judge_top_with(rel, pt);
+}
+
 const struct judge_layout judge_layout_deepspeed = {
-    "deepspeed", CKPT_FMT_DEEPSPEED, ds_recognise, ds_judge, NULL,
+    "deepspeed", CKPT_FMT_DEEPSPEED, ds_recognise, ds_judge, NULL, ds_owns,
 };

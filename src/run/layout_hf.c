@@ -193,6 +193,27 @@ static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
+/* The weights and torch files at the top (accelerate's random_states_R
+ * .pkl too), the FSDP directories' DCP files, and the DeepSpeed files of
+ * the engine's own checkpoint in a subdirectory (global_stepN/). */
+static int hf_owns(const struct judge_view *v, const char *rel)
+{
+    static const char *const top[] = { ".safetensors", ".pt", ".pth", ".bin",
+                                       ".pkl", NULL };
+    (void)v;
+    if (judge_top_with(rel, top))
+        return 1;
+    size_t n = fsdp_dir(rel);
+    if (n) {
+        char *d = ckpt_xstrndup(rel, n);
+        int dcp = judge_dcp_file(rel, d);
+        free(d);
+        return dcp;
+    }
+    const char *sl = strchr(rel, '/');
+    return sl && !strchr(sl + 1, '/') && ckpt_str_endswith(rel, ".pt");
+}
+
 const struct judge_layout judge_layout_hf = {
-    "hf", CKPT_FMT_HF, hf_recognise, hf_judge, hf_format,
+    "hf", CKPT_FMT_HF, hf_recognise, hf_judge, hf_format, hf_owns,
 };

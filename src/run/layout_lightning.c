@@ -120,5 +120,5 @@ static int lt_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
 }
 
 const struct judge_layout judge_layout_lightning = {
-    "lightning", CKPT_FMT_LIGHTNING, lt_recognise, lt_judge, NULL,
+    "lightning", CKPT_FMT_LIGHTNING, lt_recognise, lt_judge, NULL, NULL,
 };

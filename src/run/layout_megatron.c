@@ -258,6 +258,21 @@ static int mg_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
     return mg_dist(v, c, err);
 }
 
+/* The rank directories' torch files (model_optim_rng.pt, the
+ * distributed optimizer's distrib_optim.pt), torch_dist's DCP files and
+ * common.pt. */
+static int mg_owns(const struct judge_view *v, const char *rel)
+{
+    (void)v;
+    const char *sl = strchr(rel, '/');
+    long r[3];
+    int n;
+    if (sl)
+        return !strchr(sl + 1, '/') && ckpt_str_endswith(rel, ".pt") &&
+               rank_dir(rel, (size_t)(sl - rel), r, &n);
+    return judge_dcp_file(rel, "") || !strcmp(rel, "common.pt");
+}
+
 const struct judge_layout judge_layout_megatron = {
-    "megatron", CKPT_FMT_MEGATRON, mg_recognise, mg_judge, NULL,
+    "megatron", CKPT_FMT_MEGATRON, mg_recognise, mg_judge, NULL, mg_owns,
 };

@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ckpt/archive.h"
 #include "ckpt/run.h"
@@ -46,11 +47,47 @@ static int all_digits(const char *s, size_t n, int64_t *v)
     return 1;
 }
 
+/* Orbax writes a step under "<step>.orbax-checkpoint-tmp-<time>" and
+ * renames it when done: the step's name with that suffix is the step,
+ * judged (an unfinished one is incomplete, judge.c). */
+static int orbax_tmp(const char *s)
+{
+    static const char tmp[] = ".orbax-checkpoint-tmp-";
+    if (strncmp(s, tmp, sizeof(tmp) - 1) != 0)
+        return 0;
+    for (s += sizeof(tmp) - 1; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return 0;
+    return 1;
+}
+
+/* name (n bytes) is a step spelt PREFIX<digits>, with an optional
+ * suffix after '-' or '.' (`step1000-final`, OLMo's `step1000-hf`,
+ * `step1000.0`) unless the prefix is empty (a bare number is exactly
+ * that, or Orbax's temporary name). Prefixes match without regard to
+ * case (`Step1000`). */
+static int prefixed_step(const char *name, size_t n, const char *prefix,
+                         int64_t *step)
+{
+    size_t pl = strlen(prefix), d = pl;
+    if (n <= pl || strncasecmp(name, prefix, pl) != 0)
+        return 0;
+    while (d < n && isdigit((unsigned char)name[d]))
+        d++;
+    if (d == pl)
+        return 0;
+    if (d < n && !(*prefix ? (name[d] == '-' || name[d] == '.') && d + 1 < n
+                           : orbax_tmp(name + d)))
+        return 0;
+    return all_digits(name + pl, d - pl, step);
+}
+
 int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded)
 {
     static const char *prefixes[] = {
-        "global_step", "step_", "step-", "step", "iter_", "checkpoint-",
-        "epoch_", "dist_epoch_", "",
+        "global_step", "step_", "step-", "step=", "step", "iter_",
+        "checkpoint-", "checkpoint_", "ckpt_", "ckpt-", "epoch_",
+        "dist_epoch_", "",
     };
     size_t len = strlen(name);
     *unsharded = 0;
@@ -62,13 +99,9 @@ int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded)
         *unsharded = 1;
         len -= strlen("-unsharded");
     }
-    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
-        size_t pl = strlen(prefixes[i]);
-        if (len <= pl || strncmp(name, prefixes[i], pl) != 0)
-            continue;
-        if (all_digits(name + pl, len - pl, step))
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+        if (prefixed_step(name, len, prefixes[i], step))
             return 1;
-    }
     *unsharded = 0;
     return 0;
 }
@@ -130,36 +163,102 @@ static void find_lightning(struct ckpt_run *run, size_t *cap,
     free(name);
 }
 
-/* Checkpoint directories sit at the top of the run, or one level down in
- * checkpoints/ or checkpoint/ (torchtitan, HF trainers). */
-static void find_ckpts(struct ckpt_run *run, const struct ckpt_tree *t)
+/* The directory at a checkpoint's place that file f is in or is: the
+ * top of the run, or one level down in checkpoints/ or checkpoint/
+ * (torchtitan, HF trainers, accelerate). Its length in f->path and the
+ * offset of its name, or 0 for a file at that level. */
+static size_t place_dir(const struct ckpt_tree_file *f, size_t *skip)
 {
-    size_t cap = 0;
+    const char *p = f->path;
+    *skip = 0;
+    if (ckpt_str_startswith(p, "checkpoints/"))
+        *skip = strlen("checkpoints/");
+    else if (ckpt_str_startswith(p, "checkpoint/"))
+        *skip = strlen("checkpoint/");
+    const char *rest = p + *skip;
+    const char *slash = strchr(rest, '/');
+    /* A file at this level is not a checkpoint directory. */
+    if (!slash && f->type != CKPT_ENTRY_DIR)
+        return 0;
+    return *skip + (slash ? (size_t)(slash - rest) : strlen(rest));
+}
+
+static void find_ckpts(struct ckpt_run *run, const struct ckpt_tree *t,
+                       size_t *cap)
+{
     for (size_t i = 0; i < t->n; i++) {
-        const char *p = t->files[i].path;
-        const char *dirpart = p;
-        find_lightning(run, &cap, &t->files[i]);
-        size_t skip = 0;
-        if (ckpt_str_startswith(p, "checkpoints/"))
-            skip = strlen("checkpoints/");
-        else if (ckpt_str_startswith(p, "checkpoint/"))
-            skip = strlen("checkpoint/");
-        const char *rest = dirpart + skip;
-        const char *slash = strchr(rest, '/');
-        /* A file at this level is not a checkpoint directory. */
-        if (!slash && t->files[i].type != CKPT_ENTRY_DIR)
+        find_lightning(run, cap, &t->files[i]);
+        size_t skip, n = place_dir(&t->files[i], &skip);
+        if (!n)
             continue;
-        size_t nl = slash ? (size_t)(slash - rest) : strlen(rest);
-        char *name = ckpt_xstrndup(rest, nl);
+        const char *p = t->files[i].path;
+        char *name = ckpt_xstrndup(p + skip, n - skip);
         int64_t step;
         int uns;
         if (ckpt_checkpoint_name(name, &step, &uns)) {
-            char *dir = ckpt_xstrndup(p, skip + nl);
-            add_ckpt(run, &cap, dir, name, step, uns);
+            char *dir = ckpt_xstrndup(p, n);
+            add_ckpt(run, cap, dir, name, step, uns);
             free(dir);
         }
         free(name);
     }
+}
+
+/* Not a checkpoint whatever it holds: debris directories, the
+ * containers, the parts of a checkpoint (a step given as a run has them
+ * at its top: OLMo's train/ and model_and_optim/, accelerate's
+ * pytorch_model_fsdp_0/, Megatron's mp_rank_00/), hidden names (our own
+ * temporaries, rename-aside deletes). */
+static int never_named(const char *name)
+{
+    static const char *const names[] = {
+        "wandb", "train_data", "logs", "checkpoints", "checkpoint", "train",
+        "model", "optim", "model_and_optim", "sharded", NULL
+    };
+    static const char *const prefixes[] = {
+        "pytorch_model_fsdp_", "optimizer_", "mp_rank_", "ocdbt.process_",
+        NULL
+    };
+    if (name[0] == '.')
+        return 1;
+    for (const char *const *n = names; *n; n++)
+        if (!strcmp(name, *n))
+            return 1;
+    for (const char *const *n = prefixes; *n; n++)
+        if (ckpt_str_startswith(name, *n))
+            return 1;
+    return 0;
+}
+
+/* A directory at a checkpoint's place under a name without a step
+ * (`final/`, Megatron's `release/`, a DeepSpeed tag `best-model/`, an
+ * HF export `hf/`) whose files a layout recognises is a checkpoint too,
+ * step unknown (-1): judged, so that a complete one keeps the run and an
+ * incomplete one is accounted for. */
+static void find_named(struct ckpt_run *run, const struct ckpt_tree *t,
+                       size_t *cap)
+{
+    char *last = NULL;
+    for (size_t i = 0; i < t->n; i++) {
+        size_t skip, n = place_dir(&t->files[i], &skip);
+        const char *p = t->files[i].path;
+        if (!n || (last && strlen(last) == n && !strncmp(p, last, n)))
+            continue;
+        free(last);
+        last = ckpt_xstrndup(p, n);
+        const char *name = last + skip;
+        int64_t step;
+        int uns;
+        int known = 0;
+        for (size_t k = 0; k < run->n && !known; k++)
+            known = !strcmp(run->ckpts[k].dir, last);
+        if (known || never_named(name) || ckpt_checkpoint_name(name, &step, &uns) ||
+            !ckpt_judge_recognised(t, last))
+            continue;
+        add_ckpt(run, cap, last, name, -1, 0);
+        run->ckpts[run->n - 1].named = 1;
+    }
+    free(last);
 }
 
 /* Checkpoint files that make a directory one checkpoint when they sit at
@@ -252,8 +351,9 @@ static int add_root(struct ckpt_run *run, struct ckpt_tree *t,
 int ckpt_run_root_format(const struct ckpt_tree *t)
 {
     struct ckpt_run run;
+    size_t cap = 0;
     memset(&run, 0, sizeof(run));
-    find_ckpts(&run, t);
+    find_ckpts(&run, t, &cap);
     size_t n = run.n;
     ckpt_run_release(&run);
     if (n || !root_marked(t))
@@ -273,14 +373,24 @@ int ckpt_run_root_whole(struct ckpt_tree *t)
     return whole;
 }
 
+void ckpt_checkpoint_release(struct ckpt_checkpoint *c)
+{
+    free(c->name);
+    free(c->dir);
+    free(c->why);
+    free(c->foreign);
+    free(c->special);
+    free(c->pinned);
+    memset(c, 0, sizeof(*c));
+}
+
 void ckpt_run_release(struct ckpt_run *run)
 {
-    for (size_t i = 0; i < run->n; i++) {
-        free(run->ckpts[i].name);
-        free(run->ckpts[i].dir);
-        free(run->ckpts[i].why);
-    }
+    for (size_t i = 0; i < run->n; i++)
+        ckpt_checkpoint_release(&run->ckpts[i]);
     free(run->ckpts);
+    free(run->unaccounted);
+    free(run->holds_run);
     memset(run, 0, sizeof(*run));
 }
 
@@ -309,7 +419,9 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
         run->size += t->files[i].size;
         run->nfiles += t->files[i].type != CKPT_ENTRY_DIR;
     }
-    find_ckpts(run, t);
+    size_t cap = 0;
+    find_ckpts(run, t, &cap);
+    find_named(run, t, &cap);
     size_t w = 0;
     for (size_t i = 0; i < run->n; i++) {
         struct ckpt_checkpoint *c = &run->ckpts[i];
@@ -322,9 +434,7 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
          * a checkpoint only if it holds one. Otherwise a directory of runs
          * would look like a run full of incomplete checkpoints. */
         if (is_bare(c->name) && c->format == CKPT_FMT_UNKNOWN) {
-            free(c->name);
-            free(c->dir);
-            free(c->why);
+            ckpt_checkpoint_release(c);
             continue;
         }
         run->ckpts[w++] = *c;
@@ -338,6 +448,10 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
     if (run->n)
         ckpt_sort(run->ckpts, run->n, sizeof(*run->ckpts), cmp_ckpt);
     judge_copies(run, t);
+    if (t->archive == CKPT_ARCHIVE_NONE)
+        ckpt_run_pins(run, t);
+    run->holds_run = ckpt_run_holds_run(run, t);
+    ckpt_run_account(run, t);
     return 0;
 }
 
@@ -345,15 +459,20 @@ int ckpt_run_looks_like_run(const struct ckpt_run *run)
 {
     /* A bare checkpoint directory is not a run: `clean` needs --force for
      * it, as before it was recognised. */
+    if (run->holds_run)
+        return 0;
     return (run->has_config && (run->has_wandb || run->has_train_data)) ||
            (run->n > 0 && !run->ckpts[0].root);
 }
 
+/* A complete checkpoint of a step > 0, a root one, or a named one (its
+ * step unknown: it may well be the final one). */
 const struct ckpt_checkpoint *ckpt_run_best(const struct ckpt_run *run)
 {
     for (size_t i = run->n; i-- > 0;)
         if (run->ckpts[i].complete &&
-            (run->ckpts[i].step > 0 || run->ckpts[i].root))
+            (run->ckpts[i].step > 0 || run->ckpts[i].root ||
+             run->ckpts[i].named))
             return &run->ckpts[i];
     return NULL;
 }

@@ -36,4 +36,21 @@ int ckpt_lightning_name(const char *name, int64_t *step);
  * 0 for the top of the run. */
 size_t ckpt_lightning_place(const char *path);
 
+/* 1 when a layout recognises the directory dir of t by its files (the
+ * plain entry only with a weights file at its top). */
+int ckpt_judge_recognised(const struct ckpt_tree *t, const char *dir);
+
+/* pins.c: mark the checkpoints the writer pins (c->pinned): HF's
+ * best_model_checkpoint, DeepSpeed's `latest`, Megatron's
+ * latest_checkpointed_iteration.txt. Directory trees only (archives are
+ * never pruned). */
+void ckpt_run_pins(struct ckpt_run *run, struct ckpt_tree *t);
+
+/* account.c: set run->unaccounted / nunaccounted from the judged run. */
+void ckpt_run_account(struct ckpt_run *run, const struct ckpt_tree *t);
+/* account.c: the first directory below t's top that is a run of its own
+ * (malloced), or NULL. */
+char *ckpt_run_holds_run(const struct ckpt_run *run,
+                         const struct ckpt_tree *t);
+
 #endif

@@ -113,8 +113,16 @@ check "race: the new object survives, the judged ones are gone" \
     "$(aws s3 ls --recursive s3://runs/race/ | awk '{print $4}')"
 check "race: the judged run had objects" 1 $(( $(wc -l <<<"$judged") > 3 ))
 
-# --- refusing to delete a whole bucket
-out=$("$CKPT" clean --min-age 0 --force s3://runs 2>/dev/null | cut -f1)
-check "no whole-bucket delete" "error" "$out"
+# --- refusing to delete a whole bucket: a bucket holding a bad run's
+# files at its root is an error, never deleted
+aws s3 mb --quiet s3://loose 2>/dev/null || aws s3 mb s3://loose >/dev/null
+aws s3 cp --quiet --recursive "$T/s/2871002" s3://loose/
+out=$("$CKPT" clean --min-age 0 --force s3://loose 2>/dev/null | cut -f1,3)
+check "no whole-bucket delete" "error	refusing to delete a whole bucket ('s3://loose')" "$out"
+# ... and a bucket of runs is judged run by run (issue 27: a directory
+# or prefix that holds runs is never itself one run, --force or not)
+out=$("$CKPT" clean -n --min-age 0 --force s3://runs 2>/dev/null | cut -f2 |
+      grep -c -v '^s3://runs/.')
+check "a bucket of runs: no row for the bucket itself" 0 "$out"
 
 finish
