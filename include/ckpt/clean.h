@@ -63,6 +63,10 @@ void ckpt_clean_item_release(struct ckpt_clean_item *it);
  * a symlink) and refused up front if it is "/", $HOME or a mount point;
  * it->key is replaced by the cleaned path. 0 or -1. */
 int ckpt_clean_precheck(struct ckpt_clean_item *it, struct ckpt_err *err);
+/* A local RUN's path cleaned lexically: "." components and repeated or
+ * trailing slashes go, ".." takes off the component before it (refused
+ * when that is a symlink). Malloced ("." for none), or NULL with err. */
+char *ckpt_clean_path(const char *key, struct ckpt_err *err);
 /* Read and judge the run (thread-safe across items). */
 void ckpt_clean_judge(struct ckpt_clean_item *it);
 /* The live-run guard alone, for a run that is not judged again (process:

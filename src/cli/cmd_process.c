@@ -549,6 +549,48 @@ static char *state_dir(const char *given)
     return e && *e ? ckpt_xasprintf("%s/.local/state/ckpt", e) : NULL;
 }
 
+/* --tmp-dir inside DEST or inside a SRC: the spool's files would be
+ * listed, counted and uploaded as a run's (or deleted with one). 1 after
+ * saying so. */
+static int tmp_dir_refused(struct storages *stores, const struct ckpt_opts *g,
+                           const struct ckpt_process_cfg *c, char **srcs,
+                           int n)
+{
+    if (!g->tmp_dir)
+        return 0;
+    struct ckpt_loc tl = { 0 };
+    struct ckpt_storage *ts;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (open_loc(stores, g, g->tmp_dir, &tl, &ts, &err) != 0) {
+        ckpt_loc_release(&tl);
+        return 0;   /* (reported where it is used) */
+    }
+    const char *in = NULL;
+    enum ckpt_loc_rel r = ckpt_storage_relation(ts, tl.key, c->dst,
+                                                c->dest_key);
+    if (r == CKPT_LOC_SAME || r == CKPT_LOC_A_INSIDE_B)
+        in = "DEST";
+    for (int i = 0; !in && i < n; i++) {
+        struct ckpt_loc sl = { 0 };
+        struct ckpt_storage *st;
+        if (open_loc(stores, g, srcs[i], &sl, &st, &err) != 0) {
+            ckpt_loc_release(&sl);
+            ckpt_err_clear(&err);
+            continue;
+        }
+        r = ckpt_storage_relation(ts, tl.key, st, sl.key);
+        if (r == CKPT_LOC_SAME || r == CKPT_LOC_A_INSIDE_B)
+            in = srcs[i];
+        ckpt_loc_release(&sl);
+    }
+    ckpt_loc_release(&tl);
+    if (in)
+        cli_errorf("--tmp-dir %s is inside %s: its temporary files would "
+                   "be taken for a run's; use a directory outside DEST and "
+                   "the runs", g->tmp_dir, in);
+    return in != NULL;
+}
+
 static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
                         struct ckpt_process_cfg *c, char **srcs, int n)
 {
@@ -575,6 +617,10 @@ static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
     }
     c->dest_key = dloc.key;
     c->logs_key = po->logs ? lloc.key : NULL;
+    if (tmp_dir_refused(&stores, g, c, srcs, n)) {
+        rc = EXIT_USAGE;
+        goto out;
+    }
     if (ckpt_process_new(&p, c, &err) != 0) {
         cli_errorf("%s", err.msg);
         goto out;

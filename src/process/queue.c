@@ -124,6 +124,20 @@ static void spool(struct one *o)
     ckpt_archive_spool_attach(o->spool);
 }
 
+/* 1 when DEST is inside the run (or is it), 2 when the --logs location
+ * is, else 0. */
+static int holds_dest(const struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    enum ckpt_loc_rel r = ckpt_storage_relation(o->r->st, o->r->key, c->dst,
+                                                c->dest_key);
+    if (r == CKPT_LOC_SAME || r == CKPT_LOC_B_INSIDE_A)
+        return 1;
+    r = c->logs_st ? ckpt_storage_relation(o->r->st, o->r->key, c->logs_st,
+                                           c->logs_key) : CKPT_LOC_APART;
+    return r == CKPT_LOC_SAME || r == CKPT_LOC_B_INSIDE_A ? 2 : 0;
+}
+
 /* Judge with clean's rules. Returns 1 to go on (a good run), 0 when the
  * run's row was given (deleted, skipped, failed). */
 static int judge(struct one *o)
@@ -135,6 +149,15 @@ static int judge(struct one *o)
     co.dry_run = c->dry_run;
     co.force = 0;
     co.keep_last = co.keep_every = 0;
+    if (holds_dest(o)) {
+        char *d = ckpt_xasprintf("%s is inside this run: a run is never "
+                                 "copied into itself, nor deleted with "
+                                 "what it holds; not processed",
+                                 holds_dest(o) == 1 ? "DEST" : "--logs");
+        proc_fail_run(o, CKPT_PROC_JUDGE, d);
+        free(d);
+        return 0;
+    }
     ckpt_clean_item_init(&it, o->r->st, o->r->key, o->r->display, &co);
     if (ckpt_clean_precheck(&it, &err) == 0) {
         if (!o->spool)
@@ -622,7 +645,7 @@ struct children {
     struct ckpt_storage *st;
 };
 
-/* Not DEST, not the --logs location, nor a place holding either. */
+/* Not DEST, not the --logs location. */
 static int child_ok(void *ud, const char *key)
 {
     struct children *c = ud;
@@ -631,8 +654,9 @@ static int child_ok(void *ud, const char *key)
     enum ckpt_loc_rel lrel = c->p->cfg.logs_st
         ? ckpt_storage_relation(c->st, key, c->p->cfg.logs_st,
                                 c->p->cfg.logs_key) : CKPT_LOC_APART;
-    return !(rel == CKPT_LOC_SAME || rel == CKPT_LOC_B_INSIDE_A ||
-             lrel == CKPT_LOC_SAME || lrel == CKPT_LOC_B_INSIDE_A);
+    /* (a run holding DEST or the logs is queued: judging fails it with
+     * a row, pass after pass, rather than leave it out unsaid) */
+    return rel != CKPT_LOC_SAME && lrel != CKPT_LOC_SAME;
 }
 
 /* Does a directory SRC that is not a run hold runs? Its directories and
@@ -654,6 +678,9 @@ static int expand(struct ckpt_process *p, struct ckpt_storage *st,
     return (int)n;
 }
 
+static int add_one(struct ckpt_process *p, struct ckpt_storage *st,
+                   const char *key, struct ckpt_err *err);
+
 /* Is a missing SRC a run an earlier invocation finished (its state
  * object exists)? */
 static int has_state(struct ckpt_process *p, const char *key)
@@ -672,6 +699,21 @@ static int has_state(struct ckpt_process *p, const char *key)
 
 int ckpt_process_add(struct ckpt_process *p, struct ckpt_storage *st,
                      const char *key, struct ckpt_err *err)
+{
+    /* `runs/r1/.` is runs/r1, as clean takes it: its id is r1, not "." */
+    if (ckpt_storage_is_local(st)) {
+        char *c = ckpt_clean_path(key, err);
+        if (!c)
+            return -1;
+        int rc = add_one(p, st, c, err);
+        free(c);
+        return rc;
+    }
+    return add_one(p, st, key, err);
+}
+
+static int add_one(struct ckpt_process *p, struct ckpt_storage *st,
+                   const char *key, struct ckpt_err *err)
 {
     struct ckpt_stat sb;
     if (ckpt_storage_stat(st, key, &sb, err) != 0) {

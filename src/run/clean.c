@@ -103,7 +103,7 @@ static void bad_reason(struct ckpt_clean_item *it)
  * be a symlink (then ".." would climb out of the link's target, not out
  * of the link's directory). Returns the cleaned path ("." for none), or
  * NULL with err set. */
-static char *clean_path(const char *key, struct ckpt_err *err)
+char *ckpt_clean_path(const char *key, struct ckpt_err *err)
 {
     struct ckpt_buf b = CKPT_BUF_INIT;
     int abs = key[0] == '/';
@@ -838,7 +838,7 @@ int ckpt_clean_precheck(struct ckpt_clean_item *it, struct ckpt_err *err)
 {
     if (!ckpt_storage_is_local(it->st))
         return 0;
-    char *c = clean_path(it->key, err);
+    char *c = ckpt_clean_path(it->key, err);
     if (!c)
         return -1;
     free(it->key);

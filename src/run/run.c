@@ -112,6 +112,8 @@ static int is_bare(const char *name)
     return all_digits(name, strlen(name), &v);
 }
 
+static int root_marked(const struct ckpt_tree *t);
+
 static int cmp_ckpt(const void *a, const void *b)
 {
     const struct ckpt_checkpoint *x = a, *y = b;
@@ -421,7 +423,10 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
     }
     size_t cap = 0;
     find_ckpts(run, t, &cap);
-    find_named(run, t, &cap);
+    /* (a directory that is itself one checkpoint has its parts at its
+     * top, an Orbax step its items: none of them is a checkpoint) */
+    if (!root_marked(t))
+        find_named(run, t, &cap);
     size_t w = 0;
     for (size_t i = 0; i < run->n; i++) {
         struct ckpt_checkpoint *c = &run->ckpts[i];

@@ -137,20 +137,26 @@ static int on_path(const char *canon, const struct fid *want)
     return hit;
 }
 
+static enum ckpt_loc_rel key_relation(const char *a, const char *b);
+
+/* By the files themselves where they exist (a bind mount or hard-linked
+ * directory of the other is found), else by canonical paths (a place
+ * not made yet, a --tmp-dir or DEST that a run will create). */
 static enum ckpt_loc_rel local_relation(const char *a, const char *b)
 {
     struct fid fa, fb;
     enum ckpt_loc_rel rel = CKPT_LOC_APART;
-    if (fid_of(a, &fa) != 0)
-        return rel;
+    int ha = fid_of(a, &fa) == 0, hb = fid_of(b, &fb) == 0;
     char *cb = canonical(b), *ca = canonical(a);
-    int hit = cb ? on_path(cb, &fa) : 0;
+    int hit = ha && cb ? on_path(cb, &fa) : 0;
     if (hit == 1)
         rel = CKPT_LOC_SAME;
     else if (hit == 2)
         rel = CKPT_LOC_B_INSIDE_A;
-    else if (ca && fid_of(b, &fb) == 0 && on_path(ca, &fb))
+    else if (ca && hb && on_path(ca, &fb))
         rel = CKPT_LOC_A_INSIDE_B;
+    else if (ca && cb && (!ha || !hb))
+        rel = key_relation(ca + 1, cb + 1);  /* (past the leading '/') */
     free(ca);
     free(cb);
     return rel;

@@ -19,6 +19,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from delproof import Checker, age, ckpt, gen, tree  # noqa: E402
+from s3test import S3Env, old_ctime  # noqa: E402
+import subprocess  # noqa: E402
 
 FIX = os.path.join(HERE, "..", "fixtures", "real-writers")
 
@@ -205,6 +207,27 @@ def main():
              sorted(n for n in os.listdir(dest) if not n.startswith(".")),
              ["2871001", "2871005"])
 
+        # ... and the same queue as an S3 prefix
+        with S3Env() as s3:
+            env = s3.env()
+            env.update(old_ctime())
+            subprocess.run(["aws", "s3", "cp", "--quiet", "--recursive", runs,
+                            "s3://ckpt-test/q/"], env=env, check=True)
+            shutil.copytree(os.path.join(runs, "2871003", "step500"),
+                            os.path.join(tmp, "s500"))
+            subprocess.run(["aws", "s3", "cp", "--quiet", "--recursive",
+                            os.path.join(tmp, "s500"),
+                            "s3://ckpt-test/q/step500/"], env=env, check=True)
+            rc, out, err = ckpt("clean", "-n", "--min-age", "0",
+                                "s3://ckpt-test/q", env=env)
+            c.eq("clean -n of an S3 prefix of runs with step500/ at its top: "
+                 "run by run", (rc, sorted((r[0], r[1].split("/")[-1])
+                                           for r in out)),
+                 (0, sorted([("keep", "2871001"), ("would-delete", "2871002"),
+                             ("would-delete", "2871003"),
+                             ("would-delete", "2871004"), ("keep", "2871005"),
+                             ("would-delete", "2871006"), ("skip", "logs"),
+                             ("skip", "notes"), ("skip", "step500")])))
         # `clean --force par` with a complete par/R/step3000-unsharded/:
         # par is a directory of runs, never one run
         par = os.path.join(tmp, "par")
