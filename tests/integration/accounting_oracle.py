@@ -562,12 +562,16 @@ def build(layout, dmg, best=None):
 #    "zip": 1?}                       (data null: deterministic filler)
 #   {"k": "fifo" | "socket", "path": P}
 #   {"k": "link", "path": P, "to": TARGET}
-#   {"k": "dir", "path": P}
+#   {"k": "dir", "path": P}, {"k": "rm", "path": P}
 #   {"k": "destcopy", "path": DEST_P, "src": P, "flip": 1?, "mtime": 1?}
 #   {"k": "destfile", "path": DEST_P, "data": TEXT}
 # STEP: {"cmd": "clean"|"process"|"unshard"|"upload", "args": [P...],
-#        "opts": [...], "dest": "local"|"s3", "out": P?, "corrupt": NAME?}
+#        "opts": [...], "dest": "local"|"s3", "out": P?,
+#        "corrupt": NAME? (the proxy flips a byte of its PUT),
+#        "vanish": P?, "vanish_skip": N?, "vanish_empty": 1? (another
+#        worker takes P, or what P holds, away at P's N+1-th open)}
 #       or {"add": [ITEM...]}  (written between two commands)
+# "dest_at": P puts a local DEST inside the source tree.
 # ===========================================================================
 
 
@@ -947,11 +951,14 @@ class Case:
             self.s3.configure(corrupt_put=1, corrupt_match=st["corrupt"])
         renv = env
         if st.get("vanish"):
-            # Another worker takes the directory away at the worst moment
-            # (tests/support/vanish_preload.c renames it to X.vanished).
+            # Another worker takes the directory (vanish_empty: what it
+            # holds) away at the worst moment (tests/support/
+            # vanish_preload.c moves it to X.vanished).
             renv = dict(env, LD_PRELOAD=os.path.join(
                 BUILD, "libvanish_preload.so"), CKPT_TEST_VANISH=st["vanish"],
                 CKPT_TEST_VANISH_SKIP=str(st.get("vanish_skip", 0)))
+            if st.get("vanish_empty"):
+                renv["CKPT_TEST_VANISH_EMPTY"] = "1"
         rc, out, err = self.ckpt(argv, renv)
         if st.get("corrupt"):
             self.s3.configure(corrupt_put=0)
@@ -982,6 +989,10 @@ class Case:
             moved = {p for p in gone if under(p, v) and
                      v + ".vanished" + p[len(v):] in after.e}
             gone = [p for p in gone if p not in moved]
+            if not moved:
+                self.bad("harness", "%s was never taken away (the vanish "
+                         "shim did not fire: adjust vanish_skip, the count "
+                         "of its opens before the one wanted)" % v)
             self.false_success(st, before, moved, dafter)
         changed = [p for p in before.e if p in after.e and
                    before.e[p].type != "d" and before.e[p] != after.e[p]]
