@@ -965,6 +965,8 @@ class Case:
         after = Tree(snapshot(self.root))
         dafter = self.dest_snap(st)
         self.check(st, before, after, dbefore, dafter)
+        if cmd == "process":
+            self.check_rows(st, before, out, dafter)
         if not st.get("corrupt") and not st.get("vanish"):
             # (-n cannot foresee a fault injected into the real run)
             self.check_dry(st, before, after, out_n, out)
@@ -1012,6 +1014,12 @@ class Case:
         if "--keep-last" in st.get("opts", []):
             keep_last = int(st["opts"][st["opts"].index("--keep-last") + 1])
         out_dir = st.get("out")
+        # Runs deleted whole (their every file gone): said so, not file by
+        # file as drops or prunes.
+        gone_set = set(gone)
+        self.whole = {u for u in us if all(
+            p in gone_set for p in before.below(u)
+            if before.e[p].type != "d")}
         whys = {}
         for p in sorted(gone):
             e = before.e[p]
@@ -1098,7 +1106,7 @@ class Case:
         d = owner(cds, p)
         run_why = "run %s is not bad: %s%s" % (u, why,
                                               " (%s)" % what if what else "")
-        if d is None:
+        if d is None or (u in self.whole and cmd in ("clean", "process")):
             return run_why + "; no byte-identical copy at DEST" \
                 if cmd == "process" else run_why
         if cmd == "clean":
@@ -1168,6 +1176,43 @@ class Case:
         if c and c["layout"] == "dcp":
             return fixtures()["dcp"]["train/rank0.pt"]
         return None
+
+    # --- process's rows ------------------------------------------------------
+
+    def check_rows(self, st, before, out, dafter):
+        """Every run of a queue gets its row; a processed row's FILES are
+        what DEST holds below its place."""
+        runs = {}
+        for o in json_lines(out):
+            if o.get("phase") == "run":
+                runs.setdefault(o.get("run"), []).append(o)
+        for a in st["args"]:
+            us, strays = [], []
+            units(before, self.truth, a, us, strays)
+            for u in us:
+                if u != a and u.rsplit("/", 1)[0] == a and \
+                        not u.rsplit("/", 1)[-1].startswith(".") and \
+                        len(runs.get(u, [])) != 1:
+                    self.bad("report", "process gave run %s %d rows" % (
+                        u, len(runs.get(u, []))))
+        for run, os_ in runs.items():
+            o = os_[-1]
+            if o.get("status") != "processed" or not o.get("dest"):
+                continue
+            d = o["dest"]
+            if d.startswith("s3://"):
+                d = d[len("s3://oracle/"):]
+                d = d[len(self.s3.prefix):] if d.startswith(
+                    self.s3.prefix) else d
+            else:
+                d = os.path.relpath(os.path.join(self.root, d),
+                                    self.dest_local)
+            n = sum(1 for q, e in dafter.items() if e.type == "f" and
+                    under(q, d) and not hidden_own(q))
+            if n != o.get("files"):
+                self.bad("report", "process reported %s processed with %s "
+                         "files at %s; DEST holds %d there" % (
+                             run, o.get("files"), o["dest"], n))
 
     # --- -n predicts the real run -------------------------------------------
 
