@@ -104,12 +104,17 @@ LATEST_LINKS = ("latest", "latest-unsharded")
 # their layout owns or run debris (as pruning's rule says).
 DROP_NEEDS_ACCOUNTED = True
 # --drop-sharded / unshard --delete-sharded: the unsharded copy must hold
-# everything the step held: these files, per layout (None: ckpt's output
-# never does, e.g. DeepSpeed's optimizer partitions are not in it).
+# everything the step held: one file of each group, per layout (None:
+# ckpt's output never does, e.g. DeepSpeed's optimizer partitions are not
+# in it). OLMo steps: model, optimizer and trainer state (the olmo layout,
+# or --format safetensors).
+OLMO_OUT = (("model.pt", "model.safetensors"), ("optim.pt",
+                                                "optim.safetensors"),
+            ("train.pt",))
 UNSHARD_HOLDS_ALL = {
-    "dcp": ("model.pt", "optim.pt", "train.pt"),
-    "legacy": ("model.pt", "optim.pt", "train.pt"),
-    "local": ("model.pt", "optim.pt", "train.pt"),
+    "dcp": OLMO_OUT,
+    "legacy": OLMO_OUT,
+    "local": OLMO_OUT,
     "ds": None,
     "meg": None,
 }
@@ -330,7 +335,9 @@ def prunable(tree, truth, unit, d, keep_last):
                       if any(verdict(truth, x) == "complete" for x in ds))
     protected = set(complete[-keep_last:]) if keep_last else set()
     for s, ds in steps.items():
-        if any(verdict(truth, x) != "complete" for x in ds):
+        # (a step with a complete directory is complete: its other one,
+        # say a cut -unsharded copy, needs no fallback kept for it)
+        if all(verdict(truth, x) != "complete" for x in ds):
             older = [c for c in complete if c < s]
             if older:
                 protected.add(older[-1])
@@ -357,8 +364,10 @@ def droppable(tree, truth, unit, d, mode, copy_ok):
             e = tree.e[p]
             if e.type == "d":
                 continue
-            if e.type != "f" or not (p in truth["owned"].get(d, ()) or
-                                     debris(p[len(d) + 1:], e.size)):
+            if e.type != "f":
+                return "holds %s, not a regular file" % p
+            if not (p in truth["owned"].get(d, ()) or
+                    debris(p[len(d) + 1:], e.size)):
                 return "holds %s, which its layout does not own" % p
     if mode == "incomplete":
         return None if c["verdict"] == "incomplete" else \
@@ -372,11 +381,13 @@ def droppable(tree, truth, unit, d, mode, copy_ok):
     sib = d + "-unsharded"
     sc = truth["ckpts"].get(sib)
     if sc and tree.isdir(sib) and sc["verdict"] == "complete" and \
-            all(tree.e.get(sib + "/" + n) is not None for n in need):
+            all(any(tree.e.get(sib + "/" + n) is not None for n in group)
+                for group in need):
         return None
     if copy_ok(d, need):
         return None
-    return "no complete unsharded copy holding %s" % ", ".join(need)
+    return "no complete unsharded copy holding %s" % ", ".join(
+        "|".join(g) for g in need)
 
 # ===========================================================================
 # Ground truth: checkpoint layouts built from real files (tests/fixtures),
@@ -418,11 +429,17 @@ def safetensors(tensors, meta=None):
 
 
 FIX = {}
+FIX_LOCK = threading.Lock()
 
 
 def fixtures():
-    if FIX:
-        return FIX
+    with FIX_LOCK:
+        if not FIX:
+            _load_fixtures()
+    return FIX
+
+
+def _load_fixtures():
     olmo = os.path.join(FIXTURES, "runs", "olmo-torch-new-1.13")
     rw = os.path.join(FIXTURES, "real-writers")
     FIX["dcp"] = _read_tree(os.path.join(olmo, "step"))
@@ -437,7 +454,6 @@ def fixtures():
     FIX["fsdp"] = _read_tree(os.path.join(rw, "hf_trainer_fsdp2_sharded",
                                           "checkpoint-2",
                                           "pytorch_model_fsdp_0"))
-    return FIX
 
 
 def half(b):
@@ -1017,9 +1033,13 @@ class Case:
         # Runs deleted whole (their every file gone): said so, not file by
         # file as drops or prunes.
         gone_set = set(gone)
-        self.whole = {u for u in us if all(
-            p in gone_set for p in before.below(u)
-            if before.e[p].type != "d")}
+        self.whole = set()
+        for u in us:
+            files = [p for p in before.below(u) if before.e[p].type != "d"]
+            if files and all(p in gone_set for p in files) and not any(
+                    self.copied(st, p, before.e[p], u, dafter, u)
+                    for p in files):
+                self.whole.add(u)
         whys = {}
         for p in sorted(gone):
             e = before.e[p]
@@ -1137,8 +1157,9 @@ class Case:
 
     def copy_check(self, st, u, dafter, out_dir):
         """copy_ok(d, need) for droppable(): an unsharded copy of step d,
-        outside the run, checked by the oracle itself: the files `need`
-        there, each a whole zip whose records' CRCs match, train.pt the
+        outside the run, checked by the oracle itself: a file of each
+        group of `need` there, whole (a zip whose records' CRCs match, a
+        safetensors file whose tensors end at its end), train.pt the
         step's train/rank0.pt byte for byte."""
         def ok(d, need):
             name = d.rsplit("/", 1)[-1] + "-unsharded"
@@ -1158,11 +1179,14 @@ class Case:
                 else:
                     read = lambda rel: open(os.path.join(  # noqa: E731
                         fs(self.dest_local), fs(rel)), "rb").read()
-                cands = [p for p in snap if p.endswith("/" + name) or
-                         p == name]
+                # (at the run's place: DEST/RUN_ID/.../stepN-unsharded)
+                run = "/" + u.rsplit("/", 1)[-1] + "/"
+                cands = [p for p in snap if p.endswith("/" + name) and
+                         run in "/" + p]
             for c in cands:
                 try:
-                    if all(zip_whole(read(c + "/" + n)) for n in need):
+                    if all(any(whole(n, c, snap, read) for n in group)
+                           for group in need):
                         tr = self.truth_train(d)
                         if tr is None or read(c + "/train.pt") == tr:
                             return True
@@ -1273,6 +1297,34 @@ def diff_names(a, b):
     x = sorted(set(a) ^ set(b)) + sorted(p for p in a if p in b and
                                          a[p] != b[p])
     return x[:5]
+
+
+def whole(name, d, snap, read):
+    """File d/name of a copy is there and whole by its own structure."""
+    p = d + "/" + name
+    if p not in snap or snap[p].type != "f":
+        return False
+    data = read(p)
+    if name.endswith(".safetensors"):
+        return safetensors_whole(data)
+    return zip_whole(data)
+
+
+def safetensors_whole(data):
+    """Header parses; tensors tile the data to the file's end."""
+    try:
+        n = struct.unpack("<Q", data[:8])[0]
+        head = json.loads(data[8:8 + n])
+        head.pop("__metadata__", None)
+        ends = sorted(v["data_offsets"] for v in head.values())
+    except (ValueError, KeyError, TypeError, AttributeError, struct.error):
+        return False
+    at = 0
+    for b, e in ends:
+        if b != at or e < b:
+            return False
+        at = e
+    return 8 + n + at == len(data)
 
 
 def zip_whole(data):
@@ -1802,7 +1854,12 @@ def main():
         name, desc = job
         if desc is None:
             desc = gen_case(a.seed, int(name.split()[1]))
-        v, c = run_case(desc, s3, a.verbose)
+        try:
+            v, c = run_case(desc, s3, a.verbose)
+        except Exception as e:   # the harness's own failure: still a FAIL
+            import traceback
+            c = Case(desc)
+            v = [("harness", "%s: %s" % (e, traceback.format_exc()[-600:]))]
         return name, desc, v, c
 
     try:
