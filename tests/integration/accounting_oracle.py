@@ -992,10 +992,15 @@ class Case:
     def check(self, st, before, after, dbefore, dafter):
         cmd = st["cmd"]
         truth = self.truth
-        # The runs as the rule sees the arguments.
+        # The runs as the rule sees the arguments: clean and process never
+        # judge a directory of runs as one run; unshard and upload take
+        # each argument as it is.
         us, strays = [], []
         for a in st["args"]:
-            units(before, truth, a, us, strays)
+            if cmd in ("clean", "process"):
+                units(before, truth, a, us, strays)
+            elif before.isdir(a):
+                us.append(a)
         self.units = us
         bad_units = {}
         for u in us:
