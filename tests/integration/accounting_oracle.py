@@ -1035,16 +1035,12 @@ class Case:
         if "--keep-last" in st.get("opts", []):
             keep_last = int(st["opts"][st["opts"].index("--keep-last") + 1])
         out_dir = st.get("out")
-        # Runs deleted whole (their every regular file gone, none copied):
-        # said so, not file by file as drops or prunes.
-        gone_set = set(gone)
-        self.whole = set()
-        for u in us:
-            files = [p for p in before.below(u) if before.e[p].type == "f"]
-            if files and all(p in gone_set for p in files) and not any(
-                    self.copied(st, p, before.e[p], u, dafter, u)
-                    for p in files):
-                self.whole.add(u)
+        # Runs ckpt deleted whole (its row says so): said so, not file by
+        # file as drops or prunes.
+        rows = clean_rows(self.last_out) if cmd == "clean" else \
+            process_rows(self.last_out) if cmd == "process" else {}
+        dead = [r for r, v in rows.items() if v[0] in ("delete", "deleted")]
+        self.whole = {u for u in us if any(under(u, r) for r in dead)}
         whys = {}
         for p in sorted(gone):
             e = before.e[p]
