@@ -240,6 +240,23 @@ static char *run_at(const struct ckpt_tree *t, const char *d, const char *x)
     return b == d ? NULL : ckpt_xstrndup(d, (size_t)(b - 1 - d));
 }
 
+int ckpt_tree_dir_is_run(const struct ckpt_tree *t, const char *dir)
+{
+    size_t lo, hi, dl = strlen(dir);
+    ckpt_tree_range(t, dir, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
+        const char *p = t->files[i].path;
+        if (strncmp(p, dir, dl) != 0 || p[dl] != '/')
+            continue;
+        char *r = run_at(t, dir, p + dl + 1);
+        int hit = r != NULL;
+        free(r);
+        if (hit)
+            return 1;
+    }
+    return 0;
+}
+
 char *ckpt_run_holds_run(const struct ckpt_run *run, const struct ckpt_tree *t)
 {
     char *found = NULL;

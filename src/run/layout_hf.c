@@ -18,6 +18,11 @@
  * structure only (never deleted for lacking trainer_state.json).
  * With DeepSpeed the engine saves its own checkpoint into the step
  * (global_stepN/) in place of optimizer.pt: judged by DeepSpeed's rule.
+ * accelerate's own Accelerator.save_state folders (checkpoints/
+ * checkpoint_N/: model.safetensors or pytorch_model_fsdp_N/, optimizer.bin
+ * or optimizer_N/, scheduler.bin, random_states_R.pkl) have no
+ * Trainer files and no last file to look for: judged by their files'
+ * structure and DCP directories alone.
  * Every file is judged by its structure as judge.c does for unsharded
  * files (whole zips, safetensors headers, every shard an index names);
  * each DCP directory as DCP.
@@ -74,7 +79,8 @@ static int hf_recognise(const struct judge_view *v)
 {
     return judge_get(v, "trainer_state.json") ||
            judge_get(v, "training_args.bin") ||
-           has_top(v, "rng_state", ".pth") || has_fsdp(v);
+           has_top(v, "rng_state", ".pth") || has_fsdp(v) ||
+           has_top(v, "random_states_", ".pkl");
 }
 
 static enum ckpt_format hf_format(const struct judge_view *v)
@@ -184,9 +190,16 @@ static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
     int ds = hf_deepspeed(v, c, err);
     if (ds < 0)
         return -1;
+    /* accelerate's own save_state (checkpoints/checkpoint_N/: the model
+     * and optimizer, scheduler.bin, random_states_R.pkl) writes no
+     * trainer_state.json and no training_args.bin: only the Trainer's
+     * steps are held to the Trainer's order. */
+    int trainer = judge_get(v, "training_args.bin") ||
+                  judge_get(v, "trainer_state.json") ||
+                  has_top(v, "rng_state", ".pth");
     int after = judge_get(v, "optimizer.pt") || judge_get(v, "scheduler.pt") ||
                 has_top(v, "rng_state", ".pth") || fsdp || ds;
-    if (after && !judge_get(v, "trainer_state.json"))
+    if (trainer && after && !judge_get(v, "trainer_state.json"))
         judge_missing(v, c, "trainer_state.json",
                       "HF Trainer writes it last, after the optimizer and "
                       "RNG state");

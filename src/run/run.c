@@ -436,9 +436,12 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
             return -1;
         }
         /* A bare integer is also how Slurm names runs: such a directory is
-         * a checkpoint only if it holds one. Otherwise a directory of runs
-         * would look like a run full of incomplete checkpoints. */
-        if (is_bare(c->name) && c->format == CKPT_FMT_UNKNOWN) {
+         * a checkpoint only if it holds one, and is no run (a run with a
+         * stray model.safetensors at its top is a run). Otherwise a
+         * directory of runs would look like one run full of incomplete
+         * checkpoints. */
+        if (is_bare(c->name) && (c->format == CKPT_FMT_UNKNOWN ||
+                                 ckpt_tree_dir_is_run(t, c->dir))) {
             ckpt_checkpoint_release(c);
             continue;
         }

@@ -48,6 +48,10 @@ void ckpt_run_pins(struct ckpt_run *run, struct ckpt_tree *t);
 
 /* account.c: set run->unaccounted / nunaccounted from the judged run. */
 void ckpt_run_account(struct ckpt_run *run, const struct ckpt_tree *t);
+/* account.c: directory dir of t (not the top) is a run of its own:
+ * config.yaml beside wandb/ or train_data/, or a checkpoint directory
+ * in it. */
+int ckpt_tree_dir_is_run(const struct ckpt_tree *t, const char *dir);
 /* account.c: the first directory below t's top that is a run of its own
  * (malloced), or NULL. */
 char *ckpt_run_holds_run(const struct ckpt_run *run,

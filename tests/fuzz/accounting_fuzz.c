@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -124,27 +125,56 @@ static int debris(const char *rel, uint64_t size)
            !strncmp(name, "events.out.tfevents.", 20);
 }
 
-/* The step of a checkpoint directory name, or -1. */
+/* The step of a checkpoint directory name, or -1: a prefix in any case,
+ * digits (at most 18), then nothing, "-unsharded", or a suffix after '-'
+ * or '.'; a bare number only "-unsharded" or Orbax's
+ * ".orbax-checkpoint-tmp-<digits>". */
 static int64_t ckpt_step(const char *name)
 {
-    static const char *const pre[] = { "step", "step_", "step-",
-        "global_step", "iter_", "checkpoint-", "epoch_", "dist_epoch_", "",
-        NULL };
+    static const char *const pre[] = { "global_step", "step_", "step-",
+        "step=", "step", "iter_", "checkpoint-", "checkpoint_", "ckpt_",
+        "ckpt-", "epoch_", "dist_epoch_", "", NULL };
     for (int i = 0; pre[i]; i++) {
         size_t n = strlen(pre[i]);
-        if (strncmp(name, pre[i], n))
+        if (strncasecmp(name, pre[i], n))
             continue;
         const char *d = name + n;
         size_t k = 0;
         while (isdigit((unsigned char)d[k]))
             k++;
-        if (!k || k > 18 || (!strcmp(pre[i], "iter_") && k < 7))
+        if (!k || k > 18)
             continue;
-        if (d[k] && strcmp(d + k, "-unsharded"))
-            continue;
-        return strtoll(d, NULL, 10);
+        const char *rest = d + k;
+        int ok = !*rest || !strcmp(rest, "-unsharded");
+        if (!ok && *pre[i])
+            ok = (*rest == '-' || *rest == '.') && rest[1];
+        if (!ok && !*pre[i] &&
+            !strncmp(rest, ".orbax-checkpoint-tmp-", 22) && rest[22]) {
+            ok = 1;
+            for (const char *q = rest + 22; *q; q++)
+                ok &= isdigit((unsigned char)*q) != 0;
+        }
+        if (ok)
+            return strtoll(d, NULL, 10);
     }
     return -1;
+}
+
+/* Never a (named) checkpoint, whatever it holds. */
+static int never_named(const char *b)
+{
+    static const char *const names[] = { "wandb", "train_data", "logs",
+        "checkpoints", "checkpoint", "train", "model", "optim",
+        "model_and_optim", "sharded", NULL };
+    static const char *const pre[] = { "pytorch_model_fsdp_", "optimizer_",
+        "mp_rank_", "ocdbt.process_", ".", NULL };
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(b, names[i]))
+            return 1;
+    for (int i = 0; pre[i]; i++)
+        if (!strncmp(b, pre[i], strlen(pre[i])))
+            return 1;
+    return 0;
 }
 
 struct ent {
@@ -228,16 +258,28 @@ static const char *parent(const char *rel, char *buf, size_t len)
     return buf;
 }
 
-/* A checkpoint directory of the run: a recognised name at the top, in
- * checkpoints/ or checkpoint/. */
+static const char *layout_of(const struct tree *t, const char *dir);
+
+/* A named checkpoint (docs: a directory at a checkpoint's place under a
+ * name without a step whose files a layout recognises): here, a layout
+ * of the oracle's own reading, OLMo's rank*.pt alone aside. */
+static int named_dir(const struct tree *t, const char *rel)
+{
+    const char *l = never_named(base_name(rel)) ? NULL : layout_of(t, rel);
+    return l && strcmp(l, "olmo-legacy") != 0;
+}
+
+/* A checkpoint directory of the run: a recognised name (or a named one)
+ * at the top, in checkpoints/ or checkpoint/. */
 static int ckpt_dir(const struct tree *t, const char *rel)
 {
     char par[4096];
     parent(rel, par, sizeof(par));
-    if (!is_dir(t, rel) || ckpt_step(base_name(rel)) < 0)
+    if (!is_dir(t, rel))
         return 0;
-    return !par[0] || !strcmp(par, "checkpoints") ||
-           !strcmp(par, "checkpoint");
+    if (par[0] && strcmp(par, "checkpoints") && strcmp(par, "checkpoint"))
+        return 0;
+    return ckpt_step(base_name(rel)) >= 0 || named_dir(t, rel);
 }
 
 /* The checkpoint directory holding rel, in buf, or NULL. */

@@ -89,11 +89,23 @@ DEBRIS_MAX = 64 * MiB
 DEBRIS_ANY_SIZE_DIRS = ("wandb", "train_data", "logs")
 DEBRIS_ANY_SIZE_EXT = (".log", ".out", ".err", ".jsonl")
 DEBRIS_ANY_SIZE_PREFIX = ("events.out.tfevents.",)
-# Checkpoint directories: these names, at these places of a run.
-CKPT_NAME_RES = [re.compile(p + r"(-unsharded)?\Z") for p in (
-    r"step(\d+)", r"step_(\d+)", r"step-(\d+)", r"global_step(\d+)",
-    r"iter_(\d{7,})", r"checkpoint-(\d+)", r"epoch_(\d+)",
-    r"dist_epoch_(\d+)", r"(\d+)")]
+# Checkpoint directories: these names, at these places of a run. A
+# prefix in any case, digits (at most 18), and, but for a bare number, an
+# optional suffix after '-' or '.' (step1000-final, step1000.0); a bare
+# number may carry only Orbax's ".orbax-checkpoint-tmp-<digits>".
+CKPT_NAME_RES = [re.compile(p, re.I) for p in (
+    r"(?:global_step|step_|step-|step=|step|iter_|checkpoint-|checkpoint_|"
+    r"ckpt_|ckpt-|epoch_|dist_epoch_)(\d{1,18})(?:[-.].+)?\Z",
+    r"(\d{1,18})(?:\.orbax-checkpoint-tmp-\d+)?(?:-unsharded)?\Z")]
+# Directories that are never a (named) checkpoint whatever they hold.
+NEVER_NAMED = ("wandb", "train_data", "logs", "checkpoints", "checkpoint",
+               "train", "model", "optim", "model_and_optim", "sharded")
+NEVER_NAMED_PREFIX = ("pytorch_model_fsdp_", "optimizer_", "mp_rank_",
+                      "ocdbt.process_", ".")
+# Layouts of the generator that make a directory under any other name at a
+# checkpoint place a named checkpoint (step unknown; never pruned; a
+# complete one keeps the run). OLMo legacy's rank*.pt alone does not.
+NAMED_LAYOUTS_EXCLUDED = ("legacy",)
 BARE_INT = re.compile(r"\d+(-unsharded)?\Z")
 CKPT_CONTAINERS = ("checkpoints", "checkpoint")
 # OLMo's links at the run's top, accounted when they point (relative) at
@@ -152,6 +164,10 @@ def ckpt_step(name):
     return None
 
 
+def never_named(name):
+    return name in NEVER_NAMED or name.startswith(NEVER_NAMED_PREFIX)
+
+
 class Tree:
     """A snapshot of a directory: {rel: Entry}; dirs as type 'd'."""
 
@@ -174,15 +190,34 @@ class Tree:
         return [p for p in self.e if p.startswith(pre)]
 
 
+def is_named(tree, truth, path):
+    """A directory at a checkpoint place under a name without a step that
+    holds a checkpoint of a layout ckpt recognises (the generator's
+    truth): a named checkpoint."""
+    name = path.rsplit("/", 1)[-1]
+    c = truth["ckpts"].get(path)
+    return tree.isdir(path) and ckpt_step(name) is None and \
+        not never_named(name) and c is not None and \
+        c["layout"] not in NAMED_LAYOUTS_EXCLUDED
+
+
 def is_ckpt_dir(tree, truth, path):
     """A recognised checkpoint directory name (bare integers only when
-    they hold a checkpoint: the generator's truth)."""
+    they hold a checkpoint: the generator's truth), or a named one."""
     name = path.rsplit("/", 1)[-1]
-    if not tree.isdir(path) or ckpt_step(name) is None:
+    if not tree.isdir(path):
         return False
+    if ckpt_step(name) is None:
+        return is_named(tree, truth, path)
     if BARE_INT.match(name):
         return path in truth["ckpts"]
     return True
+
+
+def step_of(d):
+    """A checkpoint directory's step; -1 for a named one."""
+    s = ckpt_step(d.rsplit("/", 1)[-1])
+    return -1 if s is None else s
 
 
 def ckpt_dirs(tree, truth, unit):
@@ -211,15 +246,30 @@ def holds_runs(tree, truth, d):
         kids = tree.children(x)
         names = {k.rsplit("/", 1)[-1]: k for k in kids}
         base = x.rsplit("/", 1)[-1]
+        if base in DEBRIS_ANY_SIZE_DIRS and x.rsplit("/", 1)[0] == d:
+            continue
         if base not in CKPT_CONTAINERS:
             if "config.yaml" in names and tree.e[names["config.yaml"]].type \
                     == "f" and any(n in names and tree.isdir(names[n])
                                    for n in ("wandb", "train_data")):
                 return True
-            if any(is_ckpt_dir(tree, truth, k) for k in kids):
+            if any(step_named(tree, k) for k in kids):
+                return True
+            # a checkpoint directory in its own checkpoints/ or checkpoint/
+            if any(step_named(tree, g) for k in kids
+                   if k.rsplit("/", 1)[-1] in CKPT_CONTAINERS
+                   for g in tree.children(k)):
                 return True
         stack += [k for k in kids if tree.isdir(k)]
     return False
+
+
+def step_named(tree, path):
+    """A directory named like a checkpoint, bare numbers aside (Slurm's
+    job ids name runs): what shows a run below a directory."""
+    name = path.rsplit("/", 1)[-1]
+    return tree.isdir(path) and ckpt_step(name) is not None and \
+        not BARE_INT.match(name)
 
 
 def units(tree, truth, arg, out, strays):
@@ -265,8 +315,7 @@ def judge_unit(tree, truth, unit):
     for want, why in (("complete", "has complete checkpoint"),
                       ("unknown", "has checkpoint of unknown completeness")):
         for d in cds:
-            if verdict(truth, d) == want and ckpt_step(
-                    d.rsplit("/", 1)[-1]) > 0:
+            if verdict(truth, d) == want and step_of(d) != 0:
                 return False, why, d
     for p in sorted(tree.below(unit)):
         e = tree.e[p]
@@ -295,7 +344,7 @@ def unaccounted(tree, truth, unit, cds, p):
         return "not a regular file"
     d = owner(cds, p)
     if d is not None:
-        v, s = verdict(truth, d), ckpt_step(d.rsplit("/", 1)[-1])
+        v, s = verdict(truth, d), step_of(d)
         if s == 0:
             return None
         if v == "incomplete" and p in truth["owned"].get(d, ()):
@@ -310,7 +359,8 @@ def step_units(tree, truth, cds):
     """{step: [dirs]}: both directories of a step are one."""
     out = {}
     for d in cds:
-        out.setdefault(ckpt_step(d.rsplit("/", 1)[-1]), []).append(d)
+        if step_of(d) >= 0:
+            out.setdefault(step_of(d), []).append(d)
     return out
 
 
@@ -324,6 +374,8 @@ def prunable(tree, truth, unit, d, keep_last):
         return "not complete (%s)" % verdict(truth, d)
     if d in truth["pins"]:
         return "pinned by its writer"
+    if step_of(d) < 0:
+        return "a named checkpoint (its step is not known)"
     for p in tree.below(d):
         e = tree.e[p]
         if e.type != "d" and not (e.type == "f" and (
@@ -341,7 +393,7 @@ def prunable(tree, truth, unit, d, keep_last):
             older = [c for c in complete if c < s]
             if older:
                 protected.add(older[-1])
-    s = ckpt_step(d.rsplit("/", 1)[-1])
+    s = step_of(d)
     if s in protected:
         return "step %d is protected (newest complete, or newest complete " \
             "before an incomplete or unknown one)" % s
