@@ -40,8 +40,7 @@ int ckpt_weights_like(const char *path)
     static const char *const exts[] = {
         ".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".distcp",
         ".msgpack", ".h5", ".hdf5", ".onnx", ".gguf", ".pkl", ".pickle",
-        ".npy", ".npz", ".tar", ".tgz", ".zip", ".tar.gz", ".tar.bz2",
-        ".tar.zst", ".tar.xz", ".metadata", NULL
+        ".npy", ".npz", ".tar", ".tgz", ".zip", ".metadata", NULL
     };
     static const char *const names[] = {
         ".metadata", "_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt",
@@ -58,6 +57,10 @@ int ckpt_weights_like(const char *path)
         if (bl > el && !strcasecmp(b + bl - el, *e))
             return 1;
     }
+    /* any compressed tar, known to ckpt or not: `*.tar.*` */
+    for (const char *p = b; (p = strcasestr(p, ".tar.")) != NULL; p++)
+        if (p[5])
+            return 1;
     return 0;
 }
 
