@@ -42,6 +42,8 @@ static const char *const process_usage[] = {
     "--runs N runs are worked on at once (default 4; 1: one after the",
     "other); -j (default 32, files in flight) and the upload memory are",
     "shared among them, so rows of different runs may interleave.",
+    "SIGINT, SIGTERM, SIGHUP: no new work, transfers in flight cut, leases",
+    "released; exit 130, 143, 129 (rerun to resume).",
     NULL
 };
 
@@ -680,7 +682,8 @@ int cmd_process(int argc, char **argv)
         OPT_INT_(0, "runs", &po.runs, "N", "runs worked on at once "
                  "(default 4; 1: one at a time); -j is shared among them"),
         OPT_STR_(0, "lease-ttl", &po.lease_ttl, "DURATION", "a dead "
-                 "worker's runs are taken over after this (default 10m)"),
+                 "worker's runs are taken over after this (default 10m; "
+                 "at once when it ran on this host)"),
         OPT_END_(),
     };
     /* argv is reordered by the parser; the rules' order is kept here. */

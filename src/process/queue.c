@@ -15,8 +15,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt/archive.h"
+#include "ckpt/interrupt.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
@@ -432,6 +434,21 @@ static void leased(struct one *o)
                 0);
 }
 
+/* The lease event's detail: "acquired", or whose lease was taken over
+ * and why (expired, or its process of this host is gone: a worker
+ * killed or interrupted here is rerun at once). */
+static char *lease_taken(int lr, const struct ckpt_lease_holder *h)
+{
+    if (lr != CKPT_LEASE_TAKEN_OVER)
+        return ckpt_xstrdup(ckpt_lease_result_name(lr));
+    char who[400];
+    ckpt_lease_holder_str(h, who, sizeof(who));
+    return ckpt_xasprintf("taken-over: the lease of %s, %s", who,
+                          (int64_t)time(NULL) < h->expires
+                          ? "whose process no longer runs on this host"
+                          : "expired");
+}
+
 static void process_one(struct ckpt_process *p, const struct prun *r,
                         int *failed)
 {
@@ -473,8 +490,9 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
         } else if (lr < 0) {
             proc_fail_run(&o, CKPT_PROC_LEASE, err.msg);
         } else {
-            proc_emit(&o, CKPT_PROC_LEASE, CKPT_PROC_OK,
-                      ckpt_lease_result_name(lr), 0, 0);
+            char *d = lease_taken(lr, &h);
+            proc_emit(&o, CKPT_PROC_LEASE, CKPT_PROC_OK, d, 0, 0);
+            free(d);
             leased(&o);
             proc_keeper_stop(&o.k);
         }
@@ -520,7 +538,9 @@ static void *run_worker(void *arg)
         pthread_mutex_lock(&p->mu);
         size_t i = p->next < p->n ? p->next++ : p->n;
         pthread_mutex_unlock(&p->mu);
-        if (i == p->n)
+        /* Interrupted: no run is started (the ones in flight fail on
+         * their next request and release their leases). */
+        if (i == p->n || ckpt_interrupted())
             break;
         process_one(p, &p->runs[i], &failed);
     }
