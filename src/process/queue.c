@@ -485,7 +485,9 @@ static int process_one(struct ckpt_process *p, const struct prun *r,
         leased(&o);
     } else if (p->cfg.batch &&
                (claim = proc_claim_take(&o, &cerr)) <= 0) {
-        if (claim < 0)
+        /* Interrupted while claiming: not started, no row (another
+         * worker of the batch takes it). */
+        if (claim < 0 && !ckpt_interrupted())
             proc_fail_run(&o, CKPT_PROC_LEASE, cerr.msg);
         other = claim == 0 && !ckpt_interrupted();
     } else {
@@ -500,8 +502,12 @@ static int process_one(struct ckpt_process *p, const struct prun *r,
             proc_emit(&o, CKPT_PROC_LEASE, CKPT_PROC_SKIPPED, d, 0, 0);
             proc_finish(&o, CKPT_PROC_SKIPPED, d, 0);
             free(d);
-        } else if (lr < 0) {
+        } else if (lr < 0 && !ckpt_interrupted()) {
             proc_fail_run(&o, CKPT_PROC_LEASE, err.msg);
+        } else if (lr < 0) {
+            /* Interrupted while taking the lease: not started, no row;
+             * a batch gets the run back. */
+            o.failed = 1;
         } else {
             char *d = lease_taken(lr, &h);
             proc_emit(&o, CKPT_PROC_LEASE, CKPT_PROC_OK, d, 0, 0);
