@@ -14,7 +14,11 @@
    lists (parsed here independently); after an option that takes an
    argument no option is offered (file names are), after one that takes
    none the options are; other words complete file names; `ckpt help `
-   completes commands."""
+   completes commands.
+4. One set of paths: every /usr/local/... path that docs/deploy.md, the
+   README, docs/ckpt.md and the scripts' headers name is one the install
+   made (PREFIX for /usr/local), and each example line of a script's
+   header is a line of docs/deploy.md, as it is."""
 import os
 import re
 import shutil
@@ -149,6 +153,30 @@ def check_completion(c, p, ckpt, cmds):
              complete(comp, ["ckpt", cmd, "instal"], 2), ["install.py"])
 
 
+def check_paths(c, p):
+    texts = {n: open(os.path.join(ROOT, n)).read() for n in
+             ("docs/deploy.md", "README.md", "docs/ckpt.md")}
+    doc = texts["docs/deploy.md"].splitlines()
+    for s in SCRIPTS:
+        with open(os.path.join(ROOT, "scripts", "deploy", s)) as f:
+            head = []
+            for line in f.read().splitlines()[1:]:
+                if not line.startswith("#") or line.startswith("#SBATCH"):
+                    break
+                head.append(line[2:])
+        texts[s] = "\n".join(head)
+        examples = [h for h in head if "/usr/local/" in h and
+                    not h.startswith(" ")]
+        c.true("%s: its header shows the example" % s, examples)
+        for h in examples:
+            c.true("%s: %r is in docs/deploy.md" % (s, h), h in doc)
+    for name, text in sorted(texts.items()):
+        for path in sorted(set(re.findall(r"/usr/local(/[\w./-]*\w)",
+                                          text))):
+            c.true("%s names /usr/local%s: installed" % (name, path),
+                   os.path.exists(p + path))
+
+
 def main():
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="install-")
@@ -157,6 +185,7 @@ def main():
         ckpt, cmds = check_tree(c, p)
         check_man(c, p, ckpt, cmds)
         check_completion(c, p, ckpt, cmds)
+        check_paths(c, p)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return c.finish()
