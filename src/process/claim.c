@@ -1,7 +1,7 @@
 /*
  * claim.c - a run's claim within a batch of workers (`ckpt process
  * --batch ID`, a Slurm array): DEST/.ckpt-process/RUN_ID.claim, one small
- * JSON object {"batch","host","pid","token","done"}.
+ * JSON object {"batch","host","pid","run","token","done"}.
  *
  * Every worker of a batch walks the whole queue; the first to create the
  * claim (a conditional create) handles the run, and the others of the
@@ -20,6 +20,7 @@
 #include "process_int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,12 +36,6 @@
 
 #define CLAIM_MAX 4096
 #define TAKE_TRIES 4
-
-struct holder {
-    char batch[128], host[256], token[40];
-    long pid;
-    int done;
-};
 
 static void new_token(char out[40])
 {
@@ -61,18 +56,17 @@ static void new_token(char out[40])
         snprintf(out + 2 * i, 3, "%02x", r[i]);
 }
 
-static char *format(const struct one *o, int done)
+char *proc_claim_format(const struct proc_claim_holder *h)
 {
-    const struct proc_claim *c = &o->cl;
     cJSON *j = cJSON_CreateObject();
     char pid[24];
-    snprintf(pid, sizeof(pid), "%ld", (long)getpid());
-    cJSON_AddStringToObject(j, "batch", o->p->cfg.batch);
-    cJSON_AddStringToObject(j, "host", c->host);
+    snprintf(pid, sizeof(pid), "%ld", h->pid);
+    cJSON_AddStringToObject(j, "batch", h->batch);
+    cJSON_AddStringToObject(j, "host", h->host);
     cJSON_AddRawToObject(j, "pid", pid);
-    cJSON_AddStringToObject(j, "run", o->r->id);
-    cJSON_AddStringToObject(j, "token", c->token);
-    cJSON_AddBoolToObject(j, "done", done);
+    cJSON_AddStringToObject(j, "run", h->run);
+    cJSON_AddStringToObject(j, "token", h->token);
+    cJSON_AddBoolToObject(j, "done", h->done);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!s)
@@ -80,6 +74,20 @@ static char *format(const struct one *o, int done)
     char *out = ckpt_xasprintf("%s\n", s);
     cJSON_free(s);
     return out;
+}
+
+/* Our claim's bytes. */
+static char *format(const struct one *o, int done)
+{
+    struct proc_claim_holder h;
+    memset(&h, 0, sizeof(h));
+    snprintf(h.batch, sizeof(h.batch), "%s", o->p->cfg.batch);
+    snprintf(h.host, sizeof(h.host), "%s", o->cl.host);
+    snprintf(h.run, sizeof(h.run), "%s", o->r->id);
+    snprintf(h.token, sizeof(h.token), "%s", o->cl.token);
+    h.pid = (long)getpid();
+    h.done = done;
+    return proc_claim_format(&h);
 }
 
 static int get_str(const cJSON *j, const char *name, char *out, size_t cap)
@@ -91,20 +99,29 @@ static int get_str(const cJSON *j, const char *name, char *out, size_t cap)
     return 0;
 }
 
-static int parse(const char *data, size_t len, struct holder *h)
+int proc_claim_parse(const char *data, size_t len,
+                     struct proc_claim_holder *h)
 {
     memset(h, 0, sizeof(*h));
     cJSON *j = cJSON_ParseWithLength(data, len);
     const cJSON *pid = j ? cJSON_GetObjectItemCaseSensitive(j, "pid") : NULL;
     const cJSON *done = j ? cJSON_GetObjectItemCaseSensitive(j, "done")
                           : NULL;
-    int rc = j && get_str(j, "batch", h->batch, sizeof(h->batch)) == 0 &&
+    /* A pid past 2^53 is no pid; within it the cast is exact. */
+    int rc = j && cJSON_IsObject(j) &&
+             get_str(j, "batch", h->batch, sizeof(h->batch)) == 0 &&
              get_str(j, "host", h->host, sizeof(h->host)) == 0 &&
+             get_str(j, "run", h->run, sizeof(h->run)) == 0 &&
              get_str(j, "token", h->token, sizeof(h->token)) == 0 &&
-             cJSON_IsNumber(pid) && cJSON_IsBool(done) ? 0 : -1;
+             h->batch[0] && h->token[0] && cJSON_IsNumber(pid) &&
+             pid->valuedouble >= -9007199254740992.0 &&
+             pid->valuedouble <= 9007199254740992.0 &&
+             cJSON_IsBool(done) ? 0 : -1;
     if (rc == 0) {
         h->pid = (long)pid->valuedouble;
         h->done = cJSON_IsTrue(done);
+    } else {
+        memset(h, 0, sizeof(*h));
     }
     cJSON_Delete(j);
     return rc;
@@ -112,8 +129,8 @@ static int parse(const char *data, size_t len, struct holder *h)
 
 /* The claim at DEST: 0 with *h and version, or -1 (CKPT_ENOTFOUND when
  * there is none, CKPT_EFORMAT when it is not a claim). */
-static int read_claim(struct one *o, struct holder *h, char *version,
-                      struct ckpt_err *err)
+static int read_claim(struct one *o, struct proc_claim_holder *h,
+                      char *version, struct ckpt_err *err)
 {
     char *data = NULL;
     size_t len = 0;
@@ -121,7 +138,7 @@ static int read_claim(struct one *o, struct holder *h, char *version,
     if (ckpt_storage_get_versioned(st, o->cl.key, CLAIM_MAX, &data, &len,
                                    version, err) != 0)
         return -1;
-    int rc = parse(data, len, h);
+    int rc = proc_claim_parse(data, len, h);
     free(data);
     if (rc != 0) {
         char *what = ckpt_storage_display(st, o->cl.key);
@@ -134,10 +151,11 @@ static int read_claim(struct one *o, struct holder *h, char *version,
 
 /* A worker of this batch that was killed on this host (its claim never
  * marked done). */
-static int holder_dead(const struct one *o, const struct holder *h)
+static int holder_dead(const struct one *o,
+                       const struct proc_claim_holder *h)
 {
     if (h->done || strcmp(h->host, o->cl.host) != 0 || h->pid <= 0 ||
-        h->pid == (long)getpid())
+        h->pid > INT_MAX || h->pid == (long)getpid())
         return 0;
     return kill((pid_t)h->pid, 0) != 0 && errno == ESRCH;
 }
@@ -160,7 +178,7 @@ static int swap(struct one *o, const char *ver, struct ckpt_err *err)
 static int take_once(struct one *o, struct ckpt_err *err)
 {
     struct ckpt_storage *st = o->p->cfg.dst;
-    struct holder h;
+    struct proc_claim_holder h;
     char ver[CKPT_VERSION_MAX];
     char *body = format(o, 0);
     int rc = ckpt_storage_put_if_absent(st, o->cl.key, body, strlen(body),
@@ -227,7 +245,7 @@ void proc_claim_done(struct one *o)
 void proc_claim_drop(struct one *o)
 {
     struct proc_claim *c = &o->cl;
-    struct holder h;
+    struct proc_claim_holder h;
     char ver[CKPT_VERSION_MAX];
     struct ckpt_err err = CKPT_ERR_INIT;
     ckpt_interrupt_shield();

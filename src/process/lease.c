@@ -6,6 +6,7 @@
 #include "ckpt/lease.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,7 +209,7 @@ static int holder_dead(const struct ckpt_lease *l,
                        const struct ckpt_lease_holder *h)
 {
     if (strcmp(h->host, l->me.host) != 0 || h->pid <= 0 ||
-        h->pid == l->me.pid)
+        h->pid > INT_MAX || h->pid == l->me.pid)
         return 0;
     return kill((pid_t)h->pid, 0) != 0 && errno == ESRCH;
 }

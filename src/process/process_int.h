@@ -131,6 +131,19 @@ struct proc_claim {
     int held;
 };
 
+/* A claim object as read from DEST (any bytes). */
+struct proc_claim_holder {
+    char batch[128], host[256], run[256], token[40];
+    long pid;
+    int done;
+};
+/* 0 with *h, or -1 when the bytes are not a claim (every field, a batch
+ * and a token, a pid within 2^53). */
+int proc_claim_parse(const char *data, size_t len,
+                     struct proc_claim_holder *h);
+/* The claim object of h: malloced JSON and a newline. */
+char *proc_claim_format(const struct proc_claim_holder *h);
+
 struct one;
 /* Claim the run for this batch: 1 ours (handle it), 0 another worker's
  * of the batch (no row), -1 with err. */
