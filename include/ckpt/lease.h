@@ -9,7 +9,8 @@
  * x-goog-if-generation-match: 0 on GCS, link(2) of a complete temp file
  * locally, so a reader never sees partial bytes). If it exists and has not
  * expired, the run is "leased" and the holder is reported. If it has
- * expired, it is taken over with a compare-and-swap on the version that
+ * expired, or its holder is a process of this host that no longer exists
+ * (same host name, kill(pid, 0) fails with ESRCH), it is taken over with a compare-and-swap on the version that
  * was read (If-Match: ETag; x-goog-if-generation-match: N; locally a
  * rename under flock of the sidecar KEY.lock): of several contenders
  * exactly one wins. Renew swaps in a later expiry on the holder's own
@@ -76,7 +77,9 @@ struct ckpt_lease;
 
 /* Try to take the lease at key in st (a local path or an object key) for
  * run. Returns ACQUIRED or TAKEN_OVER with *out set (free it with
- * ckpt_lease_release or ckpt_lease_free), LEASED with *holder filled
+ * ckpt_lease_release or ckpt_lease_free; TAKEN_OVER: *holder is the
+ * holder replaced, whose expiry is still ahead when it was a dead process
+ * of this host), LEASED with *holder filled
  * (holder may be NULL) and *out NULL, or -1 (err: storage failure, or
  * CKPT_EFORMAT when key holds something that is not a lease: it is never
  * overwritten). st is borrowed and must outlive the lease; cfg is copied. */

@@ -125,6 +125,12 @@ struct ckpt_process_cfg {
                                     go through dst itself) */
     const char *state_dir;       /* upload journals; NULL: none */
     int64_t lease_ttl;           /* seconds; 0: CKPT_LEASE_TTL */
+    /* Workers started with the same batch id (a Slurm array's job id)
+     * share the runs out: each run is claimed by one of them
+     * (DEST/.ckpt-process/RUN_ID.claim) and the others give it no row
+     * and no count. NULL: no batch (each worker reports every run it
+     * is given). Not with dry_run. */
+    const char *batch;
     /* A compressed archive (.tar.gz/.bz2/.zst/.xz) is decompressed once:
      * its members are spooled below tmp_dir (ckpt_archive_spool) and
      * every phase reads the spool. Spools of the runs in flight hold at

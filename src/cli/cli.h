@@ -73,11 +73,13 @@ void cli_opt_list_release(struct opt_list *l);
 struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g);
 
 /* Messages to stderr: "ckpt: error: ...", warnings hidden by -q, info
- * shown unless -q, debug only with -v. When stderr is not a terminal each
- * line starts with an ISO-8601 timestamp. The formatted message is
+ * shown unless -q, notes always, debug only with -v. When stderr is not
+ * a terminal each line starts with an ISO-8601 timestamp. The formatted message is
  * escaped (ckpt/text.h), so it is always one line without control bytes. */
 void cli_init_output(const struct ckpt_opts *g);
 void cli_errorf(const char *fmt, ...) CKPT_PRINTF(1, 2);
+/* As info, but shown with -q too (an interrupt's last word). */
+void cli_notef(const char *fmt, ...) CKPT_PRINTF(1, 2);
 void cli_warnf(const char *fmt, ...) CKPT_PRINTF(1, 2);
 void cli_infof(const char *fmt, ...) CKPT_PRINTF(1, 2);
 void cli_debugf(const char *fmt, ...) CKPT_PRINTF(1, 2);

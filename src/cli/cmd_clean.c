@@ -16,6 +16,7 @@
 #include "ckpt/archive.h"
 #include "ckpt/buf.h"
 #include "ckpt/clean.h"
+#include "ckpt/interrupt.h"
 #include "ckpt/pool.h"
 #include "ckpt/util.h"
 #include "runs.h"
@@ -71,9 +72,24 @@ static void report(struct item *x)
     cli_out_json(o);
 }
 
+/* Interrupted (SIGINT/SIGTERM/SIGHUP): a RUN not yet judged or acted on
+ * is left as it is, and its row says so. A delete already under way is
+ * finished: its rename aside was the commit point. */
+static int stopped(struct item *x)
+{
+    if (!ckpt_interrupted())
+        return 0;
+    x->c.action = "skip";
+    ckpt_buf_reset(&x->c.reason);
+    ckpt_buf_addstr(&x->c.reason, "interrupted: left as it was");
+    return 1;
+}
+
 static void judge(void *arg)
 {
     struct item *x = arg;
+    if (stopped(x))
+        return;
     ckpt_clean_judge(&x->c);
     if (x->c.scanned && x->c.is_archive)
         cli_debugf("%s: read %llu of %llu archive bytes", x->c.arg,
@@ -84,6 +100,8 @@ static void judge(void *arg)
 static void act(void *arg)
 {
     struct item *x = arg;
+    if (stopped(x))
+        return;
     ckpt_clean_act(&x->c);
 }
 

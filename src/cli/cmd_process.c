@@ -42,6 +42,8 @@ static const char *const process_usage[] = {
     "--runs N runs are worked on at once (default 4; 1: one after the",
     "other); -j (default 32, files in flight) and the upload memory are",
     "shared among them, so rows of different runs may interleave.",
+    "SIGINT, SIGTERM, SIGHUP: no new work, transfers in flight cut, leases",
+    "released; exit 130, 143, 129 (rerun to resume).",
     NULL
 };
 
@@ -49,6 +51,7 @@ struct pr_opts {
     const char *dest, *wandb_map, *logs, *state_dir, *min_age, *unshard;
     const char *rank_values;
     const char *lease_ttl;
+    const char *batch;
     int runs;
     int no_wandb, keep_bad, keep_source, keep_archive, step0;
     int drop_sharded, drop_incomplete;
@@ -440,6 +443,13 @@ static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c)
         return usage_error("--lease-ttl '%s': expected a duration of at "
                            "least 3 s", po->lease_ttl);
     c->lease_ttl = ttl;
+    if (po->batch && (!*po->batch || strlen(po->batch) > 64 ||
+                      strspn(po->batch, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                             "abcdefghijklmnopqrstuvwxyz0123456789._-") !=
+                      strlen(po->batch)))
+        return usage_error("--batch '%s': expected 1 to 64 letters, digits, "
+                           "'.', '_' or '-'", po->batch);
+    c->batch = po->batch;
     if (po->runs < 0 || po->runs > 64)
         return usage_error("--runs: expected 1 to 64%s", "");
     c->runs = po->runs;
@@ -726,7 +736,12 @@ int cmd_process(int argc, char **argv)
         OPT_INT_(0, "runs", &po.runs, "N", "runs worked on at once "
                  "(default 4; 1: one at a time); -j is shared among them"),
         OPT_STR_(0, "lease-ttl", &po.lease_ttl, "DURATION", "a dead "
-                 "worker's runs are taken over after this (default 10m)"),
+                 "worker's runs are taken over after this (default 10m; "
+                 "at once when it ran on this host)"),
+        OPT_STR_(0, "batch", &po.batch, "ID", "workers given the same ID "
+                 "(a Slurm array's $SLURM_ARRAY_JOB_ID) share the runs: "
+                 "each is handled by one of them, the others give it no "
+                 "row"),
         OPT_END_(),
     };
     /* argv is reordered by the parser; the rules' order is kept here. */

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include <unistd.h>
 
 #include "ckpt/archive.h"
+#include "ckpt/interrupt.h"
 #include "ckpt/run.h"
 #include "ckpt/storage.h"
 #include "ckpt/tempname.h"
@@ -61,16 +61,6 @@ struct cmd {
     char *spool_what;           /* "read NAME" */
     uint64_t spool_read;        /* the archive's bytes read so far */
 };
-
-/* Ctrl-C / SIGTERM: the run stops at the next piece and removes its
- * temporary outputs; a second signal kills as usual. */
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-    interrupted = 1;
-    signal(sig, SIG_DFL);
-}
 
 static int parse(struct cmd *c, int *argc, char **argv)
 {
@@ -175,7 +165,9 @@ static int validate(struct cmd *c, int argc, char **argv)
     o->sync = !c->no_sync;
     o->memory = c->memory;
     o->tmp_dir = c->g.tmp_dir;
-    o->cancel = &interrupted;
+    /* SIGINT/SIGTERM/SIGHUP (main.c catches them): the run stops at the
+     * next piece and removes its temporary outputs. */
+    o->cancel = ckpt_interrupt_flag();
     return -1;
 }
 
@@ -544,8 +536,6 @@ int cmd_unshard(int argc, char **argv)
     if ((rc = validate(&c, argc, argv)) >= 0)
         return rc;
     cli_init_output(&c.g);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
     const char *src = argv[0], *dest = argv[1];
     if (ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE && c.delete_sharded) {
         cli_errorf("'%s': --delete-sharded never deletes inside an archive; "

@@ -10,23 +10,32 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ckpt/interrupt.h"
 #include "ckpt/text.h"
+
+/* Commands that write: SIGINT, SIGTERM and SIGHUP stop them cleanly
+ * (ckpt/interrupt.h), and they exit 128 + the signal. The others die of
+ * the signal as any reader does. */
+#define CMD_STOPS 1u
 
 struct cmd_struct {
     const char *name;
     int (*fn)(int argc, char **argv);
     const char *summary;
+    unsigned flags;
 };
 
 static const struct cmd_struct commands[] = {
-    { "clean", cmd_clean, "delete runs that never produced a checkpoint" },
-    { "ls", cmd_ls, "list runs and their checkpoints" },
-    { "map-wandb", cmd_map_wandb, "find each run's W&B run path" },
+    { "clean", cmd_clean, "delete runs that never produced a checkpoint",
+      CMD_STOPS },
+    { "ls", cmd_ls, "list runs and their checkpoints", 0 },
+    { "map-wandb", cmd_map_wandb, "find each run's W&B run path", 0 },
     { "process", cmd_process, "judge, unshard, upload, verify and delete "
-      "each run (cron- and worker-safe)" },
-    { "unshard", cmd_unshard, "merge checkpoint shards into whole tensors" },
+      "each run (cron- and worker-safe)", CMD_STOPS },
+    { "unshard", cmd_unshard, "merge checkpoint shards into whole tensors",
+      CMD_STOPS },
     { "upload", cmd_upload, "copy files, trees and archive contents "
-      "between locations" },
+      "between locations", CMD_STOPS },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -96,7 +105,18 @@ int main(int argc, char **argv)
     /* Once, before any thread exists (curl_global_init is not
      * thread-safe). */
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (c->flags & CMD_STOPS)
+        ckpt_interrupt_catch();
     int rc = c->fn(argc - 1, argv + 1);
+    int sig = ckpt_interrupted();
+    if (sig) {
+        /* Everything in flight was stopped, its temporaries removed and
+         * its leases released; what is left is what a rerun does. */
+        cli_notef("interrupted: rerun to resume (%s)",
+                  sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM"
+                  : "SIGHUP");
+        rc = 128 + sig;
+    }
     curl_global_cleanup();
     if (fflush(stdout) != 0 && rc == EXIT_OK)
         rc = EXIT_FAILED;

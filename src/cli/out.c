@@ -93,6 +93,14 @@ void cli_errorf(const char *fmt, ...)
     va_end(ap);
 }
 
+void cli_notef(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg("", fmt, ap);
+    va_end(ap);
+}
+
 void cli_warnf(const char *fmt, ...)
 {
     if (quiet)

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "ckpt/interrupt.h"
 #include "ckpt/util.h"
 #include "process_int.h"
 
@@ -93,6 +94,10 @@ void proc_finish(struct one *o, enum ckpt_process_status st,
 void proc_fail_run(struct one *o, enum ckpt_process_phase ph,
                    const char *why)
 {
+    /* After SIGINT/SIGTERM/SIGHUP every phase in flight fails on its
+     * first request: the cause is the signal, whatever the request said. */
+    if (ckpt_interrupted())
+        why = "interrupted";
     proc_emit(o, ph, CKPT_PROC_FAILED, why, 0, 0);
     char *d = ckpt_xasprintf("%s: %s", ckpt_process_phase_name(ph), why);
     proc_finish(o, CKPT_PROC_FAILED, d, 0);

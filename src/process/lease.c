@@ -5,6 +5,9 @@
  */
 #include "ckpt/lease.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "ckpt/interrupt.h"
 #include "ckpt/util.h"
 
 #define LEASE_MAX 4096      /* a lease is a few hundred bytes */
@@ -196,6 +200,20 @@ static int after_create(struct ckpt_lease *l, struct ckpt_lease_holder *h,
                                          : CKPT_LEASE_ACQUIRED;
 }
 
+/* Is the holder a process of our host that no longer exists? Its lease
+ * is then taken over at once, not after its expiry: a worker killed or
+ * interrupted on this host is rerun right away (cron, Slurm's requeue).
+ * Only ESRCH counts: a live pid, or one we may not signal (EPERM: some
+ * other user's process), is a live holder. */
+static int holder_dead(const struct ckpt_lease *l,
+                       const struct ckpt_lease_holder *h)
+{
+    if (strcmp(h->host, l->me.host) != 0 || h->pid <= 0 ||
+        h->pid > INT_MAX || h->pid == l->me.pid)
+        return 0;
+    return kill((pid_t)h->pid, 0) != 0 && errno == ESRCH;
+}
+
 /* One round: create, else read and maybe take over. Returns a result, -1,
  * or CKPT_LEASE_LOST to mean "changed under us: try again". */
 static int acquire_once(struct ckpt_lease *l, struct ckpt_lease_holder *h,
@@ -213,7 +231,7 @@ static int acquire_once(struct ckpt_lease *l, struct ckpt_lease_holder *h,
     char ver[CKPT_VERSION_MAX];
     if (read_lease(l->st, l->key, h, ver, err) != 0)
         return err->code == CKPT_ENOTFOUND ? CKPT_LEASE_LOST : -1;
-    if (now_of(&l->cfg) < h->expires)
+    if (now_of(&l->cfg) < h->expires && !holder_dead(l, h))
         return CKPT_LEASE_LEASED;
     body = stamp(l, 1, &len);
     rc = ckpt_storage_put_if_match(l->st, l->key, body, len, ver, l->version,
@@ -222,6 +240,22 @@ static int acquire_once(struct ckpt_lease *l, struct ckpt_lease_holder *h,
     if (rc == 0)
         return CKPT_LEASE_TAKEN_OVER;
     return err->code == CKPT_EEXIST ? CKPT_LEASE_LOST : -1;
+}
+
+/* Interrupted while acquiring: a create or swap of ours may have landed
+ * though its answer never came. The object is read once more, on a
+ * shielded thread (ckpt/interrupt.h), and deleted if it carries our
+ * token, so that a rerun takes the run at once. */
+static void drop_if_ours(struct ckpt_lease *l)
+{
+    struct ckpt_lease_holder h;
+    char ver[CKPT_VERSION_MAX];
+    struct ckpt_err err = CKPT_ERR_INIT;
+    ckpt_interrupt_shield();
+    if (read_lease(l->st, l->key, &h, ver, &err) == 0 &&
+        !strcmp(h.token, l->me.token))
+        (void)ckpt_storage_delete_if_match(l->st, l->key, ver, &err);
+    ckpt_interrupt_unshield();
 }
 
 int ckpt_lease_acquire(struct ckpt_storage *st, const char *key,
@@ -239,6 +273,8 @@ int ckpt_lease_acquire(struct ckpt_storage *st, const char *key,
     int rc = CKPT_LEASE_LOST;
     for (int i = 0; i < ACQUIRE_TRIES && rc == CKPT_LEASE_LOST; i++)
         rc = acquire_once(l, h, err);
+    if (rc < 0 && ckpt_interrupted())
+        drop_if_ours(l);
     if (rc == CKPT_LEASE_LOST) {
         char *what = ckpt_storage_display(st, key);
         rc = ckpt_err_set(err, CKPT_EEXIST, "%s: the lease kept changing "

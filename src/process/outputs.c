@@ -17,6 +17,7 @@
 
 #include "ckpt/tempname.h"
 #include "ckpt/text.h"
+#include "ckpt/interrupt.h"
 #include "ckpt/unshard.h"
 #include "ckpt/util.h"
 #include "process_int.h"
@@ -282,6 +283,7 @@ static int rederive(struct one *o, const char *dir, int record)
     else {
         struct ckpt_unshard_run_cfg u = {
             .uo = { .sync = 0, .tmp_dir = o->p->tmp, .insecure = c->insecure,
+                    .cancel = ckpt_interrupt_flag(),
                     .retries = c->retries, .checksum = 1,
                     .rank_values = c->rank_values,
                     .memory = o->p->run_mem, .jobs = o->p->run_jobs },
@@ -358,6 +360,7 @@ int proc_unshard(struct one *o)
         return 0;
     struct ckpt_unshard_run_cfg u = {
         .uo = { .dry_run = c->dry_run, .sync = 1, .tmp_dir = o->p->tmp,
+                .cancel = ckpt_interrupt_flag(),
                 .insecure = c->insecure, .retries = c->retries,
                 .dest_storage = c->dst, .checksum = 1,
                 .rank_values = c->rank_values,

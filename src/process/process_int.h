@@ -121,6 +121,40 @@ int proc_keeper_check(struct proc_keeper *k, struct ckpt_err *err);
 /* Stop renewing and release the lease. */
 void proc_keeper_stop(struct proc_keeper *k);
 
+/* ---- claim.c: a run's claim within a batch (--batch) ---- */
+
+struct proc_claim {
+    char *key;                  /* owned: DEST/.ckpt-process/ID.claim */
+    char version[CKPT_VERSION_MAX];  /* of ours, while held */
+    char token[40];             /* ours */
+    char host[256];
+    int held;
+};
+
+/* A claim object as read from DEST (any bytes). */
+struct proc_claim_holder {
+    char batch[128], host[256], run[256], token[40];
+    long pid;
+    int done;
+};
+/* 0 with *h, or -1 when the bytes are not a claim (every field, a batch
+ * and a token, a pid within 2^53). */
+int proc_claim_parse(const char *data, size_t len,
+                     struct proc_claim_holder *h);
+/* The claim object of h: malloced JSON and a newline. */
+char *proc_claim_format(const struct proc_claim_holder *h);
+
+struct one;
+/* Claim the run for this batch: 1 ours (handle it), 0 another worker's
+ * of the batch (no row), -1 with err. */
+int proc_claim_take(struct one *o, struct ckpt_err *err);
+/* The run's row was given: other workers of the batch leave it alone
+ * even once this process is gone. */
+void proc_claim_done(struct one *o);
+/* Interrupted before the run was finished: the claim is deleted if it
+ * is still ours, so another worker of the batch takes the run. */
+void proc_claim_drop(struct one *o);
+
 /* ---- drop.c: --drop-sharded, --drop-incomplete, --include/--exclude */
 
 struct ckpt_filter;
@@ -178,6 +212,12 @@ struct ckpt_process {
     pthread_mutex_t mu;
     struct ckpt_process_totals *t;
     size_t next;                /* the next queued run to start */
+    /* --batch: the runs of this round (indices into runs), and those
+     * found claimed by another live worker of the batch, walked once
+     * more after the round (an interrupted worker gives its back). */
+    size_t *round, nround;
+    size_t *others, nothers;
+    size_t taken;               /* runs this round claimed */
     int par;                    /* runs in flight */
     int run_jobs;               /* upload workers per run */
     uint64_t run_mem;           /* upload data buffers per run */
@@ -190,6 +230,7 @@ struct one {
     struct ckpt_process *p;
     const struct prun *r;
     struct proc_keeper k;
+    struct proc_claim cl;       /* --batch */
     char *state_key, *lease_key;
     char *dkey, *ddisp;         /* where the run goes */
     struct proc_state s;

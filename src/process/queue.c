@@ -15,8 +15,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt/archive.h"
+#include "ckpt/interrupt.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
@@ -455,9 +457,27 @@ static void leased(struct one *o)
                 0);
 }
 
-static void process_one(struct ckpt_process *p, const struct prun *r,
-                        int *failed)
+/* The lease event's detail: "acquired", or whose lease was taken over
+ * and why (expired, or its process of this host is gone: a worker
+ * killed or interrupted here is rerun at once). */
+static char *lease_taken(int lr, const struct ckpt_lease_holder *h)
 {
+    if (lr != CKPT_LEASE_TAKEN_OVER)
+        return ckpt_xstrdup(ckpt_lease_result_name(lr));
+    char who[400];
+    ckpt_lease_holder_str(h, who, sizeof(who));
+    return ckpt_xasprintf("taken-over: the lease of %s, %s", who,
+                          (int64_t)time(NULL) < h->expires
+                          ? "whose process no longer runs on this host"
+                          : "expired");
+}
+
+/* Returns 1 when the run is another live worker's of the batch (no
+ * row: walked once more after the round). */
+static int process_one(struct ckpt_process *p, const struct prun *r,
+                       int *failed)
+{
+    int other = 0;
     struct one o;
     memset(&o, 0, sizeof(o));
     o.p = p;
@@ -470,8 +490,13 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     char *dir = ckpt_path_join(p->cfg.dest_key, STATE_DIR);
     char *sname = ckpt_xasprintf("%s.json", r->id);
     char *lname = ckpt_xasprintf("%s.lease", r->id);
+    char *cname = ckpt_xasprintf("%s.claim", r->id);
     o.state_key = ckpt_path_join(dir, sname);
     o.lease_key = ckpt_path_join(dir, lname);
+    o.cl.key = ckpt_path_join(dir, cname);
+    free(cname);
+    struct ckpt_err cerr = CKPT_ERR_INIT;
+    int claim = 1;
     if (r->dup) {
         char *d = ckpt_xasprintf("run id '%s' is also the id of %s, queued "
                                  "before it: the two would share one state "
@@ -481,6 +506,13 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
         free(d);
     } else if (p->cfg.dry_run) {
         leased(&o);
+    } else if (p->cfg.batch &&
+               (claim = proc_claim_take(&o, &cerr)) <= 0) {
+        /* Interrupted while claiming: not started, no row (another
+         * worker of the batch takes it). */
+        if (claim < 0 && !ckpt_interrupted())
+            proc_fail_run(&o, CKPT_PROC_LEASE, cerr.msg);
+        other = claim == 0 && !ckpt_interrupted();
     } else {
         struct ckpt_lease_holder h;
         struct ckpt_err err = CKPT_ERR_INIT;
@@ -493,15 +525,31 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
             proc_emit(&o, CKPT_PROC_LEASE, CKPT_PROC_SKIPPED, d, 0, 0);
             proc_finish(&o, CKPT_PROC_SKIPPED, d, 0);
             free(d);
-        } else if (lr < 0) {
+        } else if (lr < 0 && !ckpt_interrupted()) {
             proc_fail_run(&o, CKPT_PROC_LEASE, err.msg);
+        } else if (lr < 0) {
+            /* Interrupted while taking the lease: not started, no row;
+             * a batch gets the run back. */
+            o.failed = 1;
         } else {
-            proc_emit(&o, CKPT_PROC_LEASE, CKPT_PROC_OK,
-                      ckpt_lease_result_name(lr), 0, 0);
+            char *d = lease_taken(lr, &h);
+            proc_emit(&o, CKPT_PROC_LEASE, CKPT_PROC_OK, d, 0, 0);
+            free(d);
             leased(&o);
             proc_keeper_stop(&o.k);
         }
     }
+    if (o.cl.held) {
+        /* A run interrupted before its end goes back to the batch. */
+        if (o.failed && ckpt_interrupted())
+            proc_claim_drop(&o);
+        else
+            proc_claim_done(&o);
+        pthread_mutex_lock(&p->mu);
+        p->taken++;
+        pthread_mutex_unlock(&p->mu);
+    }
+    free(o.cl.key);
     *failed |= o.failed;
     spool_release(&o);
     proc_drops_release(&o.drops);
@@ -531,21 +579,29 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     free(sname);
     free(lname);
     free(dir);
+    return other;
 }
 
-/* A run-worker: takes the next queued run until none is left. Each run
- * goes through its phases in order under its own lease. */
+/* A run-worker: takes the next run of the round until none is left. Each
+ * run goes through its phases in order under its own lease. */
 static void *run_worker(void *arg)
 {
     struct ckpt_process *p = arg;
     int failed = 0;
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        size_t i = p->next < p->n ? p->next++ : p->n;
+        size_t k = p->next < p->nround ? p->next++ : p->nround;
         pthread_mutex_unlock(&p->mu);
-        if (i == p->n)
+        /* Interrupted: no run is started (the ones in flight fail on
+         * their next request and release their leases). */
+        if (k == p->nround || ckpt_interrupted())
             break;
-        process_one(p, &p->runs[i], &failed);
+        size_t i = p->round[k];
+        if (process_one(p, &p->runs[i], &failed)) {
+            pthread_mutex_lock(&p->mu);
+            p->others[p->nothers++] = i;
+            pthread_mutex_unlock(&p->mu);
+        }
     }
     return failed ? arg : NULL;
 }
@@ -569,18 +625,18 @@ static void plan_pool(struct ckpt_process *p)
     p->items = p->bytes = 0;
 }
 
-int ckpt_process_run(struct ckpt_process *p, struct ckpt_process_totals *t)
+/* One round over p->round: cfg.runs run-workers (this thread is one; a
+ * thread that cannot be started leaves its share to the others). 1 when
+ * a run failed. */
+static int run_round(struct ckpt_process *p)
 {
-    int failed = 0;
-    double t0 = ckpt_now();
-    memset(t, 0, sizeof(*t));
-    p->t = t;
-    plan_pool(p);
-    pthread_t *th = ckpt_xcalloc((size_t)p->par, sizeof(*th));
-    int started = 0;
-    /* Run-worker 0 is this thread; a thread that cannot be started
-     * leaves its share to the others. */
-    for (int i = 1; i < p->par; i++)
+    int failed = 0, started = 0;
+    int par = (size_t)p->par < p->nround ? p->par : (int)p->nround;
+    pthread_t *th = ckpt_xcalloc(par > 0 ? (size_t)par : 1, sizeof(*th));
+    p->next = 0;
+    p->nothers = 0;
+    p->taken = 0;
+    for (int i = 1; i < par; i++)
         if (pthread_create(&th[started], NULL, run_worker, p) == 0)
             started++;
     failed = run_worker(p) != NULL;
@@ -590,6 +646,43 @@ int ckpt_process_run(struct ckpt_process *p, struct ckpt_process_totals *t)
         failed |= r != NULL;
     }
     free(th);
+    return failed;
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int ckpt_process_run(struct ckpt_process *p, struct ckpt_process_totals *t)
+{
+    int failed = 0;
+    double t0 = ckpt_now();
+    memset(t, 0, sizeof(*t));
+    p->t = t;
+    plan_pool(p);
+    p->round = ckpt_xcalloc(p->n + 1, sizeof(*p->round));
+    p->others = ckpt_xcalloc(p->n + 1, sizeof(*p->others));
+    for (size_t i = 0; i < p->n; i++)
+        p->round[i] = i;
+    p->nround = p->n;
+    /* A batch's runs claimed by other live workers are walked again
+     * while the last round took something: a worker interrupted
+     * meanwhile gave its unfinished runs back. Done when nothing is left
+     * that this worker can take. */
+    for (;;) {
+        failed |= run_round(p);
+        if (!p->cfg.batch || p->cfg.dry_run || !p->nothers || !p->taken ||
+            ckpt_interrupted())
+            break;
+        ckpt_sort(p->others, p->nothers, sizeof(size_t), cmp_size);
+        memcpy(p->round, p->others, p->nothers * sizeof(size_t));
+        p->nround = p->nothers;
+    }
+    free(p->round);
+    free(p->others);
+    p->round = p->others = NULL;
     t->seconds = ckpt_now() - t0;
     p->t = NULL;
     return failed ? -1 : 0;

@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "ckpt/interrupt.h"
 #include "ckpt/util.h"
 
 /* Room for thousands of unshard outputs. */
@@ -447,8 +448,11 @@ void proc_keeper_stop(struct proc_keeper *k)
     if (k->started)
         pthread_join(k->thread, NULL);
     struct ckpt_err err = CKPT_ERR_INIT;
-    /* A lease we could not delete lapses at its expiry. */
+    /* A lease we could not delete lapses at its expiry. Released after
+     * an interrupt too: a rerun then takes the run at once. */
+    ckpt_interrupt_shield();
     (void)ckpt_lease_release(k->lease, &err);
+    ckpt_interrupt_unshield();
     k->lease = NULL;
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->cv);

@@ -8,7 +8,6 @@
  */
 #include "s3_int.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 
 #include <openssl/rand.h>
 
+#include "ckpt/interrupt.h"
 #include "ckpt/util.h"
 
 /* A limit from the environment: whole decimal digits (0: off), else
@@ -133,6 +133,16 @@ static size_t read_cb(char *dst, size_t size, size_t nmemb, void *ud)
     r->up_off += n;
     atomic_fetch_add(&r->hc->stats.bytes_out, n);
     return n;
+}
+
+/* Called by curl at least once a second while a transfer runs: an
+ * interrupt (ckpt/interrupt.h) cuts it, unless this thread is cleaning
+ * up. */
+static int xferinfo_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow,
+                       curl_off_t ultotal, curl_off_t ulnow)
+{
+    (void)ud, (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return ckpt_interrupt_stops() != 0;
 }
 
 /* curl rewinds the body when it must resend (auth, redirects). */
@@ -297,6 +307,8 @@ void http_setup(struct http_client *hc, CURL *h, const struct http_req *req,
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, hc->slow_time);
     }
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xferinfo_cb);
     /* Bigger than curl's 16/64 KiB defaults: fewer callbacks and syscalls
      * for shard-sized bodies. */
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
@@ -368,11 +380,20 @@ void http_finish(CURL *h, CURLcode cc, struct http_resp *resp)
                  curl_easy_strerror(cc));
     if (cc == CURLE_OPERATION_TIMEDOUT)
         say_timeout(resp);
+    if (cc == CURLE_ABORTED_BY_CALLBACK && ckpt_interrupted())
+        snprintf(resp->curl_msg, sizeof(resp->curl_msg), "interrupted");
 }
 
 void http_perform(struct http_client *hc, const struct http_req *req,
                   struct http_resp *resp)
 {
+    if (ckpt_interrupt_stops()) {
+        /* Interrupted: no new request (not retried either). */
+        resp->status = 0;
+        resp->curl = CURLE_ABORTED_BY_CALLBACK;
+        snprintf(resp->curl_msg, sizeof(resp->curl_msg), "interrupted");
+        return;
+    }
     CURL *h = http_get_handle(hc, resp);
     if (!h)
         return;
@@ -451,11 +472,15 @@ double http_backoff(int attempt, double retry_after)
 
 void http_sleep(double seconds)
 {
-    if (seconds <= 0)
-        return;
-    struct timespec ts;
-    ts.tv_sec = (time_t)seconds;
-    ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    /* In slices, so that an interrupt ends a back-off within 0.1 s. */
+    double end = ckpt_now() + seconds;
+    while (!ckpt_interrupt_stops()) {
+        double left = end - ckpt_now();
+        if (left <= 0)
+            return;
+        if (left > 0.1)
+            left = 0.1;
+        struct timespec ts = { 0, (long)(left * 1e9) };
+        nanosleep(&ts, NULL);
+    }
 }

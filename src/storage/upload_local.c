@@ -21,6 +21,7 @@
 
 #include <openssl/evp.h>
 
+#include "ckpt/interrupt.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
 #include "upload_int.h"
@@ -158,6 +159,11 @@ static int copy_hashed(const char *path, const char *tmp,
     uint64_t total = 0;
     int rc = out < 0 ? ckpt_err_sys(err, "create '%s'", tmp) : 0;
     while (rc == 0) {
+        /* Interrupted: the caller removes the temporary. */
+        if (ckpt_interrupt_stops()) {
+            rc = ckpt_err_set(err, CKPT_EIO, "'%s': interrupted", path);
+            break;
+        }
         ssize_t n = read(in, buf, cap);
         if (n < 0 && errno == EINTR)
             continue;

@@ -33,6 +33,7 @@
 
 #include <openssl/evp.h>
 
+#include "ckpt/interrupt.h"
 #include "ckpt/util.h"
 
 #define MIB (1024ull * 1024)
@@ -89,6 +90,11 @@ static int local_put_stream(struct ckpt_storage *st, const char *key,
            : ckpt_err_set(err, CKPT_EUNSUPPORTED, "MD5 is not available");
     for (uint64_t off = 0; rc == 0 && off < size;) {
         size_t n = size - off < cap ? (size_t)(size - off) : cap;
+        /* Interrupted: the temporary goes, nothing lands at key. */
+        if (ckpt_interrupt_stops()) {
+            rc = ckpt_err_set(err, CKPT_EIO, "'%s': interrupted", key);
+            break;
+        }
         rc = body(ud, off, buf, n, err);
         if (rc == 0)
             rc = st_local_up_part(st, id, off, buf, n, err);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/interrupt.h"
 #include "ckpt/util.h"
 
 /* ---- events ---- */
@@ -109,7 +110,10 @@ void up_obj_fail(struct ckpt_upload *u, struct obj *o,
     o->st = O_FAILED;
     o->err = *err;
     o->g->nfailed++;
-    up_emit(u, CKPT_UP_FAILED, o, NULL, err->msg);
+    /* After an interrupt every file still to go fails: counted, not
+     * listed one by one (the command says "interrupted"). */
+    if (!ckpt_interrupted())
+        up_emit(u, CKPT_UP_FAILED, o, NULL, err->msg);
     up_progress(u, 1, 0);
 }
 
@@ -421,7 +425,9 @@ static void settle(struct ckpt_upload *u, struct obj *o)
     if (o->inflight || terminal(o))
         return;
     if (o->failing) {
-        if (o->upload_id) {
+        /* Interrupted: the upload stays, recorded in the journal, for
+         * the rerun to resume part by part. */
+        if (o->upload_id && !ckpt_interrupted()) {
             up_queue_abort(u, o->g, o->g->dst, o->dkey, o->upload_id);
             u->ctl_tail->quiet = 1;
         }
@@ -512,7 +518,7 @@ static void on_abort(struct ckpt_upload *u, struct unit *un)
             up_emit(u, CKPT_UP_ABORTED, NULL, disp, why);
             free(why);
         }
-    } else {
+    } else if (!ckpt_interrupted()) {
         /* Kept in the journal: the next run tries again. */
         char *why = ckpt_xasprintf("could not discard unfinished upload "
                                    "%s: %s", un->upload_id, un->err.msg);

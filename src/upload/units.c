@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ckpt/interrupt.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 
@@ -459,9 +460,35 @@ static void do_start(struct unit *un)
     un->upload_id = id;
 }
 
+/* A part an earlier run wrote into a local DEST's temporary file (the
+ * upload id) and acknowledged: hashed there, where it is, instead of
+ * fetched from a remote source again, so an interrupted download
+ * resumes with the ranges it lacks. 1 when the bytes there are the
+ * acknowledged ones (then un->buf and un->md5 hold them). */
+static int known_at_dest(struct unit *un)
+{
+    struct obj *o = un->o;
+    int k = un->part - 1;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    size_t got = 0;
+    if (un->have_data || !o->known || !o->known_have[k] ||
+        !ckpt_storage_is_local(o->g->dst) ||
+        ckpt_storage_is_local(o->g->sst) ||
+        ckpt_storage_read(o->g->dst, o->upload_id, un->off, un->buf,
+                          un->len, &got, &err) != 0 || got != un->len)
+        return 0;
+    up_md5_buf(un->buf, un->len, un->md5);
+    return !memcmp(o->known[k], un->md5, 16);
+}
+
 static void do_part(struct unit *un)
 {
     struct obj *o = un->o;
+    if (known_at_dest(un)) {
+        un->resumed = 1;
+        un->rc = 0;
+        return;
+    }
     if (!un->have_data &&
         read_exact(o, un->off, un->buf, un->len, &un->err) != 0) {
         un->rc = -1;
@@ -565,6 +592,13 @@ static void do_delete(struct unit *un)
 void up_unit_run(struct unit *un)
 {
     un->rc = 0;
+    /* Interrupted: nothing more is started; what the journal recorded
+     * (multipart uploads, a local DEST's temporary file) stays for the
+     * rerun to resume. */
+    if (ckpt_interrupted()) {
+        un->rc = ckpt_err_set(&un->err, CKPT_EIO, "interrupted");
+        return;
+    }
     switch (un->kind) {
     case U_CHECK:
         do_check(un);

@@ -35,14 +35,23 @@ def lease(env, *args):
 
 def race(env, loc, n):
     """n lease_tool processes acquire loc at the same moment; returns
-    [(pid, first output word, the rest)]."""
+    [(pid, first output word, the rest)]. Each holds on until all have
+    answered: a holder of this host that exited would be taken over at
+    once (a dead worker's lease), not reported as the holder."""
     at = "%.3f" % (time.time() + 0.4)
-    procs = [subprocess.Popen([LEASE_TOOL, "acquire", loc, "--at", at],
-                              env=env, stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([LEASE_TOOL, "acquire", loc, "--at", at,
+                               "--hold"], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE) for _ in range(n)]
-    out = []
+    firsts = [p.stdout.readline() for p in procs]
     for p in procs:
-        o, e = p.communicate(timeout=120)
+        p.stdin.close()
+    out = []
+    for p, first in zip(procs, firsts):
+        p.wait(timeout=120)
+        o, e = first + p.stdout.read(), p.stderr.read()
+        p.stdout.close()
+        p.stderr.close()
         word, _, rest = o.decode().strip().partition(" ")
         if p.returncode != 0:
             word, rest = "error", e.decode().strip()

@@ -9,7 +9,9 @@ docs/deploy.md shows):
     once and every bad run deleted exactly once (the other workers say
     done or leased), everything exits 0, every good run is at DEST byte for
     byte, its sharded step unsharded bit-exact (check_unshard.py);
-  * process-slurm.sbatch's body as a 3-task array: the same;
+  * process-slurm.sbatch's body as a 3-task array (SLURM_ARRAY_JOB_ID
+    set, as Slurm does): the same, and each run in one task's rows only
+    (the claims of the batch);
   * process-cron.sh: exit 75 while a pass holds the lock, then a pass;
   * with -n nothing changes and the plan is exact;
   * SIGKILL at random points of `process` workers (lease TTL 3 s), in
@@ -80,7 +82,12 @@ def rows_of(out):
             if line and not line.startswith("total\t")]
 
 
-def check_final(c, what, env, runs, prefix, snaps, tmp):
+def check_final(c, what, env, runs, prefix, snaps, tmp, state=None,
+                leased_ok=()):
+    """Runs at DEST below prefix; DEST's .ckpt-process below state (the
+    prefix, unless runs went to their W&B paths below it). leased_ok:
+    leases a killed worker may have left on runs no pass queues any more
+    (docs/reliability.md, lapsed-lease)."""
     for name in GOOD:
         got = s3_tree(env, "%s/%s" % (prefix, rid(name)))
         uns = {k: v for k, v in got.items()
@@ -109,7 +116,8 @@ def check_final(c, what, env, runs, prefix, snaps, tmp):
         c.eq("%s: bad %s not at DEST" % (what, name),
              s3_tree(env, "%s/%s" % (prefix, rid(name))), {})
     c.eq("%s: sources left" % what, sorted(os.listdir(runs)), ["notes"])
-    _, ls, _ = tool(env, "ls", "s3://%s/%s/.ckpt-process" % (B, prefix))
+    _, ls, _ = tool(env, "ls", "s3://%s/%s/.ckpt-process"
+                    % (B, state or prefix))
     names = [line.split("\t")[2] for line in ls.decode().splitlines()]
     # A worker killed after its run was done leaves its lease to lapse;
     # none may be held past its expiry.
@@ -117,8 +125,9 @@ def check_final(c, what, env, runs, prefix, snaps, tmp):
     for n in names:
         if n.endswith(".lease"):
             _, data, _ = tool(env, "cat", "s3://%s/%s/.ckpt-process/%s"
-                              % (B, prefix, n))
-            if json.loads(data)["expires"] > time.time():
+                              % (B, state or prefix, n))
+            if json.loads(data)["expires"] > time.time() and \
+                    n not in leased_ok:
                 held.append(n)
     c.eq("%s: no lease held" % what, held, [])
 
@@ -172,7 +181,7 @@ def slurm(c, env, tmp, opts):
     body = os.path.join(DEPLOY, "process-slurm.sbatch")
     procs = []
     for i in range(3):
-        e = dict(env, SLURM_ARRAY_TASK_ID=str(i),
+        e = dict(env, SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID=str(i),
                  SLURM_ARRAY_TASK_COUNT="3")
         procs.append(subprocess.Popen(["bash", body, runs,
                                        "s3://%s/s" % B] + opts, env=e,

@@ -3,13 +3,15 @@
  * (tests/integration/lease_s3.py) on any location.
  *
  *   lease_tool acquire LOC [--ttl N] [--shift S] [--host H] [--at T]
- *                          [--release]
+ *                          [--release] [--hold]
  *       One acquire; prints "acquired TOKEN", "taken-over TOKEN" or
  *       "leased HOST:PID until T". --shift moves this process's clock by S
  *       seconds (plant an expired lease with a negative shift); --at waits
  *       until UTC time T (a float) first, so racers start together;
  *       --release releases a lease it got and prints "released" (or
- *       "lost"). Without it the lease is left to lapse.
+ *       "lost"). Without it the lease is left to lapse. --hold: after
+ *       the answer, stay alive until stdin closes (a holder of this host
+ *       that exited would be taken over at once, as a dead worker's).
  *   lease_tool takeover LOC
  *       A acquires (ttl 60), B takes over 61 s later (fake clock), then A
  *       renews, A releases, B renews, B releases: one line per step,
@@ -70,11 +72,11 @@ static int cmd_acquire(struct ckpt_storage *st, const char *key, int argc,
     memset(&cfg, 0, sizeof(cfg));
     cfg.clock = shifted;
     cfg.clock_ud = &shift;
-    int release = 0;
+    int release = 0, hold = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "0";
-        if (!strcmp(a, "--release")) {
-            release = 1;
+        if (!strcmp(a, "--release") || !strcmp(a, "--hold")) {
+            *(a[2] == 'r' ? &release : &hold) = 1;
             continue;
         }
         i++;
@@ -95,6 +97,12 @@ static int cmd_acquire(struct ckpt_storage *st, const char *key, int argc,
     if (r < 0)
         return -1;
     report(r, l, &h);
+    if (hold) {
+        char buf[64];
+        fflush(stdout);
+        while (fread(buf, 1, sizeof(buf), stdin) > 0)
+            ;
+    }
     if (!l)
         return 0;
     if (!release) {

@@ -17,9 +17,15 @@ everything is stopped by its pid at the end (and dies with the test).
 The node is declared with enough CPUs and memory for the #SBATCH lines of
 scripts/deploy/process-slurm.sbatch (4 CPUs, 8G a task) for three tasks
 at once (`SlurmdParameters=config_overrides`: slurmd takes the declared
-sizes, whatever the machine has; nothing is enforced with task/none).
-Unavailable says why when the packages are missing, the daemons exit, or
-the node is not idle within 30 s (their log tails included).
+sizes, whatever the machine has; nothing is enforced with task/none), so
+a larger array queues its other tasks. KillWait is 10 s: a cancelled or
+timed-out job gets SIGTERM, then SIGKILL 10 s later.
+
+Unavailable (the caller skips, exit 77) only when this machine cannot run
+a private slurmd at all: not root. Packages that are missing
+(scripts/install-deps.sh --test installs them), a daemon that exits, or a
+node not idle within 30 s raise SlurmError with the reason and the
+daemons' log tails: the test fails.
 """
 import ctypes
 import os
@@ -35,6 +41,10 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol")
 
 
 class Unavailable(Exception):
+    pass
+
+
+class SlurmError(Exception):
     pass
 
 
@@ -57,8 +67,9 @@ def _tail(path, n=15):
 
 
 class SlurmEnv:
-    def __init__(self, root, cpus=12, mem_mb=3 * 8192 + 1024):
+    def __init__(self, root, cpus=12, mem_mb=3 * 8192 + 1024, kill_wait=10):
         self.dir = os.path.join(root, "slurm")
+        self.kill_wait = kill_wait
         self.cpus, self.mem_mb = cpus, mem_mb
         self.procs = []
         self.host = socket.gethostname().split(".")[0]
@@ -95,6 +106,7 @@ class SlurmEnv:
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
             "SlurmdParameters=config_overrides",
+            "KillWait=%d" % self.kill_wait,
             "ReturnToService=2",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
@@ -115,14 +127,14 @@ class SlurmEnv:
         return p
 
     def __enter__(self):
-        missing = [d for d in DAEMONS if not _which(d)]
-        if missing:
-            raise Unavailable("%s not installed (scripts/install-deps.sh "
-                              "--test installs slurm-wlm and munge)"
-                              % " ".join(missing))
         if os.geteuid() != 0:
             raise Unavailable("a private slurmd runs jobs as their user "
                               "only as root; not root here")
+        missing = [d for d in DAEMONS if not _which(d)]
+        if missing:
+            raise SlurmError("%s not installed (scripts/install-deps.sh "
+                             "--test installs slurm-wlm and munge)"
+                             % " ".join(missing))
         for d in ("state", "spool", "munge"):
             os.makedirs(self.path(d), mode=0o700, exist_ok=True)
         os.chmod(self.dir, 0o700)
@@ -165,12 +177,12 @@ class SlurmEnv:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if proc.poll() is not None:
-                raise Unavailable("%s exited with status %d:\n%s"
+                raise SlurmError("%s exited with status %d:\n%s"
                                   % (what, proc.returncode, _tail(log)))
             if ready():
                 return
             time.sleep(0.3)
-        raise Unavailable("%s not ready in %.0f s:\n%s"
+        raise SlurmError("%s not ready in %.0f s:\n%s"
                           % (what, timeout, _tail(log)))
 
     def __exit__(self, *exc):

@@ -406,7 +406,55 @@ static void test_lease__processes_race_one_winner_per_round(void)
     ckpt_storage_close(st);
 }
 
+/* A lease of a process of this host that no longer exists is taken over
+ * at once, before its expiry; a live one's, or another host's, is not. */
+static void test_lease__dead_holder_of_this_host_taken_over(void)
+{
+    struct ckpt_storage *st = local();
+    char *key = lease_path("dead.lease");
+    pid_t kid = fork();
+    if (kid == 0)
+        _exit(0);
+    waitpid(kid, NULL, 0);      /* reaped: that pid is gone */
+    struct ckpt_lease_cfg dead = cfg_for("hostA", (long)kid, 600);
+    struct ckpt_lease_cfg live = cfg_for("hostA", (long)getppid(), 600);
+    struct ckpt_lease_cfg other = cfg_for("hostB", (long)kid, 600);
+    struct ckpt_lease_cfg me = cfg_for("hostA", 0, 600);
+    struct ckpt_lease *l = NULL, *lm = NULL;
+    struct ckpt_lease_holder h;
+    struct ckpt_err err;
+    int64_t t0 = atomic_load(&fake_now);
+    /* Another host's dead pid means nothing here. */
+    CHECK_EQ(ckpt_lease_acquire(st, key, "r", &other, &l, &h, &err),
+             CKPT_LEASE_ACQUIRED);
+    ckpt_lease_free(l);
+    CHECK_EQ(ckpt_lease_acquire(st, key, "r", &me, &lm, &h, &err),
+             CKPT_LEASE_LEASED);
+    CHECK_EQ(ckpt_storage_delete(st, key, &err), 0);
+    /* A live process of this host keeps it. */
+    CHECK_EQ(ckpt_lease_acquire(st, key, "r", &live, &l, &h, &err),
+             CKPT_LEASE_ACQUIRED);
+    ckpt_lease_free(l);
+    CHECK_EQ(ckpt_lease_acquire(st, key, "r", &me, &lm, &h, &err),
+             CKPT_LEASE_LEASED);
+    CHECK_EQ(ckpt_storage_delete(st, key, &err), 0);
+    /* A dead one of this host: taken over now, its holder reported. */
+    CHECK_EQ(ckpt_lease_acquire(st, key, "r", &dead, &l, &h, &err),
+             CKPT_LEASE_ACQUIRED);
+    ckpt_lease_free(l);
+    CHECK_EQ(ckpt_lease_acquire(st, key, "r", &me, &lm, &h, &err),
+             CKPT_LEASE_TAKEN_OVER);
+    CHECK(lm != NULL);
+    CHECK_STR(h.host, "hostA");
+    CHECK_EQ(h.pid, (long)kid);
+    CHECK_EQ(h.expires, t0 + 600);
+    CHECK_EQ(ckpt_lease_release(lm, &err), 0);
+    free(key);
+    ckpt_storage_close(st);
+}
+
 TEST_MAIN(T(test_lease__two_acquirers_one_wins),
+          T(test_lease__dead_holder_of_this_host_taken_over),
           T(test_lease__renew_extends),
           T(test_lease__expired_takeover_then_old_holder_lost),
           T(test_lease__release_by_non_holder_refused),
