@@ -57,6 +57,8 @@ struct ckpt_archive_entry {
     const char *hardlink;      /* type LINK: the member a hard link names
                                   (normalised, from the archive root), or
                                   NULL for a symlink / other members */
+    const char *symlink;       /* type LINK: a symbolic link's target as
+                                  stored, or NULL */
 };
 
 struct ckpt_archive;

@@ -38,6 +38,9 @@ struct ckpt_tree_file {
     char *hardlink;         /* owned: a hard link member's target as
                                stored, or NULL; resolved members take the
                                target's type FILE, size and offset */
+    char *symlink;          /* owned: an archive's symbolic link member's
+                               target as stored, or NULL (a directory's
+                               links are read with readlink when asked) */
 };
 
 struct ckpt_tree {

@@ -799,6 +799,7 @@ int ckpt_archive_next(struct ckpt_archive *a, struct ckpt_archive_entry *e,
     memset(e, 0, sizeof(*e));
     e->path = a->path.ptr;
     e->hardlink = hl && !sl ? a->link.ptr : NULL;
+    e->symlink = sl;
     e->size = archive_entry_size_is_set(ae)
             ? (uint64_t)archive_entry_size(ae) : 0;
     mode_t t = archive_entry_filetype(ae);

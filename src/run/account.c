@@ -20,6 +20,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/util.h"
 #include "run_int.h"
@@ -96,11 +97,49 @@ int ckpt_debris(const char *path, const struct ckpt_tree_file *f)
            log_like(path);
 }
 
-/* OLMo's pointer to its newest step: removing a link loses no bytes. */
-static int olmo_latest_link(const char *path, const struct ckpt_tree_file *f)
+/* The target of link f of t (malloced), or NULL: an archive's as stored,
+ * a local directory's by readlink. */
+static char *link_target(const struct ckpt_tree *t,
+                         const struct ckpt_tree_file *f)
 {
-    return f->type == CKPT_ENTRY_LINK &&
-           (!strcmp(path, "latest") || !strcmp(path, "latest-unsharded"));
+    if (f->symlink)
+        return ckpt_xstrdup(f->symlink);
+    if (t->archive != CKPT_ARCHIVE_NONE || !t->st ||
+        !ckpt_storage_is_local(t->st))
+        return NULL;
+    char *p = ckpt_path_join(t->key, f->path), buf[4096];
+    ssize_t n = readlink(p, buf, sizeof(buf) - 1);
+    free(p);
+    if (n <= 0)
+        return NULL;
+    buf[n] = '\0';
+    return ckpt_xstrdup(buf);
+}
+
+/* OLMo's pointer to its newest step, `latest` (`latest-unsharded`) at
+ * the top naming one of the run's checkpoint directories by a relative
+ * name: removing that link loses no bytes. */
+static int olmo_latest_link(const struct ckpt_run *run,
+                            const struct ckpt_tree *t, const char *path,
+                            const struct ckpt_tree_file *f)
+{
+    if (f->type != CKPT_ENTRY_LINK || f->hardlink ||
+        (strcmp(path, "latest") && strcmp(path, "latest-unsharded")))
+        return 0;
+    char *to = link_target(t, f);
+    if (!to)
+        return 0;
+    char *n = to;
+    while (!strncmp(n, "./", 2))
+        n += 2;
+    size_t len = strlen(n);
+    while (len && n[len - 1] == '/')
+        n[--len] = '\0';
+    int ok = 0;
+    for (size_t i = 0; len && !strchr(n, '/') && i < run->n && !ok; i++)
+        ok = !strcmp(run->ckpts[i].dir, n);
+    free(to);
+    return ok;
 }
 
 /* The checkpoint of run that holds path, or NULL. */
@@ -141,7 +180,7 @@ int ckpt_run_unaccounted_each(const struct ckpt_run *run,
     for (size_t i = 0; i < t->n && !rc; i++) {
         const struct ckpt_tree_file *f = &t->files[i];
         if (f->type != CKPT_ENTRY_DIR && !holder(run, f->path) &&
-            !ckpt_debris(f->path, f) && !olmo_latest_link(f->path, f))
+            !ckpt_debris(f->path, f) && !olmo_latest_link(run, t, f->path, f))
             rc = fn(ud, f->path, f->size, 1);
     }
     /* In a checkpoint: a step-0 one accounts for every regular file, one

@@ -306,6 +306,8 @@ static int load_archive(struct builder *b, ckpt_tree_want_fn want,
         f->data_offset = e.data_offset;
         if (e.hardlink)
             f->hardlink = ckpt_xstrdup(e.hardlink);
+        if (e.symlink)
+            f->symlink = ckpt_xstrdup(e.symlink);
         size_t cap = !plain && e.type == CKPT_ENTRY_FILE
                    ? want(e.path, e.size) : 0;
         if (cap && capture(a, f, cap, err) != 0) {
@@ -393,6 +395,7 @@ static void strip_top(struct ckpt_tree *t)
             free(f->path);
             free(f->content);
             free(f->hardlink);
+            free(f->symlink);
             continue;
         }
         memmove(f->path, f->path + len + 1, strlen(f->path + len + 1) + 1);
@@ -415,6 +418,7 @@ static void dedupe(struct ckpt_tree *t)
             free(t->files[w - 1].content);
             free(t->files[w - 1].tail);
             free(t->files[w - 1].hardlink);
+            free(t->files[w - 1].symlink);
             t->files[w - 1] = t->files[i];
             continue;
         }
@@ -515,6 +519,7 @@ void ckpt_tree_free(struct ckpt_tree *t)
         free(t->files[i].content);
         free(t->files[i].tail);
         free(t->files[i].hardlink);
+        free(t->files[i].symlink);
     }
     free(t->files);
     free(t->damage);
