@@ -297,9 +297,20 @@ static const char *ckpt_of(const struct tree *t, const char *rel, char *buf,
     }
 }
 
+/* Some file is below directory dir. */
+static int holds_file(const struct tree *t, const char *dir)
+{
+    size_t dl = strlen(dir);
+    for (size_t i = 0; i < t->n; i++)
+        if (!S_ISDIR(t->v[i].mode) && !strncmp(t->v[i].rel, dir, dl) &&
+            t->v[i].rel[dl] == '/')
+            return 1;
+    return 0;
+}
+
 /* Some directory below the run (not inside a checkpoint directory, not a
  * container) holds config.yaml with wandb/ or train_data/, or a
- * checkpoint-named directory. */
+ * checkpoint-named directory holding a file. */
 static int holds_runs(const struct tree *t)
 {
     for (size_t i = 0; i < t->n; i++) {
@@ -316,9 +327,11 @@ static int holds_runs(const struct tree *t)
         if (!strcmp(pb, "checkpoints") || !strcmp(pb, "checkpoint"))
             continue;
         const char *eb = base_name(e->rel);
-        if (ckpt_step(eb) >= 0 && !isdigit((unsigned char)eb[0]))
+        if (ckpt_step(eb) >= 0 && !isdigit((unsigned char)eb[0]) &&
+            holds_file(t, e->rel))
             return 1;   /* (a bare integer counts only when it holds a
-                           checkpoint: not decided here) */
+                           checkpoint: not decided here; an empty
+                           directory is no checkpoint) */
         if (!strcmp(base_name(e->rel), "wandb") ||
             !strcmp(base_name(e->rel), "train_data")) {
             char cfg[4200];

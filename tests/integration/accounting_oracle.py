@@ -266,10 +266,12 @@ def holds_runs(tree, truth, d):
 
 def step_named(tree, path):
     """A directory named like a checkpoint, bare numbers aside (Slurm's
-    job ids name runs): what shows a run below a directory."""
+    job ids name runs), holding a file (an empty directory is no
+    checkpoint): what shows a run below a directory."""
     name = path.rsplit("/", 1)[-1]
     return tree.isdir(path) and ckpt_step(name) is not None and \
-        not BARE_INT.match(name)
+        not BARE_INT.match(name) and \
+        any(tree.e[p].type != "d" for p in tree.below(path))
 
 
 def units(tree, truth, arg, out, strays):
