@@ -710,8 +710,7 @@ int cmd_process(int argc, char **argv)
     c.unshard_step0 = po.step0;
     c.keep_archive = po.keep_archive;
     c.jobs = g.jobs;
-    c.insecure = g.insecure;
-    c.retries = g.retries;
+    c.storage = cli_storage_cfg(&g);
     c.tmp_dir = g.tmp_dir;
     c.filter = filter;
     c.drop_sharded = po.drop_sharded;
