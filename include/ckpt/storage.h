@@ -46,12 +46,30 @@ char *ckpt_loc_format(const struct ckpt_loc *loc, const char *key);
 /* Scheme prefix: "", "s3://", "r2://", "gs://". */
 const char *ckpt_scheme_prefix(enum ckpt_scheme s);
 
+/* A remote request about to be repeated, told before the wait
+ * (ckpt_storage_cfg.on_retry) from the thread that sent it. */
+struct ckpt_storage_retry {
+    const char *what;   /* the object, prefix or service, as in messages */
+    int attempt;        /* the attempt about to be made: 2.. */
+    int attempts;       /* of at most this many */
+    double delay;       /* seconds it waits first */
+    const char *why;    /* what the failed one got: "HTTP 503 SlowDown",
+                           or curl's words for a failed transfer */
+    int transport;      /* 1: no complete reply came (connect, timeout,
+                           reset): the endpoint itself is what it waits
+                           on */
+};
+typedef void (*ckpt_storage_retry_fn)(void *ud,
+                                      const struct ckpt_storage_retry *r);
+
 /* Settings shared by every backend, from the global options. */
 struct ckpt_storage_cfg {
     int insecure;       /* skip TLS verification */
     int retries;        /* attempts for idempotent requests; <=0 default */
     int verbose;
     int jobs;           /* expected concurrency (connection pool size) */
+    ckpt_storage_retry_fn on_retry; /* NULL: retries are silent */
+    void *retry_ud;
 };
 
 struct ckpt_storage;

@@ -251,6 +251,26 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
     return nargs;
 }
 
+/* A repeated storage request, on stderr. A failed transfer (nothing
+ * answers, a timeout, a reset) is said at once: every further attempt
+ * waits on that endpoint, and without a word ten attempts are 30-60 s of
+ * silence. A reply that asks to slow down or to try again (429, 5xx) is
+ * routine under load: only -v says so, until one request has had three
+ * in a row. */
+static void said_retry(void *ud, const struct ckpt_storage_retry *r)
+{
+    (void)ud;
+    char delay[32];
+    snprintf(delay, sizeof(delay), r->delay < 10 ? "%.1f" : "%.0f",
+             r->delay);
+    if (r->transport || r->attempt > 3)
+        cli_warnf("%s: retrying (%d/%d) in %s s: %s", r->what, r->attempt,
+                  r->attempts, delay, r->why);
+    else
+        cli_debugf("%s: retrying (%d/%d) in %s s: %s", r->what, r->attempt,
+                   r->attempts, delay, r->why);
+}
+
 struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g)
 {
     struct ckpt_storage_cfg c = {
@@ -258,6 +278,7 @@ struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g)
         .retries = g->retries,
         .verbose = g->verbose,
         .jobs = g->jobs,
+        .on_retry = said_retry,
     };
     return c;
 }

@@ -187,9 +187,11 @@ static int fetch(struct gcs_oauth *o, struct http_client *hc, int retries,
             http_resp_release(&resp);
             break;
         }
-        double ra = resp.retry_after;
+        double delay = http_backoff(attempt, resp.retry_after);
+        http_tell_retry(hc, o->token_uri, attempt, max, delay, &resp,
+                        "from the token endpoint");
         http_resp_release(&resp);
-        http_sleep(http_backoff(attempt, ra));
+        http_sleep(delay);
     }
     curl_slist_free_all(h);
     memset(body.ptr, 0, body.len);

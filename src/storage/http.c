@@ -459,3 +459,20 @@ void http_sleep(double seconds)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
 }
+
+void http_tell_retry(struct http_client *hc, const char *what, int attempt,
+                     int attempts, double delay,
+                     const struct http_resp *resp, const char *code)
+{
+    if (!hc->on_retry)
+        return;
+    char why[CURL_ERROR_SIZE + 80];
+    int transport = resp->curl != CURLE_OK;
+    if (transport)
+        snprintf(why, sizeof(why), "%s", resp->curl_msg);
+    else
+        snprintf(why, sizeof(why), "HTTP %ld %s", resp->status, code);
+    struct ckpt_storage_retry r = { what, attempt + 1, attempts, delay, why,
+                                    transport };
+    hc->on_retry(hc->retry_ud, &r);
+}

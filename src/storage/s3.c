@@ -309,6 +309,9 @@ int s3_judge(struct s3 *s3, const struct http_resp *resp, int attempt,
     if (retry) {
         *delay = http_backoff(attempt, resp->retry_after);
         atomic_fetch_add(&s3->hc.stats.retries, 1);
+        http_tell_retry(&s3->hc, what, attempt, s3->attempts, *delay, resp,
+                        plain_code(code.ptr) ? code.ptr
+                                             : status_name(resp->status));
     } else {
         fail(resp, attempt, what, code.ptr, err);
     }
@@ -568,6 +571,8 @@ int ckpt_s3_open(struct ckpt_storage *st, struct ckpt_err *err)
     s3->scheme = st->loc.scheme;
     s3->attempts = st->cfg.retries > 0 ? st->cfg.retries : DEFAULT_ATTEMPTS;
     http_client_init(&s3->hc, st->cfg.insecure, st->cfg.verbose);
+    s3->hc.on_retry = st->cfg.on_retry;
+    s3->hc.retry_ud = st->cfg.retry_ud;
     char *disp = s3_what(st, NULL);
     int rc = s3_conf_resolve(&s3->conf, s3->scheme, s3->bucket, disp, err);
     if (rc == 0)

@@ -75,6 +75,8 @@ struct http_client {
      * bytes/s for slow_time s fails it, and so does taking longer than
      * deadline s plus one per deadline_speed bytes of its body. */
     long min_speed, slow_time, deadline, deadline_speed;
+    ckpt_storage_retry_fn on_retry;   /* NULL: silent */
+    void *retry_ud;
 };
 
 #define HTTP_MIN_SPEED 1024L        /* CKPT_HTTP_MIN_SPEED, bytes/s */
@@ -165,6 +167,12 @@ int http_retryable(const struct http_resp *r, const char *code,
  * min(cap, base * 2^(n-1)), or the server's Retry-After when larger. */
 double http_backoff(int attempt, double retry_after);
 void http_sleep(double seconds);
+/* Tell hc's on_retry that attempt n of what (of at most attempts) failed
+ * with resp and is repeated after delay seconds; code names an HTTP
+ * failure ("SlowDown", or the status's name). */
+void http_tell_retry(struct http_client *hc, const char *what, int attempt,
+                     int attempts, double delay,
+                     const struct http_resp *resp, const char *code);
 
 /* ---- XML (s3xml.c) ---- */
 

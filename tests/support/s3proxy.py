@@ -50,6 +50,8 @@ Faults, chosen per request at random (seeded):
             fault_match) get one for sure, 503 SlowDown and reset
             alternately (SlowDown first), whatever the fractions say: a
             test that needs faults where a seeded draw may give none
+  fault_next_kind  "slowdown" or "reset": fault_next's faults are all of
+            that kind ("" = alternate)
   methods   only requests with these methods get faults ("" = all)
   fault_match  only requests whose path contains this get faults ("" = all)
   complete_error  the next N CompleteMultipartUpload requests are answered
@@ -147,7 +149,8 @@ class State:
                        "get_delay_ms": 0, "get_delay_nth": 0,
                        "get_delay_match": "", "fault_match": "",
                        "corrupt_put": 0, "corrupt_match": "",
-                       "fault_next": 0, "trickle_bps": 0,
+                       "fault_next": 0, "fault_next_kind": "",
+                       "trickle_bps": 0,
                        "trickle_match": "", "delete_delay_ms": 0}
         self.get_seen = 0
         self.connections = 0
@@ -195,6 +198,8 @@ class State:
                 return None
             if c["fault_next"] > 0:
                 c["fault_next"] -= 1
+                if c["fault_next_kind"]:
+                    return c["fault_next_kind"]
                 return "reset" if c["fault_next"] % 2 == 0 else "slowdown"
             x = self.rng.random()
             for name in ("slowdown", "r2_429", "reset"):

@@ -270,7 +270,8 @@ int main(int argc, char **argv)
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_loc loc;
     struct ckpt_storage *st = NULL;
-    struct ckpt_storage_cfg cfg = { insecure, attempts, 0, jobs };
+    struct ckpt_storage_cfg cfg = { .insecure = insecure, .retries = attempts,
+                                    .jobs = jobs };
     int rc = ckpt_loc_parse(&loc, where, &err);
     if (rc == 0)
         rc = ckpt_storage_open(&st, &loc, &cfg, &err);

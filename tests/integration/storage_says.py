@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+# ctest-cost: 20
+"""storage_says.py - ckpt says what a remote request waits on: each retry
+of an endpoint that does not answer is a line on stderr (`retrying (2/3)
+in 0.1 s: <why>`), at once; a reply that asks to try again (503 SlowDown)
+only with -v until a request has had three in a row; -q says none."""
+import os
+import re
+import socket
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+from s3test import Checker, S3Env, ckpt, tool  # noqa: E402
+
+B = "ckpt-test"
+
+
+def lines(err):
+    """stderr without timestamps, delays and curl's timings."""
+    out = []
+    for line in err.splitlines():
+        line = re.sub(r"^\S+Z ", "", line)
+        line = re.sub(r" in [0-9.]+ s: ", " in D s: ", line)
+        line = re.sub(r" after \d+ ms", "", line)
+        out.append(line)
+    return out
+
+
+def unreachable(c, env):
+    """A port nothing listens on: every retry is told, then the error."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))   # bound, never listening: refused
+        port = s.getsockname()[1]
+        e = dict(env, AWS_ENDPOINT_URL="http://127.0.0.1:%d" % port)
+        why = ("Failed to connect to 127.0.0.1 port %d: Couldn't connect "
+               "to server" % port)
+        rc, _, err = ckpt("ls", "--no-progress", "--retries", "3",
+                          "s3://%s/x" % B, env=e)
+        retry = ["ckpt: warning: s3://%s/x%s: retrying (%d/3) in D s: %s"
+                 % (B, slash, n, why) for slash in ("", "/")
+                 for n in (2, 3)]
+        c.eq("unreachable: each retry said, then the error", (rc,
+             lines(err)), (1, retry + ["ckpt: error: s3://%s/x: %s (after "
+                                       "3 attempts)" % (B, why)]))
+        rc, _, err = ckpt("ls", "-q", "--no-progress", "--retries", "3",
+                          "s3://%s/x" % B, env=e)
+        c.eq("unreachable, -q: the error alone", (rc, lines(err)),
+             (1, ["ckpt: error: s3://%s/x: %s (after 3 attempts)"
+                  % (B, why)]))
+
+
+def slowdowns(c, s3, env, n, *flags):
+    """ls with the listing's first n GETs answered 503 SlowDown."""
+    s3.configure(fault_next=n, fault_next_kind="slowdown", methods="GET")
+    rc, out, err = ckpt("ls", "--no-progress", *flags, "s3://%s/x" % B,
+                        env=env)
+    s3.configure(fault_next=0, fault_next_kind="", methods="")
+    c.eq("%d SlowDowns %s: listed" % (n, flags), rc, 0)
+    return [x for x in lines(err) if "retrying" in x]
+
+
+def main():
+    c = Checker()
+    with S3Env(buckets=[B]) as s3:
+        env = s3.env()
+        tool(env, "put", "-", "s3://%s/x/run1/config.yaml" % B, input=b"a")
+        unreachable(c, env)
+        said = "s3://%s/x/: retrying (%%d/10) in D s: HTTP 503 SlowDown" % B
+        c.eq("two SlowDowns: nothing said", slowdowns(c, s3, env, 2), [])
+        c.eq("two SlowDowns, -v: said", slowdowns(c, s3, env, 2, "-v"),
+             ["ckpt: " + said % n for n in (2, 3)])
+        c.eq("four SlowDowns: the fourth attempt on said",
+             slowdowns(c, s3, env, 4),
+             ["ckpt: warning: " + said % n for n in (4, 5)])
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
