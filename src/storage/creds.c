@@ -250,8 +250,9 @@ static int endpoints_ignored(void)
 }
 
 static void set_keys(struct s3_conf *c, const char *ak, const char *sk,
-                     const char *tok)
+                     const char *tok, char *source)
 {
+    c->cred_source = source;
     c->access_key = ckpt_xstrdup(ak);
     c->secret_key = ckpt_xstrdup(sk);
     c->session_token = tok ? ckpt_xstrdup(tok) : NULL;
@@ -272,7 +273,8 @@ static int keys_from_profile(struct s3_conf *c, const struct files *f,
         return ckpt_err_set(err, CKPT_EAUTH,
                             "%s: profile '%s' has no aws_access_key_id and "
                             "aws_secret_access_key", display, profile);
-    set_keys(c, ak, sk, profile_get(f, profile, "aws_session_token"));
+    set_keys(c, ak, sk, profile_get(f, profile, "aws_session_token"),
+             ckpt_xasprintf("profile '%s'", profile));
     return 0;
 }
 
@@ -283,7 +285,8 @@ static int keys_default(struct s3_conf *c, const struct files *f,
     const char *ak = env("AWS_ACCESS_KEY_ID");
     const char *sk = env("AWS_SECRET_ACCESS_KEY");
     if (ak && sk) {
-        set_keys(c, ak, sk, env("AWS_SESSION_TOKEN"));
+        set_keys(c, ak, sk, env("AWS_SESSION_TOKEN"),
+                 ckpt_xstrdup("the environment"));
         return 0;
     }
     const char *prof = env("AWS_PROFILE");
@@ -397,6 +400,8 @@ static int resolve_gs(struct s3_conf *c, const struct files *f,
             ep = profile_endpoint(f, prof);
     } else if (sa) {
         c->sa_key_file = ckpt_xstrdup(sa);
+        c->cred_source = ckpt_xstrdup("the service-account key in "
+                                      "GOOGLE_APPLICATION_CREDENTIALS");
     } else {
         return ckpt_err_set(err, CKPT_EAUTH,
                             "%s: no credentials: set GCS_PROFILE (HMAC keys)"
@@ -445,5 +450,6 @@ void s3_conf_release(struct s3_conf *c)
     free_secret(c->secret_key);
     free_secret(c->session_token);
     free(c->sa_key_file);
+    free(c->cred_source);
     memset(c, 0, sizeof(*c));
 }

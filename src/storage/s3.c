@@ -247,8 +247,42 @@ static int plain_code(const char *code)
     return 1;
 }
 
-static int fail(const struct http_resp *resp, int attempt, const char *what,
-                const char *code, struct ckpt_err *err)
+/* What a refusal's code tells the user to check, after ": ", or "".
+ * The codes are S3's (and GCS's XML API's); a HEAD reply has none. */
+static void refusal_hint(const struct s3 *s3, long status, const char *code,
+                         char *out, size_t n)
+{
+    const char *src = s3->conf.cred_source ? s3->conf.cred_source
+                                           : "nowhere";
+    if (!strcmp(code, "SignatureDoesNotMatch"))
+        snprintf(out, n, ": the secret key is not the access key ID's "
+                 "(credentials from %s)", src);
+    else if (!strcmp(code, "InvalidAccessKeyId"))
+        snprintf(out, n, ": %s knows no such access key ID (credentials "
+                 "from %s)", s3->conf.endpoint, src);
+    else if (!strcmp(code, "AccessDenied"))
+        snprintf(out, n, ": the credentials from %s are not allowed this "
+                 "(check the bucket policy and the permissions of their "
+                 "user or role)", src);
+    else if (!strcmp(code, "ExpiredToken") ||
+             !strcmp(code, "TokenRefreshRequired"))
+        snprintf(out, n, ": the session token from %s has expired: renew "
+                 "it", src);
+    else if (!strcmp(code, "InvalidToken"))
+        snprintf(out, n, ": the session token from %s is not valid", src);
+    else if (!strcmp(code, "RequestTimeTooSkewed"))
+        snprintf(out, n, ": this host's clock is more than 15 minutes off "
+                 "the service's (check NTP)");
+    else if (status == 401 || status == 403)
+        snprintf(out, n, ": refused with the credentials from %s (check "
+                 "them and their permissions)", src);
+    else
+        out[0] = '\0';
+}
+
+static int fail(const struct s3 *s3, const struct http_resp *resp,
+                int attempt, const char *what, const char *code,
+                struct ckpt_err *err)
 {
     char tries[48] = "";
     if (attempt > 1)
@@ -260,15 +294,16 @@ static int fail(const struct http_resp *resp, int attempt, const char *what,
     }
     /* A bucket in another region (301, or 400 AuthorizationHeader-
      * Malformed): say where it is, the one fix the user needs. */
-    char hint[96] = "";
+    const char *name = plain_code(code) ? code : status_name(resp->status);
+    char hint[320] = "";
     if (resp->bucket_region[0] && (resp->status == 301 ||
                                    resp->status == 400))
         snprintf(hint, sizeof(hint), " (the bucket is in region %s: set "
                  "AWS_REGION)", resp->bucket_region);
+    else
+        refusal_hint(s3, resp->status, name, hint, sizeof(hint));
     ckpt_err_set(err, status_code(resp->status), "%s: HTTP %ld %s%s%s",
-                 what, resp->status,
-                 plain_code(code) ? code : status_name(resp->status), hint,
-                 tries);
+                 what, resp->status, name, hint, tries);
     err->http_status = (int)resp->status;
     return -1;
 }
@@ -313,7 +348,7 @@ int s3_judge(struct s3 *s3, const struct http_resp *resp, int attempt,
                         plain_code(code.ptr) ? code.ptr
                                              : status_name(resp->status));
     } else {
-        fail(resp, attempt, what, code.ptr, err);
+        fail(s3, resp, attempt, what, code.ptr, err);
     }
     ckpt_buf_release(&code);
     ckpt_buf_release(&msg);

@@ -29,6 +29,9 @@ struct s3_conf {
     char *secret_key;    /* owned, NULL when using OAuth */
     char *session_token; /* owned, or NULL */
     char *sa_key_file;   /* owned: GCS service-account JSON, or NULL */
+    char *cred_source;   /* owned: where the credentials come from, for
+                            messages ("the environment (AWS_ACCESS_KEY_ID)",
+                            "profile 'x'"); never a secret */
     int virtual_host;    /* bucket in the host name, not the path */
 };
 

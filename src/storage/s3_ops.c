@@ -201,6 +201,24 @@ static int is_prefix(struct ckpt_storage *st, const char *key,
     return rc != 0 ? -1 : found;
 }
 
+/* A refused HEAD has no body, so no error code says why: ask for the
+ * object's first byte, whose refusal has one (SignatureDoesNotMatch,
+ * AccessDenied, ExpiredToken ...), and report that instead. */
+static void refusal_code(struct s3 *s3, const char *key, const char *what,
+                         struct ckpt_err *err)
+{
+    struct s3_req r;
+    s3_req_init(&r, "GET", key);
+    s3_req_header(&r, "Range", "bytes=0-0");
+    struct http_resp resp;
+    http_resp_init(&resp);
+    struct ckpt_err e2 = CKPT_ERR_INIT;
+    if (s3_exec(s3, &r, &resp, what, &e2) != 0 && e2.http_status &&
+        e2.code == err->code)
+        *err = e2;
+    http_resp_release(&resp);
+}
+
 int s3_op_stat(struct ckpt_storage *st, const char *key,
                struct ckpt_stat *out, struct ckpt_err *err)
 {
@@ -222,6 +240,9 @@ int s3_op_stat(struct ckpt_storage *st, const char *key,
                                                       : resp.content_length;
         out->mtime = out->ctime = resp.mtime;
         snprintf(out->etag, sizeof(out->etag), "%s", resp.etag);
+    } else if (err->http_status == 400 || err->http_status == 401 ||
+               err->http_status == 403) {
+        refusal_code(s3, key, what, err);
     } else if (err->code == CKPT_ENOTFOUND) {
         int p = is_prefix(st, key, err);
         if (p == 1) {

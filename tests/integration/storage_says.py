@@ -3,7 +3,9 @@
 """storage_says.py - ckpt says what a remote request waits on: each retry
 of an endpoint that does not answer is a line on stderr (`retrying (2/3)
 in 0.1 s: <why>`), at once; a reply that asks to try again (503 SlowDown)
-only with -v until a request has had three in a row; -q says none."""
+only with -v until a request has had three in a row; -q says none. A
+refusal names the service's error code (a HEAD's too, which has no body)
+and what to check, naming where the credentials came from."""
 import os
 import re
 import socket
@@ -60,12 +62,56 @@ def slowdowns(c, s3, env, n, *flags):
     return [x for x in lines(err) if "retrying" in x]
 
 
+def refusals(c, s3, env):
+    obj = "s3://%s/x/run1/b" % B
+
+    def ls(e):
+        rc, _, err = ckpt("ls", "--no-progress", obj, env=e)
+        return rc, lines(err)
+
+    def error(msg):
+        return (1, ["ckpt: error: %s: %s" % (obj, msg)])
+    c.eq("wrong secret", ls(dict(env, AWS_SECRET_ACCESS_KEY="wrong")),
+         error("HTTP 403 SignatureDoesNotMatch: the secret key is not the "
+               "access key ID's (credentials from the environment)"))
+    creds = env["AWS_SHARED_CREDENTIALS_FILE"] + ".p"
+    with open(creds, "w") as f:
+        f.write("[p]\naws_access_key_id = NOPE\naws_secret_access_key = "
+                "x\n")
+    e = dict(env, AWS_SHARED_CREDENTIALS_FILE=creds, AWS_PROFILE="p")
+    del e["AWS_ACCESS_KEY_ID"], e["AWS_SECRET_ACCESS_KEY"]
+    c.eq("unknown key", ls(e), error(
+         "HTTP 403 InvalidAccessKeyId: %s knows no such access key ID "
+         "(credentials from profile 'p')" % s3.endpoint))
+    s3.configure(deny="/x/run1/b")
+    c.eq("not allowed", ls(env), error(
+         "HTTP 403 AccessDenied: the credentials from the environment are "
+         "not allowed this (check the bucket policy and the permissions of "
+         "their user or role)"))
+    s3.configure(deny="/denied/")
+    rc, out, err = ckpt("upload", "--no-progress", "-q", creds,
+                        "s3://%s/denied/f" % B, env=env)
+    s3.configure(deny="")
+    c.eq("not allowed, upload: the code in the row", (rc, out.split(
+         "\t")[-1]), (1, "s3://%s/denied/f: HTTP 403 AccessDenied: the "
+                      "credentials from the environment are not allowed "
+                      "this (check the bucket policy and the permissions "
+                      "of their user or role)\n" % B))
+    s3.add_key("ASIAOLD", "s", token="t", expires=1)
+    c.eq("expired session token", ls(dict(
+         env, AWS_ACCESS_KEY_ID="ASIAOLD", AWS_SECRET_ACCESS_KEY="s",
+         AWS_SESSION_TOKEN="t")), error(
+         "HTTP 400 ExpiredToken: the session token from the environment "
+         "has expired: renew it"))
+
+
 def main():
     c = Checker()
     with S3Env(buckets=[B]) as s3:
         env = s3.env()
         tool(env, "put", "-", "s3://%s/x/run1/config.yaml" % B, input=b"a")
         unreachable(c, env)
+        refusals(c, s3, env)
         said = "s3://%s/x/: retrying (%%d/10) in D s: HTTP 503 SlowDown" % B
         c.eq("two SlowDowns: nothing said", slowdowns(c, s3, env, 2), [])
         c.eq("two SlowDowns, -v: said", slowdowns(c, s3, env, 2, "-v"),

@@ -8,6 +8,7 @@ From Python:
     with S3Env(buckets=["ckpt-test"]) as s3:
         subprocess.run([...], env=s3.env())     # AWS_* set for ckpt/aws
         s3.configure(slowdown=0.3)              # faults on the proxy
+        s3.add_key("ASIA...", "secret", token="...", expires=time.time())
         s3.stats()["requests"]
 
 From a shell (tests/support/s3env.sh wraps this):
@@ -197,6 +198,13 @@ class S3Env:
 
     def configure(self, **faults):
         return self._control("config", faults)
+
+    def add_key(self, akid, secret, token=None, expires=None):
+        """Make the proxy accept another key (with token: only with that
+        session token, signed; expires: epoch seconds after which it
+        answers 400 ExpiredToken)."""
+        self._control("keys", {"akid": akid, "secret": secret,
+                               "token": token, "expires": expires})
 
     def stop(self):
         for p in reversed(self.procs):

@@ -83,7 +83,14 @@ Faults, chosen per request at random (seeded):
             whose path contains get_delay_match waits get_delay_ms before
             it is checked and forwarded (stats "delayed" counts such GETs
             once they start waiting): a window to replace the object in
+  deny      requests whose (decoded) path contains this are answered 403
+            AccessDenied once their signature checked out ("" = none)
 Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
+Keys: S3RVER/S3RVER, each --key, and those added at run time with POST
+/__proxy/keys {"akid", "secret", "token", "expires"} (token: the session
+token every request must carry and sign, or null; expires: epoch seconds
+after which requests answer 400 ExpiredToken, or null); POST
+/__proxy/bearer {"token"} accepts a bearer token (a credential fake's).
 Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them;
 "connections" (not zeroed) is how many connections are open, the asking
 one included.
@@ -132,11 +139,12 @@ class State:
         self.cond_lock = threading.Lock()
         self.cond_paths = set()   # keys written conditionally
         self.upstream = args.upstream
-        self.keys = {"S3RVER": ("S3RVER", None)}
+        # AKID -> (secret, session token or None, expiry (epoch) or None)
+        self.keys = {"S3RVER": ("S3RVER", None, None)}
         for spec in args.key or []:
             parts = spec.split(":")
             self.keys[parts[0]] = (parts[1], parts[2] if len(parts) > 2
-                                   else None)
+                                   else None, None)
         self.require_auth = not args.allow_anonymous
         self.config = {"slowdown": args.slowdown, "r2_429": args.r2_429,
                        "reset": args.reset, "slow_ms": args.slow_ms,
@@ -151,7 +159,8 @@ class State:
                        "corrupt_put": 0, "corrupt_match": "",
                        "fault_next": 0, "fault_next_kind": "",
                        "trickle_bps": 0,
-                       "trickle_match": "", "delete_delay_ms": 0}
+                       "trickle_match": "", "delete_delay_ms": 0,
+                       "deny": ""}
         self.get_seen = 0
         self.connections = 0
         self.rng = random.Random(args.seed)
@@ -355,7 +364,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             st.count("put_bytes", len(body))
         if self.command == "GET":
             st.count("get_requests")
-        denied = self.authenticate(body)
+        denied = self.authenticate(body) or self.deny(path)
         if denied:
             return self.reply(*denied)
         fault = st.draw(self.command, path)
@@ -716,6 +725,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "bearer token"))
         return self.verify_sigv4(auth, body)
 
+    def deny(self, path):
+        """config deny: requests on paths containing it are refused."""
+        d = self.st.config["deny"]
+        if d and d in urllib.parse.unquote(path):
+            return (403, error_xml("AccessDenied", "Access Denied"))
+        return None
+
     def verify_sigv4(self, auth, body):
         algo, f = parse_auth(auth)
         if algo != "AWS4-HMAC-SHA256" or not {"Credential", "SignedHeaders",
@@ -732,7 +748,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "region '%s' is wrong; expecting '%s'" % (region,
                     want_region), "<Region>%s</Region>" % want_region),
                     {"x-amz-bucket-region": want_region})
-        secret, token = self.st.keys[akid]
+        secret, token, expires = self.st.keys[akid]
+        if expires is not None and time.time() >= expires:
+            self.st.count("sig_fail")
+            return (400, error_xml("ExpiredToken", "The provided token has "
+                    "expired."))
         signed = f["SignedHeaders"].split(";")
         amz_date = self.headers.get("X-Amz-Date", "")
         sha = self.headers.get("X-Amz-Content-SHA256")
@@ -825,6 +845,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                           "application/json"})
         if path == "/__proxy/token" and self.command == "POST":
             return self.token(body)
+        if path == "/__proxy/keys" and self.command == "POST":
+            k = json.loads(body)
+            with self.st.lock:
+                self.st.keys[k["akid"]] = (k["secret"], k.get("token"),
+                                           k.get("expires"))
+            return self.reply(204)
+        if path == "/__proxy/bearer" and self.command == "POST":
+            with self.st.lock:
+                self.st.tokens.add(json.loads(body)["token"])
+            return self.reply(204)
         return self.reply(404, error_xml("NoSuchControl", path))
 
     def token(self, body):
