@@ -279,6 +279,17 @@ int ckpt_storage_delete_keys(struct ckpt_storage *st, const char *dir,
                              char *const *keys, size_t n,
                              struct ckpt_err *err);
 
+/* Can requests to st succeed at all? Asked once before a command starts
+ * its work, so that what fails every request is one error, not one per
+ * file: a remote storage lists one key below key (ListObjectsV2). A
+ * missing bucket, credentials the service refuses (an unknown key, a
+ * wrong secret, an expired or invalid session token, a skewed clock) and
+ * an endpoint that never answers fail it with that request's error;
+ * anything else passes (AccessDenied: a writer may be allowed to write
+ * without being allowed to list). Local storage: 0. */
+int ckpt_storage_probe(struct ckpt_storage *st, const char *key,
+                       struct ckpt_err *err);
+
 /* Bytes fetched from the backend so far (for benchmarks and tests). */
 uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st);
 

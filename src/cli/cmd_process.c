@@ -567,7 +567,10 @@ static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
     c->on_progress = on_progress;
     c->on_archive = on_archive;
     c->ud = &ui;
+    /* (The probe: a missing bucket or refused keys at DEST are one error
+     * here, not a failed row for every run.) */
     if (open_loc(&stores, g, po->dest, &dloc, &c->dst, &err) != 0 ||
+        ckpt_storage_probe(c->dst, dloc.key, &err) != 0 ||
         (po->logs && open_loc(&stores, g, po->logs, &lloc, &c->logs_st,
                               &err) != 0)) {
         cli_errorf("%s", err.msg);

@@ -596,6 +596,7 @@ static const struct ckpt_storage_ops s3_ops = {
     .delete_keys = s3_op_delete_keys,
     .close = s3_close,
     .stats = s3_stats,
+    .probe = s3_op_probe,
 };
 
 int ckpt_s3_open(struct ckpt_storage *st, struct ckpt_err *err)

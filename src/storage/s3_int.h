@@ -339,6 +339,8 @@ void s3_error_fields(const struct ckpt_buf *body, struct ckpt_buf *code,
 /* Operations (s3_ops.c, s3_write.c), behind the storage vtable. */
 int s3_op_stat(struct ckpt_storage *st, const char *key,
                struct ckpt_stat *out, struct ckpt_err *err);
+int s3_op_probe(struct ckpt_storage *st, const char *key,
+                struct ckpt_err *err);
 int s3_op_list(struct ckpt_storage *st, const char *dir, unsigned flags,
                ckpt_list_fn fn, void *ud, struct ckpt_err *err);
 int s3_op_read(struct ckpt_storage *st, const char *key, uint64_t off,

@@ -201,6 +201,51 @@ static int is_prefix(struct ckpt_storage *st, const char *key,
     return rc != 0 ? -1 : found;
 }
 
+/* Codes no request with these credentials can get past. */
+static int fatal_refusal(const char *code)
+{
+    static const char *const fatal[] = {
+        "NoSuchBucket", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+        "ExpiredToken", "TokenRefreshRequired", "InvalidToken",
+        "RequestTimeTooSkewed",
+    };
+    for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
+        if (!strcmp(code, fatal[i]))
+            return 1;
+    return 0;
+}
+
+int s3_op_probe(struct ckpt_storage *st, const char *key,
+                struct ckpt_err *err)
+{
+    struct s3 *s3 = st->impl;
+    char *prefix = dir_prefix(key);
+    char *what = s3_what(st, key);
+    struct s3_req r;
+    s3_req_init(&r, "GET", NULL);
+    s3_req_param(&r, "list-type", "2");
+    s3_req_param(&r, "prefix", prefix);
+    s3_req_param(&r, "max-keys", "1");
+    struct http_resp resp;
+    http_resp_init(&resp);
+    int rc = s3_exec(s3, &r, &resp, what, err);
+    if (rc != 0 && resp.curl == CURLE_OK) {
+        struct ckpt_buf code = CKPT_BUF_INIT;
+        s3_error_fields(&resp.body, &code, NULL);
+        if (!strcmp(code.ptr, "NoSuchBucket"))
+            ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no such bucket", what);
+        else if (!fatal_refusal(code.ptr))
+            rc = 0;
+        ckpt_buf_release(&code);
+    }
+    if (rc == 0)
+        ckpt_err_clear(err);
+    http_resp_release(&resp);
+    free(what);
+    free(prefix);
+    return rc;
+}
+
 /* A refused HEAD has no body, so no error code says why: ask for the
  * object's first byte, whose refusal has one (SignatureDoesNotMatch,
  * AccessDenied, ExpiredToken ...), and report that instead. */

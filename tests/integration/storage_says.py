@@ -5,7 +5,9 @@ of an endpoint that does not answer is a line on stderr (`retrying (2/3)
 in 0.1 s: <why>`), at once; a reply that asks to try again (503 SlowDown)
 only with -v until a request has had three in a row; -q says none. A
 refusal names the service's error code (a HEAD's too, which has no body)
-and what to check, naming where the credentials came from."""
+and what to check, naming where the credentials came from. A missing
+bucket or refused keys at DEST are one error for upload and process, not
+a failed row per file or run; a writer that may not list still writes."""
 import os
 import re
 import socket
@@ -105,6 +107,36 @@ def refusals(c, s3, env):
          "has expired: renew it"))
 
 
+def up_front(c, s3, env):
+    src = os.path.join(s3.tmp, "runs")
+    os.makedirs(os.path.join(src, "run1", "step10"))
+    for name in ("run1/config.yaml", "run1/step10/model.pt"):
+        with open(os.path.join(src, name), "w") as f:
+            f.write(name)
+    one = "ckpt: error: s3://nobucket/x: no such bucket"
+    rc, out, err = ckpt("upload", "--no-progress", os.path.join(src, "run1"),
+                        "s3://nobucket/x", env=env)
+    c.eq("upload, no bucket: one error", (rc, out, lines(err)),
+         (1, "", [one]))
+    rc, out, err = ckpt("process", "--no-progress", "--no-wandb",
+                        "--min-age", "0", "--dest", "s3://nobucket/x", src,
+                        env=env)
+    c.eq("process, no bucket: one error", (rc, out, lines(err)),
+         (1, "", [one]))
+    rc, out, err = ckpt("upload", "--no-progress", os.path.join(src, "run1"),
+                        "s3://%s/up" % B, env=dict(
+                            env, AWS_SECRET_ACCESS_KEY="wrong"))
+    c.eq("upload, wrong secret: one error", (rc, out, lines(err)),
+         (1, "", ["ckpt: error: s3://%s/up: HTTP 403 SignatureDoesNotMatch: "
+                  "the secret key is not the access key ID's (credentials "
+                  "from the environment)" % B]))
+    s3.configure(deny="list-type=2")
+    rc, _, err = tool(env, "probe", "s3://%s/up" % B, check=False)
+    s3.configure(deny="")
+    c.eq("a probe refused AccessDenied passes (a writer may not list)",
+         (rc, err), (0, ""))
+
+
 def main():
     c = Checker()
     with S3Env(buckets=[B]) as s3:
@@ -112,6 +144,7 @@ def main():
         tool(env, "put", "-", "s3://%s/x/run1/config.yaml" % B, input=b"a")
         unreachable(c, env)
         refusals(c, s3, env)
+        up_front(c, s3, env)
         said = "s3://%s/x/: retrying (%%d/10) in D s: HTTP 503 SlowDown" % B
         c.eq("two SlowDowns: nothing said", slowdowns(c, s3, env, 2), [])
         c.eq("two SlowDowns, -v: said", slowdowns(c, s3, env, 2, "-v"),
