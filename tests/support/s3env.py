@@ -18,6 +18,8 @@ From a shell (tests/support/s3env.sh wraps this):
         writes `export NAME=VALUE` lines to F once ready, serves until
         SIGTERM or --max-seconds.
 
+Importing it applies tests/support/offline.env to os.environ (offline.py).
+
 Environment given to commands: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
 (S3RVER), AWS_ENDPOINT_URL (the proxy, or s3rver with --no-proxy),
 AWS_REGION, empty AWS credential/config files (the user's are never read),
@@ -36,6 +38,12 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+import offline
+
+# Every test (and benchmark) runs offline: no credential source reaches
+# past the loopback, and neither do aws-cli's.
+offline.apply(os.environ)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 S3RVER = os.path.join(HERE, "node_modules", "s3rver", "bin", "s3rver.js")
