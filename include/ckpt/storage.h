@@ -70,6 +70,12 @@ struct ckpt_storage_cfg {
     int jobs;           /* expected concurrency (connection pool size) */
     ckpt_storage_retry_fn on_retry; /* NULL: retries are silent */
     void *retry_ud;
+    /* aws-cli's --profile, --endpoint-url and --region (borrowed; NULL:
+     * not given): s3:// locations, and the keys of r2:// ones without
+     * R2_PROFILE (docs/storage.md). */
+    const char *profile;
+    const char *endpoint_url;
+    const char *region;
 };
 
 struct ckpt_storage;

@@ -34,7 +34,7 @@ static int redirect_stderr(const char *cmd, const char *path)
 
 static const struct option *global_opts(struct ckpt_opts *g)
 {
-    static struct option t[12];
+    static struct option t[15];
     struct option tmp[] = {
         OPT_BOOL_('n', "dry-run", &g->dry_run,
                   "say what would happen, change nothing"),
@@ -47,6 +47,12 @@ static const struct option *global_opts(struct ckpt_opts *g)
         OPT_BOOL_(0, "insecure", &g->insecure, "do not verify TLS"),
         OPT_INT_(0, "retries", &g->retries, "N",
                  "attempts for transient failures"),
+        OPT_STR_(0, "profile", &g->profile, "NAME",
+                 "s3://: this AWS profile's credentials (as aws-cli's)"),
+        OPT_STR_(0, "endpoint-url", &g->endpoint_url, "URL",
+                 "s3://: this endpoint (as aws-cli's)"),
+        OPT_STR_(0, "region", &g->region, "REGION",
+                 "s3://: this AWS region (as aws-cli's)"),
         OPT_STR_(0, "log-file", &g->log_file, "FILE",
                  "append messages (stderr) to FILE instead, timestamped"),
         OPT_BOOL_(0, "version", &want_version, "print the version"),
@@ -279,6 +285,9 @@ struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g)
         .verbose = g->verbose,
         .jobs = g->jobs,
         .on_retry = said_retry,
+        .profile = g->profile,
+        .endpoint_url = g->endpoint_url,
+        .region = g->region,
     };
     return c;
 }

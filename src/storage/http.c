@@ -347,6 +347,11 @@ static void say_timeout(struct http_resp *resp)
         snprintf(resp->curl_msg, sizeof(resp->curl_msg), "transfer slower "
                  "than %ld bytes/s for %ld s (CKPT_HTTP_MIN_SPEED, "
                  "CKPT_HTTP_SLOW_TIME)", hc->min_speed, hc->slow_time);
+    else if (!strncmp(resp->curl_msg, "Operation timed out", 19) &&
+             resp->req->timeout_s == resp->deadline)
+        /* The request's own limit (a metadata service's second). */
+        snprintf(resp->curl_msg, sizeof(resp->curl_msg), "no answer "
+                 "within %ld s", resp->deadline);
     else if (!strncmp(resp->curl_msg, "Operation timed out", 19))
         snprintf(resp->curl_msg, sizeof(resp->curl_msg), "request not "
                  "finished within its deadline of %ld s (CKPT_HTTP_DEADLINE "
@@ -475,4 +480,26 @@ void http_tell_retry(struct http_client *hc, const char *what, int attempt,
     struct ckpt_storage_retry r = { what, attempt + 1, attempts, delay, why,
                                     transport };
     hc->on_retry(hc->retry_ud, &r);
+}
+
+/* HEAD replies have no body: name the status instead. */
+const char *http_status_name(long status)
+{
+    switch (status) {
+    case 301: return "PermanentRedirect";
+    case 400: return "BadRequest";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "NotFound";
+    case 409: return "Conflict";
+    case 412: return "PreconditionFailed";
+    case 416: return "InvalidRange";
+    case 429: return "TooManyRequests";
+    case 500: return "InternalError";
+    case 501: return "NotImplemented";
+    case 502: return "BadGateway";
+    case 503: return "ServiceUnavailable";
+    case 504: return "GatewayTimeout";
+    default: return "Error";
+    }
 }

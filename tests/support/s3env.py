@@ -214,6 +214,10 @@ class S3Env:
         self._control("keys", {"akid": akid, "secret": secret,
                                "token": token, "expires": expires})
 
+    def add_bearer(self, token, expires=None):
+        """Make the proxy accept a bearer token (until expires)."""
+        self._control("bearer", {"token": token, "expires": expires})
+
     def stop(self):
         for p in reversed(self.procs):
             if p.poll() is None:

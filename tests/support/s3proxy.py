@@ -90,7 +90,9 @@ Keys: S3RVER/S3RVER, each --key, and those added at run time with POST
 /__proxy/keys {"akid", "secret", "token", "expires"} (token: the session
 token every request must carry and sign, or null; expires: epoch seconds
 after which requests answer 400 ExpiredToken, or null); POST
-/__proxy/bearer {"token"} accepts a bearer token (a credential fake's).
+/__proxy/bearer {"token", "expires"} accepts a bearer token (a credential
+fake's) until expires (then 401). Stats "keys_used" counts the requests
+each AKID (or "bearer TOKEN") signed; "expired" those refused for it.
 Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them;
 "connections" (not zeroed) is how many connections are open, the asking
 one included.
@@ -166,7 +168,7 @@ class State:
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
-        self.tokens = set()
+        self.tokens = {}   # bearer token -> expiry (epoch) or None
         self.reset_stats()
 
     def reset_stats(self):
@@ -180,6 +182,7 @@ class State:
                           "no_batch_delete": 0, "delete_key_errors": 0},
                           "sig_ok": 0,
                           "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
+                          "keys_used": {}, "expired": 0,
                           "delayed": 0,
                           "emulated": {"if_none_match": 0, "abort": 0,
                                        "empty_range": 0, "if_match": 0,
@@ -719,7 +722,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return None
         if auth.startswith("Bearer "):
             if auth[7:] in self.st.tokens:
+                exp = self.st.tokens[auth[7:]]
+                if exp is not None and time.time() >= exp:
+                    self.st.count("expired")
+                    return (401, error_xml("AuthenticationRequired",
+                            "The access token has expired"))
                 self.st.count("bearer_ok")
+                self.st.count("keys_used", sub="bearer " + auth[7:])
                 return None
             return (401, error_xml("AuthenticationRequired", "Invalid "
                     "bearer token"))
@@ -750,7 +759,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     {"x-amz-bucket-region": want_region})
         secret, token, expires = self.st.keys[akid]
         if expires is not None and time.time() >= expires:
-            self.st.count("sig_fail")
+            self.st.count("expired")
             return (400, error_xml("ExpiredToken", "The provided token has "
                     "expired."))
         signed = f["SignedHeaders"].split(";")
@@ -771,6 +780,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "you provided.", "<CanonicalRequest>%s</CanonicalRequest>"
                     % creq.replace("&", "&amp;").replace("<", "&lt;")))
         self.st.count("sig_ok")
+        self.st.count("keys_used", sub=akid)
         return None
 
     def check_fields(self, signed, amz_date, day, service, sha, token, body):
@@ -853,7 +863,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(204)
         if path == "/__proxy/bearer" and self.command == "POST":
             with self.st.lock:
-                self.st.tokens.add(json.loads(body)["token"])
+                t = json.loads(body)
+                self.st.tokens[t["token"]] = t.get("expires")
             return self.reply(204)
         return self.reply(404, error_xml("NoSuchControl", path))
 
@@ -871,7 +882,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                               "error_description": err}).encode(),
                               {"Content-Type": "application/json"})
         tok = "ya29.test-%016x" % self.st.rng.getrandbits(64)
-        self.st.tokens.add(tok)
+        self.st.tokens[tok] = None
         self.st.count("tokens_issued")
         data = {"access_token": tok, "token_type": "Bearer",
                 "expires_in": self.st.config["token_ttl"]}

@@ -1,0 +1,75 @@
+/*
+ * credreply_fuzz - what the AWS credential sources answer, as ckpt reads
+ * it (src/storage/cred_aws.c): the JSON of EC2 instance metadata and the
+ * container endpoint, credential_process's output, SSO's
+ * GetRoleCredentials reply and token cache file, STS's
+ * AssumeRoleWithWebIdentity XML, a time, and a credential_process
+ * command line split into words.
+ *
+ * Input: the bytes (up to the first NUL), given to every reader.
+ * Properties: never crashes or leaks; accepted keys have an access key
+ * and a secret (and the session token where the source always sends one;
+ * SSO's cache: a token); no message quotes the input (it holds secrets);
+ * every word of a split line is a string, and the list ends with NULL.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage/s3_int.h"
+
+static void refused(const char *text, const struct ckpt_err *err)
+{
+    if (strlen(text) >= 8 && strstr(err->msg, text))
+        __builtin_trap();
+}
+
+static void json(const char *text, enum st_json_style style)
+{
+    struct st_keys k;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (st_parse_cred_json(text, style, "fuzz", &k, &err) == 0) {
+        if (!k.ak || !k.ak[0] || !k.sk || !k.sk[0] ||
+            (style != ST_JSON_PROCESS && (!k.token || !k.token[0])))
+            __builtin_trap();
+        st_keys_release(&k);
+    } else {
+        refused(text, &err);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    if (!text)
+        return 0;
+    memcpy(text, data, size);
+    text[size] = '\0';
+    json(text, ST_JSON_METADATA);
+    json(text, ST_JSON_PROCESS);
+    json(text, ST_JSON_SSO);
+
+    struct st_keys k;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (st_parse_sts_xml(text, strlen(text), "fuzz", &k, &err) == 0) {
+        if (!k.ak || !k.sk || !k.token || !k.expires)
+            __builtin_trap();
+        st_keys_release(&k);
+    } else {
+        refused(text, &err);
+    }
+    if (st_parse_sso_cache(text, "fuzz", &k, &err) == 0) {
+        if (!k.token || !k.expires)
+            __builtin_trap();
+        st_keys_release(&k);
+    } else {
+        refused(text, &err);
+    }
+    (void)st_parse_time(text);
+    char **w = st_split_words(text);
+    for (size_t i = 0; w && w[i]; i++)
+        free(w[i]);
+    free(w);
+    free(text);
+    return 0;
+}
