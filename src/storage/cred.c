@@ -17,6 +17,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <cjson/cJSON.h>
+
 #include "ckpt/util.h"
 
 static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -241,6 +243,20 @@ static int refused_host(const char *url, const char *what,
                         "set", what, host);
 }
 
+/* The error code of a refusal: S3's and STS's XML <Code>, or an OAuth
+ * endpoint's JSON "error" ("invalid_grant"). */
+static void error_code(const struct http_resp *resp, struct ckpt_buf *code)
+{
+    s3_error_fields(&resp->body, code, NULL);
+    if (code->len || resp->body.len < 2 || resp->body.ptr[0] != '{')
+        return;
+    cJSON *j = cJSON_Parse(resp->body.ptr);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (cJSON_IsString(e))
+        ckpt_buf_addstr(code, e->valuestring);
+    cJSON_Delete(j);
+}
+
 int st_cred_http(struct http_client *hc, const char *what,
                  const struct http_req *req, int attempts, int quiet,
                  struct http_resp *resp, struct ckpt_err *err)
@@ -258,14 +274,14 @@ int st_cred_http(struct http_client *hc, const char *what,
             return 0;
         struct ckpt_buf code = CKPT_BUF_INIT;
         if (resp->curl == CURLE_OK)
-            s3_error_fields(&resp->body, &code, NULL);
+            error_code(resp, &code);
         /* STS: the identity provider did not answer it in time. */
         int retry = attempt < max &&
                     (http_retryable(resp, code.ptr, "") ||
                      !strcmp(code.ptr, "IDPCommunicationError"));
         const char *name = code.len && code.len <= 64 &&
                            strspn(code.ptr, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                  "abcdefghijklmnopqrstuvwxyz0123456789.")
+                                  "abcdefghijklmnopqrstuvwxyz0123456789._")
                            == code.len ? code.ptr
                                        : http_status_name(resp->status);
         if (retry) {
@@ -278,9 +294,8 @@ int st_cred_http(struct http_client *hc, const char *what,
         }
         if (resp->curl != CURLE_OK)
             ckpt_err_set(err, CKPT_ENET, "%s: %s", what, resp->curl_msg);
-        else
-            ckpt_err_set(err, resp->status == 401 || resp->status == 403
-                         ? CKPT_EAUTH : CKPT_EHTTP, "%s: HTTP %ld %s", what,
+        else    /* a source that refuses: no credentials */
+            ckpt_err_set(err, CKPT_EAUTH, "%s: HTTP %ld %s", what,
                          resp->status, name);
         err->http_status = (int)resp->status;
         ckpt_buf_release(&code);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <openssl/sha.h>
 
@@ -345,8 +346,10 @@ static int keys_in(struct s3_conf *c, struct chain *ch, const char *ak,
     if (!ak || !sk)
         return ckpt_err_set(err, CKPT_EAUTH, "%s: profile '%s' in %s has "
                             "%s but not %s", ch->display, ch->profile, file,
-                            ak ? "aws_access_key_id" : "aws_secret_access_key",
-                            ak ? "aws_secret_access_key" : "aws_access_key_id");
+                            ak ? "aws_access_key_id"
+                               : "aws_secret_access_key",
+                            ak ? "aws_secret_access_key"
+                               : "aws_access_key_id");
     set_keys(c, ak, sk, tok, ckpt_xasprintf("profile '%s'", ch->profile));
     return 0;
 }
@@ -355,7 +358,8 @@ static int keys_in(struct s3_conf *c, struct chain *ch, const char *ak,
 static int web_identity(struct s3_conf *c, struct chain *ch,
                         struct ckpt_err *err)
 {
-    const char *file = ch->explicit ? NULL : env("AWS_WEB_IDENTITY_TOKEN_FILE");
+    const char *file = ch->explicit ? NULL
+                                    : env("AWS_WEB_IDENTITY_TOKEN_FILE");
     const char *role = ch->explicit ? NULL : env("AWS_ROLE_ARN");
     const char *session = ch->explicit ? NULL : env("AWS_ROLE_SESSION_NAME");
     if (!file)
@@ -693,6 +697,56 @@ static int resolve_r2(struct s3_conf *c, const struct files *f,
     return set_endpoint(c, ep, display, err);
 }
 
+/* gcloud's application-default credentials file (`gcloud auth
+ * application-default login` writes it): in $CLOUDSDK_CONFIG, else
+ * ~/.config/gcloud. Malloced. */
+static char *gcloud_adc(void)
+{
+    const char *dir = env("CLOUDSDK_CONFIG");
+    if (dir)
+        return ckpt_xasprintf("%s/application_default_credentials.json",
+                              dir);
+    const char *home = env("HOME");
+    return ckpt_xasprintf("%s/.config/gcloud/application_default_"
+                          "credentials.json", home ? home : "");
+}
+
+/* A Google JSON key file, read when first used (cred.c). */
+static void google_file(struct s3_conf *c, const char *path, char *source)
+{
+    c->cred = st_cred_new(ST_CRED_GCS, ckpt_xasprintf("gcs %s", path),
+                          source);
+    c->cred->file = ckpt_xstrdup(path);
+}
+
+/* The GCE metadata server, the last resort: its token at
+ * GCE_METADATA_HOST (google-auth's; GCE_METADATA_ROOT before it), else
+ * metadata.google.internal; probed first at GCE_METADATA_IP, else that
+ * host, else 169.254.169.254. */
+static void gce(struct s3_conf *c, struct ckpt_buf *looked)
+{
+    const char *host = env("GCE_METADATA_HOST");
+    if (!host)
+        host = env("GCE_METADATA_ROOT");
+    const char *ip = env("GCE_METADATA_IP");
+    if (!ip)
+        ip = host ? host : "169.254.169.254";
+    char *token = ckpt_xasprintf("http://%s/computeMetadata/v1/instance/"
+                                 "service-accounts/default/token",
+                                 host ? host : "metadata.google.internal");
+    char *probe = ckpt_xasprintf("http://%s/", ip);
+    c->cred = st_cred_new(ST_CRED_GCS, ckpt_xasprintf("gce %s %s", token,
+                          probe), ckpt_xstrdup("the GCE metadata server"));
+    c->cred->oauth = ckpt_xcalloc(1, sizeof(*c->cred->oauth));
+    gcs_oauth_metadata(c->cred->oauth, token, probe);
+    c->looked = ckpt_buf_detach(looked, NULL);
+    free(token);
+    free(probe);
+}
+
+/* gs://: HMAC keys of GCS_PROFILE, else Google's Application Default
+ * Credentials: GOOGLE_APPLICATION_CREDENTIALS, gcloud's file, the GCE
+ * metadata server. */
 static int resolve_gs(struct s3_conf *c, const struct files *f,
                       const char *display, struct ckpt_err *err)
 {
@@ -717,14 +771,21 @@ static int resolve_gs(struct s3_conf *c, const struct files *f,
         if (!ep)
             ep = profile_endpoint(f, prof, "s3");
     } else if (sa) {
-        c->cred = st_cred_new(ST_CRED_GCS, ckpt_xasprintf("gcs %s", sa),
-                              ckpt_xstrdup("the service-account key in "
-                                           "GOOGLE_APPLICATION_CREDENTIALS"));
-        c->cred->file = ckpt_xstrdup(sa);
+        google_file(c, sa, ckpt_xstrdup("GOOGLE_APPLICATION_CREDENTIALS"));
     } else {
-        return ckpt_err_set(err, CKPT_EAUTH,
-                            "%s: no credentials: set GCS_PROFILE (HMAC keys)"
-                            " or GOOGLE_APPLICATION_CREDENTIALS", display);
+        char *adc = gcloud_adc();
+        if (access(adc, F_OK) == 0) {
+            google_file(c, adc, ckpt_xstrdup("gcloud's application-default "
+                                             "credentials"));
+        } else {
+            struct ckpt_buf looked = CKPT_BUF_INIT;
+            ckpt_buf_addf(&looked, "GCS_PROFILE (HMAC keys), "
+                          "GOOGLE_APPLICATION_CREDENTIALS, %s (gcloud auth "
+                          "application-default login)", adc);
+            gce(c, &looked);
+            ckpt_buf_release(&looked);
+        }
+        free(adc);
     }
     return set_endpoint(c, ep ? ep : "https://storage.googleapis.com",
                         display, err);

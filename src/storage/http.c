@@ -193,7 +193,7 @@ int http_header_is(const char *line, size_t n, const char *name,
 
 static const char *const known[] = {
     "ETag", "Content-Length", "Content-Range", "Last-Modified", "Retry-After",
-    "x-amz-bucket-region", "x-goog-generation",
+    "x-amz-bucket-region", "x-goog-generation", "Metadata-Flavor",
 };
 
 static void parse_value(struct http_resp *r, size_t which, char *s)
@@ -224,6 +224,9 @@ static void parse_value(struct http_resp *r, size_t which, char *s)
         break;
     case 6:
         snprintf(r->generation, sizeof(r->generation), "%s", s);
+        break;
+    case 7:
+        snprintf(r->metadata_flavor, sizeof(r->metadata_flavor), "%s", s);
         break;
     default: {
         double sec = strtod(s, &end);
@@ -264,6 +267,7 @@ static size_t header_cb(char *line, size_t size, size_t nmemb, void *ud)
         r->etag[0] = '\0';
         r->bucket_region[0] = '\0';
         r->generation[0] = '\0';
+        r->metadata_flavor[0] = '\0';
         r->content_length = UINT64_MAX;
         r->total_size = UINT64_MAX;
         r->retry_after = -1;

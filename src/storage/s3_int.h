@@ -251,6 +251,7 @@ struct http_resp {
     char etag[80];                /* unquoted, or "" */
     char bucket_region[32];       /* x-amz-bucket-region, or "" */
     char generation[24];          /* x-goog-generation (GCS), or "" */
+    char metadata_flavor[16];     /* Metadata-Flavor (GCE), or "" */
     char curl_msg[CURL_ERROR_SIZE];
     /* Transfer state, private to http.c. */
     struct http_client *hc;
@@ -311,22 +312,42 @@ void st_xml_escape(struct ckpt_buf *out, const char *s);
 
 /* ---- GCS OAuth (gcs_oauth.c) ---- */
 
+enum gcs_kind {
+    GCS_SA = 0,       /* a service-account key: an RS256 JWT assertion */
+    GCS_USER,         /* authorized_user (gcloud auth application-default
+                         login): a refresh token */
+    GCS_METADATA,     /* the GCE metadata server's default account */
+};
+
+/* One of Google's sources of bearer tokens and the token it gave. */
 struct gcs_oauth {
     pthread_mutex_t mu;
-    char *client_email;   /* owned */
-    char *private_key;    /* owned PEM */
-    char *token_uri;      /* owned */
+    enum gcs_kind kind;
+    char *client_email;   /* owned (SA) */
+    char *private_key;    /* owned PEM (SA) */
+    char *client_id;      /* owned (USER) */
+    char *client_secret;  /* owned (USER) */
+    char *refresh_token;  /* owned (USER) */
+    char *token_uri;      /* owned: the token endpoint (SA, USER), the
+                             metadata server's token URL (METADATA) */
+    char *probe_url;      /* owned (METADATA): asked first, briefly */
+    int probed;           /* (METADATA) the probe answered */
     char *token;          /* owned bearer token, or NULL */
     double expires;       /* ckpt_now() when token stops being used */
 };
 
-/* Load a service-account JSON key file. 0 or -1 (CKPT_EAUTH). */
+/* Load a JSON key file: a service account's or an authorized user's
+ * (type "external_account" and others are refused, naming the type).
+ * 0 or -1 (CKPT_EAUTH; CKPT_ENOTFOUND/CKPT_EIO when it cannot be read). */
 int gcs_oauth_load(struct gcs_oauth *o, const char *path,
                    struct ckpt_err *err);
 /* The key file's text (path names it in messages); o as from _load's
  * start (zeroed, mutex initialised). Exposed for the fuzz target. */
 int gcs_oauth_parse_key(struct gcs_oauth *o, const char *text,
                         const char *path, struct ckpt_err *err);
+/* o for the metadata server: its token URL and probe URL (copied). */
+void gcs_oauth_metadata(struct gcs_oauth *o, const char *token_url,
+                        const char *probe_url);
 /* Take the token endpoint's JSON reply body (NUL-terminated) into o.
  * 0, or -1 (CKPT_EAUTH) without an access_token. */
 int gcs_oauth_take_token(struct gcs_oauth *o, const char *body,

@@ -51,7 +51,8 @@ static void resolve(const struct ini *ini, enum ckpt_scheme scheme)
 {
     struct s3_conf c;
     struct ckpt_err err = { 0 };
-    if (s3_conf_resolve(&c, scheme, "bkt.x", NULL, "s3://bkt.x/k", &err) == 0) {
+    if (s3_conf_resolve(&c, scheme, "bkt.x", NULL, "s3://bkt.x/k",
+                        &err) == 0) {
         check(&c);
         s3_conf_release(&c);
     } else {

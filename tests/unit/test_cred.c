@@ -22,7 +22,8 @@ static const char *vars[] = {
     "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_EC2_METADATA_DISABLED",
     "AWS_EC2_METADATA_SERVICE_ENDPOINT",
-    "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE",
+    "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "CLOUDSDK_CONFIG",
+    "GCE_METADATA_HOST", "GCE_METADATA_IP", "GCE_METADATA_ROOT",
 };
 
 /* One profile per step of the chain: p1 has everything, each next one
@@ -356,6 +357,104 @@ static void test_cred__refusals(void)
     s3_conf_release(&conf);
 }
 
+static int resolve_gs(struct ckpt_err *err)
+{
+    s3_conf_release(&conf);
+    return s3_conf_resolve(&conf, CKPT_SCHEME_GS, "bkt", NULL, "gs://bkt",
+                           err);
+}
+
+static void test_cred__gcs_chain(void)
+{
+    setup_env();
+    struct ckpt_err err;
+    char dir[512], adc[600];
+    snprintf(dir, sizeof(dir), "%s/gcloud", test_tmpdir());
+    mkdir(dir, 0700);
+    snprintf(adc, sizeof(adc), "%s/application_default_credentials.json",
+             dir);
+    test_write_file(adc, "{}", 2);
+    setenv("CLOUDSDK_CONFIG", dir, 1);
+    setenv("GOOGLE_APPLICATION_CREDENTIALS", "/keys/sa.json", 1);
+    setenv("GCS_PROFILE", "p5", 1);
+    /* HMAC keys, then GOOGLE_APPLICATION_CREDENTIALS, gcloud's file, the
+     * metadata server. */
+    CHECK(resolve_gs(&err) == 0);
+    CHECK_EQ(conf.cred->kind, ST_CRED_KEYS);
+    CHECK_STR(conf.cred->ak, "P5CONF");
+    unsetenv("GCS_PROFILE");
+    CHECK(resolve_gs(&err) == 0);
+    CHECK_EQ(conf.cred->kind, ST_CRED_GCS);
+    CHECK_STR(conf.cred->source, "GOOGLE_APPLICATION_CREDENTIALS");
+    CHECK_STR(conf.cred->file, "/keys/sa.json");
+    unsetenv("GOOGLE_APPLICATION_CREDENTIALS");
+    CHECK(resolve_gs(&err) == 0);
+    CHECK_STR(conf.cred->source, "gcloud's application-default credentials");
+    CHECK_STR(conf.cred->file, adc);
+    unlink(adc);
+    CHECK(resolve_gs(&err) == 0);
+    CHECK_STR(conf.cred->source, "the GCE metadata server");
+    CHECK_STR(conf.cred->oauth->token_uri, "http://metadata.google.internal/"
+              "computeMetadata/v1/instance/service-accounts/default/token");
+    CHECK_STR(conf.cred->oauth->probe_url, "http://169.254.169.254/");
+    char want[1024];
+    snprintf(want, sizeof(want), "GCS_PROFILE (HMAC keys), "
+             "GOOGLE_APPLICATION_CREDENTIALS, %s (gcloud auth "
+             "application-default login)", adc);
+    CHECK_STR(conf.looked, want);
+    /* google-auth's overrides: the host for the token, the IP for the
+     * probe (the host when only it is given). */
+    setenv("GCE_METADATA_HOST", "127.0.0.1:7007", 1);
+    CHECK(resolve_gs(&err) == 0);
+    CHECK_STR(conf.cred->oauth->token_uri, "http://127.0.0.1:7007/"
+              "computeMetadata/v1/instance/service-accounts/default/token");
+    CHECK_STR(conf.cred->oauth->probe_url, "http://127.0.0.1:7007/");
+    setenv("GCE_METADATA_IP", "127.0.0.1:7008", 1);
+    CHECK(resolve_gs(&err) == 0);
+    CHECK_STR(conf.cred->oauth->probe_url, "http://127.0.0.1:7008/");
+    unsetenv("GCE_METADATA_HOST");
+    unsetenv("GCE_METADATA_IP");
+    unsetenv("CLOUDSDK_CONFIG");
+    CHECK(resolve_gs(&err) == 0);
+    snprintf(want, sizeof(want), "GCS_PROFILE (HMAC keys), "
+             "GOOGLE_APPLICATION_CREDENTIALS, /home/u/.config/gcloud/"
+             "application_default_credentials.json (gcloud auth "
+             "application-default login)");
+    CHECK_STR(conf.looked, want);
+    s3_conf_release(&conf);
+}
+
+static void test_cred__google_keys(void)
+{
+    struct gcs_oauth o;
+    struct ckpt_err err;
+    memset(&o, 0, sizeof(o));
+    pthread_mutex_init(&o.mu, NULL);
+    CHECK(gcs_oauth_parse_key(&o, "{\"type\":\"authorized_user\","
+                              "\"client_id\":\"id\",\"client_secret\":"
+                              "\"sec\",\"refresh_token\":\"rt\"}", "u.json",
+                              &err) == 0);
+    CHECK_EQ(o.kind, GCS_USER);
+    CHECK_STR(o.token_uri, "https://oauth2.googleapis.com/token");
+    gcs_oauth_release(&o);
+    memset(&o, 0, sizeof(o));
+    pthread_mutex_init(&o.mu, NULL);
+    CHECK(gcs_oauth_parse_key(&o, "{\"type\":\"authorized_user\","
+                              "\"client_id\":\"id\"}", "u.json", &err) != 0);
+    CHECK_STR(err.msg, "'u.json': an authorized_user file needs client_id, "
+                       "client_secret and refresh_token");
+    gcs_oauth_release(&o);
+    memset(&o, 0, sizeof(o));
+    pthread_mutex_init(&o.mu, NULL);
+    CHECK(gcs_oauth_parse_key(&o, "{\"type\":\"external_account\","
+                              "\"audience\":\"x\"}", "wif.json", &err) != 0);
+    CHECK_EQ(err.code, CKPT_EUNSUPPORTED);
+    CHECK_STR(err.msg, "'wif.json': credentials of type 'external_account' "
+                       "are not supported: give ckpt a service_account or "
+                       "authorized_user key, or HMAC keys (GCS_PROFILE)");
+    gcs_oauth_release(&o);
+}
+
 static void test_cred__readers(void)
 {
     struct st_keys k;
@@ -419,7 +518,8 @@ static void test_cred__readers(void)
 
 static void test_cred__words(void)
 {
-    char **w = st_split_words("  /bin/helper --a 'b c' \"d \\\"e\\\"\" f\\ g ");
+    char **w = st_split_words("  /bin/helper --a 'b c' \"d \\\"e\\\"\" "
+                              "f\\ g ");
     CHECK(w != NULL);
     if (w) {
         CHECK_STR(w[0], "/bin/helper");
@@ -448,5 +548,6 @@ static void test_cred__refresh_time(void)
 
 TEST_MAIN(T(test_cred__aws_chain_order), T(test_cred__sso_settings),
           T(test_cred__endpoints_and_flags), T(test_cred__container_and_imds),
-          T(test_cred__refusals), T(test_cred__readers), T(test_cred__words),
-          T(test_cred__refresh_time))
+          T(test_cred__refusals), T(test_cred__gcs_chain),
+          T(test_cred__google_keys), T(test_cred__readers),
+          T(test_cred__words), T(test_cred__refresh_time))
