@@ -188,9 +188,9 @@ def refresh(t):
                           "gs://%s/slow" % B, env=env)
         t.c.eq("refresh: uploaded", (rc, err), (0, ""))
         t.s3.reset_stats()
-        t.s3.configure(trickle_bps=150 * 1024, trickle_match="/slow/")
+        t.s3.configure(trickle_bps=40 * 1024, trickle_match="/slow/")
         start = time.time()
-        rc, _, err = ckpt("upload", "-q", "--no-progress", "-j", "1",
+        rc, _, err = ckpt("upload", "-q", "--no-progress", "-j", "4",
                           "gs://%s/slow" % B, os.path.join(t.s3.tmp, "down"),
                           env=env)
         took = time.time() - start
@@ -199,8 +199,9 @@ def refresh(t):
         t.c.eq("refresh: downloaded", (rc, err), (0, ""))
         t.c.true("refresh: longer than a token lives (%.0f s)" % took,
                  took > 25)
-        t.c.true("refresh: asked again, used each (%d tokens)" % len(
-                 g.issued), len(g.issued) >= 3 and len(st["keys_used"]) >= 2)
+        t.c.true("refresh: asked again, used each, one thread asking "
+                 "(%d tokens)" % len(g.issued), 3 <= len(g.issued) <= 6 and
+                 len(st["keys_used"]) >= 2)
         t.c.eq("refresh: none used after it expired", st["expired"], 0)
 
 
