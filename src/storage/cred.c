@@ -166,10 +166,10 @@ static int aws_due(struct st_cred *c, struct http_client *hc, int attempts,
         c->expires = got.expires;
         c->refresh_at = st_cred_refresh_time(now, got.expires);
         memset(&got, 0, sizeof(got));
-    } else if (c->ak && c->expires > now) {
+    } else if (c->ak && now < c->expires - ST_CRED_MARGIN) {
         /* The keys it gave still work: keep them, ask again halfway to
          * their end (the SDKs' advisory refresh). */
-        c->refresh_at = now + (c->expires - now) / 2;
+        c->refresh_at = now + (c->expires - ST_CRED_MARGIN - now) / 2;
         ckpt_err_clear(err);
         rc = 0;
     }

@@ -122,8 +122,12 @@ static int build(struct s3 *s3, struct s3_req *r, struct ckpt_buf *url,
                  struct curl_slist **hdrs, struct ckpt_err *err)
 {
     struct st_keys k;
-    if (st_cred_get(s3->conf.cred, &s3->hc, s3->attempts, &k, err) != 0)
+    if (st_cred_get(s3->conf.cred, &s3->hc, s3->attempts, &k, err) != 0) {
+        /* (A refresh that failed once the keys expired.) */
+        ckpt_err_prefix(err, "%s%s/%s", ckpt_scheme_prefix(s3->scheme),
+                        s3->bucket, r->key ? r->key : "");
         return -1;
+    }
     struct ckpt_buf path = CKPT_BUF_INIT;
     raw_path(s3, r, &path);
     s3_url(s3, r, url);

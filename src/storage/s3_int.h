@@ -78,6 +78,9 @@ struct st_cred {
 /* Refresh this long before credentials expire (or halfway, when they
  * live less than twice this long). */
 #define ST_CRED_EARLY 300
+/* Keys whose refresh failed are used no closer to their expiry than this:
+ * a request signed with them must reach the service before they end. */
+#define ST_CRED_MARGIN 5
 
 /* A new source of kind (id and source: owned now). */
 struct st_cred *st_cred_new(enum st_cred_kind kind, char *id, char *source);

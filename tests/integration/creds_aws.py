@@ -21,14 +21,14 @@ import json
 import os
 import re
 import socket
-import stat
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
 from credfakes import Container, Imds, SsoPortal, Sts  # noqa: E402
-from s3test import Checker, S3Env, ckpt  # noqa: E402
+from s3test import CKPT, Checker, S3Env, ckpt  # noqa: E402
 
 B = "ckpt-test"
 ROLE = "arn:aws:iam::123456789012:role/ckpt-writer"
@@ -386,6 +386,41 @@ def refresh(t):
         t.c.eq("refresh: none used after it expired", st["expired"], 0)
 
 
+def refresh_fails(t):
+    """The metadata service goes away during a transfer: its keys are
+    used while they last (but never in their last seconds), then every
+    request fails naming the source, and none reaches the service with
+    keys that have expired."""
+    with Imds(t.s3, lifetime=20) as m:
+        env = t.base(AWS_EC2_METADATA_DISABLED="false",
+                     AWS_EC2_METADATA_SERVICE_ENDPOINT=m.url)
+        t.s3.reset_stats()
+        t.s3.configure(trickle_bps=150 * 1024, trickle_match="/slow/")
+        p = subprocess.Popen([CKPT, "upload", "-q", "--no-progress", "-j",
+                              "1", "s3://%s/slow" % B,
+                              os.path.join(t.s3.tmp, "down2")], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        deadline = time.time() + 60
+        while not m.issued and time.time() < deadline:
+            time.sleep(0.1)
+        m.stop()
+        out, err = p.communicate(timeout=300)
+        t.s3.configure(trickle_bps=0, trickle_match="")
+        st = t.s3.stats()
+        rows = [r.split("\t") for r in out.splitlines()]
+        why = {re.sub(r" after \d+ ms", "", r[3].split(": ", 1)[1])
+               for r in rows if r[0] == "failed"}
+        t.c.eq("refresh fails: the rest fail, naming the source", (
+               p.returncode, why), (1, {"EC2 instance metadata %s: Failed "
+                                        "to connect to 127.0.0.1 port %d: "
+                                        "Couldn't connect to server" % (
+                                            m.url, m.port)}))
+        t.c.true("refresh fails: the keys used while they lasted (%d of 14 "
+                 "files)" % (14 - len(rows)), 14 - len(rows) >= 4)
+        t.c.eq("refresh fails: none used after it expired", st["expired"], 0)
+
+
 def nowhere(t):
     """No credentials anywhere: one error naming every place looked at."""
     env = t.base()
@@ -434,7 +469,7 @@ def main():
     with S3Env(buckets=[B]) as s3:
         t = T(c, s3)
         for case in (imds, container, web_identity, sso, process, precedence,
-                     flags, nowhere, refresh):
+                     flags, nowhere, refresh, refresh_fails):
             case(t)
     return c.finish()
 

@@ -67,6 +67,7 @@ class Fake:
         self.issued = []
         self.requests = []
         self.lock = threading.Lock()
+        self.down = False
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -76,6 +77,11 @@ class Fake:
                 pass
 
             def do_any(self):
+                if fake.down:
+                    # Stopped: a kept-alive connection gets no answer
+                    # either (the client's next connection is refused).
+                    self.close_connection = True
+                    return
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
                 with fake.lock:
@@ -105,6 +111,8 @@ class Fake:
         return False
 
     def stop(self):
+        """Stop answering, on kept-alive connections too."""
+        self.down = True
         self.server.shutdown()
         self.server.server_close()
 
