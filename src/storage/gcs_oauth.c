@@ -249,12 +249,13 @@ static int probe(struct gcs_oauth *o, struct http_client *hc,
     struct http_resp resp;
     int rc = st_cred_http(hc, what, &req, PROBE_ATTEMPTS, 1, &resp, err);
     curl_slist_free_all(h);
-    if (rc == 0 && strcmp(resp.metadata_flavor, "Google"))
+    if (rc != 0)
+        return -1;
+    if (strcmp(resp.metadata_flavor, "Google"))
         rc = ckpt_err_set(err, CKPT_EAUTH, "%s: the reply is not a GCE "
                           "metadata server's (no Metadata-Flavor: Google)",
                           what);
-    if (rc == 0)
-        http_resp_release(&resp);
+    http_resp_release(&resp);
     return rc;
 }
 
