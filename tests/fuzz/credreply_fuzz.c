@@ -18,10 +18,30 @@
 
 #include "storage/s3_int.h"
 
+/* The fixed words of the readers' messages: an input that is a piece of
+ * them ("Credentials") is found in a message without being quoted. */
+static const char *const words[] = {
+    "fuzz: the reply is not a JSON object",
+    "fuzz: the output's Version is not 1 (the only one there is)",
+    "fuzz: the reply's Code is not Success",
+    "fuzz: the reply has no roleCredentials with accessKeyId and "
+    "secretAccessKey",
+    "fuzz: the reply has no AccessKeyId and SecretAccessKey",
+    "fuzz: the reply's Expiration is not a time",
+    "fuzz: the reply has no session token",
+    "fuzz: the reply has no Credentials with AccessKeyId, SecretAccessKey "
+    "and SessionToken",
+    "fuzz: no accessToken with an expiresAt in it",
+};
+
 static void refused(const char *text, const struct ckpt_err *err)
 {
-    if (strlen(text) >= 8 && strstr(err->msg, text))
-        __builtin_trap();
+    if (strlen(text) < 8 || !strstr(err->msg, text))
+        return;
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (strstr(words[i], text))
+            return;
+    __builtin_trap();
 }
 
 static void json(const char *text, enum st_json_style style)
