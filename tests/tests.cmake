@@ -1,3 +1,21 @@
+# Every test runs offline (tests/support/offline.env): no credential source
+# reaches past the loopback (the metadata services are off or pointed at a
+# closed port, ckpt refuses any other host for credentials), so a test that
+# finds no credentials fails here instead of probing the network.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             ${CMAKE_SOURCE_DIR}/tests/support/offline.env)
+file(STRINGS ${CMAKE_SOURCE_DIR}/tests/support/offline.env _offline
+     REGEX "^-?[A-Z]")
+set(CKPT_OFFLINE_ENV)
+set(CKPT_OFFLINE_UNSET)
+foreach(line ${_offline})
+  if(line MATCHES "^-([A-Z0-9_]+)$")
+    list(APPEND CKPT_OFFLINE_UNSET "${CMAKE_MATCH_1}=unset:")
+  else()
+    list(APPEND CKPT_OFFLINE_ENV "${line}")
+  endif()
+endforeach()
+
 # Unit tests: tests/unit/test_<module>.c, one executable each. Each case is
 # registered with ctest as <module>/<case> so it runs by name.
 file(GLOB CKPT_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/test_*.c)
@@ -9,7 +27,9 @@ foreach(src ${CKPT_UNIT_TESTS})
   target_link_libraries(${name} PRIVATE ckpt_core)
   add_test(NAME unit/${name} COMMAND ${name}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-  set_tests_properties(unit/${name} PROPERTIES LABELS unit TIMEOUT 300)
+  set_tests_properties(unit/${name} PROPERTIES LABELS unit TIMEOUT 300
+    ENVIRONMENT "${CKPT_OFFLINE_ENV}"
+    ENVIRONMENT_MODIFICATION "${CKPT_OFFLINE_UNSET}")
 endforeach()
 
 # Integration tests: shell or Python scripts run against build/ckpt.
@@ -53,7 +73,8 @@ foreach(script ${CKPT_INT_TESTS})
   # (exit 77: skipped, e.g. a test that needs mount(2) run without root)
   set_tests_properties(integration/${name} PROPERTIES LABELS "${labels}"
     COST ${cost} TIMEOUT 900 SKIP_RETURN_CODE 77
-    ENVIRONMENT "CKPT=$<TARGET_FILE:ckpt>;CKPT_SRC=${CMAKE_SOURCE_DIR};CKPT_BUILD=${CMAKE_BINARY_DIR}")
+    ENVIRONMENT "CKPT=$<TARGET_FILE:ckpt>;CKPT_SRC=${CMAKE_SOURCE_DIR};CKPT_BUILD=${CMAKE_BINARY_DIR};${CKPT_OFFLINE_ENV}"
+    ENVIRONMENT_MODIFICATION "${CKPT_OFFLINE_UNSET}")
 endforeach()
 
 # Fuzz targets: tests/fuzz/<target>_fuzz.c. Always built as a replay driver
@@ -68,7 +89,9 @@ foreach(src ${CKPT_FUZZ_TARGETS})
   target_link_libraries(${name}_replay PRIVATE ckpt_core)
   add_test(NAME fuzz/${target} COMMAND ${name}_replay
            ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${target})
-  set_tests_properties(fuzz/${target} PROPERTIES LABELS fuzz TIMEOUT 300)
+  set_tests_properties(fuzz/${target} PROPERTIES LABELS fuzz TIMEOUT 300
+    ENVIRONMENT "${CKPT_OFFLINE_ENV}"
+    ENVIRONMENT_MODIFICATION "${CKPT_OFFLINE_UNSET}")
   if(CKPT_FUZZ)
     add_executable(${name} ${src})
     target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src)

@@ -120,9 +120,9 @@ struct ckpt_process_cfg {
     uint64_t mem_budget;         /* upload data buffers, all runs
                                     together (each run gets its share,
                                     at least 16 MiB); 0: 96 MiB */
-    int insecure, retries;       /* how unshard opens remote runs (as
-                                    the caller's storages; its outputs
-                                    go through dst itself) */
+    struct ckpt_storage_cfg storage; /* how unshard opens remote runs
+                                    (as the caller's storages; its
+                                    outputs go through dst itself) */
     const char *state_dir;       /* upload journals; NULL: none */
     int64_t lease_ttl;           /* seconds; 0: CKPT_LEASE_TTL */
     /* Workers started with the same batch id (a Slurm array's job id)

@@ -46,12 +46,36 @@ char *ckpt_loc_format(const struct ckpt_loc *loc, const char *key);
 /* Scheme prefix: "", "s3://", "r2://", "gs://". */
 const char *ckpt_scheme_prefix(enum ckpt_scheme s);
 
+/* A remote request about to be repeated, told before the wait
+ * (ckpt_storage_cfg.on_retry) from the thread that sent it. */
+struct ckpt_storage_retry {
+    const char *what;   /* the object, prefix or service, as in messages */
+    int attempt;        /* the attempt about to be made: 2.. */
+    int attempts;       /* of at most this many */
+    double delay;       /* seconds it waits first */
+    const char *why;    /* what the failed one got: "HTTP 503 SlowDown",
+                           or curl's words for a failed transfer */
+    int transport;      /* 1: no complete reply came (connect, timeout,
+                           reset): the endpoint itself is what it waits
+                           on */
+};
+typedef void (*ckpt_storage_retry_fn)(void *ud,
+                                      const struct ckpt_storage_retry *r);
+
 /* Settings shared by every backend, from the global options. */
 struct ckpt_storage_cfg {
     int insecure;       /* skip TLS verification */
     int retries;        /* attempts for idempotent requests; <=0 default */
     int verbose;
     int jobs;           /* expected concurrency (connection pool size) */
+    ckpt_storage_retry_fn on_retry; /* NULL: retries are silent */
+    void *retry_ud;
+    /* aws-cli's --profile, --endpoint-url and --region (borrowed; NULL:
+     * not given): s3:// locations, and the keys of r2:// ones without
+     * R2_PROFILE (docs/storage.md). */
+    const char *profile;
+    const char *endpoint_url;
+    const char *region;
 };
 
 struct ckpt_storage;
@@ -260,6 +284,17 @@ int ckpt_local_same_fs(const char *a, const char *b);
 int ckpt_storage_delete_keys(struct ckpt_storage *st, const char *dir,
                              char *const *keys, size_t n,
                              struct ckpt_err *err);
+
+/* Can requests to st succeed at all? Asked once before a command starts
+ * its work, so that what fails every request is one error, not one per
+ * file: a remote storage lists one key below key (ListObjectsV2). A
+ * missing bucket, credentials the service refuses (an unknown key, a
+ * wrong secret, an expired or invalid session token, a skewed clock) and
+ * an endpoint that never answers fail it with that request's error;
+ * anything else passes (AccessDenied: a writer may be allowed to write
+ * without being allowed to list). Local storage: 0. */
+int ckpt_storage_probe(struct ckpt_storage *st, const char *key,
+                       struct ckpt_err *err);
 
 /* Bytes fetched from the backend so far (for benchmarks and tests). */
 uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st);

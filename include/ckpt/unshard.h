@@ -19,8 +19,7 @@
 #include <stdint.h>
 
 #include "ckpt/err.h"
-
-struct ckpt_storage;
+#include "ckpt/storage.h"
 
 enum ckpt_unshard_layout {
     CKPT_LAYOUT_AUTO = 0,   /* olmo for OLMo steps, else single */
@@ -105,10 +104,10 @@ struct ckpt_unshard_opts {
      * a remote run's storage or the members of a plain tar, read in
      * place; borrowed. NULL: SRC is a location. */
     struct ckpt_storage *storage;
-    /* How to open a remote SRC when storage is NULL: TLS checks,
-     * retries, verbosity (jobs is taken from .jobs). */
-    int insecure;
-    int retries;                /* <= 0: the storage default */
+    /* How to open a remote SRC when storage is NULL (and DEST when
+     * dest_storage is): the caller's storage settings (--insecure,
+     * --retries, ...); their jobs is taken from .jobs. */
+    struct ckpt_storage_cfg storage_cfg;
     /* Write the outputs through this storage (borrowed), DEST then being
      * a key of it: a caller that holds DEST open (its --insecure and
      * --retries applied) opens nothing again. NULL: DEST is a location. */

@@ -33,6 +33,10 @@ struct ckpt_opts {
                         * upload --wandb set it) */
     const char *tmp_dir;
     const char *log_file;  /* messages (stderr) appended there instead */
+    /* aws-cli's --profile, --endpoint-url, --region (ckpt_storage_cfg) */
+    const char *profile;
+    const char *endpoint_url;
+    const char *region;
 };
 
 enum opt_type { OPT_END = 0, OPT_BOOL, OPT_INT, OPT_STR, OPT_SIZE, OPT_LIST };

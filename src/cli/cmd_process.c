@@ -619,7 +619,10 @@ static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
     c->on_progress = on_progress;
     c->on_archive = on_archive;
     c->ud = &ui;
+    /* (The probe: a missing bucket or refused keys at DEST are one error
+     * here, not a failed row for every run.) */
     if (open_loc(&stores, g, po->dest, &dloc, &c->dst, &err) != 0 ||
+        ckpt_storage_probe(c->dst, dloc.key, &err) != 0 ||
         (po->logs && open_loc(&stores, g, po->logs, &lloc, &c->logs_st,
                               &err) != 0)) {
         cli_errorf("%s", err.msg);
@@ -771,8 +774,7 @@ int cmd_process(int argc, char **argv)
     c.unshard_step0 = po.step0;
     c.keep_archive = po.keep_archive;
     c.jobs = g.jobs;
-    c.insecure = g.insecure;
-    c.retries = g.retries;
+    c.storage = cli_storage_cfg(&g);
     c.tmp_dir = g.tmp_dir;
     c.filter = filter;
     c.drop_sharded = po.drop_sharded;

@@ -159,8 +159,7 @@ static int validate(struct cmd *c, int argc, char **argv)
     o->allow_unsafe_pickle = c->allow_unsafe_pickle;
     o->verify = c->verify || c->delete_sharded;
     o->jobs = c->g.jobs;
-    o->insecure = c->g.insecure;
-    o->retries = c->g.retries;
+    o->storage_cfg = cli_storage_cfg(&c->g);
     o->dry_run = c->g.dry_run;
     o->sync = !c->no_sync;
     o->memory = c->memory;

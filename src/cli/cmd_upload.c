@@ -414,8 +414,11 @@ static int open_dest(struct dest *d, const char *arg, struct storages *s,
                      const struct ckpt_opts *g, struct ckpt_err *err)
 {
     d->arg = arg;
+    /* (The probe: a missing bucket or refused keys are one error here,
+     * not a failed row for every file.) */
     if (ckpt_loc_parse(&d->loc, arg, err) != 0 ||
-        cli_storages_get(s, &d->loc, g, &d->st, err) != 0)
+        cli_storages_get(s, &d->loc, g, &d->st, err) != 0 ||
+        ckpt_storage_probe(d->st, d->loc.key, err) != 0)
         return -1;
     struct ckpt_stat sb;
     size_t n = strlen(arg);

@@ -34,7 +34,7 @@ static int redirect_stderr(const char *cmd, const char *path)
 
 static const struct option *global_opts(struct ckpt_opts *g)
 {
-    static struct option t[12];
+    static struct option t[15];
     struct option tmp[] = {
         OPT_BOOL_('n', "dry-run", &g->dry_run,
                   "say what would happen, change nothing"),
@@ -47,6 +47,12 @@ static const struct option *global_opts(struct ckpt_opts *g)
         OPT_BOOL_(0, "insecure", &g->insecure, "do not verify TLS"),
         OPT_INT_(0, "retries", &g->retries, "N",
                  "attempts for transient failures"),
+        OPT_STR_(0, "profile", &g->profile, "NAME",
+                 "s3://: this AWS profile's credentials (as aws-cli's)"),
+        OPT_STR_(0, "endpoint-url", &g->endpoint_url, "URL",
+                 "s3://: this endpoint (as aws-cli's)"),
+        OPT_STR_(0, "region", &g->region, "REGION",
+                 "s3://: this AWS region (as aws-cli's)"),
         OPT_STR_(0, "log-file", &g->log_file, "FILE",
                  "append messages (stderr) to FILE instead, timestamped"),
         OPT_BOOL_(0, "version", &want_version, "print the version"),
@@ -251,6 +257,26 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
     return nargs;
 }
 
+/* A repeated storage request, on stderr. A failed transfer (nothing
+ * answers, a timeout, a reset) is said at once: every further attempt
+ * waits on that endpoint, and without a word ten attempts are 30-60 s of
+ * silence. A reply that asks to slow down or to try again (429, 5xx) is
+ * routine under load: only -v says so, until one request has had three
+ * in a row. */
+static void said_retry(void *ud, const struct ckpt_storage_retry *r)
+{
+    (void)ud;
+    char delay[32];
+    snprintf(delay, sizeof(delay), r->delay < 10 ? "%.1f" : "%.0f",
+             r->delay);
+    if (r->transport || r->attempt > 3)
+        cli_warnf("%s: retrying (%d/%d) in %s s: %s", r->what, r->attempt,
+                  r->attempts, delay, r->why);
+    else
+        cli_debugf("%s: retrying (%d/%d) in %s s: %s", r->what, r->attempt,
+                   r->attempts, delay, r->why);
+}
+
 struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g)
 {
     struct ckpt_storage_cfg c = {
@@ -258,6 +284,10 @@ struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g)
         .retries = g->retries,
         .verbose = g->verbose,
         .jobs = g->jobs,
+        .on_retry = said_retry,
+        .profile = g->profile,
+        .endpoint_url = g->endpoint_url,
+        .region = g->region,
     };
     return c;
 }

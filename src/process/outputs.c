@@ -282,9 +282,8 @@ static int rederive(struct one *o, const char *dir, int record)
                              o->p->tmp);
     else {
         struct ckpt_unshard_run_cfg u = {
-            .uo = { .sync = 0, .tmp_dir = o->p->tmp, .insecure = c->insecure,
-                    .cancel = ckpt_interrupt_flag(),
-                    .retries = c->retries, .checksum = 1,
+            .uo = { .sync = 0, .tmp_dir = o->p->tmp, .storage_cfg = c->storage,
+                    .cancel = ckpt_interrupt_flag(), .checksum = 1,
                     .rank_values = c->rank_values,
                     .memory = o->p->run_mem, .jobs = o->p->run_jobs },
             .has_step = 1, .step = step, .tmp_dir = o->p->tmp,
@@ -361,7 +360,7 @@ int proc_unshard(struct one *o)
     struct ckpt_unshard_run_cfg u = {
         .uo = { .dry_run = c->dry_run, .sync = 1, .tmp_dir = o->p->tmp,
                 .cancel = ckpt_interrupt_flag(),
-                .insecure = c->insecure, .retries = c->retries,
+                .storage_cfg = c->storage,
                 .dest_storage = c->dst, .checksum = 1,
                 .rank_values = c->rank_values,
                 .memory = o->p->run_mem, .jobs = o->p->run_jobs },

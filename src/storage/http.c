@@ -203,7 +203,7 @@ int http_header_is(const char *line, size_t n, const char *name,
 
 static const char *const known[] = {
     "ETag", "Content-Length", "Content-Range", "Last-Modified", "Retry-After",
-    "x-amz-bucket-region", "x-goog-generation",
+    "x-amz-bucket-region", "x-goog-generation", "Metadata-Flavor",
 };
 
 static void parse_value(struct http_resp *r, size_t which, char *s)
@@ -234,6 +234,9 @@ static void parse_value(struct http_resp *r, size_t which, char *s)
         break;
     case 6:
         snprintf(r->generation, sizeof(r->generation), "%s", s);
+        break;
+    case 7:
+        snprintf(r->metadata_flavor, sizeof(r->metadata_flavor), "%s", s);
         break;
     default: {
         double sec = strtod(s, &end);
@@ -274,6 +277,7 @@ static size_t header_cb(char *line, size_t size, size_t nmemb, void *ud)
         r->etag[0] = '\0';
         r->bucket_region[0] = '\0';
         r->generation[0] = '\0';
+        r->metadata_flavor[0] = '\0';
         r->content_length = UINT64_MAX;
         r->total_size = UINT64_MAX;
         r->retry_after = -1;
@@ -359,6 +363,11 @@ static void say_timeout(struct http_resp *resp)
         snprintf(resp->curl_msg, sizeof(resp->curl_msg), "transfer slower "
                  "than %ld bytes/s for %ld s (CKPT_HTTP_MIN_SPEED, "
                  "CKPT_HTTP_SLOW_TIME)", hc->min_speed, hc->slow_time);
+    else if (!strncmp(resp->curl_msg, "Operation timed out", 19) &&
+             resp->req->timeout_s == resp->deadline)
+        /* The request's own limit (a metadata service's second). */
+        snprintf(resp->curl_msg, sizeof(resp->curl_msg), "no answer "
+                 "within %ld s", resp->deadline);
     else if (!strncmp(resp->curl_msg, "Operation timed out", 19))
         snprintf(resp->curl_msg, sizeof(resp->curl_msg), "request not "
                  "finished within its deadline of %ld s (CKPT_HTTP_DEADLINE "
@@ -482,5 +491,44 @@ void http_sleep(double seconds)
             left = 0.1;
         struct timespec ts = { 0, (long)(left * 1e9) };
         nanosleep(&ts, NULL);
+    }
+}
+
+void http_tell_retry(struct http_client *hc, const char *what, int attempt,
+                     int attempts, double delay,
+                     const struct http_resp *resp, const char *code)
+{
+    if (!hc->on_retry)
+        return;
+    char why[CURL_ERROR_SIZE + 80];
+    int transport = resp->curl != CURLE_OK;
+    if (transport)
+        snprintf(why, sizeof(why), "%s", resp->curl_msg);
+    else
+        snprintf(why, sizeof(why), "HTTP %ld %s", resp->status, code);
+    struct ckpt_storage_retry r = { what, attempt + 1, attempts, delay, why,
+                                    transport };
+    hc->on_retry(hc->retry_ud, &r);
+}
+
+/* HEAD replies have no body: name the status instead. */
+const char *http_status_name(long status)
+{
+    switch (status) {
+    case 301: return "PermanentRedirect";
+    case 400: return "BadRequest";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "NotFound";
+    case 409: return "Conflict";
+    case 412: return "PreconditionFailed";
+    case 416: return "InvalidRange";
+    case 429: return "TooManyRequests";
+    case 500: return "InternalError";
+    case 501: return "NotImplemented";
+    case 502: return "BadGateway";
+    case 503: return "ServiceUnavailable";
+    case 504: return "GatewayTimeout";
+    default: return "Error";
     }
 }

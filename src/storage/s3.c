@@ -76,7 +76,8 @@ static const char *payload_hash(struct s3_req *r)
 
 /* Sign with SigV4: returns the header list (caller frees). */
 static struct curl_slist *sign_v4(struct s3 *s3, struct s3_req *r,
-                                  const char *path)
+                                  const char *path,
+                                  const struct st_keys *k)
 {
     char date[17];
     ckpt_sigv4_date(time(NULL), date);
@@ -86,14 +87,12 @@ static struct curl_slist *sign_v4(struct s3 *s3, struct s3_req *r,
     h[n++] = (struct ckpt_sigv4_hdr){ "host", s3->host };
     h[n++] = (struct ckpt_sigv4_hdr){ "x-amz-date", date };
     h[n++] = (struct ckpt_sigv4_hdr){ "x-amz-content-sha256", ph };
-    if (s3->conf.session_token)
-        h[n++] = (struct ckpt_sigv4_hdr){ "x-amz-security-token",
-                                          s3->conf.session_token };
+    if (k->token)
+        h[n++] = (struct ckpt_sigv4_hdr){ "x-amz-security-token", k->token };
     for (size_t i = 0; i < r->nh; i++)
         h[n++] = r->h[i];
     struct ckpt_sigv4_req sr = { r->method, path, r->q, r->nq, h, n, ph };
-    struct ckpt_sigv4_key key = { s3->conf.access_key, s3->conf.secret_key,
-                                  s3->conf.region, "s3" };
+    struct ckpt_sigv4_key key = { k->ak, k->sk, s3->conf.region, "s3" };
     struct ckpt_buf auth = CKPT_BUF_INIT;
     ckpt_sigv4_authorization(&auth, NULL, &sr, &key, date);
     struct curl_slist *l = NULL;
@@ -122,30 +121,30 @@ void s3_url(struct s3 *s3, const struct s3_req *r, struct ckpt_buf *url)
 static int build(struct s3 *s3, struct s3_req *r, struct ckpt_buf *url,
                  struct curl_slist **hdrs, struct ckpt_err *err)
 {
+    struct st_keys k;
+    if (st_cred_get(s3->conf.cred, &s3->hc, s3->attempts, &k, err) != 0) {
+        /* (A refresh that failed once the keys expired.) */
+        ckpt_err_prefix(err, "%s%s/%s", ckpt_scheme_prefix(s3->scheme),
+                        s3->bucket, r->key ? r->key : "");
+        return -1;
+    }
     struct ckpt_buf path = CKPT_BUF_INIT;
     raw_path(s3, r, &path);
     s3_url(s3, r, url);
     struct curl_slist *l;
-    if (s3->oauth) {
-        struct ckpt_buf tok = CKPT_BUF_INIT;
-        if (gcs_oauth_token(s3->oauth, &s3->hc, s3->attempts, &tok,
-                            err) != 0) {
-            ckpt_buf_release(&path);
-            ckpt_buf_release(&tok);
-            return -1;
-        }
+    if (!k.ak) {
+        /* A bearer token (Google OAuth). */
         l = add_hdr(NULL, "Host", s3->host);
-        char *b = ckpt_xasprintf("Bearer %s", tok.ptr);
+        char *b = ckpt_xasprintf("Bearer %s", k.token);
         l = add_hdr(l, "Authorization", b);
         memset(b, 0, strlen(b));
         free(b);
-        memset(tok.ptr, 0, tok.len);
-        ckpt_buf_release(&tok);
         for (size_t i = 0; i < r->nh; i++)
             l = add_hdr(l, r->h[i].name, r->h[i].value);
     } else {
-        l = sign_v4(s3, r, path.ptr);
+        l = sign_v4(s3, r, path.ptr, &k);
     }
+    st_keys_release(&k);
     ckpt_buf_release(&path);
     /* No 100-continue round trip; no curl-chosen Content-Type. */
     l = add_hdr(l, "Expect", "");
@@ -211,28 +210,6 @@ static int status_code(long status)
     }
 }
 
-/* HEAD replies have no body: name the status instead. */
-static const char *status_name(long status)
-{
-    switch (status) {
-    case 301: return "PermanentRedirect";
-    case 400: return "BadRequest";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "NotFound";
-    case 409: return "Conflict";
-    case 412: return "PreconditionFailed";
-    case 416: return "InvalidRange";
-    case 429: return "TooManyRequests";
-    case 500: return "InternalError";
-    case 501: return "NotImplemented";
-    case 502: return "BadGateway";
-    case 503: return "ServiceUnavailable";
-    case 504: return "GatewayTimeout";
-    default: return "Error";
-    }
-}
-
 /* An S3 error code is a short word ("NoSuchKey", "SlowDown"); anything
  * else in <Code> is not repeated: a server may quote the request there,
  * signature and session token included. */
@@ -247,8 +224,41 @@ static int plain_code(const char *code)
     return 1;
 }
 
-static int fail(const struct http_resp *resp, int attempt, const char *what,
-                const char *code, struct ckpt_err *err)
+/* What a refusal's code tells the user to check, after ": ", or "".
+ * The codes are S3's (and GCS's XML API's); a HEAD reply has none. */
+static void refusal_hint(const struct s3 *s3, long status, const char *code,
+                         char *out, size_t n)
+{
+    const char *src = s3->conf.cred->source;
+    if (!strcmp(code, "SignatureDoesNotMatch"))
+        snprintf(out, n, ": the secret key is not the access key ID's "
+                 "(credentials from %s)", src);
+    else if (!strcmp(code, "InvalidAccessKeyId"))
+        snprintf(out, n, ": %s knows no such access key ID (credentials "
+                 "from %s)", s3->conf.endpoint, src);
+    else if (!strcmp(code, "AccessDenied"))
+        snprintf(out, n, ": the credentials from %s are not allowed this "
+                 "(check the bucket policy and the permissions of their "
+                 "user or role)", src);
+    else if (!strcmp(code, "ExpiredToken") ||
+             !strcmp(code, "TokenRefreshRequired"))
+        snprintf(out, n, ": the session token from %s has expired: renew "
+                 "it", src);
+    else if (!strcmp(code, "InvalidToken"))
+        snprintf(out, n, ": the session token from %s is not valid", src);
+    else if (!strcmp(code, "RequestTimeTooSkewed"))
+        snprintf(out, n, ": this host's clock is more than 15 minutes off "
+                 "the service's (check NTP)");
+    else if (status == 401 || status == 403)
+        snprintf(out, n, ": refused with the credentials from %s (check "
+                 "them and their permissions)", src);
+    else
+        out[0] = '\0';
+}
+
+static int fail(const struct s3 *s3, const struct http_resp *resp,
+                int attempt, const char *what, const char *code,
+                struct ckpt_err *err)
 {
     char tries[48] = "";
     if (attempt > 1)
@@ -260,15 +270,17 @@ static int fail(const struct http_resp *resp, int attempt, const char *what,
     }
     /* A bucket in another region (301, or 400 AuthorizationHeader-
      * Malformed): say where it is, the one fix the user needs. */
-    char hint[96] = "";
+    const char *name = plain_code(code) ? code
+                                        : http_status_name(resp->status);
+    char hint[320] = "";
     if (resp->bucket_region[0] && (resp->status == 301 ||
                                    resp->status == 400))
         snprintf(hint, sizeof(hint), " (the bucket is in region %s: set "
                  "AWS_REGION)", resp->bucket_region);
+    else
+        refusal_hint(s3, resp->status, name, hint, sizeof(hint));
     ckpt_err_set(err, status_code(resp->status), "%s: HTTP %ld %s%s%s",
-                 what, resp->status,
-                 plain_code(code) ? code : status_name(resp->status), hint,
-                 tries);
+                 what, resp->status, name, hint, tries);
     err->http_status = (int)resp->status;
     return -1;
 }
@@ -309,8 +321,11 @@ int s3_judge(struct s3 *s3, const struct http_resp *resp, int attempt,
     if (retry) {
         *delay = http_backoff(attempt, resp->retry_after);
         atomic_fetch_add(&s3->hc.stats.retries, 1);
+        http_tell_retry(&s3->hc, what, attempt, s3->attempts, *delay, resp,
+                        plain_code(code.ptr)
+                            ? code.ptr : http_status_name(resp->status));
     } else {
-        fail(resp, attempt, what, code.ptr, err);
+        fail(s3, resp, attempt, what, code.ptr, err);
     }
     ckpt_buf_release(&code);
     ckpt_buf_release(&msg);
@@ -522,10 +537,6 @@ static void s3_close(struct ckpt_storage *st)
     struct s3 *s3 = st->impl;
     if (!s3)
         return;
-    if (s3->oauth) {
-        gcs_oauth_release(s3->oauth);
-        free(s3->oauth);
-    }
     http_client_release(&s3->hc);
     s3_conf_release(&s3->conf);
     free(s3->scheme_host);
@@ -558,7 +569,28 @@ static const struct ckpt_storage_ops s3_ops = {
     .delete_keys = s3_op_delete_keys,
     .close = s3_close,
     .stats = s3_stats,
+    .probe = s3_op_probe,
 };
+
+/* The credentials, fetched at the open: what no source gives is one
+ * error of the open, not one per request. A metadata service is the last
+ * resort: when it gives nothing either, say every place looked at. */
+static int first_keys(struct s3 *s3, const char *disp, struct ckpt_err *err)
+{
+    struct st_keys k;
+    s3->conf.cred = st_cred_share(s3->conf.cred);
+    int rc = st_cred_get(s3->conf.cred, &s3->hc, s3->attempts, &k, err);
+    st_keys_release(&k);
+    if (rc != 0 && s3->conf.looked) {
+        char *why = ckpt_xstrdup(err->msg);
+        ckpt_err_set(err, CKPT_EAUTH, "%s: no credentials: none in %s; %s",
+                     disp, s3->conf.looked, why);
+        free(why);
+    } else if (rc != 0) {
+        ckpt_err_prefix(err, "%s", disp);
+    }
+    return rc;
+}
 
 int ckpt_s3_open(struct ckpt_storage *st, struct ckpt_err *err)
 {
@@ -568,14 +600,15 @@ int ckpt_s3_open(struct ckpt_storage *st, struct ckpt_err *err)
     s3->scheme = st->loc.scheme;
     s3->attempts = st->cfg.retries > 0 ? st->cfg.retries : DEFAULT_ATTEMPTS;
     http_client_init(&s3->hc, st->cfg.insecure, st->cfg.verbose);
+    s3->hc.on_retry = st->cfg.on_retry;
+    s3->hc.retry_ud = st->cfg.retry_ud;
     char *disp = s3_what(st, NULL);
-    int rc = s3_conf_resolve(&s3->conf, s3->scheme, s3->bucket, disp, err);
+    int rc = s3_conf_resolve(&s3->conf, s3->scheme, s3->bucket, &st->cfg,
+                             disp, err);
     if (rc == 0)
         rc = s3_parse_endpoint(s3, disp, err);
-    if (rc == 0 && s3->conf.sa_key_file) {
-        s3->oauth = ckpt_xcalloc(1, sizeof(*s3->oauth));
-        rc = gcs_oauth_load(s3->oauth, s3->conf.sa_key_file, err);
-    }
+    if (rc == 0)
+        rc = first_keys(s3, disp, err);
     const char *ps = getenv("CKPT_S3_PART_SIZE");
     if (rc == 0 && ps && *ps &&
         ckpt_parse_size(ps, &s3->part_size, err) != 0)

@@ -18,27 +18,148 @@
 #include "ckpt/storage.h"
 #include "sigv4.h"
 
+/* ---- credentials (cred.c, cred_aws.c, gcs_oauth.c) ---- */
+
+enum st_cred_kind {
+    ST_CRED_KEYS = 0,   /* an access key and secret (and session token)
+                           from the environment or a profile: fixed */
+    ST_CRED_PROCESS,    /* a profile's credential_process */
+    ST_CRED_WEB,        /* web identity: STS AssumeRoleWithWebIdentity */
+    ST_CRED_SSO,        /* IAM Identity Center: `aws sso login`'s token */
+    ST_CRED_CONTAINER,  /* ECS / EKS Pod Identity credentials endpoint */
+    ST_CRED_IMDS,       /* EC2 instance metadata (IMDSv2) */
+    ST_CRED_GCS,        /* a Google OAuth bearer token (gcs_oauth.c) */
+};
+
+/* What one request signs with, copied out of a st_cred (or what a source
+ * gave): owned, wiped by st_keys_release. AWS: ak, sk and token (the
+ * session token, or NULL); Google: token alone (a bearer token). */
+struct st_keys {
+    char *ak, *sk, *token;
+    time_t expires;     /* when they stop working (UTC), 0: never */
+};
+void st_keys_release(struct st_keys *k);
+
+struct gcs_oauth;
+struct http_client;
+struct http_req;
+struct http_resp;
+
+/* Credentials, and where they come from. Fixed keys, or a source asked
+ * again shortly before what it gave expires. A source object is shared
+ * by every storage and thread of the process that resolved to the same
+ * source (st_cred_share). Nothing in it but the keys (and the container
+ * token) is a secret; they are only copied out under mu, never formatted
+ * into a message. */
+struct st_cred {
+    pthread_mutex_t mu;
+    enum st_cred_kind kind;
+    char *id;           /* owned: the same id, the same source */
+    char *source;       /* owned: where they come from, for messages:
+                           "the environment", "profile 'x'", ... */
+    /* The source's settings (owned; NULL where its kind has none). */
+    char *url;          /* IMDS, container, STS or SSO portal endpoint */
+    char *file;         /* web identity token, SSO token cache, container
+                           token, or Google's JSON, read when it is used */
+    char *command;      /* credential_process */
+    char *role;         /* role ARN (web identity), role name (SSO) */
+    char *account;      /* SSO account ID */
+    char *session;      /* role session name (web identity) */
+    char *profile;      /* the profile it is configured in */
+    char *auth;         /* container: the Authorization token itself */
+    struct gcs_oauth *oauth;  /* owned: Google's token source, or NULL */
+    /* What it gave (under mu). */
+    char *ak, *sk, *token;
+    time_t expires;     /* UTC; 0: never */
+    time_t refresh_at;  /* UTC: asked again from then on; 0: never */
+    int shared;         /* in the process's list: never freed */
+};
+
+/* Refresh this long before credentials expire (or halfway, when they
+ * live less than twice this long). */
+#define ST_CRED_EARLY 300
+/* Keys whose refresh failed are used no closer to their expiry than this:
+ * a request signed with them must reach the service before they end. */
+#define ST_CRED_MARGIN 5
+
+/* A new source of kind (id and source: owned now). */
+struct st_cred *st_cred_new(enum st_cred_kind kind, char *id, char *source);
+/* Free c unless it is shared. NULL-safe. */
+void st_cred_free(struct st_cred *c);
+/* The process's source with c's id: c itself, now shared, or the one
+ * shared before (c is then freed). Fixed keys are never shared. */
+struct st_cred *st_cred_share(struct st_cred *c);
+/* The keys to sign the next request with, fetched or refreshed first
+ * when they are due (hc carries the request; attempts: its retries).
+ * A refresh that fails while the keys still work keeps them. Thread-safe.
+ * 0, or -1 with err. */
+int st_cred_get(struct st_cred *c, struct http_client *hc, int attempts,
+                struct st_keys *out, struct ckpt_err *err);
+/* When keys that expire at expires (fetched at now) are asked again. */
+time_t st_cred_refresh_time(time_t now, time_t expires);
+
+/* One request for credentials with its retries (attempts, each within
+ * req->timeout_s; quiet: retries are not told, as for a metadata service
+ * that is only asked in case it is there): 0 with *resp a 2xx reply, or
+ * -1 with err naming what (resp released). With CKPT_TEST_LOOPBACK_ONLY
+ * set, a URL whose host is not a loopback address is refused unasked
+ * (tests). */
+int st_cred_http(struct http_client *hc, const char *what,
+                 const struct http_req *req, int attempts, int quiet,
+                 struct http_resp *resp, struct ckpt_err *err);
+
+/* Fetch the keys of an AWS source (cred_aws.c): every kind but KEYS and
+ * GCS. Called under c->mu. */
+int st_aws_fetch(struct st_cred *c, struct http_client *hc, int attempts,
+                 struct st_keys *out, struct ckpt_err *err);
+
+/* Readers of what the sources answer (cred_aws.c; fuzzed by credreply).
+ * Each fills out (owned) and returns 0, or -1 with err (CKPT_EAUTH)
+ * naming what (never quoting the reply). */
+enum st_json_style {
+    ST_JSON_METADATA,   /* IMDS, container: AccessKeyId, Token, ... */
+    ST_JSON_PROCESS,    /* credential_process: Version 1, SessionToken */
+    ST_JSON_SSO,        /* GetRoleCredentials: roleCredentials {...} */
+};
+int st_parse_cred_json(const char *text, enum st_json_style style,
+                       const char *what, struct st_keys *out,
+                       struct ckpt_err *err);
+/* STS AssumeRoleWithWebIdentityResponse XML. */
+int st_parse_sts_xml(const char *xml, size_t len, const char *what,
+                     struct st_keys *out, struct ckpt_err *err);
+/* An SSO token cache file: accessToken into out->token, expiresAt into
+ * out->expires. */
+int st_parse_sso_cache(const char *text, const char *what,
+                       struct st_keys *out, struct ckpt_err *err);
+/* ISO 8601 UTC ("2024-05-01T12:00:00Z", fractions, "+00:00", "UTC"):
+ * seconds since the epoch, or 0. */
+time_t st_parse_time(const char *s);
+/* A command line split into words as sh splits them, without expanding
+ * anything: blanks separate, '...' and "..." quote, \ escapes. NULL-
+ * terminated argv (free each and it), or NULL on an unclosed quote. */
+char **st_split_words(const char *s);
+
 /* ---- configuration (creds.c) ---- */
 
-/* Where and as whom a storage talks. Secrets live only here and in the
- * signer's stack frames; nothing formats them into a message. */
+/* Where and as whom a storage talks. */
 struct s3_conf {
     char *endpoint;      /* owned: "http[s]://host[:port][/base]", no '/' end */
     char *region;        /* owned */
-    char *access_key;    /* owned, NULL when using OAuth */
-    char *secret_key;    /* owned, NULL when using OAuth */
-    char *session_token; /* owned, or NULL */
-    char *sa_key_file;   /* owned: GCS service-account JSON, or NULL */
+    struct st_cred *cred; /* owned, or shared (st_cred_free knows) */
+    char *looked;        /* owned: the places looked at before a metadata
+                            service, the last resort (its failure names
+                            them), or NULL */
     int virtual_host;    /* bucket in the host name, not the path */
 };
 
-/* Resolve endpoint, region and credentials for a location of scheme in
- * bucket from the environment and the ~/.aws files (SPEC "Credentials and
- * endpoints"; docs/storage.md). display names the location in messages.
- * Returns 0, or -1 with CKPT_EAUTH / CKPT_EUSAGE. */
+/* Resolve endpoint, region and the source of credentials for a location
+ * of scheme in bucket from cfg's flags (NULL: none), the environment and
+ * the ~/.aws files (SPEC "Credentials and endpoints"; docs/storage.md);
+ * nothing is fetched. display names the location in messages. Returns 0,
+ * or -1 with CKPT_EAUTH / CKPT_EUSAGE / CKPT_EUNSUPPORTED. */
 int s3_conf_resolve(struct s3_conf *c, enum ckpt_scheme scheme,
-                    const char *bucket, const char *display,
-                    struct ckpt_err *err);
+                    const char *bucket, const struct ckpt_storage_cfg *cfg,
+                    const char *display, struct ckpt_err *err);
 void s3_conf_release(struct s3_conf *c);
 
 /* An INI file as the AWS tools read it (sections, `key = value`, and one
@@ -75,6 +196,8 @@ struct http_client {
      * bytes/s for slow_time s fails it, and so does taking longer than
      * deadline s plus one per deadline_speed bytes of its body. */
     long min_speed, slow_time, deadline, deadline_speed;
+    ckpt_storage_retry_fn on_retry;   /* NULL: silent */
+    void *retry_ud;
 };
 
 #define HTTP_MIN_SPEED 1024L        /* CKPT_HTTP_MIN_SPEED, bytes/s */
@@ -131,6 +254,7 @@ struct http_resp {
     char etag[80];                /* unquoted, or "" */
     char bucket_region[32];       /* x-amz-bucket-region, or "" */
     char generation[24];          /* x-goog-generation (GCS), or "" */
+    char metadata_flavor[16];     /* Metadata-Flavor (GCE), or "" */
     char curl_msg[CURL_ERROR_SIZE];
     /* Transfer state, private to http.c. */
     struct http_client *hc;
@@ -165,6 +289,15 @@ int http_retryable(const struct http_resp *r, const char *code,
  * min(cap, base * 2^(n-1)), or the server's Retry-After when larger. */
 double http_backoff(int attempt, double retry_after);
 void http_sleep(double seconds);
+/* The name of an HTTP status, for replies without an error code (HEAD):
+ * "Forbidden", "NotFound", ..., "Error". */
+const char *http_status_name(long status);
+/* Tell hc's on_retry that attempt n of what (of at most attempts) failed
+ * with resp and is repeated after delay seconds; code names an HTTP
+ * failure ("SlowDown", or the status's name). */
+void http_tell_retry(struct http_client *hc, const char *what, int attempt,
+                     int attempts, double delay,
+                     const struct http_resp *resp, const char *code);
 
 /* ---- XML (s3xml.c) ---- */
 
@@ -182,22 +315,42 @@ void st_xml_escape(struct ckpt_buf *out, const char *s);
 
 /* ---- GCS OAuth (gcs_oauth.c) ---- */
 
+enum gcs_kind {
+    GCS_SA = 0,       /* a service-account key: an RS256 JWT assertion */
+    GCS_USER,         /* authorized_user (gcloud auth application-default
+                         login): a refresh token */
+    GCS_METADATA,     /* the GCE metadata server's default account */
+};
+
+/* One of Google's sources of bearer tokens and the token it gave. */
 struct gcs_oauth {
     pthread_mutex_t mu;
-    char *client_email;   /* owned */
-    char *private_key;    /* owned PEM */
-    char *token_uri;      /* owned */
+    enum gcs_kind kind;
+    char *client_email;   /* owned (SA) */
+    char *private_key;    /* owned PEM (SA) */
+    char *client_id;      /* owned (USER) */
+    char *client_secret;  /* owned (USER) */
+    char *refresh_token;  /* owned (USER) */
+    char *token_uri;      /* owned: the token endpoint (SA, USER), the
+                             metadata server's token URL (METADATA) */
+    char *probe_url;      /* owned (METADATA): asked first, briefly */
+    int probed;           /* (METADATA) the probe answered */
     char *token;          /* owned bearer token, or NULL */
     double expires;       /* ckpt_now() when token stops being used */
 };
 
-/* Load a service-account JSON key file. 0 or -1 (CKPT_EAUTH). */
+/* Load a JSON key file: a service account's or an authorized user's
+ * (type "external_account" and others are refused, naming the type).
+ * 0 or -1 (CKPT_EAUTH; CKPT_ENOTFOUND/CKPT_EIO when it cannot be read). */
 int gcs_oauth_load(struct gcs_oauth *o, const char *path,
                    struct ckpt_err *err);
 /* The key file's text (path names it in messages); o as from _load's
  * start (zeroed, mutex initialised). Exposed for the fuzz target. */
 int gcs_oauth_parse_key(struct gcs_oauth *o, const char *text,
                         const char *path, struct ckpt_err *err);
+/* o for the metadata server: its token URL and probe URL (copied). */
+void gcs_oauth_metadata(struct gcs_oauth *o, const char *token_url,
+                        const char *probe_url);
 /* Take the token endpoint's JSON reply body (NUL-terminated) into o.
  * 0, or -1 (CKPT_EAUTH) without an access_token. */
 int gcs_oauth_take_token(struct gcs_oauth *o, const char *body,
@@ -220,7 +373,6 @@ int gcs_oauth_jwt(const struct gcs_oauth *o, time_t now,
 struct s3 {
     struct s3_conf conf;
     struct http_client hc;
-    struct gcs_oauth *oauth;   /* owned, or NULL (SigV4) */
     const char *bucket;        /* borrowed from the storage's loc */
     enum ckpt_scheme scheme;
     char *scheme_host;         /* owned: "http://host[:port]" as sent */
@@ -328,6 +480,8 @@ void s3_error_fields(const struct ckpt_buf *body, struct ckpt_buf *code,
 /* Operations (s3_ops.c, s3_write.c), behind the storage vtable. */
 int s3_op_stat(struct ckpt_storage *st, const char *key,
                struct ckpt_stat *out, struct ckpt_err *err);
+int s3_op_probe(struct ckpt_storage *st, const char *key,
+                struct ckpt_err *err);
 int s3_op_list(struct ckpt_storage *st, const char *dir, unsigned flags,
                ckpt_list_fn fn, void *ud, struct ckpt_err *err);
 int s3_op_read(struct ckpt_storage *st, const char *key, uint64_t off,

@@ -201,6 +201,69 @@ static int is_prefix(struct ckpt_storage *st, const char *key,
     return rc != 0 ? -1 : found;
 }
 
+/* Codes no request with these credentials can get past. */
+static int fatal_refusal(const char *code)
+{
+    static const char *const fatal[] = {
+        "NoSuchBucket", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+        "ExpiredToken", "TokenRefreshRequired", "InvalidToken",
+        "RequestTimeTooSkewed",
+    };
+    for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
+        if (!strcmp(code, fatal[i]))
+            return 1;
+    return 0;
+}
+
+int s3_op_probe(struct ckpt_storage *st, const char *key,
+                struct ckpt_err *err)
+{
+    struct s3 *s3 = st->impl;
+    char *prefix = dir_prefix(key);
+    char *what = s3_what(st, key);
+    struct s3_req r;
+    s3_req_init(&r, "GET", NULL);
+    s3_req_param(&r, "list-type", "2");
+    s3_req_param(&r, "prefix", prefix);
+    s3_req_param(&r, "max-keys", "1");
+    struct http_resp resp;
+    http_resp_init(&resp);
+    int rc = s3_exec(s3, &r, &resp, what, err);
+    if (rc != 0 && resp.curl == CURLE_OK) {
+        struct ckpt_buf code = CKPT_BUF_INIT;
+        s3_error_fields(&resp.body, &code, NULL);
+        if (!strcmp(code.ptr, "NoSuchBucket"))
+            ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no such bucket", what);
+        else if (!fatal_refusal(code.ptr))
+            rc = 0;
+        ckpt_buf_release(&code);
+    }
+    if (rc == 0)
+        ckpt_err_clear(err);
+    http_resp_release(&resp);
+    free(what);
+    free(prefix);
+    return rc;
+}
+
+/* A refused HEAD has no body, so no error code says why: ask for the
+ * object's first byte, whose refusal has one (SignatureDoesNotMatch,
+ * AccessDenied, ExpiredToken ...), and report that instead. */
+static void refusal_code(struct s3 *s3, const char *key, const char *what,
+                         struct ckpt_err *err)
+{
+    struct s3_req r;
+    s3_req_init(&r, "GET", key);
+    s3_req_header(&r, "Range", "bytes=0-0");
+    struct http_resp resp;
+    http_resp_init(&resp);
+    struct ckpt_err e2 = CKPT_ERR_INIT;
+    if (s3_exec(s3, &r, &resp, what, &e2) != 0 && e2.http_status &&
+        e2.code == err->code)
+        *err = e2;
+    http_resp_release(&resp);
+}
+
 int s3_op_stat(struct ckpt_storage *st, const char *key,
                struct ckpt_stat *out, struct ckpt_err *err)
 {
@@ -222,6 +285,9 @@ int s3_op_stat(struct ckpt_storage *st, const char *key,
                                                       : resp.content_length;
         out->mtime = out->ctime = resp.mtime;
         snprintf(out->etag, sizeof(out->etag), "%s", resp.etag);
+    } else if (err->http_status == 400 || err->http_status == 401 ||
+               err->http_status == 403) {
+        refusal_code(s3, key, what, err);
     } else if (err->code == CKPT_ENOTFOUND) {
         int p = is_prefix(st, key, err);
         if (p == 1) {

@@ -24,7 +24,8 @@
  * takes x-amz-meta-. */
 static const char *meta_prefix(const struct s3 *s3)
 {
-    return s3->oauth ? "x-goog-meta-" : "x-amz-meta-";
+    return s3->conf.cred->kind == ST_CRED_GCS ? "x-goog-meta-"
+                                              : "x-amz-meta-";
 }
 
 /* Header names and values for meta; they must outlive the request. */

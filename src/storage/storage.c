@@ -357,6 +357,12 @@ uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st)
     return atomic_load(&st->bytes_read);
 }
 
+int ckpt_storage_probe(struct ckpt_storage *st, const char *key,
+                       struct ckpt_err *err)
+{
+    return st->ops->probe ? st->ops->probe(st, key, err) : 0;
+}
+
 void ckpt_storage_stats(const struct ckpt_storage *st,
                         struct ckpt_storage_stats *out)
 {

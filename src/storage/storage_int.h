@@ -31,6 +31,8 @@ struct ckpt_storage_ops {
     void (*close)(struct ckpt_storage *);
     /* Optional: transport counters (remote backends). */
     void (*stats)(const struct ckpt_storage *, struct ckpt_storage_stats *);
+    /* Optional: ckpt_storage_probe (remote backends). */
+    int (*probe)(struct ckpt_storage *, const char *, struct ckpt_err *);
 };
 
 struct ckpt_storage {

@@ -440,7 +440,8 @@ static int dest_copy_fault(struct runctx *r, const char *out, char **bad,
 {
     struct ckpt_loc loc;
     struct ckpt_storage *st = r->cfg->uo.dest_storage;
-    struct ckpt_storage_cfg scfg = { r->uo.insecure, r->uo.retries, 0, 1 };
+    struct ckpt_storage_cfg scfg = r->uo.storage_cfg;
+    scfg.jobs = 1;
     struct ckpt_stat sb;
     enum ckpt_load_status status;
     struct ckpt_tree *t = NULL;

@@ -807,7 +807,8 @@ static int open_location(struct ujob *j, const char *src, char **dir,
 
 struct ckpt_storage_cfg uns_storage_cfg(const struct ckpt_unshard_opts *o)
 {
-    struct ckpt_storage_cfg c = { o->insecure, o->retries, 0, o->jobs };
+    struct ckpt_storage_cfg c = o->storage_cfg;
+    c.jobs = o->jobs;
     return c;
 }
 

@@ -47,7 +47,7 @@ static int with_storage(struct ujob *j, const char *dir,
 {
     struct ckpt_loc loc = { CKPT_SCHEME_LOCAL, NULL, (char *)dir,
                             (char *)dir };
-    struct ckpt_storage_cfg cfg = { 0, 0, 0, 1 };
+    struct ckpt_storage_cfg cfg = { .jobs = 1 };
     if (j->src.st) {
         *st = j->src.st;
         return 0;

@@ -7,8 +7,9 @@
  * ~/.aws/config (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE), resolved
  * with no profile and with AWS_PROFILE / GCS_PROFILE set.
  * Properties: never crashes or leaks; a resolved configuration has an
- * endpoint "http[s]://..." without a trailing '/', a region, and either
- * both keys or neither; no error message contains a secret key (SPEC:
+ * endpoint "http[s]://..." without a trailing '/', a region, and
+ * credentials from a named source (fixed keys: both); no error message
+ * contains a secret key (SPEC:
  * secrets never appear in output).
  */
 #include <stdint.h>
@@ -30,7 +31,8 @@ static void check(const struct s3_conf *c)
         __builtin_trap();
     if (!c->region || !c->region[0])
         __builtin_trap();
-    if (!c->access_key != !c->secret_key)
+    if (!c->cred || !c->cred->source ||
+        (c->cred->kind == ST_CRED_KEYS && (!c->cred->ak || !c->cred->sk)))
         __builtin_trap();
 }
 
@@ -49,7 +51,8 @@ static void resolve(const struct ini *ini, enum ckpt_scheme scheme)
 {
     struct s3_conf c;
     struct ckpt_err err = { 0 };
-    if (s3_conf_resolve(&c, scheme, "bkt.x", "s3://bkt.x/k", &err) == 0) {
+    if (s3_conf_resolve(&c, scheme, "bkt.x", NULL, "s3://bkt.x/k",
+                        &err) == 0) {
         check(&c);
         s3_conf_release(&c);
     } else {

@@ -1,12 +1,15 @@
 /*
  * gcsjson_fuzz - the GCS JSON ckpt reads (src/storage/gcs_oauth.c): the
- * service-account key file (client_email, private_key, token_uri; the PEM
- * key then goes to OpenSSL to sign the JWT) and the OAuth token endpoint's
- * reply (access_token, expires_in, or an error object).
+ * key file (a service account's: client_email, private_key, token_uri, the
+ * PEM key then going to OpenSSL to sign the JWT; an authorized user's:
+ * client_id, client_secret, refresh_token; other types refused) and the
+ * OAuth token endpoint's reply (access_token, expires_in, or an error
+ * object).
  *
  * Input: the JSON text (up to the first NUL), given to both readers.
- * Properties: never crashes or leaks; an accepted key has a non-empty
- * client email and private key and a token URI; a signing failure's
+ * Properties: never crashes or leaks; an accepted key has a token URI
+ * and a non-empty client email and private key (service account) or
+ * client ID, secret and refresh token (authorized user); a signing failure's
  * message does not quote the private key; an accepted token reply yields
  * a non-empty token and a refresh time that is a number; a refused one
  * leaves the cached token as it was.
@@ -25,8 +28,14 @@ static void key_file(const char *text)
     struct ckpt_err err = { 0 };
     memset(&o, 0, sizeof(o));
     pthread_mutex_init(&o.mu, NULL);
-    if (gcs_oauth_parse_key(&o, text, "key.json", &err) == 0) {
-        if (!o.client_email[0] || !o.private_key[0] || !o.token_uri[0])
+    int rc = gcs_oauth_parse_key(&o, text, "key.json", &err);
+    if (rc == 0 && o.kind == GCS_USER) {
+        if (!o.client_id[0] || !o.client_secret[0] || !o.refresh_token[0] ||
+            !o.token_uri[0])
+            __builtin_trap();
+    } else if (rc == 0) {
+        if (o.kind != GCS_SA || !o.client_email[0] || !o.private_key[0] ||
+            !o.token_uri[0])
             __builtin_trap();
         struct ckpt_buf jwt = CKPT_BUF_INIT;
         /* (The message names the key by its client_email, which may

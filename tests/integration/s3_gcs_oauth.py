@@ -83,8 +83,8 @@ def main():
             bad = gs_env(s3, sa_file(tmp, "bad", other, uri))
             rc, _, err = tool(bad, "ls", "gs://%s/oauth" % B, check=False)
             c.eq("JWT signed by another key", (rc, err), (1,
-                 "storage_tool: auth: %s: HTTP 400 from the token "
-                 "endpoint\n" % uri))
+                 "storage_tool: auth: gs://%s/: OAuth token endpoint %s: "
+                 "HTTP 400 invalid_grant\n" % (B, uri)))
             with open(key) as f:
                 c.true("private key never shown",
                        f.read()[40:80] not in err)
@@ -92,8 +92,8 @@ def main():
                          tmp, "missing.json"))
             rc, _, err = tool(nokey, "ls", "gs://%s/oauth" % B, check=False)
             c.eq("missing key file", (rc, err), (1, "storage_tool: "
-                 "not-found: open '%s/missing.json': No such file or "
-                 "directory\n" % tmp))
+                 "not-found: gs://%s/: open '%s/missing.json': No such file "
+                 "or directory\n" % (B, tmp)))
     return c.finish()
 
 

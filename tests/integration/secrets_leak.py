@@ -6,7 +6,13 @@ W&B server, plain, -v, --json and both, on success paths and on failure
 paths where the servers quote the request back in their error bodies (the
 S3 proxy's echo_headers fault, fake_wandb's echo-* faults), with AWS keys
 and a session token, R2 and GCS HMAC profile keys, WANDB_API_KEY and a
-netrc all set. Then all stdout, stderr, and every file ckpt wrote (state,
+netrc all set. Then with temporary credentials from every source ckpt
+asks (credfakes.py: EC2 metadata, web identity, the container endpoint,
+SSO, credential_process, an authorized user's refresh token, the GCE
+metadata server), on success and failure paths: their keys, session and
+bearer tokens, and what ckpt gives them (the web identity token, the
+container's authorization token, the SSO access token, the OAuth client
+secret and refresh token) are secrets too. Then all stdout, stderr, and every file ckpt wrote (state,
 spool, outputs, mapping files) is searched for each secret value, the
 Basic credential, and for "Authorization", "Signature=" and
 "X-Amz-Security-Token": none may appear.
@@ -17,6 +23,8 @@ Env: CKPT (binary), CKPT_SRC (repo root).
 where that name would shadow Python's own secrets module.)
 """
 import base64
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -28,6 +36,7 @@ import time
 SUPPORT = os.path.join(os.environ.get("CKPT_SRC", "."), "tests", "support")
 sys.path.insert(0, SUPPORT)
 from s3env import S3Env  # noqa: E402
+import credfakes as cf  # noqa: E402
 import wandb_fixtures as wf  # noqa: E402
 from torchzip import torch_zip  # noqa: E402
 
@@ -49,6 +58,7 @@ MARKERS = re.compile(rb"authorization|signature=|x-amz-security-token|"
 
 FAILS = []
 RUNS = [0]
+OUTPUTS = []   # (what, bytes): scanned again once every secret is known
 
 
 def fail(what):
@@ -79,6 +89,7 @@ def ckpt(env, args, cwd):
                                        p.stderr[-2000:]))
     scan("ckpt %s: stdout" % " ".join(args), p.stdout)
     scan("ckpt %s: stderr" % " ".join(args), p.stderr)
+    OUTPUTS.append(("ckpt %s" % " ".join(args), p.stdout + p.stderr))
     return p.returncode, p.stdout, p.stderr
 
 
@@ -167,6 +178,105 @@ def scan_files(tmp):
     return n
 
 
+WEB_TOKEN = "eyJhbGciOiJSUzI1NiJ9.web-identity-secret-0123456789.sig"
+POD_TOKEN = "pod-authorization-secret-0123456789"
+SSO_TOKEN = "sso-access-token-secret-0123456789"
+OAUTH = ("oauth-client.apps", "oauth-client-secret-0123456789",
+         "1//oauth-refresh-token-secret-0123456789")
+SECRETS += [WEB_TOKEN, POD_TOKEN, SSO_TOKEN, OAUTH[1], OAUTH[2]]
+
+
+def temp_sources(s3, env, tmp):
+    """Every command, then the echo fault, with the keys of each source
+    of temporary credentials; returns the fakes (their issued keys are
+    secrets too)."""
+    work = os.path.join(tmp, "work")
+    sec = os.path.join(tmp, "secret")
+    tok = os.path.join(sec, "web-token")
+    pod = os.path.join(sec, "pod-token")
+    with open(tok, "w") as f:
+        f.write(WEB_TOKEN)
+    with open(pod, "w") as f:
+        f.write(POD_TOKEN)
+    cache = os.path.join(env["HOME"], ".aws", "sso", "cache")
+    os.makedirs(cache)
+    with open(os.path.join(cache, hashlib.sha1(b"corp").hexdigest() +
+                           ".json"), "w") as f:
+        json.dump({"accessToken": SSO_TOKEN,
+                   "expiresAt": "2099-01-01T00:00:00Z"}, f)
+    s3.add_key("ASIAPROCESSSECRET01", "process-secret-0123456789",
+               token="process-session-token-0123456789")
+    SECRETS.extend(["ASIAPROCESSSECRET01", "process-secret-0123456789",
+                    "process-session-token-0123456789"])
+    helper = os.path.join(sec, "helper.sh")
+    with open(helper, "w") as f:
+        f.write("#!/bin/sh\necho '{\"Version\": 1, \"AccessKeyId\": "
+                "\"ASIAPROCESSSECRET01\", \"SecretAccessKey\": "
+                "\"process-secret-0123456789\", \"SessionToken\": "
+                "\"process-session-token-0123456789\"}'\n")
+    os.chmod(helper, 0o700)
+    conf = os.path.join(sec, "config")
+    with open(conf, "w") as f:
+        f.write("[profile sso]\nsso_session = corp\nsso_account_id = 1\n"
+                "sso_role_name = R\n[sso-session corp]\nsso_start_url = "
+                "https://corp.awsapps.com/start\nsso_region = eu-west-1\n"
+                "[profile proc]\ncredential_process = %s\n" % helper)
+    user = os.path.join(sec, "user.json")
+    base = {k: v for k, v in env.items() if k not in (
+        "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+        "R2_PROFILE", "GCS_PROFILE")}
+    base["AWS_CONFIG_FILE"] = conf
+    fakes = [cf.Imds(s3), cf.Sts(s3, WEB_TOKEN, "arn:aws:iam::1:role/r"),
+             cf.Container(s3, auth=POD_TOKEN),
+             cf.SsoPortal(s3, SSO_TOKEN, "1", "R"), cf.OAuth(s3, *OAUTH),
+             cf.GceMetadata(s3)]
+    imds, sts, ecs, sso, oauth, gce = fakes
+    with open(user, "w") as f:
+        json.dump({"type": "authorized_user", "client_id": OAUTH[0],
+                   "client_secret": OAUTH[1], "refresh_token": OAUTH[2],
+                   "token_uri": oauth.token_uri}, f)
+    sources = [
+        dict(AWS_EC2_METADATA_DISABLED="false",
+             AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.url),
+        dict(AWS_ROLE_ARN="arn:aws:iam::1:role/r",
+             AWS_WEB_IDENTITY_TOKEN_FILE=tok, AWS_ENDPOINT_URL_STS=sts.url),
+        dict(AWS_CONTAINER_CREDENTIALS_FULL_URI=ecs.uri,
+             AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=pod),
+        dict(AWS_PROFILE="sso", AWS_ENDPOINT_URL_SSO=sso.url),
+        dict(AWS_PROFILE="proc"),
+    ]
+    google = [dict(GOOGLE_APPLICATION_CREDENTIALS=user),
+              dict(GCE_METADATA_HOST=gce.host, GCE_METADATA_IP=gce.host)]
+    cmds = [["upload", "src/run1", "s3://%s/tmp/run1" % B],
+            ["ls", "s3://%s/runs" % B],
+            ["unshard", "s3://%s/runs/run1" % B, "unsharded-tmp"]]
+    gcmds = [["upload", "src/run1", "gs://%s/tmp/run1" % B],
+             ["ls", "gs://%s/gs" % B]]
+    for echo in (0, -1):
+        s3.configure(echo_headers=echo, echo_status=403)
+        for extra, commands in [(x, cmds) for x in sources] + \
+                [(x, gcmds) for x in google]:
+            e = dict(base, **extra)
+            for args in commands:
+                for flags in ([], ["-v", "--json"]):
+                    ckpt(e, [args[0]] + flags + ["--retries", "2"] +
+                         args[1:], work)
+    s3.configure(echo_headers=0)
+    # Sources that refuse: STS, the container, the token endpoint.
+    sts.web_token, ecs.auth = "other", "other"
+    oauth.client = ("x", "y", "z")
+    for extra in sources[1:3] + google[:1]:
+        ckpt(dict(base, **extra), ["ls", "-v", "s3://%s/runs" % B
+                                   if "GOOGLE_APPLICATION_CREDENTIALS"
+                                   not in extra else "gs://%s/gs" % B], work)
+    for f in fakes:
+        f.stop()
+    if not all(f.issued for f in (imds, sts, ecs, sso, oauth, gce)):
+        fail("a source issued nothing: %r" % [
+             (f.name, len(f.issued)) for f in fakes])
+    return fakes
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-secrets-")
     try:
@@ -205,6 +315,13 @@ def main():
             if s3.stats()["requests"] == 0:
                 fail("the S3 proxy saw no requests")
             s3.configure(echo_headers=0)
+            # Temporary credentials: the keys each source issued are
+            # secrets too; every output so far is scanned again for them.
+            for f in temp_sources(s3, env, tmp):
+                for issued in f.issued:
+                    SECRETS.extend(x for x in issued if isinstance(x, str))
+            for what, data in OUTPUTS:
+                scan(what, data)
             n = scan_files(tmp)
             if n < 5:
                 fail("only %d files written: the commands did not run" % n)

@@ -8,6 +8,7 @@ SRC      the repository ($CKPT_SRC, else the working directory)
 CKPT     the ckpt binary ($CKPT, else SRC/build/ckpt)
 PY       Debian's python3, the one with torch 1.13 (/usr/bin/python3)
 SUP      SRC/tests/support
+Importing it applies tests/support/offline.env to os.environ (offline.py).
 run(*args, ok=True, env=None) -> subprocess.CompletedProcess (text output).
          With ok, a non-zero exit raises AssertionError with the output.
 unshard(*args) -> run(CKPT, "unshard", "--no-progress", *args, ok=False).
@@ -39,6 +40,11 @@ import json
 import os
 import shutil
 import subprocess
+
+import offline
+
+# Every test runs offline: no credential source reaches past the loopback.
+offline.apply(os.environ)
 
 SRC = os.environ.get("CKPT_SRC", os.getcwd())
 CKPT = os.environ.get("CKPT", os.path.join(SRC, "build", "ckpt"))

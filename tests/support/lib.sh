@@ -1,9 +1,21 @@
 # lib.sh - helpers for integration tests (sourced by tests/integration/*.sh).
 # Provides: CKPT (binary), SRC (repo root), T (fresh temp dir, removed on
-# exit), check NAME EXPECTED ACTUAL, check_rc, pass/fail counters, finish.
+# exit), check NAME EXPECTED ACTUAL, check_rc, pass/fail counters, finish;
+# and the offline environment (offline.env).
 set -uo pipefail
 SRC=${CKPT_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 CKPT=${CKPT:-$SRC/build/ckpt}
+
+# The offline environment (offline.env): no credential source reaches past
+# the loopback, so a test that finds no credentials fails here.
+while IFS= read -r _line; do
+    case $_line in
+    '' | '#'*) ;;
+    -*) unset "${_line#-}" ;;
+    *) export "${_line?}" ;;
+    esac
+done <"$SRC/tests/support/offline.env"
+unset _line
 T=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-it-XXXXXX")
 trap 'chmod -R u+rwx "$T" 2>/dev/null; rm -rf "$T"' EXIT
 PASSED=0

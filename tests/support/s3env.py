@@ -8,6 +8,7 @@ From Python:
     with S3Env(buckets=["ckpt-test"]) as s3:
         subprocess.run([...], env=s3.env())     # AWS_* set for ckpt/aws
         s3.configure(slowdown=0.3)              # faults on the proxy
+        s3.add_key("ASIA...", "secret", token="...", expires=time.time())
         s3.stats()["requests"]
 
 From a shell (tests/support/s3env.sh wraps this):
@@ -16,6 +17,8 @@ From a shell (tests/support/s3env.sh wraps this):
     s3env.py serve --env-file F [...]
         writes `export NAME=VALUE` lines to F once ready, serves until
         SIGTERM or --max-seconds.
+
+Importing it applies tests/support/offline.env to os.environ (offline.py).
 
 Environment given to commands: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
 (S3RVER), AWS_ENDPOINT_URL (the proxy, or s3rver with --no-proxy),
@@ -35,6 +38,12 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+import offline
+
+# Every test (and benchmark) runs offline: no credential source reaches
+# past the loopback, and neither do aws-cli's.
+offline.apply(os.environ)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 S3RVER = os.path.join(HERE, "node_modules", "s3rver", "bin", "s3rver.js")
@@ -197,6 +206,17 @@ class S3Env:
 
     def configure(self, **faults):
         return self._control("config", faults)
+
+    def add_key(self, akid, secret, token=None, expires=None):
+        """Make the proxy accept another key (with token: only with that
+        session token, signed; expires: epoch seconds after which it
+        answers 400 ExpiredToken)."""
+        self._control("keys", {"akid": akid, "secret": secret,
+                               "token": token, "expires": expires})
+
+    def add_bearer(self, token, expires=None):
+        """Make the proxy accept a bearer token (until expires)."""
+        self._control("bearer", {"token": token, "expires": expires})
 
     def stop(self):
         for p in reversed(self.procs):

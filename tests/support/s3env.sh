@@ -9,6 +9,17 @@
 #   s3env_faults JSON      e.g. s3env_faults '{"slowdown":0.3}'
 S3ENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
+# The offline environment (offline.env): no credential source reaches past
+# the loopback, so a test that finds no credentials fails here.
+while IFS= read -r _line; do
+    case $_line in
+    '' | '#'*) ;;
+    -*) unset "${_line#-}" ;;
+    *) export "${_line?}" ;;
+    esac
+done <"$S3ENV_DIR/offline.env"
+unset _line
+
 s3env_start() {
     S3ENV_TMP=$(mktemp -d)
     /usr/bin/python3 "$S3ENV_DIR/s3env.py" serve \

@@ -50,6 +50,8 @@ Faults, chosen per request at random (seeded):
             fault_match) get one for sure, 503 SlowDown and reset
             alternately (SlowDown first), whatever the fractions say: a
             test that needs faults where a seeded draw may give none
+  fault_next_kind  "slowdown" or "reset": fault_next's faults are all of
+            that kind ("" = alternate)
   methods   only requests with these methods get faults ("" = all)
   fault_match  only requests whose path contains this get faults ("" = all)
   complete_error  the next N CompleteMultipartUpload requests are answered
@@ -81,7 +83,16 @@ Faults, chosen per request at random (seeded):
             whose path contains get_delay_match waits get_delay_ms before
             it is checked and forwarded (stats "delayed" counts such GETs
             once they start waiting): a window to replace the object in
+  deny      requests whose (decoded) path contains this are answered 403
+            AccessDenied once their signature checked out ("" = none)
 Set them with flags, or at run time: POST /__proxy/config {"slowdown":0.3}.
+Keys: S3RVER/S3RVER, each --key, and those added at run time with POST
+/__proxy/keys {"akid", "secret", "token", "expires"} (token: the session
+token every request must carry and sign, or null; expires: epoch seconds
+after which requests answer 400 ExpiredToken, or null); POST
+/__proxy/bearer {"token", "expires"} accepts a bearer token (a credential
+fake's) until expires (then 401). Stats "keys_used" counts the requests
+each AKID (or "bearer TOKEN") signed; "expired" those refused for it.
 Counters: GET /__proxy/stats (JSON), POST /__proxy/reset zeroes them;
 "connections" (not zeroed) is how many connections are open, the asking
 one included.
@@ -130,11 +141,12 @@ class State:
         self.cond_lock = threading.Lock()
         self.cond_paths = set()   # keys written conditionally
         self.upstream = args.upstream
-        self.keys = {"S3RVER": ("S3RVER", None)}
+        # AKID -> (secret, session token or None, expiry (epoch) or None)
+        self.keys = {"S3RVER": ("S3RVER", None, None)}
         for spec in args.key or []:
             parts = spec.split(":")
             self.keys[parts[0]] = (parts[1], parts[2] if len(parts) > 2
-                                   else None)
+                                   else None, None)
         self.require_auth = not args.allow_anonymous
         self.config = {"slowdown": args.slowdown, "r2_429": args.r2_429,
                        "reset": args.reset, "slow_ms": args.slow_ms,
@@ -147,14 +159,16 @@ class State:
                        "get_delay_ms": 0, "get_delay_nth": 0,
                        "get_delay_match": "", "fault_match": "",
                        "corrupt_put": 0, "corrupt_match": "",
-                       "fault_next": 0, "trickle_bps": 0,
-                       "trickle_match": "", "delete_delay_ms": 0}
+                       "fault_next": 0, "fault_next_kind": "",
+                       "trickle_bps": 0,
+                       "trickle_match": "", "delete_delay_ms": 0,
+                       "deny": ""}
         self.get_seen = 0
         self.connections = 0
         self.rng = random.Random(args.seed)
         self.sa_pubkey = args.sa_pubkey
         self.sa_email = args.sa_email
-        self.tokens = set()
+        self.tokens = {}   # bearer token -> expiry (epoch) or None
         self.reset_stats()
 
     def reset_stats(self):
@@ -168,6 +182,7 @@ class State:
                           "no_batch_delete": 0, "delete_key_errors": 0},
                           "sig_ok": 0,
                           "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
+                          "keys_used": {}, "expired": 0,
                           "delayed": 0,
                           "emulated": {"if_none_match": 0, "abort": 0,
                                        "empty_range": 0, "if_match": 0,
@@ -195,6 +210,8 @@ class State:
                 return None
             if c["fault_next"] > 0:
                 c["fault_next"] -= 1
+                if c["fault_next_kind"]:
+                    return c["fault_next_kind"]
                 return "reset" if c["fault_next"] % 2 == 0 else "slowdown"
             x = self.rng.random()
             for name in ("slowdown", "r2_429", "reset"):
@@ -350,7 +367,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             st.count("put_bytes", len(body))
         if self.command == "GET":
             st.count("get_requests")
-        denied = self.authenticate(body)
+        denied = self.authenticate(body) or self.deny(path)
         if denied:
             return self.reply(*denied)
         fault = st.draw(self.command, path)
@@ -705,11 +722,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return None
         if auth.startswith("Bearer "):
             if auth[7:] in self.st.tokens:
+                exp = self.st.tokens[auth[7:]]
+                if exp is not None and time.time() >= exp:
+                    self.st.count("expired")
+                    return (401, error_xml("AuthenticationRequired",
+                            "The access token has expired"))
                 self.st.count("bearer_ok")
+                self.st.count("keys_used", sub="bearer " + auth[7:])
                 return None
             return (401, error_xml("AuthenticationRequired", "Invalid "
                     "bearer token"))
         return self.verify_sigv4(auth, body)
+
+    def deny(self, path):
+        """config deny: requests on paths containing it are refused."""
+        d = self.st.config["deny"]
+        if d and d in urllib.parse.unquote(path):
+            return (403, error_xml("AccessDenied", "Access Denied"))
+        return None
 
     def verify_sigv4(self, auth, body):
         algo, f = parse_auth(auth)
@@ -727,7 +757,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "region '%s' is wrong; expecting '%s'" % (region,
                     want_region), "<Region>%s</Region>" % want_region),
                     {"x-amz-bucket-region": want_region})
-        secret, token = self.st.keys[akid]
+        secret, token, expires = self.st.keys[akid]
+        if expires is not None and time.time() >= expires:
+            self.st.count("expired")
+            return (400, error_xml("ExpiredToken", "The provided token has "
+                    "expired."))
         signed = f["SignedHeaders"].split(";")
         amz_date = self.headers.get("X-Amz-Date", "")
         sha = self.headers.get("X-Amz-Content-SHA256")
@@ -746,6 +780,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "you provided.", "<CanonicalRequest>%s</CanonicalRequest>"
                     % creq.replace("&", "&amp;").replace("<", "&lt;")))
         self.st.count("sig_ok")
+        self.st.count("keys_used", sub=akid)
         return None
 
     def check_fields(self, signed, amz_date, day, service, sha, token, body):
@@ -820,6 +855,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                           "application/json"})
         if path == "/__proxy/token" and self.command == "POST":
             return self.token(body)
+        if path == "/__proxy/keys" and self.command == "POST":
+            k = json.loads(body)
+            with self.st.lock:
+                self.st.keys[k["akid"]] = (k["secret"], k.get("token"),
+                                           k.get("expires"))
+            return self.reply(204)
+        if path == "/__proxy/bearer" and self.command == "POST":
+            with self.st.lock:
+                t = json.loads(body)
+                self.st.tokens[t["token"]] = t.get("expires")
+            return self.reply(204)
         return self.reply(404, error_xml("NoSuchControl", path))
 
     def token(self, body):
@@ -836,7 +882,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                               "error_description": err}).encode(),
                               {"Content-Type": "application/json"})
         tok = "ya29.test-%016x" % self.st.rng.getrandbits(64)
-        self.st.tokens.add(tok)
+        self.st.tokens[tok] = None
         self.st.count("tokens_issued")
         data = {"access_token": tok, "token_type": "Bearer",
                 "expires_in": self.st.config["token_ttl"]}

@@ -10,6 +10,7 @@
  *     put FILE LOC         streaming write of FILE ("-": stdin)
  *     put-if-absent FILE LOC
  *     rm LOC | rm-tree LOC
+ *     probe LOC            ckpt_storage_probe: nothing, or the error
  *     put-many LOC N SIZE [PER_DIR]
  *                          N objects LOC/obj-000000.. of SIZE bytes, -j
  *                          at a time; with PER_DIR, PER_DIR objects to a
@@ -226,6 +227,8 @@ static int run(struct ckpt_storage *st, const char *key, int argc,
         return ckpt_storage_delete(st, key, err);
     if (!strcmp(cmd, "rm-tree"))
         return ckpt_storage_delete_tree(st, key, err);
+    if (!strcmp(cmd, "probe"))
+        return ckpt_storage_probe(st, key, err);
     if (!strcmp(cmd, "put-many")) {
         uint64_t per = 0;
         if (argc < 4 || argc > 5 || ckpt_parse_u64(argv[2], &a) != 0 ||
@@ -270,7 +273,8 @@ int main(int argc, char **argv)
     struct ckpt_err err = CKPT_ERR_INIT;
     struct ckpt_loc loc;
     struct ckpt_storage *st = NULL;
-    struct ckpt_storage_cfg cfg = { insecure, attempts, 0, jobs };
+    struct ckpt_storage_cfg cfg = { .insecure = insecure, .retries = attempts,
+                                    .jobs = jobs };
     int rc = ckpt_loc_parse(&loc, where, &err);
     if (rc == 0)
         rc = ckpt_storage_open(&st, &loc, &cfg, &err);

@@ -1,7 +1,8 @@
 /*
  * test_s3.c - the object-storage client's pure parts: configuration
- * resolution (env, profiles, endpoints), INI and XML readers, part sizes,
- * the retry policy. Network behaviour is in tests/integration/s3_*.
+ * resolution (env, profiles, endpoints; the credential chains are in
+ * test_cred.c), INI and XML readers, part sizes, the retry policy.
+ * Network behaviour is in tests/integration/s3_*.
  */
 #include "ckpt/util.h"
 #include "storage/s3_int.h"
@@ -83,8 +84,9 @@ static void test_s3__env_keys_default_profile(void)
     setup_env();
     struct s3_conf c;
     struct ckpt_err err;
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", "s3://bkt", &err) == 0);
-    CHECK_STR(c.access_key, "DEFAULTKEY");
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", NULL, "s3://bkt",
+                          &err) == 0);
+    CHECK_STR(c.cred->ak, "DEFAULTKEY");
     CHECK_STR(c.region, "eu-west-1");
     CHECK_STR(c.endpoint, "https://s3.eu-west-1.amazonaws.com");
     CHECK(c.virtual_host);
@@ -95,10 +97,10 @@ static void test_s3__env_keys_default_profile(void)
     setenv("AWS_SESSION_TOKEN", "envtoken", 1);
     setenv("AWS_REGION", "ap-south-1", 1);
     setenv("AWS_DEFAULT_REGION", "ignored-1", 1);
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "my.bkt", "s3://my.bkt",
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "my.bkt", NULL, "s3://my.bkt",
                           &err) == 0);
-    CHECK_STR(c.access_key, "ENVKEY");
-    CHECK_STR(c.session_token, "envtoken");
+    CHECK_STR(c.cred->ak, "ENVKEY");
+    CHECK_STR(c.cred->token, "envtoken");
     CHECK_STR(c.region, "ap-south-1");
     CHECK(!c.virtual_host); /* dotted bucket: path-style */
     s3_conf_release(&c);
@@ -113,9 +115,10 @@ static void test_s3__profiles_and_endpoints(void)
     setenv("AWS_SECRET_ACCESS_KEY", "envsecret", 1);
     /* S3_PROFILE is like --profile: it beats the environment's keys. */
     setenv("S3_PROFILE", "tok", 1);
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", "s3://bkt", &err) == 0);
-    CHECK_STR(c.access_key, "ASIAKEY");
-    CHECK_STR(c.session_token, "thetoken");
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", NULL, "s3://bkt",
+                          &err) == 0);
+    CHECK_STR(c.cred->ak, "ASIAKEY");
+    CHECK_STR(c.cred->token, "thetoken");
     CHECK_STR(c.region, "us-west-2");
     CHECK_STR(c.endpoint, "http://127.0.0.1:9000");
     CHECK(!c.virtual_host);
@@ -123,11 +126,13 @@ static void test_s3__profiles_and_endpoints(void)
 
     setenv("AWS_ENDPOINT_URL", "http://global:1", 1);
     setenv("AWS_ENDPOINT_URL_S3", "http://s3only:2", 1);
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", "s3://bkt", &err) == 0);
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", NULL, "s3://bkt",
+                          &err) == 0);
     CHECK_STR(c.endpoint, "http://s3only:2");
     s3_conf_release(&c);
     setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true", 1);
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", "s3://bkt", &err) == 0);
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", NULL, "s3://bkt",
+                          &err) == 0);
     CHECK_STR(c.endpoint, "https://s3.us-west-2.amazonaws.com");
     s3_conf_release(&c);
     unsetenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS");
@@ -135,15 +140,19 @@ static void test_s3__profiles_and_endpoints(void)
     unsetenv("AWS_ENDPOINT_URL_S3");
 
     setenv("S3_PROFILE", "nested", 1);
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", "s3://bkt", &err) == 0);
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", NULL, "s3://bkt",
+                          &err) == 0);
     CHECK_STR(c.endpoint, "http://minio:9000");
     s3_conf_release(&c);
 
     setenv("S3_PROFILE", "nope", 1);
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", "s3://bkt", &err) != 0);
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", NULL, "s3://bkt",
+                          &err) != 0);
     CHECK_EQ(err.code, CKPT_EAUTH);
-    CHECK_STR(err.msg, "s3://bkt: profile 'nope' not found in the AWS "
-                       "credentials or config file");
+    char want[1024];
+    snprintf(want, sizeof(want), "s3://bkt: profile 'nope' not found in "
+             "%s/credentials or %s/config", test_tmpdir(), test_tmpdir());
+    CHECK_STR(err.msg, want);
 }
 
 static void test_s3__r2_and_gcs(void)
@@ -152,51 +161,42 @@ static void test_s3__r2_and_gcs(void)
     struct s3_conf c;
     struct ckpt_err err;
     setenv("R2_PROFILE", "r2", 1);
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_R2, "bkt", "r2://bkt", &err) == 0);
-    CHECK_STR(c.access_key, "R2KEY");
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_R2, "bkt", NULL, "r2://bkt",
+                          &err) == 0);
+    CHECK_STR(c.cred->ak, "R2KEY");
     CHECK_STR(c.region, "auto");
     CHECK_STR(c.endpoint, "https://acct.r2.cloudflarestorage.com");
     CHECK(!c.virtual_host);
     s3_conf_release(&c);
     setenv("R2_ENDPOINT_URL", "https://other.r2.cloudflarestorage.com", 1);
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_R2, "bkt", "r2://bkt", &err) == 0);
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_R2, "bkt", NULL, "r2://bkt",
+                          &err) == 0);
     CHECK_STR(c.endpoint, "https://other.r2.cloudflarestorage.com");
     s3_conf_release(&c);
     unsetenv("R2_ENDPOINT_URL");
     unsetenv("R2_PROFILE");
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_R2, "bkt", "r2://bkt", &err) != 0);
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_R2, "bkt", NULL, "r2://bkt",
+                          &err) != 0);
     CHECK_STR(err.msg, "r2://bkt: no R2 endpoint: set R2_ENDPOINT_URL "
                        "(https://ACCOUNT.r2.cloudflarestorage.com)");
 
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_GS, "bkt", "gs://bkt", &err) != 0);
-    CHECK_EQ(err.code, CKPT_EAUTH);
     setenv("GCS_PROFILE", "gcs", 1);
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_GS, "bkt", "gs://bkt", &err) == 0);
-    CHECK_STR(c.access_key, "GOOGKEY");
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_GS, "bkt", NULL, "gs://bkt",
+                          &err) == 0);
+    CHECK_STR(c.cred->ak, "GOOGKEY");
     CHECK_STR(c.endpoint, "https://storage.googleapis.com");
     CHECK_STR(c.region, "auto");
     s3_conf_release(&c);
     unsetenv("GCS_PROFILE");
     setenv("GOOGLE_APPLICATION_CREDENTIALS", "/x/sa.json", 1);
     setenv("GCS_ENDPOINT_URL", "http://127.0.0.1:1", 1);
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_GS, "bkt", "gs://bkt", &err) == 0);
-    CHECK_STR(c.sa_key_file, "/x/sa.json");
-    CHECK(c.access_key == NULL);
+    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_GS, "bkt", NULL, "gs://bkt",
+                          &err) == 0);
+    CHECK_EQ(c.cred->kind, ST_CRED_GCS);
+    CHECK_STR(c.cred->file, "/x/sa.json");
+    CHECK(c.cred->ak == NULL);
     CHECK_STR(c.endpoint, "http://127.0.0.1:1");
     s3_conf_release(&c);
-}
-
-static void test_s3__no_credentials(void)
-{
-    setup_env();
-    setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent", 1);
-    struct s3_conf c;
-    struct ckpt_err err;
-    CHECK(s3_conf_resolve(&c, CKPT_SCHEME_S3, "bkt", "s3://bkt/k",
-                          &err) != 0);
-    CHECK_EQ(err.code, CKPT_EAUTH);
-    CHECK_STR(err.msg, "s3://bkt/k: no credentials: set AWS_ACCESS_KEY_ID "
-                       "and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE");
 }
 
 static void test_s3__xml(void)
@@ -317,5 +317,5 @@ static void test_s3__urls(void)
 
 TEST_MAIN(T(test_s3__urls), T(test_s3__ini), T(test_s3__env_keys_default_profile),
           T(test_s3__profiles_and_endpoints), T(test_s3__r2_and_gcs),
-          T(test_s3__no_credentials), T(test_s3__xml), T(test_s3__part_size),
+          T(test_s3__xml), T(test_s3__part_size),
           T(test_s3__retry_policy), T(test_s3__iso8601))
