@@ -678,9 +678,14 @@ static int uploads_page(struct ckpt_storage *st, const char *prefix,
         st_xml_text(resp.body.ptr, resp.body.len, "IsTruncated", &t);
         st_xml_text(resp.body.ptr, resp.body.len, "NextKeyMarker", &k);
         st_xml_text(resp.body.ptr, resp.body.len, "NextUploadIdMarker", &i);
-        /* A marker that does not move would loop forever. */
-        *more = !strcmp(t.ptr, "true") && (k.len || i.len) &&
-                (strcmp(k.ptr, kmark->ptr) || strcmp(i.ptr, imark->ptr));
+        /* A truncated page whose markers do not move would loop
+         * forever, and ending there would take part for all. */
+        *more = !strcmp(t.ptr, "true");
+        if (*more && !((k.len || i.len) && (strcmp(k.ptr, kmark->ptr) ||
+                                            strcmp(i.ptr, imark->ptr))))
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: multipart upload "
+                              "listing is truncated but its markers do not "
+                              "move: the listing is incomplete", what);
         ckpt_buf_reset(kmark);
         ckpt_buf_reset(imark);
         ckpt_buf_add(kmark, k.ptr, k.len);

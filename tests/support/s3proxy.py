@@ -77,6 +77,19 @@ Faults, chosen per request at random (seeded):
             (default 400) with an <Error> that quotes the request line and
             every header, credentials included, in its Code, Message and a
             Request element, as a careless server or proxy may
+  list_max_keys  ListObjectsV2 requests are forwarded asking for at most
+            this many keys a page (0: as asked), so that a small bucket
+            lists in many pages
+  list_fault  what ListObjectsV2 pages say about the next one, as a
+            faulty or hostile service might: "no_token" (a truncated
+            page without NextContinuationToken), "repeat_token" (a
+            truncated page answered to a continuation token gives that
+            same token again), "" (as s3rver says)
+  list_inject, list_inject_match  add a <Contents> entry for the key
+            list_inject (its size and ETag as s3rver has them, or 1 and a
+            made-up one) to every ListObjectsV2 page whose prefix starts
+            with list_inject_match: a key outside the prefix listed, or
+            one with "//"
   get_delay_ms, get_delay_nth, get_delay_match  the get_delay_nth-th GET
             whose path contains get_delay_match waits get_delay_ms before
             it is checked and forwarded (stats "delayed" counts such GETs
@@ -101,6 +114,7 @@ import http.server
 import json
 import os
 import random
+import re
 import socket
 import socketserver
 import struct
@@ -148,7 +162,9 @@ class State:
                        "get_delay_match": "", "fault_match": "",
                        "corrupt_put": 0, "corrupt_match": "",
                        "fault_next": 0, "trickle_bps": 0,
-                       "trickle_match": "", "delete_delay_ms": 0}
+                       "trickle_match": "", "delete_delay_ms": 0,
+                       "list_max_keys": 0, "list_fault": "",
+                       "list_inject": "", "list_inject_match": ""}
         self.get_seen = 0
         self.connections = 0
         self.rng = random.Random(args.seed)
@@ -164,7 +180,7 @@ class State:
                           "get_bytes": 0, "put_bytes": 0,
                           "faults": {"slowdown": 0,
                           "r2_429": 0, "reset": 0, "complete_error": 0,
-                          "corrupt_put": 0,
+                          "corrupt_put": 0, "list": 0,
                           "no_batch_delete": 0, "delete_key_errors": 0},
                           "sig_ok": 0,
                           "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
@@ -389,7 +405,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             failed_keys = self.drop_delete_keys(path, body)
             if failed_keys:
                 body = failed_keys[0]
+            listing = self.list_request(path)
             status, headers, rbody = self.forward(body)
+            if listing and status == 200:
+                rbody = self.list_rewrite(listing, rbody)
+                headers["Content-Length"] = str(len(rbody))
             if failed_keys:
                 rbody = self.add_key_errors(rbody, failed_keys[1])
                 headers["Content-Length"] = str(len(rbody))
@@ -474,6 +494,63 @@ class Handler(http.server.BaseHTTPRequestHandler):
         b = bytearray(body)
         b[len(b) // 2] ^= 0x01
         return bytes(b)
+
+    def list_request(self, path):
+        """A ListObjectsV2 request: its query (and, with list_max_keys,
+        the path forwarded asks for that many keys a page). None for
+        other requests."""
+        split = urllib.parse.urlsplit(path)
+        q = urllib.parse.parse_qs(split.query, keep_blank_values=True)
+        if self.command != "GET" or q.get("list-type") != ["2"]:
+            return None
+        n = self.st.config["list_max_keys"]
+        if n:
+            q["max-keys"] = [str(min(n, int(q.get("max-keys",
+                                                  ["1000"])[0])))]
+            self.path = urllib.parse.urlunsplit(split._replace(
+                query=urllib.parse.urlencode(q, doseq=True,
+                                             quote_via=urllib.parse.quote)))
+        return q
+
+    def list_rewrite(self, q, body):
+        """list_fault and list_inject on one ListObjectsV2 page."""
+        c = self.st.config
+        text = body.decode()
+        hit = False
+        truncated = "<IsTruncated>true</IsTruncated>" in text
+        if truncated and c["list_fault"] == "no_token":
+            text = re.sub(r"<NextContinuationToken>[^<]*"
+                          r"</NextContinuationToken>", "", text)
+            hit = True
+        token = q.get("continuation-token", [""])[0]
+        if truncated and c["list_fault"] == "repeat_token" and token:
+            text = re.sub(r"<NextContinuationToken>[^<]*"
+                          r"</NextContinuationToken>",
+                          "<NextContinuationToken>%s</NextContinuationToken>"
+                          % xml_escape(token), text)
+            hit = True
+        key = c["list_inject"]
+        if key and q.get("prefix", [""])[0].startswith(
+                c["list_inject_match"]):
+            status, hdrs, _ = self.upstream_request(
+                "HEAD", "/%s/%s" % (urllib.parse.urlsplit(self.path).path
+                                    .strip("/").split("/")[0],
+                                    urllib.parse.quote(key)), {}, b"")
+            h = dict((k.lower(), v) for k, v in hdrs)
+            size = h.get("content-length", "1") if status == 200 else "1"
+            etag = h.get("etag", '"%s"' % ("0" * 32)) if status == 200 \
+                else '"%s"' % ("0" * 32)
+            entry = ("<Contents><Key>%s</Key><LastModified>"
+                     "2020-01-01T00:00:00.000Z</LastModified><ETag>%s"
+                     "</ETag><Size>%s</Size><StorageClass>STANDARD"
+                     "</StorageClass></Contents>" % (xml_escape(key),
+                                                     xml_escape(etag), size))
+            text = text.replace("</ListBucketResult>",
+                                entry + "</ListBucketResult>")
+            hit = True
+        if hit:
+            self.st.count("faults", sub="list")
+        return text.encode()
 
     def is_delete(self, path):
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query,
