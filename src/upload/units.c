@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ckpt/orbax.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 
@@ -155,13 +156,16 @@ static int guesses(const struct obj *o, int n, uint64_t meta_part,
     return k;
 }
 
-/* Hash the source once: whole MD5 and the composite ETag for each guess. */
+/* Hash the source once: whole MD5, the composite ETag for each guess
+ * and, when crc is not NULL, its CRC32C. */
 static int hash_source(struct unit *un, struct cand *c, int nc,
-                       unsigned char whole[16])
+                       unsigned char whole[16], uint32_t *crc)
 {
     struct obj *o = un->o;
     struct md5c w;
     up_md5c_init(&w);
+    if (crc)
+        *crc = 0;
     for (int i = 0; i < nc; i++) {
         up_md5c_init(&c[i].outer);
         up_md5c_init(&c[i].cur);
@@ -175,6 +179,8 @@ static int hash_source(struct unit *un, struct cand *c, int nc,
             up_md5c_update(&w, un->buf, n);
             for (int i = 0; i < nc; i++)
                 cand_feed(&c[i], un->buf, n);
+            if (crc)
+                *crc = ckpt_crc32c(*crc, un->buf, n);
         }
         off += n;
     }
@@ -222,6 +228,34 @@ static int dest_is_source(struct obj *o, struct ckpt_err *err)
                         "not compared with itself", o->sdisp, o->ddisp);
 }
 
+/* DEST's own answer about the bytes it holds, when its listed ETag is
+ * not an MD5 of them (an opaque ETag: SSE-KMS, GCS composites) or is a
+ * multipart one whose part size is not one of ours: a HEAD, for the
+ * service's hashes (GCS x-goog-hash) and the part size ckpt used (only a
+ * guess of the parts' boundaries: the ETag still decides). 0, or -1. */
+static int head_dest(struct unit *un, struct ckpt_obj_meta *meta,
+                     int *headed)
+{
+    struct obj *o = un->o;
+    struct ckpt_stat sb;
+    if (*headed)
+        return 0;
+    if (ckpt_storage_head(o->g->dst, o->dkey, &sb, meta, &un->err) != 0)
+        return -1;
+    *headed = 1;
+    /* Replaced since it was listed: compared with what is there now. */
+    if (sb.size != o->size || strcmp(sb.etag, o->dest->etag))
+        return ckpt_err_set(&un->err, CKPT_EIO, "%s: changed at DEST "
+                            "while being compared; run again", o->ddisp);
+    return 0;
+}
+
+/* Is DEST's object the source's bytes? Only DEST's own answer counts: its
+ * ETag where that is an MD5 (a single PUT's, or md5-of-part-MD5s-N with
+ * the parts cut as ours, aws-cli's or rclone's, or as ckpt recorded),
+ * else the hashes the service states (GCS x-goog-hash MD5 or CRC32C); a
+ * local copy read back and hashed. Never ckpt's own x-amz-meta-ckpt-md5:
+ * a PUT damaged on the way leaves that metadata with the wrong bytes. */
 static void do_check(struct unit *un)
 {
     struct obj *o = un->o;
@@ -230,29 +264,35 @@ static void do_check(struct unit *un)
         return;
     }
     const char *detag = o->dest->etag;
-    const char *dash = strchr(detag, '-');
+    int multi = 0, md5form = ckpt_etag_is_md5(detag, &multi);
     int remote = !ckpt_storage_is_local(o->g->dst);
-    struct ckpt_stat sb;
     struct ckpt_obj_meta meta;
     int headed = 0;
     memset(&meta, 0, sizeof(meta));
     uint64_t parts[4];
     int nc = 0;
-    if (remote && dash) {
-        int n = (int)strtol(dash + 1, NULL, 10);
+    if (remote && md5form && multi) {
+        int n = (int)strtol(strchr(detag, '-') + 1, NULL, 10);
         nc = guesses(o, n, 0, parts);
-        if (!nc && ckpt_storage_head(o->g->dst, o->dkey, &sb, &meta,
-                                     &un->err) == 0) {
-            headed = 1;
-            nc = guesses(o, n, meta.part_size, parts);
+        if (!nc && head_dest(un, &meta, &headed) != 0) {
+            un->rc = -1;
+            return;
         }
+        if (!nc)
+            nc = guesses(o, n, meta.part_size, parts);
+    }
+    if (remote && !md5form && head_dest(un, &meta, &headed) != 0) {
+        un->rc = -1;
+        return;
     }
     struct cand c[4];
     memset(c, 0, sizeof(c));
     for (int i = 0; i < nc; i++)
         c[i].part = parts[i];
     unsigned char whole[16];
-    if (hash_source(un, c, nc, whole) != 0) {
+    uint32_t crc = 0;
+    int want_crc = remote && !md5form && meta.has_crc32c;
+    if (hash_source(un, c, nc, whole, want_crc ? &crc : NULL) != 0) {
         un->rc = -1;
         return;
     }
@@ -263,15 +303,13 @@ static void do_check(struct unit *un)
         un->same = un->rc == 0 && !strcmp(dh, un->whole);
         return;
     }
-    un->same = !strcasecmp(detag, un->whole);
+    un->same = md5form && !strcasecmp(detag, un->whole);
     for (int i = 0; i < nc && !un->same; i++)
         un->same = !strcasecmp(detag, c[i].etag);
-    /* An ETag that is no MD5 (SSE, GCS composites): ckpt's own record. */
-    if (!un->same && !headed &&
-        ckpt_storage_head(o->g->dst, o->dkey, &sb, &meta, &un->err) == 0)
-        headed = 1;
-    if (!un->same && headed && meta.md5[0])
-        un->same = !strcmp(meta.md5, un->whole) && sb.size == o->size;
+    if (!un->same && !md5form && meta.dest_md5[0])
+        un->same = !strcasecmp(meta.dest_md5, un->whole);
+    if (!un->same && want_crc)
+        un->same = crc == meta.dest_crc32c;
     un->rc = 0;
 }
 
@@ -287,8 +325,19 @@ int up_member_same(struct obj *o, const char *hex)
 {
     if (!o->from_archive || !o->dest || o->dest->size != o->size)
         return 0;
-    if (!ckpt_storage_is_local(o->g->dst))
+    int multi;
+    if (!ckpt_storage_is_local(o->g->dst) &&
+        ckpt_etag_is_md5(o->dest->etag, &multi))
         return !strcasecmp(o->dest->etag, hex);
+    if (!ckpt_storage_is_local(o->g->dst)) {
+        /* An opaque ETag: the MD5 the service states, if it does. */
+        struct ckpt_stat sb;
+        struct ckpt_obj_meta meta;
+        struct ckpt_err e2;
+        return ckpt_storage_head(o->g->dst, o->dkey, &sb, &meta, &e2) == 0 &&
+               sb.size == o->size && !strcmp(sb.etag, o->dest->etag) &&
+               !strcasecmp(meta.dest_md5, hex);
+    }
     char *buf = ckpt_xmalloc(o->size ? o->size : 1);
     size_t got = 0;
     struct ckpt_err e2;

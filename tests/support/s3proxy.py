@@ -90,6 +90,13 @@ Faults, chosen per request at random (seeded):
             made-up one) to every ListObjectsV2 page whose prefix starts
             with list_inject_match: a key outside the prefix listed, or
             one with "//"
+  opaque_etag  every ETag the client sees (reply headers, listings,
+            CompleteMultipartUpload) is "k1-" + s3rver's, so it is no MD5
+            of the bytes (as with SSE-KMS, or a GCS composite object);
+            If-Match / If-None-Match from the client are mapped back
+  goog_hash  object HEAD/GET replies carry x-goog-hash, computed from
+            the object's bytes as GCS does: "crc32c" (only, as for a GCS
+            composite object), "md5" (only) or "both"; "" none
   get_delay_ms, get_delay_nth, get_delay_match  the get_delay_nth-th GET
             whose path contains get_delay_match waits get_delay_ms before
             it is checked and forwarded (stats "delayed" counts such GETs
@@ -164,7 +171,8 @@ class State:
                        "fault_next": 0, "trickle_bps": 0,
                        "trickle_match": "", "delete_delay_ms": 0,
                        "list_max_keys": 0, "list_fault": "",
-                       "list_inject": "", "list_inject_match": ""}
+                       "list_inject": "", "list_inject_match": "",
+                       "opaque_etag": False, "goog_hash": ""}
         self.get_seen = 0
         self.connections = 0
         self.rng = random.Random(args.seed)
@@ -369,6 +377,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         denied = self.authenticate(body)
         if denied:
             return self.reply(*denied)
+        self.unmap_etags()
         fault = st.draw(self.command, path)
         if fault == "slowdown":
             st.count("faults", sub="slowdown")
@@ -414,6 +423,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 rbody = self.add_key_errors(rbody, failed_keys[1])
                 headers["Content-Length"] = str(len(rbody))
             add_generation(headers)
+            self.goog_hash(path, status, headers, rbody)
+            rbody = self.map_etags(headers, rbody)
         if fault == "reset" and self.command == "GET" and len(rbody) > 1:
             st.count("faults", sub="reset")
             return self.reset_mid_body(status, headers, rbody)
@@ -494,6 +505,50 @@ class Handler(http.server.BaseHTTPRequestHandler):
         b = bytearray(body)
         b[len(b) // 2] ^= 0x01
         return bytes(b)
+
+    def unmap_etags(self):
+        """opaque_etag: the client's If-Match / If-None-Match name
+        s3rver's ETags again."""
+        if not self.st.config["opaque_etag"]:
+            return
+        for h in ("If-Match", "If-None-Match"):
+            v = self.headers.get(h)
+            if v is not None and "k1-" in v:
+                self.headers.replace_header(h, v.replace("k1-", ""))
+
+    def map_etags(self, headers, body):
+        """opaque_etag: ETags in reply headers and XML bodies get "k1-"."""
+        if not self.st.config["opaque_etag"]:
+            return body
+        for k, v in list(headers.items()):
+            if k.lower() == "etag":
+                headers[k] = '"k1-%s"' % v.strip('"')
+        if body.startswith(b"<?xml") and b"<ETag>" in body:
+            body = re.sub(rb"<ETag>(&quot;|\")?", lambda m: b"<ETag>" +
+                          (m.group(1) or b"") + b"k1-", body)
+            headers["Content-Length"] = str(len(body))
+        return body
+
+    def goog_hash(self, path, status, headers, body):
+        """goog_hash: x-goog-hash of an object HEAD/GET reply, from the
+        object's bytes (a whole GET upstream for a HEAD or a range)."""
+        mode = self.st.config["goog_hash"]
+        split = urllib.parse.urlsplit(path)
+        if (not mode or self.command not in ("HEAD", "GET") or split.query
+                or status not in (200, 206)):
+            return
+        if self.command == "HEAD" or status == 206:
+            st, _, body = self.upstream_request("GET", split.path, {}, b"")
+            if st != 200:
+                return
+        vals = []
+        if mode in ("crc32c", "both"):
+            vals.append("crc32c=" + base64.b64encode(struct.pack(
+                ">I", crc32c(body))).decode())
+        if mode in ("md5", "both"):
+            vals.append("md5=" + base64.b64encode(
+                hashlib.md5(body).digest()).decode())
+        headers["x-goog-hash"] = ",".join(vals)
 
     def list_request(self, path):
         """A ListObjectsV2 request: its query (and, with list_max_keys,
@@ -949,6 +1004,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if abs(iat - now) > 300 or exp <= iat or exp - iat > 3600:
             return "bad iat/exp"
         return None
+
+
+_CRC32C = []
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), as GCS states it in x-goog-hash."""
+    if not _CRC32C:
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            _CRC32C.append(c)
+    c = 0xFFFFFFFF
+    t = _CRC32C
+    for b in data:
+        c = t[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
 
 
 def generation_of(etag):
