@@ -198,7 +198,10 @@ static int upload_pass(struct one *o, int verify, int dry,
         .jobs = o->p->run_jobs, .mem_budget = o->p->run_mem,
         .dry_run = dry,
         .checksum = verify, .delete_source = !c->keep_source,
-        .no_replace = !o->own,
+        /* DEST's only copy is never replaced: once a source may have
+         * been deleted (state uploaded or done) DEST holds the only copy
+         * of its bytes, and before that they may be another run's. */
+        .no_replace = 1,
         .strip = 1, .keep_src_root = 1, .state_dir = c->state_dir,
         .on_event = up_event,
         .on_progress = up_progress,

@@ -223,10 +223,6 @@ struct one {
     /* Steps whose unshard output verified at DEST (--drop-sharded). */
     int64_t *made;
     size_t nmade;
-    /* The state read at the start says this run (this source, this DEST
-     * path) finished an upload there: it may replace its own files at
-     * DEST; any other run may not (upload's no_replace). */
-    int own;
     /* -n: the files DEST would hold after the pass (display -> size),
      * as the real run counts them (count_dest). */
     struct pfile {

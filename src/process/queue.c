@@ -365,7 +365,6 @@ static void leased(struct one *o)
         if (exists && check_dest(o) != 0)
             return;
         set_dest(o);
-        o->own = 1;
     }
     if (!exists && o->s.phase == PROC_NEW) {
         /* Never processed: judging says it does not exist, or finishes

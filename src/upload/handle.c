@@ -113,7 +113,7 @@ void up_obj_fail(struct ckpt_upload *u, struct obj *o,
     up_progress(u, 1, 0);
 }
 
-static void obj_skip(struct ckpt_upload *u, struct obj *o, const char *why)
+void up_obj_skip(struct ckpt_upload *u, struct obj *o, const char *why)
 {
     free_ready(u, o);
     o->st = O_SKIPPED;
@@ -214,14 +214,13 @@ static const char *quick_skip(struct ckpt_upload *u, struct obj *o)
     return NULL;
 }
 
-/* no_replace: DEST holds o's name with other bytes (or, for a multipart
- * archive member, bytes not compared before sending). */
+/* no_replace: DEST holds o's name with other bytes. */
 void up_obj_conflict(struct ckpt_upload *u, struct obj *o, const char *how)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
     ckpt_err_set(&err, CKPT_EEXIST, "conflict: %s already exists at DEST "
-                 "%s; not replaced (another source wrote it)", o->ddisp,
-                 how);
+                 "%s; not replaced (DEST keeps its copy: it may be the "
+                 "only one)", o->ddisp, how);
     up_obj_fail(u, o, &err);
 }
 
@@ -237,11 +236,6 @@ void up_obj_route(struct ckpt_upload *u, struct obj *o)
         up_obj_conflict(u, o, how);
         return;
     }
-    if (u->cfg.no_replace && d && o->from_archive && o->big) {
-        up_obj_conflict(u, o, "(a multipart archive member is not compared "
-                        "before it is sent)");
-        return;
-    }
     if (!u->cfg.dry_run && try_resume(u, o))
         return;
     if (!d || d->size != o->size) {
@@ -250,7 +244,7 @@ void up_obj_route(struct ckpt_upload *u, struct obj *o)
     }
     const char *why = quick_skip(u, o);
     if (why) {
-        obj_skip(u, o, why);
+        up_obj_skip(u, o, why);
         return;
     }
     /* Archive members are read once, in order: compared while sent. */
@@ -310,7 +304,7 @@ static void on_check(struct ckpt_upload *u, struct unit *un)
     if (un->same) {
         up_journal_done(o->g->jr, o->dkey, o->size, o->srcsig,
                         o->dest->etag);
-        obj_skip(u, o, "same size and checksum");
+        up_obj_skip(u, o, "same size and checksum");
         return;
     }
     if (u->cfg.no_replace) {
@@ -335,7 +329,7 @@ static void on_put(struct ckpt_upload *u, struct unit *un)
     if (un->rc != 0) {
         up_obj_fail(u, o, &un->err);
     } else if (un->same) {
-        obj_skip(u, o, "same size and checksum");
+        up_obj_skip(u, o, "same size and checksum");
     } else {
         up_journal_done(o->g->jr, o->dkey, o->size, o->srcsig,
                         un->res.etag[0] ? un->res.etag : un->whole);

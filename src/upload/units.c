@@ -94,71 +94,9 @@ static int source_unchanged(struct obj *o, struct ckpt_err *err)
 
 /* ---- CHECK: is DEST's object the same as the source? ---- */
 
-struct cand {
-    uint64_t part;              /* part size of this guess */
-    struct md5c outer, cur;
-    uint64_t in_part;
-    int n;
-    char etag[48];
-};
-
-static void cand_feed(struct cand *c, const char *p, size_t len)
-{
-    while (len > 0) {
-        size_t take = c->part - c->in_part < len ? c->part - c->in_part
-                                                 : len;
-        up_md5c_update(&c->cur, p, take);
-        c->in_part += take;
-        p += take;
-        len -= take;
-        if (c->in_part == c->part) {
-            unsigned char d[16];
-            up_md5c_final(&c->cur, d);
-            up_md5c_update(&c->outer, d, 16);
-            up_md5c_init(&c->cur);
-            c->in_part = 0;
-            c->n++;
-        }
-    }
-}
-
-static void cand_final(struct cand *c)
-{
-    unsigned char d[16];
-    if (c->in_part > 0 || c->n == 0) {
-        up_md5c_final(&c->cur, d);
-        up_md5c_update(&c->outer, d, 16);
-        c->n++;
-    } else {
-        up_md5c_final(&c->cur, d);
-    }
-    up_md5c_final(&c->outer, d);
-    ckpt_hex_encode(d, 16, c->etag);
-    snprintf(c->etag + 32, 16, "-%d", c->n);
-}
-
-/* Part sizes that could have made DEST's "-N" ETag: ours, the one ckpt
- * recorded, aws-cli's 8 MiB and rclone's 5 MiB defaults. */
-static int guesses(const struct obj *o, int n, uint64_t meta_part,
-                   uint64_t *out)
-{
-    uint64_t try[4] = { o->part_size, meta_part, 8 * MIB, 5 * MIB };
-    int k = 0;
-    for (int i = 0; i < 4; i++) {
-        if (!try[i] || up_parts_for(o->size, try[i]) != n)
-            continue;
-        int dup = 0;
-        for (int j = 0; j < k; j++)
-            dup |= out[j] == try[i];
-        if (!dup)
-            out[k++] = try[i];
-    }
-    return k;
-}
-
 /* Hash the source once: whole MD5, the composite ETag for each guess
  * and, when crc is not NULL, its CRC32C. */
-static int hash_source(struct unit *un, struct cand *c, int nc,
+static int hash_source(struct unit *un, struct up_cand *c, int nc,
                        unsigned char whole[16], uint32_t *crc)
 {
     struct obj *o = un->o;
@@ -166,10 +104,8 @@ static int hash_source(struct unit *un, struct cand *c, int nc,
     up_md5c_init(&w);
     if (crc)
         *crc = 0;
-    for (int i = 0; i < nc; i++) {
-        up_md5c_init(&c[i].outer);
-        up_md5c_init(&c[i].cur);
-    }
+    for (int i = 0; i < nc; i++)
+        up_cand_init(&c[i], c[i].part);
     int rc = 0;
     for (uint64_t off = 0; off < o->size && rc == 0;) {
         size_t n = o->size - off < un->cap ? (size_t)(o->size - off)
@@ -178,7 +114,7 @@ static int hash_source(struct unit *un, struct cand *c, int nc,
         if (rc == 0) {
             up_md5c_update(&w, un->buf, n);
             for (int i = 0; i < nc; i++)
-                cand_feed(&c[i], un->buf, n);
+                up_cand_feed(&c[i], un->buf, n);
             if (crc)
                 *crc = ckpt_crc32c(*crc, un->buf, n);
         }
@@ -186,7 +122,7 @@ static int hash_source(struct unit *un, struct cand *c, int nc,
     }
     up_md5c_final(&w, whole);
     for (int i = 0; i < nc; i++)
-        cand_final(&c[i]);
+        up_cand_final(&c[i]);
     return rc;
 }
 
@@ -273,19 +209,20 @@ static void do_check(struct unit *un)
     int nc = 0;
     if (remote && md5form && multi) {
         int n = (int)strtol(strchr(detag, '-') + 1, NULL, 10);
-        nc = guesses(o, n, 0, parts);
+        nc = up_cand_guesses(o->size, o->part_size, n, 0, parts);
         if (!nc && head_dest(un, &meta, &headed) != 0) {
             un->rc = -1;
             return;
         }
         if (!nc)
-            nc = guesses(o, n, meta.part_size, parts);
+            nc = up_cand_guesses(o->size, o->part_size, n,
+                                 meta.part_size, parts);
     }
     if (remote && !md5form && head_dest(un, &meta, &headed) != 0) {
         un->rc = -1;
         return;
     }
-    struct cand c[4];
+    struct up_cand c[4];
     memset(c, 0, sizeof(c));
     for (int i = 0; i < nc; i++)
         c[i].part = parts[i];
@@ -472,8 +409,8 @@ static void do_put(struct unit *un)
     if (un->u->cfg.no_replace && o->dest) {
         un->rc = ckpt_err_set(&un->err, CKPT_EEXIST, "conflict: %s already "
                               "exists at DEST with different bytes; not "
-                              "replaced (another source wrote it)",
-                              o->ddisp);
+                              "replaced (DEST keeps its copy: it may be the "
+                              "only one)", o->ddisp);
         return;
     }
     struct ckpt_obj_meta meta;

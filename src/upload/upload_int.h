@@ -51,6 +51,26 @@ void up_composite_etag(const unsigned char (*md5)[16], int n, char out[48]);
 uint64_t up_part_size_for(uint64_t size, uint64_t min);
 int up_parts_for(uint64_t size, uint64_t part);
 
+/* One guess at a multipart ETag while the bytes are hashed in order:
+ * md5(part MD5s)-N for parts of `part` bytes. init, feed..., final: etag
+ * holds the result. */
+struct up_cand {
+    uint64_t part;
+    struct md5c outer, cur;
+    uint64_t in_part;
+    int n;
+    char etag[48];
+};
+void up_cand_init(struct up_cand *c, uint64_t part);
+void up_cand_feed(struct up_cand *c, const char *p, size_t len);
+void up_cand_final(struct up_cand *c);
+/* Part sizes that could have made a "-n" ETag of an object of size
+ * bytes: ours, the one ckpt recorded (meta_part, 0: none), aws-cli's
+ * 8 MiB and rclone's 5 MiB defaults (only guesses of the boundaries: the
+ * ETag decides). Into out, how many. */
+int up_cand_guesses(uint64_t size, uint64_t ours, int n, uint64_t meta_part,
+                    uint64_t out[4]);
+
 /* ---- local source versions (srcver.c) ---- */
 
 struct srcver {
@@ -337,6 +357,8 @@ void up_obj_route(struct ckpt_upload *u, struct obj *o);
 /* An archive member whose bytes have MD5 hex: 1 when DEST holds the
  * same (its size, and its ETag, or a local copy read back and hashed). */
 int up_member_same(struct obj *o, const char *hex);
+/* o is at DEST already (why says how it was proven): skipped. */
+void up_obj_skip(struct ckpt_upload *u, struct obj *o, const char *why);
 /* Fail o as a no_replace conflict; how says what DEST holds. */
 void up_obj_conflict(struct ckpt_upload *u, struct obj *o, const char *how);
 void up_obj_fail(struct ckpt_upload *u, struct obj *o,
