@@ -114,7 +114,8 @@ static void up_progress(void *ud, uint64_t items, uint64_t bytes)
 static int up_may_delete(void *ud, struct ckpt_err *err)
 {
     struct one *o = ud;
-    if (proc_keeper_check(&o->k, err) != 0)
+    if (proc_keeper_check(&o->k, err) != 0 ||
+        (o->path_key && proc_keeper_check(&o->pk, err) != 0))
         return -1;
     int rc = 0;
     pthread_mutex_lock(&o->mu);

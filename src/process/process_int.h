@@ -190,6 +190,12 @@ struct one {
     struct ckpt_process *p;
     const struct prun *r;
     struct proc_keeper k;
+    /* The lease on the run's DEST path (queue.c's claim_dest), held
+     * while anything is written there
+     * or deleted on its proof: two runs mapped to one place never write
+     * it at once (a check-then-write is no claim). */
+    struct proc_keeper pk;
+    char *path_key;             /* owned, or NULL: not held */
     char *state_key, *lease_key;
     char *dkey, *ddisp;         /* where the run goes */
     struct proc_state s;

@@ -276,6 +276,55 @@ static void set_dest(struct one *o)
     o->ddisp = ckpt_storage_display(c->dst, o->dkey);
 }
 
+/* The lease on the run's DEST path (DEST/.ckpt-process/ENTITY%2F
+ * PROJECT%2FRUN_ID.path.lease), taken once the path is known and
+ * before anything is written there: a run mapped to a place another
+ * live worker (or run-worker of this process) writes is skipped until
+ * that one is done, then compared with what it left (never replacing
+ * it). Its own run lease alone cannot say that: two run ids, one place.
+ * -n takes none. 0 to go on, 1 after the run's row. */
+static int claim_dest(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    if (c->dry_run || o->path_key)
+        return 0;
+    /* One name beside the run leases ('/' and '%' escaped), so that
+     * whatever lists or lapses those sees it too. A run whose id made
+     * the same name would only wait for it, never write beside it. */
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    ckpt_buf_addf(&b, "%s/", STATE_DIR);
+    for (const char *q = o->s.dest; *q; q++)
+        if (*q == '/' || *q == '%')
+            ckpt_buf_addf(&b, "%%%02X", (unsigned)*q);
+        else
+            ckpt_buf_add(&b, q, 1);
+    ckpt_buf_addstr(&b, ".path.lease");
+    char *key = ckpt_path_join(c->dest_key, b.ptr);
+    char *rel = ckpt_buf_detach(&b, NULL);
+    struct ckpt_lease_holder h;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int lr = proc_keeper_start(&o->pk, c->dst, key, o->r->id, c->lease_ttl,
+                               &h, &err);
+    free(rel);
+    if (lr == CKPT_LEASE_ACQUIRED || lr == CKPT_LEASE_TAKEN_OVER) {
+        o->path_key = key;
+        return 0;
+    }
+    free(key);
+    if (lr < 0) {
+        proc_fail_run(o, CKPT_PROC_LEASE, err.msg);
+        return 1;
+    }
+    char who[400];
+    ckpt_lease_holder_str(&h, who, sizeof(who));
+    char *d = ckpt_xasprintf("DEST path %s is being written by run '%s' "
+                             "(%s)", o->ddisp, h.run, who);
+    proc_emit(o, CKPT_PROC_LEASE, CKPT_PROC_SKIPPED, d, 0, 0);
+    proc_finish(o, CKPT_PROC_SKIPPED, d, 0);
+    free(d);
+    return 1;
+}
+
 /* A run the state says was uploaded or done whose source is still there:
  * a crash during the delete, or a requeued job writing to it again. The
  * live-run guard applies as on a first pass; without it the rerun would
@@ -407,12 +456,12 @@ static void leased(struct one *o)
         if (!judge(o) || map_run(o) != 0)
             return;
         set_dest(o);
-        if (proc_unshard(o) != 0 || (dry && proc_dry_have(o) != 0) ||
+        if (claim_dest(o) || proc_unshard(o) != 0 || (dry && proc_dry_have(o) != 0) ||
             proc_verify_outputs(o) != 0 || proc_find_drops(o) != 0 ||
             proc_upload(o) != 0)
             return;
     } else {
-        if (live_again(o))
+        if (live_again(o) || claim_dest(o))
             return;
         /* A worker killed while deleting: the steps it judged droppable
          * are still dropped (what is left of them deleted if unchanged
@@ -475,6 +524,8 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
             proc_emit(&o, CKPT_PROC_LEASE, CKPT_PROC_OK,
                       ckpt_lease_result_name(lr), 0, 0);
             leased(&o);
+            if (o.path_key)
+                proc_keeper_stop(&o.pk);
             proc_keeper_stop(&o.k);
         }
     }
@@ -501,6 +552,7 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     free(o.keptv);
     free(o.dkey);
     free(o.ddisp);
+    free(o.path_key);
     free(o.state_key);
     free(o.lease_key);
     pthread_mutex_destroy(&o.mu);

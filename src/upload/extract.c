@@ -576,6 +576,14 @@ static void new_member(struct ckpt_upload *u, struct group *g,
     o->sdisp = ckpt_xasprintf("%s/%s", g->sdisp, e->path);
     if (x->resend)
         o->dest = NULL;
+    if (up_claim_path(u, o, u->nobjs - 1)) {
+        /* Another SRC of this upload goes there: a stream is read once,
+         * so the member cannot wait for it and be compared after. */
+        o->deferred = 0;
+        up_obj_conflict(u, o, "and an archive member cannot wait to be "
+                        "compared");
+        return;
+    }
     if (u->cfg.no_replace && o->big && o->dest &&
         o->dest->size == o->size) {
         compare_member(u, g, o);

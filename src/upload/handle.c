@@ -133,6 +133,75 @@ void up_queue_abort(struct ckpt_upload *u, struct group *g,
     up_ctl_push(u, un);
 }
 
+/* ---- two sources, one DEST path ---- */
+
+int up_no_replace(const struct obj *o)
+{
+    return o->g->u->cfg.no_replace || o->after;
+}
+
+int up_claim_path(struct ckpt_upload *u, struct obj *o, size_t idx)
+{
+    uint64_t v;
+    size_t len = strlen(o->ddisp);
+    if (o->superseded)
+        return 0;
+    if (!tf_strmap_get(&u->dpaths, o->ddisp, len, &v)) {
+        if (tf_strmap_put(&u->dpaths, o->ddisp, len, idx) != 0)
+            ckpt_die_oom("the DEST paths of an upload");
+        return 0;
+    }
+    struct obj *first = u->objs[v];
+    if (first->g == o->g)
+        return 0;       /* an archive's later copy of a name (tar -r) */
+    o->after = first;
+    o->deferred = 1;
+    return 1;
+}
+
+/* What DEST holds at o's path once o->after is finished: its bytes as
+ * uploaded (its ETag), or the object it was proven equal to. -n: what
+ * the first would upload is not there, so its source is compared. */
+static void dest_after(struct ckpt_upload *u, struct obj *o)
+{
+    const struct obj *p = o->after;
+    if (p->st == O_SKIPPED && p->dest) {
+        o->dest = p->dest;
+        return;
+    }
+    free(o->dfile.name);
+    free(o->dfile.etag);
+    o->dfile.name = ckpt_xstrdup("");
+    o->dfile.size = p->size;
+    o->dfile.mtime = 0;
+    o->dfile.etag = ckpt_xstrdup(p->etag);
+    o->dest = &o->dfile;
+    if (u->cfg.dry_run)
+        o->cmp_src = p;
+}
+
+size_t up_route_deferred(struct ckpt_upload *u)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < u->nobjs; i++) {
+        struct obj *o = u->objs[i];
+        if (!o->deferred || !terminal(o->after))
+            continue;
+        o->deferred = 0;
+        n++;
+        if (o->after->st == O_FAILED) {
+            struct ckpt_err err = CKPT_ERR_INIT;
+            ckpt_err_set(&err, CKPT_EEXIST, "not copied: %s goes to the "
+                         "same DEST path, and failed", o->after->sdisp);
+            up_obj_fail(u, o, &err);
+            continue;
+        }
+        dest_after(u, o);
+        up_obj_route(u, o);
+    }
+    return n;
+}
+
 /* ---- routing ---- */
 
 static void parts_setup(struct obj *o)
@@ -218,9 +287,14 @@ static const char *quick_skip(struct ckpt_upload *u, struct obj *o)
 void up_obj_conflict(struct ckpt_upload *u, struct obj *o, const char *how)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
-    ckpt_err_set(&err, CKPT_EEXIST, "conflict: %s already exists at DEST "
-                 "%s; not replaced (DEST keeps its copy: it may be the "
-                 "only one)", o->ddisp, how);
+    if (o->after)
+        ckpt_err_set(&err, CKPT_EEXIST, "conflict: %s is also where %s "
+                     "goes (another SRC of this upload), %s; not "
+                     "replaced", o->ddisp, o->after->sdisp, how);
+    else
+        ckpt_err_set(&err, CKPT_EEXIST, "conflict: %s already exists at "
+                     "DEST %s; not replaced (DEST keeps its copy: it may "
+                     "be the only one)", o->ddisp, how);
     up_obj_fail(u, o, &err);
 }
 
@@ -229,7 +303,7 @@ void up_obj_route(struct ckpt_upload *u, struct obj *o)
     if (terminal(o))
         return;
     const struct dentry *d = o->dest;
-    if (u->cfg.no_replace && d && d->size != o->size) {
+    if (up_no_replace(o) && d && d->size != o->size) {
         char how[96];
         snprintf(how, sizeof(how), "with %llu bytes, the source has %llu",
                  (unsigned long long)d->size, (unsigned long long)o->size);
@@ -307,7 +381,7 @@ static void on_check(struct ckpt_upload *u, struct unit *un)
         up_obj_skip(u, o, "same size and checksum");
         return;
     }
-    if (u->cfg.no_replace) {
+    if (up_no_replace(o)) {
         up_obj_conflict(u, o, "with different bytes");
         return;
     }

@@ -154,6 +154,8 @@ void up_obj_free(struct obj *o)
 {
     if (!o)
         return;
+    free(o->dfile.name);
+    free(o->dfile.etag);
     free(o->skey);
     free(o->dkey);
     free(o->sdisp);

@@ -303,8 +303,11 @@ static void apply_policy(struct ckpt_upload *u)
 static void start_groups(struct ckpt_upload *u)
 {
     apply_policy(u);
+    /* Two SRCs with one DEST path: the first planned goes first, the
+     * others wait for it (up_route_deferred). */
     for (size_t i = 0; i < u->nobjs; i++)
-        up_obj_route(u, u->objs[i]);
+        if (!up_claim_path(u, u->objs[i], i))
+            up_obj_route(u, u->objs[i]);
     for (size_t i = 0; i < u->ngroups; i++) {
         struct group *g = u->groups[i];
         if (g->kind == G_ARCHIVE)

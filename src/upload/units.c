@@ -126,8 +126,10 @@ static int hash_source(struct unit *un, struct up_cand *c, int nc,
     return rc;
 }
 
-/* MD5 of DEST's copy (local DEST with --checksum). */
-static int hash_dest(struct unit *un, char hex[33])
+/* MD5 of o->size bytes of key in st (DEST's copy, read back; -n:
+ * another SRC's file that would go there first). */
+static int hash_other(struct unit *un, struct ckpt_storage *st,
+                      const char *key, const char *disp, char hex[33])
 {
     struct obj *o = un->o;
     struct md5c w;
@@ -137,11 +139,10 @@ static int hash_dest(struct unit *un, char hex[33])
     for (uint64_t off = 0; off < o->size && rc == 0;) {
         size_t n = o->size - off < un->cap ? (size_t)(o->size - off)
                                            : un->cap, got = 0;
-        rc = ckpt_storage_read(o->g->dst, o->dkey, off, un->buf, n, &got,
-                               &un->err);
+        rc = ckpt_storage_read(st, key, off, un->buf, n, &got, &un->err);
         if (rc == 0 && got != n)
             rc = ckpt_err_set(&un->err, CKPT_EIO, "%s: shorter than "
-                              "listed", o->ddisp);
+                              "listed", disp);
         if (rc == 0)
             up_md5c_update(&w, un->buf, n);
         off += n;
@@ -201,7 +202,8 @@ static void do_check(struct unit *un)
     }
     const char *detag = o->dest->etag;
     int multi = 0, md5form = ckpt_etag_is_md5(detag, &multi);
-    int remote = !ckpt_storage_is_local(o->g->dst);
+    /* -n, cmp_src: compared with another SRC's file, read whole. */
+    int remote = !ckpt_storage_is_local(o->g->dst) && !o->cmp_src;
     struct ckpt_obj_meta meta;
     int headed = 0;
     memset(&meta, 0, sizeof(meta));
@@ -235,8 +237,10 @@ static void do_check(struct unit *un)
     }
     ckpt_hex_encode(whole, 16, un->whole);
     if (!remote) {
+        const struct obj *p = o->cmp_src;
         char dh[33];
-        un->rc = hash_dest(un, dh);
+        un->rc = p ? hash_other(un, p->g->sst, p->skey, p->sdisp, dh)
+                   : hash_other(un, o->g->dst, o->dkey, o->ddisp, dh);
         un->same = un->rc == 0 && !strcmp(dh, un->whole);
         return;
     }
@@ -406,7 +410,7 @@ static void do_put(struct unit *un)
         un->same = 1;
         return;
     }
-    if (un->u->cfg.no_replace && o->dest) {
+    if (up_no_replace(o) && o->dest) {
         un->rc = ckpt_err_set(&un->err, CKPT_EEXIST, "conflict: %s already "
                               "exists at DEST with different bytes; not "
                               "replaced (DEST keeps its copy: it may be the "

@@ -18,6 +18,7 @@
 #include "ckpt/archive.h"
 #include "ckpt/pool.h"
 #include "ckpt/upload.h"
+#include "../torchfmt/strmap.h"
 
 #define MIB (1024ull * 1024)
 #define DEFAULT_PART (8 * MIB)
@@ -245,6 +246,14 @@ struct obj {
     int throttles;              /* in a row */
     int failing, restart, restarted, resumed;
     int need_check;             /* compare with DEST before sending */
+    /* Another SRC of this upload goes to the same DEST path and was
+     * planned first: this object waits until that one is finished, then
+     * is compared with what DEST holds, and never replaces it (a
+     * conflict when the bytes differ): two sources, one DEST path. */
+    struct obj *after;          /* borrowed, or NULL */
+    int deferred;               /* still waiting for `after` */
+    const struct obj *cmp_src;  /* -n: `after` would be uploaded, not
+                                   there yet: compared with its source */
     struct ckpt_err err;
     uint64_t sent, resumed_bytes;
     struct unit *ready, *ready_tail;  /* archive: produced parts */
@@ -318,6 +327,8 @@ struct ckpt_upload {
     int turn;
     size_t next_archive;        /* groups index of the next archive */
     struct ckpt_upload_totals t;
+    struct strmap dpaths;       /* DEST path (ddisp, borrowed) -> index
+                                   in objs of the first object there */
     uint64_t items_done, bytes_done;
     double start;
 };
@@ -357,6 +368,15 @@ void up_obj_route(struct ckpt_upload *u, struct obj *o);
 /* An archive member whose bytes have MD5 hex: 1 when DEST holds the
  * same (its size, and its ETag, or a local copy read back and hashed). */
 int up_member_same(struct obj *o, const char *hex);
+/* Never replace what DEST holds at o's path: cfg.no_replace, or another
+ * SRC of this upload went there first. */
+int up_no_replace(const struct obj *o);
+/* Claim o's DEST path for it (u->objs[idx], in plan order); 1 when
+ * another SRC's object holds it (o->after is then that one), else 0. */
+int up_claim_path(struct ckpt_upload *u, struct obj *o, size_t idx);
+/* Route the objects waiting for another SRC's object of the same DEST
+ * path that is finished; returns how many. */
+size_t up_route_deferred(struct ckpt_upload *u);
 /* o is at DEST already (why says how it was proven): skipped. */
 void up_obj_skip(struct ckpt_upload *u, struct obj *o, const char *why);
 /* Fail o as a no_replace conflict; how says what DEST holds. */
