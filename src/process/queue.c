@@ -389,6 +389,27 @@ static int aside_left(const struct one *o)
     return s != NULL;
 }
 
+/* DEST at or inside the run: its outputs would be written into the
+ * source and deleted with it (or uploaded into themselves). Refused
+ * before anything is read or written, its lease included. 1 after the
+ * run's row. */
+static int dest_in_run(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    enum ckpt_loc_rel rel = ckpt_storage_relation(o->r->st, o->r->key,
+                                                  c->dst, c->dest_key);
+    if (rel != CKPT_LOC_SAME && rel != CKPT_LOC_B_INSIDE_A)
+        return 0;
+    char *d = ckpt_storage_display(c->dst, c->dest_key);
+    char *why = ckpt_xasprintf("DEST '%s' is inside the run, which would "
+                               "be deleted with what is written there; "
+                               "nothing done", d);
+    proc_fail_run(o, CKPT_PROC_JUDGE, why);
+    free(why);
+    free(d);
+    return 1;
+}
+
 /* With the lease held (-n: without, changing nothing): from whatever
  * the state says to done. */
 static void leased(struct one *o)
@@ -504,6 +525,8 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
                                  p->runs[r->dup - 1].display);
         proc_fail_run(&o, CKPT_PROC_LEASE, d);
         free(d);
+    } else if (dest_in_run(&o)) {
+        /* refused before its lease is written there */
     } else if (p->cfg.dry_run) {
         leased(&o);
     } else {

@@ -824,6 +824,48 @@ static char *whole_src(struct runctx *r)
     return why;
 }
 
+/* --delete-sharded writes outputs and then deletes steps: DEST inside
+ * (or at) any checkpoint directory of the run would be written into a
+ * step and deleted with it. Refused before anything is done: -1 with err
+ * naming both, else 0. */
+static int dest_in_step(struct runctx *r, struct ckpt_err *err)
+{
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = r->cfg->uo.dest_storage;
+    struct ckpt_storage_cfg scfg = { r->uo.insecure, r->uo.retries, 0, 1 };
+    const char *key = r->dest;
+    int rc = 0;
+    memset(&loc, 0, sizeof(loc));
+    if (!st) {
+        if (ckpt_loc_parse(&loc, r->dest, err) != 0)
+            return -1;
+        if (ckpt_storage_open(&st, &loc, &scfg, err) != 0) {
+            ckpt_loc_release(&loc);
+            return -1;
+        }
+        key = loc.key;
+    }
+    for (size_t i = 0; rc == 0 && i < r->run.n; i++) {
+        const struct ckpt_checkpoint *k = &r->run.ckpts[i];
+        char *ck = ckpt_tree_key(r->tree, k->dir);
+        enum ckpt_loc_rel rel = ck ? ckpt_storage_relation(r->st, ck, st,
+                                                           key)
+                                   : CKPT_LOC_APART;
+        if (rel == CKPT_LOC_SAME || rel == CKPT_LOC_B_INSIDE_A) {
+            char *cd = ckpt_storage_display(r->st, ck);
+            rc = ckpt_err_set(err, CKPT_EUSAGE, "--delete-sharded: DEST "
+                              "'%s' is inside '%s', a checkpoint it may "
+                              "delete; nothing done", r->dest, cd);
+            free(cd);
+        }
+        free(ck);
+    }
+    if (st != r->cfg->uo.dest_storage)
+        ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    return rc;
+}
+
 int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
                      const char *src, const char *dest,
                      const struct ckpt_unshard_run_cfg *cfg)
@@ -853,6 +895,11 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
         step_row(&r, "error", NULL, "--delete-sharded never deletes inside "
                  "an archive; nothing done", NULL, NULL);
         failed = 2;
+        goto out;
+    }
+    if (cfg->delete_sharded && dest_in_step(&r, &err) != 0) {
+        step_row(&r, "error", NULL, err.msg, NULL, NULL);
+        failed = err.code == CKPT_EUSAGE ? 2 : 1;
         goto out;
     }
     /* Scratch beside the outputs (same file system, cleaned with them);
