@@ -107,6 +107,14 @@ struct ckpt_upload_cfg {
      * Asked in a dry run too (which then predicts the KEPT event). */
     int (*may_drop)(void *ud, const char *skey, const char *rel,
                     struct ckpt_err *err);
+    /* NULL, or the paths below the root (sorted, strcmp) of the files a
+     * directory SRC added with CKPT_UPLOAD_PICK held when the caller
+     * looked at it (`ckpt process` lists the run right before judging
+     * it): one the plan does not find vanished since (another worker or
+     * a user deleted it) and fails the plan, so that a run judged whole
+     * is never copied in part and reported done. Borrowed. */
+    char *const *expect;
+    size_t nexpect;
     void *ud;
 };
 

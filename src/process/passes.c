@@ -207,7 +207,12 @@ static int upload_pass(struct one *o, int verify, int dry,
         .on_event = up_event,
         .on_progress = up_progress,
         .may_delete = dry ? NULL : up_may_delete, .pick = up_pick_cb,
-        .may_drop = up_may_drop, .ud = o,
+        .may_drop = up_may_drop,
+        /* A run judged in this pass: every file judged must be found
+         * (NULL on a rerun of an uploaded run, which deleted some by
+         * design and is not judged again). */
+        .expect = o->expect, .nexpect = o->nexpect,
+        .ud = o,
     };
     struct ckpt_upload *u = ckpt_upload_new(&ucfg);
     struct ckpt_err err = CKPT_ERR_INIT;

@@ -246,6 +246,12 @@ struct one {
     size_t nspecials, nkept;
     char **keptv;               /* owned: kept files, as in the run */
     size_t nkeptv;
+    /* The run's files (paths in it, sorted) listed right before it was
+     * judged: the upload must find every one (upload's cfg.expect), or
+     * some vanished since and the run is not copied in part. NULL for an
+     * archive, or a run not judged in this pass. */
+    char **expect;
+    size_t nexpect;
     /* A compressed archive read once into a spool that every phase
      * reads (attached while the run is worked on), within p->spools. */
     struct ckpt_archive_spool *spool;

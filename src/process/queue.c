@@ -124,6 +124,52 @@ static void spool(struct one *o)
     ckpt_archive_spool_attach(o->spool);
 }
 
+static int expect_cb(void *ud, const struct ckpt_entry *e)
+{
+    struct one *o = ud;
+    if (e->type == CKPT_ENTRY_DIR)
+        return 0;
+    /* Below a step a killed delete renamed aside: not content (the
+     * upload does not walk it), finished by clean and unshard. */
+    char *c = ckpt_xstrdup(e->name), *save = NULL;
+    int aside = 0;
+    for (char *t = strtok_r(c, "/", &save); t && !aside;
+         t = strtok_r(NULL, "/", &save))
+        aside = ckpt_is_del_name(t);
+    free(c);
+    if (aside)
+        return 0;
+    if (o->nexpect % 64 == 0)
+        o->expect = ckpt_xreallocarray(o->expect, o->nexpect + 64,
+                                       sizeof(*o->expect));
+    o->expect[o->nexpect++] = ckpt_xstrdup(e->name);
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b);
+
+/* The run's files right before it is judged (a directory run): what
+ * its upload must find (one vanished: another worker or a user deleted
+ * it, and the run is not copied in part and called done). */
+static void list_expect(struct one *o)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (ckpt_archive_kind_of(o->r->key) != CKPT_ARCHIVE_NONE)
+        return;
+    if (ckpt_storage_list(o->r->st, o->r->key, CKPT_LIST_RECURSIVE,
+                          expect_cb, o, &err) != 0) {
+        /* The judge's own listing reports why. */
+        for (size_t i = 0; i < o->nexpect; i++)
+            free(o->expect[i]);
+        free(o->expect);
+        o->expect = NULL;
+        o->nexpect = 0;
+        return;
+    }
+    if (o->nexpect)
+        ckpt_sort(o->expect, o->nexpect, sizeof(char *), cmp_str);
+}
+
 /* Judge with clean's rules. Returns 1 to go on (a good run), 0 when the
  * run's row was given (deleted, skipped, failed). */
 static int judge(struct one *o)
@@ -139,6 +185,7 @@ static int judge(struct one *o)
     if (ckpt_clean_precheck(&it, &err) == 0) {
         if (!o->spool)
             spool(o);
+        list_expect(o);
         ckpt_clean_judge(&it);
     }
     else {
@@ -573,6 +620,9 @@ static void process_one(struct ckpt_process *p, const struct prun *r,
     for (size_t i = 0; i < o.nkeptv; i++)
         free(o.keptv[i]);
     free(o.keptv);
+    for (size_t i = 0; i < o.nexpect; i++)
+        free(o.expect[i]);
+    free(o.expect);
     free(o.dkey);
     free(o.ddisp);
     free(o.path_key);

@@ -199,6 +199,10 @@ struct group {
     size_t nleft;                    /* files picked LEAVE: kept */
     size_t nuncopied;                /* archive: symlink or special
                                         members, not copied: kept */
+    struct strmap seen;              /* cfg.expect: paths the plan found
+                                        (keys in seen_keys) */
+    char **seen_keys;                /* owned */
+    size_t nseen;
     struct extract *x;               /* owned while streaming */
     int extracted;                   /* archive fully read */
 };

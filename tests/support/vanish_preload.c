@@ -6,6 +6,9 @@
  * 0), the directory is renamed to "<name>.vanished" first, so that this
  * open and every later one find nothing there - as when a concurrent
  * `ckpt process` deleted the run between our stat and our listing.
+ * With CKPT_TEST_VANISH_EMPTY=1 an empty directory is made in its place
+ * at once: another worker deleted the run's files and kept its directory
+ * (as `ckpt process` does until its state says "done").
  */
 /* open() and open64() are both defined (preload.h). */
 #undef _FILE_OFFSET_BITS
@@ -16,6 +19,7 @@ static void on_open(const char *path, int flags);
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 static int seen;
@@ -32,6 +36,9 @@ static void maybe_vanish(const char *path)
     snprintf(to, sizeof(to), "%s.vanished", path);
     if (rename(path, to) != 0)
         perror("vanish_preload: rename");
+    const char *empty = getenv("CKPT_TEST_VANISH_EMPTY");
+    if (empty && *empty == '1' && mkdir(path, 0755) != 0)
+        perror("vanish_preload: mkdir");
 }
 
 static void on_open(const char *path, int flags)
