@@ -339,11 +339,15 @@ static void set_note(struct one *o)
 {
     free(o->s.why);
     o->s.why = NULL;
-    if (o->p->cfg.keep_source || (!o->nspecials && !o->nkept))
+    const char *partial = o->drops.partial;
+    if (o->p->cfg.keep_source || (!o->nspecials && !o->nkept && !partial))
         return;
     struct ckpt_buf b = CKPT_BUF_INIT;
+    if (partial)
+        ckpt_buf_addstr(&b, partial);
     if (o->nspecials)
-        ckpt_buf_addf(&b, "kept %zu special file%s: %s", o->nspecials,
+        ckpt_buf_addf(&b, "%skept %zu special file%s: %s",
+                      b.len ? "; " : "", o->nspecials,
                       o->nspecials == 1 ? "" : "s", o->specials.ptr);
     if (o->nkept)
         ckpt_buf_addf(&b, "%skept %zu dropped file%s: %s", b.len ? "; " : "",

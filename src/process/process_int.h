@@ -33,6 +33,9 @@ struct proc_drops {
     size_t nfiles;
     int recorded;           /* files recorded (a directory run) */
     struct ckpt_storage *st;       /* borrowed: the run's */
+    char *partial;          /* owned, or NULL: steps --drop-sharded keeps
+                               (uploaded whole): their unsharded copy
+                               holds less than they do, and why */
 };
 
 /* ---- state.c: the per-run state object ---- */

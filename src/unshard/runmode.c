@@ -77,6 +77,17 @@ int ckpt_unshard_supported(int format)
            f == CKPT_FMT_DCP_HF;
 }
 
+const char *ckpt_unshard_partial(int format)
+{
+    /* zero_to_fp32's state dict: the optimizer's other states, the
+     * scheduler and the client state stay only in the step (and
+     * DeepSpeed's `latest` names it). */
+    if ((enum ckpt_format)format == CKPT_FMT_DEEPSPEED)
+        return "its unsharded output holds the fp32 weights only, not the "
+               "optimizer states, scheduler and client state it holds";
+    return NULL;
+}
+
 static int supported(enum ckpt_format f)
 {
     return ckpt_unshard_supported((int)f);
@@ -369,10 +380,16 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
     char *why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", out,
                                res.nfiles, res.nfiles == 1 ? "" : "s",
                                (unsigned long long)res.tensors);
+    const char *partial = ckpt_unshard_partial(k->format);
     if (c->delete_sharded && !k->complete) {
         /* Not proven complete: the copy licenses no delete. */
         char *w = ckpt_xasprintf("%s; %s kept (not judged complete: %s)",
                                  why, k->name, k->why ? k->why : "?");
+        free(why);
+        why = w;
+    } else if (c->delete_sharded && partial) {
+        /* The copy holds less than the step: it licenses no delete. */
+        char *w = ckpt_xasprintf("%s; %s kept (%s)", why, k->name, partial);
         free(why);
         why = w;
     } else if (c->delete_sharded && !c->uo.dry_run) {
@@ -496,6 +513,16 @@ static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
                   : ckpt_xstrdup(out);
     char *bad = NULL, *why = NULL;
     int rc = 0;
+    const char *partial = ckpt_unshard_partial(k->format);
+    if (partial) {
+        /* Whatever the copy is, it holds less than the step. */
+        why = ckpt_xasprintf("already unsharded: %s exists; %s kept (%s)",
+                             where, k->name, partial);
+        step_row(r, "skip", k, why, NULL, copy == COPY_AT_DEST ? out : NULL);
+        free(why);
+        free(where);
+        return 0;
+    }
     if (copy == COPY_IN_RUN) {
         char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
         bad = copy_fault(&r->run, sib);
