@@ -173,7 +173,7 @@ static void dest_after(struct ckpt_upload *u, struct obj *o)
     free(o->dfile.etag);
     o->dfile.name = ckpt_xstrdup("");
     o->dfile.size = p->size;
-    o->dfile.mtime = 0;
+    o->dfile.mtime = p->mtime;  /* a local copy is given its source's */
     o->dfile.etag = ckpt_xstrdup(p->etag);
     o->dest = &o->dfile;
     if (u->cfg.dry_run)

@@ -17,13 +17,23 @@ or CRC32C), never by ckpt's own x-amz-meta-ckpt-md5.
                  at DEST, metadata and all)
   damaged once   a small file's PUT damaged once is sent again (before:
                  the file failed)
+  replaced       every file found equal at DEST, then one replaced there
+                 before the listing that confirms the pass: nothing
+                 deleted (before: the source deleted, DEST holding another
+                 writer's bytes)
+  output         an unshard output at DEST with an ETag that is no MD5,
+                 recorded in the state without its ETag: --drop-sharded
+                 drops nothing on it (before: its size alone licensed
+                 dropping the sharded step, the copy at DEST damaged)
   opaque         ETags that are no MD5 (SSE-KMS, GCS composites): equal
                  files are proven by x-goog-hash (CRC32C alone, or MD5
                  alone) and skipped, a damaged one is sent again (before:
                  skipped on the metadata)
 """
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -143,6 +153,68 @@ def damaged_on_the_way(c, s3, env, tmp):
          files)
 
 
+def replaced_after_check(c, s3, env, tmp):
+    """Every file found equal at DEST, then one replaced there before the
+    listing that confirms the pass: nothing is deleted."""
+    files = {"a.txt": os.urandom(3000), "b.txt": os.urandom(4000)}
+    src = os.path.join(tmp, "after")
+    write_tree(src, files)
+    rc, _, err = ckpt("upload", "-q", src, "s3://%s/after" % B, env=env)
+    c.eq("replaced: staged (%s)" % err, rc, 0)
+    s3.configure(put_before_list={"path": "/%s/after/a.txt" % B,
+                                  "body": "another writer", "match": "after",
+                                  "skip": 3})
+    rc, out, err = ckpt("upload", "--delete-source", src,
+                        "s3://%s/after" % B, env=env)
+    s3.configure(put_before_list=None)
+    c.eq("replaced: exit 1 (%s)" % out, rc, 1)
+    c.true("replaced: says so (%r)" % out,
+           "changed at DEST after it was found equal" in out)
+    c.eq("replaced: source kept", files_of(src), ["a.txt", "b.txt"])
+
+
+def output_unprovable(c, s3, env, tmp, gen):
+    """An unshard output at DEST whose ETag is no MD5 and which the state
+    records without the ETag it was given: its size alone proves nothing,
+    so --drop-sharded drops nothing on it."""
+    run = os.path.join(tmp, "outs", "2871001")
+    shutil.copytree(os.path.join(gen, "2871001"), run, symlinks=True)
+    for x in ("step1000-unsharded", "step2000"):
+        shutil.rmtree(os.path.join(run, x))
+    os.unlink(os.path.join(run, "latest"))
+    age_tree(os.path.join(tmp, "outs"))
+    # GCS-like: ETags no MD5, the files proven by x-goog-hash.
+    s3.configure(opaque_etag=True, goog_hash="md5")
+    dest = "s3://%s/outs" % B
+    args = ["--no-wandb", "--min-age", "0", run, "--dest", dest]
+    rc, out, err = ckpt("process", "--keep-source", *args, env=env)
+    c.eq("output: first pass (%s)" % (out + err[-300:]), rc, 0)
+    key = ".ckpt-process/2871001.json"
+    st = json.loads(remote_contents(env, B, "outs", [key])[key])
+    for o in st["unsharded"]:
+        o.pop("etag", None)
+    put(env, "outs/" + key, json.dumps(st).encode())
+    model = "outs/2871001/step1000-unsharded/model.pt"
+    good = remote_contents(env, B, "outs/2871001/step1000-unsharded",
+                           ["model.pt"])["model.pt"]
+    put(env, model, damage(good))
+    before = files_of(run)
+    rc, out, err = ckpt("process", "--drop-sharded", *args, env=env)
+    s3.configure(opaque_etag=False, goog_hash="")
+    c.eq("output: exit 1 (%s)" % out, rc, 1)
+    c.true("output: says why (%r)" % out, "cannot be compared with the "
+           "output written (no ETag recorded)" in out)
+    c.eq("output: nothing dropped or deleted", files_of(run), before)
+
+
+def put(env, key, data):
+    tmp = os.path.join(os.environ["DEST_BYTES_TMP"], "put")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    subprocess.run(["aws", "s3", "cp", "--quiet", tmp, "s3://%s/%s" % (B, key)],
+                   env=env, check=True, capture_output=True)
+
+
 def main():
     c = Checker()
     os.environ.update(old_ctime())
@@ -152,7 +224,9 @@ def main():
         env["CKPT_STATE_DIR"] = os.path.join(tmp, "state")
         damaged_upload(c, env, tmp, "damaged")
         process_conflict(c, env, tmp)
+        output_unprovable(c, s3, env, tmp, os.path.join(tmp, "runs"))
         damaged_on_the_way(c, s3, env, tmp)
+        replaced_after_check(c, s3, env, tmp)
         for mode in ("crc32c", "md5"):
             s3.configure(opaque_etag=True, goog_hash=mode)
             damaged_upload(c, env, tmp, "opaque-" + mode,

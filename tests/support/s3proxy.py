@@ -90,6 +90,11 @@ Faults, chosen per request at random (seeded):
             made-up one) to every ListObjectsV2 page whose prefix starts
             with list_inject_match: a key outside the prefix listed, or
             one with "//"
+  put_before_list  {"path": "/BUCKET/KEY", "body": "...", "match":
+            "PREFIX", "skip": N}: before the (N+1)-th ListObjectsV2 whose
+            prefix starts with match is forwarded, store this object
+            (once): DEST changed between a check and the listing that
+            confirms it
   opaque_etag  every ETag the client sees (reply headers, listings,
             CompleteMultipartUpload) is "k1-" + s3rver's, so it is no MD5
             of the bytes (as with SSE-KMS, or a GCS composite object);
@@ -172,7 +177,8 @@ class State:
                        "trickle_match": "", "delete_delay_ms": 0,
                        "list_max_keys": 0, "list_fault": "",
                        "list_inject": "", "list_inject_match": "",
-                       "opaque_etag": False, "goog_hash": ""}
+                       "opaque_etag": False, "goog_hash": "",
+                       "put_before_list": None}
         self.get_seen = 0
         self.connections = 0
         self.rng = random.Random(args.seed)
@@ -558,6 +564,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         q = urllib.parse.parse_qs(split.query, keep_blank_values=True)
         if self.command != "GET" or q.get("list-type") != ["2"]:
             return None
+        self.put_before_list(q.get("prefix", [""])[0])
         n = self.st.config["list_max_keys"]
         if n:
             q["max-keys"] = [str(min(n, int(q.get("max-keys",
@@ -566,6 +573,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 query=urllib.parse.urlencode(q, doseq=True,
                                              quote_via=urllib.parse.quote)))
         return q
+
+    def put_before_list(self, prefix):
+        with self.st.lock:
+            put = self.st.config["put_before_list"]
+            if not put or not prefix.startswith(put.get("match", "")):
+                return
+            if put.get("skip", 0) > 0:
+                put["skip"] -= 1
+                return
+            self.st.config["put_before_list"] = None
+        data = put["body"].encode()
+        self.upstream_request("PUT", put["path"],
+                              {"Content-Length": str(len(data))}, data)
 
     def list_rewrite(self, q, body):
         """list_fault and list_inject on one ListObjectsV2 page."""
