@@ -19,6 +19,7 @@
 #include "ckpt/tempname.h"
 #include "ckpt/unshard.h"
 #include "ckpt/util.h"
+#include "unshard_int.h"
 
 /* --- runs ---------------------------------------------------------------- */
 
@@ -500,6 +501,64 @@ static int dest_complete(struct runctx *r, const char *out)
     return ok;
 }
 
+/* A copy found complete by its structure licenses no delete until its
+ * bytes are shown to be this step's: the step is unsharded again into
+ * scratch (unshard is deterministic) and each file it makes must be in
+ * the copy (out: its location; in the run: the sibling) with the same
+ * bytes. NULL when they are, else why not (malloced). */
+static char *copy_not_ours(struct runctx *r, const struct ckpt_checkpoint *k,
+                           const char *out, enum copy copy)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_unshard_result res;
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = NULL;
+    struct ckpt_storage_cfg scfg = { r->uo.insecure, r->uo.retries, 0, 1 };
+    const char *base = r->cfg->tmp_dir ? r->cfg->tmp_dir
+                     : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char *scratch = ckpt_temp_path(base), *why = NULL, *dir = NULL;
+    char *key = NULL;
+    memset(&res, 0, sizeof(res));
+    memset(&loc, 0, sizeof(loc));
+    char *sdir = step_dir(r, k, &err);
+    struct ckpt_unshard_opts uo = r->uo;
+    uo.source_format = (int)k->format;
+    uo.dest_storage = NULL;
+    uo.dry_run = 0;
+    uo.checksum = 1;
+    uo.config_yaml = r->config;
+    uo.planned = NULL;
+    uo.progress = NULL;
+    if (!sdir || ckpt_unshard_dcp(sdir, scratch, &uo, &res, &err) != 0)
+        why = ckpt_xasprintf("it could not be unsharded again to compare: "
+                             "%s", err.msg);
+    if (!why && copy == COPY_IN_RUN) {
+        st = r->st;
+        dir = ckpt_xasprintf("%s-unsharded", k->dir);
+        key = ckpt_path_join(r->tree->key, dir);
+    } else if (!why && (st = r->cfg->uo.dest_storage)) {
+        key = ckpt_xstrdup(out);
+    } else if (!why && (ckpt_loc_parse(&loc, out, &err) != 0 ||
+                        ckpt_storage_open(&st, &loc, &scfg, &err) != 0)) {
+        why = ckpt_xstrdup(err.msg);
+        st = NULL;
+    } else if (!why) {
+        key = ckpt_xstrdup(loc.key);
+    }
+    if (!why)
+        why = uns_copy_differs(st, key, &res);
+    if (st && st != r->st && st != r->cfg->uo.dest_storage)
+        ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    ckpt_unshard_result_release(&res);
+    ckpt_rm_tree(scratch);
+    free(scratch);
+    free(sdir);
+    free(dir);
+    free(key);
+    return why;
+}
+
 /* --delete-sharded on a step whose -unsharded copy exists already (made
  * earlier, or by a run killed between renaming the output into place and
  * the delete): the sharded step goes when the copy is a complete unsharded
@@ -538,6 +597,10 @@ static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
         why = ckpt_xasprintf("already unsharded: %s exists, but it is not "
                              "complete (%s); %s not deleted", where, bad,
                              k->name);
+    else if ((bad = copy_not_ours(r, k, out, copy)))
+        why = ckpt_xasprintf("already unsharded: %s exists, but it is not "
+                             "what %s unshards to (%s); %s not deleted",
+                             where, k->name, bad, k->name);
     else if (r->cfg->uo.dry_run && (rc = step_mount(r, k, &err)) != 0)
         why = ckpt_xstrdup(err.msg);
     else if (r->cfg->uo.dry_run)
