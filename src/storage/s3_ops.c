@@ -162,6 +162,16 @@ static int next_page(const struct ckpt_buf *xml, char *const *used,
     return rc;
 }
 
+int s3_list_check(const struct ckpt_buf *xml, const char *prefix,
+                  char *const *used, size_t nused, struct ckpt_buf *next,
+                  const char *what, struct ckpt_err *err)
+{
+    int more = next_page(xml, used, nused, next, what, err);
+    if (more < 0 || check_page(xml, prefix, what, err) != 0)
+        return -1;
+    return more;
+}
+
 /* ListObjectsV2 over every page below prefix (max_keys: one page of at
  * most that many). Returns 0, -1 (err), or the callback's stop value.
  * A page is checked whole (check_page, next_page) before any of its keys
@@ -193,9 +203,10 @@ static int list_objects(struct ckpt_storage *st, const char *prefix,
         if (rc != 0)
             break;
         struct ckpt_buf next = CKPT_BUF_INIT;
-        int more = max_keys ? 0 : next_page(&resp.body, used, nused, &next,
-                                            what, err);
-        rc = more < 0 ? -1 : check_page(&resp.body, prefix, what, err);
+        int more = max_keys ? check_page(&resp.body, prefix, what, err)
+                            : s3_list_check(&resp.body, prefix, used, nused,
+                                            &next, what, err);
+        rc = more < 0 ? -1 : 0;
         if (rc == 0)
             rc = parse_page(&resp.body, fn, ud);
         if (token.len) {

@@ -547,13 +547,10 @@ static void meta_header(struct head_cap *c, const char *line, size_t n,
         c->meta->mtime = strtoll(v, NULL, 10);
 }
 
-/* GCS's "x-goog-hash: crc32c=BASE64, md5=BASE64" (one header or
- * several): the hashes the service computed from the bytes it holds. */
-static void goog_hash(struct head_cap *c, const char *line, size_t n)
+void s3_goog_hash(const char *value, struct ckpt_obj_meta *meta)
 {
     char v[256];
-    if (!hdr_value(line, n, "x-goog-hash", v, sizeof(v)))
-        return;
+    snprintf(v, sizeof(v), "%s", value);
     char *save = NULL;
     for (char *t = strtok_r(v, ",", &save); t; t = strtok_r(NULL, ",",
                                                              &save)) {
@@ -566,14 +563,21 @@ static void goog_hash(struct head_cap *c, const char *line, size_t n)
                                                b64, (int)strlen(b64)) : -1;
         if (md5 && len >= 16 && strlen(b64) == 24)
             for (int k = 0; k < 16; k++)
-                snprintf(c->meta->dest_md5 + 2 * k, 3, "%02x", out[k]);
+                snprintf(meta->dest_md5 + 2 * k, 3, "%02x", out[k]);
         if (crc && len >= 4 && strlen(b64) == 8) {
-            c->meta->dest_crc32c = (uint32_t)out[0] << 24 |
-                                   (uint32_t)out[1] << 16 |
-                                   (uint32_t)out[2] << 8 | out[3];
-            c->meta->has_crc32c = 1;
+            meta->dest_crc32c = (uint32_t)out[0] << 24 |
+                                (uint32_t)out[1] << 16 |
+                                (uint32_t)out[2] << 8 | out[3];
+            meta->has_crc32c = 1;
         }
     }
+}
+
+static void goog_hash(struct head_cap *c, const char *line, size_t n)
+{
+    char v[256];
+    if (hdr_value(line, n, "x-goog-hash", v, sizeof(v)))
+        s3_goog_hash(v, c->meta);
 }
 
 static size_t head_hdr(char *line, size_t size, size_t nmemb, void *ud)
