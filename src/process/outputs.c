@@ -405,14 +405,19 @@ int proc_unshard(struct one *o)
 static char *sum_fault(const struct proc_out *out, const char *got)
 {
     int gm, om;
+    int comparable = *out->sum && ckpt_etag_is_md5(got, &gm) &&
+                     ckpt_etag_is_md5(out->sum, &om) && gm == om;
     if (*out->etag && strcasecmp(got, out->etag) != 0)
         return ckpt_xasprintf("checksum (ETag) %s at DEST, %s when written",
                               got, out->etag);
-    if (*out->sum && ckpt_etag_is_md5(got, &gm) &&
-        ckpt_etag_is_md5(out->sum, &om) &&
-        gm == om && strcasecmp(got, out->sum) != 0)
+    if (comparable && strcasecmp(got, out->sum) != 0)
         return ckpt_xasprintf("checksum %s at DEST, %s written", got,
                               out->sum);
+    /* DEST's answer must be compared with something: a size alone
+     * proves no bytes. */
+    if (!*out->etag && !comparable)
+        return ckpt_xasprintf("checksum %s at DEST cannot be compared with "
+                              "the output written (no ETag recorded)", got);
     return NULL;
 }
 

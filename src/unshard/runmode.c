@@ -19,6 +19,7 @@
 #include "ckpt/tempname.h"
 #include "ckpt/unshard.h"
 #include "ckpt/util.h"
+#include "unshard_int.h"
 
 /* --- runs ---------------------------------------------------------------- */
 
@@ -75,6 +76,17 @@ int ckpt_unshard_supported(int format)
            f == CKPT_FMT_OLMO_CORE || f == CKPT_FMT_ORBAX ||
            f == CKPT_FMT_DEEPSPEED || f == CKPT_FMT_MEGATRON ||
            f == CKPT_FMT_DCP_HF;
+}
+
+const char *ckpt_unshard_partial(int format)
+{
+    /* zero_to_fp32's state dict: the optimizer's other states, the
+     * scheduler and the client state stay only in the step (and
+     * DeepSpeed's `latest` names it). */
+    if ((enum ckpt_format)format == CKPT_FMT_DEEPSPEED)
+        return "its unsharded output holds the fp32 weights only, not the "
+               "optimizer states, scheduler and client state it holds";
+    return NULL;
 }
 
 static int supported(enum ckpt_format f)
@@ -369,10 +381,16 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
     char *why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", out,
                                res.nfiles, res.nfiles == 1 ? "" : "s",
                                (unsigned long long)res.tensors);
+    const char *partial = ckpt_unshard_partial(k->format);
     if (c->delete_sharded && !k->complete) {
         /* Not proven complete: the copy licenses no delete. */
         char *w = ckpt_xasprintf("%s; %s kept (not judged complete: %s)",
                                  why, k->name, k->why ? k->why : "?");
+        free(why);
+        why = w;
+    } else if (c->delete_sharded && partial) {
+        /* The copy holds less than the step: it licenses no delete. */
+        char *w = ckpt_xasprintf("%s; %s kept (%s)", why, k->name, partial);
         free(why);
         why = w;
     } else if (c->delete_sharded && !c->uo.dry_run) {
@@ -484,6 +502,64 @@ static int dest_complete(struct runctx *r, const char *out)
     return ok;
 }
 
+/* A copy found complete by its structure licenses no delete until its
+ * bytes are shown to be this step's: the step is unsharded again into
+ * scratch (unshard is deterministic) and each file it makes must be in
+ * the copy (out: its location; in the run: the sibling) with the same
+ * bytes. NULL when they are, else why not (malloced). */
+static char *copy_not_ours(struct runctx *r, const struct ckpt_checkpoint *k,
+                           const char *out, enum copy copy)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_unshard_result res;
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = NULL;
+    struct ckpt_storage_cfg scfg = { r->uo.insecure, r->uo.retries, 0, 1 };
+    const char *base = r->cfg->tmp_dir ? r->cfg->tmp_dir
+                     : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char *scratch = ckpt_temp_path(base), *why = NULL, *dir = NULL;
+    char *key = NULL;
+    memset(&res, 0, sizeof(res));
+    memset(&loc, 0, sizeof(loc));
+    char *sdir = step_dir(r, k, &err);
+    struct ckpt_unshard_opts uo = r->uo;
+    uo.source_format = (int)k->format;
+    uo.dest_storage = NULL;
+    uo.dry_run = 0;
+    uo.checksum = 1;
+    uo.config_yaml = r->config;
+    uo.planned = NULL;
+    uo.progress = NULL;
+    if (!sdir || ckpt_unshard_dcp(sdir, scratch, &uo, &res, &err) != 0)
+        why = ckpt_xasprintf("it could not be unsharded again to compare: "
+                             "%s", err.msg);
+    if (!why && copy == COPY_IN_RUN) {
+        st = r->st;
+        dir = ckpt_xasprintf("%s-unsharded", k->dir);
+        key = ckpt_path_join(r->tree->key, dir);
+    } else if (!why && (st = r->cfg->uo.dest_storage)) {
+        key = ckpt_xstrdup(out);
+    } else if (!why && (ckpt_loc_parse(&loc, out, &err) != 0 ||
+                        ckpt_storage_open(&st, &loc, &scfg, &err) != 0)) {
+        why = ckpt_xstrdup(err.msg);
+        st = NULL;
+    } else if (!why) {
+        key = ckpt_xstrdup(loc.key);
+    }
+    if (!why)
+        why = uns_copy_differs(st, key, &res);
+    if (st && st != r->st && st != r->cfg->uo.dest_storage)
+        ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    ckpt_unshard_result_release(&res);
+    ckpt_rm_tree(scratch);
+    free(scratch);
+    free(sdir);
+    free(dir);
+    free(key);
+    return why;
+}
+
 /* --delete-sharded on a step whose -unsharded copy exists already (made
  * earlier, or by a run killed between renaming the output into place and
  * the delete): the sharded step goes when the copy is a complete unsharded
@@ -497,6 +573,16 @@ static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
                   : ckpt_xstrdup(out);
     char *bad = NULL, *why = NULL;
     int rc = 0;
+    const char *partial = ckpt_unshard_partial(k->format);
+    if (partial) {
+        /* Whatever the copy is, it holds less than the step. */
+        why = ckpt_xasprintf("already unsharded: %s exists; %s kept (%s)",
+                             where, k->name, partial);
+        step_row(r, "skip", k, why, NULL, copy == COPY_AT_DEST ? out : NULL);
+        free(why);
+        free(where);
+        return 0;
+    }
     if (copy == COPY_IN_RUN) {
         char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
         bad = copy_fault(&r->run, sib);
@@ -512,6 +598,10 @@ static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
         why = ckpt_xasprintf("already unsharded: %s exists, but it is not "
                              "complete (%s); %s not deleted", where, bad,
                              k->name);
+    else if ((bad = copy_not_ours(r, k, out, copy)))
+        why = ckpt_xasprintf("already unsharded: %s exists, but it is not "
+                             "what %s unshards to (%s); %s not deleted",
+                             where, k->name, bad, k->name);
     else if (r->cfg->uo.dry_run && (rc = step_mount(r, k, &err)) != 0)
         why = ckpt_xstrdup(err.msg);
     else if (r->cfg->uo.dry_run)
@@ -825,6 +915,48 @@ static char *whole_src(struct runctx *r)
     return why;
 }
 
+/* --delete-sharded writes outputs and then deletes steps: DEST inside
+ * (or at) any checkpoint directory of the run would be written into a
+ * step and deleted with it. Refused before anything is done: -1 with err
+ * naming both, else 0. */
+static int dest_in_step(struct runctx *r, struct ckpt_err *err)
+{
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = r->cfg->uo.dest_storage;
+    struct ckpt_storage_cfg scfg = { r->uo.insecure, r->uo.retries, 0, 1 };
+    const char *key = r->dest;
+    int rc = 0;
+    memset(&loc, 0, sizeof(loc));
+    if (!st) {
+        if (ckpt_loc_parse(&loc, r->dest, err) != 0)
+            return -1;
+        if (ckpt_storage_open(&st, &loc, &scfg, err) != 0) {
+            ckpt_loc_release(&loc);
+            return -1;
+        }
+        key = loc.key;
+    }
+    for (size_t i = 0; rc == 0 && i < r->run.n; i++) {
+        const struct ckpt_checkpoint *k = &r->run.ckpts[i];
+        char *ck = ckpt_tree_key(r->tree, k->dir);
+        enum ckpt_loc_rel rel = ck ? ckpt_storage_relation(r->st, ck, st,
+                                                           key)
+                                   : CKPT_LOC_APART;
+        if (rel == CKPT_LOC_SAME || rel == CKPT_LOC_B_INSIDE_A) {
+            char *cd = ckpt_storage_display(r->st, ck);
+            rc = ckpt_err_set(err, CKPT_EUSAGE, "--delete-sharded: DEST "
+                              "'%s' is inside '%s', a checkpoint it may "
+                              "delete; nothing done", r->dest, cd);
+            free(cd);
+        }
+        free(ck);
+    }
+    if (st != r->cfg->uo.dest_storage)
+        ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    return rc;
+}
+
 int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
                      const char *src, const char *dest,
                      const struct ckpt_unshard_run_cfg *cfg)
@@ -854,6 +986,11 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
         step_row(&r, "error", NULL, "--delete-sharded never deletes inside "
                  "an archive; nothing done", NULL, NULL);
         failed = 2;
+        goto out;
+    }
+    if (cfg->delete_sharded && dest_in_step(&r, &err) != 0) {
+        step_row(&r, "error", NULL, err.msg, NULL, NULL);
+        failed = err.code == CKPT_EUSAGE ? 2 : 1;
         goto out;
     }
     /* Scratch beside the outputs (same file system, cleaned with them);

@@ -613,4 +613,9 @@ void uns_mg_explain(struct ujob *j, struct ckpt_err *err);
 int uns_mg_merge(struct ujob *j, struct ckpt_pv **root,
                  struct ckpt_err *err);
 
+/* copycmp.c: each file res made is in the copy below dir of st with its
+ * size and MD5 (read back): NULL, or why not (malloced). */
+char *uns_copy_differs(struct ckpt_storage *st, const char *dir,
+                       const struct ckpt_unshard_result *res);
+
 #endif

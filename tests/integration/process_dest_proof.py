@@ -296,7 +296,8 @@ def class11(c, env, tmp, g, d):
            "with %d bytes, the source has %d" % (len(data), len(data) + 11))
     c.eq("%s second: conflict naming config.yaml" % tag, got,
          [["failed", second, "upload: %s: conflict: %s already exists at "
-           "DEST %s; not replaced (another source wrote it)"
+           "DEST %s; not replaced (DEST keeps its copy: it may be the only "
+           "one)"
            % (cfg, d.at("ent/proj/abc/config.yaml"), how)]])
     c.eq("%s second: source kept" % tag, digests(second), before)
     c.eq("%s second: first run's files at DEST unchanged" % tag,
@@ -312,8 +313,9 @@ def class11(c, env, tmp, g, d):
     got = both(c, tag + " archive", env, args + [arch, "--dest", d.loc], 1)
     c.eq("%s archive: conflict naming config.yaml" % tag, got,
          [["failed", arch, "upload: %s/1104/config.yaml: conflict: %s "
-           "already exists at DEST %s; not replaced (another source wrote "
-           "it)" % (arch, d.at("ent/proj/abc/config.yaml"), how)]])
+           "already exists at DEST %s; not replaced (DEST keeps its copy: it "
+           "may be the only one)" % (arch, d.at("ent/proj/abc/config.yaml"),
+                                     how)]])
     c.true("%s archive: kept" % tag, os.path.exists(arch))
     c.eq("%s archive: first run's files at DEST unchanged" % tag,
          d.tree("ent/proj/abc"), at_first)
