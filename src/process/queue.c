@@ -162,7 +162,10 @@ static int expect_cb(void *ud, const struct ckpt_entry *e)
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b);
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* The run's files right before it is judged (a directory run): what
  * its upload must find (one vanished: another worker or a user deleted

@@ -514,7 +514,8 @@ static char *copy_not_ours(struct runctx *r, const struct ckpt_checkpoint *k,
     struct ckpt_unshard_result res;
     struct ckpt_loc loc;
     struct ckpt_storage *st = NULL;
-    struct ckpt_storage_cfg scfg = { r->uo.insecure, r->uo.retries, 0, 1 };
+    struct ckpt_storage_cfg scfg = r->uo.storage_cfg;
+    scfg.jobs = 1;
     const char *base = r->cfg->tmp_dir ? r->cfg->tmp_dir
                      : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     char *scratch = ckpt_temp_path(base), *why = NULL, *dir = NULL;
@@ -923,7 +924,8 @@ static int dest_in_step(struct runctx *r, struct ckpt_err *err)
 {
     struct ckpt_loc loc;
     struct ckpt_storage *st = r->cfg->uo.dest_storage;
-    struct ckpt_storage_cfg scfg = { r->uo.insecure, r->uo.retries, 0, 1 };
+    struct ckpt_storage_cfg scfg = r->uo.storage_cfg;
+    scfg.jobs = 1;
     const char *key = r->dest;
     int rc = 0;
     memset(&loc, 0, sizeof(loc));
