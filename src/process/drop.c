@@ -248,8 +248,14 @@ int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
             else
                 note_partial(d, c->name, partial);
         }
-        if (drop)
+        /* A step holding a file its layout does not own (an HF export
+         * beside a DCP step) is never dropped: that file would go too. */
+        char *unowned = drop ? ckpt_checkpoint_unowned(c) : NULL;
+        if (unowned)
+            note_partial(d, c->name, unowned);
+        else if (drop)
             add_dir(d, c->dir);
+        free(unowned);
     }
     /* Recorded right after judging: what is deleted later must be this. */
     if (d->n && tree->archive == CKPT_ARCHIVE_NONE)

@@ -386,6 +386,16 @@ void ckpt_checkpoint_release(struct ckpt_checkpoint *c)
     memset(c, 0, sizeof(*c));
 }
 
+char *ckpt_checkpoint_unowned(const struct ckpt_checkpoint *c)
+{
+    if (c->special)
+        return ckpt_xasprintf("%s is not a regular file", c->special);
+    if (c->foreign)
+        return ckpt_xasprintf("cannot account for %s%s", c->foreign,
+                              c->nforeign > 1 ? " and more" : "");
+    return NULL;
+}
+
 void ckpt_run_release(struct ckpt_run *run)
 {
     for (size_t i = 0; i < run->n; i++)

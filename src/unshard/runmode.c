@@ -382,6 +382,9 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
                                res.nfiles, res.nfiles == 1 ? "" : "s",
                                (unsigned long long)res.tensors);
     const char *partial = ckpt_unshard_partial(k->format);
+    char *unowned = ckpt_checkpoint_unowned(k);
+    if (unowned && !partial)
+        partial = unowned;
     if (c->delete_sharded && !k->complete) {
         /* Not proven complete: the copy licenses no delete. */
         char *w = ckpt_xasprintf("%s; %s kept (not judged complete: %s)",
@@ -416,6 +419,7 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
         why = w;
         free(sharded);
     }
+    free(unowned);
     if (!failed)
         step_row(r, msg_done[c->uo.dry_run ? 1 : 0], k, why, &res, out);
     ckpt_unshard_result_release(&res);
@@ -575,10 +579,12 @@ static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
     char *bad = NULL, *why = NULL;
     int rc = 0;
     const char *partial = ckpt_unshard_partial(k->format);
-    if (partial) {
+    char *unowned = ckpt_checkpoint_unowned(k);
+    if (partial || unowned) {
         /* Whatever the copy is, it holds less than the step. */
         why = ckpt_xasprintf("already unsharded: %s exists; %s kept (%s)",
-                             where, k->name, partial);
+                             where, k->name, partial ? partial : unowned);
+        free(unowned);
         step_row(r, "skip", k, why, NULL, copy == COPY_AT_DEST ? out : NULL);
         free(why);
         free(where);
