@@ -11,8 +11,9 @@ an LD_PRELOAD shim (tests/support/change_preload.c) changes the shard as
 the first source file is unlinked, after judging and before the dropped
 steps, which go last. The same with the run in object storage (s3rver
 behind tests/support/s3proxy.py): the proxy stores a new version of the
-shard right before the first DELETE, and the recorded ETag and size tell
-(`size differs`)."""
+shard right before the first DELETE, and the recorded size tells
+(`size differs`); a rewrite with other bytes of the same size, only the
+recorded ETag (`ETag differs`)."""
 import json
 import os
 import shutil
@@ -80,25 +81,31 @@ def main():
 
 def remote(c, s3, runs, tmp):
     env = s3.env()
-    src = "s3://ckpt-test/src/2871001"
-    dest = os.path.join(tmp, "dest-s3")
     run = os.path.join(runs, "2871001")
     os.unlink(os.path.join(run, "latest"))  # object stores have no links
-    rc, out, err = ckpt("upload", run, src, env=env)
-    assert rc == 0, err
-    s3.configure(put_before_delete={
-        "path": "/ckpt-test/src/2871001/" + SHARD, "body": "rewritten"})
-    note = ("kept 1 dropped file: %s (changed since its step was judged "
-            "(size differs))" % SHARD)
-    rc, out, err = ckpt("process", "--no-wandb", "--min-age", "0",
-                        "--drop-sharded", "--drop-incomplete", src,
-                        "--dest", dest, env=env)
-    c.eq("s3: processed, the row says what was kept (%s)"
-         % err.strip()[-300:], (rc, out[0][:2], out[0][-1]),
-         (0, ["processed", src], note))
-    left = remote_contents(env, "ckpt-test", "src/2871001")
-    c.eq("s3: only the rewritten shard stays, with its new bytes", left,
-         {SHARD: b"rewritten"})
+    size = os.path.getsize(os.path.join(run, SHARD))
+    # The rewrite between judging and the DELETE: other bytes of another
+    # size, then other bytes of the same size (only the ETag tells).
+    for what, body in (("size", "rewritten"), ("ETag", "y" * size)):
+        src = "s3://ckpt-test/src-%s/2871001" % what
+        dest = os.path.join(tmp, "dest-s3-" + what)
+        rc, out, err = ckpt("upload", run, src, env=env)
+        assert rc == 0, err
+        s3.configure(put_before_delete={
+            "path": "/ckpt-test/src-%s/2871001/%s" % (what, SHARD),
+            "body": body})
+        note = ("kept 1 dropped file: %s (changed since its step was "
+                "judged (%s differs))" % (SHARD, what))
+        rc, out, err = ckpt("process", "--no-wandb", "--min-age", "0",
+                            "--drop-sharded", "--drop-incomplete", src,
+                            "--dest", dest, env=env)
+        c.eq("s3 %s: processed, the row says what was kept (%s)"
+             % (what, err.strip()[-300:]), (rc, out[0][:2] if out else out,
+                                            out[0][-1] if out else None),
+             (0, ["processed", src], note))
+        left = remote_contents(env, "ckpt-test", "src-%s/2871001" % what)
+        c.eq("s3 %s: only the rewritten shard stays, with its new bytes"
+             % what, left, {SHARD: body.encode()})
 
 
 if __name__ == "__main__":
