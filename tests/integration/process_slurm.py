@@ -18,8 +18,9 @@ deleted once, or the non-run skipped once); every good run is at DEST
 byte for byte, its sharded step unsharded bit-exact; no source is left
 but the non-run; no lease held.
 
-Exits 77 (ctest: skipped, not passed) with the reason when Slurm cannot
-start here (packages missing, not root, a daemon that exits)."""
+Exits 77 (ctest: skipped, not passed) with the reason only when the
+machine cannot run a private Slurm (not root); missing packages or a
+daemon that does not start (a broken generated slurm.conf) fail it."""
 import os
 import re
 import shutil
@@ -32,7 +33,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 sys.path.insert(0, HERE)
 from s3test import Checker, S3Env, old_ctime  # noqa: E402
-from slurmenv import SlurmEnv, Unavailable  # noqa: E402
+from slurmenv import SlurmEnv, StartFailed, Unavailable  # noqa: E402
 import process_workers as pw  # noqa: E402
 
 SBATCH = os.path.join(ROOT, "scripts", "deploy", "process-slurm.sbatch")
@@ -99,8 +100,11 @@ def main():
         try:
             sl = SlurmEnv(tmp).__enter__()
         except Unavailable as e:
-            print("SKIP: a one-node Slurm cannot start here: %s" % e)
+            print("SKIP: process_slurm (%s)" % e, flush=True)
             return 77
+        except StartFailed as e:
+            print("FAIL a one-node Slurm did not start: %s" % e)
+            return 1
         try:
             with S3Env() as s3:
                 run(c, s3, sl, tmp)

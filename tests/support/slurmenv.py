@@ -18,8 +18,10 @@ The node is declared with enough CPUs and memory for the #SBATCH lines of
 scripts/deploy/process-slurm.sbatch (4 CPUs, 8G a task) for three tasks
 at once (`SlurmdParameters=config_overrides`: slurmd takes the declared
 sizes, whatever the machine has; nothing is enforced with task/none).
-Unavailable says why when the packages are missing, the daemons exit, or
-the node is not idle within 30 s (their log tails included).
+Unavailable says why a machine cannot run it (not root: the test is
+skipped); StartFailed says why it did not start where it should (the
+packages missing, a daemon that exits, the node not idle within 30 s;
+their log tails included): the test fails.
 """
 import ctypes
 import os
@@ -35,7 +37,12 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol")
 
 
 class Unavailable(Exception):
-    pass
+    """The machine cannot run a private Slurm at all (not root)."""
+
+
+class StartFailed(Exception):
+    """Slurm should start here and did not (packages missing, a daemon
+    that exits or never gets ready): a failure, never a skip."""
 
 
 def _free_port():
@@ -117,7 +124,7 @@ class SlurmEnv:
     def __enter__(self):
         missing = [d for d in DAEMONS if not _which(d)]
         if missing:
-            raise Unavailable("%s not installed (scripts/install-deps.sh "
+            raise StartFailed("%s not installed (scripts/install-deps.sh "
                               "--test installs slurm-wlm and munge)"
                               % " ".join(missing))
         if os.geteuid() != 0:
@@ -165,12 +172,12 @@ class SlurmEnv:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if proc.poll() is not None:
-                raise Unavailable("%s exited with status %d:\n%s"
+                raise StartFailed("%s exited with status %d:\n%s"
                                   % (what, proc.returncode, _tail(log)))
             if ready():
                 return
             time.sleep(0.3)
-        raise Unavailable("%s not ready in %.0f s:\n%s"
+        raise StartFailed("%s not ready in %.0f s:\n%s"
                           % (what, timeout, _tail(log)))
 
     def __exit__(self, *exc):
