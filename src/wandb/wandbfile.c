@@ -92,8 +92,9 @@ static int next_field(struct pb *b, uint64_t *num, const unsigned char **data,
 static void set_str(char **dst, const unsigned char *s, size_t n)
 {
     free(*dst);
-    *dst = n ? ckpt_xstrndup((const char *)s, n) : NULL;
-    /* A string with an embedded NUL is cut there; names never have one. */
+    /* A string with an embedded NUL is cut there (names never have one);
+     * one that is then empty is no name, as an empty field is. */
+    *dst = n && s[0] ? ckpt_xstrndup((const char *)s, n) : NULL;
 }
 
 static int parse_runrecord(const unsigned char *p, size_t len,
