@@ -152,6 +152,22 @@ check "run directory gone" "no" "$([ -e runs/1234567 ] && echo yes || echo no)"
 check "logs kept" "a" "$(cat logs/slurm-1234567.out)"
 check "DEST holds the run" "" "$(diff -r mv1 wdst2/ai2-llm/olmo-small/ab12cd34 | grep -v '^Only in wdst2.*: logs$')"
 
+# --- --delete-source re-checks each source right before its delete: z,
+# rewritten in place with its mtime put back (the change shim, at the
+# first unlink below the source: a's) after it was copied and verified,
+# stays with its new bytes; DEST keeps what was copied
+mkdir -p rc/src && printf 'aaaa\n' >rc/src/a && printf 'zzzz\n' >rc/src/z
+out=$(LD_PRELOAD=${CKPT_BUILD:-$SRC/build}/libchange_preload.so \
+      CKPT_TEST_CHANGE=$T/rc/src/z CKPT_TEST_CHANGE_MODE=rewrite \
+      CKPT_TEST_CHANGE_UNDER=$T/rc/src \
+      ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+      "$CKPT" upload -j 1 --delete-source rc/src rc/dst 2>/dev/null)
+check "re-check exit" 1 $?
+check "re-check row" "failed	rc/src/z	-	not deleted: rc/src/z: changed during upload (ctime differs)" "$(grep '^failed' <<<"$out")"
+check "re-check: z kept with its new bytes, a gone" "f ./z 5" "$(tree rc/src | grep '^f')"
+check "re-check: z rewritten" "yes" "$([ "$(cat rc/src/z)" != zzzz ] && echo yes)"
+check "re-check: DEST has what was copied" "zzzz" "$(cat rc/dst/z)"
+
 # --- a step being deleted (renamed aside by clean or unshard
 # --delete-sharded, or left so by a killed one) is not content
 mkdir -p deld/step10 deld/.step20.ckpt-del-somehost-4242
