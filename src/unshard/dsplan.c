@@ -1238,7 +1238,7 @@ static int make_entry(struct dsplan *p, struct ckpt_dcp_entry *e,
 static int make_entries(struct dsplan *p, struct ckpt_err *err)
 {
     struct ckpt_dcp_meta *m = p->j->plan.meta;
-    int st = p->j->o->format == CKPT_FORMAT_SAFETENSORS;
+    int st = p->j->o->format != CKPT_FORMAT_TORCH;
     m->entries = ckpt_arena_array(m->arena, p->norder + 1,
                                   sizeof(*m->entries));
     p->locs = ckpt_xcalloc(p->norder + 1, sizeof(*p->locs));
@@ -1403,7 +1403,7 @@ static int build_root(struct dsplan *p, struct ckpt_pv **root,
     struct ujob *j = p->j;
     struct ckpt_arena *a = j->plan.arena;
     struct ckpt_dcp_meta *m = j->plan.meta;
-    int st = j->o->format == CKPT_FORMAT_SAFETENSORS;
+    int st = j->o->format != CKPT_FORMAT_TORCH;
     j->plan.values = ckpt_xcalloc(m->n + 1, sizeof(*j->plan.values));
     j->plan.paths = ckpt_xcalloc(m->n + 1, sizeof(*j->plan.paths));
     if (!(*root = ckpt_pv_new(a, CKPT_PV_DICT)))

@@ -318,7 +318,7 @@ static int local_create(struct ujob *j, struct ufile *f,
     f->fd = open(f->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (f->fd < 0)
         return ckpt_err_sys(err, "create '%s'", f->tmp);
-    if (f->raw || j->o->format == CKPT_FORMAT_SAFETENSORS) {
+    if (f->raw || j->o->format != CKPT_FORMAT_TORCH) {
         /* JSON files, and safetensors headers: known already. */
         if (ckpt_pwrite_all(f->fd, f->head.ptr, f->head.len, 0, f->tmp,
                             err) != 0)

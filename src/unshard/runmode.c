@@ -82,6 +82,18 @@ static int supported(enum ckpt_format f)
     return ckpt_unshard_supported((int)f);
 }
 
+/* A step's output beside it: NAME-unsharded, or for an HF export
+ * NAME-hf. */
+static const char *suffix(const struct runctx *r)
+{
+    return r->uo.format == CKPT_FORMAT_HF ? "-hf" : "-unsharded";
+}
+
+static const char *done_word(const struct runctx *r)
+{
+    return r->uo.format == CKPT_FORMAT_HF ? "exported" : "unsharded";
+}
+
 /* One event for step k (NULL: the run as a whole). */
 static void step_row(struct runctx *r, const char *action,
                      const struct ckpt_checkpoint *k, const char *detail,
@@ -230,7 +242,7 @@ static int whole(const struct runctx *r, const struct ckpt_checkpoint *k)
 static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
                          const char *out, int *failed, enum copy *copy)
 {
-    char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
+    char *sib = ckpt_xasprintf("%s%s", k->dir, suffix(r));
     int at_src = ckpt_tree_has_dir(r->tree, sib);
     free(sib);
     *failed = 0;
@@ -256,13 +268,13 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
                               : "incomplete", k->why ? k->why : "?");
     if (at_src) {
         *copy = COPY_IN_RUN;
-        return ckpt_xasprintf("already unsharded: %s-unsharded in the run",
-                              k->name);
+        return ckpt_xasprintf("already %s: %s%s in the run", done_word(r),
+                              k->name, suffix(r));
     }
     if (!whole(r, k) &&
         (r->dest_remote ? dest_complete(r, out) : is_dir(out))) {
         *copy = COPY_AT_DEST;
-        return ckpt_xasprintf("already unsharded: %s exists", out);
+        return ckpt_xasprintf("already %s: %s exists", done_word(r), out);
     }
     if (!supported(k->format)) {
         *failed = 1;
@@ -409,7 +421,7 @@ static char *out_dir_of(struct runctx *r, const struct ckpt_checkpoint *k)
 {
     if (whole(r, k))
         return ckpt_xstrdup(r->dest);
-    char *name = ckpt_xasprintf("%s-unsharded", k->name);
+    char *name = ckpt_xasprintf("%s%s", k->name, suffix(r));
     char *out = ckpt_path_join(r->dest, name);
     free(name);
     return out;
@@ -849,6 +861,14 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
     size_t finished = 0;
     if (!archive && !r.remote)
         failed |= finish_dead_deletes(&r, &finished) != 0;
+    if (cfg->delete_sharded && cfg->uo.format == CKPT_FORMAT_HF) {
+        step_row(&r, "error", NULL, "--delete-sharded never deletes on the "
+                 "strength of an HF export: it holds the model only, the "
+                 "step is the only copy of its optimizer and trainer "
+                 "state; nothing done", NULL, NULL);
+        failed = 2;
+        goto out;
+    }
     if (archive && cfg->delete_sharded) {
         step_row(&r, "error", NULL, "--delete-sharded never deletes inside "
                  "an archive; nothing done", NULL, NULL);

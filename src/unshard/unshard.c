@@ -16,6 +16,7 @@
 #include "ckpt/run.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
+#include "hfexport.h"
 #include "unshard_int.h"
 
 /* Bands small enough that a task's buffers stay in L2: each byte then
@@ -29,6 +30,8 @@
 /* config.yaml of the checkpoint, else of the run, travels with it. */
 static int add_config(struct ujob *j, struct ckpt_err *err)
 {
+    if (j->o->format == CKPT_FORMAT_HF)     /* not part of an HF model */
+        return 0;
     char *own = ckpt_path_join(j->src.top, "config.yaml");
     uint64_t size;
     struct ckpt_err e2;
@@ -89,6 +92,8 @@ static void fill_result(struct ujob *j, struct ckpt_unshard_result *res)
         res->pieces += (j->plan.copies[i].nbytes + j->plan.band - 1) / j->plan.band;
     res->layout = j->plan.olmo ? "olmo" : "single";
     res->metadata = j->src.metaname;
+    if (j->o->format == CKPT_FORMAT_HF)
+        uns_hf_result(j, res);
 }
 
 static void job_release(struct ujob *j)
