@@ -163,6 +163,25 @@ static int hf_deepspeed(const struct judge_view *v, struct ckpt_checkpoint *c,
     return found;
 }
 
+/* The weights at the top are ZeRO-3's placeholders: model.safetensors
+ * whose every tensor is empty, as a Trainer save of a partitioned model
+ * without the 16-bit gather leaves it (accelerate's CPU rank race does;
+ * tests/fixtures/real-writers/hf_ds_zero3_race). 1, 0, or -1 (err). */
+static int placeholders(const struct judge_view *v, struct ckpt_checkpoint *c,
+                        struct ckpt_err *err)
+{
+    struct ckpt_safetensors *h = NULL;
+    if (!judge_get(v, "model.safetensors"))
+        return 0;
+    if (judge_whole_st(v, c, "model.safetensors", &h, err) != 0)
+        return -1;
+    int empty = h && h->n > 0;
+    for (size_t i = 0; h && i < h->n && empty; i++)
+        empty = h->tensors[i].numel == 0;
+    ckpt_safetensors_free(h);
+    return empty;
+}
+
 static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                     struct ckpt_err *err)
 {
@@ -184,6 +203,17 @@ static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
     int ds = hf_deepspeed(v, c, err);
     if (ds < 0)
         return -1;
+    /* The engine's checkpoint is the only copy of the weights (no
+     * weights at the top, or only placeholders): a DeepSpeed step,
+     * unsharded from global_stepN/ (unshard's dsplan.c follows
+     * `latest`). */
+    int ph = !fsdp && ds > 0 ? placeholders(v, c, err) : 0;
+    if (ph < 0)
+        return -1;
+    if (ds > 0 && !fsdp && (ph || (!has_top(v, "model", ".safetensors") &&
+                                   !has_top(v, "pytorch_model", ".bin") &&
+                                   !has_top(v, "adapter_model", ""))))
+        c->format = CKPT_FMT_DEEPSPEED;
     int after = judge_get(v, "optimizer.pt") || judge_get(v, "scheduler.pt") ||
                 has_top(v, "rng_state", ".pth") || fsdp || ds;
     if (after && !judge_get(v, "trainer_state.json"))

@@ -1449,13 +1449,43 @@ static void plan_free(void *v)
     free(p);
 }
 
-int uns_ds_plan(struct ujob *j, const char *src, struct ckpt_err *err)
+/* An HF Trainer checkpoint-N whose weights the engine's checkpoint holds
+ * (checkpoint-N/global_stepN/, named by checkpoint-N/latest; layout_hf.c
+ * judges such a step DeepSpeed's): that directory, malloced; else src. */
+static char *tag_dir(struct ujob *j, const char *src)
+{
+    struct uns_dir d;
+    struct ckpt_err e = CKPT_ERR_INIT;
+    char *tag = NULL, *at = NULL;
+    size_t len;
+    if (uns_fs_list(j, src, 0, &d, &e) != 0)
+        return ckpt_xstrdup(src);
+    int states = 0;
+    for (size_t i = 0; i < d.n; i++)
+        states |= ckpt_str_endswith(d.v[i].name, "model_states.pt");
+    const struct uns_dent *l = states ? NULL : uns_fs_find(&d, "latest");
+    char *lp = l ? ckpt_path_join(src, "latest") : NULL;
+    if (lp && uns_fs_read(j, lp, l, 4096, &tag, &len, &e) == 0) {
+        while (len && (tag[len - 1] == '\n' || tag[len - 1] == ' '))
+            tag[--len] = '\0';
+        const struct uns_dent *t = uns_fs_find(&d, tag);
+        if (len && !strchr(tag, '/') && strcmp(tag, "..") && t)
+            at = ckpt_path_join(src, tag);
+    }
+    free(lp);
+    free(tag);
+    uns_fs_free(&d);
+    return at ? at : ckpt_xstrdup(src);
+}
+
+int uns_ds_plan(struct ujob *j, const char *top, struct ckpt_err *err)
 {
     struct dsplan *p = ckpt_xcalloc(1, sizeof(*p));
     struct ckpt_pv *root;
     struct uns_dir d;
     int listed = 0;
     p->j = j;
+    char *src = tag_dir(j, top);
     int rc = uns_olmo_job_init(j, src, "mp_rank_00_model_states.pt", p,
                                locate, err);
     /* One state dict, not an OLMo step: checkpoint.pt unless asked. */
@@ -1492,5 +1522,6 @@ int uns_ds_plan(struct ujob *j, const char *src, struct ckpt_err *err)
         rc = uns_layout_files(j, root, err);
     if (rc != 0 && err->msg[0] && !strstr(err->msg, src))
         ckpt_err_prefix(err, "%s", src);
+    free(src);
     return rc;
 }

@@ -74,7 +74,7 @@ int ckpt_unshard_supported(int format)
            f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL ||
            f == CKPT_FMT_OLMO_CORE || f == CKPT_FMT_ORBAX ||
            f == CKPT_FMT_DEEPSPEED || f == CKPT_FMT_MEGATRON ||
-           f == CKPT_FMT_DCP_HF;
+           f == CKPT_FMT_DCP_HF || f == CKPT_FMT_HF;
 }
 
 static int supported(enum ckpt_format f)
@@ -836,6 +836,43 @@ static char *whole_src(struct runctx *r)
     return why;
 }
 
+/* --format hf of SRC that is one whole checkpoint (an HF model
+ * directory, an HF Trainer checkpoint-N: safetensors files): nothing to
+ * merge, but its model becomes DEST as an export does (names as stored,
+ * config.json beside). A directory only; 0 or -1, one row. */
+static int export_whole(struct runctx *r)
+{
+    struct ckpt_checkpoint k;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    memset(&k, 0, sizeof(k));
+    k.name = ckpt_path_basename(r->src);
+    k.dir = ckpt_xstrdup("");
+    k.step = -1;
+    k.format = CKPT_FMT_UNSHARDED;
+    k.complete = 1;
+    k.root = 1;
+    r->uo.storage = r->remote ? r->st : NULL;
+    struct ckpt_unshard_result res;
+    memset(&res, 0, sizeof(res));
+    struct ckpt_unshard_opts uo = r->uo;
+    uo.source_format = CKPT_FMT_UNSHARDED;    /* read as safetensors */
+    int rc = ckpt_unshard_dcp(r->tree->key, r->dest, &uo, &res, &err);
+    r->uo.storage = NULL;
+    if (rc != 0) {
+        step_row(r, "error", &k, err.msg, NULL, NULL);
+    } else {
+        char *why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", r->dest,
+                                   res.nfiles, res.nfiles == 1 ? "" : "s",
+                                   (unsigned long long)res.tensors);
+        step_row(r, msg_done[r->uo.dry_run ? 1 : 0], &k, why, &res, r->dest);
+        free(why);
+    }
+    ckpt_unshard_result_release(&res);
+    free(k.name);
+    free(k.dir);
+    return rc;
+}
+
 int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
                      const char *src, const char *dest,
                      const struct ckpt_unshard_run_cfg *cfg)
@@ -903,9 +940,12 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
         /* A checkpoint that is whole already (a step of model.pt) is
          * what run mode skips as "not sharded": said so, not "none". */
         char *whole = cfg->has_step ? NULL : whole_src(&r);
-        step_row(&r, whole ? "skip" : "error", NULL, whole ? whole :
-                 cfg->has_step ? "no sharded checkpoint with that step"
-                               : "no checkpoint", NULL, NULL);
+        if (whole && cfg->uo.format == CKPT_FORMAT_HF && !archive)
+            failed |= export_whole(&r) != 0;
+        else
+            step_row(&r, whole ? "skip" : "error", NULL, whole ? whole :
+                     cfg->has_step ? "no sharded checkpoint with that step"
+                                   : "no checkpoint", NULL, NULL);
         failed |= !whole;
         free(whole);
     }

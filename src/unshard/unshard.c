@@ -215,8 +215,11 @@ static int plan_dcp(struct ujob *j, const char *src, struct ckpt_err *err)
     }
     if (uns_rank_values(j, err) != 0)
         return -1;
+    /* accelerate's DCP is {"model": state_dict}: model.pt (or
+     * model.safetensors) holds the state dict, as merge-weights writes it. */
     j->plan.olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
-              (j->o->layout == CKPT_LAYOUT_AUTO && j->src.olmo_step);
+              (j->o->layout == CKPT_LAYOUT_AUTO &&
+               (j->src.olmo_step || j->src.accelerate));
     if ((j->plan.megatron && uns_mg_open(j, err) != 0) ||
         uns_plan_tensors(j, err) != 0 || uns_tree_build(j, &root, err) != 0 ||
         (j->plan.megatron && uns_mg_merge(j, &root, err) != 0))

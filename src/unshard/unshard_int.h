@@ -172,6 +172,9 @@ struct ujob_src {
     struct src_pf *pf;              /* small files fetched whole ahead
                                        (srcwhole.c), or NULL; owned */
     int olmo_step;                  /* src is an OLMo step */
+    int accelerate;                 /* src is an accelerate FSDP step
+                                       (checkpoint-N/): the model's DCP
+                                       is pytorch_model_fsdp_0/ */
     int allow_replicas;             /* option, or rank-local metadata */
     int rank_check;                 /* rank-local: every dropped replica is
                                        compared as it is copied (ranks.c) */
