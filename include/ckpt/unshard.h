@@ -173,6 +173,11 @@ struct ckpt_unshard_result {
     /* Remote DEST: most bytes of part buffers held at once (the
      * --memory bound, plus at most the parts of one band). */
     uint64_t buffers_peak;
+    /* --part: 0 this part's share is in DEST and recorded, others are
+     * still to come; 1 it found every part's record and wrote the files
+     * beside the shards and the index (it finished the export); 2 DEST
+     * held the finished export already (a part run again). */
+    int part_done;
 };
 
 /*

@@ -285,11 +285,15 @@ static void report(struct cmd *c, const char *src, const char *dest,
                  (unsigned long long)r->bytes);
     else
         snprintf(detail, sizeof(detail), "%llu tensors, %llu objects, "
-                 "%llu chunks, %zu files, %.1f MB/s",
+                 "%llu chunks, %zu files, %.1f MB/s%s",
                  (unsigned long long)r->tensors,
                  (unsigned long long)r->objects,
                  (unsigned long long)r->chunks, r->nfiles,
-                 secs > 0 ? (double)r->bytes / secs / 1e6 : 0.0);
+                 secs > 0 ? (double)r->bytes / secs / 1e6 : 0.0,
+                 c->uo.nparts < 2 ? "" : r->part_done == 1
+                 ? "; every part done: index written"
+                 : r->part_done == 2 ? "; the export was complete already"
+                 : "; part recorded (the last part writes the index)");
     if (!c->g.json) {
         const char *f[] = { action, src, dest, detail };
         cli_out_tsv(4, f);
@@ -312,6 +316,12 @@ static void report(struct cmd *c, const char *src, const char *dest,
     cJSON_AddNumberToObject(o, "seconds", secs);
     if (r->buffers_peak)
         cJSON_AddNumberToObject(o, "buffers_peak", (double)r->buffers_peak);
+    if (c->uo.nparts > 1) {
+        static const char *const done[] = { "recorded", "finished",
+                                            "complete" };
+        cJSON_AddStringToObject(o, "part", c->part);
+        cJSON_AddStringToObject(o, "part_state", done[r->part_done]);
+    }
     cJSON *files = cJSON_AddArrayToObject(o, "files");
     for (size_t i = 0; i < r->nfiles; i++) {
         cJSON *f = cJSON_CreateObject();

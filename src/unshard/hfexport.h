@@ -122,10 +122,12 @@ void uns_hf_py_float(double v, char *buf, size_t n);
  * beside the shards are left to the part that finishes last. 0 or -1. */
 int uns_hf_part_plan(struct ujob *j, struct ckpt_err *err);
 /* After part I's shards are in DEST: its record, and when every part's
- * record is there, the index and the other files (written once, by
- * whichever part sees all records first; a rerun writes the same bytes).
- * *finished: 1 when this call wrote them. */
-int uns_hf_part_finish(struct ujob *j, const char *dest, int *finished,
+ * record is there, the index and the other files (a rerun writes the
+ * same bytes). *done: 0 recorded, 1 this call finished the export, 2 it
+ * was finished already (no record left). */
+int uns_hf_part_finish(struct ujob *j, const char *dest, int *done,
                        struct ckpt_err *err);
+struct hf_part;
+void uns_hf_part_free(struct hf_part *p);
 
 #endif

@@ -898,6 +898,13 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
     size_t finished = 0;
     if (!archive && !r.remote)
         failed |= finish_dead_deletes(&r, &finished) != 0;
+    if (cfg->uo.nparts > 1) {
+        step_row(&r, "error", NULL, "--part writes a share of one "
+                 "checkpoint's export: give the step, not a run; nothing "
+                 "done", NULL, NULL);
+        failed = 2;
+        goto out;
+    }
     if (cfg->delete_sharded && cfg->uo.format == CKPT_FORMAT_HF) {
         step_row(&r, "error", NULL, "--delete-sharded never deletes on the "
                  "strength of an HF export: it holds the model only, the "

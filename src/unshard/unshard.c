@@ -125,6 +125,7 @@ static void job_release(struct ujob *j)
         free(f->copy_from);
     }
     free(j->dst.files);
+    uns_hf_part_free(j->dst.part);
     free(j->plan.values);
     free(j->plan.paths);
     uns_src_close_all(j);
@@ -343,6 +344,8 @@ int ckpt_unshard_dcp(const char *src, const char *dest,
         }
     if (rc == 0 && !opts->dry_run)
         res->buffers_peak = uns_outobj_peak(&j);
+    if (rc == 0 && !opts->dry_run && j.dst.part)
+        rc = uns_hf_part_finish(&j, dest, &res->part_done, err);
     if (rc != 0 && j.dst.out)
         j.dst.out->ops->abort(&j);
     if (rc != 0 && res->files)

@@ -240,6 +240,9 @@ struct ujob_dst {
     char *tmpdir;                   /* the local output's temporary
                                        directory: scratch for decoded
                                        items (source.c), or NULL */
+    struct hf_part *part;           /* --part of an export: the files
+                                       the last part writes (hfpart.c),
+                                       or NULL; owned */
 };
 
 /* One unshard: its three parts, and the engine's shared state (pool
