@@ -447,6 +447,12 @@ static int single_format(const struct verdict *v, const char *src)
             !v->run.ckpts[0].root)
             return -1;
         f = (int)v->run.ckpts[0].format;
+        /* DCP files without their .metadata (a save killed before its
+         * end): the row a run gives such a step, not an error. */
+        if (f == CKPT_FMT_DCP && !v->run.ckpts[0].complete &&
+            !ckpt_tree_find(v->tree, ".metadata") &&
+            !ckpt_tree_find(v->tree, "__0.metadata"))
+            return -1;
     } else if (v->root_format != -2) {
         if ((f = v->root_format) < 0)
             return -1;

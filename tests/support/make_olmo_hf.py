@@ -23,6 +23,11 @@ Cases (tests/fixtures/olmo-hf/README.md):
   olmo2          OLMo 2: RMS norms with weights after attention and MLP
                  (norm_after), q/k norms (attention_layer_norm), GQA,
                  rope_theta 500000, untied output.
+  olmo2-big      OLMo 2 of 371M parameters, 1.5 GB (bench/hf_export.sh;
+                 never made unless named).
+
+--no-optim: the sharded step without optimizer state (the benchmark's:
+the export never reads it).
 
 Values are exact in float32 and the same under every torch: element i of a
 tensor is ((i * 2654435761 + h) mod 65536 - 32768) / 65536 (h from its
@@ -58,7 +63,15 @@ CASES = {
                   layer_norm_type="rms", layer_norm_with_affine=True,
                   attention_layer_norm=True, norm_after=True, layer_norm_eps=1e-06,
                   rope_theta=500000, weight_tying=False, embedding_size=104),
+    # bench/hf_export.sh only: 1.5 GB of float32 weights (371M parameters)
+    "olmo2-big": dict(BASE, d_model=1024, n_heads=16, n_layers=16,
+                      layer_norm_type="rms", layer_norm_with_affine=True,
+                      attention_layer_norm=True, norm_after=True,
+                      layer_norm_eps=1e-06, rope_theta=500000, weight_tying=False,
+                      mlp_hidden_size=8192, vocab_size=50280,
+                      embedding_size=50304, max_sequence_length=4096),
 }
+TEST_CASES = ("olmo1-tied", "olmo1-untied", "olmo2")
 SCALAR_KEYS = [k for k in BASE] + ["d_model", "n_heads", "n_layers"]
 
 
@@ -133,8 +146,13 @@ def model_state(case):
         for fqn, shape in olmo_params(case).items())
 
 
+NO_OPTIM = []
+
+
 def optim_state(case):
     """AdamW moments of each parameter (deterministic, no step taken)."""
+    if NO_OPTIM:
+        return collections.OrderedDict()
     return collections.OrderedDict(
         (fqn, {"exp_avg": values(t.shape, "m." + fqn) * 1e-3,
                "exp_avg_sq": values(t.shape, "v." + fqn).abs() * 1e-6})
@@ -291,10 +309,12 @@ def main(argv=None):
     ap.add_argument("--case", action="append", choices=sorted(CASES))
     ap.add_argument("--format", choices=sorted(WRITERS))
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--no-optim", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    NO_OPTIM[:] = [1] if args.no_optim else []
     if args.what == "unsharded":
-        for c in args.case or sorted(CASES):
+        for c in args.case or TEST_CASES:
             write_unsharded(args.outdir, c)
         return 0
     if not args.format or not args.case or len(args.case) != 1:
