@@ -275,8 +275,8 @@ static int olmo_family(struct ujob *j, const struct hf_model *mt,
     return rc;
 }
 
-/* HF names already: config.json from the checkpoint, copied; a tied
- * lm_head.weight left out. */
+/* HF names already (or OLMo-core's, renamed: hfolmo.c): config.json
+ * from the checkpoint, copied; a tied lm_head.weight left out. */
 static int hf_family(struct ujob *j, const struct hf_model *mt,
                      struct hf_map *m, cJSON **config, char **config_path,
                      int *config_local, struct ckpt_err *err)
@@ -296,6 +296,9 @@ static int hf_family(struct ujob *j, const struct hf_model *mt,
     if (!cJSON_IsObject(*config))
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s' is not a JSON object",
                             *config_path);
+    int rc = uns_hf_olmocore_map(mt, *config, m, err);
+    if (rc != 0)
+        return rc < 0 ? -1 : 0;
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(*config,
                                                         "tie_word_embeddings");
     int tied = cJSON_IsTrue(tie);

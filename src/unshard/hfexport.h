@@ -88,6 +88,15 @@ int uns_hf_olmo_map(const struct hf_model *mt, const struct cJSON *config,
                     const char *config_name, struct hf_map *m,
                     struct ckpt_err *err);
 
+/* hfolmo.c: OLMo-core's names (embeddings.weight, blocks.N.attention.
+ * w_q.weight, ...) as OLMo-core's HF converter maps them for the
+ * config.json's model_type (olmo2 and olmo3: reordered norms; llama,
+ * qwen2, qwen3: pre-norm). 1 done, 0 not OLMo-core's names, -1 err (a
+ * tensor with no mapping, MoE). */
+int uns_hf_olmocore_map(const struct hf_model *mt,
+                        const struct cJSON *config, struct hf_map *m,
+                        struct ckpt_err *err);
+
 /* --- hfcast.c ------------------------------------------------------------ */
 
 /* The dtype --dtype names ("fp32"/"float32", "bf16"/"bfloat16",

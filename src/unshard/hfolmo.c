@@ -349,3 +349,115 @@ int uns_hf_olmo_map(const struct hf_model *mt, const cJSON *config,
     m->family = c.olmo2 ? "olmo2" : "olmo";
     return 1;
 }
+
+/* --- OLMo-core ------------------------------------------------------------ */
+
+/*
+ * OLMo-core's own model (olmo_core.nn.transformer) names its weights
+ * differently; its HF converter (allenai/OLMo-core
+ * src/olmo_core/nn/hf/convert.py, OLMO_CORE_TO_HF_WEIGHT_MAPPINGS and
+ * the model-type overrides) maps them one to one, nothing fused:
+ *
+ *   embeddings.weight                     model.embed_tokens.weight
+ *   lm_head.norm.weight                   model.norm.weight
+ *   lm_head.w_out.weight                  lm_head.weight
+ *   blocks.N.attention.w_q/w_k/w_v/w_out  model.layers.N.self_attn.
+ *     (.weight, .bias)                      q_proj/k_proj/v_proj/o_proj
+ *   blocks.N.attention.q_norm/k_norm      ...self_attn.q_norm/k_norm
+ *   blocks.N.feed_forward.w1/w2/w3        ...mlp.gate_proj/down_proj/up_proj
+ *   blocks.N.attention_norm               ...post_attention_layernorm
+ *                                           (llama, qwen: input_layernorm)
+ *   blocks.N.feed_forward_norm            ...post_feedforward_layernorm
+ *                                           (llama, qwen: post_attention_
+ *                                           layernorm)
+ *
+ * The HF config (model_type) comes from config.json beside the
+ * checkpoint or --config-dir: OLMo-core builds it from the live model
+ * object (get_hf_config), which a checkpoint does not hold.
+ */
+static const struct { const char *from, *to; } core_map[] = {
+    { "attention.w_q.", "self_attn.q_proj." },
+    { "attention.w_k.", "self_attn.k_proj." },
+    { "attention.w_v.", "self_attn.v_proj." },
+    { "attention.w_out.", "self_attn.o_proj." },
+    { "attention.q_norm.", "self_attn.q_norm." },
+    { "attention.k_norm.", "self_attn.k_norm." },
+    { "feed_forward.w1.", "mlp.gate_proj." },
+    { "feed_forward.w2.", "mlp.down_proj." },
+    { "feed_forward.w3.", "mlp.up_proj." },
+    { "attention_norm.", NULL },        /* by model type, below */
+    { "feed_forward_norm.", NULL },
+};
+
+static char *core_name(const char *name, int prenorm)
+{
+    static const char *const top[][2] = {
+        { "embeddings.weight", "model.embed_tokens.weight" },
+        { "lm_head.norm.weight", "model.norm.weight" },
+        { "lm_head.w_out.weight", "lm_head.weight" },
+        { "lm_head.w_out.bias", "lm_head.bias" },
+    };
+    for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++)
+        if (!strcmp(name, top[i][0]))
+            return ckpt_xstrdup(top[i][1]);
+    unsigned long layer;
+    int n = 0;
+    if (sscanf(name, "blocks.%lu.%n", &layer, &n) != 1 || !n)
+        return NULL;
+    const char *rest = name + n;
+    for (size_t i = 0; i < sizeof(core_map) / sizeof(core_map[0]); i++) {
+        size_t l = strlen(core_map[i].from);
+        if (strncmp(rest, core_map[i].from, l) != 0 ||
+            (strcmp(rest + l, "weight") && strcmp(rest + l, "bias")))
+            continue;
+        const char *to = core_map[i].to;
+        if (!to && i + 2 == sizeof(core_map) / sizeof(core_map[0]))
+            to = prenorm ? "input_layernorm." : "post_attention_layernorm.";
+        else if (!to)
+            to = prenorm ? "post_attention_layernorm."
+                         : "post_feedforward_layernorm.";
+        return ckpt_xasprintf("model.layers.%lu.%s%s", layer, to, rest + l);
+    }
+    return NULL;
+}
+
+int uns_hf_olmocore_map(const struct hf_model *mt, const cJSON *config,
+                        struct hf_map *m, struct ckpt_err *err)
+{
+    if (uns_hf_find(mt, "embeddings.weight") < 0)
+        return 0;
+    const cJSON *mtype = cJSON_GetObjectItemCaseSensitive(config,
+                                                          "model_type");
+    const char *type = cJSON_IsString(mtype) ? mtype->valuestring : "";
+    static const char *const prenorm_types[] = { "llama", "qwen2", "qwen3" };
+    static const char *const reordered[] = { "olmo2", "olmo3" };
+    int prenorm = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(type, prenorm_types[i]))
+            prenorm = 1;
+    for (int i = 0; i < 2; i++)
+        if (!strcmp(type, reordered[i]))
+            prenorm = 0;
+    if (prenorm < 0)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "OLMo-core weights as "
+                            "HF model_type '%s': no mapping (olmo2, olmo3, "
+                            "llama, qwen2, qwen3 are mapped)", type);
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(config,
+                                                        "tie_word_embeddings");
+    for (size_t i = 0; i < mt->n; i++) {
+        char *to = core_name(mt->v[i].name, prenorm);
+        if (!to)
+            return ckpt_err_set(err, CKPT_EUNSUPPORTED, "OLMo-core tensor "
+                                "'%s' has no place in HF %s (OLMo-core's "
+                                "converter maps no such dense tensor)",
+                                mt->v[i].name, type);
+        if (cJSON_IsTrue(tie) && !strcmp(to, "lm_head.weight")) {
+            free(to);
+            continue;
+        }
+        const struct ckpt_dcp_entry *e = mt->v[i].t->e;
+        uns_hf_add(m, to, i, 0, e->ndim ? e->size[0] : 1);
+    }
+    m->family = "olmo-core";
+    return 1;
+}

@@ -17,7 +17,9 @@ with optimizer and trainer state beside them, and exported. Checked
 exactly: the same files; per safetensors file the same tensor names,
 dtypes, shapes and bytes; config.json's model-defining fields; and then
 every file byte for byte (the export is what the script writes). Also:
---max-shard-size (the shards and index transformers writes), --dtype
+OLMo-core's names (an OLMo-core trainer's step of the olmo2 model, with
+--config-dir) give the same olmo2 files; --max-shard-size (the shards and
+index transformers writes), --dtype
 bf16/fp16 (torch's casts), --verify, -n, run mode (DEST/stepN-hf/, a
 rerun skips), and the errors: no config.yaml, a config that does not fit
 the tensors, a tensor HF olmo cannot hold, each exit 1 with one error
@@ -92,6 +94,9 @@ def main():
         jobs = [["make_olmo_hf.py", "sharded", os.path.join(tmp, c + "-" + f),
                  "--case", c, "--format", f, "--ranks", "3"]
                 for c in CASES for f in FORMATS]
+        jobs.append(["make_olmo_hf.py", "sharded",
+                     os.path.join(tmp, "olmo2-core"), "--case", "olmo2",
+                     "--format", "olmo-core", "--ranks", "2"])
         generate(*jobs)
         for c in CASES:
             for f in FORMATS:
@@ -99,6 +104,25 @@ def main():
                 out = os.path.join(tmp, "out-%s-%s" % (c, f))
                 export(name, os.path.join(tmp, c + "-" + f, "ckpt"), out)
                 same_dir(name, out, os.path.join(FIX, c, "reference"))
+
+        # OLMo-core's names, the HF config given: OLMo-core's converter's
+        # mapping gives transformers' olmo2 files.
+        ref2 = os.path.join(FIX, "olmo2", "reference")
+        core = os.path.join(tmp, "olmo2-core", "ckpt")
+        out = os.path.join(tmp, "core")
+        export("OLMo-core names", core, out, "--config-dir", ref2)
+        same_dir("OLMo-core names", out, ref2)
+        cfg = os.path.join(tmp, "gpt2cfg")
+        os.makedirs(cfg)
+        with open(os.path.join(cfg, "config.json"), "w") as f:
+            json.dump({"model_type": "gpt2"}, f)
+        p = unshard("--format", "hf", "--config-dir", cfg, core,
+                    os.path.join(tmp, "core-bad"))
+        check("OLMo-core names as an unmapped model_type: refused",
+              p.returncode == 1 and p.stderr.rstrip().endswith(
+                  "OLMo-core weights as HF model_type 'gpt2': no mapping "
+                  "(olmo2, olmo3, llama, qwen2, qwen3 are mapped)") and
+              not os.path.exists(os.path.join(tmp, "core-bad")), p.stderr)
 
         step = os.path.join(tmp, "olmo1-untied-torch_new", "ckpt")
         out = os.path.join(tmp, "shard")

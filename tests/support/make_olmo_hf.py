@@ -12,7 +12,9 @@ OLMo checkpointer's format (for `ckpt unshard --format hf`).
         OUTDIR/ckpt/: one OLMo step of case C, written by torch 1.13 the
         way OLMo's checkpointer F writes it (F: legacy, torch_new, local,
         olmo_core), with an AdamW state and trainer state beside the model
-        (what the export must leave out), and config.yaml.
+        (what the export must leave out), and config.yaml; F olmo-core:
+        an OLMo-core trainer's step (DCP) of the same weights under
+        OLMo-core's names, no config.yaml.
 
 Cases (tests/fixtures/olmo-hf/README.md):
   olmo1-tied     OLMo 1: non-parametric layer norm, multi-head attention,
@@ -147,6 +149,53 @@ def model_state(case):
 
 
 NO_OPTIM = []
+
+
+def core_state(case):
+    """The same weights under OLMo-core's names (olmo_core.nn.transformer:
+    q/k/v and the MLP's w1 (gate) / w3 (up) unfused), what an OLMo-core
+    trainer's model_and_optim/ holds: for an export test against the
+    olmo2 reference."""
+    m = CASES[case]
+    d, hd = m["d_model"], m["d_model"] // m["n_heads"]
+    kvd = (m["n_kv_heads"] or m["n_heads"]) * hd
+    hidden = m["mlp_hidden_size"] or m["mlp_ratio"] * d
+    full = model_state(case)
+    out = collections.OrderedDict()
+    out["embeddings.weight"] = full["transformer.wte.weight"]
+    for b in range(m["n_layers"]):
+        o, c = f"transformer.blocks.{b}.", f"blocks.{b}."
+        qkv = full[o + "att_proj.weight"]
+        out[c + "attention.w_q.weight"] = qkv[:d].clone()
+        out[c + "attention.w_k.weight"] = qkv[d:d + kvd].clone()
+        out[c + "attention.w_v.weight"] = qkv[d + kvd:].clone()
+        out[c + "attention.q_norm.weight"] = full[o + "q_norm.weight"]
+        out[c + "attention.k_norm.weight"] = full[o + "k_norm.weight"]
+        out[c + "attention.w_out.weight"] = full[o + "attn_out.weight"]
+        out[c + "attention_norm.weight"] = full[o + "attn_norm.weight"]
+        ff = full[o + "ff_proj.weight"]
+        out[c + "feed_forward.w1.weight"] = ff[hidden // 2:].clone()
+        out[c + "feed_forward.w2.weight"] = full[o + "ff_out.weight"]
+        out[c + "feed_forward.w3.weight"] = ff[:hidden // 2].clone()
+        out[c + "feed_forward_norm.weight"] = full[o + "ff_norm.weight"]
+    out["lm_head.norm.weight"] = full["transformer.ln_f.weight"]
+    out["lm_head.w_out.weight"] = full["transformer.ff_out.weight"]
+    return out
+
+
+def write_core(ckpt, case, world):
+    """An OLMo-core trainer's step: model_and_optim/ (DCP, "model" and
+    "optim" entries) and train/rank{R}.pt, the model under OLMo-core's
+    names, no config.yaml (OLMo-core keeps its config.json in the run)."""
+    import make_dcp as D
+    spec = D.Spec("olmo-core-names", world, single_file=True)
+    r = list(range(world))
+    for fqn, t in core_state(case).items():
+        sh = D.shards_along(t.shape, 0, D.split_sizes(t.shape[0], world), r)
+        spec.add(f"model.{fqn}", D.Sharded(t, sh))
+        spec.add(f"optim.state.{fqn}.exp_avg",
+                 D.Sharded(values(t.shape, "m." + fqn) * 1e-3, sh))
+    D.run_ranks(spec, ckpt, 120, olmo=True)
 
 
 def optim_state(case):
@@ -286,7 +335,8 @@ def write_olmo_core(ckpt, case, world):
         torch.save(trainer_state(r, world), os.path.join(ckpt, "train", f"rank{r}.pt"))
 
 
-WRITERS = {"legacy": ("torch_legacy", write_legacy),
+WRITERS = {"olmo-core": (None, write_core),
+           "legacy": ("torch_legacy", write_legacy),
            "torch_new": ("torch_new", write_torch_new),
            "local": ("local", write_local),
            "olmo_core": ("olmo_core", write_olmo_core)}
@@ -298,8 +348,9 @@ def write_sharded(out, case, fmt, world):
         sys.exit(f"make_olmo_hf: {ckpt} already exists")
     name, fn = WRITERS[fmt]
     fn(ckpt, case, world)
-    with open(os.path.join(ckpt, "config.yaml"), "w") as f:
-        f.write(config_yaml(case, name))
+    if name:
+        with open(os.path.join(ckpt, "config.yaml"), "w") as f:
+            f.write(config_yaml(case, name))
 
 
 def main(argv=None):
