@@ -92,14 +92,14 @@ echo
 echo "$(machine_line "$DATA" "$load0"); sharded step $(gib "$bytes") GiB (torch_new, 4 ranks),"
 echo "$RUNS runs, medians; output byte for byte: $same."
 echo
-echo "| tool | wall s | peak RSS MiB | vs script: speed | vs script: memory |"
+echo "| tool | wall s | peak RSS MiB | speed vs script | memory vs script |"
 echo "| --- | ---: | ---: | ---: | ---: |"
 ct=$(med "${c_t[@]}"); nt=$(med "${n_t[@]}")
 if [ "$have_ref" = 1 ]; then
     rt=$(med "${r_t[@]}")
-    echo "| convert_olmo2_weights_to_hf.py (from model.pt) | $rt | $((r_rss / 1024)) | 1.00x | 1.00x |"
-    echo "| ckpt unshard --format hf (from the shards) | $ct | $((c_rss / 1024)) | $(ratio "$rt" "$ct")x | $(ratio "$c_rss" "$r_rss")x |"
-    echo "| ckpt ... --no-sync | $nt | $((n_rss / 1024)) | $(ratio "$rt" "$nt")x | $(ratio "$n_rss" "$r_rss")x |"
+    echo "| convert_olmo2_weights_to_hf.py (from model.pt) | $rt | $((r_rss / 1024)) | 1x | 1 |"
+    echo "| ckpt unshard --format hf (from the shards) | $ct | $((c_rss / 1024)) | $(ratio "$rt" "$ct")x | 1/$((r_rss / c_rss)) |"
+    echo "| ckpt ... --no-sync | $nt | $((n_rss / 1024)) | $(ratio "$rt" "$nt")x | 1/$((r_rss / n_rss)) |"
 else
     echo "| ckpt unshard --format hf | $ct | $((c_rss / 1024)) | - | - |"
     echo "| ckpt ... --no-sync | $nt | $((n_rss / 1024)) | - | - |"

@@ -70,11 +70,48 @@ static int has_fsdp(const struct judge_view *v)
     return 0;
 }
 
+/* accelerate's own Accelerator.save_state (checkpoints/checkpoint_N/):
+ * names the HF Trainer never writes (accelerate's save_accelerator_state:
+ * optimizer.bin, scheduler.bin, sampler.bin, random_states_R.pkl; with
+ * FSDP FULL_STATE_DICT pytorch_model_fsdp.bin). */
+static int acc_state(const struct judge_view *v)
+{
+    return has_top(v, "random_states_", ".pkl") ||
+           has_top(v, "scheduler", ".bin") || has_top(v, "optimizer", ".bin") ||
+           has_top(v, "sampler", ".bin") ||
+           has_top(v, "pytorch_model_fsdp", ".bin");
+}
+
 static int hf_recognise(const struct judge_view *v)
 {
     return judge_get(v, "trainer_state.json") ||
            judge_get(v, "training_args.bin") ||
-           has_top(v, "rng_state", ".pth") || has_fsdp(v);
+           has_top(v, "rng_state", ".pth") || has_fsdp(v) || acc_state(v);
+}
+
+/* An accelerate save_state folder without FSDP directories: each torch
+ * file at its top whole (.bin are torch.save zips), and its weights there
+ * (model.safetensors, pytorch_model.bin, FULL_STATE_DICT's
+ * pytorch_model_fsdp.bin). */
+static int acc_plain(const struct judge_view *v, struct ckpt_checkpoint *c,
+                     struct ckpt_err *err)
+{
+    int weights = 0;
+    for (size_t i = v->lo; i < v->hi; i++) {
+        const char *r = judge_rel(v, i);
+        if (strchr(r, '/') || v->t->files[i].type == CKPT_ENTRY_DIR)
+            continue;
+        int st = ckpt_str_endswith(r, ".safetensors");
+        if (!st && !ckpt_str_endswith(r, ".bin"))
+            continue;
+        weights |= st || ckpt_str_startswith(r, "pytorch_model");
+        if (judge_whole(v, c, r, st, err) != 0)
+            return -1;
+    }
+    if (!weights)
+        judge_unknown(c, "%s", "no model weights at its top (accelerate "
+                      "save_state of a DeepSpeed or Megatron model?)");
+    return 0;
 }
 
 static enum ckpt_format hf_format(const struct judge_view *v)
@@ -102,7 +139,8 @@ static int hf_fsdp(const struct judge_view *v, struct ckpt_checkpoint *c,
         }
         if (strchr(r, '/') || v->t->files[i].type == CKPT_ENTRY_DIR)
             continue;
-        if (ckpt_str_endswith(r, ".pt") || ckpt_str_endswith(r, ".pth")) {
+        if (ckpt_str_endswith(r, ".pt") || ckpt_str_endswith(r, ".pth") ||
+            ckpt_str_endswith(r, ".bin")) {
             if (judge_whole(v, c, r, 0, err) != 0)
                 return -1;
         } else if (ckpt_str_endswith(r, ".safetensors") &&
@@ -186,8 +224,11 @@ static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                     struct ckpt_err *err)
 {
     int fsdp = has_fsdp(v);
+    int acc = acc_state(v) && !judge_get(v, "trainer_state.json") &&
+              !judge_get(v, "training_args.bin");
     c->format = fsdp ? CKPT_FMT_HF : CKPT_FMT_UNSHARDED;
-    if ((fsdp ? hf_fsdp(v, c, err) : judge_plain(v, c, err)) != 0)
+    if ((fsdp ? hf_fsdp(v, c, err) : acc ? acc_plain(v, c, err)
+                                         : judge_plain(v, c, err)) != 0)
         return -1;
     if (c->unknown && c->why &&
         ckpt_str_startswith(c->why, "no file ckpt recognises") &&
@@ -214,6 +255,15 @@ static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                                    !has_top(v, "pytorch_model", ".bin") &&
                                    !has_top(v, "adapter_model", ""))))
         c->format = CKPT_FMT_DEEPSPEED;
+    /* accelerate's save_state writes each process's random_states_R.pkl
+     * last (save_accelerator_state, after the model, optimizer, scheduler
+     * and samplers); no trainer_state.json there. */
+    if (acc) {
+        if (!judge_get(v, "random_states_0.pkl"))
+            judge_missing(v, c, "random_states_0.pkl", "accelerate's "
+                          "save_state writes it last");
+        return 0;
+    }
     int after = judge_get(v, "optimizer.pt") || judge_get(v, "scheduler.pt") ||
                 has_top(v, "rng_state", ".pth") || fsdp || ds;
     if (after && !judge_get(v, "trainer_state.json"))

@@ -25,7 +25,8 @@ output (tests/fixtures/real-writers/, provenance beside each):
   directly (config.json found above it): zero_to_fp32's tensors with the
   tied lm_head.weight written once (as embed_tokens; zero_to_fp32's own
   --safe_serialization fails there, its log committed), equal to the
-  Trainer's own model.safetensors minus that copy."""
+  Trainer's own model.safetensors minus that copy;
+- a Megatron torch_dist step: refused (no mapping), nothing written."""
 import json
 import os
 import shutil
@@ -198,6 +199,16 @@ def main():
         del trainer["lm_head.weight"]
         same_tensors("tied: the Trainer's own, lm_head written once", got,
                      trainer)
+
+        # Megatron torch_dist: no mapping, said so, nothing written.
+        mg = os.path.join(RW, "megatron_core_dist_ckpt_tensors", "ckpt")
+        out = os.path.join(tmp, "megatron")
+        p = unshard("--format", "hf", mg, out)
+        check("Megatron torch_dist: refused, nothing written",
+              p.returncode == 1 and p.stderr.rstrip().endswith(
+                  "%s: Megatron torch_dist: no HF mapping of its layer names "
+                  "(fused, per-group interleaved QKV) is implemented" % mg)
+              and not os.path.exists(out), p.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return finish()

@@ -15,7 +15,15 @@ files the real writers wrote (tests/fixtures/real-writers/):
 - `--weights module` of a ZeRO-1 and a ZeRO-2 step with a rank's
   optimizer file missing (an interrupted save): exit 1 naming the file,
   nothing written (before: it succeeded, from the model states alone);
-  the complete steps still succeed."""
+  the complete steps still succeed;
+- accelerate's own save_state folders (checkpoints/checkpoint_0/): with
+  FSDP SHARDED_STATE_DICT judged a complete hf step (before: "incomplete:
+  trainer_state.json missing", the HF Trainer's rule, which save_state
+  never meets), unsharded to model.pt with merge-weights' tensors, and
+  --format hf merge-weights' model.safetensors byte for byte; without
+  random_states_0.pkl (written last) incomplete; with FULL_STATE_DICT
+  (pytorch_model_fsdp.bin) unsharded and complete (before: unknown),
+  nothing to merge."""
 import os
 import shutil
 import sys
@@ -25,7 +33,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from harness import CKPT, SRC, check, finish, run, unshard  # noqa: E402
+from harness import (CKPT, SRC, check, finish, run, st_tensors,  # noqa: E402
+                     unshard)
 
 RW = os.path.join(SRC, "tests", "fixtures", "real-writers")
 
@@ -96,6 +105,54 @@ def main():
                   "refused" % case, p.returncode == 1 and len(err) == 1 and
                   err[0].endswith(want) and not os.path.exists(out),
                   p.stdout + p.stderr + "\nwanted: " + want)
+
+        # accelerate save_state folders.
+        acc = os.path.join(RW, "acc_save_state_sharded")
+        merged = os.path.join(acc, "reference_accelerate_merge_weights",
+                              "model.safetensors")
+        p = run(CKPT, "ls", os.path.join(acc, "run"))
+        check("save_state, FSDP sharded: an hf step, complete (was "
+              "incomplete: trainer_state.json missing)",
+              p.stdout.split("\t")[1:5] == ["checkpoint_0", "0", "hf",
+                                             "complete"], p.stdout)
+        out = os.path.join(tmp, "acc-out")
+        p = unshard(os.path.join(acc, "run"), out)
+        check("save_state, FSDP sharded: unsharded", p.returncode == 0 and
+              p.stdout.startswith("unsharded\tcheckpoint_0\t"),
+              p.stdout + p.stderr)
+        got = torch.load(os.path.join(out, "checkpoint_0-unsharded",
+                                      "model.pt"), weights_only=True)
+        want = st_tensors(merged)
+        check("save_state, FSDP sharded: model.pt holds merge-weights' "
+              "tensors", sorted(got) == sorted(want) and
+              all(got[k].numpy().tobytes() == want[k][2] for k in want))
+        out = os.path.join(tmp, "acc-hf")
+        p = unshard("--format", "hf", "--config-dir",
+                    os.path.join(acc, "model_config"),
+                    os.path.join(acc, "run"), out)
+        with open(os.path.join(out, "checkpoint_0-hf", "model.safetensors"),
+                  "rb") as x, open(merged, "rb") as y:
+            check("save_state, FSDP sharded --format hf: merge-weights' "
+                  "model.safetensors byte for byte", x.read() == y.read())
+        bad = os.path.join(tmp, "acc-killed")
+        shutil.copytree(os.path.join(acc, "run"), bad)
+        os.remove(os.path.join(bad, "checkpoints", "checkpoint_0",
+                               "random_states_0.pkl"))
+        p = run(CKPT, "ls", bad)
+        check("save_state without random_states_0.pkl: incomplete",
+              p.stdout.split("\t")[4:5] == [
+                  "incomplete: random_states_0.pkl missing (accelerate's "
+                  "save_state writes it last)"], p.stdout)
+        full = os.path.join(RW, "acc_save_state_full", "run")
+        p = run(CKPT, "ls", full)
+        check("save_state, FSDP full: unsharded, complete (was unknown)",
+              p.stdout.split("\t")[1:5] == ["checkpoint_0", "0",
+                                             "unsharded", "complete"],
+              p.stdout)
+        p = unshard(full, os.path.join(tmp, "full-out"))
+        check("save_state, FSDP full: nothing to merge",
+              p.returncode == 0 and p.stdout ==
+              "skip\tcheckpoint_0\tnot sharded\n", p.stdout + p.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return finish()
