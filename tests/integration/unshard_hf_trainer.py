@@ -26,6 +26,8 @@ output (tests/fixtures/real-writers/, provenance beside each):
   tied lm_head.weight written once (as embed_tokens; zero_to_fp32's own
   --safe_serialization fails there, its log committed), equal to the
   Trainer's own model.safetensors minus that copy;
+- torch DCP's HuggingFaceStorageWriter shards (torchtitan's and
+  torchtune's HF export): the tensors of torch's own consolidation;
 - a Megatron torch_dist step: refused (no mapping), nothing written."""
 import json
 import os
@@ -199,6 +201,27 @@ def main():
         del trainer["lm_head.weight"]
         same_tensors("tied: the Trainer's own, lm_head written once", got,
                      trainer)
+
+        # torch DCP's HuggingFaceStorageWriter (torchtitan's and
+        # torchtune's HF export), sharded: the tensors of torch's own
+        # consolidation, config.json from --config-dir.
+        hfw = os.path.join(SRC, "tests", "fixtures", "dcp-v2.14", "hf_sharded")
+        cfg = os.path.join(tmp, "cfg")
+        os.makedirs(cfg)
+        with open(os.path.join(cfg, "config.json"), "w") as f:
+            f.write('{"model_type": "llama", "tie_word_embeddings": false}\n')
+        out = os.path.join(tmp, "hfwriter")
+        p = unshard("--format", "hf", "--config-dir", cfg,
+                    os.path.join(hfw, "ckpt"), out)
+        check("HuggingFaceStorageWriter shards: exit 0", p.returncode == 0,
+              p.stdout + p.stderr)
+        want = {}
+        ref = os.path.join(hfw, "reference")
+        for f in sorted(os.listdir(ref)):
+            if f.endswith(".safetensors"):
+                want.update(st_tensors(os.path.join(ref, f)))
+        same_tensors("HuggingFaceStorageWriter shards: torch's consolidation",
+                     st_tensors(os.path.join(out, "model.safetensors")), want)
 
         # Megatron torch_dist: no mapping, said so, nothing written.
         mg = os.path.join(RW, "megatron_core_dist_ckpt_tensors", "ckpt")
