@@ -145,8 +145,8 @@ static cJSON *make_config(const struct ocfg *c, const char *dtype)
 {
     cJSON *o = cJSON_CreateObject(), *rope = cJSON_CreateObject();
     cJSON *arch = cJSON_CreateArray();
-    cJSON_AddItemToArray(arch, cJSON_CreateString(
-                             c->olmo2 ? "Olmo2ForCausalLM" : "OlmoForCausalLM"));
+    const char *cls = c->olmo2 ? "Olmo2ForCausalLM" : "OlmoForCausalLM";
+    cJSON_AddItemToArray(arch, cJSON_CreateString(cls));
     cJSON_AddItemToObject(o, "architectures", arch);
     cJSON_AddBoolToObject(o, "attention_bias", 0);
     cJSON_AddItemToObject(o, "attention_dropout", uns_hf_json_float(0));
