@@ -75,7 +75,7 @@ int ckpt_unshard_supported(int format)
            f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL ||
            f == CKPT_FMT_OLMO_CORE || f == CKPT_FMT_ORBAX ||
            f == CKPT_FMT_DEEPSPEED || f == CKPT_FMT_MEGATRON ||
-           f == CKPT_FMT_DCP_HF;
+           f == CKPT_FMT_DCP_HF || f == CKPT_FMT_HF;
 }
 
 const char *ckpt_unshard_partial(int format)
@@ -92,6 +92,18 @@ const char *ckpt_unshard_partial(int format)
 static int supported(enum ckpt_format f)
 {
     return ckpt_unshard_supported((int)f);
+}
+
+/* A step's output beside it: NAME-unsharded, or for an HF export
+ * NAME-hf. */
+static const char *suffix(const struct runctx *r)
+{
+    return r->uo.format == CKPT_FORMAT_HF ? "-hf" : "-unsharded";
+}
+
+static const char *done_word(const struct runctx *r)
+{
+    return r->uo.format == CKPT_FORMAT_HF ? "exported" : "unsharded";
 }
 
 /* One event for step k (NULL: the run as a whole). */
@@ -242,7 +254,7 @@ static int whole(const struct runctx *r, const struct ckpt_checkpoint *k)
 static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
                          const char *out, int *failed, enum copy *copy)
 {
-    char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
+    char *sib = ckpt_xasprintf("%s%s", k->dir, suffix(r));
     int at_src = ckpt_tree_has_dir(r->tree, sib);
     free(sib);
     *failed = 0;
@@ -268,13 +280,13 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
                               : "incomplete", k->why ? k->why : "?");
     if (at_src) {
         *copy = COPY_IN_RUN;
-        return ckpt_xasprintf("already unsharded: %s-unsharded in the run",
-                              k->name);
+        return ckpt_xasprintf("already %s: %s%s in the run", done_word(r),
+                              k->name, suffix(r));
     }
     if (!whole(r, k) &&
         (r->dest_remote ? dest_complete(r, out) : is_dir(out))) {
         *copy = COPY_AT_DEST;
-        return ckpt_xasprintf("already unsharded: %s exists", out);
+        return ckpt_xasprintf("already %s: %s exists", done_word(r), out);
     }
     if (!supported(k->format)) {
         *failed = 1;
@@ -431,7 +443,7 @@ static char *out_dir_of(struct runctx *r, const struct ckpt_checkpoint *k)
 {
     if (whole(r, k))
         return ckpt_xstrdup(r->dest);
-    char *name = ckpt_xasprintf("%s-unsharded", k->name);
+    char *name = ckpt_xasprintf("%s%s", k->name, suffix(r));
     char *out = ckpt_path_join(r->dest, name);
     free(name);
     return out;
@@ -962,6 +974,42 @@ static int dest_in_step(struct runctx *r, struct ckpt_err *err)
     if (st != r->cfg->uo.dest_storage)
         ckpt_storage_close(st);
     ckpt_loc_release(&loc);
+}
+
+/* --format hf of SRC that is one whole checkpoint (an HF model
+ * directory, an HF Trainer checkpoint-N: safetensors files): nothing to
+ * merge, but its model becomes DEST as an export does (names as stored,
+ * config.json beside). A directory only; 0 or -1, one row. */
+static int export_whole(struct runctx *r)
+{
+    struct ckpt_checkpoint k;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    memset(&k, 0, sizeof(k));
+    k.name = ckpt_path_basename(r->src);
+    k.dir = ckpt_xstrdup("");
+    k.step = -1;
+    k.format = CKPT_FMT_UNSHARDED;
+    k.complete = 1;
+    k.root = 1;
+    r->uo.storage = r->remote ? r->st : NULL;
+    struct ckpt_unshard_result res;
+    memset(&res, 0, sizeof(res));
+    struct ckpt_unshard_opts uo = r->uo;
+    uo.source_format = CKPT_FMT_UNSHARDED;    /* read as safetensors */
+    int rc = ckpt_unshard_dcp(r->tree->key, r->dest, &uo, &res, &err);
+    r->uo.storage = NULL;
+    if (rc != 0) {
+        step_row(r, "error", &k, err.msg, NULL, NULL);
+    } else {
+        char *why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", r->dest,
+                                   res.nfiles, res.nfiles == 1 ? "" : "s",
+                                   (unsigned long long)res.tensors);
+        step_row(r, msg_done[r->uo.dry_run ? 1 : 0], &k, why, &res, r->dest);
+        free(why);
+    }
+    ckpt_unshard_result_release(&res);
+    free(k.name);
+    free(k.dir);
     return rc;
 }
 
@@ -990,6 +1038,21 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
     size_t finished = 0;
     if (!archive && !r.remote)
         failed |= finish_dead_deletes(&r, &finished) != 0;
+    if (cfg->uo.nparts > 1) {
+        step_row(&r, "error", NULL, "--part writes a share of one "
+                 "checkpoint's export: give the step, not a run; nothing "
+                 "done", NULL, NULL);
+        failed = 2;
+        goto out;
+    }
+    if (cfg->delete_sharded && cfg->uo.format == CKPT_FORMAT_HF) {
+        step_row(&r, "error", NULL, "--delete-sharded never deletes on the "
+                 "strength of an HF export: it holds the model only, the "
+                 "step is the only copy of its optimizer and trainer "
+                 "state; nothing done", NULL, NULL);
+        failed = 2;
+        goto out;
+    }
     if (archive && cfg->delete_sharded) {
         step_row(&r, "error", NULL, "--delete-sharded never deletes inside "
                  "an archive; nothing done", NULL, NULL);
@@ -1029,9 +1092,12 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
         /* A checkpoint that is whole already (a step of model.pt) is
          * what run mode skips as "not sharded": said so, not "none". */
         char *whole = cfg->has_step ? NULL : whole_src(&r);
-        step_row(&r, whole ? "skip" : "error", NULL, whole ? whole :
-                 cfg->has_step ? "no sharded checkpoint with that step"
-                               : "no checkpoint", NULL, NULL);
+        if (whole && cfg->uo.format == CKPT_FORMAT_HF && !archive)
+            failed |= export_whole(&r) != 0;
+        else
+            step_row(&r, whole ? "skip" : "error", NULL, whole ? whole :
+                     cfg->has_step ? "no sharded checkpoint with that step"
+                                   : "no checkpoint", NULL, NULL);
         failed |= !whole;
         free(whole);
     }
