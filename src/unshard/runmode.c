@@ -974,6 +974,7 @@ static int dest_in_step(struct runctx *r, struct ckpt_err *err)
     if (st != r->cfg->uo.dest_storage)
         ckpt_storage_close(st);
     ckpt_loc_release(&loc);
+    return rc;
 }
 
 /* --format hf of SRC that is one whole checkpoint (an HF model
