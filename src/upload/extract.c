@@ -495,6 +495,30 @@ static int serve_dup(struct ckpt_upload *u, struct group *g,
     return 0;
 }
 
+int up_extract_holds(const struct obj *o)
+{
+    const struct extract *x = o->g->x;
+    /* Superseded: the later copy is what DEST is compared with. Else
+     * DEST may hold the later copy of this name, not yet read. */
+    return o->superseded || (x && x->pass == 0 && !x->at_end);
+}
+
+/* The first pass read to its end: every later copy is known, so each
+ * held conflict of a name read once is reported. */
+static void release_conflicts(struct ckpt_upload *u, struct group *g)
+{
+    for (size_t i = 0; i < u->nobjs; i++) {
+        struct obj *o = u->objs[i];
+        if (o->g != g || !o->conflict_held || o->superseded)
+            continue;
+        o->conflict_held = 0;
+        o->st = O_FAILED;
+        g->nfailed++;
+        up_emit(u, CKPT_UP_FAILED, o, NULL, o->err.msg);
+        up_progress(u, 1, 0);
+    }
+}
+
 /* Every superseded object of g finished (before its name is written
  * again). */
 static int superseded_done(const struct ckpt_upload *u,
@@ -645,6 +669,8 @@ int up_extract_step(struct ckpt_upload *u, struct group *g)
         g->plan_failed = 1;
     }
     x->at_end = rc == 0;
+    if (x->at_end && x->pass == 0)
+        release_conflicts(u, g);
     if (rc == 0 && x->pass == 0 && x->ndups && !u->cfg.dry_run &&
         !superseded_done(u, g))
         return 0;  /* (step is called again as units come back) */

@@ -84,7 +84,7 @@ void up_obj_supersede(struct ckpt_upload *u, struct obj *o)
     if (o->st == O_DONE) {
         u->t.uploaded--;
         u->t.bytes -= o->size;
-    } else if (o->st == O_SKIPPED) {
+    } else if (o->st == O_SKIPPED && !o->conflict_held) {
         u->t.skipped--;
     }
 }
@@ -107,6 +107,13 @@ void up_obj_fail(struct ckpt_upload *u, struct obj *o,
     if (terminal(o))
         return;
     free_ready(u, o);
+    if (err->code == CKPT_EEXIST && o->from_archive && up_extract_holds(o)) {
+        /* uncounted: reported at the archive's end, or never */
+        o->st = O_SKIPPED;
+        o->err = *err;
+        o->conflict_held = !o->superseded;
+        return;
+    }
     o->st = O_FAILED;
     o->err = *err;
     o->g->nfailed++;

@@ -233,6 +233,10 @@ struct obj {
     int from_archive;
     int superseded;             /* a later archive member of the same name
                                    wins (tar -r): not counted or verified */
+    int conflict_held;          /* an archive member's conflict, held
+                                   (uncounted) until the archive's end
+                                   says whether a later copy supersedes
+                                   it; err holds it */
     int outside;                /* reached through a followed symlink from
                                    outside SRC's real path: copied, never
                                    deleted */
@@ -400,6 +404,11 @@ void obj_restart_parts(struct obj *o);
 int up_extract_step(struct ckpt_upload *u, struct group *g);
 /* A later member of o's name was read: o no longer counts. */
 void up_obj_supersede(struct ckpt_upload *u, struct obj *o);
+/* A conflict of archive member o: 1 when it is moot (superseded by a
+ * later copy of its name) or to be held until the end of the archive's
+ * first pass, which reports it unless a later copy came; 0: report it
+ * now (extract.c). */
+int up_extract_holds(const struct obj *o);
 void up_extract_close(struct group *g);
 
 #endif

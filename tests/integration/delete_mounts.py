@@ -107,6 +107,11 @@ def body(c, tmp, runs, mounted):
     # a tmpfs inside it keeps it whole, and -n says so first.
     good = os.path.join(tmp, "good")
     shutil.copytree(os.path.join(runs, "2871001"), good, symlinks=True)
+    # the copy is ckpt's own output (the generated one was written by
+    # torch.save: other bytes, itself a refusal before the mount's)
+    shutil.rmtree(os.path.join(good, "step1000-unsharded"))
+    rc, out, err = ckpt("unshard", "--step", "1000", good, good)
+    c.eq("unshard step1000 (%s)" % err, rc, 0)
     tmpfs(mounted, os.path.join(good, "step1000", "scratch"),
           {"data": b"precious"})
     before = tree(os.path.join(good, "step1000"))

@@ -7,7 +7,8 @@ or CRC32C), never by ckpt's own x-amz-meta-ckpt-md5.
 
   damaged        DEST holds other bytes under x-amz-meta-ckpt-md5 of the
                  source's (what a PUT damaged on the way left): `upload
-                 --delete-source` sends the file again (before: `skipped`,
+                 --delete-source` is a conflict naming it, source kept;
+                 with --overwrite it sends the file again (before: `skipped`,
                  and the source deleted with only the damaged copy left)
   process        the same object under `ckpt process`: a conflict naming
                  the file, run failed, source kept, `-n` says the same
@@ -92,8 +93,17 @@ def damaged_upload(c, env, tmp, name, opaque=""):
                       env=env)
     c.eq("%s: staged (%s)" % (name, err), rc, 0)
     plant(env, "%s/a.txt" % name, damage(files["a.txt"]), files["a.txt"])
+    # DEST's copy is never replaced unasked: a conflict, source kept
     rc, out, err = ckpt("upload", "-v", "--delete-source", src,
                         "s3://%s/%s" % (B, name), env=env)
+    c.eq("%s: without --overwrite: exit 1 (%s)" % (name, err), rc, 1)
+    c.true("%s: without --overwrite: a conflict naming a.txt (%r)"
+           % (name, out), "conflict: s3://%s/%s/a.txt already exists at "
+           "DEST with different bytes" % (B, name) in out)
+    c.eq("%s: without --overwrite: source kept" % name,
+         os.path.exists(os.path.join(src, "a.txt")), True)
+    rc, out, err = ckpt("upload", "-v", "--delete-source", "--overwrite",
+                        src, "s3://%s/%s" % (B, name), env=env)
     c.eq("%s: exit (%s)" % (name, err), rc, 0)
     c.eq("%s: the damaged file sent again" % name, rows(out, "uploaded"),
          [os.path.join(src, "a.txt")])
@@ -163,8 +173,8 @@ def replaced_after_check(c, s3, env, tmp):
     c.eq("replaced: staged (%s)" % err, rc, 0)
     s3.configure(put_before_list={"path": "/%s/after/a.txt" % B,
                                   "body": "another writer", "match": "after",
-                                  "skip": 3})
-    rc, out, err = ckpt("upload", "--delete-source", src,
+                                  "skip": 4})
+    rc, out, err = ckpt("upload", "--delete-source", "--overwrite", src,
                         "s3://%s/after" % B, env=env)
     s3.configure(put_before_list=None)
     c.eq("replaced: exit 1 (%s)" % out, rc, 1)

@@ -10,11 +10,13 @@ against s3rver behind the fault-injecting proxy:
   upload` row, exit 1, no object at DEST (nor temporary file), nothing in
   the journal; a rerun once the file is stable copies the final bytes;
 * rewritten in place after an upload: the journal's record of that upload
-  does not skip it (the ctime changed), the new bytes are copied;
+  does not skip it (the ctime changed): a conflict (DEST's copy is never
+  replaced unasked), then with --overwrite the new bytes are copied;
 * replaced by a new file (another inode) with the same bytes: compared by
   content, skipped as such, not on the journal's word;
-* an --extract archive rewritten in place between runs: its large
-  members are copied again, not skipped on the journal's word.
+* an --extract archive rewritten in place between runs: its members are
+  compared again, not skipped on the journal's word (conflicts; copied
+  with --overwrite).
 """
 import io
 import os
@@ -163,6 +165,12 @@ def after(c, env, tmp):
          (0, ["uploaded\t%s\t%s" % (src, url)]))
     rewrite(src, b"version two\n" * 100)
     rc, out, err = ckpt(env, "upload", "-v", src, url)
+    c.eq("rewritten in place, mtime put back: found to differ, a conflict "
+         "without --overwrite (%s)" % err.strip(), (rc, out.splitlines()),
+         (1, ["failed\t%s\t%s\tconflict: %s already exists at DEST with "
+              "different bytes; not replaced (DEST keeps its copy: it may "
+              "be the only one)" % (src, url, url)]))
+    rc, out, err = ckpt(env, "upload", "-v", "--overwrite", src, url)
     c.eq("rewritten in place, mtime put back: copied again (%s)" %
          err.strip(), (rc, out.splitlines()),
          (0, ["uploaded\t%s\t%s" % (src, url)]))
@@ -208,6 +216,14 @@ def archive(c, env, tmp):
     with open(other, "rb") as f:
         rewrite(tar, f.read())
     rc, out, err = ckpt(env, "upload", "-v", "--extract", tar, url)
+    rows = sorted((r.split("\t")[0], r.split("\t")[2])
+                  for r in out.splitlines())
+    c.eq("archive rewritten: every member found to differ, conflicts "
+         "without --overwrite (%s)" % err.strip(),
+         (rc, rows), (1, [("failed", url + "/big.bin"),
+                          ("failed", url + "/small.txt")]))
+    rc, out, err = ckpt(env, "upload", "-v", "--extract", "--overwrite", tar,
+                        url)
     rows = sorted((r.split("\t")[0], r.split("\t")[2])
                   for r in out.splitlines())
     c.eq("archive rewritten: every member copied again (%s)" % err.strip(),

@@ -36,7 +36,10 @@ check "default output: nothing when all is well" "" "$out"
 printf 'ONE\n' >dst/a/one.txt
 touch -r src/a/one.txt dst/a/one.txt
 out=$("$CKPT" upload -v --checksum src dst 2>err | grep -v '^skipped')
-check "--checksum finds the change" "uploaded	src/a/one.txt	dst/a/one.txt" "$out"
+check "--checksum finds the change, a conflict without --overwrite" "failed	src/a/one.txt	dst/a/one.txt	conflict: dst/a/one.txt already exists at DEST with different bytes; not replaced (DEST keeps its copy: it may be the only one)" "$out"
+check "--checksum without --overwrite: DEST kept" "ONE" "$(cat dst/a/one.txt)"
+out=$("$CKPT" upload -v --checksum --overwrite src dst 2>err | grep -v '^skipped')
+check "--checksum --overwrite replaces it" "uploaded	src/a/one.txt	dst/a/one.txt" "$out"
 check "--checksum repaired it" "" "$(diff -r src dst)"
 
 # --- dry run: says, changes nothing

@@ -83,11 +83,18 @@ out=$("$CKPT" upload --json --checksum "$T/src" s3://ckpt-test/t 2>"$T/err")
 check "checksum rerun skips all" "summary 0 $n 0 0" "$(echo "$out" | summary)"
 check "checksum rerun PUT bytes" 0 "$(stat_of 'd["put_bytes"]')"
 
-# --- one changed file is sent again, nothing else
+# --- one changed file: a conflict unless --overwrite (DEST's copy may be
+# the only one), then sent again, nothing else
 printf 'changed' >"$T/src/odd names/tilde~x"
 touch -d '2001-01-01' "$T/src/odd names/tilde~x"
 s3env_reset_stats
 out=$("$CKPT" upload -v "$T/src" s3://ckpt-test/t 2>"$T/err")
+check "changed file, no --overwrite: exit" 1 $?
+check "changed file, no --overwrite: conflict" "failed	$T/src/odd names/tilde~x	s3://ckpt-test/t/odd names/tilde~x	conflict: s3://ckpt-test/t/odd names/tilde~x already exists at DEST" \
+    "$(echo "$out" | grep '^failed' | sed 's/ with .*//')"
+check "changed file, no --overwrite: nothing sent" 0 "$(stat_of 'd["put_bytes"]')"
+s3env_reset_stats
+out=$("$CKPT" upload -v --overwrite "$T/src" s3://ckpt-test/t 2>"$T/err")
 check "changed file row" "uploaded	$T/src/odd names/tilde~x	s3://ckpt-test/t/odd names/tilde~x" \
     "$(echo "$out" | grep '^uploaded')"
 check "changed file bytes" 7 "$(stat_of 'd["put_bytes"]')"
