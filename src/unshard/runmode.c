@@ -86,6 +86,12 @@ const char *ckpt_unshard_partial(int format)
     if ((enum ckpt_format)format == CKPT_FMT_DEEPSPEED)
         return "its unsharded output holds the fp32 weights only, not the "
                "optimizer states, scheduler and client state it holds";
+    /* accelerate merge-weights' state dict: the model's FSDP shards only;
+     * optimizer_0/, the scheduler, sampler and RNG states stay in the
+     * step. */
+    if ((enum ckpt_format)format == CKPT_FMT_HF)
+        return "its unsharded output holds the model weights only, not the "
+               "optimizer, scheduler and RNG states it holds";
     return NULL;
 }
 

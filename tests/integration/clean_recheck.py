@@ -10,11 +10,12 @@ LD_PRELOAD shim (tests/support/age_preload.c) acts when clean opens the
 step0 `.metadata` of the bad sample run 2871002 (after the run was
 listed, before the verdict), as a trainer beside it would:
   * grown: it writes a shard of a new step (the run grew);
-  * best: it renames `step1000-unfinished/` (a complete DCP checkpoint)
-    to `step1000/`, as OLMo commits a save: the same files, the same
-    bytes, and now a complete checkpoint;
+  * best: it renames a complete DCP checkpoint from outside the run to
+    `step1000/` (a step moved in; one already inside would be judged):
+    now a complete checkpoint;
   * unknown: it renames `scratch/` (files of a layout ckpt cannot judge)
-    to `step3/`: a step that may be good, which ckpt cannot tell;
+    from outside the run to `step3/`: a step that may be good, which
+    ckpt cannot tell;
   * archive: the bad run as `2871102.tar.gz`, replaced whole by a copy
     with a newer mtime the moment clean opens it again to re-check it
     (the shim's second open of it; the first is the listing): the same
@@ -112,12 +113,15 @@ def main():
              ({k: v for k, v in got.items() if k != shard}, shard in got),
              (base, True))
 
+        # (moved in from outside the run: a complete step already in the
+        # run is judged, and one no layout owns is unaccounted for)
         good = os.path.join(runs, "2871001", "step1000")
+        staged = os.path.join(tmp, "staged")
+        os.makedirs(staged)
         run = dir_case(
             c, tmp, runs, "best",
-            lambda r: shutil.copytree(good, os.path.join(
-                r, "step1000-unfinished")),
-            lambda r: (os.path.join(r, "step1000-unfinished"),
+            lambda r: shutil.copytree(good, os.path.join(staged, "step1000")),
+            lambda r: (os.path.join(staged, "step1000"),
                        os.path.join(r, "step1000")))
         want = dict(base)
         want.update({"step1000/" + k: v for k, v in
@@ -125,12 +129,12 @@ def main():
         c.eq("best: the run as it now is, step1000 whole", tree(run), want)
 
         def scratch(r):
-            os.makedirs(os.path.join(r, "scratch"))
+            os.makedirs(os.path.join(staged, "scratch"))
             for n in ("weights.npz", "notes.txt"):
-                with open(os.path.join(r, "scratch", n), "wb") as f:
+                with open(os.path.join(staged, "scratch", n), "wb") as f:
                     f.write(b"not a format ckpt knows\n")
         run = dir_case(c, tmp, runs, "unknown", scratch,
-                       lambda r: (os.path.join(r, "scratch"),
+                       lambda r: (os.path.join(staged, "scratch"),
                                   os.path.join(r, "step3")))
         want = dict(base)
         want.update({"step3/weights.npz": b"not a format ckpt knows\n",

@@ -105,5 +105,46 @@ keyed('existsObject', (bucket, key) => `${bucket}/${key}`);
 keyed('deleteObject', (bucket, key) => `${bucket}/${key}`);
 keyed('copyObject', (sb, sk, db, dk) => `${db}/${dk}`);
 
+/* A listing with a delimiter reports each common prefix as S3 does.
+ * s3rver's walk skips every directory two levels below the prefix, so a
+ * prefix holding only deeper objects (x/wandb/a/f under x/) was reported
+ * neither as a key nor as a common prefix: x/ looked empty. Here the
+ * listing is taken without the delimiter and folded: each key whose
+ * remainder holds the delimiter becomes its prefix, max-keys counts the
+ * keys (as s3rver does), and a truncated page reports only the prefixes
+ * before its last key (the continuation token is that key). */
+const listAll = Store.prototype.listObjects;
+Store.prototype.listObjects = async function listObjects(bucket, options) {
+  const { delimiter = '', prefix = '', maxKeys = Infinity } = options;
+  if (!delimiter) return listAll.call(this, bucket, options);
+  const all = await listAll.call(this, bucket,
+                                 { ...options, delimiter: '',
+                                   maxKeys: Infinity });
+  all.objects.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  const start = options.startAfter || '';
+  const prefixes = new Set();
+  const objects = [];
+  let isTruncated = false;
+  for (const o of all.objects) {
+    const idx = o.key.slice(prefix.length).indexOf(delimiter);
+    if (idx !== -1) {
+      const cp = o.key.slice(0, prefix.length + idx + 1);
+      if (!(start && start.startsWith(cp))) prefixes.add(cp);
+      continue;
+    }
+    if (objects.length >= maxKeys) {
+      isTruncated = true;
+      break;
+    }
+    objects.push(o);
+  }
+  let commonPrefixes = [...prefixes].sort();
+  if (isTruncated) {
+    const last = objects[objects.length - 1].key;
+    commonPrefixes = commonPrefixes.filter(cp => cp < last);
+  }
+  return { objects, commonPrefixes, isTruncated };
+};
+
 process.argv.splice(1, 1, require.resolve('s3rver/bin/s3rver.js'));
 require('s3rver/bin/s3rver.js');
