@@ -303,29 +303,27 @@ int ckpt_gate_own_aside(void *path, struct ckpt_err *err)
 
 /* ---- a backend's syscalls, under the gate only ---- */
 
+/* Whether this thread runs a storage delete for the gate; else errno
+ * EPERM. */
+static int held(void)
+{
+    if (active)
+        return 1;
+    errno = EPERM;
+    return 0;
+}
+
 int ckpt_gate_held_unlinkat(int dfd, const char *name, int flags)
 {
-    if (!active) {
-        errno = EPERM;
-        return -1;
-    }
-    return unlinkat(dfd, name, flags);
+    return held() ? unlinkat(dfd, name, flags) : -1;
 }
 
 int ckpt_gate_held_rmdir(const char *path)
 {
-    if (!active) {
-        errno = EPERM;
-        return -1;
-    }
-    return rmdir(path);
+    return held() ? rmdir(path) : -1;
 }
 
 int ckpt_gate_held_unlink(const char *path)
 {
-    if (!active) {
-        errno = EPERM;
-        return -1;
-    }
-    return unlink(path);
+    return held() ? unlink(path) : -1;
 }

@@ -53,7 +53,7 @@ void ckpt_clean_item_release(struct ckpt_clean_item *it)
 }
 
 /* A local delete starts by renaming the directory to a hidden sibling
- * ".BASE.ckpt-del-HOST-PID" (ckpt_del_rename): that rename is the commit
+ * ".BASE.ckpt-del-HOST-PID" (ckpt_gate_rename_aside): that rename is the commit
  * point, so a kill afterwards leaves a name a rerun can recognise and
  * finish, instead of a half-deleted run that no longer looks like a run.
  * Temp dirs inside the run RUN that dead deletes of this host left (a

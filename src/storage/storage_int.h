@@ -25,7 +25,7 @@ struct ckpt_storage_ops {
                          size_t, struct ckpt_err *);
     int (*del)(struct ckpt_storage *, const char *, struct ckpt_err *);
     int (*delete_tree)(struct ckpt_storage *, const char *, struct ckpt_err *);
-    /* Optional: ckpt_storage_delete_keys. */
+    /* Optional: ckpt_gate_delete_keys. */
     int (*delete_keys)(struct ckpt_storage *, const char *, char *const *,
                        size_t, struct ckpt_err *);
     void (*close)(struct ckpt_storage *);

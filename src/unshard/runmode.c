@@ -206,7 +206,7 @@ static int extract(struct runctx *r, const char *dir, struct ckpt_err *err)
 }
 
 /* Delete the sharded step k of the run: rename-first for a local run
- * (ckpt_storage_delete_tree_aside), so that a kill leaves the whole step
+ * (ckpt_gate_delete_tree_aside), so that a kill leaves the whole step
  * or a hidden .DIR.ckpt-del-HOST-PID that a rerun finishes, never part of
  * a step under its name; a remote step's objects go in batches. */
 struct step_check {
