@@ -219,29 +219,10 @@ int ckpt_storage_put_if_absent(struct ckpt_storage *st, const char *key,
                                const void *data, size_t len,
                                struct ckpt_err *err);
 
-/* Delete one file/object. Missing is success. */
-int ckpt_storage_delete(struct ckpt_storage *st, const char *key,
-                        struct ckpt_err *err);
-/* Delete a directory tree / every object under prefix `dir` + "/", and
- * the file/object `dir` itself if it exists. Local: never follows symlinks
- * (unlinks them), survives concurrent deleters. Remote: batched. */
-int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
-                             struct ckpt_err *err);
-/* ckpt_storage_delete_tree, rename-first where the storage is local: dir
- * is first renamed to its hidden ".BASE.ckpt-del-HOST-PID" sibling
- * (ckpt_del_rename, tempname.h), the commit point of the delete, and the
- * sibling is deleted; a kill leaves dir whole or the sibling, which
- * ckpt_del_dead finds once this process is gone. A missing dir is
- * success. Remote storages delete in place (batched). */
-int ckpt_storage_delete_tree_aside(struct ckpt_storage *st, const char *dir,
-                                   struct ckpt_err *err);
-/* Delete the file key below directory root, and only there: the
- * directory it is unlinked from, resolved, must be root's real path or
- * below it (never a file reached through a symlink out of root), and on
- * root's filesystem (never across a mount point); else CKPT_EUNSAFE and
- * the file stays. Missing is success. Remote: ckpt_storage_delete. */
-int ckpt_storage_delete_below(struct ckpt_storage *st, const char *root,
-                              const char *key, struct ckpt_err *err);
+/* Deletes (one object, a tree, a tree renamed aside first, a file below
+ * a root, a list of keys, a conditional delete, empty directories) are
+ * the delete gate's alone: ckpt/gate.h, each with the proof that allows
+ * it. Missing is success there too. */
 
 /* -1 with CKPT_EUNSAFE naming it when the local directory dir holds a
  * mount point (ckpt_local_find_mount), else 0 (remote storages, a file,
@@ -262,9 +243,6 @@ int ckpt_local_open_read(const char *path, unsigned flags,
                          struct ckpt_err *err);
 /* "a FIFO", "a socket", "a symbolic link", ... of a st_mode. */
 const char *ckpt_local_kind(unsigned mode);
-/* ckpt_storage_delete_below for a local root. */
-int ckpt_local_delete_below(const char *root, const char *key,
-                            struct ckpt_err *err);
 /* Mount points below dir (a file or directory on another device than
  * dir's; not walked into): 1 with *first the smallest path (relative to
  * dir, malloced) and *n how many, 0 when none, -1 on error. */
@@ -274,16 +252,6 @@ int ckpt_local_find_mount(const char *dir, char **first, size_t *n,
  * nearest directory above it that does) are on one filesystem and mount,
  * so that a hard link between them can be made; else 0. */
 int ckpt_local_same_fs(const char *a, const char *b);
-
-/* Delete exactly the files/objects keys[0..n) (all below dir, as a listing
- * of dir named them), then, locally, the directories below dir left empty
- * and dir itself if empty. Nothing else is deleted: a file written below
- * dir meanwhile stays (the caller lists dir again to find out). Local:
- * walks with O_NOFOLLOW, never through a symlink swapped in. Remote:
- * batched. Missing keys are success. */
-int ckpt_storage_delete_keys(struct ckpt_storage *st, const char *dir,
-                             char *const *keys, size_t n,
-                             struct ckpt_err *err);
 
 /* Can requests to st succeed at all? Asked once before a command starts
  * its work, so that what fails every request is one error, not one per
@@ -508,16 +476,6 @@ enum ckpt_loc_rel ckpt_storage_relation(struct ckpt_storage *sa,
 /* Do a and b (files that exist) name the same file or object? */
 int ckpt_storage_same_file(struct ckpt_storage *sa, const char *a,
                            struct ckpt_storage *sb, const char *b);
-/* Remove the empty directories at and below dir (local; never follows
- * symlinks; non-empty ones stay). A no-op for object storage. */
-int ckpt_storage_prune_dirs(struct ckpt_storage *st, const char *dir,
-                            struct ckpt_err *err);
-/* The same, but dir itself stays (process removes a run's directory only
- * after its state says "done": while it is there a pass over SRC still
- * finds the run). */
-int ckpt_storage_prune_below(struct ckpt_storage *st, const char *dir,
-                             struct ckpt_err *err);
-
 /* ---- Compare-and-swap on small objects (leases; docs/storage.md
  * "Conditional writes") ----
  *
@@ -545,10 +503,9 @@ int ckpt_storage_put_if_match(struct ckpt_storage *st, const char *key,
                               const char *version,
                               char new_version[CKPT_VERSION_MAX],
                               struct ckpt_err *err);
-/* Delete key only if its version is still `version`. A service that
- * ignores the condition on DELETE deletes unconditionally: callers that
- * must not delete another writer's object re-read first (see lease.h). */
-int ckpt_storage_delete_if_match(struct ckpt_storage *st, const char *key,
-                                 const char *version, struct ckpt_err *err);
+/* Delete key only if its version is still `version`: the gate's
+ * (ckpt_gate_delete_if_match). A service that ignores the condition on
+ * DELETE deletes unconditionally: callers that must not delete another
+ * writer's object re-read first (see lease.h). */
 
 #endif

@@ -53,11 +53,6 @@ void ckpt_temp_keep(const char *path);
 typedef void (*ckpt_temp_removed_fn)(const char *path, long pid);
 void ckpt_temp_on_removed(ckpt_temp_removed_fn fn);
 
-/* Remove path and, if it is a directory, everything below it, depth
- * first, never following symbolic links. Best effort, for ckpt's own
- * scratch and temporaries: errors are ignored, what cannot go stays. */
-void ckpt_rm_tree(const char *path);
-
 /*
  * Rename-first deletes of local directories (clean's runs and pruned
  * checkpoints, unshard --delete-sharded's steps). The delete starts by
@@ -75,10 +70,8 @@ void ckpt_rm_tree(const char *path);
  * NAME_MAX (such a directory is deleted in place). */
 char *ckpt_del_temp(const char *path);
 
-/* Rename path to ckpt_del_temp(path). 0 with *tmp the new name, or NULL
- * when the name would be too long and path was not renamed; -1 with err
- * set if the rename failed (*tmp NULL). */
-int ckpt_del_rename(const char *path, char **tmp, struct ckpt_err *err);
+/* The rename itself is the delete gate's: ckpt_gate_rename_aside
+ * (gate.h). */
 
 /* 1 if the base name is ".X.ckpt-del-HOST-PID" of this host and of a
  * process that no longer exists (then *x, if x is not NULL, is X,

@@ -35,8 +35,13 @@
 
 #include <openssl/evp.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
+
+/* What this file removes of its own (gate.h). */
+#define OWN_SCRATCH CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, \
+                          "the archive spool ckpt made")
 
 #define COPY_BUF (1u << 20)
 #define READ_REPORT (4u << 20)  /* on_read at least this often */
@@ -78,7 +83,10 @@ static int member_file(struct ckpt_archive_spool *s, size_t i, char **path,
                 continue;
             /* A name stored twice: the later copy takes its place. */
             char *aside = ckpt_xasprintf("%s/m/%zu", s->dir, j);
-            if (rename(own, aside) != 0) {
+            if (ckpt_gate_rename(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "a spool "
+                                               "file moved aside in the "
+                                               "spool"), own, aside,
+                                 NULL) != 0) {
                 free(aside);
                 break;
             }
@@ -343,7 +351,7 @@ void ckpt_archive_spool_free(struct ckpt_archive_spool *s)
         return;
     ckpt_archive_spool_detach(s);
     if (s->dir)
-        ckpt_rm_tree(s->dir);
+        (void)ckpt_gate_rm_tree(OWN_SCRATCH, s->dir, NULL);
     budget_give_back(s);
     for (size_t i = 0; i < s->n; i++) {
         free(s->m[i].path);

@@ -31,6 +31,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/interrupt.h"
 #include "ckpt/util.h"
 
@@ -250,8 +251,10 @@ void proc_claim_drop(struct one *o)
     struct ckpt_err err = CKPT_ERR_INIT;
     ckpt_interrupt_shield();
     if (read_claim(o, &h, ver, &err) == 0 && !strcmp(h.token, c->token))
-        (void)ckpt_storage_delete_if_match(o->p->cfg.dst, c->key, ver,
-                                           &err);
+        (void)ckpt_gate_delete_if_match(CKPT_GATE_OWN(CKPT_GATE_OWN_STATE,
+                                                      "a claim holding this "
+                                                      "process's token"),
+                                        o->p->cfg.dst, c->key, ver, &err);
     ckpt_interrupt_unshield();
     c->held = 0;
 }

@@ -3,6 +3,7 @@
  * object created with a conditional create, taken over after expiry and
  * renewed with a compare-and-swap on the version read.
  */
+#include "ckpt/gate.h"
 #include "ckpt/lease.h"
 
 #include <errno.h>
@@ -246,6 +247,10 @@ static int acquire_once(struct ckpt_lease *l, struct ckpt_lease_holder *h,
  * though its answer never came. The object is read once more, on a
  * shielded thread (ckpt/interrupt.h), and deleted if it carries our
  * token, so that a rerun takes the run at once. */
+/* A lease read back with our token, deleted only at that version. */
+#define LEASE_OURS CKPT_GATE_OWN(CKPT_GATE_OWN_STATE, "a lease holding this " \
+                                 "process's token")
+
 static void drop_if_ours(struct ckpt_lease *l)
 {
     struct ckpt_lease_holder h;
@@ -254,7 +259,8 @@ static void drop_if_ours(struct ckpt_lease *l)
     ckpt_interrupt_shield();
     if (read_lease(l->st, l->key, &h, ver, &err) == 0 &&
         !strcmp(h.token, l->me.token))
-        (void)ckpt_storage_delete_if_match(l->st, l->key, ver, &err);
+        (void)ckpt_gate_delete_if_match(LEASE_OURS, l->st, l->key, ver,
+                                        &err);
     ckpt_interrupt_unshield();
 }
 
@@ -326,7 +332,8 @@ int ckpt_lease_release(struct ckpt_lease *l, struct ckpt_err *err)
         if (read_lease(l->st, l->key, &h, ver, err) != 0)
             rc = err->code == CKPT_ENOTFOUND ? 0 : -1;
         else if (!strcmp(h.token, l->me.token))
-            rc = ckpt_storage_delete_if_match(l->st, l->key, ver, err) == 0
+            rc = ckpt_gate_delete_if_match(LEASE_OURS, l->st, l->key, ver,
+                                           err) == 0
                  ? 0 : err->code == CKPT_EEXIST ? CKPT_LEASE_LOST : -1;
     }
     ckpt_lease_free(l);

@@ -15,12 +15,17 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/tempname.h"
 #include "ckpt/text.h"
 #include "ckpt/interrupt.h"
 #include "ckpt/unshard.h"
 #include "ckpt/util.h"
 #include "process_int.h"
+
+/* What this file removes of its own (gate.h). */
+#define OWN_SCRATCH CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, \
+                          "process's scratch directory of a proof")
 
 /* An output directory below the run's DEST directory: "" for the run's
  * own (a run that is one checkpoint), else "stepN-unsharded". */
@@ -328,7 +333,7 @@ static int rederive(struct one *o, const char *dir, int record)
         free(key);
     }
     if (tmp)
-        ckpt_rm_tree(tmp);
+        (void)ckpt_gate_rm_tree(OWN_SCRATCH, tmp, NULL);
     free(tmpl);
     for (size_t i = 0; i < r.n; i++)
         free(r.files[i].name);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/archive.h"
 #include "ckpt/tempname.h"
 #include "ckpt/upload.h"
@@ -465,7 +466,9 @@ static int save_done(struct one *o)
         return -1;
     if (!o->p->cfg.keep_source && ckpt_storage_is_local(o->r->st) &&
         ckpt_archive_kind_of(o->r->key) == CKPT_ARCHIVE_NONE)
-        (void)ckpt_storage_prune_dirs(o->r->st, o->r->key, &err);
+        (void)ckpt_gate_prune_dirs(CKPT_GATE_OWN(CKPT_GATE_EMPTY_DIR, "the "
+                                                 "run's emptied directories"),
+                                   o->r->st, o->r->key, 0, &err);
     return 0;
 }
 

@@ -10,6 +10,7 @@
  * delete). This file keeps the top-down chain of one run (leased) in
  * one place.
  */
+#include "ckpt/gate.h"
 #include "ckpt/process.h"
 
 #include <pthread.h>
@@ -66,7 +67,9 @@ static void undo_delete_state(struct one *o)
         (void)proc_state_write(o->p->cfg.dst, o->state_key, o->r->id, &o->s,
                                &err);
     else
-        (void)ckpt_storage_delete(o->p->cfg.dst, o->state_key, &err);
+        (void)ckpt_gate_delete(CKPT_GATE_OWN(CKPT_GATE_OWN_STATE, "the "
+                                             "state this delete wrote"),
+                               o->p->cfg.dst, o->state_key, &err);
 }
 
 /* ---- one decompression pass ---- */

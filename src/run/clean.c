@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/buf.h"
 #include "ckpt/clean.h"
 #include "ckpt/tempname.h"
@@ -52,7 +53,7 @@ void ckpt_clean_item_release(struct ckpt_clean_item *it)
 }
 
 /* A local delete starts by renaming the directory to a hidden sibling
- * ".BASE.ckpt-del-HOST-PID" (ckpt_del_rename): that rename is the commit
+ * ".BASE.ckpt-del-HOST-PID" (ckpt_gate_rename_aside): that rename is the commit
  * point, so a kill afterwards leaves a name a rerun can recognise and
  * finish, instead of a half-deleted run that no longer looks like a run.
  * Temp dirs inside the run RUN that dead deletes of this host left (a
@@ -644,14 +645,15 @@ static int first_left(void *ud, const struct ckpt_entry *e)
  * a file written meanwhile (a trainer saving a checkpoint) is left in
  * place, and the run is an error. */
 static int delete_judged(struct ckpt_clean_item *it, struct ckpt_tree *t,
-                         const char *root, struct ckpt_err *err)
+                         struct ckpt_gate_proof *p, const char *root,
+                         struct ckpt_err *err)
 {
     char **keys = ckpt_xcalloc(t->n ? t->n : 1, sizeof(*keys));
     size_t n = 0;
     for (size_t i = 0; i < t->n; i++)
         if (t->files[i].type != CKPT_ENTRY_DIR)
             keys[n++] = ckpt_path_join(root, t->files[i].path);
-    int rc = ckpt_storage_delete_keys(it->st, root, keys, n, err);
+    int rc = ckpt_gate_delete_keys(p, it->st, root, keys, n, err);
     for (size_t i = 0; i < n; i++)
         free(keys[i]);
     free(keys);
@@ -690,42 +692,67 @@ static int refuse_path(struct ckpt_clean_item *it, struct ckpt_err *err)
     return unsafe_local(key, err);
 }
 
-static int delete_renamed(struct ckpt_clean_item *it, struct ckpt_tree *t,
-                          struct ckpt_err *err);
+/* The delete gate's re-check of a bad run (gate.h): still bad, not
+ * grown, and a path clean deletes at all; c->tree the run as re-read. */
+struct bad_check {
+    struct ckpt_clean_item *it;
+    struct ckpt_tree *tree;
+};
+
+static int still_bad(void *data, struct ckpt_err *err)
+{
+    struct bad_check *c = data;
+    ckpt_tree_free(c->tree);
+    c->tree = NULL;
+    int v = verify_still_bad(c->it, &c->tree, err);
+    if (v == 0 && refuse_path(c->it, err) != 0)
+        v = err->code == CKPT_ENOTFOUND ? 1 : -1;
+    return v;
+}
+
+static int delete_renamed(struct ckpt_clean_item *it, struct ckpt_gate_proof *p,
+                          struct bad_check *c, struct ckpt_err *err);
 
 static int delete_run(struct ckpt_clean_item *it, struct ckpt_err *err)
 {
-    struct ckpt_tree *tree = NULL;
-    int v = verify_still_bad(it, &tree, err);
-    if (v == 0 && refuse_path(it, err) != 0)
-        v = err->code == CKPT_ENOTFOUND ? 1 : -1;
-    if (v != 0) {
-        /* Gone already: another cleaner got there first, which is what we
-         * wanted. */
-        if (v == 1) {
-            ckpt_buf_addstr(&it->reason, " (already deleted by another "
-                            "process)");
-            it->gone = 1;
-        }
-        ckpt_tree_free(tree);
-        return v < 0 ? -1 : 0;
+    struct bad_check c = { it, NULL };
+    struct ckpt_gate_proof p = {
+        .rule = CKPT_GATE_BAD_RUN, .recheck = still_bad, .data = &c,
+        .evidence = "every file of the run accounted for, none complete",
+    };
+    int rc = it->is_archive ? ckpt_gate_delete(&p, it->st, it->key, err)
+                            : delete_renamed(it, &p, &c, err);
+    /* Gone already: another cleaner got there first, which is what we
+     * wanted. */
+    if (rc == 0 && p.gone) {
+        ckpt_buf_addstr(&it->reason, " (already deleted by another "
+                        "process)");
+        it->gone = 1;
     }
-    int rc = it->is_archive ? ckpt_storage_delete(it->st, it->key, err)
-                            : delete_renamed(it, tree, err);
-    ckpt_tree_free(tree);
+    ckpt_tree_free(c.tree);
     return rc;
 }
 
 /* A local run: rename it aside, delete the judged files inside, then the
  * directory. What appeared meanwhile goes back under the run's name (if
  * that is still free) and the run is an error. */
-static int delete_renamed(struct ckpt_clean_item *it, struct ckpt_tree *t,
-                          struct ckpt_err *err)
+static int delete_renamed(struct ckpt_clean_item *it, struct ckpt_gate_proof *p,
+                          struct bad_check *c, struct ckpt_err *err)
 {
-    if (!ckpt_storage_is_local(it->st))
-        return delete_judged(it, t, it->key, err);
+    /* In place (remote, or a name too long to rename): the files of the
+     * run re-read first, the gate re-reads it again right before. */
+    if (!ckpt_storage_is_local(it->st)) {
+        int v = ckpt_gate_check(p, err);
+        if (v != 0)
+            return v < 0 ? -1 : 0;
+        struct ckpt_tree *t = c->tree;
+        c->tree = NULL;
+        int rc = delete_judged(it, t, p, it->key, err);
+        ckpt_tree_free(t);
+        return rc;
+    }
     char *tmp;
-    if (ckpt_del_rename(it->key, &tmp, err) != 0) {
+    if (ckpt_gate_rename_aside(p, it->key, &tmp, err) != 0) {
         /* Renamed away since the re-check: another cleaner got there
          * first, which is what we wanted. */
         if (err->sys_errno != ENOENT)
@@ -735,13 +762,28 @@ static int delete_renamed(struct ckpt_clean_item *it, struct ckpt_tree *t,
         it->gone = 1;
         return 0;
     }
-    if (!tmp)
-        return delete_judged(it, t, it->key, err);
-    int rc = delete_judged(it, t, tmp, err);
+    if (p->gone)
+        return 0;
+    if (!tmp) {
+        struct ckpt_tree *t = c->tree;
+        c->tree = NULL;
+        int rc = delete_judged(it, t, p, it->key, err);
+        ckpt_tree_free(t);
+        return rc;
+    }
+    /* The rename committed the delete: the files judged go from there. */
+    struct ckpt_gate_proof aside = {
+        .rule = CKPT_GATE_ASIDE, .recheck = ckpt_gate_own_aside, .data = tmp,
+        .evidence = "a bad run this process renamed aside",
+    };
+    int rc = delete_judged(it, c->tree, &aside, tmp, err);
     struct stat sb;
     if (rc != 0 && lstat(tmp, &sb) == 0 && lstat(it->key, &sb) != 0 &&
         errno == ENOENT)
-        (void)rename(tmp, it->key);
+        (void)ckpt_gate_rename(CKPT_GATE_OWN(CKPT_GATE_REPLACE, "what "
+                                             "stays of a run, back under "
+                                             "its name"), tmp, it->key,
+                               NULL);
     free(tmp);
     return rc;
 }
@@ -759,6 +801,45 @@ static int will_prune(const struct ckpt_clean_item *it)
         any |= prune[i];
     free(prune);
     return any;
+}
+
+/* The gate's re-check of a pruned checkpoint: a real directory still
+ * (never a link swapped in), and the run's newest complete checkpoint,
+ * the one that licenses the prune, still there. */
+struct prune_check {
+    struct ckpt_clean_item *it;
+    const struct ckpt_checkpoint *c;
+    const char *key;
+};
+
+static int any_entry(void *ud, const struct ckpt_entry *e)
+{
+    (void)e;
+    *(int *)ud = 1;
+    return 1;
+}
+
+static int still_pruned(void *data, struct ckpt_err *err)
+{
+    struct prune_check *pc = data;
+    const struct ckpt_checkpoint *best = ckpt_run_best(&pc->it->run);
+    if (!best || best == pc->c)
+        return ckpt_err_set(err, CKPT_EUNSAFE, "%s: no newer complete "
+                            "checkpoint kept; not pruned", pc->c->name);
+    char *bkey = ckpt_path_join(pc->it->key, best->dir);
+    int found = 0;
+    int rc = ckpt_storage_list(pc->it->st, bkey, 0, any_entry, &found, err);
+    free(bkey);
+    if (rc < 0 || !found)
+        return ckpt_err_set(err, CKPT_EUNSAFE, "%s: the newer checkpoint "
+                            "%s is gone; not pruned", pc->c->name,
+                            best->name);
+    struct stat lsb;
+    if (ckpt_storage_is_local(pc->it->st) && lstat(pc->key, &lsb) == 0 &&
+        !S_ISDIR(lsb.st_mode))
+        return ckpt_err_set(err, CKPT_EUNSAFE, "%s is no longer a "
+                            "directory; not pruned", pc->key);
+    return 0;
 }
 
 static int prune_run(struct ckpt_clean_item *it, struct ckpt_err *err)
@@ -783,7 +864,13 @@ static int prune_run(struct ckpt_clean_item *it, struct ckpt_err *err)
         }
         if (!it->co->dry_run) {
             char *key = ckpt_path_join(it->key, c->dir);
-            rc = ckpt_storage_delete_tree_aside(it->st, key, err);
+            struct prune_check pc = { it, c, key };
+            struct ckpt_gate_proof p = {
+                .rule = CKPT_GATE_PRUNED, .recheck = still_pruned,
+                .data = &pc, .evidence = "a newer complete checkpoint of "
+                "the run is kept",
+            };
+            rc = ckpt_gate_delete_tree_aside(&p, it->st, key, err);
             free(key);
             if (rc != 0)
                 break;
@@ -806,13 +893,19 @@ void ckpt_clean_act(struct ckpt_clean_item *it)
     struct ckpt_err err = CKPT_ERR_INIT;
     int rc = 0;
     if (!strcmp(it->action, "delete") && it->resume)
-        rc = ckpt_storage_delete_tree(it->st, it->resume, &err);
+        rc = ckpt_gate_delete_tree(&(struct ckpt_gate_proof){
+                 .rule = CKPT_GATE_ASIDE, .recheck = ckpt_gate_dead_aside,
+                 .data = it->resume, .evidence = "a bad run a dead process "
+                 "of this host renamed aside" }, it->st, it->resume, &err);
     else if (!strcmp(it->action, "delete"))
         rc = delete_run(it, &err);
     for (size_t i = 0; rc == 0 && !it->co->dry_run && i < it->nresume_prune;
          i++) {
         char *key = ckpt_path_join(it->key, it->resume_prune[i]);
-        rc = ckpt_storage_delete_tree(it->st, key, &err);
+        rc = ckpt_gate_delete_tree(&(struct ckpt_gate_proof){
+                 .rule = CKPT_GATE_ASIDE, .recheck = ckpt_gate_dead_aside,
+                 .data = key, .evidence = "a pruned checkpoint a dead "
+                 "process of this host renamed aside" }, it->st, key, &err);
         free(key);
     }
     if (rc == 0 && !strcmp(it->action, msg_delete(it->co)) && !it->gone)

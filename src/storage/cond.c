@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/util.h"
 
 #define LOCAL_MAX (1u << 20)   /* a lease is a few hundred bytes */
@@ -74,7 +75,8 @@ static int lock_sidecar(const char *key, char **path, struct ckpt_err *err)
  * beside the leases and states), then unlock. */
 static void unlock_sidecar(int fd, char *path)
 {
-    unlink(path);
+    (void)ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_STATE, "a lock "
+                                         "sidecar ckpt made"), path, NULL);
     close(fd);
     free(path);
 }
@@ -166,7 +168,7 @@ static int local_delete_if_match(struct ckpt_storage *st, const char *key,
     if (fd < 0)
         return -1;
     int rc = local_check(st, key, version, 1, err);
-    if (rc == 0 && unlink(key) != 0 && errno != ENOENT)
+    if (rc == 0 && ckpt_gate_held_unlink(key) != 0 && errno != ENOENT)
         rc = ckpt_err_sys(err, "delete '%s'", key);
     unlock_sidecar(fd, lock);
     return rc < 0 ? -1 : 0;
@@ -344,8 +346,8 @@ int ckpt_storage_put_if_match(struct ckpt_storage *st, const char *key,
     return local_put_if_match(st, key, data, len, version, new_version, err);
 }
 
-int ckpt_storage_delete_if_match(struct ckpt_storage *st, const char *key,
-                                 const char *version, struct ckpt_err *err)
+int st_delete_if_match(struct ckpt_storage *st, const char *key,
+                       const char *version, struct ckpt_err *err)
 {
     if (supported(st, key, err) != 0)
         return -1;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "ckpt/buf.h"
+#include "ckpt/gate.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
 
@@ -326,7 +327,8 @@ static void lw_free(struct local_writer *w)
 static void lw_abort(struct ckpt_writer *w_)
 {
     struct local_writer *w = (struct local_writer *)w_;
-    unlink(w->tmp);
+    (void)ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "an aborted "
+                                         "write's temporary"), w->tmp, NULL);
     lw_free(w);
 }
 
@@ -346,12 +348,18 @@ static int lw_commit(struct ckpt_writer *w_, struct ckpt_err *err)
                 ? ckpt_err_set(err, CKPT_EEXIST, "'%s' already exists",
                                w->path)
                 : ckpt_err_sys(err, "create '%s'", w->path);
-        unlink(w->tmp);
-    } else if (rc == 0 && rename(w->tmp, w->path) != 0) {
-        rc = ckpt_err_sys(err, "rename '%s' to '%s'", w->tmp, w->path);
+        (void)ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "a created "
+                                             "file's temporary link"),
+                               w->tmp, NULL);
+    } else if (rc == 0) {
+        rc = ckpt_gate_rename(CKPT_GATE_OWN(CKPT_GATE_REPLACE, "a write's "
+                                            "temporary into place"),
+                              w->tmp, w->path, err);
     }
     if (rc != 0)
-        unlink(w->tmp);
+        (void)ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "a failed "
+                                             "write's temporary"),
+                               w->tmp, NULL);
     lw_free(w);
     return rc;
 }
@@ -408,7 +416,7 @@ static int local_put_if_absent(struct ckpt_storage *st, const char *key,
 static int local_del(struct ckpt_storage *st, const char *key,
                      struct ckpt_err *err)
 {
-    if (unlink(key) != 0 && errno != ENOENT)
+    if (ckpt_gate_held_unlink(key) != 0 && errno != ENOENT)
         return ckpt_err_sys(err, "delete '%s'", key);
     return 0;
 }
@@ -502,8 +510,16 @@ static int rm_contents(int dfd, const struct st_fs *fs, struct ckpt_buf *path,
             rc = other_fs(path->ptr, err);
             break;
         }
+        /* Only regular files, links and directories are ever deleted. */
+        if (!S_ISDIR(mode) && !S_ISREG(mode) && !S_ISLNK(mode)) {
+            rc = ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is %s; only regular "
+                              "files, links and directories are deleted",
+                              path->ptr, ckpt_local_kind(mode));
+            break;
+        }
         if (!S_ISDIR(mode)) {
-            if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT)
+            if (ckpt_gate_held_unlinkat(dirfd(d), de->d_name, 0) == 0 ||
+                errno == ENOENT)
                 continue;
             if (errno != EISDIR && errno != EPERM) {
                 rc = ckpt_err_sys(err, "delete '%s'", path->ptr);
@@ -523,7 +539,8 @@ static int rm_contents(int dfd, const struct st_fs *fs, struct ckpt_buf *path,
             break;
         }
         rc = rm_contents(sub, fs, path, err);
-        if (rc == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
+        if (rc == 0 &&
+            ckpt_gate_held_unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
             errno != ENOENT)
             rc = ckpt_err_sys(err, "delete directory '%s'", path->ptr);
     }
@@ -555,7 +572,7 @@ static int local_delete_tree(struct ckpt_storage *st, const char *dir,
     ckpt_buf_addstr(&path, dir);
     int rc = rm_contents(dfd, &fs, &path, err);
     ckpt_buf_release(&path);
-    if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT)
+    if (rc == 0 && ckpt_gate_held_rmdir(dir) != 0 && errno != ENOENT)
         rc = ckpt_err_sys(err, "delete directory '%s'", dir);
     return rc;
 }
@@ -604,12 +621,17 @@ static int open_parent(const char *dir, const char *key, const char **base,
 static int unlink_in(int fd, const char *base, const struct st_fs *fs,
                      const char *key, struct ckpt_err *err)
 {
-    int other = st_fs_other(fd, base, fs, NULL);
+    unsigned mode;
+    int other = st_fs_other(fd, base, fs, &mode);
     if (other < 0)
         return errno == ENOENT ? 0 : ckpt_err_sys(err, "delete '%s'", key);
     if (other)
         return other_fs(key, err);
-    if (unlinkat(fd, base, 0) != 0 && errno != ENOENT)
+    if (!S_ISREG(mode) && !S_ISLNK(mode))
+        return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is %s; only regular "
+                            "files, links and directories are deleted", key,
+                            ckpt_local_kind(mode));
+    if (ckpt_gate_held_unlinkat(fd, base, 0) != 0 && errno != ENOENT)
         return ckpt_err_sys(err, "delete '%s'", key);
     return 0;
 }
@@ -639,7 +661,8 @@ static int rm_empty(int dfd, const struct st_fs *fs, struct ckpt_buf *path,
         ckpt_buf_setlen(path, base);
         ckpt_buf_addf(path, "/%s", de->d_name);
         rc = rm_empty(sub, fs, path, err);
-        if (rc == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
+        if (rc == 0 &&
+            ckpt_gate_held_unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
             errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
             rc = ckpt_err_sys(err, "delete directory '%s'", path->ptr);
     }
@@ -683,7 +706,8 @@ static int local_delete_keys(struct ckpt_storage *st, const char *dir,
     ckpt_buf_addstr(&path, dir);
     int rc = rm_empty(dfd, &fs, &path, err);
     ckpt_buf_release(&path);
-    if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT && errno != ENOTEMPTY &&
+    if (rc == 0 && ckpt_gate_held_rmdir(dir) != 0 && errno != ENOENT &&
+        errno != ENOTEMPTY &&
         errno != EEXIST && errno != EBUSY)
         rc = ckpt_err_sys(err, "delete directory '%s'", dir);
     return rc;

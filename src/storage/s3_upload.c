@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/util.h"
 #include "ckpt/text.h"
 
@@ -137,7 +138,10 @@ static int reject_stored(struct ckpt_storage *st, const char *key,
                          const char *what, struct ckpt_err *err)
 {
     struct ckpt_err e2;
-    ckpt_storage_delete_if_match(st, key, etag, &e2);
+    /* Ours and damaged: the If-Match keeps another writer's object. */
+    ckpt_gate_delete_if_match(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "the object "
+                                            "this write stored damaged"),
+                              st, key, etag, &e2);
     return ckpt_err_set(err, CKPT_EHTTP, "%s: DEST reports ETag %s, but "
                         "the bytes sent have MD5 %s (%d attempts)", what,
                         etag, hex, attempts);

@@ -282,41 +282,6 @@ int ckpt_storage_put_if_absent(struct ckpt_storage *st, const char *key,
     return st->ops->put_if_absent(st, key, data, len, err);
 }
 
-int ckpt_storage_delete(struct ckpt_storage *st, const char *key,
-                        struct ckpt_err *err)
-{
-    return st->ops->del(st, key, err);
-}
-
-int ckpt_storage_delete_tree(struct ckpt_storage *st, const char *dir,
-                             struct ckpt_err *err)
-{
-    return st->ops->delete_tree(st, dir, err);
-}
-
-int ckpt_storage_delete_tree_aside(struct ckpt_storage *st, const char *dir,
-                                   struct ckpt_err *err)
-{
-    if (!ckpt_storage_is_local(st))
-        return ckpt_storage_delete_tree(st, dir, err);
-    /* Before the rename that commits the delete: a tree holding another
-     * filesystem is refused whole, never half deleted. */
-    if (ckpt_storage_mount_fault(st, dir, err) != 0)
-        return -1;
-    char *tmp;
-    struct ckpt_err rerr = CKPT_ERR_INIT;
-    if (ckpt_del_rename(dir, &tmp, &rerr) != 0) {
-        /* Gone already (another deleter): what was wanted. */
-        if (rerr.sys_errno == ENOENT)
-            return 0;
-        *err = rerr;
-        return -1;
-    }
-    int rc = ckpt_storage_delete_tree(st, tmp ? tmp : dir, err);
-    free(tmp);
-    return rc;
-}
-
 int ckpt_storage_mount_fault(struct ckpt_storage *st, const char *dir,
                              struct ckpt_err *err)
 {
@@ -332,24 +297,6 @@ int ckpt_storage_mount_fault(struct ckpt_storage *st, const char *dir,
                      "filesystem): %s; not deleting across it", dir, first);
     free(first);
     return rc == 0 ? 0 : -1;
-}
-
-int ckpt_storage_delete_below(struct ckpt_storage *st, const char *root,
-                              const char *key, struct ckpt_err *err)
-{
-    if (!ckpt_storage_is_local(st))
-        return ckpt_storage_delete(st, key, err);
-    return ckpt_local_delete_below(root, key, err);
-}
-
-int ckpt_storage_delete_keys(struct ckpt_storage *st, const char *dir,
-                             char *const *keys, size_t n,
-                             struct ckpt_err *err)
-{
-    if (!st->ops->delete_keys)
-        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: deleting keys not "
-                            "supported by %s", dir, st->ops->name);
-    return st->ops->delete_keys(st, dir, keys, n, err);
 }
 
 uint64_t ckpt_storage_bytes_read(const struct ckpt_storage *st)

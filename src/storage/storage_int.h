@@ -25,7 +25,7 @@ struct ckpt_storage_ops {
                          size_t, struct ckpt_err *);
     int (*del)(struct ckpt_storage *, const char *, struct ckpt_err *);
     int (*delete_tree)(struct ckpt_storage *, const char *, struct ckpt_err *);
-    /* Optional: ckpt_storage_delete_keys. */
+    /* Optional: ckpt_gate_delete_keys. */
     int (*delete_keys)(struct ckpt_storage *, const char *, char *const *,
                        size_t, struct ckpt_err *);
     void (*close)(struct ckpt_storage *);
@@ -76,6 +76,15 @@ int st_fs_at(int dfd, const char *name, struct st_fs *fs, int *root,
  * mount, or a mount's root; -1 with errno. *mode may be NULL. */
 int st_fs_other(int dfd, const char *name, const struct st_fs *fs,
                 unsigned *mode);
+/* The backend halves of the gate's deletes (gate_storage.c calls them,
+ * with the proof held: nothing else may). */
+/* The file key below root only (gate.h ckpt_gate_delete_below). */
+int ckpt_local_delete_below(const char *root, const char *key,
+                            struct ckpt_err *err);
+/* Delete key only if its version is still `version` (storage.h). */
+int st_delete_if_match(struct ckpt_storage *st, const char *key,
+                       const char *version, struct ckpt_err *err);
+
 /* Remote backends (s3.c); r2 and gs share the S3 protocol client. */
 int ckpt_s3_open(struct ckpt_storage *st, struct ckpt_err *err);
 

@@ -106,18 +106,3 @@ int ckpt_storage_mpu_list(struct ckpt_storage *st, const char *prefix,
     return s3_up_list(st, prefix, fn, ud, err);
 }
 
-int ckpt_storage_prune_dirs(struct ckpt_storage *st, const char *dir,
-                            struct ckpt_err *err)
-{
-    if (ckpt_storage_is_local(st))
-        return st_local_prune_dirs(st, dir, 0, err);
-    return 0;
-}
-
-int ckpt_storage_prune_below(struct ckpt_storage *st, const char *dir,
-                             struct ckpt_err *err)
-{
-    if (ckpt_storage_is_local(st))
-        return st_local_prune_dirs(st, dir, 1, err);
-    return 0;
-}

@@ -21,6 +21,7 @@
 
 #include <openssl/evp.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/interrupt.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
@@ -68,10 +69,13 @@ static int set_mtime(int fd, const char *name, int64_t mtime,
 int st_into_place(char *tmp, const char *key, int rc,
                   struct ckpt_err *err)
 {
-    if (rc == 0 && rename(tmp, key) != 0)
-        rc = ckpt_err_sys(err, "rename '%s' to '%s'", tmp, key);
+    if (rc == 0)
+        rc = ckpt_gate_rename(CKPT_GATE_OWN(CKPT_GATE_REPLACE, "a copy's "
+                                            "temporary into place"),
+                              tmp, key, err);
     if (rc != 0)
-        unlink(tmp);
+        (void)ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "a failed "
+                                             "copy's temporary"), tmp, NULL);
     free(tmp);
     return rc;
 }
@@ -206,8 +210,10 @@ int st_local_up_file(struct ckpt_storage *st, const char *key,
         if (link_fits(tmp)) {
             *linked = 1;
             rc = linked_same(tmp, ver, err);
-        } else if (unlink(tmp) != 0) {
-            rc = ckpt_err_sys(err, "delete '%s'", tmp);
+        } else {
+            rc = ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "a link "
+                                                "that does not fit"),
+                                  tmp, err);
         }
     }
     if (rc == 0 && !*linked)
@@ -239,7 +245,9 @@ int st_local_up_start(struct ckpt_storage *st, const char *key, uint64_t size,
         rc = ckpt_err_sys(err, "size '%s'", tmp);
     close(fd);
     if (rc != 0) {
-        unlink(tmp);
+        (void)ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "a copy's "
+                                             "temporary that could not be "
+                                             "sized"), tmp, NULL);
         free(tmp);
         return -1;
     }
@@ -285,16 +293,23 @@ int st_local_up_finish(struct ckpt_storage *st, const char *key,
     if (rc == 0 && meta)
         rc = set_mtime(fd, upload_id, meta->mtime, err);
     close(fd);
-    if (rc == 0 && rename(upload_id, key) != 0)
-        rc = ckpt_err_sys(err, "rename '%s' to '%s'", upload_id, key);
+    if (rc == 0)
+        rc = ckpt_gate_rename(CKPT_GATE_OWN(CKPT_GATE_REPLACE, "a finished "
+                                            "copy into place"),
+                              upload_id, key, err);
     return rc;
 }
 
 int st_local_up_abort(struct ckpt_storage *st, const char *upload_id,
                       struct ckpt_err *err)
 {
-    if (unlink(upload_id) != 0 && errno != ENOENT)
-        return ckpt_err_sys(err, "delete '%s'", upload_id);
+    struct ckpt_err e = CKPT_ERR_INIT;
+    if (ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "an aborted "
+                                       "copy's temporary"), upload_id,
+                         &e) != 0 && e.sys_errno != ENOENT) {
+        *err = e;
+        return -1;
+    }
     return 0;
 }
 
@@ -329,7 +344,7 @@ static int prune_fd(int dfd, const struct st_fs *fs, const char *name,
         int sub_empty = 0;
         rc = prune_fd(sub, fs, path, &sub_empty, err);
         if (rc == 0 && sub_empty &&
-            unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
+            ckpt_gate_held_unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 &&
             errno != ENOENT && errno != ENOTEMPTY)
             rc = ckpt_err_sys(err, "delete directory '%s'", path);
         else if (rc == 0 && !sub_empty)
@@ -356,7 +371,7 @@ int st_local_prune_dirs(struct ckpt_storage *st, const char *dir,
         return ckpt_err_sys(err, "stat '%s'", dir);
     }
     int rc = prune_fd(dfd, &fs, dir, &empty, err);
-    if (rc == 0 && empty && !keep_root && rmdir(dir) != 0 &&
+    if (rc == 0 && empty && !keep_root && ckpt_gate_held_rmdir(dir) != 0 &&
         errno != ENOENT && errno != ENOTEMPTY)
         rc = ckpt_err_sys(err, "delete directory '%s'", dir);
     return rc;

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/util.h"
 #include "hfexport.h"
 #include "unshard_int.h"
@@ -183,10 +184,13 @@ static int put(const char *dest, const char *name, const void *data,
         rc = ckpt_err_sys(err, "sync '%s'", tmp);
     if (fd >= 0 && close(fd) != 0 && rc == 0)
         rc = ckpt_err_sys(err, "close '%s'", tmp);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = ckpt_err_sys(err, "rename '%s' to '%s'", tmp, path);
+    if (rc == 0)
+        rc = ckpt_gate_rename(CKPT_GATE_OWN(CKPT_GATE_REPLACE, "a part's "
+                                            "output into place"),
+                              tmp, path, err);
     if (rc != 0 && fd >= 0)
-        unlink(tmp);
+        (void)ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "a part's "
+                                             "failed output"), tmp, NULL);
     free(tmp);
     free(path);
     return rc;
@@ -330,7 +334,9 @@ int uns_hf_part_finish(struct ujob *j, const char *dest, int *done,
     }
     for (unsigned i = 0; rc == 0 && seen == n && i < n; i++) {
         char *name = record_name(i, n), *path = ckpt_path_join(dest, name);
-        unlink(path);
+        (void)ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_STATE, "a part's "
+                                             "record, all parts done"),
+                               path, NULL);
         free(path);
         free(name);
     }

@@ -22,10 +22,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/tempname.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 #include "unshard_int.h"
+
+/* What this file removes or replaces (gate.h): its temporary
+ * directory, the old DEST's entries the new DEST holds too, DEST
+ * replaced by the new one. */
+#define OLD_DEST CKPT_GATE_OWN(CKPT_GATE_REPLACE, \
+                       "the replaced DEST's entry, held by the new DEST")
+#define NEW_DEST CKPT_GATE_OWN(CKPT_GATE_REPLACE, \
+                       "the new unsharded output into place")
+#define OWN_SCRATCH CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, \
+                          "unshard's temporary output directory")
 
 #define HASH_PIECE (4u << 20)
 
@@ -69,7 +80,7 @@ static int prepare_dest(const char *dest, struct dest *d,
 static void remove_tmp(struct dest *d)
 {
     if (d->tmpdir)
-        ckpt_rm_tree(d->tmpdir);
+        (void)ckpt_gate_rm_tree(OWN_SCRATCH, d->tmpdir, NULL);
 }
 
 static int is_output(const struct ujob *j, const char *name)
@@ -192,11 +203,12 @@ static int drop_old(int old, int cur, const struct ujob *j)
                 close(fa);
             if (fb >= 0)
                 close(fb);
-            left |= unlinkat(old, n, AT_REMOVEDIR) != 0;
+            left |= ckpt_gate_unlinkat(OLD_DEST, old, n, AT_REMOVEDIR,
+                                       NULL) != 0;
         } else if ((j && is_output(j, n)) ||
                    (fstatat(cur, n, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
                     a.st_dev == b.st_dev && a.st_ino == b.st_ino)) {
-            left |= unlinkat(old, n, 0) != 0;
+            left |= ckpt_gate_unlinkat(OLD_DEST, old, n, 0, NULL) != 0;
         } else {
             left = 1;
         }
@@ -216,26 +228,27 @@ static char *aside_name(const char *tmp)
  * holds the old DEST. */
 static int swap_in(struct dest *d, char **old, struct ckpt_err *err)
 {
-    if (renameat2(AT_FDCWD, d->tmpdir, AT_FDCWD, d->path,
-                  RENAME_EXCHANGE) == 0) {
+    struct ckpt_err e = CKPT_ERR_INIT;
+    if (ckpt_gate_renameat2(NEW_DEST, d->tmpdir, d->path, RENAME_EXCHANGE,
+                            &e) == 0) {
         *old = d->tmpdir;
         d->tmpdir = NULL;
         return 0;
     }
-    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
-        return ckpt_err_sys(err, "exchange '%s' with '%s'", d->tmpdir,
-                            d->path);
+    if (e.sys_errno != EINVAL && e.sys_errno != ENOSYS &&
+        e.sys_errno != ENOTSUP) {
+        *err = e;
+        return -1;
+    }
     /* No exchange here: DEST goes aside (a name no sweep removes) for
      * the instant between the two renames. */
     char *aside = aside_name(d->tmpdir);
-    if (rename(d->path, aside) != 0) {
-        ckpt_err_sys(err, "rename '%s' to '%s'", d->path, aside);
+    if (ckpt_gate_rename(NEW_DEST, d->path, aside, err) != 0) {
         free(aside);
         return -1;
     }
-    if (rename(d->tmpdir, d->path) != 0) {
-        ckpt_err_sys(err, "rename '%s' to '%s'", d->tmpdir, d->path);
-        rename(aside, d->path);
+    if (ckpt_gate_rename(NEW_DEST, d->tmpdir, d->path, err) != 0) {
+        (void)ckpt_gate_rename(NEW_DEST, aside, d->path, NULL);
         free(aside);
         return -1;
     }
@@ -267,18 +280,18 @@ static int drop_aside(const struct ujob *j, const struct dest *d, char *old,
         close(fo);
     if (fc >= 0)
         close(fc);
-    if (left && rmdir(old) != 0) {
+    if (left && ckpt_gate_rmdir(OLD_DEST, old, NULL) != 0) {
         char *keep = ckpt_str_endswith(old, ".tmp") ? aside_name(old)
                                                     : ckpt_xstrdup(old);
         if (strcmp(keep, old) != 0)
-            rename(old, keep);
+            (void)ckpt_gate_rename(NEW_DEST, old, keep, NULL);
         ckpt_err_set(err, CKPT_EIO, "'%s' changed while unsharding: the "
                      "outputs are in place, entries of the old directory "
                      "not in the new one are kept in '%s'", d->path, keep);
         free(keep);
         return -1;
     }
-    rmdir(old);
+    (void)ckpt_gate_rmdir(OLD_DEST, old, NULL);
     return 0;
 }
 
@@ -291,16 +304,14 @@ static int commit_files(struct ujob *j, struct dest *d, struct ckpt_err *err)
         return -1;
     for (size_t i = 0; i < j->dst.nfiles; i++) {
         char *to = ckpt_path_join(d->path, j->dst.files[i].name);
-        int rc = rename(j->dst.files[i].tmp, to) == 0 ? 0
-               : ckpt_err_sys(err, "rename '%s' to '%s'",
-                              j->dst.files[i].tmp, to);
+        int rc = ckpt_gate_rename(NEW_DEST, j->dst.files[i].tmp, to, err);
         free(to);
         if (rc != 0)
             return -1;
     }
     if (j->o->sync && sync_dir(d->path, err) != 0)
         return -1;
-    rmdir(d->tmpdir);
+    (void)ckpt_gate_rmdir(OWN_SCRATCH, d->tmpdir, NULL);
     free(d->tmpdir);
     d->tmpdir = NULL;
     return 0;
@@ -314,9 +325,8 @@ static int local_commit(struct ujob *j, struct ckpt_err *err)
     if (!d->exists) {
         if (j->o->sync && sync_dir(d->tmpdir, err) != 0)
             return -1;
-        if (rename(d->tmpdir, d->path) != 0)
-            return ckpt_err_sys(err, "rename '%s' to '%s'", d->tmpdir,
-                                d->path);
+        if (ckpt_gate_rename(NEW_DEST, d->tmpdir, d->path, err) != 0)
+            return -1;
         free(d->tmpdir);
         d->tmpdir = NULL;
     } else {

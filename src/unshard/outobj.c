@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 #include "unshard_int.h"
@@ -518,7 +519,9 @@ static int obj_close(struct ujob *j, struct ckpt_err *err)
 static int obj_commit(struct ujob *j, struct ckpt_err *err)
 {
     struct oobj *o = oo(j);
-    return ckpt_storage_delete(o->st, o->marker, err);
+    return ckpt_gate_delete(CKPT_GATE_OWN(CKPT_GATE_OWN_STATE, "the marker "
+                                          "of an unfinished output"),
+                            o->st, o->marker, err);
 }
 
 static void obj_abort(struct ujob *j)

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/archive.h"
 #include "ckpt/buf.h"
 #include "ckpt/run.h"
@@ -20,6 +21,10 @@
 #include "ckpt/unshard.h"
 #include "ckpt/util.h"
 #include "unshard_int.h"
+
+/* What this file removes of its own (gate.h). */
+#define OWN_SCRATCH CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, \
+                          "unshard's scratch copy of an archived step")
 
 /* --- runs ---------------------------------------------------------------- */
 
@@ -207,14 +212,55 @@ static int extract(struct runctx *r, const char *dir, struct ckpt_err *err)
 }
 
 /* Delete the sharded step k of the run: rename-first for a local run
- * (ckpt_storage_delete_tree_aside), so that a kill leaves the whole step
+ * (ckpt_gate_delete_tree_aside), so that a kill leaves the whole step
  * or a hidden .DIR.ckpt-del-HOST-PID that a rerun finishes, never part of
  * a step under its name; a remote step's objects go in batches. */
+struct step_check {
+    struct runctx *r;
+    const struct ckpt_checkpoint *k;
+    const char *key;
+    uint64_t files, bytes;
+};
+
+static int count_file(void *ud, const struct ckpt_entry *e)
+{
+    struct step_check *c = ud;
+    if (e->type != CKPT_ENTRY_DIR) {
+        c->files++;
+        c->bytes += e->size;
+    }
+    return 0;
+}
+
+/* The gate's re-check, right before the step goes: it holds no more
+ * files and bytes than the step that was unsharded (a trainer writing
+ * into it meanwhile keeps it). */
+static int step_unchanged(void *data, struct ckpt_err *err)
+{
+    struct step_check *c = data;
+    c->files = c->bytes = 0;
+    if (ckpt_storage_list(c->r->st, c->key, CKPT_LIST_RECURSIVE, count_file,
+                          c, err) < 0)
+        return err->code == CKPT_ENOTFOUND ? 1 : -1;
+    if (c->files > c->k->nfiles || c->bytes > c->k->size)
+        return ckpt_err_set(err, CKPT_EUNSAFE, "%s changed after it was "
+                            "unsharded (%llu files, %llu bytes now); not "
+                            "deleted", c->k->name,
+                            (unsigned long long)c->files,
+                            (unsigned long long)c->bytes);
+    return 0;
+}
+
 static int delete_step(struct runctx *r, const struct ckpt_checkpoint *k,
                        struct ckpt_err *err)
 {
     char *key = ckpt_path_join(r->tree->key, k->dir);
-    int rc = ckpt_storage_delete_tree_aside(r->st, key, err);
+    struct step_check c = { r, k, key, 0, 0 };
+    struct ckpt_gate_proof p = {
+        .rule = CKPT_GATE_UNSHARDED, .recheck = step_unchanged, .data = &c,
+        .evidence = "its unsharded output verified against it",
+    };
+    int rc = ckpt_gate_delete_tree_aside(&p, r->st, key, err);
     free(key);
     return rc;
 }
@@ -371,9 +417,9 @@ static char *step_dir(struct runctx *r, const struct ckpt_checkpoint *k,
         return ckpt_path_join(r->tree->key, k->dir);
     }
     char *to = ckpt_path_join(r->scratch, k->dir);
-    ckpt_rm_tree(to);
+    (void)ckpt_gate_rm_tree(OWN_SCRATCH, to, NULL);
     if (ckpt_mkdirs(r->scratch, err) != 0 || extract(r, k->dir, err) != 0) {
-        ckpt_rm_tree(to);
+        (void)ckpt_gate_rm_tree(OWN_SCRATCH, to, NULL);
         free(to);
         return NULL;
     }
@@ -575,7 +621,7 @@ static char *copy_not_ours(struct runctx *r, const struct ckpt_checkpoint *k,
         ckpt_storage_close(st);
     ckpt_loc_release(&loc);
     ckpt_unshard_result_release(&res);
-    ckpt_rm_tree(scratch);
+    (void)ckpt_gate_rm_tree(OWN_SCRATCH, scratch, NULL);
     free(scratch);
     free(sdir);
     free(dir);
@@ -689,7 +735,7 @@ static int do_step(struct runctx *r, const struct ckpt_checkpoint *k)
     r->uo.storage = NULL;
     /* Scratch copies (extracted) go as soon as they are used. */
     if (dir && copied(r))
-        ckpt_rm_tree(dir);
+        (void)ckpt_gate_rm_tree(OWN_SCRATCH, dir, NULL);
     free(dir);
     free(out);
     return failed ? -1 : 0;
@@ -758,7 +804,7 @@ static int spool_pass(struct runctx *r, struct spooled *v, size_t n,
         s->done = 1;
         failed |= unshard_step(r, s->k, s->dir, s->out) != 0;
         if (!r->spooled)
-            ckpt_rm_tree(s->dir);
+            (void)ckpt_gate_rm_tree(OWN_SCRATCH, s->dir, NULL);
     }
     ckpt_archive_close(a);
     if (rc < 0)
@@ -800,7 +846,7 @@ static int spool_run(struct runctx *r, const size_t *pick, size_t n)
                      NULL, NULL);
         failed |= !v[i].done;
         if (!r->spooled)
-            ckpt_rm_tree(v[i].dir);
+            (void)ckpt_gate_rm_tree(OWN_SCRATCH, v[i].dir, NULL);
         free(v[i].dir);
         free(v[i].out);
     }
@@ -886,7 +932,11 @@ static int finish_dead_delete(struct runctx *r, const char *name)
         step_row(r, "would-delete", &k, (why = ckpt_xasprintf(
                      "finishes an interrupted delete (%s)", name)), NULL,
                  NULL);
-    else if ((rc = ckpt_storage_delete_tree(r->st, path, &err)) != 0)
+    else if ((rc = ckpt_gate_delete_tree(&(struct ckpt_gate_proof){
+                  .rule = CKPT_GATE_ASIDE, .recheck = ckpt_gate_dead_aside,
+                  .data = path, .evidence = "a delete a dead process of "
+                  "this host committed by its rename" }, r->st, path,
+                  &err)) != 0)
         step_row(r, "error", &k, err.msg, NULL, NULL);
     else
         step_row(r, "deleted", &k, (why = ckpt_xasprintf(
@@ -1115,7 +1165,7 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
             failed |= do_step(&r, &r.run.ckpts[pick[i]]) != 0;
     free(pick);
 out:
-    ckpt_rm_tree(r.scratch);
+    (void)ckpt_gate_rm_tree(OWN_SCRATCH, r.scratch, NULL);
     free(r.scratch);
     free(r.spooled);
     free(r.config);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/util.h"
 #include "ckpt/run.h"
 #include "unshard_int.h"
@@ -864,7 +865,9 @@ int uns_src_tmp_fd(struct ujob *j, struct ckpt_err *err)
         char *t = ckpt_path_join(j->dst.tmpdir, "item-XXXXXX");
         fd = mkstemp(t);
         if (fd >= 0)
-            unlink(t);
+            (void)ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "an "
+                                                 "open temporary made "
+                                                 "nameless"), t, NULL);
         free(t);
     }
     if (fd < 0)

@@ -32,10 +32,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/buf.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
 #include "ckpt/text.h"
+
+/* A journal and its lock file: ckpt's own, finished or stale. */
+#define JOURNAL CKPT_GATE_OWN(CKPT_GATE_OWN_STATE, "an upload journal " \
+                              "with nothing unfinished")
 
 #define HEADER "# ckpt upload journal v1\n"
 
@@ -512,8 +517,12 @@ static void compact(struct journal *j)
     int ok = fd >= 0 && write(fd, b.ptr, b.len) == (ssize_t)b.len;
     if (fd >= 0 && close(fd) != 0)
         ok = 0;
-    if (!ok || rename(tmp, j->path) != 0)
-        unlink(tmp);
+    if (!ok || ckpt_gate_rename(CKPT_GATE_OWN(CKPT_GATE_REPLACE, "a "
+                                              "journal's new copy"),
+                                tmp, j->path, NULL) != 0)
+        (void)ckpt_gate_unlink(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "a "
+                                             "journal's new copy"), tmp,
+                               NULL);
     free(tmp);
     ckpt_buf_release(&b);
 }
@@ -539,8 +548,8 @@ void up_journal_close(struct journal *j)
     /* Removed while still locked: a process that opened the lock file
      * before sees it unnamed (still_named) and starts afresh. */
     if (j->discard && !any_unfinished(j)) {
-        unlink(j->path);
-        unlink(j->lock_path);
+        (void)ckpt_gate_unlink(JOURNAL, j->path, NULL);
+        (void)ckpt_gate_unlink(JOURNAL, j->lock_path, NULL);
     } else if (j->fd >= 0 && !j->failed) {
         compact(j);
     }
@@ -599,8 +608,8 @@ static int prune_one(const char *path, time_t cutoff)
          * how a rerun finds and discards it. */
         if (!any_unfinished(&tmp) && stat(path, &sb) == 0 &&
             sb.st_mtime < cutoff) {
-            pruned = unlink(path) == 0;
-            unlink(lock);
+            pruned = ckpt_gate_unlink(JOURNAL, path, NULL) == 0;
+            (void)ckpt_gate_unlink(JOURNAL, lock, NULL);
         }
         close(tmp.fd);
     }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/util.h"
 
 /* ---- unfinished uploads the journal does not know ---- */
@@ -185,28 +186,63 @@ static void drop_event(struct ckpt_upload *u, enum ckpt_upload_action a,
         u->cfg.on_event(u->cfg.ud, &ev);
 }
 
+/* The gate's re-check of a link: the lease (may_delete) still held. */
+static int lease_held(void *data, struct ckpt_err *err)
+{
+    struct ckpt_upload *u = data;
+    return u->cfg.may_delete && u->cfg.may_delete(u->cfg.ud, err) != 0
+           ? -1 : 0;
+}
+
+/* ...and of a drop: unchanged since it was judged (may_drop; *kept
+ * when not), then the lease. */
+struct drop_check {
+    struct ckpt_upload *u;
+    const struct group *g;
+    size_t k;
+    int kept;
+};
+
+static int drop_still_ok(void *data, struct ckpt_err *err)
+{
+    struct drop_check *c = data;
+    const struct ckpt_upload_cfg *cfg = &c->u->cfg;
+    c->kept = cfg->may_drop &&
+              cfg->may_drop(cfg->ud, c->g->drops[c->k], c->g->drop_rels[c->k],
+                            err) != 0;
+    return c->kept ? -1 : lease_held(c->u, err);
+}
+
 /* The files picked DROP go once every copied file of the group was
  * verified and deleted: what the caller asked to leave out of DEST. One
- * request each, the lease (may_delete) checked before each. */
+ * request each, the gate re-checking each (drop_still_ok) right before;
+ * -n asks may_drop alone. */
 static void delete_drops(struct ckpt_upload *u, struct group *g)
 {
     for (size_t k = 0; k < g->ndrops; k++) {
         struct ckpt_err err = CKPT_ERR_INIT;
         char *disp = ckpt_storage_display(g->sst, g->drops[k]);
-        int keep = u->cfg.may_drop &&
-                   u->cfg.may_drop(u->cfg.ud, g->drops[k], g->drop_rels[k],
-                                   &err) != 0;
-        if (u->cfg.dry_run && !keep) {
+        struct drop_check c = { u, g, k, 0 };
+        struct ckpt_gate_proof p = {
+            .rule = CKPT_GATE_DROPPED, .recheck = drop_still_ok, .data = &c,
+            .evidence = "a file the caller leaves out of DEST, judged",
+        };
+        int rc = 0;
+        if (u->cfg.dry_run)
+            c.kept = u->cfg.may_drop &&
+                     u->cfg.may_drop(u->cfg.ud, g->drops[k], g->drop_rels[k],
+                                     &err) != 0;
+        else
+            rc = ckpt_gate_delete_below(&p, g->sst, g->skey, g->drops[k],
+                                        &err);
+        if (u->cfg.dry_run && !c.kept) {
             drop_event(u, CKPT_UP_WOULD_DELETE, disp, g->drop_sizes[k], "");
-        } else if (keep) {
+        } else if (c.kept) {
             /* Changed since it was judged: its bytes may exist nowhere
              * else. Kept, by design (not a failure); -n says so too. */
             g->nkept++;
             drop_event(u, CKPT_UP_KEPT, disp, g->drop_sizes[k], err.msg);
-        } else if ((u->cfg.may_delete &&
-                    u->cfg.may_delete(u->cfg.ud, &err) != 0) ||
-                   ckpt_storage_delete_below(g->sst, g->skey, g->drops[k],
-                                             &err) != 0) {
+        } else if (rc != 0) {
             ckpt_err_prefix(&err, "not deleted");
             g->ndel_failed++;
             drop_event(u, CKPT_UP_FAILED, disp, g->drop_sizes[k], err.msg);
@@ -277,13 +313,17 @@ static void delete_sources(struct ckpt_upload *u)
         /* ...unless files stay (left out): a link may name them. */
         for (size_t k = 0; may && deletable(g) && !g->ndel_failed &&
                            !g->nleft && !g->nkept && k < g->nlinks; k++)
-            if (ckpt_storage_delete_below(g->sst, g->skey, g->links[k],
-                                          &err) != 0)
+            if (ckpt_gate_delete_below(&(struct ckpt_gate_proof){
+                    .rule = CKPT_GATE_COPIED, .recheck = lease_held,
+                    .data = u, .evidence = "a link of a run whose files "
+                    "went" }, g->sst, g->skey, g->links[k], &err) != 0)
                 up_emit(u, CKPT_UP_WARNING, NULL, g->links[k], err.msg);
         if (deletable(g) && g->kind == G_TREE &&
-            (u->cfg.keep_src_root
-             ? ckpt_storage_prune_below(g->sst, g->skey, &err)
-             : ckpt_storage_prune_dirs(g->sst, g->skey, &err)) != 0)
+            ckpt_gate_prune_dirs(CKPT_GATE_OWN(CKPT_GATE_EMPTY_DIR, "the "
+                                               "source's emptied "
+                                               "directories"),
+                                 g->sst, g->skey, u->cfg.keep_src_root,
+                                 &err) != 0)
             up_emit(u, CKPT_UP_WARNING, NULL, g->sdisp, err.msg);
         /* The source is gone: its journal can never vouch again. */
         if (deletable(g) && !g->ndel_failed && !g->nkept)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/interrupt.h"
 #include "ckpt/orbax.h"
 #include "ckpt/text.h"
@@ -555,28 +556,41 @@ static int archive_unchanged(struct unit *un)
     return 0;
 }
 
+/* The delete gate's re-check of a copied source (gate.h): the lease
+ * still held, the source unchanged since it was copied, DEST not the
+ * source itself. */
+static int still_copied(void *data, struct ckpt_err *err)
+{
+    struct unit *un = data;
+    struct obj *o = un->o;
+    const struct ckpt_upload_cfg *cfg = &un->u->cfg;
+    int rc = cfg->may_delete ? cfg->may_delete(cfg->ud, err) : 0;
+    if (rc == 0)
+        rc = o ? source_unchanged(o, err) : archive_unchanged(un);
+    if (rc == 0 && o)
+        rc = dest_is_source(o, err);
+    if (rc != 0) {
+        ckpt_err_prefix(err, "not deleted");
+        return -1;
+    }
+    return 0;
+}
+
 static void do_delete(struct unit *un)
 {
     struct obj *o = un->o;
-    const struct ckpt_upload_cfg *cfg = &un->u->cfg;
-    int rc = cfg->may_delete ? cfg->may_delete(cfg->ud, &un->err) : 0;
-    if (rc == 0)
-        rc = o ? source_unchanged(o, &un->err) : archive_unchanged(un);
-    if (rc == 0 && o)
-        rc = dest_is_source(o, &un->err);
-    if (rc != 0) {
-        ckpt_err_prefix(&un->err, "not deleted");
-        un->rc = -1;
-        return;
-    }
+    struct ckpt_gate_proof p = {
+        .rule = CKPT_GATE_COPIED, .recheck = still_copied, .data = un,
+        .evidence = "DEST's copy verified by DEST's own answer",
+    };
     /* A tree's file only below SRC's real path, on SRC's filesystem. */
     if (o && o->g->kind == G_TREE)
-        un->rc = ckpt_storage_delete_below(o->g->sst, o->g->skey, o->skey,
-                                           &un->err);
+        un->rc = ckpt_gate_delete_below(&p, o->g->sst, o->g->skey, o->skey,
+                                        &un->err);
     else
-        un->rc = o ? ckpt_storage_delete(o->g->sst, o->skey, &un->err)
-                   : ckpt_storage_delete(un->ag->sst, un->ag->skey,
-                                         &un->err);
+        un->rc = o ? ckpt_gate_delete(&p, o->g->sst, o->skey, &un->err)
+                   : ckpt_gate_delete(&p, un->ag->sst, un->ag->skey,
+                                      &un->err);
 }
 
 void up_unit_run(struct unit *un)

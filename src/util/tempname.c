@@ -6,7 +6,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "ckpt/err.h"
+#include "ckpt/gate.h"
 #include "ckpt/util.h"
 
 #define PREFIX ".ckpt-"
@@ -124,25 +124,6 @@ void ckpt_temp_on_removed(ckpt_temp_removed_fn fn)
     atomic_store(&removed_fn, fn);
 }
 
-static int rm_one(const char *path, const struct stat *sb, int flag,
-                  struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
-void ckpt_rm_tree(const char *path)
-{
-    struct stat sb;
-    if (path && lstat(path, &sb) == 0)
-        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* Whether the temporary base in dir belongs to a dead process here. */
 static int stale(const char *base, long *pid)
 {
@@ -151,6 +132,25 @@ static int stale(const char *base, long *pid)
         *pid == (long)getpid())
         return 0;
     return kill((pid_t)*pid, 0) != 0 && errno == ESRCH;
+}
+
+/* The gate's re-check of a sweep: the maker is still dead, the path
+ * still not kept. */
+struct sweep_check {
+    const char *path, *base;
+};
+
+static int still_stale(void *data, struct ckpt_err *err)
+{
+    struct sweep_check *c = data;
+    long pid;
+    pthread_mutex_lock(&mu);
+    int keep = is_kept(c->path);
+    pthread_mutex_unlock(&mu);
+    if (keep || !stale(c->base, &pid))
+        return ckpt_err_set(err, CKPT_EUNSAFE, "'%s' is no dead process's "
+                            "temporary now; not deleted", c->path);
+    return 0;
 }
 
 static void sweep_entry(const char *dir, const char *base)
@@ -166,7 +166,12 @@ static void sweep_entry(const char *dir, const char *base)
     struct stat sb;
     if (!keep && lstat(path, &sb) == 0) {
         /* Depth first, never following links: only the litter goes. */
-        ckpt_rm_tree(path);
+        struct sweep_check c = { path, base };
+        struct ckpt_gate_proof p = {
+            .rule = CKPT_GATE_OWN_TEMP, .recheck = still_stale, .data = &c,
+            .evidence = "a temporary of a dead ckpt process of this host",
+        };
+        (void)ckpt_gate_rm_tree(&p, path, NULL);
         ckpt_temp_removed_fn fn = atomic_load(&removed_fn);
         if (lstat(path, &sb) != 0 && fn)
             fn(path, pid);
@@ -227,18 +232,6 @@ char *ckpt_del_temp(const char *path)
     free(base);
     free(name);
     return out;
-}
-
-int ckpt_del_rename(const char *path, char **tmp, struct ckpt_err *err)
-{
-    *tmp = ckpt_del_temp(path);
-    if (*tmp && rename(path, *tmp) != 0) {
-        int rc = ckpt_err_sys(err, "rename '%s' to '%s'", path, *tmp);
-        free(*tmp);
-        *tmp = NULL;
-        return rc;
-    }
-    return 0;
 }
 
 /* Split the base name b, ".X" DEL_MARK HOST "-" PID, at its parts: 1

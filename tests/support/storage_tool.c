@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/buf.h"
 #include "ckpt/pool.h"
 #include "ckpt/storage.h"
@@ -224,9 +225,9 @@ static int run(struct ckpt_storage *st, const char *key, int argc,
     if (!strcmp(cmd, "put") || !strcmp(cmd, "put-if-absent"))
         return cmd_put(st, argv[1], key, cmd[3] == '-', err);
     if (!strcmp(cmd, "rm"))
-        return ckpt_storage_delete(st, key, err);
+        return ckpt_gate_delete(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, key, err);
     if (!strcmp(cmd, "rm-tree"))
-        return ckpt_storage_delete_tree(st, key, err);
+        return ckpt_gate_delete_tree(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, key, err);
     if (!strcmp(cmd, "probe"))
         return ckpt_storage_probe(st, key, err);
     if (!strcmp(cmd, "put-many")) {

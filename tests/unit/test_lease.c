@@ -2,6 +2,7 @@
 #include <stdatomic.h>
 #include <sys/wait.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/lease.h"
 #include "ckpt/storage.h"
 #include "ckpt/util.h"
@@ -246,18 +247,18 @@ static void test_lease__storage_compare_and_swap(void)
     CHECK_EQ(ckpt_storage_put_if_match(st, key, "three", 5, v1, v3, &err),
              -1);
     CHECK_EQ(err.code, CKPT_EEXIST);
-    CHECK_EQ(ckpt_storage_delete_if_match(st, key, v1, &err), -1);
+    CHECK_EQ(ckpt_gate_delete_if_match(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, key, v1, &err), -1);
     CHECK_EQ(err.code, CKPT_EEXIST);
     data = slurp(key);
     CHECK_STR(data, "two");
     free(data);
-    CHECK_EQ(ckpt_storage_delete_if_match(st, key, v2, &err), 0);
+    CHECK_EQ(ckpt_gate_delete_if_match(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, key, v2, &err), 0);
     CHECK(access(key, F_OK) != 0);
     /* Gone: a replace loses, a delete has nothing to do. */
     CHECK_EQ(ckpt_storage_put_if_match(st, key, "x", 1, v2, NULL, &err), -1);
     CHECK_EQ(err.code, CKPT_EEXIST);
     CHECK(access(key, F_OK) != 0);
-    CHECK_EQ(ckpt_storage_delete_if_match(st, key, v2, &err), 0);
+    CHECK_EQ(ckpt_gate_delete_if_match(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, key, v2, &err), 0);
     free(key);
     ckpt_storage_close(st);
 }
@@ -399,7 +400,7 @@ static void test_lease__processes_race_one_winner_per_round(void)
         if (won != 1 || leased != PROCS - 1)
             bad_rounds++;
         struct ckpt_err err;
-        CHECK_EQ(ckpt_storage_delete(st, key, &err), 0);
+        CHECK_EQ(ckpt_gate_delete(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, key, &err), 0);
     }
     CHECK_EQ(bad_rounds, 0);
     free(key);
@@ -430,14 +431,14 @@ static void test_lease__dead_holder_of_this_host_taken_over(void)
     ckpt_lease_free(l);
     CHECK_EQ(ckpt_lease_acquire(st, key, "r", &me, &lm, &h, &err),
              CKPT_LEASE_LEASED);
-    CHECK_EQ(ckpt_storage_delete(st, key, &err), 0);
+    CHECK_EQ(ckpt_gate_delete(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, key, &err), 0);
     /* A live process of this host keeps it. */
     CHECK_EQ(ckpt_lease_acquire(st, key, "r", &live, &l, &h, &err),
              CKPT_LEASE_ACQUIRED);
     ckpt_lease_free(l);
     CHECK_EQ(ckpt_lease_acquire(st, key, "r", &me, &lm, &h, &err),
              CKPT_LEASE_LEASED);
-    CHECK_EQ(ckpt_storage_delete(st, key, &err), 0);
+    CHECK_EQ(ckpt_gate_delete(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, key, &err), 0);
     /* A dead one of this host: taken over now, its holder reported. */
     CHECK_EQ(ckpt_lease_acquire(st, key, "r", &dead, &l, &h, &err),
              CKPT_LEASE_ACQUIRED);

@@ -7,6 +7,7 @@
 
 #include <openssl/evp.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/buf.h"
 #include "ckpt/storage.h"
 #include "ckpt/util.h"
@@ -125,7 +126,7 @@ static void test_storage__local_ops(void)
     char *missing = ckpt_path_join(root, "nope");
     CHECK(ckpt_storage_stat(st, missing, &sb, &err) == -1);
     CHECK_EQ(err.code, CKPT_ENOTFOUND);
-    CHECK(ckpt_storage_delete(st, missing, &err) == 0);
+    CHECK(ckpt_gate_delete(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, missing, &err) == 0);
     /* conditional create */
     CHECK(ckpt_storage_put_if_absent(st, b, "x", 1, &err) == -1);
     CHECK_EQ(err.code, CKPT_EEXIST);
@@ -528,13 +529,13 @@ static void test_storage__delete_tree_never_follows_links(void)
              "%s/outside/precious %s/run/linkfile", t, t, t, t, t, t, t, t);
     CHECK(system(cmd) == 0);
     char *run = ckpt_path_join(t, "run");
-    CHECK(ckpt_storage_delete_tree(st, run, &err) == 0);
+    CHECK(ckpt_gate_delete_tree(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, run, &err) == 0);
     struct ckpt_stat sb;
     CHECK(ckpt_storage_stat(st, run, &sb, &err) == -1);
     char *precious = ckpt_path_join(t, "outside/precious");
     CHECK(ckpt_storage_stat(st, precious, &sb, &err) == 0);
     /* deleting what is gone is success */
-    CHECK(ckpt_storage_delete_tree(st, run, &err) == 0);
+    CHECK(ckpt_gate_delete_tree(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, run, &err) == 0);
     ckpt_storage_close(st);
     free(run);
     free(precious);
@@ -598,15 +599,15 @@ static void test_storage__delete_below_stays_inside(void)
     char *outf = ckpt_xasprintf("%s/db/out/d/f", t), *outg = ckpt_xasprintf(
         "%s/db/out/g", t), *inh = ckpt_xasprintf("%s/real/h", src);
     struct stat sb;
-    CHECK(ckpt_storage_delete_below(st, src, a, &err) == -1);
+    CHECK(ckpt_gate_delete_below(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, src, a, &err) == -1);
     CHECK(err.code == CKPT_EUNSAFE && strstr(err.msg, "is outside"));
     CHECK(stat(outf, &sb) == 0);
-    CHECK(ckpt_storage_delete_below(st, src, b, &err) == 0);
+    CHECK(ckpt_gate_delete_below(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, src, b, &err) == 0);
     CHECK(lstat(b, &sb) == -1 && stat(outg, &sb) == 0);
-    CHECK(ckpt_storage_delete_below(st, src, c, &err) == 0);
+    CHECK(ckpt_gate_delete_below(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, src, c, &err) == 0);
     CHECK(stat(inh, &sb) == -1);
     /* gone already: success */
-    CHECK(ckpt_storage_delete_below(st, src, c, &err) == 0);
+    CHECK(ckpt_gate_delete_below(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, src, c, &err) == 0);
     ckpt_storage_close(st);
     free(src);
     free(a);
@@ -640,9 +641,9 @@ static void test_storage__delete_keys_exactly(void)
         ckpt_xasprintf("%s/swapped/model.pt", run), /* through a link */
         ckpt_xasprintf("%s/gone.txt", run),         /* already gone */
     };
-    CHECK(ckpt_storage_delete_keys(st, run, keys, 4, &err) == -1);
+    CHECK(ckpt_gate_delete_keys(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, run, keys, 4, &err) == -1);
     CHECK(strstr(err.msg, "swapped/model.pt") != NULL);
-    CHECK(ckpt_storage_delete_keys(st, run, keys, 2, &err) == 0);
+    CHECK(ckpt_gate_delete_keys(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, run, keys, 2, &err) == 0);
     char out[4096] = "";
     snprintf(cmd, sizeof(cmd), "cd %s/k && find . | LC_ALL=C sort | tr '\n' ' '"
              " > %s/k.out", t, t);
@@ -671,7 +672,7 @@ static void *delete_thread(void *arg)
 {
     struct deleter *d = arg;
     struct ckpt_err err;
-    d->rc = ckpt_storage_delete_tree(d->st, d->dir, &err);
+    d->rc = ckpt_gate_delete_tree(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), d->st, d->dir, &err);
     if (d->rc)
         fprintf(stderr, "  deleter: %s\n", err.msg);
     return NULL;
@@ -753,7 +754,7 @@ static void test_storage__tar_members(void)
     ckpt_buf_release(&listed);
     CHECK(ckpt_storage_put(st, k, "x", 1, &err) == -1);
     CHECK_EQ(err.code, CKPT_EUNSUPPORTED);
-    CHECK(ckpt_storage_delete_tree(st, k, &err) == -1);
+    CHECK(ckpt_gate_delete_tree(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), st, k, &err) == -1);
     free(k);
     ckpt_storage_close(st);
     ckpt_storage_close(base);

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/gate.h"
 #include "ckpt/buf.h"
 #include "ckpt/pool.h"
 #include "ckpt/tempname.h"
@@ -346,7 +347,7 @@ static void test_util__del_names(void)
     free(t);
     snprintf(name, sizeof(name), "%s/c", dir);
     CHECK(ckpt_del_dead_sibling(name) == NULL);  /* a live pid's */
-    ckpt_rm_tree(dir);
+    (void)ckpt_gate_rm_tree(CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, "test"), dir, NULL);
     CHECK(access(dir, F_OK) != 0);
 }
 
