@@ -15,6 +15,62 @@
 
 static int want_help, want_version;
 
+/* Optimal string alignment distance: insertions, deletions,
+ * substitutions and transpositions of neighbours each cost 1. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return SIZE_MAX;
+    size_t d[65][65];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            size_t v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < v)
+                v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] &&
+                a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[la][lb];
+}
+
+int cli_did_you_mean(const char *what, const char *name,
+                     const char *const *cands, size_t n)
+{
+    size_t best = SIZE_MAX, len = strlen(name);
+    for (size_t i = 0; i < n; i++) {
+        size_t dist = edit_distance(name, cands[i]);
+        if (len >= 2 && !strncmp(cands[i], name, len))
+            dist = 1;   /* a prefix: as near as one typo */
+        if (dist < best)
+            best = dist;
+    }
+    if (best > 2 || best * 2 >= len)
+        return 0;
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t dist = edit_distance(name, cands[i]);
+        if (len >= 2 && !strncmp(cands[i], name, len))
+            dist = 1;
+        if (dist == best)
+            ckpt_buf_addf(&b, "%s'%s'", k++ ? ", " : "", cands[i]);
+    }
+    fprintf(stderr, "hint: did you mean %s%s%s%s?\n",
+            k > 1 ? "one of the " : "", k > 1 ? what : "", k > 1 ? "s " : "",
+            b.ptr);
+    ckpt_buf_release(&b);
+    return k;
+}
+
 /* --log-file: what would go to stderr (messages, log lines) is appended to
  * FILE, as rclone's --log-file does; rows stay on stdout. Opened O_APPEND,
  * so several workers (cron, GNU parallel) can share one file line by line. */

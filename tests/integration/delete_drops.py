@@ -55,7 +55,7 @@ def main():
                                 env=env)
             c.eq("%s: processed, the row says what was kept (%s)"
                  % (mode, err.strip()[-300:]), (rc, out[0][:2], out[0][-1]),
-                 (0, ["processed", run], note))
+                 (0, ["process", run], note))
             left = tree(run)
             c.eq("%s: only the changed shard (and the latest link naming "
                  "its step) stay" % mode, sorted(left),
@@ -95,7 +95,7 @@ def remote(c, s3, runs, tmp):
                         "--dest", dest, env=env)
     c.eq("s3: processed, the row says what was kept (%s)"
          % err.strip()[-300:], (rc, out[0][:2], out[0][-1]),
-         (0, ["processed", src], note))
+         (0, ["process", src], note))
     left = remote_contents(env, "ckpt-test", "src/2871001")
     c.eq("s3: only the rewritten shard stays, with its new bytes", left,
          {SHARD: b"rewritten"})

@@ -220,7 +220,7 @@ def test_map_wandb(tmp):
     no_controls("map-wandb", out + err)
     rc, out, err = run(args[:1] + [b"--json"] + args[1:], tmp)
     objs = json_lines("map-wandb --json", out)
-    check("map-wandb --json: runs", [(o["run"], o["location"]) for o in objs],
+    check("map-wandb --json: runs", [(o["id"], o["run"]) for o in objs],
           [(json_name(n), "runs/" + json_name(n)) for n in names])
 
 
@@ -228,7 +228,7 @@ def test_upload(tmp):
     rc, out, err = run([b"upload", b"-v", b"src", b"dest"], tmp)
     rows = sorted(out.split(b"\n")[:-1])
     check("upload -v: rows", rows, sorted(
-        b"uploaded\tsrc/%s/%s\tdest/%s/%s" % (esc(n), esc(n), esc(n), esc(n))
+        b"copy\tsrc/%s/%s\tdest/%s/%s" % (esc(n), esc(n), esc(n), esc(n))
         for n in NAMES))
     check("upload: exit", rc, 0)
     check("upload: the files arrived under their own names",
@@ -237,7 +237,7 @@ def test_upload(tmp):
     rc, out, err = run([b"upload", b"-v", b"--json", b"src", b"dest2"], tmp)
     objs = json_lines("upload --json", out)
     check("upload --json: sources", sorted(o["src"] for o in objs
-                                           if o["action"] == "uploaded"),
+                                           if o["action"] == "copy"),
           sorted("src/%s/%s" % (json_name(n), json_name(n)) for n in NAMES))
 
 

@@ -73,11 +73,11 @@ def expected_lines(dest, step10="step10", deleted=None):
     """deleted: the run, when --delete-sharded (step5's complete copy in
     the run then deletes step5)."""
     def done(step, n, t):
-        s = "unsharded\t%s\t%s/%s-unsharded: %s, %d tensors" % (
+        s = "unshard\t%s\t%s/%s-unsharded: %s, %d tensors" % (
             step, dest, step, n, t)
         return s + ("; deleted %s/%s" % (deleted, step) if deleted else "")
     return [
-        "deleted\tstep5\talready unsharded: step5-unsharded in the run is "
+        "delete\tstep5\talready unsharded: step5-unsharded in the run is "
         "complete; deleted %s/step5" % deleted if deleted else
         "skip\tstep5\talready unsharded: step5-unsharded in the run",
         done(step10, "4 files", 32),
@@ -134,9 +134,7 @@ def case_dir(tmp, fx):
     dest = os.path.join(tmp, "out-dir")
     rc, lines, err = unshard(r, dest)
     check("dir: exit 1 (orbax)", rc == 1, err)
-    check("dir: errors on stderr too", "ckpt: error: step40: " +
-          ORBAX_UNSUPPORTED + "\n" in err and "ckpt: error: step70: "
-          "unsupported checkpoint format 'unknown'" in err, err)
+    check("dir: the errors are rows only", "ckpt: error" not in err, err)
     check("dir: lines", lines == expected_lines(dest), "\n".join(lines))
     check("dir: source untouched", files(r) == before)
     check_outputs("dir", dest, fx)
@@ -191,7 +189,7 @@ def case_archives(tmp, fx):
             # One streaming pass: skips first, then each step as its last
             # member is read (tarfile stores names sorted).
             # (step40's Orbax error comes when its members are read.)
-            done = [l for l in want if l.startswith("unsharded") or
+            done = [l for l in want if l.startswith("unshard\t") or
                     l.startswith("error\tstep40")]
             want = [l for l in want if l not in done] + sorted(
                 done, key=lambda l: l.split("\t")[1])
@@ -213,9 +211,10 @@ def case_archives(tmp, fx):
     dest = os.path.join(tmp, "out-latest")
     rc, lines, _ = unshard("--json", "--step", "20", arc, dest)
     o = json.loads(lines[0]) if len(lines) == 1 else {}
-    check("json: one object", rc == 0 and o.get("action") == "unsharded"
+    check("json: one object", rc == 0 and o.get("action") == "unshard"
           and o.get("checkpoint") == "step20" and o.get("step") == 20 and
-          o.get("files") == ["checkpoint.pt", "config.yaml"], str(lines))
+          o.get("files") == 2 and [f["name"] for f in o["outputs"]] ==
+          ["checkpoint.pt", "config.yaml"], str(lines))
     rc, lines, _ = unshard("-n", arc, os.path.join(tmp, "out-dry"))
     check("dry-run: nothing written",
           not os.path.exists(os.path.join(tmp, "out-dry"))
