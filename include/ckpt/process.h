@@ -103,6 +103,12 @@ struct ckpt_process_cfg {
     int drop_incomplete;         /* ...and incomplete steps; deleted with
                                     the source (verified uploads first) */
     enum ckpt_process_unshard unshard;
+    int unshard_format;          /* enum ckpt_unshard_format of the
+                                    outputs (ckpt/unshard.h): torch
+                                    (default), safetensors, or hf (an HF
+                                    model directory per step, stepN-hf/:
+                                    the model only, so never a licence
+                                    for --drop-sharded) */
     int unshard_step0;           /* also step 0 */
     int rank_values;             /* unshard's --rank-values (enum
                                     ckpt_rank_values, ckpt/unshard.h) */

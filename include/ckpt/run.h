@@ -212,6 +212,11 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *tree,
                   struct ckpt_err *err);
 void ckpt_run_release(struct ckpt_run *run);
 void ckpt_checkpoint_release(struct ckpt_checkpoint *c);
+/* Why checkpoint c may not be deleted as a whole, whatever licenses its
+ * delete (a prune, a drop, unshard --delete-sharded), malloced: it holds
+ * a file its layout does not own (foreign) or one that is not a regular
+ * file; NULL when it may. */
+char *ckpt_checkpoint_unowned(const struct ckpt_checkpoint *c);
 /* config.yaml with wandb/ or train_data/, or at least one checkpoint
  * directory (a root checkpoint alone does not make a run), and no run
  * below the top (holds_run). */

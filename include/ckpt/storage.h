@@ -321,11 +321,21 @@ void ckpt_storage_stats(const struct ckpt_storage *st,
  */
 
 /* What ckpt records with an object (object storage: metadata
- * x-amz-meta-ckpt-md5 / -part-size / -mtime; local: the file's mtime). */
+ * x-amz-meta-ckpt-md5 / -part-size / -mtime; local: the file's mtime).
+ * A record ckpt wrote is never proof that the object holds those bytes
+ * (a PUT damaged on the way keeps the metadata of the bytes meant):
+ * only the service's own hashes below are (docs/reliability.md "Bytes,
+ * not records"). */
 struct ckpt_obj_meta {
     char md5[33];          /* hex MD5 of the whole object, or "" */
     uint64_t part_size;    /* part size of the multipart upload, or 0 */
     int64_t mtime;         /* source modification time (s), or 0 */
+    /* ckpt_storage_head only: what the service computed from the bytes
+     * it holds (GCS's x-goog-hash), never sent by ckpt. */
+    char dest_md5[33];     /* hex MD5 (GCS: not for composite objects),
+                              or "" */
+    uint32_t dest_crc32c;  /* CRC32C, when has_crc32c */
+    int has_crc32c;
 };
 
 struct ckpt_put_result {

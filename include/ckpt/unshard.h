@@ -29,7 +29,11 @@ enum ckpt_unshard_layout {
 
 enum ckpt_unshard_format {
     CKPT_FORMAT_TORCH = 0,  /* torch.save zip files */
-    CKPT_FORMAT_SAFETENSORS
+    CKPT_FORMAT_SAFETENSORS,
+    /* A Hugging Face model directory: the model's weights under HF
+     * names in model.safetensors (or shards + index), config.json,
+     * generation_config.json, tokenizer files (docs/formats/hf-export.md) */
+    CKPT_FORMAT_HF
 };
 
 /* Called on the calling thread, while planning, for each pickle global
@@ -78,7 +82,19 @@ struct ckpt_unshard_opts {
      * library never probes SRC itself. CKPT_FMT_UNKNOWN (0) and formats
      * without a planner are read as DCP (whose errors then say why). */
     int source_format;
-    uint64_t max_shard_size;    /* safetensors split size; 0: 5 GiB */
+    uint64_t max_shard_size;    /* safetensors split size; 0: 5 GiB
+                                   (hf: 50e9 bytes, transformers') */
+    /* CKPT_FORMAT_HF: floating weights cast to "fp32", "bf16" or "fp16"
+     * (float32, bfloat16, float16 accepted too); NULL: as stored. */
+    const char *dtype;
+    /* CKPT_FORMAT_HF: a local directory whose config.json,
+     * generation_config.json and tokenizer files are used before the
+     * checkpoint's own; NULL: none. */
+    const char *config_dir;
+    /* CKPT_FORMAT_HF, --part I/N: this process writes part `part`
+     * (0 .. nparts-1) of the shards, the last part to finish the index;
+     * nparts 0 or 1: everything. Local DEST only. */
+    unsigned part, nparts;
     int allow_replicas;         /* identical duplicate chunks are fine */
     /* Rank-local DCP (__R.metadata): what to do when ranks saved
      * different values under one key (enum ckpt_rank_values). */
@@ -151,11 +167,16 @@ struct ckpt_unshard_result {
     uint64_t chunks;           /* stored chunks read */
     uint64_t bytes;            /* tensor bytes written */
     uint64_t pieces;           /* copy tasks (progress calls) planned */
-    const char *layout;        /* "single" / "olmo" (static) */
+    const char *layout;        /* "single" / "olmo" / "hf" (static) */
     const char *metadata;      /* which metadata was read (static name) */
     /* Remote DEST: most bytes of part buffers held at once (the
      * --memory bound, plus at most the parts of one band). */
     uint64_t buffers_peak;
+    /* --part: 0 this part's share is in DEST and recorded, others are
+     * still to come; 1 it found every part's record and wrote the files
+     * beside the shards and the index (it finished the export); 2 DEST
+     * held the finished export already (a part run again). */
+    int part_done;
 };
 
 /*
@@ -174,6 +195,11 @@ void ckpt_unshard_result_release(struct ckpt_unshard_result *res);
 
 /* 1 when ckpt_unshard_dcp reads checkpoints of this enum ckpt_format. */
 int ckpt_unshard_supported(int format);
+/* NULL when the unsharded output of a step of this enum ckpt_format holds
+ * everything the step held (so that the step may be deleted once its
+ * output is verified: --delete-sharded, process --drop-sharded), else why
+ * not (static): a DeepSpeed step's output is the fp32 weights alone. */
+const char *ckpt_unshard_partial(int format);
 
 /* ---- run mode: every sharded step of a run ---- */
 

@@ -75,10 +75,10 @@ struct ckpt_upload_cfg {
     int delete_source;      /* delete SRC after every object is verified,
                                and only if nothing failed */
     /* Never replace an object at DEST with different bytes: such a file
-     * fails ("conflict") and DEST keeps it; equal ones are skipped. An
-     * archive member big enough for a multipart upload is not compared
-     * before it is sent, so one at DEST fails too. `ckpt process` sets
-     * it unless the run's own state says it wrote there. */
+     * fails ("conflict") and DEST keeps it; equal ones (by DEST's own
+     * answer about its bytes) are skipped. An archive member is compared
+     * as it is read, before anything of it is sent. `ckpt process` always
+     * sets it: DEST's copy may be the only one. */
     int no_replace;
     int follow_links;       /* follow symlinks inside local trees */
     int keep_src_root;      /* --delete-source: a local SRC directory's
@@ -107,6 +107,14 @@ struct ckpt_upload_cfg {
      * Asked in a dry run too (which then predicts the KEPT event). */
     int (*may_drop)(void *ud, const char *skey, const char *rel,
                     struct ckpt_err *err);
+    /* NULL, or the paths below the root (sorted, strcmp) of the files a
+     * directory SRC added with CKPT_UPLOAD_PICK held when the caller
+     * looked at it (`ckpt process` lists the run right before judging
+     * it): one the plan does not find vanished since (another worker or
+     * a user deleted it) and fails the plan, so that a run judged whole
+     * is never copied in part and reported done. Borrowed. */
+    char *const *expect;
+    size_t nexpect;
     void *ud;
 };
 

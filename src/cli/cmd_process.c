@@ -49,6 +49,7 @@ static const char *const process_usage[] = {
 
 struct pr_opts {
     const char *dest, *wandb_map, *logs, *state_dir, *min_age, *unshard;
+    const char *unshard_format;
     const char *rank_values;
     const char *lease_ttl;
     const char *batch;
@@ -502,6 +503,16 @@ static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c)
     else
         return usage_error("--unshard '%s': expected all, latest or none",
                            u);
+    const char *f = po->unshard_format ? po->unshard_format : "torch";
+    if (!strcmp(f, "torch"))
+        c->unshard_format = CKPT_FORMAT_TORCH;
+    else if (!strcmp(f, "safetensors"))
+        c->unshard_format = CKPT_FORMAT_SAFETENSORS;
+    else if (!strcmp(f, "hf"))
+        c->unshard_format = CKPT_FORMAT_HF;
+    else
+        return usage_error("--unshard-format '%s': expected torch, "
+                           "safetensors or hf", f);
     if (ckpt_rank_values_parse(po->rank_values, &c->rank_values) != 0)
         return usage_error("unknown --rank-values '%s' (error, rank0 or "
                            "per-rank)", po->rank_values);
@@ -765,6 +776,10 @@ int cmd_process(int argc, char **argv)
                   "incomplete steps (deleted with the source)"),
         OPT_STR_(0, "unshard", &po.unshard, "all|latest|none",
                  "which sharded steps to unshard (default all)"),
+        OPT_STR_(0, "unshard-format", &po.unshard_format, "F",
+                 "the unsharded steps' format: torch (default), "
+                 "safetensors, or hf (an HF model directory, stepN-hf/: "
+                 "model weights only, never a reason to drop a step)"),
         OPT_STR_(0, "rank-values", &po.rank_values, "M",
                  "rank-local DCP steps whose ranks saved different values "
                  "under one key: error (default), rank0 or per-rank "

@@ -30,14 +30,16 @@ static const char *const usage[] = {
     "ckpt unshard [options] SRC DEST",
     "",
     "Merge the shards of a checkpoint into whole tensors in directory",
-    "DEST: PyTorch DCP (.metadata and __R_N.distcp files, also",
+    "DEST (--format hf: a Hugging Face model directory of its model),"
+    ,
+    "from PyTorch DCP (.metadata and __R_N.distcp files, also",
     "model_and_optim/ of an OLMo step), OLMo torch_legacy (rank*.pt), OLMo",
     "local (model/, optim/, train/rank*.pt, metadata.yaml), OLMo olmo_core",
     "(model/ and optim/ rank_*.safetensors), zarr v2 (.zgroup) and",
     "Orbax steps (OCDBT, per-array zarr or msgpack items). Every format",
     "is read in place from S3/GCS/R2 and from a plain .tar. If SRC is a",
     "run (directory or archive), each complete sharded stepN becomes",
-    "DEST/stepN-unsharded/.",
+    "DEST/stepN-unsharded/ (--format hf: DEST/stepN-hf/).",
     "DEST may be s3://, r2:// or gs://: outputs are uploaded as they are",
     "written (no local copy), DEST-unfinished marks them until all are.",
     "Outputs appear atomically; nothing is executed from any pickle.",
@@ -47,7 +49,8 @@ static const char *const usage[] = {
 
 struct cmd {
     struct ckpt_opts g;
-    const char *layout, *format, *rank_values, *weights;
+    const char *layout, *format, *rank_values, *weights, *dtype, *part;
+    const char *config_dir;
     uint64_t max_shard, memory;
     uint64_t spool_limit;       /* UINT64_MAX: not given */
     int allow_replicas, allow_unsafe_pickle, verify, latest, delete_sharded;
@@ -67,9 +70,17 @@ static int parse(struct cmd *c, int *argc, char **argv)
     struct option opts[] = {
         OPT_STR_(0, "layout", &c->layout, "L",
                  "single (checkpoint.pt) or olmo (model/optim/train.pt)"),
-        OPT_STR_(0, "format", &c->format, "F", "torch or safetensors"),
+        OPT_STR_(0, "format", &c->format, "F", "torch, safetensors or hf "
+                 "(a Hugging Face model directory)"),
         OPT_SIZE_(0, "max-shard-size", &c->max_shard, "SIZE",
-                  "split safetensors output above SIZE (default 5G)"),
+                  "split safetensors output above SIZE (default 5G; hf: "
+                  "50000000000, transformers')"),
+        OPT_STR_(0, "dtype", &c->dtype, "T", "hf: cast floating weights "
+                 "to fp32, bf16 or fp16"),
+        OPT_STR_(0, "config-dir", &c->config_dir, "DIR", "hf: config.json, "
+                 "generation config and tokenizer from DIR"),
+        OPT_STR_(0, "part", &c->part, "I/N", "hf: write part I (0..N-1) of "
+                 "N of the shards; the last part to finish writes the index"),
         OPT_BOOL_(0, "allow-replicas", &c->allow_replicas,
                   "accept identical replicated chunks"),
         OPT_STR_(0, "rank-values", &c->rank_values, "M",
@@ -114,6 +125,33 @@ static int usage_err(const char *msg, const char *arg)
     return EXIT_USAGE;
 }
 
+static int dtype_ok(const char *s)
+{
+    static const char *const names[] = { "fp32", "bf16", "fp16", "float32",
+                                         "bfloat16", "float16", NULL };
+    for (size_t i = 0; names[i]; i++)
+        if (!strcmp(s, names[i]))
+            return 1;
+    return 0;
+}
+
+/* "I/N", 0 <= I < N. */
+static int parse_part(const char *s, unsigned *i, unsigned *n)
+{
+    const char *sl = strchr(s, '/');
+    uint64_t a, b;
+    char *first = sl ? ckpt_xstrndup(s, (size_t)(sl - s)) : NULL;
+    int rc = sl && ckpt_parse_u64(first, &a) == 0 &&
+             ckpt_parse_u64(sl + 1, &b) == 0 && b >= 1 && a < b &&
+             b <= 1000000 ? 0 : -1;
+    free(first);
+    if (rc == 0) {
+        *i = (unsigned)a;
+        *n = (unsigned)b;
+    }
+    return rc;
+}
+
 static int validate(struct cmd *c, int argc, char **argv)
 {
     struct ckpt_unshard_opts *o = &c->uo;
@@ -123,6 +161,7 @@ static int validate(struct cmd *c, int argc, char **argv)
     struct ckpt_err err;
     if (ckpt_loc_parse(&loc, argv[1], &err) != 0)
         return usage_err("%s", err.msg);
+    int dest_remote = loc.scheme != CKPT_SCHEME_LOCAL;
     ckpt_loc_release(&loc);
     if (c->memory && c->memory < (16u << 20))
         return usage_err("%s", "--memory must be at least 16M");
@@ -138,9 +177,28 @@ static int validate(struct cmd *c, int argc, char **argv)
         o->format = CKPT_FORMAT_TORCH;
     else if (!strcmp(c->format, "safetensors"))
         o->format = CKPT_FORMAT_SAFETENSORS;
+    else if (!strcmp(c->format, "hf"))
+        o->format = CKPT_FORMAT_HF;
     else
-        return usage_err("unknown --format '%s' (torch or safetensors)",
+        return usage_err("unknown --format '%s' (torch, safetensors or hf)",
                          c->format);
+    if (o->format != CKPT_FORMAT_HF && (c->dtype || c->config_dir || c->part))
+        return usage_err("%s", "--dtype, --config-dir and --part go with "
+                         "--format hf");
+    if (c->dtype && !dtype_ok(c->dtype))
+        return usage_err("unknown --dtype '%s' (fp32, bf16 or fp16)",
+                         c->dtype);
+    if (c->part && parse_part(c->part, &o->part, &o->nparts) != 0)
+        return usage_err("--part needs I/N with 0 <= I < N, got '%s'",
+                         c->part);
+    if (o->format == CKPT_FORMAT_HF && c->delete_sharded)
+        return usage_err("%s", "--delete-sharded with --format hf: the "
+                         "export holds the model only, never the step's "
+                         "optimizer and trainer state");
+    if (o->nparts > 1 && dest_remote)
+        return usage_err("%s", "--part writes a local DEST");
+    o->dtype = c->dtype;
+    o->config_dir = c->config_dir;
     if (ckpt_rank_values_parse(c->rank_values, &o->rank_values) != 0)
         return usage_err("unknown --rank-values '%s' (error, rank0 or "
                          "per-rank)", c->rank_values);
@@ -232,11 +290,15 @@ static void report(struct cmd *c, const char *src, const char *dest,
                  (unsigned long long)r->bytes);
     else
         snprintf(detail, sizeof(detail), "%llu tensors, %llu objects, "
-                 "%llu chunks, %zu files, %.1f MB/s",
+                 "%llu chunks, %zu files, %.1f MB/s%s",
                  (unsigned long long)r->tensors,
                  (unsigned long long)r->objects,
                  (unsigned long long)r->chunks, r->nfiles,
-                 secs > 0 ? (double)r->bytes / secs / 1e6 : 0.0);
+                 secs > 0 ? (double)r->bytes / secs / 1e6 : 0.0,
+                 c->uo.nparts < 2 ? "" : r->part_done == 1
+                 ? "; every part done: index written"
+                 : r->part_done == 2 ? "; the export was complete already"
+                 : "; part recorded (the last part writes the index)");
     if (!c->g.json) {
         const char *f[] = { action, src, dest, detail };
         cli_out_tsv(4, f);
@@ -259,6 +321,12 @@ static void report(struct cmd *c, const char *src, const char *dest,
     cJSON_AddNumberToObject(o, "seconds", secs);
     if (r->buffers_peak)
         cJSON_AddNumberToObject(o, "buffers_peak", (double)r->buffers_peak);
+    if (c->uo.nparts > 1) {
+        static const char *const done[] = { "recorded", "finished",
+                                            "complete" };
+        cJSON_AddStringToObject(o, "part", c->part);
+        cJSON_AddStringToObject(o, "part_state", done[r->part_done]);
+    }
     add_outputs(o, r);
     cli_out_json(o);
 }
@@ -376,6 +444,12 @@ static int single_format(const struct verdict *v, const char *src)
             !v->run.ckpts[0].root)
             return -1;
         f = (int)v->run.ckpts[0].format;
+        /* DCP files without their .metadata (a save killed before its
+         * end): the row a run gives such a step, not an error. */
+        if (f == CKPT_FMT_DCP && !v->run.ckpts[0].complete &&
+            !ckpt_tree_find(v->tree, ".metadata") &&
+            !ckpt_tree_find(v->tree, "__0.metadata"))
+            return -1;
     } else if (v->root_format != -2) {
         if ((f = v->root_format) < 0)
             return -1;

@@ -43,7 +43,7 @@ static const char *const upload_usage[] = {
 static const char *cmd_name = "cp";
 
 struct up_opts {
-    int extract, no_strip, delete_source, checksum, follow, wandb;
+    int extract, no_strip, delete_source, checksum, follow, wandb, overwrite;
     uint64_t part_size, memory;
     const char *wandb_map, *logs, *state_dir;
 };
@@ -555,6 +555,9 @@ static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
     struct ckpt_upload_cfg cfg = {
         .jobs = g->jobs > 0 ? g->jobs : DEFAULT_JOBS, .dry_run = g->dry_run,
         .checksum = uo->checksum, .delete_source = uo->delete_source,
+        /* DEST's copy may be the only one (an earlier --delete-source or
+         * `ckpt process` deleted its source): never replaced unasked */
+        .no_replace = !uo->overwrite,
         .follow_links = uo->follow, .strip = !uo->no_strip,
         .part_size = uo->part_size, .mem_budget = uo->memory,
         .state_dir = sdir, .on_event = on_event,
@@ -601,6 +604,9 @@ int cmd_upload(int argc, char **argv)
         OPT_BOOL_(0, "delete-source", &uo.delete_source, "delete SRC once "
                   "every file at DEST is verified (refused when SRC and "
                   "DEST overlap)"),
+        OPT_BOOL_(0, "overwrite", &uo.overwrite, "replace files at DEST "
+                  "that hold other bytes (default: such a file is a "
+                  "conflict, DEST keeps it: it may be the only copy)"),
         OPT_BOOL_(0, "checksum", &uo.checksum, "compare content even when "
                   "size and time match"),
         OPT_BOOL_('L', "follow-links", &uo.follow, "follow symbolic links "

@@ -12,6 +12,7 @@
 
 #include "ckpt/run.h"
 #include "ckpt/upload.h"
+#include "ckpt/unshard.h"
 #include "ckpt/util.h"
 #include "process_int.h"
 
@@ -199,6 +200,17 @@ static int made_unsharded(const int64_t *made, size_t nmade, int64_t step)
     return 0;
 }
 
+/* --drop-sharded keeps step name whole: why, for the run's row. */
+static void note_partial(struct proc_drops *d, const char *name,
+                         const char *why)
+{
+    char *n = d->partial ? ckpt_xasprintf("%s; %s: %s", d->partial, name,
+                                          why)
+                         : ckpt_xasprintf("not dropped: %s: %s", name, why);
+    free(d->partial);
+    d->partial = n;
+}
+
 int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
                     const char *key, uint64_t max_archive, int sharded,
                     int incomplete, const int64_t *made, size_t nmade,
@@ -224,13 +236,26 @@ int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
         if (c->format == CKPT_FMT_LIGHTNING)
             continue;  /* files, not step directories: copied as they are */
         int drop = incomplete && !c->complete && !c->unknown;
+        /* Only a step its unsharded copy holds whole (a DeepSpeed
+         * step's copy is the weights alone): what is dropped is gone. */
+        const char *partial = ckpt_unshard_partial(c->format);
         if (sharded && c->complete && !c->unsharded_name &&
             c->format != CKPT_FMT_UNSHARDED &&
             (has_unsharded(&run, c->step) ||
-             made_unsharded(made, nmade, c->step)))
-            drop = 1;
-        if (drop)
+             made_unsharded(made, nmade, c->step))) {
+            if (!partial)
+                drop = 1;
+            else
+                note_partial(d, c->name, partial);
+        }
+        /* A step holding a file its layout does not own (an HF export
+         * beside a DCP step) is never dropped: that file would go too. */
+        char *unowned = drop ? ckpt_checkpoint_unowned(c) : NULL;
+        if (unowned)
+            note_partial(d, c->name, unowned);
+        else if (drop)
             add_dir(d, c->dir);
+        free(unowned);
     }
     /* Recorded right after judging: what is deleted later must be this. */
     if (d->n && tree->archive == CKPT_ARCHIVE_NONE)
@@ -250,6 +275,7 @@ void proc_drops_release(struct proc_drops *d)
         free(d->files[i].changed);
     }
     free(d->files);
+    free(d->partial);
     memset(d, 0, sizeof(*d));
 }
 

@@ -183,6 +183,22 @@ static int dest_md5(struct ckpt_storage *st, const char *key, uint64_t size,
 
 /* ---- outputs at DEST that this run did not record ---- */
 
+/* The step an output directory at DEST was made from: NAME-unsharded, or
+ * with --unshard-format hf NAME-hf. 1 with *step, else 0. */
+static int out_step(const struct ckpt_process_cfg *c, const char *dir,
+                    int64_t *step)
+{
+    int uns = 0;
+    if (c->unshard_format != CKPT_FORMAT_HF)
+        return ckpt_checkpoint_name(dir, step, &uns) && uns;
+    if (!ckpt_str_endswith(dir, "-hf"))
+        return 0;
+    char *name = ckpt_xstrndup(dir, strlen(dir) - 3);
+    int ok = ckpt_checkpoint_name(name, step, &uns) && !uns;
+    free(name);
+    return ok;
+}
+
 /* The step unsharded again into a scratch directory: its files. */
 struct rederive {
     struct ckpt_unshard_file *files;    /* owned copies (name owned) */
@@ -271,11 +287,10 @@ static int rederive(struct one *o, const char *dir, int record)
     char *disp = ckpt_storage_display(c->dst, o->dkey);
     char *why = NULL;
     int64_t step;
-    int uns = 0;
     struct rederive r = { NULL, 0, NULL, 0 };
     char *tmpl = ckpt_path_join(o->p->tmp, "ckpt-rederive-XXXXXX");
     char *tmp = NULL;
-    if (!ckpt_checkpoint_name(dir, &step, &uns) || !uns)
+    if (!out_step(c, dir, &step))
         why = ckpt_xstrdup("not a step this run unshards to");
     else if (!(tmp = mkdtemp(tmpl)))
         why = ckpt_xasprintf("cannot make a scratch directory in %s",
@@ -285,6 +300,7 @@ static int rederive(struct one *o, const char *dir, int record)
             .uo = { .sync = 0, .tmp_dir = o->p->tmp, .storage_cfg = c->storage,
                     .cancel = ckpt_interrupt_flag(), .checksum = 1,
                     .rank_values = c->rank_values,
+                    .format = (enum ckpt_unshard_format)c->unshard_format,
                     .memory = o->p->run_mem, .jobs = o->p->run_jobs },
             .has_step = 1, .step = step, .tmp_dir = o->p->tmp,
             .on_step = rederive_step, .ud = &r,
@@ -363,6 +379,7 @@ int proc_unshard(struct one *o)
                 .storage_cfg = c->storage,
                 .dest_storage = c->dst, .checksum = 1,
                 .rank_values = c->rank_values,
+                .format = (enum ckpt_unshard_format)c->unshard_format,
                 .memory = o->p->run_mem, .jobs = o->p->run_jobs },
         .latest = c->unshard == CKPT_PROC_UNSHARD_LATEST,
         .skip_step0 = !c->unshard_step0, .tmp_dir = o->p->tmp,
@@ -405,14 +422,19 @@ int proc_unshard(struct one *o)
 static char *sum_fault(const struct proc_out *out, const char *got)
 {
     int gm, om;
+    int comparable = *out->sum && ckpt_etag_is_md5(got, &gm) &&
+                     ckpt_etag_is_md5(out->sum, &om) && gm == om;
     if (*out->etag && strcasecmp(got, out->etag) != 0)
         return ckpt_xasprintf("checksum (ETag) %s at DEST, %s when written",
                               got, out->etag);
-    if (*out->sum && ckpt_etag_is_md5(got, &gm) &&
-        ckpt_etag_is_md5(out->sum, &om) &&
-        gm == om && strcasecmp(got, out->sum) != 0)
+    if (comparable && strcasecmp(got, out->sum) != 0)
         return ckpt_xasprintf("checksum %s at DEST, %s written", got,
                               out->sum);
+    /* DEST's answer must be compared with something: a size alone
+     * proves no bytes. */
+    if (!*out->etag && !comparable)
+        return ckpt_xasprintf("checksum %s at DEST cannot be compared with "
+                              "the output written (no ETag recorded)", got);
     return NULL;
 }
 

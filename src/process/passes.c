@@ -114,7 +114,8 @@ static void up_progress(void *ud, uint64_t items, uint64_t bytes)
 static int up_may_delete(void *ud, struct ckpt_err *err)
 {
     struct one *o = ud;
-    if (proc_keeper_check(&o->k, err) != 0)
+    if (proc_keeper_check(&o->k, err) != 0 ||
+        (o->path_key && proc_keeper_check(&o->pk, err) != 0))
         return -1;
     int rc = 0;
     pthread_mutex_lock(&o->mu);
@@ -198,12 +199,20 @@ static int upload_pass(struct one *o, int verify, int dry,
         .jobs = o->p->run_jobs, .mem_budget = o->p->run_mem,
         .dry_run = dry,
         .checksum = verify, .delete_source = !c->keep_source,
-        .no_replace = !o->own,
+        /* DEST's only copy is never replaced: once a source may have
+         * been deleted (state uploaded or done) DEST holds the only copy
+         * of its bytes, and before that they may be another run's. */
+        .no_replace = 1,
         .strip = 1, .keep_src_root = 1, .state_dir = c->state_dir,
         .on_event = up_event,
         .on_progress = up_progress,
         .may_delete = dry ? NULL : up_may_delete, .pick = up_pick_cb,
-        .may_drop = up_may_drop, .ud = o,
+        .may_drop = up_may_drop,
+        /* A run judged in this pass: every file judged must be found
+         * (NULL on a rerun of an uploaded run, which deleted some by
+         * design and is not judged again). */
+        .expect = o->expect, .nexpect = o->nexpect,
+        .ud = o,
     };
     struct ckpt_upload *u = ckpt_upload_new(&ucfg);
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -330,11 +339,15 @@ static void set_note(struct one *o)
 {
     free(o->s.why);
     o->s.why = NULL;
-    if (o->p->cfg.keep_source || (!o->nspecials && !o->nkept))
+    const char *partial = o->drops.partial;
+    if (o->p->cfg.keep_source || (!o->nspecials && !o->nkept && !partial))
         return;
     struct ckpt_buf b = CKPT_BUF_INIT;
+    if (partial)
+        ckpt_buf_addstr(&b, partial);
     if (o->nspecials)
-        ckpt_buf_addf(&b, "kept %zu special file%s: %s", o->nspecials,
+        ckpt_buf_addf(&b, "%skept %zu special file%s: %s",
+                      b.len ? "; " : "", o->nspecials,
                       o->nspecials == 1 ? "" : "s", o->specials.ptr);
     if (o->nkept)
         ckpt_buf_addf(&b, "%skept %zu dropped file%s: %s", b.len ? "; " : "",

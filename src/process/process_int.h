@@ -33,6 +33,9 @@ struct proc_drops {
     size_t nfiles;
     int recorded;           /* files recorded (a directory run) */
     struct ckpt_storage *st;       /* borrowed: the run's */
+    char *partial;          /* owned, or NULL: steps --drop-sharded keeps
+                               (uploaded whole): their unsharded copy
+                               holds less than they do, and why */
 };
 
 /* ---- state.c: the per-run state object ---- */
@@ -231,6 +234,12 @@ struct one {
     const struct prun *r;
     struct proc_keeper k;
     struct proc_claim cl;       /* --batch */
+    /* The lease on the run's DEST path (queue.c's claim_dest), held
+     * while anything is written there
+     * or deleted on its proof: two runs mapped to one place never write
+     * it at once (a check-then-write is no claim). */
+    struct proc_keeper pk;
+    char *path_key;             /* owned, or NULL: not held */
     char *state_key, *lease_key;
     char *dkey, *ddisp;         /* where the run goes */
     struct proc_state s;
@@ -264,10 +273,6 @@ struct one {
     /* Steps whose unshard output verified at DEST (--drop-sharded). */
     int64_t *made;
     size_t nmade;
-    /* The state read at the start says this run (this source, this DEST
-     * path) finished an upload there: it may replace its own files at
-     * DEST; any other run may not (upload's no_replace). */
-    int own;
     /* -n: the files DEST would hold after the pass (display -> size),
      * as the real run counts them (count_dest). */
     struct pfile {
@@ -285,6 +290,12 @@ struct one {
     size_t nspecials, nkept;
     char **keptv;               /* owned: kept files, as in the run */
     size_t nkeptv;
+    /* The run's files (paths in it, sorted) listed right before it was
+     * judged: the upload must find every one (upload's cfg.expect), or
+     * some vanished since and the run is not copied in part. NULL for an
+     * archive, or a run not judged in this pass. */
+    char **expect;
+    size_t nexpect;
     /* A compressed archive read once into a spool that every phase
      * reads (attached while the run is worked on), within p->spools. */
     struct ckpt_archive_spool *spool;

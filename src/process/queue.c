@@ -140,6 +140,55 @@ static int holds_dest(const struct one *o)
     return r == CKPT_LOC_SAME || r == CKPT_LOC_B_INSIDE_A ? 2 : 0;
 }
 
+static int expect_cb(void *ud, const struct ckpt_entry *e)
+{
+    struct one *o = ud;
+    if (e->type == CKPT_ENTRY_DIR)
+        return 0;
+    /* Below a step a killed delete renamed aside: not content (the
+     * upload does not walk it), finished by clean and unshard. */
+    char *c = ckpt_xstrdup(e->name), *save = NULL;
+    int aside = 0;
+    for (char *t = strtok_r(c, "/", &save); t && !aside;
+         t = strtok_r(NULL, "/", &save))
+        aside = ckpt_is_del_name(t);
+    free(c);
+    if (aside)
+        return 0;
+    if (o->nexpect % 64 == 0)
+        o->expect = ckpt_xreallocarray(o->expect, o->nexpect + 64,
+                                       sizeof(*o->expect));
+    o->expect[o->nexpect++] = ckpt_xstrdup(e->name);
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The run's files right before it is judged (a directory run): what
+ * its upload must find (one vanished: another worker or a user deleted
+ * it, and the run is not copied in part and called done). */
+static void list_expect(struct one *o)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (ckpt_archive_kind_of(o->r->key) != CKPT_ARCHIVE_NONE)
+        return;
+    if (ckpt_storage_list(o->r->st, o->r->key, CKPT_LIST_RECURSIVE,
+                          expect_cb, o, &err) != 0) {
+        /* The judge's own listing reports why. */
+        for (size_t i = 0; i < o->nexpect; i++)
+            free(o->expect[i]);
+        free(o->expect);
+        o->expect = NULL;
+        o->nexpect = 0;
+        return;
+    }
+    if (o->nexpect)
+        ckpt_sort(o->expect, o->nexpect, sizeof(char *), cmp_str);
+}
+
 /* Judge with clean's rules. Returns 1 to go on (a good run), 0 when the
  * run's row was given (deleted, skipped, failed). */
 static int judge(struct one *o)
@@ -151,19 +200,11 @@ static int judge(struct one *o)
     co.dry_run = c->dry_run;
     co.force = 0;
     co.keep_last = co.keep_every = 0;
-    if (holds_dest(o)) {
-        char *d = ckpt_xasprintf("%s is inside this run: a run is never "
-                                 "copied into itself, nor deleted with "
-                                 "what it holds; not processed",
-                                 holds_dest(o) == 1 ? "DEST" : "--logs");
-        proc_fail_run(o, CKPT_PROC_JUDGE, d);
-        free(d);
-        return 0;
-    }
     ckpt_clean_item_init(&it, o->r->st, o->r->key, o->r->display, &co);
     if (ckpt_clean_precheck(&it, &err) == 0) {
         if (!o->spool)
             spool(o);
+        list_expect(o);
         ckpt_clean_judge(&it);
     }
     else {
@@ -301,6 +342,55 @@ static void set_dest(struct one *o)
     o->ddisp = ckpt_storage_display(c->dst, o->dkey);
 }
 
+/* The lease on the run's DEST path (DEST/.ckpt-process/ENTITY%2F
+ * PROJECT%2FRUN_ID.path.lease), taken once the path is known and
+ * before anything is written there: a run mapped to a place another
+ * live worker (or run-worker of this process) writes is skipped until
+ * that one is done, then compared with what it left (never replacing
+ * it). Its own run lease alone cannot say that: two run ids, one place.
+ * -n takes none. 0 to go on, 1 after the run's row. */
+static int claim_dest(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    if (c->dry_run || o->path_key)
+        return 0;
+    /* One name beside the run leases ('/' and '%' escaped), so that
+     * whatever lists or lapses those sees it too. A run whose id made
+     * the same name would only wait for it, never write beside it. */
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    ckpt_buf_addf(&b, "%s/", STATE_DIR);
+    for (const char *q = o->s.dest; *q; q++)
+        if (*q == '/' || *q == '%')
+            ckpt_buf_addf(&b, "%%%02X", (unsigned)*q);
+        else
+            ckpt_buf_add(&b, q, 1);
+    ckpt_buf_addstr(&b, ".path.lease");
+    char *key = ckpt_path_join(c->dest_key, b.ptr);
+    char *rel = ckpt_buf_detach(&b, NULL);
+    struct ckpt_lease_holder h;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    int lr = proc_keeper_start(&o->pk, c->dst, key, o->r->id, c->lease_ttl,
+                               &h, &err);
+    free(rel);
+    if (lr == CKPT_LEASE_ACQUIRED || lr == CKPT_LEASE_TAKEN_OVER) {
+        o->path_key = key;
+        return 0;
+    }
+    free(key);
+    if (lr < 0) {
+        proc_fail_run(o, CKPT_PROC_LEASE, err.msg);
+        return 1;
+    }
+    char who[400];
+    ckpt_lease_holder_str(&h, who, sizeof(who));
+    char *d = ckpt_xasprintf("DEST path %s is being written by run '%s' "
+                             "(%s)", o->ddisp, h.run, who);
+    proc_emit(o, CKPT_PROC_LEASE, CKPT_PROC_SKIPPED, d, 0, 0);
+    proc_finish(o, CKPT_PROC_SKIPPED, d, 0);
+    free(d);
+    return 1;
+}
+
 /* A run the state says was uploaded or done whose source is still there:
  * a crash during the delete, or a requeued job writing to it again. The
  * live-run guard applies as on a first pass; without it the rerun would
@@ -365,6 +455,28 @@ static int aside_left(const struct one *o)
     return s != NULL;
 }
 
+/* DEST at or inside the run: its outputs would be written into the
+ * source and deleted with it (or uploaded into themselves). Refused
+ * before anything is read or written, its lease included. 1 after the
+ * run's row. */
+static int dest_in_run(struct one *o)
+{
+    const struct ckpt_process_cfg *c = &o->p->cfg;
+    int which = holds_dest(o);
+    if (!which)
+        return 0;
+    char *d = which == 1 ? ckpt_storage_display(c->dst, c->dest_key)
+                         : ckpt_storage_display(c->logs_st, c->logs_key);
+    char *why = ckpt_xasprintf("%s '%s' is inside the run, which would "
+                               "be deleted with what is written there; "
+                               "nothing done", which == 1 ? "DEST"
+                                                          : "--logs", d);
+    proc_fail_run(o, CKPT_PROC_JUDGE, why);
+    free(why);
+    free(d);
+    return 1;
+}
+
 /* With the lease held (-n: without, changing nothing): from whatever
  * the state says to done. */
 static void leased(struct one *o)
@@ -390,7 +502,6 @@ static void leased(struct one *o)
         if (exists && check_dest(o) != 0)
             return;
         set_dest(o);
-        o->own = 1;
     }
     if (!exists && o->s.phase == PROC_NEW) {
         /* Never processed: judging says it does not exist, or finishes
@@ -433,12 +544,12 @@ static void leased(struct one *o)
         if (!judge(o) || map_run(o) != 0)
             return;
         set_dest(o);
-        if (proc_unshard(o) != 0 || (dry && proc_dry_have(o) != 0) ||
+        if (claim_dest(o) || proc_unshard(o) != 0 || (dry && proc_dry_have(o) != 0) ||
             proc_verify_outputs(o) != 0 || proc_find_drops(o) != 0 ||
             proc_upload(o) != 0)
             return;
     } else {
-        if (live_again(o))
+        if (live_again(o) || claim_dest(o))
             return;
         /* A worker killed while deleting: the steps it judged droppable
          * are still dropped (what is left of them deleted if unchanged
@@ -504,6 +615,8 @@ static int process_one(struct ckpt_process *p, const struct prun *r,
                                  p->runs[r->dup - 1].display);
         proc_fail_run(&o, CKPT_PROC_LEASE, d);
         free(d);
+    } else if (dest_in_run(&o)) {
+        /* refused before its lease is written there */
     } else if (p->cfg.dry_run) {
         leased(&o);
     } else if (p->cfg.batch &&
@@ -536,6 +649,8 @@ static int process_one(struct ckpt_process *p, const struct prun *r,
             proc_emit(&o, CKPT_PROC_LEASE, CKPT_PROC_OK, d, 0, 0);
             free(d);
             leased(&o);
+            if (o.path_key)
+                proc_keeper_stop(&o.pk);
             proc_keeper_stop(&o.k);
         }
     }
@@ -571,8 +686,12 @@ static int process_one(struct ckpt_process *p, const struct prun *r,
     for (size_t i = 0; i < o.nkeptv; i++)
         free(o.keptv[i]);
     free(o.keptv);
+    for (size_t i = 0; i < o.nexpect; i++)
+        free(o.expect[i]);
+    free(o.expect);
     free(o.dkey);
     free(o.ddisp);
+    free(o.path_key);
     free(o.state_key);
     free(o.lease_key);
     pthread_mutex_destroy(&o.mu);

@@ -202,11 +202,7 @@ static char *never_pruned(const struct ckpt_checkpoint *c)
         return ckpt_xstrdup(c->pinned);
     if (c->named)
         return ckpt_xstrdup("its step is not known");
-    if (c->special)
-        return ckpt_xasprintf("%s is not a regular file", c->special);
-    if (c->foreign)
-        return ckpt_xasprintf("cannot account for %s", c->foreign);
-    return NULL;
+    return ckpt_checkpoint_unowned(c);
 }
 
 /* Checkpoints to prune in a kept run, per --keep-last / --keep-every.

@@ -75,12 +75,48 @@ static int has_fsdp(const struct judge_view *v)
     return 0;
 }
 
+/* accelerate's own Accelerator.save_state (checkpoints/checkpoint_N/):
+ * names the HF Trainer never writes (accelerate's save_accelerator_state:
+ * optimizer.bin, scheduler.bin, sampler.bin, random_states_R.pkl; with
+ * FSDP FULL_STATE_DICT pytorch_model_fsdp.bin). */
+static int acc_state(const struct judge_view *v)
+{
+    return has_top(v, "random_states_", ".pkl") ||
+           has_top(v, "scheduler", ".bin") || has_top(v, "optimizer", ".bin") ||
+           has_top(v, "sampler", ".bin") ||
+           has_top(v, "pytorch_model_fsdp", ".bin");
+}
+
 static int hf_recognise(const struct judge_view *v)
 {
     return judge_get(v, "trainer_state.json") ||
            judge_get(v, "training_args.bin") ||
-           has_top(v, "rng_state", ".pth") || has_fsdp(v) ||
-           has_top(v, "random_states_", ".pkl");
+           has_top(v, "rng_state", ".pth") || has_fsdp(v) || acc_state(v);
+}
+
+/* An accelerate save_state folder without FSDP directories: each torch
+ * file at its top whole (.bin are torch.save zips), and its weights there
+ * (model.safetensors, pytorch_model.bin, FULL_STATE_DICT's
+ * pytorch_model_fsdp.bin). */
+static int acc_plain(const struct judge_view *v, struct ckpt_checkpoint *c,
+                     struct ckpt_err *err)
+{
+    int weights = 0;
+    for (size_t i = v->lo; i < v->hi; i++) {
+        const char *r = judge_rel(v, i);
+        if (strchr(r, '/') || v->t->files[i].type == CKPT_ENTRY_DIR)
+            continue;
+        int st = ckpt_str_endswith(r, ".safetensors");
+        if (!st && !ckpt_str_endswith(r, ".bin"))
+            continue;
+        weights |= st || ckpt_str_startswith(r, "pytorch_model");
+        if (judge_whole(v, c, r, st, err) != 0)
+            return -1;
+    }
+    if (!weights)
+        judge_unknown(c, "%s", "no model weights at its top (accelerate "
+                      "save_state of a DeepSpeed or Megatron model?)");
+    return 0;
 }
 
 static enum ckpt_format hf_format(const struct judge_view *v)
@@ -108,7 +144,8 @@ static int hf_fsdp(const struct judge_view *v, struct ckpt_checkpoint *c,
         }
         if (strchr(r, '/') || v->t->files[i].type == CKPT_ENTRY_DIR)
             continue;
-        if (ckpt_str_endswith(r, ".pt") || ckpt_str_endswith(r, ".pth")) {
+        if (ckpt_str_endswith(r, ".pt") || ckpt_str_endswith(r, ".pth") ||
+            ckpt_str_endswith(r, ".bin")) {
             if (judge_whole(v, c, r, 0, err) != 0)
                 return -1;
         } else if (ckpt_str_endswith(r, ".safetensors") &&
@@ -169,12 +206,34 @@ static int hf_deepspeed(const struct judge_view *v, struct ckpt_checkpoint *c,
     return found;
 }
 
+/* The weights at the top are ZeRO-3's placeholders: model.safetensors
+ * whose every tensor is empty, as a Trainer save of a partitioned model
+ * without the 16-bit gather leaves it (accelerate's CPU rank race does;
+ * tests/fixtures/real-writers/hf_ds_zero3_race). 1, 0, or -1 (err). */
+static int placeholders(const struct judge_view *v, struct ckpt_checkpoint *c,
+                        struct ckpt_err *err)
+{
+    struct ckpt_safetensors *h = NULL;
+    if (!judge_get(v, "model.safetensors"))
+        return 0;
+    if (judge_whole_st(v, c, "model.safetensors", &h, err) != 0)
+        return -1;
+    int empty = h && h->n > 0;
+    for (size_t i = 0; h && i < h->n && empty; i++)
+        empty = h->tensors[i].numel == 0;
+    ckpt_safetensors_free(h);
+    return empty;
+}
+
 static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                     struct ckpt_err *err)
 {
     int fsdp = has_fsdp(v);
+    int acc = acc_state(v) && !judge_get(v, "trainer_state.json") &&
+              !judge_get(v, "training_args.bin");
     c->format = fsdp ? CKPT_FMT_HF : CKPT_FMT_UNSHARDED;
-    if ((fsdp ? hf_fsdp(v, c, err) : judge_plain(v, c, err)) != 0)
+    if ((fsdp ? hf_fsdp(v, c, err) : acc ? acc_plain(v, c, err)
+                                         : judge_plain(v, c, err)) != 0)
         return -1;
     if (c->unknown && c->why &&
         ckpt_str_startswith(c->why, "no file ckpt recognises") &&
@@ -190,16 +249,29 @@ static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
     int ds = hf_deepspeed(v, c, err);
     if (ds < 0)
         return -1;
-    /* accelerate's own save_state (checkpoints/checkpoint_N/: the model
-     * and optimizer, scheduler.bin, random_states_R.pkl) writes no
-     * trainer_state.json and no training_args.bin: only the Trainer's
-     * steps are held to the Trainer's order. */
-    int trainer = judge_get(v, "training_args.bin") ||
-                  judge_get(v, "trainer_state.json") ||
-                  has_top(v, "rng_state", ".pth");
+    /* The engine's checkpoint is the only copy of the weights (no
+     * weights at the top, or only placeholders): a DeepSpeed step,
+     * unsharded from global_stepN/ (unshard's dsplan.c follows
+     * `latest`). */
+    int ph = !fsdp && ds > 0 ? placeholders(v, c, err) : 0;
+    if (ph < 0)
+        return -1;
+    if (ds > 0 && !fsdp && (ph || (!has_top(v, "model", ".safetensors") &&
+                                   !has_top(v, "pytorch_model", ".bin") &&
+                                   !has_top(v, "adapter_model", ""))))
+        c->format = CKPT_FMT_DEEPSPEED;
+    /* accelerate's save_state writes each process's random_states_R.pkl
+     * last (save_accelerator_state, after the model, optimizer, scheduler
+     * and samplers); no trainer_state.json there. */
+    if (acc) {
+        if (!judge_get(v, "random_states_0.pkl"))
+            judge_missing(v, c, "random_states_0.pkl", "accelerate's "
+                          "save_state writes it last");
+        return 0;
+    }
     int after = judge_get(v, "optimizer.pt") || judge_get(v, "scheduler.pt") ||
                 has_top(v, "rng_state", ".pth") || fsdp || ds;
-    if (trainer && after && !judge_get(v, "trainer_state.json"))
+    if (after && !judge_get(v, "trainer_state.json"))
         judge_missing(v, c, "trainer_state.json",
                       "HF Trainer writes it last, after the optimizer and "
                       "RNG state");

@@ -298,6 +298,15 @@ static int root_marked(const struct ckpt_tree *t)
             ckpt_str_startswith(t->files[i].path, "sharded/shard-") &&
             ckpt_str_endswith(t->files[i].path, ".safetensors"))
             return 1;
+    /* Any __R_N.distcp: a DCP checkpoint whose .metadata is missing (a
+     * save killed before its end) is still that checkpoint, judged
+     * incomplete as it is inside a run. */
+    for (size_t i = 0; i < t->n; i++) {
+        const char *p = t->files[i].path;
+        if (t->files[i].type == CKPT_ENTRY_FILE && !strchr(p, '/') &&
+            p[0] == '_' && p[1] == '_' && ckpt_str_endswith(p, ".distcp"))
+            return 1;
+    }
     /* Any rank<N>.pt: an OLMo torch_legacy step whose rank0.pt is the
      * one missing is still that step (unshard then says so). */
     for (size_t i = 0; i < t->n; i++) {
@@ -384,6 +393,16 @@ void ckpt_checkpoint_release(struct ckpt_checkpoint *c)
     free(c->special);
     free(c->pinned);
     memset(c, 0, sizeof(*c));
+}
+
+char *ckpt_checkpoint_unowned(const struct ckpt_checkpoint *c)
+{
+    if (c->special)
+        return ckpt_xasprintf("%s is not a regular file", c->special);
+    if (c->foreign)
+        return ckpt_xasprintf("cannot account for %s%s", c->foreign,
+                              c->nforeign > 1 ? " and more" : "");
+    return NULL;
 }
 
 void ckpt_run_release(struct ckpt_run *run)

@@ -363,6 +363,20 @@ int gcs_oauth_token(struct gcs_oauth *o, struct http_client *hc,
 int gcs_oauth_jwt(const struct gcs_oauth *o, time_t now,
                   struct ckpt_buf *out, struct ckpt_err *err);
 
+/* One ListObjectsV2 page checked whole before any key of it is used:
+ * every key (and common prefix) below prefix, its rest a plain relative
+ * path (no empty, "." or ".." component); a truncated page gives a
+ * continuation token (into next) not among used[nused]. 0 at the
+ * listing's end, 1 when it goes on at *next, -1 (err) when the page is
+ * not to be trusted. */
+int s3_list_check(const struct ckpt_buf *xml, const char *prefix,
+                  char *const *used, size_t nused, struct ckpt_buf *next,
+                  const char *what, struct ckpt_err *err);
+/* The value of an x-goog-hash header ("crc32c=BASE64,md5=BASE64"): the
+ * hashes the service states for the bytes it holds, into meta's
+ * dest_md5 / dest_crc32c (others untouched). */
+void s3_goog_hash(const char *value, struct ckpt_obj_meta *meta);
+
 #endif
 
 /* ---- the client (s3.c) ---- */

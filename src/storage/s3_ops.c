@@ -26,10 +26,6 @@ int64_t s3_parse_iso8601(const char *s)
 
 /* ---- listing ---- */
 
-struct page {
-    struct ckpt_buf token;    /* NextContinuationToken, "" at the end */
-};
-
 typedef int (*obj_fn)(void *ud, const char *key, uint64_t size,
                       int64_t mtime, const char *etag, int is_prefix);
 
@@ -39,6 +35,62 @@ static void strip_quotes(struct ckpt_buf *b)
         memmove(b->ptr, b->ptr + 1, b->len - 2);
         ckpt_buf_setlen(b, b->len - 2);
     }
+}
+
+/* A listed key must lie below the prefix asked for, and its rest must be
+ * a plain relative path: no empty component (a "//", a leading "/"), no
+ * "." or "..". Callers take the rest as a name below the prefix (and
+ * delete the key as listed): a key re-based by length, or a name that
+ * means another place locally, would be acted on under a name never
+ * listed. A trailing "/" (a directory marker, a common prefix) is
+ * allowed. NULL when fine, else what is wrong. */
+static const char *bad_key(const char *prefix, const char *key)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(key, prefix, n) != 0)
+        return "outside the prefix listed";
+    const char *c = key + n;
+    while (*c) {
+        const char *e = strchr(c, '/');
+        size_t len = e ? (size_t)(e - c) : strlen(c);
+        if (len == 0)
+            return "an empty path component ('//' or a leading '/')";
+        if ((len == 1 && c[0] == '.') ||
+            (len == 2 && c[0] == '.' && c[1] == '.'))
+            return "a '.' or '..' component";
+        if (!e)
+            break;
+        c = e + 1;
+    }
+    return NULL;
+}
+
+/* Every <Contents> key and <CommonPrefixes> prefix of one page checked
+ * (bad_key) before any of them is reported: one bad key fails the page
+ * whole, so nothing acts on part of a listing that lies. */
+static int check_page(const struct ckpt_buf *xml, const char *prefix,
+                      const char *what, struct ckpt_err *err)
+{
+    static const char *const tags[2][2] = { { "Contents", "Key" },
+                                            { "CommonPrefixes", "Prefix" } };
+    struct ckpt_buf key = CKPT_BUF_INIT;
+    int rc = 0;
+    for (int t = 0; t < 2 && rc == 0; t++) {
+        size_t pos = 0, n;
+        const char *in;
+        while (rc == 0 && st_xml_next(xml->ptr, xml->len, &pos, tags[t][0],
+                                      &in, &n) == 0) {
+            ckpt_buf_reset(&key);
+            st_xml_text(in, n, tags[t][1], &key);
+            const char *why = bad_key(prefix, key.ptr);
+            if (why)
+                rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: the listing "
+                                  "returned key '%s', %s; not trusted",
+                                  what, key.ptr, why);
+        }
+    }
+    ckpt_buf_release(&key);
+    return rc;
 }
 
 /* Report every <Contents> and <CommonPrefixes> of one page to fn. */
@@ -79,20 +131,64 @@ static int parse_page(const struct ckpt_buf *xml, obj_fn fn, void *ud)
     return rc;
 }
 
-/* ListObjectsV2 over every page below prefix. Returns 0, -1 (err), or the
- * callback's stop value. */
+/* Where the listing goes on, from one page: 0 at its end, 1 with *next
+ * the token of the next page, -1 (err) when the page says there is more
+ * but gives no token, or one already used (a service that loops, or
+ * lies): the listing is incomplete and must not be taken for all. */
+static int next_page(const struct ckpt_buf *xml, char *const *used,
+                     size_t nused, struct ckpt_buf *next, const char *what,
+                     struct ckpt_err *err)
+{
+    struct ckpt_buf trunc = CKPT_BUF_INIT;
+    int rc = 0;
+    st_xml_text(xml->ptr, xml->len, "IsTruncated", &trunc);
+    st_xml_text(xml->ptr, xml->len, "NextContinuationToken", next);
+    if (trunc.len && strcmp(trunc.ptr, "true") && strcmp(trunc.ptr, "false"))
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: listing page says "
+                          "IsTruncated '%s'; not trusted", what, trunc.ptr);
+    else if (!strcmp(trunc.ptr, "true") && !next->len)
+        rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: listing page is "
+                          "truncated but gives no continuation token: the "
+                          "listing is incomplete", what);
+    else if (!strcmp(trunc.ptr, "true"))
+        rc = 1;
+    for (size_t i = 0; rc == 1 && i < nused; i++)
+        if (!strcmp(used[i], next->ptr))
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: listing page is "
+                              "truncated but gives a continuation token "
+                              "already used: the listing is incomplete",
+                              what);
+    ckpt_buf_release(&trunc);
+    return rc;
+}
+
+int s3_list_check(const struct ckpt_buf *xml, const char *prefix,
+                  char *const *used, size_t nused, struct ckpt_buf *next,
+                  const char *what, struct ckpt_err *err)
+{
+    int more = next_page(xml, used, nused, next, what, err);
+    if (more < 0 || check_page(xml, prefix, what, err) != 0)
+        return -1;
+    return more;
+}
+
+/* ListObjectsV2 over every page below prefix (max_keys: one page of at
+ * most that many). Returns 0, -1 (err), or the callback's stop value.
+ * A page is checked whole (check_page, next_page) before any of its keys
+ * is reported: a listing that cannot be trusted to be complete and below
+ * the prefix fails, never ends as if it were. */
 static int list_objects(struct ckpt_storage *st, const char *prefix,
                         int delimit, const char *max_keys, obj_fn fn,
                         void *ud, struct ckpt_err *err)
 {
     struct s3 *s3 = st->impl;
     struct ckpt_buf token = CKPT_BUF_INIT;
+    char **used = NULL;         /* tokens sent so far */
+    size_t nused = 0;
     struct http_resp resp;
     http_resp_init(&resp);
     char *what = s3_what(st, prefix);
     int rc = 0;
-    /* Bounded by the listing itself; a service that loops on the same
-     * token would be caught by the check below. */
     for (;;) {
         struct s3_req r;
         s3_req_init(&r, "GET", NULL);
@@ -106,23 +202,27 @@ static int list_objects(struct ckpt_storage *st, const char *prefix,
         rc = s3_exec(s3, &r, &resp, what, err);
         if (rc != 0)
             break;
-        rc = parse_page(&resp.body, fn, ud);
-        if (rc != 0 || max_keys)
-            break;
-        struct ckpt_buf trunc = CKPT_BUF_INIT, next = CKPT_BUF_INIT;
-        st_xml_text(resp.body.ptr, resp.body.len, "IsTruncated", &trunc);
-        st_xml_text(resp.body.ptr, resp.body.len, "NextContinuationToken",
-                    &next);
-        int more = !strcmp(trunc.ptr, "true") && next.len &&
-                   strcmp(next.ptr, token.ptr);
+        struct ckpt_buf next = CKPT_BUF_INIT;
+        int more = max_keys ? check_page(&resp.body, prefix, what, err)
+                            : s3_list_check(&resp.body, prefix, used, nused,
+                                            &next, what, err);
+        rc = more < 0 ? -1 : 0;
+        if (rc == 0)
+            rc = parse_page(&resp.body, fn, ud);
+        if (token.len) {
+            used = ckpt_xreallocarray(used, nused + 1, sizeof(*used));
+            used[nused++] = ckpt_buf_detach(&token, NULL);
+        }
         ckpt_buf_release(&token);
         token = next;
-        ckpt_buf_release(&trunc);
-        if (!more)
+        if (rc != 0 || more != 1)
             break;
     }
     if (rc == -1 && err->code == CKPT_ENOTFOUND)
         ckpt_err_set(err, CKPT_ENOTFOUND, "%s: no such bucket", what);
+    for (size_t i = 0; i < nused; i++)
+        free(used[i]);
+    free(used);
     free(what);
     ckpt_buf_release(&token);
     http_resp_release(&resp);
@@ -634,6 +734,12 @@ int s3_op_delete_tree(struct ckpt_storage *st, const char *dir,
     /* Deleting while listing is safe: the continuation token names the
      * last key returned, not a position. */
     int rc = list_objects(st, prefix, 0, NULL, tree_key, &t, err);
+    /* A listing that failed is not the tree: keys of its pages not yet
+     * sent stay (the batches sent were of pages checked whole). */
+    if (rc == -1 && t.cur) {
+        del_batch_free(t.cur);
+        t.cur = NULL;
+    }
     struct ckpt_err ferr = CKPT_ERR_INIT;
     int frc = tree_finish(&t, &ferr);
     free(prefix);

@@ -118,6 +118,31 @@ static void b64_md5(const unsigned char md5[16], char out[25])
     ckpt_buf_release(&b);
 }
 
+static int plain_md5(const char *etag)
+{
+    if (strlen(etag) != 32)
+        return 0;
+    for (int i = 0; i < 32; i++)
+        if (ckpt_hexval(etag[i]) < 0)
+            return 0;
+    return 1;
+}
+
+/* After the last attempt still stored other bytes than ours: take that
+ * object away again (only if it is still the one we wrote), so nothing
+ * reads bytes that were damaged on the way, and no rerun finds them
+ * under ckpt's metadata of the bytes meant. */
+static int reject_stored(struct ckpt_storage *st, const char *key,
+                         const char *etag, const char *hex, int attempts,
+                         const char *what, struct ckpt_err *err)
+{
+    struct ckpt_err e2;
+    ckpt_storage_delete_if_match(st, key, etag, &e2);
+    return ckpt_err_set(err, CKPT_EHTTP, "%s: DEST reports ETag %s, but "
+                        "the bytes sent have MD5 %s (%d attempts)", what,
+                        etag, hex, attempts);
+}
+
 int s3_up_put(struct ckpt_storage *st, const char *key, const void *data,
               size_t len, const unsigned char md5[16],
               const struct ckpt_obj_meta *meta, unsigned flags,
@@ -138,7 +163,26 @@ int s3_up_put(struct ckpt_storage *st, const char *key, const void *data,
     struct http_resp resp;
     http_resp_init(&resp);
     char *what = s3_what(st, key);
-    int rc = exec_obj(s3, &r, &resp, what, flags, res, err);
+    char hex[33];
+    for (int k = 0; k < 16; k++)
+        snprintf(hex + 2 * k, 3, "%02x", md5[k]);
+    int rc;
+    for (int attempt = 1;; attempt++) {
+        http_resp_release(&resp);
+        http_resp_init(&resp);
+        rc = exec_obj(s3, &r, &resp, what, flags, res, err);
+        if (rc != 0 || !plain_md5(resp.etag) ||
+            !strcasecmp(resp.etag, hex))
+            break;
+        /* Damaged on the way (the service hashed other bytes): the next
+         * PUT replaces it, and after the last one it is taken away. */
+        if (attempt >= s3->attempts) {
+            rc = reject_stored(st, key, resp.etag, hex, attempt, what, err);
+            break;
+        }
+        atomic_fetch_add(&s3->hc.stats.retries, 1);
+        http_sleep(http_backoff(attempt, -1));
+    }
     if (rc == 0 && res)
         snprintf(res->etag, sizeof(res->etag), "%s", resp.etag);
     free(what);
@@ -147,30 +191,6 @@ int s3_up_put(struct ckpt_storage *st, const char *key, const void *data,
 }
 
 /* ---- streamed PUT ---- */
-
-static int plain_md5(const char *etag)
-{
-    if (strlen(etag) != 32)
-        return 0;
-    for (int i = 0; i < 32; i++)
-        if (ckpt_hexval(etag[i]) < 0)
-            return 0;
-    return 1;
-}
-
-/* After the last attempt still stored other bytes than ours: take that
- * object away again (only if it is still the one we wrote), so nothing
- * reads bytes that were damaged on the way. */
-static int reject_stored(struct ckpt_storage *st, const char *key,
-                         const char *etag, const char *hex, int attempts,
-                         const char *what, struct ckpt_err *err)
-{
-    struct ckpt_err e2;
-    ckpt_storage_delete_if_match(st, key, etag, &e2);
-    return ckpt_err_set(err, CKPT_EHTTP, "%s: DEST reports ETag %s, but "
-                        "the bytes sent have MD5 %s (%d attempts)", what,
-                        etag, hex, attempts);
-}
 
 int s3_up_put_stream(struct ckpt_storage *st, const char *key,
                      uint64_t size, ckpt_body_fn body, void *ud,
@@ -528,6 +548,39 @@ static void meta_header(struct head_cap *c, const char *line, size_t n,
         c->meta->mtime = strtoll(v, NULL, 10);
 }
 
+void s3_goog_hash(const char *value, struct ckpt_obj_meta *meta)
+{
+    char v[256];
+    snprintf(v, sizeof(v), "%s", value);
+    char *save = NULL;
+    for (char *t = strtok_r(v, ",", &save); t; t = strtok_r(NULL, ",",
+                                                             &save)) {
+        while (*t == ' ')
+            t++;
+        unsigned char out[64];
+        int md5 = !strncmp(t, "md5=", 4), crc = !strncmp(t, "crc32c=", 7);
+        const char *b64 = t + (md5 ? 4 : 7);
+        int len = md5 || crc ? EVP_DecodeBlock(out, (const unsigned char *)
+                                               b64, (int)strlen(b64)) : -1;
+        if (md5 && len >= 16 && strlen(b64) == 24)
+            for (int k = 0; k < 16; k++)
+                snprintf(meta->dest_md5 + 2 * k, 3, "%02x", out[k]);
+        if (crc && len >= 4 && strlen(b64) == 8) {
+            meta->dest_crc32c = (uint32_t)out[0] << 24 |
+                                (uint32_t)out[1] << 16 |
+                                (uint32_t)out[2] << 8 | out[3];
+            meta->has_crc32c = 1;
+        }
+    }
+}
+
+static void goog_hash(struct head_cap *c, const char *line, size_t n)
+{
+    char v[256];
+    if (hdr_value(line, n, "x-goog-hash", v, sizeof(v)))
+        s3_goog_hash(v, c->meta);
+}
+
 static size_t head_hdr(char *line, size_t size, size_t nmemb, void *ud)
 {
     struct head_cap *c = ud;
@@ -552,6 +605,7 @@ static size_t head_hdr(char *line, size_t size, size_t nmemb, void *ud)
     } else {
         meta_header(c, line, n, "x-amz-meta-");
         meta_header(c, line, n, "x-goog-meta-");
+        goog_hash(c, line, n);
     }
     return n;
 }
@@ -679,9 +733,14 @@ static int uploads_page(struct ckpt_storage *st, const char *prefix,
         st_xml_text(resp.body.ptr, resp.body.len, "IsTruncated", &t);
         st_xml_text(resp.body.ptr, resp.body.len, "NextKeyMarker", &k);
         st_xml_text(resp.body.ptr, resp.body.len, "NextUploadIdMarker", &i);
-        /* A marker that does not move would loop forever. */
-        *more = !strcmp(t.ptr, "true") && (k.len || i.len) &&
-                (strcmp(k.ptr, kmark->ptr) || strcmp(i.ptr, imark->ptr));
+        /* A truncated page whose markers do not move would loop
+         * forever, and ending there would take part for all. */
+        *more = !strcmp(t.ptr, "true");
+        if (*more && !((k.len || i.len) && (strcmp(k.ptr, kmark->ptr) ||
+                                            strcmp(i.ptr, imark->ptr))))
+            rc = ckpt_err_set(err, CKPT_EFORMAT, "%s: multipart upload "
+                              "listing is truncated but its markers do not "
+                              "move: the listing is incomplete", what);
         ckpt_buf_reset(kmark);
         ckpt_buf_reset(imark);
         ckpt_buf_add(kmark, k.ptr, k.len);

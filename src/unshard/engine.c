@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "ckpt/util.h"
+#include "hfexport.h"
 #include "unshard_int.h"
 
 /* --- buffers ------------------------------------------------------------ */
@@ -32,11 +33,13 @@ int uns_bufpool_init(struct bufpool *b, size_t size)
 {
     memset(b, 0, sizeof(*b));
     b->size = size;
+    b->mult = 3;
     return pthread_mutex_init(&b->mu, NULL) == 0 ? 0 : -1;
 }
 
-/* A buffer of 3 * size bytes (band, read space, verify scratch); reused
- * across tasks so buffers are not mapped and unmapped per band. */
+/* A buffer of mult * size bytes (band, read space, verify scratch, and
+ * for a cast band its cast); reused across tasks so buffers are not
+ * mapped and unmapped per band. */
 static char *bufpool_get(struct bufpool *b)
 {
     char *p = NULL;
@@ -44,7 +47,7 @@ static char *bufpool_get(struct bufpool *b)
     if (b->nfree)
         p = b->free_[--b->nfree];
     pthread_mutex_unlock(&b->mu);
-    return p ? p : ckpt_xmalloc(3 * b->size);
+    return p ? p : ckpt_xmalloc(b->mult * b->size);
 }
 
 static void bufpool_put(struct bufpool *b, char *p)
@@ -270,6 +273,13 @@ static int fill_one(struct ujob *j, struct utensor *t, uint64_t band,
         bx.gstride[d] = s;
         s *= (int64_t)e->size[d];
     }
+    /* A slice (hfexport.c): the band's rows in the whole tensor, whose
+     * chunks these are; output positions stay the slice's. */
+    if (t->whole) {
+        lo[0] += t->row0;
+        hi[0] += t->row0;
+        bx.base += (int64_t)t->row0 * bx.gstride[0];
+    }
     for (size_t i = 0; i < e->nchunks; i++) {
         struct uchunk *c = &t->chunks[i];
         int empty = c->skip != replicas || (only && c != only);
@@ -281,7 +291,8 @@ static int fill_one(struct ujob *j, struct utensor *t, uint64_t band,
             bx.lo[d] = a;
             bx.e[d] = b - a;
         }
-        if (!empty && (uns_plan_locate(j, t, c, err) != 0 ||
+        if (!empty && (uns_plan_locate(j, t->whole ? t->whole : t, c,
+                                       err) != 0 ||
                        copy_box(j, t, c, &bx, buf, rbuf, note, err) != 0))
             return -1;
     }
@@ -330,7 +341,8 @@ static int task_fill(struct task *k, char *buf, char *rbuf, uint64_t *at,
     if (k->t) {
         uint64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS], dst;
         uns_plan_band_box(k->t, k->band, lo, hi, &dst, len);
-        *at = out_off(j, k->t->file, k->t->rec, k->t->out_off) + dst;
+        *at = out_off(j, k->t->file, k->t->rec, k->t->out_off) +
+              uns_hf_cast_size(k->t, dst);
         if (k->t->scratch)      /* decoded there already */
             return uns_src_read(k->t->scratch, dst, buf, (size_t)*len, err);
         return fill_band(j, k->t, k->band, buf, rbuf, len, 0, !k->verify,
@@ -398,6 +410,13 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
     if (k->t && !j->src.rank0 &&
         check_replicas(k, buf, rbuf + j->plan.band, rbuf, len, err) != 0)
         return -1;
+    /* A cast band is compared as cast (the buffer has room after the
+     * three bands: bufpool.mult). */
+    if (k->t && k->t->cast) {
+        char *cast = buf + 3 * j->plan.band;
+        len = uns_hf_cast_band(k->t, buf, len, cast);
+        buf = cast;
+    }
     if (uns_src_read(&out, at, rbuf, len, err) != 0)
         return -1;
     if (memcmp(buf, rbuf, len) != 0)
@@ -612,9 +631,15 @@ static int band_work(struct task *k, uint64_t *len, struct ckpt_err *err)
         } else if (rc == 0) {
             struct ufile *f = &j->dst.files[k->t ? k->t->file : k->c->file];
             uint32_t *crcs = k->t ? k->t->crcs : k->c->crcs;
-            if (j->o->format == CKPT_FORMAT_TORCH)
+            uint64_t n = *len;
+            const char *p = buf;
+            if (k->t && k->t->cast) {   /* safetensors only: no CRC */
+                p = buf + 3 * j->plan.band;
+                n = uns_hf_cast_band(k->t, buf, n, buf + 3 * j->plan.band);
+            } else if (j->o->format == CKPT_FORMAT_TORCH) {
                 crcs[k->band] = ckpt_crc32(0, buf, *len);
-            rc = uns_out_write(j, f, buf, *len, at, err);
+            }
+            rc = uns_out_write(j, f, p, n, at, err);
         }
     }
     bufpool_put(&j->bufs, buf);
@@ -648,6 +673,8 @@ static struct ufile *task_range(struct task *k, uint64_t *at, uint64_t *len)
         *len = n * t->e->dtype->itemsize;
     } else {
         uns_plan_band_box(t, k->band, lo, hi, &dst, len);
+        dst = uns_hf_cast_size(t, dst);
+        *len = uns_hf_cast_size(t, *len);
     }
     *at = out_off(j, t->file, t->rec, t->out_off) + dst;
     return &j->dst.files[t->file];

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "ckpt/util.h"
+#include "hfexport.h"
 #include "unshard_int.h"
 
 enum { F_MODEL = 0, F_OPTIM = 1, F_TRAIN = 2 };
@@ -286,6 +287,8 @@ static int torch_layout(struct ujob *j, struct ckpt_err *err)
 
 int uns_layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
 {
+    if (j->o->format == CKPT_FORMAT_HF)
+        return uns_hf_layout(j, root, err);
     if (j->o->format == CKPT_FORMAT_SAFETENSORS)
         return uns_st_layout(j, root, err);
     if (uns_layout_choose(j, root, ".pt", err) != 0)

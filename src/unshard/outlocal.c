@@ -282,9 +282,35 @@ static int drop_aside(const struct ujob *j, const struct dest *d, char *old,
     return 0;
 }
 
+/* --part (hfpart.c): several processes write their shares into one DEST,
+ * so each output is renamed into DEST on its own, atomically; the
+ * directory itself is never exchanged. */
+static int commit_files(struct ujob *j, struct dest *d, struct ckpt_err *err)
+{
+    if (ckpt_mkdirs(d->path, err) != 0 || check_names(j, d, err) != 0)
+        return -1;
+    for (size_t i = 0; i < j->dst.nfiles; i++) {
+        char *to = ckpt_path_join(d->path, j->dst.files[i].name);
+        int rc = rename(j->dst.files[i].tmp, to) == 0 ? 0
+               : ckpt_err_sys(err, "rename '%s' to '%s'",
+                              j->dst.files[i].tmp, to);
+        free(to);
+        if (rc != 0)
+            return -1;
+    }
+    if (j->o->sync && sync_dir(d->path, err) != 0)
+        return -1;
+    rmdir(d->tmpdir);
+    free(d->tmpdir);
+    d->tmpdir = NULL;
+    return 0;
+}
+
 static int local_commit(struct ujob *j, struct ckpt_err *err)
 {
     struct dest *d = j->dst.out->impl;
+    if (j->o->nparts > 1)
+        return commit_files(j, d, err);
     if (!d->exists) {
         if (j->o->sync && sync_dir(d->tmpdir, err) != 0)
             return -1;
@@ -318,7 +344,7 @@ static int local_create(struct ujob *j, struct ufile *f,
     f->fd = open(f->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (f->fd < 0)
         return ckpt_err_sys(err, "create '%s'", f->tmp);
-    if (f->raw || j->o->format == CKPT_FORMAT_SAFETENSORS) {
+    if (f->raw || j->o->format != CKPT_FORMAT_TORCH) {
         /* JSON files, and safetensors headers: known already. */
         if (ckpt_pwrite_all(f->fd, f->head.ptr, f->head.len, 0, f->tmp,
                             err) != 0)

@@ -423,7 +423,7 @@ static int obj_create(struct ujob *j, struct ufile *f, struct ckpt_err *err)
     if (start(o, of, f->size, f->raw, err) != 0)
         return -1;
     /* JSON files, and safetensors headers: known already. */
-    if (f->raw || j->o->format == CKPT_FORMAT_SAFETENSORS)
+    if (f->raw || j->o->format != CKPT_FORMAT_TORCH)
         return obj_write(j, f, f->head.ptr, f->head.len, 0, err);
     return 0;
 }

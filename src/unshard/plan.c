@@ -284,7 +284,7 @@ static int coverage(struct ujob *j, struct utensor *t, struct ckpt_err *err)
 
 /* --- bands ----------------------------------------------------------------- */
 
-static void cut_bands(struct utensor *t, uint64_t target)
+void uns_plan_cut_bands(struct utensor *t, uint64_t target)
 {
     const struct ckpt_dcp_entry *e = t->e;
     int nd = e->ndim;
@@ -386,7 +386,7 @@ int uns_plan_tensors(struct ujob *j, struct ckpt_err *err)
             ckpt_err_prefix(err, "%s", j->src.dir);
             return -1;
         }
-        cut_bands(t, j->plan.band);
+        uns_plan_cut_bands(t, j->plan.band);
     }
     /* Coverage is checked on the metadata alone, so a bad plan fails
      * before the (slower) probing reads any item. A DCP read through the

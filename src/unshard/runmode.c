@@ -19,6 +19,7 @@
 #include "ckpt/tempname.h"
 #include "ckpt/unshard.h"
 #include "ckpt/util.h"
+#include "unshard_int.h"
 
 /* --- runs ---------------------------------------------------------------- */
 
@@ -74,12 +75,35 @@ int ckpt_unshard_supported(int format)
            f == CKPT_FMT_ZARR || f == CKPT_FMT_OLMO_LOCAL ||
            f == CKPT_FMT_OLMO_CORE || f == CKPT_FMT_ORBAX ||
            f == CKPT_FMT_DEEPSPEED || f == CKPT_FMT_MEGATRON ||
-           f == CKPT_FMT_DCP_HF;
+           f == CKPT_FMT_DCP_HF || f == CKPT_FMT_HF;
+}
+
+const char *ckpt_unshard_partial(int format)
+{
+    /* zero_to_fp32's state dict: the optimizer's other states, the
+     * scheduler and the client state stay only in the step (and
+     * DeepSpeed's `latest` names it). */
+    if ((enum ckpt_format)format == CKPT_FMT_DEEPSPEED)
+        return "its unsharded output holds the fp32 weights only, not the "
+               "optimizer states, scheduler and client state it holds";
+    return NULL;
 }
 
 static int supported(enum ckpt_format f)
 {
     return ckpt_unshard_supported((int)f);
+}
+
+/* A step's output beside it: NAME-unsharded, or for an HF export
+ * NAME-hf. */
+static const char *suffix(const struct runctx *r)
+{
+    return r->uo.format == CKPT_FORMAT_HF ? "-hf" : "-unsharded";
+}
+
+static const char *done_word(const struct runctx *r)
+{
+    return r->uo.format == CKPT_FORMAT_HF ? "exported" : "unsharded";
 }
 
 /* One event for step k (NULL: the run as a whole). */
@@ -230,7 +254,7 @@ static int whole(const struct runctx *r, const struct ckpt_checkpoint *k)
 static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
                          const char *out, int *failed, enum copy *copy)
 {
-    char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
+    char *sib = ckpt_xasprintf("%s%s", k->dir, suffix(r));
     int at_src = ckpt_tree_has_dir(r->tree, sib);
     free(sib);
     *failed = 0;
@@ -256,13 +280,13 @@ static char *skip_reason(struct runctx *r, const struct ckpt_checkpoint *k,
                               : "incomplete", k->why ? k->why : "?");
     if (at_src) {
         *copy = COPY_IN_RUN;
-        return ckpt_xasprintf("already unsharded: %s-unsharded in the run",
-                              k->name);
+        return ckpt_xasprintf("already %s: %s%s in the run", done_word(r),
+                              k->name, suffix(r));
     }
     if (!whole(r, k) &&
         (r->dest_remote ? dest_complete(r, out) : is_dir(out))) {
         *copy = COPY_AT_DEST;
-        return ckpt_xasprintf("already unsharded: %s exists", out);
+        return ckpt_xasprintf("already %s: %s exists", done_word(r), out);
     }
     if (!supported(k->format)) {
         *failed = 1;
@@ -369,10 +393,19 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
     char *why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", out,
                                res.nfiles, res.nfiles == 1 ? "" : "s",
                                (unsigned long long)res.tensors);
+    const char *partial = ckpt_unshard_partial(k->format);
+    char *unowned = ckpt_checkpoint_unowned(k);
+    if (unowned && !partial)
+        partial = unowned;
     if (c->delete_sharded && !k->complete) {
         /* Not proven complete: the copy licenses no delete. */
         char *w = ckpt_xasprintf("%s; %s kept (not judged complete: %s)",
                                  why, k->name, k->why ? k->why : "?");
+        free(why);
+        why = w;
+    } else if (c->delete_sharded && partial) {
+        /* The copy holds less than the step: it licenses no delete. */
+        char *w = ckpt_xasprintf("%s; %s kept (%s)", why, k->name, partial);
         free(why);
         why = w;
     } else if (c->delete_sharded && !c->uo.dry_run) {
@@ -398,6 +431,7 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
         why = w;
         free(sharded);
     }
+    free(unowned);
     if (!failed)
         step_row(r, msg_done[c->uo.dry_run ? 1 : 0], k, why, &res, out);
     ckpt_unshard_result_release(&res);
@@ -409,7 +443,7 @@ static char *out_dir_of(struct runctx *r, const struct ckpt_checkpoint *k)
 {
     if (whole(r, k))
         return ckpt_xstrdup(r->dest);
-    char *name = ckpt_xasprintf("%s-unsharded", k->name);
+    char *name = ckpt_xasprintf("%s%s", k->name, suffix(r));
     char *out = ckpt_path_join(r->dest, name);
     free(name);
     return out;
@@ -484,6 +518,65 @@ static int dest_complete(struct runctx *r, const char *out)
     return ok;
 }
 
+/* A copy found complete by its structure licenses no delete until its
+ * bytes are shown to be this step's: the step is unsharded again into
+ * scratch (unshard is deterministic) and each file it makes must be in
+ * the copy (out: its location; in the run: the sibling) with the same
+ * bytes. NULL when they are, else why not (malloced). */
+static char *copy_not_ours(struct runctx *r, const struct ckpt_checkpoint *k,
+                           const char *out, enum copy copy)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_unshard_result res;
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = NULL;
+    struct ckpt_storage_cfg scfg = r->uo.storage_cfg;
+    scfg.jobs = 1;
+    const char *base = r->cfg->tmp_dir ? r->cfg->tmp_dir
+                     : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char *scratch = ckpt_temp_path(base), *why = NULL, *dir = NULL;
+    char *key = NULL;
+    memset(&res, 0, sizeof(res));
+    memset(&loc, 0, sizeof(loc));
+    char *sdir = step_dir(r, k, &err);
+    struct ckpt_unshard_opts uo = r->uo;
+    uo.source_format = (int)k->format;
+    uo.dest_storage = NULL;
+    uo.dry_run = 0;
+    uo.checksum = 1;
+    uo.config_yaml = r->config;
+    uo.planned = NULL;
+    uo.progress = NULL;
+    if (!sdir || ckpt_unshard_dcp(sdir, scratch, &uo, &res, &err) != 0)
+        why = ckpt_xasprintf("it could not be unsharded again to compare: "
+                             "%s", err.msg);
+    if (!why && copy == COPY_IN_RUN) {
+        st = r->st;
+        dir = ckpt_xasprintf("%s-unsharded", k->dir);
+        key = ckpt_path_join(r->tree->key, dir);
+    } else if (!why && (st = r->cfg->uo.dest_storage)) {
+        key = ckpt_xstrdup(out);
+    } else if (!why && (ckpt_loc_parse(&loc, out, &err) != 0 ||
+                        ckpt_storage_open(&st, &loc, &scfg, &err) != 0)) {
+        why = ckpt_xstrdup(err.msg);
+        st = NULL;
+    } else if (!why) {
+        key = ckpt_xstrdup(loc.key);
+    }
+    if (!why)
+        why = uns_copy_differs(st, key, &res);
+    if (st && st != r->st && st != r->cfg->uo.dest_storage)
+        ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    ckpt_unshard_result_release(&res);
+    ckpt_rm_tree(scratch);
+    free(scratch);
+    free(sdir);
+    free(dir);
+    free(key);
+    return why;
+}
+
 /* --delete-sharded on a step whose -unsharded copy exists already (made
  * earlier, or by a run killed between renaming the output into place and
  * the delete): the sharded step goes when the copy is a complete unsharded
@@ -497,6 +590,18 @@ static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
                   : ckpt_xstrdup(out);
     char *bad = NULL, *why = NULL;
     int rc = 0;
+    const char *partial = ckpt_unshard_partial(k->format);
+    char *unowned = ckpt_checkpoint_unowned(k);
+    if (partial || unowned) {
+        /* Whatever the copy is, it holds less than the step. */
+        why = ckpt_xasprintf("already unsharded: %s exists; %s kept (%s)",
+                             where, k->name, partial ? partial : unowned);
+        free(unowned);
+        step_row(r, "skip", k, why, NULL, copy == COPY_AT_DEST ? out : NULL);
+        free(why);
+        free(where);
+        return 0;
+    }
     if (copy == COPY_IN_RUN) {
         char *sib = ckpt_xasprintf("%s-unsharded", k->dir);
         bad = copy_fault(&r->run, sib);
@@ -512,6 +617,10 @@ static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
         why = ckpt_xasprintf("already unsharded: %s exists, but it is not "
                              "complete (%s); %s not deleted", where, bad,
                              k->name);
+    else if ((bad = copy_not_ours(r, k, out, copy)))
+        why = ckpt_xasprintf("already unsharded: %s exists, but it is not "
+                             "what %s unshards to (%s); %s not deleted",
+                             where, k->name, bad, k->name);
     else if (r->cfg->uo.dry_run && (rc = step_mount(r, k, &err)) != 0)
         why = ckpt_xstrdup(err.msg);
     else if (r->cfg->uo.dry_run)
@@ -825,6 +934,86 @@ static char *whole_src(struct runctx *r)
     return why;
 }
 
+/* --delete-sharded writes outputs and then deletes steps: DEST inside
+ * (or at) any checkpoint directory of the run would be written into a
+ * step and deleted with it. Refused before anything is done: -1 with err
+ * naming both, else 0. */
+static int dest_in_step(struct runctx *r, struct ckpt_err *err)
+{
+    struct ckpt_loc loc;
+    struct ckpt_storage *st = r->cfg->uo.dest_storage;
+    struct ckpt_storage_cfg scfg = r->uo.storage_cfg;
+    scfg.jobs = 1;
+    const char *key = r->dest;
+    int rc = 0;
+    memset(&loc, 0, sizeof(loc));
+    if (!st) {
+        if (ckpt_loc_parse(&loc, r->dest, err) != 0)
+            return -1;
+        if (ckpt_storage_open(&st, &loc, &scfg, err) != 0) {
+            ckpt_loc_release(&loc);
+            return -1;
+        }
+        key = loc.key;
+    }
+    for (size_t i = 0; rc == 0 && i < r->run.n; i++) {
+        const struct ckpt_checkpoint *k = &r->run.ckpts[i];
+        char *ck = ckpt_tree_key(r->tree, k->dir);
+        enum ckpt_loc_rel rel = ck ? ckpt_storage_relation(r->st, ck, st,
+                                                           key)
+                                   : CKPT_LOC_APART;
+        if (rel == CKPT_LOC_SAME || rel == CKPT_LOC_B_INSIDE_A) {
+            char *cd = ckpt_storage_display(r->st, ck);
+            rc = ckpt_err_set(err, CKPT_EUSAGE, "--delete-sharded: DEST "
+                              "'%s' is inside '%s', a checkpoint it may "
+                              "delete; nothing done", r->dest, cd);
+            free(cd);
+        }
+        free(ck);
+    }
+    if (st != r->cfg->uo.dest_storage)
+        ckpt_storage_close(st);
+    ckpt_loc_release(&loc);
+    return rc;
+}
+
+/* --format hf of SRC that is one whole checkpoint (an HF model
+ * directory, an HF Trainer checkpoint-N: safetensors files): nothing to
+ * merge, but its model becomes DEST as an export does (names as stored,
+ * config.json beside). A directory only; 0 or -1, one row. */
+static int export_whole(struct runctx *r)
+{
+    struct ckpt_checkpoint k;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    memset(&k, 0, sizeof(k));
+    k.name = ckpt_path_basename(r->src);
+    k.dir = ckpt_xstrdup("");
+    k.step = -1;
+    k.format = CKPT_FMT_UNSHARDED;
+    k.complete = 1;
+    k.root = 1;
+    r->uo.storage = r->remote ? r->st : NULL;
+    struct ckpt_unshard_result res;
+    memset(&res, 0, sizeof(res));
+    struct ckpt_unshard_opts uo = r->uo;
+    uo.source_format = CKPT_FMT_UNSHARDED;    /* read as safetensors */
+    int rc = ckpt_unshard_dcp(r->tree->key, r->dest, &uo, &res, &err);
+    r->uo.storage = NULL;
+    if (rc != 0) {
+        step_row(r, "error", &k, err.msg, NULL, NULL);
+    } else {
+        char *why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", r->dest,
+                                   res.nfiles, res.nfiles == 1 ? "" : "s",
+                                   (unsigned long long)res.tensors);
+        step_row(r, msg_done[r->uo.dry_run ? 1 : 0], &k, why, &res, r->dest);
+        free(why);
+    }
+    ckpt_unshard_result_release(&res);
+    free(k.name);
+    free(k.dir);
+    return rc;
+}
+
 int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
                      const char *src, const char *dest,
                      const struct ckpt_unshard_run_cfg *cfg)
@@ -850,10 +1039,30 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
     size_t finished = 0;
     if (!archive && !r.remote)
         failed |= finish_dead_deletes(&r, &finished) != 0;
+    if (cfg->uo.nparts > 1) {
+        step_row(&r, "error", NULL, "--part writes a share of one "
+                 "checkpoint's export: give the step, not a run; nothing "
+                 "done", NULL, NULL);
+        failed = 2;
+        goto out;
+    }
+    if (cfg->delete_sharded && cfg->uo.format == CKPT_FORMAT_HF) {
+        step_row(&r, "error", NULL, "--delete-sharded never deletes on the "
+                 "strength of an HF export: it holds the model only, the "
+                 "step is the only copy of its optimizer and trainer "
+                 "state; nothing done", NULL, NULL);
+        failed = 2;
+        goto out;
+    }
     if (archive && cfg->delete_sharded) {
         step_row(&r, "error", NULL, "--delete-sharded never deletes inside "
                  "an archive; nothing done", NULL, NULL);
         failed = 2;
+        goto out;
+    }
+    if (cfg->delete_sharded && dest_in_step(&r, &err) != 0) {
+        step_row(&r, "error", NULL, err.msg, NULL, NULL);
+        failed = err.code == CKPT_EUSAGE ? 2 : 1;
         goto out;
     }
     /* Scratch beside the outputs (same file system, cleaned with them);
@@ -884,9 +1093,12 @@ int ckpt_unshard_run(struct ckpt_storage *st, const char *key,
         /* A checkpoint that is whole already (a step of model.pt) is
          * what run mode skips as "not sharded": said so, not "none". */
         char *whole = cfg->has_step ? NULL : whole_src(&r);
-        step_row(&r, whole ? "skip" : "error", NULL, whole ? whole :
-                 cfg->has_step ? "no sharded checkpoint with that step"
-                               : "no checkpoint", NULL, NULL);
+        if (whole && cfg->uo.format == CKPT_FORMAT_HF && !archive)
+            failed |= export_whole(&r) != 0;
+        else
+            step_row(&r, whole ? "skip" : "error", NULL, whole ? whole :
+                     cfg->has_step ? "no sharded checkpoint with that step"
+                                   : "no checkpoint", NULL, NULL);
         failed |= !whole;
         free(whole);
     }

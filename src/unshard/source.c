@@ -25,6 +25,7 @@
 #include <zstd.h>
 
 #include "ckpt/util.h"
+#include "ckpt/run.h"
 #include "unshard_int.h"
 
 #define MAX_METADATA (1536ULL << 20)
@@ -828,10 +829,20 @@ int uns_src_open(struct ujob *j, const char *src, struct ckpt_err *err)
     char *sub = ckpt_path_join(top, "model_and_optim");
     char *p = ckpt_path_join(sub, ".metadata");
     j->src.olmo_step = is_file(j, p);
-    j->src.dir = j->src.olmo_step ? sub : ckpt_xstrdup(top);
-    if (!j->src.olmo_step)
-        free(sub);
     free(p);
+    /* An accelerate FSDP step (HF Trainer checkpoint-N, save_state's
+     * checkpoint_N): the model's DCP; optimizer_0/ is not read. */
+    if (!j->src.olmo_step && j->o->source_format == CKPT_FMT_HF) {
+        free(sub);
+        sub = ckpt_path_join(top, "pytorch_model_fsdp_0");
+        p = ckpt_path_join(sub, ".metadata");
+        j->src.accelerate = is_file(j, p);
+        free(p);
+    }
+    j->src.dir = j->src.olmo_step || j->src.accelerate ? sub
+                                                        : ckpt_xstrdup(top);
+    if (!j->src.olmo_step && !j->src.accelerate)
+        free(sub);
     p = ckpt_path_join(j->src.dir, ".metadata");
     int rc;
     if (is_file(j, p)) {

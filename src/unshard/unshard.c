@@ -16,6 +16,7 @@
 #include "ckpt/run.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
+#include "hfexport.h"
 #include "unshard_int.h"
 
 /* Bands small enough that a task's buffers stay in L2: each byte then
@@ -29,6 +30,8 @@
 /* config.yaml of the checkpoint, else of the run, travels with it. */
 static int add_config(struct ujob *j, struct ckpt_err *err)
 {
+    if (j->o->format == CKPT_FORMAT_HF)     /* not part of an HF model */
+        return 0;
     char *own = ckpt_path_join(j->src.top, "config.yaml");
     uint64_t size;
     struct ckpt_err e2;
@@ -89,6 +92,8 @@ static void fill_result(struct ujob *j, struct ckpt_unshard_result *res)
         res->pieces += (j->plan.copies[i].nbytes + j->plan.band - 1) / j->plan.band;
     res->layout = j->plan.olmo ? "olmo" : "single";
     res->metadata = j->src.metaname;
+    if (j->o->format == CKPT_FORMAT_HF)
+        uns_hf_result(j, res);
 }
 
 static void job_release(struct ujob *j)
@@ -120,6 +125,7 @@ static void job_release(struct ujob *j)
         free(f->copy_from);
     }
     free(j->dst.files);
+    uns_hf_part_free(j->dst.part);
     free(j->plan.values);
     free(j->plan.paths);
     uns_src_close_all(j);
@@ -210,8 +216,11 @@ static int plan_dcp(struct ujob *j, const char *src, struct ckpt_err *err)
     }
     if (uns_rank_values(j, err) != 0)
         return -1;
+    /* accelerate's DCP is {"model": state_dict}: model.pt (or
+     * model.safetensors) holds the state dict, as merge-weights writes it. */
     j->plan.olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
-              (j->o->layout == CKPT_LAYOUT_AUTO && j->src.olmo_step);
+              (j->o->layout == CKPT_LAYOUT_AUTO &&
+               (j->src.olmo_step || j->src.accelerate));
     if ((j->plan.megatron && uns_mg_open(j, err) != 0) ||
         uns_plan_tensors(j, err) != 0 || uns_tree_build(j, &root, err) != 0 ||
         (j->plan.megatron && uns_mg_merge(j, &root, err) != 0))
@@ -335,6 +344,8 @@ int ckpt_unshard_dcp(const char *src, const char *dest,
         }
     if (rc == 0 && !opts->dry_run)
         res->buffers_peak = uns_outobj_peak(&j);
+    if (rc == 0 && !opts->dry_run && j.dst.part)
+        rc = uns_hf_part_finish(&j, dest, &res->part_done, err);
     if (rc != 0 && j.dst.out)
         j.dst.out->ops->abort(&j);
     if (rc != 0 && res->files)

@@ -102,6 +102,13 @@ struct utensor {
      * decoded into scratch first and its bands read from there. */
     uint64_t rowchunks;     /* chunks per band, or 0 */
     struct usrc *scratch;   /* the decoded tensor (--tmp-dir), or NULL */
+    /* --format hf (hfexport.c): this tensor is rows [row0, row0 +
+     * e->size[0]) of whole, whose chunks it shares (chunks ==
+     * whole->chunks, located through whole); NULL for a tensor of its
+     * own. cast: written as this dtype (hfcast.c), or NULL. */
+    struct utensor *whole;
+    uint64_t row0;
+    const struct ckpt_dtype *cast;
 };
 
 /* A storage record of a byte item, copied verbatim. */
@@ -143,9 +150,12 @@ struct ufile {
 
 struct bufpool {
     pthread_mutex_t mu;
-    char **free_;           /* malloced buffers of size each */
+    char **free_;           /* malloced buffers of mult * size each */
     size_t nfree, cap;
     size_t size;
+    unsigned mult;          /* 3 (band, read space, verify scratch); 5
+                               when tensors are cast (room for the cast
+                               band, hfcast.c) */
 };
 
 struct uns_out;
@@ -162,6 +172,9 @@ struct ujob_src {
     struct src_pf *pf;              /* small files fetched whole ahead
                                        (srcwhole.c), or NULL; owned */
     int olmo_step;                  /* src is an OLMo step */
+    int accelerate;                 /* src is an accelerate FSDP step
+                                       (checkpoint-N/): the model's DCP
+                                       is pytorch_model_fsdp_0/ */
     int allow_replicas;             /* option, or rank-local metadata */
     int rank_check;                 /* rank-local: every dropped replica is
                                        compared as it is copied (ranks.c) */
@@ -227,6 +240,9 @@ struct ujob_dst {
     char *tmpdir;                   /* the local output's temporary
                                        directory: scratch for decoded
                                        items (source.c), or NULL */
+    struct hf_part *part;           /* --part of an export: the files
+                                       the last part writes (hfpart.c),
+                                       or NULL; owned */
 };
 
 /* One unshard: its three parts, and the engine's shared state (pool
@@ -432,6 +448,8 @@ int uns_plan_locate(struct ujob *j, struct utensor *t,
 int uns_plan_locate_rest(struct ujob *j, struct ckpt_err *err);
 void uns_plan_band_box(const struct utensor *t, uint64_t band, uint64_t *lo,
                    uint64_t *hi, uint64_t *dst_off, uint64_t *len);
+/* Bands of t of at most target bytes (t->nbytes and t->e set). */
+void uns_plan_cut_bands(struct utensor *t, uint64_t target);
 
 /* tree.c */
 int uns_tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err);
@@ -612,5 +630,10 @@ void uns_mg_explain(struct ujob *j, struct ckpt_err *err);
  * merged into it (Megatron's dict_utils.merge). */
 int uns_mg_merge(struct ujob *j, struct ckpt_pv **root,
                  struct ckpt_err *err);
+
+/* copycmp.c: each file res made is in the copy below dir of st with its
+ * size and MD5 (read back): NULL, or why not (malloced). */
+char *uns_copy_differs(struct ckpt_storage *st, const char *dir,
+                       const struct ckpt_unshard_result *res);
 
 #endif

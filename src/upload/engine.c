@@ -56,6 +56,7 @@ void ckpt_upload_free(struct ckpt_upload *u)
         up_obj_free(o);
     }
     free(u->objs);
+    tf_strmap_release(&u->dpaths);
     for (size_t i = 0; i < u->ngroups; i++)
         up_group_free(u->groups[i]);
     free(u->groups);
@@ -499,7 +500,7 @@ void up_engine_loop(struct ckpt_upload *u)
         double next = delayed_sweep(u, ckpt_now());
         int archives = produce(u);
         dispatch(u);
-        if (!archives && idle(u))
+        if (!archives && idle(u) && !up_route_deferred(u))
             return;
         if (u->inflight) {
             wait_done(u, next);

@@ -27,7 +27,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "ckpt/orbax.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 #include "../torchfmt/strmap.h"
@@ -254,6 +256,116 @@ static const char *strip_path(struct ckpt_upload *u, struct extract *x,
     return e->path + n;
 }
 
+/* no_replace, a member big enough for a multipart upload, at DEST with
+ * its size: compared before anything is sent (the stream cannot be
+ * read twice, so it is read through here, hashed as DEST's answer needs
+ * it: the whole MD5, S3's composite ETag for the part sizes its "-N"
+ * implies, CRC32C where DEST's ETag is opaque and it states one; a local
+ * DEST compared byte for byte). Equal: skipped; else a conflict (DEST's
+ * bytes are never replaced). 0, or -1 when the archive could not be
+ * read (archive_failed). */
+struct mcmp {
+    struct md5c whole;
+    struct up_cand c[4];
+    int nc;
+    uint32_t crc;
+    int want_crc, local, differs;
+    struct ckpt_obj_meta meta;
+};
+
+static void mcmp_start(struct obj *o, struct mcmp *m)
+{
+    const char *detag = o->dest->etag;
+    int multi = 0, md5form = ckpt_etag_is_md5(detag, &multi);
+    uint64_t parts[4];
+    struct ckpt_stat sb;
+    struct ckpt_err e2;
+    memset(m, 0, sizeof(*m));
+    m->local = ckpt_storage_is_local(o->g->dst);
+    up_md5c_init(&m->whole);
+    if (!m->local && md5form && multi)
+        m->nc = up_cand_guesses(o->size, o->part_size,
+                                (int)strtol(strchr(detag, '-') + 1, NULL,
+                                            10), 0, parts);
+    for (int i = 0; i < m->nc; i++)
+        up_cand_init(&m->c[i], parts[i]);
+    if (!m->local && !md5form &&
+        ckpt_storage_head(o->g->dst, o->dkey, &sb, &m->meta, &e2) == 0 &&
+        sb.size == o->size && !strcmp(sb.etag, detag))
+        m->want_crc = m->meta.has_crc32c;
+}
+
+static void mcmp_feed(struct obj *o, struct mcmp *m, const char *p,
+                      size_t n, uint64_t off, char *dbuf)
+{
+    up_md5c_update(&m->whole, p, n);
+    for (int i = 0; i < m->nc; i++)
+        up_cand_feed(&m->c[i], p, n);
+    if (m->want_crc)
+        m->crc = ckpt_crc32c(m->crc, p, n);
+    size_t got = 0;
+    struct ckpt_err e2;
+    if (m->local && !m->differs &&
+        (ckpt_storage_read(o->g->dst, o->dkey, off, dbuf, n, &got,
+                           &e2) != 0 || got != n || memcmp(dbuf, p, n)))
+        m->differs = 1;
+}
+
+static int mcmp_same(struct obj *o, struct mcmp *m)
+{
+    unsigned char d[16];
+    char hex[33];
+    int same = 0, multi;
+    up_md5c_final(&m->whole, d);
+    ckpt_hex_encode(d, 16, hex);
+    for (int i = 0; i < m->nc; i++) {
+        up_cand_final(&m->c[i]);
+        same |= !strcasecmp(m->c[i].etag, o->dest->etag);
+    }
+    if (m->local)
+        return !m->differs;
+    if (ckpt_etag_is_md5(o->dest->etag, &multi) && !multi)
+        same |= !strcasecmp(o->dest->etag, hex);
+    if (!ckpt_etag_is_md5(o->dest->etag, &multi) && m->meta.dest_md5[0])
+        same |= !strcasecmp(m->meta.dest_md5, hex);
+    if (m->want_crc)
+        same |= m->crc == m->meta.dest_crc32c;
+    return same;
+}
+
+static int compare_member(struct ckpt_upload *u, struct group *g,
+                          struct obj *o)
+{
+    struct extract *x = g->x;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct mcmp m;
+    size_t cap = o->size < CHECK_CHUNK ? (size_t)o->size + 1 : CHECK_CHUNK;
+    char *buf = ckpt_xmalloc(cap), *dbuf = ckpt_xmalloc(cap);
+    int rc = 0;
+    mcmp_start(o, &m);
+    for (uint64_t off = 0; rc == 0 && off < o->size;) {
+        size_t n = o->size - off < cap ? (size_t)(o->size - off) : cap;
+        rc = read_member(x, o, buf, n, &err);
+        if (rc == 0)
+            mcmp_feed(o, &m, buf, n, off, dbuf);
+        off += n;
+    }
+    if (rc == 0)
+        rc = member_end(x, o, &err);
+    int same = mcmp_same(o, &m);
+    free(buf);
+    free(dbuf);
+    if (rc != 0) {
+        up_obj_fail(u, o, &err);
+        return archive_failed(u, g, &err);
+    }
+    if (same)
+        up_obj_skip(u, o, "same size and checksum");
+    else
+        up_obj_conflict(u, o, "with different bytes");
+    return 0;
+}
+
 /* -n with no_replace: a small member at DEST with its size is read and
  * compared as the real run compares it before its PUT, so that the plan
  * says "conflict" where the run will. 0: route it; 1: failed (a
@@ -464,6 +576,19 @@ static void new_member(struct ckpt_upload *u, struct group *g,
     o->sdisp = ckpt_xasprintf("%s/%s", g->sdisp, e->path);
     if (x->resend)
         o->dest = NULL;
+    if (up_claim_path(u, o, u->nobjs - 1)) {
+        /* Another SRC of this upload goes there: a stream is read once,
+         * so the member cannot wait for it and be compared after. */
+        o->deferred = 0;
+        up_obj_conflict(u, o, "and an archive member cannot wait to be "
+                        "compared");
+        return;
+    }
+    if (u->cfg.no_replace && o->big && o->dest &&
+        o->dest->size == o->size) {
+        compare_member(u, g, o);
+        return;
+    }
     if (u->cfg.dry_run) {
         if (dry_conflict(u, x, o) == 0)
             up_obj_route(u, o);

@@ -117,7 +117,7 @@ void up_obj_fail(struct ckpt_upload *u, struct obj *o,
     up_progress(u, 1, 0);
 }
 
-static void obj_skip(struct ckpt_upload *u, struct obj *o, const char *why)
+void up_obj_skip(struct ckpt_upload *u, struct obj *o, const char *why)
 {
     free_ready(u, o);
     o->st = O_SKIPPED;
@@ -135,6 +135,75 @@ void up_queue_abort(struct ckpt_upload *u, struct group *g,
     un->upload_id = ckpt_xstrdup(id);
     un->ag = g;
     up_ctl_push(u, un);
+}
+
+/* ---- two sources, one DEST path ---- */
+
+int up_no_replace(const struct obj *o)
+{
+    return o->g->u->cfg.no_replace || o->after;
+}
+
+int up_claim_path(struct ckpt_upload *u, struct obj *o, size_t idx)
+{
+    uint64_t v;
+    size_t len = strlen(o->ddisp);
+    if (o->superseded)
+        return 0;
+    if (!tf_strmap_get(&u->dpaths, o->ddisp, len, &v)) {
+        if (tf_strmap_put(&u->dpaths, o->ddisp, len, idx) != 0)
+            ckpt_die_oom("the DEST paths of an upload");
+        return 0;
+    }
+    struct obj *first = u->objs[v];
+    if (first->g == o->g)
+        return 0;       /* an archive's later copy of a name (tar -r) */
+    o->after = first;
+    o->deferred = 1;
+    return 1;
+}
+
+/* What DEST holds at o's path once o->after is finished: its bytes as
+ * uploaded (its ETag), or the object it was proven equal to. -n: what
+ * the first would upload is not there, so its source is compared. */
+static void dest_after(struct ckpt_upload *u, struct obj *o)
+{
+    const struct obj *p = o->after;
+    if (p->st == O_SKIPPED && p->dest) {
+        o->dest = p->dest;
+        return;
+    }
+    free(o->dfile.name);
+    free(o->dfile.etag);
+    o->dfile.name = ckpt_xstrdup("");
+    o->dfile.size = p->size;
+    o->dfile.mtime = p->mtime;  /* a local copy is given its source's */
+    o->dfile.etag = ckpt_xstrdup(p->etag);
+    o->dest = &o->dfile;
+    if (u->cfg.dry_run)
+        o->cmp_src = p;
+}
+
+size_t up_route_deferred(struct ckpt_upload *u)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < u->nobjs; i++) {
+        struct obj *o = u->objs[i];
+        if (!o->deferred || !terminal(o->after))
+            continue;
+        o->deferred = 0;
+        n++;
+        if (o->after->st == O_FAILED) {
+            struct ckpt_err err = CKPT_ERR_INIT;
+            ckpt_err_set(&err, CKPT_EEXIST, "not copied: %s goes to the "
+                         "same DEST path, and failed", o->after->sdisp);
+            up_obj_fail(u, o, &err);
+            continue;
+        }
+        dest_after(u, o);
+        up_obj_route(u, o);
+    }
+    return n;
 }
 
 /* ---- routing ---- */
@@ -218,14 +287,18 @@ static const char *quick_skip(struct ckpt_upload *u, struct obj *o)
     return NULL;
 }
 
-/* no_replace: DEST holds o's name with other bytes (or, for a multipart
- * archive member, bytes not compared before sending). */
+/* no_replace: DEST holds o's name with other bytes. */
 void up_obj_conflict(struct ckpt_upload *u, struct obj *o, const char *how)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
-    ckpt_err_set(&err, CKPT_EEXIST, "conflict: %s already exists at DEST "
-                 "%s; not replaced (another source wrote it)", o->ddisp,
-                 how);
+    if (o->after)
+        ckpt_err_set(&err, CKPT_EEXIST, "conflict: %s is also where %s "
+                     "goes (another SRC of this upload), %s; not "
+                     "replaced", o->ddisp, o->after->sdisp, how);
+    else
+        ckpt_err_set(&err, CKPT_EEXIST, "conflict: %s already exists at "
+                     "DEST %s; not replaced (DEST keeps its copy: it may "
+                     "be the only one)", o->ddisp, how);
     up_obj_fail(u, o, &err);
 }
 
@@ -234,16 +307,11 @@ void up_obj_route(struct ckpt_upload *u, struct obj *o)
     if (terminal(o))
         return;
     const struct dentry *d = o->dest;
-    if (u->cfg.no_replace && d && d->size != o->size) {
+    if (up_no_replace(o) && d && d->size != o->size) {
         char how[96];
         snprintf(how, sizeof(how), "with %llu bytes, the source has %llu",
                  (unsigned long long)d->size, (unsigned long long)o->size);
         up_obj_conflict(u, o, how);
-        return;
-    }
-    if (u->cfg.no_replace && d && o->from_archive && o->big) {
-        up_obj_conflict(u, o, "(a multipart archive member is not compared "
-                        "before it is sent)");
         return;
     }
     if (!u->cfg.dry_run && try_resume(u, o))
@@ -254,7 +322,7 @@ void up_obj_route(struct ckpt_upload *u, struct obj *o)
     }
     const char *why = quick_skip(u, o);
     if (why) {
-        obj_skip(u, o, why);
+        up_obj_skip(u, o, why);
         return;
     }
     /* Archive members are read once, in order: compared while sent. */
@@ -314,10 +382,10 @@ static void on_check(struct ckpt_upload *u, struct unit *un)
     if (un->same) {
         up_journal_done(o->g->jr, o->dkey, o->size, o->srcsig,
                         o->dest->etag);
-        obj_skip(u, o, "same size and checksum");
+        up_obj_skip(u, o, "same size and checksum");
         return;
     }
-    if (u->cfg.no_replace) {
+    if (up_no_replace(o)) {
         up_obj_conflict(u, o, "with different bytes");
         return;
     }
@@ -339,7 +407,7 @@ static void on_put(struct ckpt_upload *u, struct unit *un)
     if (un->rc != 0) {
         up_obj_fail(u, o, &un->err);
     } else if (un->same) {
-        obj_skip(u, o, "same size and checksum");
+        up_obj_skip(u, o, "same size and checksum");
     } else {
         up_journal_done(o->g->jr, o->dkey, o->size, o->srcsig,
                         un->res.etag[0] ? un->res.etag : un->whole);

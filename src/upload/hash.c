@@ -90,3 +90,65 @@ int up_parts_for(uint64_t size, uint64_t part)
         return 1;
     return (int)((size + part - 1) / part);
 }
+
+/* ---- composite ETag guesses ---- */
+
+void up_cand_init(struct up_cand *c, uint64_t part)
+{
+    memset(c, 0, sizeof(*c));
+    c->part = part;
+    up_md5c_init(&c->outer);
+    up_md5c_init(&c->cur);
+}
+
+void up_cand_feed(struct up_cand *c, const char *p, size_t len)
+{
+    while (len > 0) {
+        size_t take = c->part - c->in_part < len ? c->part - c->in_part
+                                                 : len;
+        up_md5c_update(&c->cur, p, take);
+        c->in_part += take;
+        p += take;
+        len -= take;
+        if (c->in_part == c->part) {
+            unsigned char d[16];
+            up_md5c_final(&c->cur, d);
+            up_md5c_update(&c->outer, d, 16);
+            up_md5c_init(&c->cur);
+            c->in_part = 0;
+            c->n++;
+        }
+    }
+}
+
+void up_cand_final(struct up_cand *c)
+{
+    unsigned char d[16];
+    if (c->in_part > 0 || c->n == 0) {
+        up_md5c_final(&c->cur, d);
+        up_md5c_update(&c->outer, d, 16);
+        c->n++;
+    } else {
+        up_md5c_final(&c->cur, d);
+    }
+    up_md5c_final(&c->outer, d);
+    ckpt_hex_encode(d, 16, c->etag);
+    snprintf(c->etag + 32, 16, "-%d", c->n);
+}
+
+int up_cand_guesses(uint64_t size, uint64_t ours, int n, uint64_t meta_part,
+                    uint64_t out[4])
+{
+    uint64_t try[4] = { ours, meta_part, 8 * MIB, 5 * MIB };
+    int k = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!try[i] || up_parts_for(size, try[i]) != n)
+            continue;
+        int dup = 0;
+        for (int j = 0; j < k; j++)
+            dup |= out[j] == try[i];
+        if (!dup)
+            out[k++] = try[i];
+    }
+    return k;
+}

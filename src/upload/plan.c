@@ -154,6 +154,8 @@ void up_obj_free(struct obj *o)
 {
     if (!o)
         return;
+    free(o->dfile.name);
+    free(o->dfile.etag);
     free(o->skey);
     free(o->dkey);
     free(o->sdisp);
@@ -184,6 +186,10 @@ void up_group_free(struct group *g)
     for (size_t i = 0; i < g->nlinks; i++)
         free(g->links[i]);
     free(g->links);
+    tf_strmap_release(&g->seen);
+    for (size_t i = 0; i < g->nseen; i++)
+        free(g->seen_keys[i]);
+    free(g->seen_keys);
     free(g->skey);
     free(g->dkey);
     free(g->sdisp);
@@ -391,12 +397,67 @@ static int olmo_latest(const struct walk *w, const char *path,
     return 1;
 }
 
+/* cfg.expect: the plan found rel (any kind of entry). */
+static void saw(struct group *g, const char *rel)
+{
+    if (!g->u->cfg.expect || !(g->flags & CKPT_UPLOAD_PICK))
+        return;
+    if (g->nseen % 64 == 0)
+        g->seen_keys = ckpt_xreallocarray(g->seen_keys, g->nseen + 64,
+                                          sizeof(*g->seen_keys));
+    char *k = g->seen_keys[g->nseen++] = ckpt_xstrdup(rel);
+    if (tf_strmap_put(&g->seen, k, strlen(k), 1) != 0)
+        ckpt_die_oom("the paths an upload found");
+}
+
+/* cfg.expect: every path the caller saw must be one the plan found. */
+static void check_expect(struct group *g)
+{
+    const struct ckpt_upload_cfg *c = &g->u->cfg;
+    uint64_t v;
+    size_t gone = 0;
+    if (!c->expect || !(g->flags & CKPT_UPLOAD_PICK) || g->kind != G_TREE)
+        return;
+    for (size_t i = 0; i < c->nexpect; i++) {
+        if (tf_strmap_get(&g->seen, c->expect[i], strlen(c->expect[i]), &v)
+            || ++gone > 3)
+            continue;
+        /* Named with where it would have gone: a file that did not
+         * arrive, not a failed delete. */
+        char *key = ckpt_path_join(g->skey, c->expect[i]);
+        char *dkey = *g->dkey ? ckpt_path_join(g->dkey, c->expect[i])
+                              : ckpt_xstrdup(c->expect[i]);
+        char *disp = ckpt_storage_display(g->sst, key);
+        char *ddisp = ckpt_storage_display(g->dst, dkey);
+        struct ckpt_upload_event ev = {
+            CKPT_UP_FAILED, disp, ddisp, 0, "vanished from the source "
+            "since the run was judged (another worker or a user deleted "
+            "it); nothing is deleted" };
+        g->plan_failed = 1;
+        g->u->t.failed++;
+        if (c->on_event)
+            c->on_event(c->ud, &ev);
+        free(ddisp);
+        free(dkey);
+        free(disp);
+        free(key);
+    }
+    if (gone > 3) {
+        struct ckpt_err err = CKPT_ERR_INIT;
+        ckpt_err_set(&err, CKPT_ENOTFOUND, "%zu more files vanished from "
+                     "the source since the run was judged", gone - 3);
+        plan_fail(g, g->sdisp, &err);
+    }
+}
+
 static void walk_entry(struct walk *w, const char *dir, const char *rel,
                        const struct lent *e)
 {
     struct group *g = w->g;
     char *path = ckpt_path_join(dir, e->name);
     char *r = *rel ? ckpt_path_join(rel, e->name) : ckpt_xstrdup(e->name);
+    if (e->type != CKPT_ENTRY_DIR)
+        saw(g, r);
     if (e->type == CKPT_ENTRY_LINK && olmo_latest(w, path, e->name)) {
         g->links = ckpt_xreallocarray(g->links, g->nlinks + 1,
                                       sizeof(*g->links));
@@ -460,6 +521,7 @@ static int remote_entry(void *ud, const struct ckpt_entry *e)
         return 0;
     char *key = *g->skey ? ckpt_path_join(g->skey, e->name)
                          : ckpt_xstrdup(e->name);
+    saw(g, e->name);
     add_file(g, key, e->name, e->size, e->mtime, e->etag);
     free(key);
     return 0;
@@ -475,12 +537,17 @@ static int list_source(struct group *g, struct ckpt_err *err)
     }
     if (g->kind == G_ARCHIVE)
         return 0;  /* members are read while copying */
-    if (!ckpt_storage_is_local(g->sst))
-        return ckpt_storage_list(g->sst, g->skey, CKPT_LIST_RECURSIVE,
-                                 remote_entry, g, err);
+    if (!ckpt_storage_is_local(g->sst)) {
+        int rc = ckpt_storage_list(g->sst, g->skey, CKPT_LIST_RECURSIVE,
+                                   remote_entry, g, err);
+        if (rc == 0)
+            check_expect(g);
+        return rc;
+    }
     struct walk w = { g, ckpt_xcalloc(MAX_DEPTH + 1, sizeof(char *)), 0 };
     walk_dir(&w, g->skey, "");
     free(w.stack);
+    check_expect(g);
     return 0;
 }
 

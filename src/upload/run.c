@@ -97,6 +97,26 @@ static void check_arrived(struct ckpt_upload *u, struct obj *o,
         unarrived(u, o, "DEST lists a different ETag than the upload's");
 }
 
+/* A skipped object was proven equal to what DEST listed (d, its ETag,
+ * or a local copy read back): DEST must still list that, or another
+ * writer replaced it since and the proof is gone. */
+static void check_still(struct ckpt_upload *u, struct obj *o,
+                        const struct dentry *was, const struct dentry *d)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    const char *why = !d ? "gone from DEST after it was found equal"
+                    : d->size != was->size || strcmp(d->etag, was->etag) ||
+                      (ckpt_storage_is_local(o->g->dst) &&
+                       d->mtime != was->mtime)
+                    ? "changed at DEST after it was found equal" : NULL;
+    if (!why)
+        return;
+    ckpt_err_set(&err, CKPT_EHTTP, "%s: %s", o->ddisp, why);
+    u->t.skipped--;
+    o->st = O_NEW;  /* so obj_fail reports it */
+    up_obj_fail(u, o, &err);
+}
+
 static void verify_group(struct ckpt_upload *u, struct group *g)
 {
     struct dmap m = { NULL, 0, 0 };
@@ -105,14 +125,24 @@ static void verify_group(struct ckpt_upload *u, struct group *g)
     size_t root = *g->dkey ? strlen(g->dkey) + 1 : 0;
     for (size_t i = 0; i < u->nobjs; i++) {
         struct obj *o = u->objs[i];
-        if (o->g != g || o->st != O_DONE || o->superseded)
+        int skipped = o->st == O_SKIPPED && o->dest;
+        if (o->g != g || (o->st != O_DONE && !skipped) || o->superseded)
             continue;
-        if (rc != 0) {
+        if (rc != 0 && !skipped) {
             unarrived(u, o, err.msg);
             continue;
         }
+        if (rc != 0) {
+            u->t.skipped--;
+            o->st = O_NEW;
+            up_obj_fail(u, o, &err);
+            continue;
+        }
         const char *rel = g->kind == G_FILE ? "" : o->dkey + root;
-        check_arrived(u, o, up_dmap_find(&m, rel));
+        if (skipped)
+            check_still(u, o, o->dest, up_dmap_find(&m, rel));
+        else
+            check_arrived(u, o, up_dmap_find(&m, rel));
     }
     up_dmap_release(&m);
 }
@@ -303,8 +333,11 @@ static void apply_policy(struct ckpt_upload *u)
 static void start_groups(struct ckpt_upload *u)
 {
     apply_policy(u);
+    /* Two SRCs with one DEST path: the first planned goes first, the
+     * others wait for it (up_route_deferred). */
     for (size_t i = 0; i < u->nobjs; i++)
-        up_obj_route(u, u->objs[i]);
+        if (!up_claim_path(u, u->objs[i], i))
+            up_obj_route(u, u->objs[i]);
     for (size_t i = 0; i < u->ngroups; i++) {
         struct group *g = u->groups[i];
         if (g->kind == G_ARCHIVE)

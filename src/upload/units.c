@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "ckpt/interrupt.h"
+#include "ckpt/orbax.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 
@@ -94,79 +95,18 @@ static int source_unchanged(struct obj *o, struct ckpt_err *err)
 
 /* ---- CHECK: is DEST's object the same as the source? ---- */
 
-struct cand {
-    uint64_t part;              /* part size of this guess */
-    struct md5c outer, cur;
-    uint64_t in_part;
-    int n;
-    char etag[48];
-};
-
-static void cand_feed(struct cand *c, const char *p, size_t len)
-{
-    while (len > 0) {
-        size_t take = c->part - c->in_part < len ? c->part - c->in_part
-                                                 : len;
-        up_md5c_update(&c->cur, p, take);
-        c->in_part += take;
-        p += take;
-        len -= take;
-        if (c->in_part == c->part) {
-            unsigned char d[16];
-            up_md5c_final(&c->cur, d);
-            up_md5c_update(&c->outer, d, 16);
-            up_md5c_init(&c->cur);
-            c->in_part = 0;
-            c->n++;
-        }
-    }
-}
-
-static void cand_final(struct cand *c)
-{
-    unsigned char d[16];
-    if (c->in_part > 0 || c->n == 0) {
-        up_md5c_final(&c->cur, d);
-        up_md5c_update(&c->outer, d, 16);
-        c->n++;
-    } else {
-        up_md5c_final(&c->cur, d);
-    }
-    up_md5c_final(&c->outer, d);
-    ckpt_hex_encode(d, 16, c->etag);
-    snprintf(c->etag + 32, 16, "-%d", c->n);
-}
-
-/* Part sizes that could have made DEST's "-N" ETag: ours, the one ckpt
- * recorded, aws-cli's 8 MiB and rclone's 5 MiB defaults. */
-static int guesses(const struct obj *o, int n, uint64_t meta_part,
-                   uint64_t *out)
-{
-    uint64_t try[4] = { o->part_size, meta_part, 8 * MIB, 5 * MIB };
-    int k = 0;
-    for (int i = 0; i < 4; i++) {
-        if (!try[i] || up_parts_for(o->size, try[i]) != n)
-            continue;
-        int dup = 0;
-        for (int j = 0; j < k; j++)
-            dup |= out[j] == try[i];
-        if (!dup)
-            out[k++] = try[i];
-    }
-    return k;
-}
-
-/* Hash the source once: whole MD5 and the composite ETag for each guess. */
-static int hash_source(struct unit *un, struct cand *c, int nc,
-                       unsigned char whole[16])
+/* Hash the source once: whole MD5, the composite ETag for each guess
+ * and, when crc is not NULL, its CRC32C. */
+static int hash_source(struct unit *un, struct up_cand *c, int nc,
+                       unsigned char whole[16], uint32_t *crc)
 {
     struct obj *o = un->o;
     struct md5c w;
     up_md5c_init(&w);
-    for (int i = 0; i < nc; i++) {
-        up_md5c_init(&c[i].outer);
-        up_md5c_init(&c[i].cur);
-    }
+    if (crc)
+        *crc = 0;
+    for (int i = 0; i < nc; i++)
+        up_cand_init(&c[i], c[i].part);
     int rc = 0;
     for (uint64_t off = 0; off < o->size && rc == 0;) {
         size_t n = o->size - off < un->cap ? (size_t)(o->size - off)
@@ -175,18 +115,22 @@ static int hash_source(struct unit *un, struct cand *c, int nc,
         if (rc == 0) {
             up_md5c_update(&w, un->buf, n);
             for (int i = 0; i < nc; i++)
-                cand_feed(&c[i], un->buf, n);
+                up_cand_feed(&c[i], un->buf, n);
+            if (crc)
+                *crc = ckpt_crc32c(*crc, un->buf, n);
         }
         off += n;
     }
     up_md5c_final(&w, whole);
     for (int i = 0; i < nc; i++)
-        cand_final(&c[i]);
+        up_cand_final(&c[i]);
     return rc;
 }
 
-/* MD5 of DEST's copy (local DEST with --checksum). */
-static int hash_dest(struct unit *un, char hex[33])
+/* MD5 of o->size bytes of key in st (DEST's copy, read back; -n:
+ * another SRC's file that would go there first). */
+static int hash_other(struct unit *un, struct ckpt_storage *st,
+                      const char *key, const char *disp, char hex[33])
 {
     struct obj *o = un->o;
     struct md5c w;
@@ -196,11 +140,10 @@ static int hash_dest(struct unit *un, char hex[33])
     for (uint64_t off = 0; off < o->size && rc == 0;) {
         size_t n = o->size - off < un->cap ? (size_t)(o->size - off)
                                            : un->cap, got = 0;
-        rc = ckpt_storage_read(o->g->dst, o->dkey, off, un->buf, n, &got,
-                               &un->err);
+        rc = ckpt_storage_read(st, key, off, un->buf, n, &got, &un->err);
         if (rc == 0 && got != n)
             rc = ckpt_err_set(&un->err, CKPT_EIO, "%s: shorter than "
-                              "listed", o->ddisp);
+                              "listed", disp);
         if (rc == 0)
             up_md5c_update(&w, un->buf, n);
         off += n;
@@ -223,6 +166,34 @@ static int dest_is_source(struct obj *o, struct ckpt_err *err)
                         "not compared with itself", o->sdisp, o->ddisp);
 }
 
+/* DEST's own answer about the bytes it holds, when its listed ETag is
+ * not an MD5 of them (an opaque ETag: SSE-KMS, GCS composites) or is a
+ * multipart one whose part size is not one of ours: a HEAD, for the
+ * service's hashes (GCS x-goog-hash) and the part size ckpt used (only a
+ * guess of the parts' boundaries: the ETag still decides). 0, or -1. */
+static int head_dest(struct unit *un, struct ckpt_obj_meta *meta,
+                     int *headed)
+{
+    struct obj *o = un->o;
+    struct ckpt_stat sb;
+    if (*headed)
+        return 0;
+    if (ckpt_storage_head(o->g->dst, o->dkey, &sb, meta, &un->err) != 0)
+        return -1;
+    *headed = 1;
+    /* Replaced since it was listed: compared with what is there now. */
+    if (sb.size != o->size || strcmp(sb.etag, o->dest->etag))
+        return ckpt_err_set(&un->err, CKPT_EIO, "%s: changed at DEST "
+                            "while being compared; run again", o->ddisp);
+    return 0;
+}
+
+/* Is DEST's object the source's bytes? Only DEST's own answer counts: its
+ * ETag where that is an MD5 (a single PUT's, or md5-of-part-MD5s-N with
+ * the parts cut as ours, aws-cli's or rclone's, or as ckpt recorded),
+ * else the hashes the service states (GCS x-goog-hash MD5 or CRC32C); a
+ * local copy read back and hashed. Never ckpt's own x-amz-meta-ckpt-md5:
+ * a PUT damaged on the way leaves that metadata with the wrong bytes. */
 static void do_check(struct unit *un)
 {
     struct obj *o = un->o;
@@ -231,48 +202,56 @@ static void do_check(struct unit *un)
         return;
     }
     const char *detag = o->dest->etag;
-    const char *dash = strchr(detag, '-');
-    int remote = !ckpt_storage_is_local(o->g->dst);
-    struct ckpt_stat sb;
+    int multi = 0, md5form = ckpt_etag_is_md5(detag, &multi);
+    /* -n, cmp_src: compared with another SRC's file, read whole. */
+    int remote = !ckpt_storage_is_local(o->g->dst) && !o->cmp_src;
     struct ckpt_obj_meta meta;
     int headed = 0;
     memset(&meta, 0, sizeof(meta));
     uint64_t parts[4];
     int nc = 0;
-    if (remote && dash) {
-        int n = (int)strtol(dash + 1, NULL, 10);
-        nc = guesses(o, n, 0, parts);
-        if (!nc && ckpt_storage_head(o->g->dst, o->dkey, &sb, &meta,
-                                     &un->err) == 0) {
-            headed = 1;
-            nc = guesses(o, n, meta.part_size, parts);
+    if (remote && md5form && multi) {
+        int n = (int)strtol(strchr(detag, '-') + 1, NULL, 10);
+        nc = up_cand_guesses(o->size, o->part_size, n, 0, parts);
+        if (!nc && head_dest(un, &meta, &headed) != 0) {
+            un->rc = -1;
+            return;
         }
+        if (!nc)
+            nc = up_cand_guesses(o->size, o->part_size, n,
+                                 meta.part_size, parts);
     }
-    struct cand c[4];
+    if (remote && !md5form && head_dest(un, &meta, &headed) != 0) {
+        un->rc = -1;
+        return;
+    }
+    struct up_cand c[4];
     memset(c, 0, sizeof(c));
     for (int i = 0; i < nc; i++)
         c[i].part = parts[i];
     unsigned char whole[16];
-    if (hash_source(un, c, nc, whole) != 0) {
+    uint32_t crc = 0;
+    int want_crc = remote && !md5form && meta.has_crc32c;
+    if (hash_source(un, c, nc, whole, want_crc ? &crc : NULL) != 0) {
         un->rc = -1;
         return;
     }
     ckpt_hex_encode(whole, 16, un->whole);
     if (!remote) {
+        const struct obj *p = o->cmp_src;
         char dh[33];
-        un->rc = hash_dest(un, dh);
+        un->rc = p ? hash_other(un, p->g->sst, p->skey, p->sdisp, dh)
+                   : hash_other(un, o->g->dst, o->dkey, o->ddisp, dh);
         un->same = un->rc == 0 && !strcmp(dh, un->whole);
         return;
     }
-    un->same = !strcasecmp(detag, un->whole);
+    un->same = md5form && !strcasecmp(detag, un->whole);
     for (int i = 0; i < nc && !un->same; i++)
         un->same = !strcasecmp(detag, c[i].etag);
-    /* An ETag that is no MD5 (SSE, GCS composites): ckpt's own record. */
-    if (!un->same && !headed &&
-        ckpt_storage_head(o->g->dst, o->dkey, &sb, &meta, &un->err) == 0)
-        headed = 1;
-    if (!un->same && headed && meta.md5[0])
-        un->same = !strcmp(meta.md5, un->whole) && sb.size == o->size;
+    if (!un->same && !md5form && meta.dest_md5[0])
+        un->same = !strcasecmp(meta.dest_md5, un->whole);
+    if (!un->same && want_crc)
+        un->same = crc == meta.dest_crc32c;
     un->rc = 0;
 }
 
@@ -288,8 +267,19 @@ int up_member_same(struct obj *o, const char *hex)
 {
     if (!o->from_archive || !o->dest || o->dest->size != o->size)
         return 0;
-    if (!ckpt_storage_is_local(o->g->dst))
+    int multi;
+    if (!ckpt_storage_is_local(o->g->dst) &&
+        ckpt_etag_is_md5(o->dest->etag, &multi))
         return !strcasecmp(o->dest->etag, hex);
+    if (!ckpt_storage_is_local(o->g->dst)) {
+        /* An opaque ETag: the MD5 the service states, if it does. */
+        struct ckpt_stat sb;
+        struct ckpt_obj_meta meta;
+        struct ckpt_err e2;
+        return ckpt_storage_head(o->g->dst, o->dkey, &sb, &meta, &e2) == 0 &&
+               sb.size == o->size && !strcmp(sb.etag, o->dest->etag) &&
+               !strcasecmp(meta.dest_md5, hex);
+    }
     char *buf = ckpt_xmalloc(o->size ? o->size : 1);
     size_t got = 0;
     struct ckpt_err e2;
@@ -421,11 +411,11 @@ static void do_put(struct unit *un)
         un->same = 1;
         return;
     }
-    if (un->u->cfg.no_replace && o->dest) {
+    if (up_no_replace(o) && o->dest) {
         un->rc = ckpt_err_set(&un->err, CKPT_EEXIST, "conflict: %s already "
                               "exists at DEST with different bytes; not "
-                              "replaced (another source wrote it)",
-                              o->ddisp);
+                              "replaced (DEST keeps its copy: it may be the "
+                              "only one)", o->ddisp);
         return;
     }
     struct ckpt_obj_meta meta;

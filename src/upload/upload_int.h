@@ -18,6 +18,7 @@
 #include "ckpt/archive.h"
 #include "ckpt/pool.h"
 #include "ckpt/upload.h"
+#include "../torchfmt/strmap.h"
 
 #define MIB (1024ull * 1024)
 #define DEFAULT_PART (8 * MIB)
@@ -50,6 +51,26 @@ void up_composite_etag(const unsigned char (*md5)[16], int n, char out[48]);
  * MiB, and large enough that it fits in 10,000 parts. */
 uint64_t up_part_size_for(uint64_t size, uint64_t min);
 int up_parts_for(uint64_t size, uint64_t part);
+
+/* One guess at a multipart ETag while the bytes are hashed in order:
+ * md5(part MD5s)-N for parts of `part` bytes. init, feed..., final: etag
+ * holds the result. */
+struct up_cand {
+    uint64_t part;
+    struct md5c outer, cur;
+    uint64_t in_part;
+    int n;
+    char etag[48];
+};
+void up_cand_init(struct up_cand *c, uint64_t part);
+void up_cand_feed(struct up_cand *c, const char *p, size_t len);
+void up_cand_final(struct up_cand *c);
+/* Part sizes that could have made a "-n" ETag of an object of size
+ * bytes: ours, the one ckpt recorded (meta_part, 0: none), aws-cli's
+ * 8 MiB and rclone's 5 MiB defaults (only guesses of the boundaries: the
+ * ETag decides). Into out, how many. */
+int up_cand_guesses(uint64_t size, uint64_t ours, int n, uint64_t meta_part,
+                    uint64_t out[4]);
 
 /* ---- local source versions (srcver.c) ---- */
 
@@ -178,6 +199,10 @@ struct group {
     size_t nleft;                    /* files picked LEAVE: kept */
     size_t nuncopied;                /* archive: symlink or special
                                         members, not copied: kept */
+    struct strmap seen;              /* cfg.expect: paths the plan found
+                                        (keys in seen_keys) */
+    char **seen_keys;                /* owned */
+    size_t nseen;
     struct extract *x;               /* owned while streaming */
     int extracted;                   /* archive fully read */
 };
@@ -225,6 +250,14 @@ struct obj {
     int throttles;              /* in a row */
     int failing, restart, restarted, resumed;
     int need_check;             /* compare with DEST before sending */
+    /* Another SRC of this upload goes to the same DEST path and was
+     * planned first: this object waits until that one is finished, then
+     * is compared with what DEST holds, and never replaces it (a
+     * conflict when the bytes differ): two sources, one DEST path. */
+    struct obj *after;          /* borrowed, or NULL */
+    int deferred;               /* still waiting for `after` */
+    const struct obj *cmp_src;  /* -n: `after` would be uploaded, not
+                                   there yet: compared with its source */
     struct ckpt_err err;
     uint64_t sent, resumed_bytes;
     struct unit *ready, *ready_tail;  /* archive: produced parts */
@@ -298,6 +331,8 @@ struct ckpt_upload {
     int turn;
     size_t next_archive;        /* groups index of the next archive */
     struct ckpt_upload_totals t;
+    struct strmap dpaths;       /* DEST path (ddisp, borrowed) -> index
+                                   in objs of the first object there */
     uint64_t items_done, bytes_done;
     double start;
 };
@@ -337,6 +372,17 @@ void up_obj_route(struct ckpt_upload *u, struct obj *o);
 /* An archive member whose bytes have MD5 hex: 1 when DEST holds the
  * same (its size, and its ETag, or a local copy read back and hashed). */
 int up_member_same(struct obj *o, const char *hex);
+/* Never replace what DEST holds at o's path: cfg.no_replace, or another
+ * SRC of this upload went there first. */
+int up_no_replace(const struct obj *o);
+/* Claim o's DEST path for it (u->objs[idx], in plan order); 1 when
+ * another SRC's object holds it (o->after is then that one), else 0. */
+int up_claim_path(struct ckpt_upload *u, struct obj *o, size_t idx);
+/* Route the objects waiting for another SRC's object of the same DEST
+ * path that is finished; returns how many. */
+size_t up_route_deferred(struct ckpt_upload *u);
+/* o is at DEST already (why says how it was proven): skipped. */
+void up_obj_skip(struct ckpt_upload *u, struct obj *o, const char *why);
 /* Fail o as a no_replace conflict; how says what DEST holds. */
 void up_obj_conflict(struct ckpt_upload *u, struct obj *o, const char *how);
 void up_obj_fail(struct ckpt_upload *u, struct obj *o,

@@ -4,21 +4,28 @@
  * The file is wandb's transaction log (wandb/sdk/internal/datastore.py):
  * a 7-byte header ":W&B", magic 0xBEE1 (LE u16), version (u8), then
  * LevelDB-log records in 32 KiB blocks, each with a 7-byte header
- * (crc32 u32, length u16, type u8: FULL 1, FIRST 2, MIDDLE 3, LAST 4); a
- * block tail shorter than a header is zero padding. Each record is a
+ * (checksum u32, length u16, type u8: FULL 1, FIRST 2, MIDDLE 3, LAST 4);
+ * a block tail shorter than a header is zero padding. The checksum is
+ * CRC-32 (zlib's, IEEE; not LevelDB's masked CRC-32C) of the type byte
+ * and the data, as both of wandb's writers compute it (the Python
+ * datastore and wandb-core's transactionlog, store version 0). Each record is a
  * protobuf `Record`; field 17 is the RunRecord, whose run_id (1), entity
  * (2), project (3), run_group (6) and display_name (8) are what wandb really
  * used, environment overrides included (wandb_internal.proto).
  *
  * Only a prefix of the file is given (the RunRecord comes first, the log
- * can be gigabytes); checksums are not verified, every length is checked
- * against the bytes at hand.
+ * can be gigabytes); every length is checked against the bytes at hand
+ * and every record read is checked against its checksum. A record whose
+ * checksum does not match is an error, not skipped as LevelDB's reader
+ * skips the rest of its block: the names in it decide where a run's
+ * copy goes, and a record read up to the run's is damage worth saying.
  */
 #include "wandb_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/torchfmt.h"
 #include "ckpt/util.h"
 
 #define HEADER_LEN 7
@@ -85,8 +92,9 @@ static int next_field(struct pb *b, uint64_t *num, const unsigned char **data,
 static void set_str(char **dst, const unsigned char *s, size_t n)
 {
     free(*dst);
-    *dst = n ? ckpt_xstrndup((const char *)s, n) : NULL;
-    /* A string with an embedded NUL is cut there; names never have one. */
+    /* A string with an embedded NUL is cut there (names never have one);
+     * one that is then empty is no name, as an empty field is. */
+    *dst = n && s[0] ? ckpt_xstrndup((const char *)s, n) : NULL;
 }
 
 static int parse_runrecord(const unsigned char *p, size_t len,
@@ -129,12 +137,19 @@ static int scan_record(const unsigned char *p, size_t len,
     return rc;
 }
 
+/* The checksum wandb stores for a record of this type and data. */
+static uint32_t record_crc(int type, const unsigned char *p, size_t n)
+{
+    unsigned char t = (unsigned char)type;
+    return ckpt_crc32(ckpt_crc32(0, &t, 1), p, n);
+}
+
 /* Walk the log records; call scan_record on each complete one. */
 static int walk(const unsigned char *data, size_t len,
                 struct ckpt_wandb_runrecord *out, struct ckpt_err *err)
 {
     struct ckpt_buf rec = CKPT_BUF_INIT;
-    size_t pos = HEADER_LEN;
+    size_t pos = HEADER_LEN, crc_at = 0;
     int found = 0, bad = 0, in_frag = 0;
     while (!found && !bad && len - pos >= HEADER_LEN) {
         size_t space = BLOCK_LEN - pos % BLOCK_LEN;
@@ -142,6 +157,9 @@ static int walk(const unsigned char *data, size_t len,
             pos += space;
             continue;
         }
+        uint32_t crc = (uint32_t)data[pos] | (uint32_t)data[pos + 1] << 8 |
+                       (uint32_t)data[pos + 2] << 16 |
+                       (uint32_t)data[pos + 3] << 24;
         size_t dlen = data[pos + 4] | (size_t)data[pos + 5] << 8;
         int type = data[pos + 6];
         pos += HEADER_LEN;
@@ -153,6 +171,10 @@ static int walk(const unsigned char *data, size_t len,
         }
         if (dlen > len - pos)
             break; /* the prefix ends inside this record */
+        if (record_crc(type, data + pos, dlen) != crc) {
+            crc_at = pos - HEADER_LEN;
+            break;
+        }
         if (type == REC_FULL || type == REC_FIRST)
             ckpt_buf_reset(&rec);
         /* MIDDLE/LAST without a FIRST: a fragment we did not start. */
@@ -169,6 +191,9 @@ static int walk(const unsigned char *data, size_t len,
         }
     }
     ckpt_buf_release(&rec);
+    if (crc_at)
+        return ckpt_err_set(err, CKPT_EFORMAT, "wandb log record at byte "
+                            "%zu: checksum mismatch (damaged)", crc_at);
     if (bad)
         return ckpt_err_set(err, CKPT_EFORMAT, "malformed wandb log record");
     if (!found)

@@ -22,6 +22,15 @@ Scenarios (NAME):
                  -unsharded copy is in the run, incomplete steps dropped,
                  step0 kept, bad runs deleted, a good run, a non-run)
   process_s3     the same into s3:// (DEST through the proxy)
+  process_replaced  process killed the moment a good run's state becomes
+                 "uploaded", then its source replaced (config.yaml, other
+                 bytes): the rerun must fail it with a conflict and leave
+                 DEST's files of the run as they were (DEST's only copy
+                 is immutable); the other runs converge
+  process_vanish process with a good run's files vanishing under it (its
+                 directory emptied at the k-th open, k in 1..16:
+                 vanish_preload.c), no kill: never a "processed" row or a
+                 "done" state without all of it at DEST, no file lost
 
 Each scenario first runs once uninterrupted: the reference (final state
 of SRC and DEST, and its duration T). Then N times: a fresh copy of the
@@ -842,6 +851,146 @@ class ProcessS3(Process):
         return out
 
 
+class ProcessReplaced(Process):
+    """process killed the moment the state of a good run (2871001)
+    becomes "uploaded" (its rename: kill_preload.c's CKPT_TEST_KILL_TO),
+    before any of its source is deleted; then the source is replaced
+    (its config.yaml rewritten, other bytes, same size) and the command
+    run again. DEST's copy may be the only one: the rerun must fail the
+    run with a conflict naming config.yaml, keep the new source and
+    leave DEST's files of the run as the kill left them; the other runs
+    converge to the reference."""
+    name = "process_replaced"
+    RUN = "2871001"
+
+    def kills(self, d, kills, r, violation, limit):
+        for i in range(kills):
+            d = os.path.join(self.work, "%s-%04d" % (self.name, i))
+            os.makedirs(d)
+            self.prepare(d)
+            asan = (self.env.get("ASAN_OPTIONS", "") +
+                    ":verify_asan_link_order=0").lstrip(":")
+            state = os.path.join(d, "dst", ".ckpt-process",
+                                 self.RUN + ".json")
+            kenv = {"LD_PRELOAD": KILL_SHIM, "ASAN_OPTIONS": asan,
+                    "CKPT_TEST_KILL_TO": state}
+            hit, delay, at = run_self_killed(self.argv(d),
+                                             dict(self.env, **kenv), limit)
+            if not at:
+                r["missed"] += 1
+                continue
+            r["kills"] += 1
+            before = len(r["violations"])
+            for msg in self.after_kill(d, self.orig, self.ref):
+                violation("safety", delay, msg)
+            with open(state) as f:
+                phase = json.load(f).get("phase")
+            if phase != "uploaded":
+                violation("kill-point", delay, "the state at the kill "
+                          "says %r, not 'uploaded'" % phase)
+            kept = final(below(self.snap_dest(d), self.RUN))
+            cfg = os.path.join(d, "src", self.RUN, "config.yaml")
+            with open(cfg, "rb") as f:
+                data = bytearray(f.read())
+            data[-2] ^= 0x20        # other bytes, same size
+            with open(cfg, "wb") as f:
+                f.write(bytes(data))
+            self.lapse(d)
+            p2, _ = run_to_end(self.argv(d), self.env)
+            src, dst = self.state(d)
+            row = [x for x in p2.stdout.splitlines()
+                   if x.startswith("failed\t%s/src/%s\t" % (d, self.RUN))]
+            if p2.returncode != 1 or not row or "conflict:" not in row[0] \
+                    or "config.yaml" not in row[0]:
+                violation("immutable", delay, "the rerun of a replaced "
+                          "source did not fail with a conflict naming "
+                          "config.yaml (exit %d): %s" % (
+                              p2.returncode, p2.stdout[-600:]))
+            if final(below(dst, self.RUN)) != kept:
+                violation("immutable", delay, "DEST's files of %s changed "
+                          "after its source was replaced:\n%s" % (
+                              self.RUN, diff(final(below(dst, self.RUN)),
+                                             kept)))
+            if not os.path.exists(cfg) or \
+                    md5_file(cfg) != hashlib.md5(bytes(data)).hexdigest():
+                violation("immutable", delay, "the new source's "
+                          "config.yaml is gone or changed")
+            for run in {k.split("/")[0] for k in self.orig[0]} - {
+                    self.RUN}:
+                if below(src, run) != below(self.ref[0], run) or \
+                        final(below(dst, run)) != final(
+                            below(self.ref[1], run)):
+                    violation("converge", delay, "%s did not converge" % run)
+            if len(r["violations"]) == before:
+                r["survived"] += 1
+            if not os.environ.get("CRASH_KEEP"):
+                shutil.rmtree(d, ignore_errors=True)
+
+
+class ProcessVanish(Process):
+    """process with a good run's files vanishing under it: its directory
+    emptied (files moved to RUN.vanished, an empty directory left, as
+    another worker leaves it) at the k-th open of it, k drawn from 1..16
+    (vanish_preload.c), so that some land between its judge and its
+    upload. Nothing may call the run processed (row) or done (state)
+    without all of it at DEST, and no file may be lost (each is at the
+    source, where the shim moved it, at DEST as the reference has it, or
+    one the reference deletes too). (No rerun: files put back by rename
+    have new ctimes, which the recorded drops rightly refuse.)"""
+    name = "process_vanish"
+    GOOD = ("2871001", "2871007")
+
+    def kills(self, d, kills, r, violation, limit):
+        shim = os.path.join(os.environ.get("CKPT_BUILD") or BUILD,
+                            "libvanish_preload.so")
+        for i in range(kills):
+            d = os.path.join(self.work, "%s-%04d" % (self.name, i))
+            os.makedirs(d)
+            self.prepare(d)
+            run = self.rng.choice(self.GOOD)
+            k = self.rng.randint(1, 16)
+            top = os.path.join(d, "src", run)
+            asan = (self.env.get("ASAN_OPTIONS", "") +
+                    ":verify_asan_link_order=0").lstrip(":")
+            venv = dict(self.env, LD_PRELOAD=shim, ASAN_OPTIONS=asan,
+                        CKPT_TEST_VANISH=top, CKPT_TEST_VANISH_SKIP=str(k),
+                        CKPT_TEST_VANISH_EMPTY="1")
+            p, _ = run_to_end(self.argv(d), venv)
+            r["kills"] += 1
+            before = len(r["violations"])
+            _, dst = self.state(d)
+            whole = final(below(dst, run)) == final(below(self.ref[1], run))
+            said = [x for x in p.stdout.splitlines()
+                    if x.startswith("processed\t%s\t" % top)]
+            st = os.path.join(d, "dst", ".ckpt-process", run + ".json")
+            done = os.path.exists(st) and json.load(open(st)).get(
+                "phase") == "done"
+            if (said or done) and not whole:
+                violation("false-success", k, "%s %s without all of it at "
+                          "DEST (the %d-th open emptied it):\n%s" % (
+                              run, "processed" if said else "done", k,
+                              diff(final(below(dst, run)),
+                                   final(below(self.ref[1], run)))))
+            # Nothing lost: each source file is still at the source (or
+            # where the shim moved it), at DEST as the reference has it,
+            # or one the reference deletes too (a bad run, a drop).
+            src = {k.replace(run + ".vanished", run, 1): v
+                   for k, v in snap(os.path.join(d, "src")).items()}
+            got = final(dst)
+            for key, val in self.orig[0].items():
+                if val[0] != "f" or src.get(key) == val or \
+                        got.get(key) == val:
+                    continue
+                if key in self.ref[0] or key in self.ref[1]:
+                    violation("lost", k, "%s is gone from the source and "
+                              "not at DEST (the %d-th open of %s emptied "
+                              "it)" % (key, k, run))
+            if len(r["violations"]) == before:
+                r["survived"] += 1
+            if not os.environ.get("CRASH_KEEP"):
+                shutil.rmtree(d, ignore_errors=True)
+
+
 def ls_complete_tree(loc, env):
     """Checkpoints `ckpt ls DEST` calls complete in the runs at DEST:
     {"RUN/STEP": row}."""
@@ -857,7 +1006,7 @@ def ls_complete_tree(loc, env):
 
 
 SCENARIOS = [Clean, Unshard, UnshardS3, Upload, UploadS3, Process,
-             ProcessS3]
+             ProcessS3, ProcessReplaced, ProcessVanish]
 QUICK = False
 
 
@@ -1003,6 +1152,9 @@ def scenario(cls, env, rng, work, kills, report):
         violation("reference", 0, "the uninterrupted run failed (%d) or "
                   "left temporary files: %s" % (p.returncode,
                                                 p.stderr[-500:]))
+    if hasattr(sc, "kills"):
+        sc.kills(work, kills, r, violation, 10 * dur + 5)
+        return r
     for i in range(kills):
         d = os.path.join(work, "%s-%04d" % (sc.name, i))
         os.makedirs(d)

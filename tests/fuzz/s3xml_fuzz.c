@@ -6,11 +6,14 @@
  * Initiated, NextKeyMarker, NextUploadIdMarker), CreateMultipartUpload
  * (UploadId), CompleteMultipartUpload (ETag, or a 200 <Error>),
  * DeleteObjects results (Deleted, Error/Key) and <Error> documents; the
- * timestamps of LastModified / Initiated; and the AWS INI files.
+ * timestamps of LastModified / Initiated; the AWS INI files; a listing
+ * page's checks (s3_list_check) and GCS's x-goog-hash header.
  * Properties: never crashes, never leaks, never reads out of bounds,
  * whatever the server or the file says; an element found lies inside the
  * document; decoded text is never longer than its source (entities only
- * shrink).
+ * shrink); a listing page accepted has every key below the prefix with
+ * no empty, "." or ".." component after it, and says "more" only with a
+ * continuation token it was not given before.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -53,6 +56,46 @@ static void walk(const char *x, size_t n)
     }
 }
 
+/* Every <Contents> key of an accepted page is below prefix and a plain
+ * relative path after it. */
+static void keys_ok(const struct ckpt_buf *xml, const char *prefix)
+{
+    size_t pos = 0, len, n = strlen(prefix);
+    const char *in;
+    while (st_xml_next(xml->ptr, xml->len, &pos, "Contents", &in, &len)
+           == 0) {
+        struct ckpt_buf k = CKPT_BUF_INIT;
+        st_xml_text(in, len, "Key", &k);
+        const char *c = k.ptr + n;
+        if (strncmp(k.ptr, prefix, n) != 0 || *c == '/' ||
+            strstr(c, "//") || !strcmp(c, ".") || !strcmp(c, "..") ||
+            !strncmp(c, "./", 2) || !strncmp(c, "../", 3) ||
+            strstr(c, "/./") || strstr(c, "/../"))
+            __builtin_trap();
+        size_t cl = strlen(c);
+        if ((cl >= 2 && !strcmp(c + cl - 2, "/.")) ||
+            (cl >= 3 && !strcmp(c + cl - 3, "/..")))
+            __builtin_trap();
+        ckpt_buf_release(&k);
+    }
+}
+
+static void listing(const struct ckpt_buf *xml)
+{
+    static const char *const prefixes[] = { "", "run/", "a" };
+    char *used[] = { "tok" };
+    for (size_t i = 0; i < 3; i++) {
+        struct ckpt_buf next = CKPT_BUF_INIT;
+        struct ckpt_err err = CKPT_ERR_INIT;
+        int rc = s3_list_check(xml, prefixes[i], used, 1, &next, "x", &err);
+        if (rc >= 0)
+            keys_ok(xml, prefixes[i]);
+        if (rc == 1 && (!next.len || !strcmp(next.ptr, "tok")))
+            __builtin_trap();
+        ckpt_buf_release(&next);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* Exactly size bytes, not NUL-terminated: the XML reader takes a
@@ -66,6 +109,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct ckpt_buf msg = CKPT_BUF_INIT;
     ckpt_buf_add(&body, x, size);
     s3_error_fields(&body, &code, &msg);
+    listing(&body);
+    struct ckpt_obj_meta meta;
+    memset(&meta, 0, sizeof(meta));
+    s3_goog_hash(body.ptr, &meta);
+    if (meta.dest_md5[0] && strlen(meta.dest_md5) != 32)
+        __builtin_trap();
     struct ini *ini = st_ini_parse(body.ptr);
     st_ini_get(ini, "default", NULL, "region");
     st_ini_get(ini, "services s", "s3", "endpoint_url");

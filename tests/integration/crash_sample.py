@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-# ctest-cost: 120
+# ctest-cost: 180
 # ctest-labels: slow
 """crash_sample.py - the short sample of tests/crash/crash.py that CI runs:
 8 SIGKILLs at random moments for each of ckpt clean, unshard
 --delete-sharded (local, and a run in S3 behind s3proxy.py), upload
 --delete-source (local -> local, local -> s3://) and process
---drop-sharded --drop-incomplete (local -> local, local -> s3://), with
+--drop-sharded --drop-incomplete (local -> local, local -> s3://; killed
+the moment a run is "uploaded" and its source then replaced; a run's
+files vanishing under it: process_replaced, process_vanish), with
 the small trees (--quick), each kill followed by the invariant checks and
 a rerun to completion. scripts/crash.sh runs the long version (200 per
 command).

@@ -6,7 +6,9 @@ or a bind mount is an error naming it in clean and process, -n says so,
 and the other filesystem's files stay; `unshard --delete-sharded` refuses
 a step holding one (-n predicts it); `upload --delete-source` copies the
 files of a mount inside SRC but deletes none of them. Needs mount(2)
-(root): without it the test says so and exits 77 (skipped, not passed)."""
+(root, and a machine that permits it): where mount(2) is refused the test
+says so and exits 77 (skipped, not passed; scripts/test.sh fails on it
+unless tests/skips-allowed.txt lists it)."""
 import os
 import shutil
 import subprocess
@@ -34,8 +36,8 @@ def main():
         os.makedirs(probe)
         r = mount("-t", "tmpfs", "none", probe)
         if r.returncode != 0:
-            print("SKIP: mount -t tmpfs is not permitted here (%s); this "
-                  "test needs root" % r.stderr.strip())
+            print("SKIP: delete_mounts (mount -t tmpfs refused: %s; this "
+                  "test needs root)" % r.stderr.strip(), flush=True)
             return 77
         umount(probe)
         runs = os.path.join(tmp, "runs")

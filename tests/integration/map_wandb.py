@@ -146,8 +146,27 @@ def build(tmp):
     wf.write_config(d, wf.olmo_config("OLMo-many", "/weka/many", seed=77),
                     W(name="OLMo-many"))
 
+    # 14. The log the wandb SDK itself wrote (tests/fixtures/wandb-sdk):
+    #     its RunRecord names run g9dvvkua of project code-toad, no
+    #     entity; a copy with one bit of the run id flipped.
+    db.add("g9dvvkua", project="code-toad", display="code-toad")
+    for name, flip in (("sdk", False), ("sdk-damaged", True)):
+        d = os.path.join(rundir(name), "wandb", SDK_DIR)
+        os.makedirs(d)
+        with open(SDK_LOG, "rb") as f:
+            data = bytearray(f.read())
+        if flip:
+            data[34] ^= 1  # the "g" of "g9dvvkua", inside record 2
+        with open(os.path.join(d, "run-g9dvvkua.wandb"), "wb") as f:
+            f.write(data)
+
     db.write(os.path.join(tmp, "db.json"))
     return runs
+
+
+SDK_DIR = "offline-run-20210216_154407-g9dvvkua"
+SDK_LOG = os.path.join(os.environ.get("CKPT_SRC", "."), "tests", "fixtures",
+                       "wandb-sdk", "run-g9dvvkua.wandb")
 
 
 EXPECTED = {
@@ -376,6 +395,21 @@ def test_archives(fake, runs, tmp):
     check("archives: exit", rc, 0)
 
 
+def test_sdk_log(fake, runs):
+    """The SDK's own log read through its checksums; damaged, refused."""
+    fake.reset()
+    rc, out, err = ckpt([runs["sdk"], runs["sdk-damaged"]], fake.url)
+    check("sdk log: rows", out.splitlines(), [
+        "sdk\tai2-llm/code-toad/g9dvvkua\twandb run dir wandb/%s, "
+        "confirmed by W&B" % SDK_DIR,
+        "sdk-damaged\t-\tunknown: no W&B entity/project (config.yaml has "
+        "no wandb section and no run-*.wandb names one; use "
+        "--entity/--project) (unreadable evidence: wandb/%s/"
+        "run-g9dvvkua.wandb: wandb log record at byte 17: checksum "
+        "mismatch (damaged))" % SDK_DIR])
+    check("sdk log: exit status", rc, 1)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ckpt-mapwandb-")
     try:
@@ -389,6 +423,7 @@ def main():
             test_overrides(fake, runs)
             test_output(fake, runs, tmp)
             test_archives(fake, runs, tmp)
+            test_sdk_log(fake, runs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return finish()

@@ -5,9 +5,10 @@ against every command:
 
 1. Every command's --json stdout (ls, ls -l, ls --summary, clean, clean
    -n with pruning, map-wandb, unshard of one checkpoint and of a run,
-   cp/upload, process, process -n and a rerun; their errors too) is JSON
-   lines only, each valid against docs/output.schema.json (validated by
-   python3-jsonschema): a "type" and "schema":1 on every line, every key
+   unshard --format hf (one process and --part I/N), cp/upload (-n,
+   --overwrite), process, process -n (--unshard-format hf) and a rerun;
+   their errors too) is JSON lines only, each valid against
+   docs/output.schema.json (validated by python3-jsonschema): a "type" and "schema":1 on every line, every key
    with the one type the schema gives it, no key it does not list. Every
    type the schema names is seen, and every verb but abort.
 2. The TSV rows of the same commands start with a verb of the schema's
@@ -31,6 +32,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 import offline  # noqa: E402
 from s3test import Checker, ckpt, gen_runs  # noqa: E402
+from harness import generate  # noqa: E402
 
 import jsonschema  # noqa: E402  (python3-jsonschema)
 
@@ -145,9 +147,23 @@ def main():
                                     1)
         c.eq("unshard error: its row only, no message too", (
             [o["action"] for o in rows], err, err2), (["error"], "", ""))
+        # unshard --format hf, one process and as --part I/N
+        hf = os.path.join(tmp, "hf")
+        generate(["make_olmo_hf.py", "sharded", hf, "--case", "olmo1-untied",
+                  "--format", "local", "--ranks", "3"])
+        hfo = ["unshard", "--format", "hf", "--max-shard-size", "60000"]
+        r.both("unshard --format hf", hfo + [hf + "/ckpt", tmp + "/h{i}"], 0)
+        for part in ("0/2", "1/2"):
+            rows, _, _, _ = r.both("unshard --part " + part, hfo + [
+                "--part", part, hf + "/ckpt", tmp + "/hp{i}"], 0)
+            c.eq("unshard --part %s: part and part_state" % part,
+                 [(o.get("part"), o.get("part_state")) for o in rows],
+                 [(part, "recorded" if part == "0/2" else "finished")])
         # cp/upload: -v rows, -n, an error
         r.both("cp -v", ["cp", "-v", s + "/2871005", tmp + "/c1{i}"], 0)
         r.both("cp -n", ["cp", "-n", s + "/2871001", tmp + "/c2"], 0)
+        r.both("cp --overwrite", ["cp", "-v", "--overwrite", s + "/2871005",
+                                  tmp + "/c1{i}"], 0)
         rows, err, _, _ = r.both("upload missing",
                                  ["upload", tmp + "/nope", tmp + "/c3"], 1)
         c.eq("cp --json: no summary line on stderr", [
@@ -158,6 +174,9 @@ def main():
             shutil.copytree(s, os.path.join(tmp, "q%d" % i), symlinks=True)
         r.both("process -n", ["process", "-n", "--no-wandb", tmp + "/q{i}",
                               "--dest", tmp + "/d{i}"] + age, 0)
+        r.both("process -n --unshard-format hf", [
+            "process", "-n", "--no-wandb", "--unshard-format", "hf",
+            tmp + "/q{i}", "--dest", tmp + "/d{i}"] + age)
         rows, err, tsv, _ = r.both("process", [
             "process", "--no-wandb", tmp + "/q{i}", "--dest",
             tmp + "/d{i}"] + age, 0)

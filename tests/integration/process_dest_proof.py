@@ -8,7 +8,8 @@ behind the signing proxy; `process -n` predicts every row exactly:
   * 4: an `-unsharded` output already at DEST that this run did not
     write (here: its config.yaml changed) is unsharded again and
     compared: it differs, so the run fails with a conflict, the sharded
-    step stays at the source and DEST is unchanged. The same output
+    step stays at the source and DEST is unchanged; so does a stub that
+    holds only some of the output's files, each with the right bytes. The same output
     with the right bytes (a killed worker's) is adopted and licenses
     --drop-sharded.
     A "new" state recording outputs made from another source of the same
@@ -179,6 +180,37 @@ def class4(c, env, tmp, g, d):
     c.eq("%s adopt: source gone" % tag, os.path.exists(src), False)
 
 
+def class4_partial(c, env, tmp, g, d):
+    """A stub holding only some of the files the step unshards to (each
+    of them with the right bytes): not the run's output either."""
+    tag = "4 partial %s" % ("s3" if d.s3 else "local")
+    root = os.path.join(tmp, "r4p-" + d.name)
+    src = copy_run(g, root, "4101", sharded_only=True)
+    ref = os.path.join(tmp, "ref4p-" + d.name)
+    rc, _, err = run(env, "unshard", "--no-progress", "-q",
+                     os.path.join(src, "step1000"), ref)
+    c.eq("%s: local unshard (%s)" % (tag, err.strip()), rc, 0)
+    outs = contents(ref)
+    stub = {n: b for n, b in outs.items() if n != "config.yaml"}
+    c.eq("%s: the stub leaves one file out" % tag, len(stub) + 1, len(outs))
+    for n, b in stub.items():
+        d.put("4101/step1000-unsharded/" + n, b, tmp)
+    before = digests(src)
+    args = BASE + ["--no-wandb", "--drop-sharded", src, "--dest", d.loc]
+    got = both(c, tag, env, args, 1)
+    c.eq("%s: row" % tag, [r[:2] for r in got], [["error", src]])
+    why = got[0][2] if got and len(got[0]) > 2 else ""
+    c.eq("%s: a conflict, k of the n files there" % tag, why,
+         "unshard: conflict: %s at DEST was not written by this run and "
+         "is not what it unshards to (%d of the %d files the step "
+         "unshards to are there); not replaced, source kept"
+         % (d.at("4101/step1000-unsharded"), len(stub), len(outs)))
+    c.eq("%s: source untouched (step1000 kept)" % tag, digests(src),
+         before)
+    c.eq("%s: DEST unchanged" % tag, d.tree("4101"),
+         {"step1000-unsharded/" + n: b for n, b in stub.items()})
+
+
 def class4_same_id(c, env, tmp, g, d):
     """A "new" state (a killed worker's) recording outputs made from
     another source with the same run id: those outputs are not this
@@ -296,7 +328,8 @@ def class11(c, env, tmp, g, d):
            "with %d bytes, the source has %d" % (len(data), len(data) + 11))
     c.eq("%s second: conflict naming config.yaml" % tag, got,
          [["error", second, "upload: %s: conflict: %s already exists at "
-           "DEST %s; not replaced (another source wrote it)"
+           "DEST %s; not replaced (DEST keeps its copy: it may be the only "
+           "one)"
            % (cfg, d.at("ent/proj/abc/config.yaml"), how)]])
     c.eq("%s second: source kept" % tag, digests(second), before)
     c.eq("%s second: first run's files at DEST unchanged" % tag,
@@ -312,8 +345,9 @@ def class11(c, env, tmp, g, d):
     got = both(c, tag + " archive", env, args + [arch, "--dest", d.loc], 1)
     c.eq("%s archive: conflict naming config.yaml" % tag, got,
          [["error", arch, "upload: %s/1104/config.yaml: conflict: %s "
-           "already exists at DEST %s; not replaced (another source wrote "
-           "it)" % (arch, d.at("ent/proj/abc/config.yaml"), how)]])
+           "already exists at DEST %s; not replaced (DEST keeps its copy: it "
+           "may be the only one)" % (arch, d.at("ent/proj/abc/config.yaml"),
+                                     how)]])
     c.true("%s archive: kept" % tag, os.path.exists(arch))
     c.eq("%s archive: first run's files at DEST unchanged" % tag,
          d.tree("ent/proj/abc"), at_first)
@@ -393,6 +427,8 @@ def main():
             for s3dest in (False, True):
                 sfx = "s3" if s3dest else "local"
                 class4(c, env, tmp, g, Dest(env, tmp, "dest4-" + sfx, s3dest))
+                class4_partial(c, env, tmp, g,
+                               Dest(env, tmp, "dest4p-" + sfx, s3dest))
                 class4_same_id(c, env, tmp, g,
                                Dest(env, tmp, "dest4s-" + sfx, s3dest))
                 class10(c, env, tmp, g,

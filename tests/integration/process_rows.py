@@ -45,10 +45,10 @@ def main():
                                 runs, "--dest", out_in_r2, timeout=300)
             row = [r for r in out if r[1] == r2]
             c.eq("pass %d: a run holding DEST has its failed row" % n,
-                 (rc, row), (1, [["error", r2, "judge: DEST is inside this "
-                                  "run: a run is never copied into itself, "
-                                  "nor deleted with what it holds; not "
-                                  "processed"]]))
+                 (rc, row), (1, [["error", r2, "judge: DEST '%s' is inside "
+                                  "the run, which would be deleted with what "
+                                  "is written there; nothing done"
+                                  % out_in_r2]]))
             c.eq("pass %d: the others are processed" % n,
                  sorted(r[0] for r in out if r[0] in ("process", "done")),
                  ["process"] if n == 1 else [])

@@ -170,7 +170,7 @@ def main():
         try:
             sl = SlurmEnv(tmp).__enter__()
         except Unavailable as e:
-            print("SKIP: a one-node Slurm cannot run here: %s" % e)
+            print("SKIP: process_slurm (%s)" % e, flush=True)
             return 77
         try:
             prefix = install(tmp)

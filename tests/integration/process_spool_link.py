@@ -13,10 +13,12 @@ at the end), umask 022:
     spool (and nothing else); DEST byte for byte what processing the
     extracted directory gives, every file mode 0644 as a copy's; the
     archive deleted, no spool and no temporary left;
-  * DEST a set-group-ID directory of another group (root only): linked,
-    and every file at DEST has the directory's group, as a copy would;
-  * --tmp-dir on another file system (/dev/shm, where it is one): no
-    link, the same DEST;
+  * DEST a set-group-ID directory of another group (root only; otherwise
+    a `SKIP:` line): linked, and every file at DEST has the directory's
+    group, as a copy would;
+  * --tmp-dir on another file system (a tmpfs the test mounts; without
+    mount(2), /dev/shm where it is one; else a `SKIP:` line): no link,
+    the same DEST;
   * a spooled member changed as it is linked: the run fails in upload
     naming the change, the archive is kept, no temporary left at DEST;
     the rerun converges to the same DEST.
@@ -106,6 +108,24 @@ def temps(top):
     return sorted(out)
 
 
+def other_fs(tmp):
+    """(directory, None, undo) on another file system than tmp: a tmpfs
+    mounted for the test (root), else a directory in /dev/shm where that
+    is another file system; (None, why, None) where neither can be had."""
+    mnt = os.path.join(tmp, "otherfs")
+    os.makedirs(mnt)
+    r = subprocess.run(["mount", "-t", "tmpfs", "none", mnt],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        return mnt, None, lambda: subprocess.run(["umount", "-l", mnt])
+    if (os.path.isdir("/dev/shm") and
+            os.stat("/dev/shm").st_dev != os.stat(tmp).st_dev):
+        shm = tempfile.mkdtemp(prefix="ckpt-link-", dir="/dev/shm")
+        return shm, None, lambda: shutil.rmtree(shm, ignore_errors=True)
+    return None, ("mount -t tmpfs refused: %s; /dev/shm is not another "
+                  "file system" % r.stderr.strip()), None
+
+
 def main():
     c = Checker()
     tmp = tempfile.mkdtemp(prefix="process-spool-link-")
@@ -133,7 +153,11 @@ def main():
               os.listdir(os.path.join(top, "tmp")), temps(top)),
              (False, [], []))
 
-        if os.geteuid() == 0:
+        if os.geteuid() != 0:
+            print("SKIP: process_spool_link set-group-ID DEST of another "
+                  "group (not root: cannot give a directory another "
+                  "group)", flush=True)
+        else:
             top = os.path.join(tmp, "sgid")
             os.makedirs(os.path.join(top, "dest"))
             os.chown(os.path.join(top, "dest"), -1, NOGROUP)
@@ -146,9 +170,11 @@ def main():
             c.eq("set-group-ID DEST: DEST as from the directory",
                  no_state(dest(top)), want)
 
-        if (os.path.isdir("/dev/shm") and
-                os.stat("/dev/shm").st_dev != os.stat(tmp).st_dev):
-            shm = tempfile.mkdtemp(prefix="ckpt-link-", dir="/dev/shm")
+        shm, why, undo = other_fs(tmp)
+        if shm is None:
+            print("SKIP: process_spool_link --tmp-dir on another file "
+                  "system (%s)" % why, flush=True)
+        else:
             try:
                 top = os.path.join(tmp, "other")
                 got = run(top, arc, tmpdir=shm)
@@ -160,7 +186,7 @@ def main():
                      no_state(dest(top)), want)
                 c.eq("other fs: no spool left", os.listdir(shm), [])
             finally:
-                shutil.rmtree(shm, ignore_errors=True)
+                undo()
 
         top = os.path.join(tmp, "change")
         got = run(top, arc, change=True)

@@ -55,13 +55,15 @@ def process(run, dest, kill_at=None):
 
 
 def lapse(dest):
-    """The killed worker's lease, expired (as after --lease-ttl)."""
-    path = os.path.join(dest, ".ckpt-process", "123.lease")
-    with open(path) as f:
-        lease = json.load(f)
-    lease["acquired"] = lease["expires"] = int(time.time()) - 3600
-    with open(path, "w") as f:
-        f.write(json.dumps(lease) + "\n")
+    """The killed worker's leases (the run's, its DEST path's), expired
+    (as after --lease-ttl)."""
+    for name in ("123.lease", "123.path.lease"):
+        path = os.path.join(dest, ".ckpt-process", name)
+        with open(path) as f:
+            lease = json.load(f)
+        lease["acquired"] = lease["expires"] = int(time.time()) - 3600
+        with open(path, "w") as f:
+            f.write(json.dumps(lease) + "\n")
 
 
 def md5(data):

@@ -61,4 +61,4 @@ fi
 sig_fail=$(s3env_stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["sig_fail"])')
 if [ "$sig_fail" = 0 ]; then ok; else fail "signature failures: $sig_fail"; fi
 echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+[ "$failed" = 0 ] && [ "$passed" -gt 0 ]

@@ -328,6 +328,9 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d ckpt runs, %d failed" % (RUNS[0], len(FAILS)))
+    if not RUNS[0]:
+        print("FAIL no ckpt command ran")
+        return 1
     return 1 if FAILS else 0
 
 

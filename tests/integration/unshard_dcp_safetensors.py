@@ -67,6 +67,7 @@ def against_torch(tmp):
                   got == want, "%s != %s" % (sorted(got), sorted(want)))
     # st_format: the tensors without byte items, the values in extra.json.
     out = os.path.join(tmp, "st_format-local")
+    check("st_format: output written", os.path.isdir(out))
     if os.path.isdir(out):
         check("st_format: files", sorted(os.listdir(out)) ==
               ["extra.json", "model.safetensors"], str(os.listdir(out)))

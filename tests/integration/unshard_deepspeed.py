@@ -142,6 +142,7 @@ def runs(c, tmp):
     got = os.path.join(local, "global_step2-unsharded", "checkpoint.pt")
     c.eq("run: outputs", sorted(os.listdir(local)) if os.path.isdir(local)
          else None, ["global_step2-unsharded"])
+    c.true("run: output at " + got, os.path.exists(got))
     if os.path.exists(got):
         same_state(c, "run", got, ref("zero3_fp32"))
     want = contents(local)

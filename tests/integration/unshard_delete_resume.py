@@ -12,7 +12,8 @@ a kill at any point of a step's delete (docs/reliability.md, finding 2).
   every rerun reports as an error, exit 1);
 - killed after the output was renamed into place, before the delete:
   the rerun deletes the sharded step, whose -unsharded copy at DEST (or
-  in the run) is complete; an incomplete copy keeps it (error, exit 1);
+  in the run) is complete; an incomplete copy keeps it (error, exit 1),
+  as does a `-unsharded` directory that is a sharded checkpoint;
 - the siblings of live pids and of other hosts are left alone; -n
   changes nothing.
 """
@@ -175,6 +176,21 @@ def case_before_delete(tmp):
           sorted(os.listdir(r2)) == ["config.yaml", "step10-unsharded",
                                      "wandb"],
           "%d %s %s %s" % (rc, lines, err, os.listdir(r2)))
+    # A step10-unsharded in the run that is not an unsharded checkpoint
+    # (a copy of the sharded step under that name): complete, but no copy
+    # of step10's tensors in one file; step10 stays.
+    r3 = os.path.join(tmp, "b", "run3")
+    make_run(r3, steps=(10,))
+    shutil.copytree(os.path.join(r3, "step10"),
+                    os.path.join(r3, "step10-unsharded"))
+    rc, lines, err = unshard("--delete-sharded", r3, r3)
+    check("not unsharded: step10 kept", rc == 1 and lines == [
+        "error\tstep10\talready unsharded: step10-unsharded in the run "
+        "exists, but it is not complete (it is a dcp checkpoint, not "
+        "unsharded); step10 not deleted"] and
+          sorted(os.listdir(r3)) == ["config.yaml", "step10",
+                                     "step10-unsharded", "wandb"],
+          "%d %s %s %s" % (rc, lines, err, os.listdir(r3)))
 
 
 def case_not_ours(tmp):

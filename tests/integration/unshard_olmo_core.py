@@ -32,9 +32,11 @@ import torch  # noqa: E402
 
 TENSORS = {"f32-2": 64, "bf16-3": 72, "old-4": 64}
 failures = []
+checks = [0]
 
 
 def check(name, cond, detail=""):
+    checks[0] += 1
     print("%s %s%s" % ("ok  " if cond else "FAIL", name,
                        (": " + detail) if detail and not cond else ""))
     if not cond:
@@ -318,6 +320,9 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d failures" % len(failures))
+    if not checks[0]:
+        print("FAIL no check ran")
+        return 1
     return 1 if failures else 0
 
 

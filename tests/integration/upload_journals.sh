@@ -35,16 +35,18 @@ check "move exit" 0 $?
 check "the source is gone" "no" "$([ -e mv ] && echo yes || echo no)"
 check "a move leaves no journal behind" "$(basename "${j1%.journal}").journal $(basename "${j1%.journal}").lock " "$(names)"
 
-# A move that could not delete everything keeps its journal.
+# A move that could not delete everything keeps its journal. The unlink
+# of mv2/d/b is refused by an LD_PRELOAD shim (a read-only directory
+# would stop only a user who is not root).
 cp -a src mv2
-chmod 555 mv2/d
-if [ "$(id -u)" != 0 ]; then
+LD_PRELOAD=${CKPT_BUILD:-$SRC/build}/libunlink_fail_preload.so \
+    CKPT_TEST_UNLINK_FAIL=b \
+    ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
     "$CKPT" upload -q --delete-source mv2 dst2b 2>/dev/null
-    check "partial move exit" 1 $?
-    check "a partial move keeps its journal" 2 "$(ls "$S"/upload-*.journal | wc -l)"
-    rm -f "$(newest)" "$(newest | sed 's/journal$/lock/')"
-fi
-chmod 755 mv2/d
+check "partial move exit" 1 $?
+check "partial move: the refused file is left" "b" "$(ls mv2/d)"
+check "a partial move keeps its journal" 2 "$(ls "$S"/upload-*.journal | wc -l)"
+rm -f "$(newest)" "$(newest | sed 's/journal$/lock/')"
 
 # The same copy twice at once: the second is refused while the first runs.
 flock "${j1%.journal}.lock" "$CKPT" upload -q src dst1 >out 2>err

@@ -86,7 +86,7 @@ usage: ckpt cp [options] SRC... DEST" "$(cat err)"
 "$CKPT" upload --part-size 1M src dsty 2>err
 check "part size bounds" "ckpt upload: error: --part-size must be between 5M and 5G" "$(head -1 err)"
 "$CKPT" upload --extract src/a/one.txt dsty >out 2>err
-check "--extract of a non-archive" "error	src/a/one.txt	dsty	--extract: 'src/a/one.txt' is not an archive (.tar, .tar.gz, .tar.zst, .zip, ...)" "$(cat out)"
+check "--extract of a non-archive" "error	src/a/one.txt	dsty	--extract: 'src/a/one.txt' is not an archive (.tar, .tar.gz, .tar.zst, .zip, ...)" "$(grep -v "^total	" out)"
 
 # --- symlinks: not followed by default; with -L, loops are errors
 mkdir -p ln/d && printf 'x\n' >ln/d/f && ln -s d/f ln/flink && ln -s .. ln/d/up &&
@@ -108,20 +108,25 @@ f ./flink 2" "$(tree lndst2 | grep '^f')"
 
 # --- an unreadable file: reported, the rest arrives (as an unprivileged
 # user: root reads everything)
-if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+# Root runs ckpt as nobody (setpriv, util-linux); anyone else as
+# themselves.
+asuser=()
+[ "$(id -u)" = 0 ] && asuser=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+{
     U=$(mktemp -d /tmp/ckpt-unreadable-XXXXXX)
     chmod 755 "$U"
     mkdir -p "$U/s/d" && printf 'ok\n' >"$U/s/d/ok" && printf 'no\n' >"$U/s/no"
     chmod 000 "$U/s/no"
     chmod -R a+rX "$U/s/d" && chmod a+rx "$U/s" && chmod a+rwx "$U"
     cp "$CKPT" "$U/ckpt" && chmod 755 "$U/ckpt"
-    out=$(cd "$U" && CKPT_STATE_DIR=$U/state setpriv --reuid=65534 \
-          --regid=65534 --clear-groups "$U/ckpt" upload s d 2>/dev/null)
+    out=$(cd "$U" && CKPT_STATE_DIR=$U/state "${asuser[@]}" "$U/ckpt" \
+          upload s d 2>/dev/null)
     check "unreadable exit" 1 $?
+    out=$(grep -v '^total	' <<<"$out")
     check "unreadable row" "error	s/no	d/no	open 's/no': Permission denied" "$out"
     check "the rest arrived" "ok" "$(cat "$U/d/d/ok")"
     chmod -R u+rwx "$U"; rm -rf "$U"
-fi
+}
 
 # --- --wandb-map and --logs
 mkdir -p runs/1234567/step10 runs/local1 runs/dup logs/2024
@@ -155,6 +160,22 @@ delete	runs/1234567/step10/model.pt	-" "$(echo "$out" | grep '^delete' | sorted)
 check "run directory gone" "no" "$([ -e runs/1234567 ] && echo yes || echo no)"
 check "logs kept" "a" "$(cat logs/slurm-1234567.out)"
 check "DEST holds the run" "" "$(diff -r mv1 wdst2/ai2-llm/olmo-small/ab12cd34 | grep -v '^Only in wdst2.*: logs$')"
+
+# --- --delete-source re-checks each source right before its delete: z,
+# rewritten in place with its mtime put back (the change shim, at the
+# first unlink below the source: a's) after it was copied and verified,
+# stays with its new bytes; DEST keeps what was copied
+mkdir -p rc/src && printf 'aaaa\n' >rc/src/a && printf 'zzzz\n' >rc/src/z
+out=$(LD_PRELOAD=${CKPT_BUILD:-$SRC/build}/libchange_preload.so \
+      CKPT_TEST_CHANGE=$T/rc/src/z CKPT_TEST_CHANGE_MODE=rewrite \
+      CKPT_TEST_CHANGE_UNDER=$T/rc/src \
+      ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+      "$CKPT" upload -j 1 --delete-source rc/src rc/dst 2>/dev/null)
+check "re-check exit" 1 $?
+check "re-check row" "error	rc/src/z	-	not deleted: rc/src/z: changed during upload (ctime differs)" "$(grep '^error' <<<"$out")"
+check "re-check: z kept with its new bytes, a gone" "f ./z 5" "$(tree rc/src | grep '^f')"
+check "re-check: z rewritten" "yes" "$([ "$(cat rc/src/z)" != zzzz ] && echo yes)"
+check "re-check: DEST has what was copied" "zzzz" "$(cat rc/dst/z)"
 
 # --- a step being deleted (renamed aside by clean or unshard
 # --delete-sharded, or left so by a killed one) is not content

@@ -11,6 +11,10 @@
  * process opens PATH (not as a directory), FILE is created first (its
  * directories too) with a few bytes: a job that writes a new step while
  * `ckpt process` is uploading the run, at an exact moment.
+ * CKPT_TEST_WRITE_ON_NTH=N: at the Nth open of PATH instead of the first.
+ * CKPT_TEST_RENAME_TO=DEST: FILE is renamed to DEST instead of written:
+ * a writer that commits by rename (OLMo's stepN-unfinished becoming
+ * stepN, an archive replaced whole) while `ckpt clean` judges a run.
  */
 /* Both the plain and the 64-bit names are defined here (open() and open64()
  * in preload.h): the redirect that the build's _FILE_OFFSET_BITS asks for
@@ -42,13 +46,22 @@ static void mkdirs_for(const char *file)
 
 static void maybe_write(const char *path, int flags)
 {
+    static int opens;
     const char *on = getenv("CKPT_TEST_WRITE_ON");
     const char *file = getenv("CKPT_TEST_WRITE");
+    const char *nth = getenv("CKPT_TEST_WRITE_ON_NTH");
+    const char *to = getenv("CKPT_TEST_RENAME_TO");
     if (written || !on || !file || !path || (flags & O_DIRECTORY) ||
-        strcmp(on, path))
+        strcmp(on, path) || ++opens < (nth ? atoi(nth) : 1))
         return;
     written = 1;
     int saved = errno;
+    if (to) {
+        if (rename(file, to) != 0)
+            perror("age_preload: rename");
+        errno = saved;
+        return;
+    }
     mkdirs_for(file);
     FILE *f = fopen(file, "w");
     if (!f || fputs("written during process\n", f) < 0 || fclose(f) != 0)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A fake W&B GraphQL server for the map-wandb tests (stdlib only).
 
-It answers exactly the requests of docs/facts-wandb.md section 6:
+It answers exactly the requests of tests/support/README-wandb.md (the W&B
+API facts it follows, with the exchanges):
 POST /graphql with HTTP Basic auth "api:KEY" (401 otherwise), routed on the
 operation name (Run, Runs, GetDefaultEntity), with MongoDB-style `filters`
 sent as a JSON *string* (equality, $eq $ne $in $nin $regex $exists $gt $gte

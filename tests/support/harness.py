@@ -34,7 +34,8 @@ generate(*jobs)
          one fails.
 failures the names of the failed checks
 finish() -> exit status
-         Prints "N failures"; returns 1 if a check failed, else 0.
+         Prints "N failures"; returns 1 if a check failed or if no check
+         ran at all (a test that checked nothing proved nothing), else 0.
 st_tensors(path) -> {name: (dtype, shape, data bytes)} of a safetensors
          file, read without torch.
 """
@@ -54,6 +55,7 @@ PY = "/usr/bin/python3"
 SUP = os.path.join(SRC, "tests", "support")
 
 failures = []
+checks = [0]     # how many checks ran
 _checker = None  # the check_unshard.py --batch co-process, once started
 
 
@@ -101,6 +103,7 @@ def error_of(p):
 
 
 def check(name, cond, detail=""):
+    checks[0] += 1
     print("%s %s%s" % ("ok  " if cond else "FAIL", name,
                        (": " + detail.strip()) if detail and not cond
                        else ""), flush=True)
@@ -150,6 +153,9 @@ def finish():
         _checker.wait()
         _checker = None
     print("%d failures" % len(failures))
+    if checks[0] == 0 and not failures:
+        print("FAIL no check ran")
+        return 1
     return 1 if failures else 0
 
 

@@ -1,7 +1,7 @@
 # lib.sh - helpers for integration tests (sourced by tests/integration/*.sh).
 # Provides: CKPT (binary), SRC (repo root), T (fresh temp dir, removed on
-# exit), check NAME EXPECTED ACTUAL, check_rc, pass/fail counters, finish;
-# and the offline environment (offline.env).
+# exit), check NAME EXPECTED ACTUAL, check_rc, pass/fail counters, finish
+# (which fails when no check ran); and the offline environment (offline.env).
 set -uo pipefail
 SRC=${CKPT_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 CKPT=${CKPT:-$SRC/build/ckpt}
@@ -38,7 +38,13 @@ tree() {
     (cd "$1" && find . -mindepth 1 -printf '%y %p %s\n' | sed 's/^d \(.*\) [0-9]*$/d \1/' | LC_ALL=C sort)
 }
 
+# finish: the exit status. A test in which no check ran fails: it proved
+# nothing (a guard that skipped every check, a loop over nothing).
 finish() {
     echo "$PASSED passed, $FAILED failed"
+    if [ "$PASSED" -eq 0 ] && [ "$FAILED" -eq 0 ]; then
+        echo "FAIL: no check ran"
+        return 1
+    fi
     [ "$FAILED" -eq 0 ]
 }

@@ -79,6 +79,31 @@ Faults, chosen per request at random (seeded):
             (default 400) with an <Error> that quotes the request line and
             every header, credentials included, in its Code, Message and a
             Request element, as a careless server or proxy may
+  list_max_keys  ListObjectsV2 requests are forwarded asking for at most
+            this many keys a page (0: as asked), so that a small bucket
+            lists in many pages
+  list_fault  what ListObjectsV2 pages say about the next one, as a
+            faulty or hostile service might: "no_token" (a truncated
+            page without NextContinuationToken), "repeat_token" (a
+            truncated page answered to a continuation token gives that
+            same token again), "" (as s3rver says)
+  list_inject, list_inject_match  add a <Contents> entry for the key
+            list_inject (its size and ETag as s3rver has them, or 1 and a
+            made-up one) to every ListObjectsV2 page whose prefix starts
+            with list_inject_match: a key outside the prefix listed, or
+            one with "//"
+  put_before_list  {"path": "/BUCKET/KEY", "body": "...", "match":
+            "PREFIX", "skip": N}: before the (N+1)-th ListObjectsV2 whose
+            prefix starts with match is forwarded, store this object
+            (once): DEST changed between a check and the listing that
+            confirms it
+  opaque_etag  every ETag the client sees (reply headers, listings,
+            CompleteMultipartUpload) is "k1-" + s3rver's, so it is no MD5
+            of the bytes (as with SSE-KMS, or a GCS composite object);
+            If-Match / If-None-Match from the client are mapped back
+  goog_hash  object HEAD/GET replies carry x-goog-hash, computed from
+            the object's bytes as GCS does: "crc32c" (only, as for a GCS
+            composite object), "md5" (only) or "both"; "" none
   get_delay_ms, get_delay_nth, get_delay_match  the get_delay_nth-th GET
             whose path contains get_delay_match waits get_delay_ms before
             it is checked and forwarded (stats "delayed" counts such GETs
@@ -112,6 +137,7 @@ import http.server
 import json
 import os
 import random
+import re
 import socket
 import socketserver
 import struct
@@ -162,7 +188,11 @@ class State:
                        "fault_next": 0, "fault_next_kind": "",
                        "trickle_bps": 0,
                        "trickle_match": "", "delete_delay_ms": 0,
-                       "deny": ""}
+                       "deny": "",
+                       "list_max_keys": 0, "list_fault": "",
+                       "list_inject": "", "list_inject_match": "",
+                       "opaque_etag": False, "goog_hash": "",
+                       "put_before_list": None}
         self.get_seen = 0
         self.connections = 0
         self.rng = random.Random(args.seed)
@@ -178,7 +208,7 @@ class State:
                           "get_bytes": 0, "put_bytes": 0,
                           "faults": {"slowdown": 0,
                           "r2_429": 0, "reset": 0, "complete_error": 0,
-                          "corrupt_put": 0,
+                          "corrupt_put": 0, "list": 0,
                           "no_batch_delete": 0, "delete_key_errors": 0},
                           "sig_ok": 0,
                           "sig_fail": 0, "bearer_ok": 0, "tokens_issued": 0,
@@ -370,6 +400,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         denied = self.authenticate(body) or self.deny(path)
         if denied:
             return self.reply(*denied)
+        self.unmap_etags()
         fault = st.draw(self.command, path)
         if fault == "slowdown":
             st.count("faults", sub="slowdown")
@@ -406,11 +437,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             failed_keys = self.drop_delete_keys(path, body)
             if failed_keys:
                 body = failed_keys[0]
+            listing = self.list_request(path)
             status, headers, rbody = self.forward(body)
+            if listing and status == 200:
+                rbody = self.list_rewrite(listing, rbody)
+                headers["Content-Length"] = str(len(rbody))
             if failed_keys:
                 rbody = self.add_key_errors(rbody, failed_keys[1])
                 headers["Content-Length"] = str(len(rbody))
             add_generation(headers)
+            self.goog_hash(path, status, headers, rbody)
+            rbody = self.map_etags(headers, rbody)
         if fault == "reset" and self.command == "GET" and len(rbody) > 1:
             st.count("faults", sub="reset")
             return self.reset_mid_body(status, headers, rbody)
@@ -491,6 +528,121 @@ class Handler(http.server.BaseHTTPRequestHandler):
         b = bytearray(body)
         b[len(b) // 2] ^= 0x01
         return bytes(b)
+
+    def unmap_etags(self):
+        """opaque_etag: the client's If-Match / If-None-Match name
+        s3rver's ETags again."""
+        if not self.st.config["opaque_etag"]:
+            return
+        for h in ("If-Match", "If-None-Match"):
+            v = self.headers.get(h)
+            if v is not None and "k1-" in v:
+                self.headers.replace_header(h, v.replace("k1-", ""))
+
+    def map_etags(self, headers, body):
+        """opaque_etag: ETags in reply headers and XML bodies get "k1-"."""
+        if not self.st.config["opaque_etag"]:
+            return body
+        for k, v in list(headers.items()):
+            if k.lower() == "etag":
+                headers[k] = '"k1-%s"' % v.strip('"')
+        if body.startswith(b"<?xml") and b"<ETag>" in body:
+            body = re.sub(rb"<ETag>(&quot;|\")?", lambda m: b"<ETag>" +
+                          (m.group(1) or b"") + b"k1-", body)
+            headers["Content-Length"] = str(len(body))
+        return body
+
+    def goog_hash(self, path, status, headers, body):
+        """goog_hash: x-goog-hash of an object HEAD/GET reply, from the
+        object's bytes (a whole GET upstream for a HEAD or a range)."""
+        mode = self.st.config["goog_hash"]
+        split = urllib.parse.urlsplit(path)
+        if (not mode or self.command not in ("HEAD", "GET") or split.query
+                or status not in (200, 206)):
+            return
+        if self.command == "HEAD" or status == 206:
+            st, _, body = self.upstream_request("GET", split.path, {}, b"")
+            if st != 200:
+                return
+        vals = []
+        if mode in ("crc32c", "both"):
+            vals.append("crc32c=" + base64.b64encode(struct.pack(
+                ">I", crc32c(body))).decode())
+        if mode in ("md5", "both"):
+            vals.append("md5=" + base64.b64encode(
+                hashlib.md5(body).digest()).decode())
+        headers["x-goog-hash"] = ",".join(vals)
+
+    def list_request(self, path):
+        """A ListObjectsV2 request: its query (and, with list_max_keys,
+        the path forwarded asks for that many keys a page). None for
+        other requests."""
+        split = urllib.parse.urlsplit(path)
+        q = urllib.parse.parse_qs(split.query, keep_blank_values=True)
+        if self.command != "GET" or q.get("list-type") != ["2"]:
+            return None
+        self.put_before_list(q.get("prefix", [""])[0])
+        n = self.st.config["list_max_keys"]
+        if n:
+            q["max-keys"] = [str(min(n, int(q.get("max-keys",
+                                                  ["1000"])[0])))]
+            self.path = urllib.parse.urlunsplit(split._replace(
+                query=urllib.parse.urlencode(q, doseq=True,
+                                             quote_via=urllib.parse.quote)))
+        return q
+
+    def put_before_list(self, prefix):
+        with self.st.lock:
+            put = self.st.config["put_before_list"]
+            if not put or not prefix.startswith(put.get("match", "")):
+                return
+            if put.get("skip", 0) > 0:
+                put["skip"] -= 1
+                return
+            self.st.config["put_before_list"] = None
+        data = put["body"].encode()
+        self.upstream_request("PUT", put["path"],
+                              {"Content-Length": str(len(data))}, data)
+
+    def list_rewrite(self, q, body):
+        """list_fault and list_inject on one ListObjectsV2 page."""
+        c = self.st.config
+        text = body.decode()
+        hit = False
+        truncated = "<IsTruncated>true</IsTruncated>" in text
+        if truncated and c["list_fault"] == "no_token":
+            text = re.sub(r"<NextContinuationToken>[^<]*"
+                          r"</NextContinuationToken>", "", text)
+            hit = True
+        token = q.get("continuation-token", [""])[0]
+        if truncated and c["list_fault"] == "repeat_token" and token:
+            text = re.sub(r"<NextContinuationToken>[^<]*"
+                          r"</NextContinuationToken>",
+                          "<NextContinuationToken>%s</NextContinuationToken>"
+                          % xml_escape(token), text)
+            hit = True
+        key = c["list_inject"]
+        if key and q.get("prefix", [""])[0].startswith(
+                c["list_inject_match"]):
+            status, hdrs, _ = self.upstream_request(
+                "HEAD", "/%s/%s" % (urllib.parse.urlsplit(self.path).path
+                                    .strip("/").split("/")[0],
+                                    urllib.parse.quote(key)), {}, b"")
+            h = dict((k.lower(), v) for k, v in hdrs)
+            size = h.get("content-length", "1") if status == 200 else "1"
+            etag = h.get("etag", '"%s"' % ("0" * 32)) if status == 200 \
+                else '"%s"' % ("0" * 32)
+            entry = ("<Contents><Key>%s</Key><LastModified>"
+                     "2020-01-01T00:00:00.000Z</LastModified><ETag>%s"
+                     "</ETag><Size>%s</Size><StorageClass>STANDARD"
+                     "</StorageClass></Contents>" % (xml_escape(key),
+                                                     xml_escape(etag), size))
+            text = text.replace("</ListBucketResult>",
+                                entry + "</ListBucketResult>")
+            hit = True
+        if hit:
+            self.st.count("faults", sub="list")
+        return text.encode()
 
     def is_delete(self, path):
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query,
@@ -918,6 +1070,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if abs(iat - now) > 300 or exp <= iat or exp - iat > 3600:
             return "bad iat/exp"
         return None
+
+
+_CRC32C = []
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), as GCS states it in x-goog-hash."""
+    if not _CRC32C:
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            _CRC32C.append(c)
+    c = 0xFFFFFFFF
+    t = _CRC32C
+    for b in data:
+        c = t[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
 
 
 def generation_of(etag):

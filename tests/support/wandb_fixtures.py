@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zlib
 
 import yaml
 
@@ -140,7 +141,8 @@ def pb_str(field, s):
 
 
 def wandb_log(records):
-    """A run-ID.wandb transaction log (LevelDB log framing)."""
+    """A run-ID.wandb transaction log (LevelDB log framing, wandb's
+    checksums)."""
     out = bytearray(b":W&B" + struct.pack("<HB", 0xBEE1, 0))
     block = 32768
     for data in records:
@@ -154,7 +156,10 @@ def wandb_log(records):
             chunk, data = data[:room], data[room:]
             last = not data
             typ = (1 if last else 2) if first else (4 if last else 3)
-            out += struct.pack("<IHB", 0, len(chunk), typ) + chunk
+            # wandb's checksum: zlib's CRC-32 of the type byte, then
+            # the data (wandb/sdk/internal/datastore.py)
+            crc = zlib.crc32(chunk, zlib.crc32(bytes([typ])))
+            out += struct.pack("<IHB", crc, len(chunk), typ) + chunk
             first = False
             if last:
                 break

@@ -1,5 +1,9 @@
-/* test_unshard.c - internal geometry of the unshard module. */
+/* test_unshard.c - internals of the unshard module: geometry, casts,
+ * the HF export's JSON. */
 #include "test.h"
+#include <cjson/cJSON.h>
+
+#include "unshard/hfexport.h"
 #include "unshard/olmoflat.h"
 #include "unshard/unshard_int.h"
 
@@ -243,8 +247,74 @@ static void test_unshard__ds_f32_to_bf16(void)
         CHECK((uint16_t)(out[2 * i] | out[2 * i + 1] << 8) == want[i]);
 }
 
+/* float32 -> float16 as torch casts (values from torch 1.13, its
+ * vectorised and scalar paths agree): ties to even, 65520 to infinity,
+ * subnormals rounded (2^-25 ties to 0), NaN sign | 0x7e00. */
+static void test_unshard__hf_f32_to_f16(void)
+{
+    static const uint32_t x[] = {
+        0x3f800000, 0x3f801000, 0x3f803000, 0x3f801001, 0x477ff000,
+        0x477fefff, 0x47800000, 0x7f800000, 0xff800000, 0x33000000,
+        0x33000001, 0x33800000, 0x33c00000, 0x387fc000, 0x387fe000,
+        0x38800000, 0x80000001, 0x80000000, 0x7fc00000, 0xffc00001,
+        0x7f800001, 0x3e2aaaab, 0xc2f6e979 };
+    static const uint16_t want[] = {
+        0x3c00, 0x3c00, 0x3c02, 0x3c01, 0x7c00, 0x7bff, 0x7c00, 0x7c00,
+        0xfc00, 0x0000, 0x0001, 0x0001, 0x0002, 0x03ff, 0x0400, 0x0400,
+        0x8000, 0x8000, 0x7e00, 0xfe00, 0x7e00, 0x3155, 0xd7b7 };
+    enum { N = sizeof(x) / sizeof(x[0]) };
+    float in[N];
+    unsigned char out[2 * N];
+    memcpy(in, x, sizeof(x));
+    uns_hf_f32_to_f16(in, N, out);
+    for (size_t i = 0; i < N; i++)
+        CHECK((uint16_t)(out[2 * i] | out[2 * i + 1] << 8) == want[i]);
+}
+
+/* Floats as Python's repr writes them (config.json). */
+static void test_unshard__hf_py_float(void)
+{
+    static const struct { double v; const char *s; } c[] = {
+        { 1e-05, "1e-05" }, { 10000.0, "10000.0" }, { 0.02, "0.02" },
+        { 1e16, "1e+16" }, { 1234567890123456.0, "1234567890123456.0" },
+        { 0.0001, "0.0001" }, { 1.5e-07, "1.5e-07" }, { -0.0, "-0.0" },
+        { 123.456, "123.456" }, { 1e22, "1e+22" }, { 5e-324, "5e-324" },
+        { 0.1 + 0.2, "0.30000000000000004" }, { 500000.0, "500000.0" },
+        { -2.5, "-2.5" }, { 1.7976931348623157e308,
+                            "1.7976931348623157e+308" },
+    };
+    char buf[40];
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        uns_hf_py_float(c[i].v, buf, sizeof(buf));
+        CHECK(!strcmp(buf, c[i].s));
+    }
+}
+
+/* json.dumps(o, indent=2, sort_keys=True) + "\n". */
+static void test_unshard__hf_json(void)
+{
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_CreateArray();
+    cJSON_AddItemToObject(o, "b", a);
+    cJSON_AddItemToArray(a, cJSON_CreateString("x\"\u00e9\xf0\x9f\x98\x80"));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(3));
+    cJSON_AddItemToObject(o, "a", uns_hf_json_float(1e-6));
+    cJSON_AddItemToObject(o, "c", cJSON_CreateObject());
+    cJSON_AddItemToObject(o, "d", cJSON_CreateArray());
+    cJSON_AddNullToObject(o, "A");
+    cJSON_AddBoolToObject(o, "e", 1);
+    char *s = uns_hf_json(o);
+    CHECK(!strcmp(s, "{\n  \"A\": null,\n  \"a\": 1e-06,\n  \"b\": [\n"
+                     "    \"x\\\"\\u00e9\\ud83d\\ude00\",\n    3\n  ],\n"
+                     "  \"c\": {},\n  \"d\": [],\n  \"e\": true\n}\n"));
+    free(s);
+    cJSON_Delete(o);
+}
+
 TEST_MAIN(T(test_unshard__ds_to_f32),
           T(test_unshard__ds_f32_to_bf16),
+          T(test_unshard__hf_f32_to_f16),
+          T(test_unshard__hf_py_float),
+          T(test_unshard__hf_json),
           T(test_unshard__flat_boxes_cover_ranges),
           T(test_unshard__flat_boxes_bad_ranges),
           T(test_unshard__olmoflat_strip),

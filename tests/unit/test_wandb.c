@@ -6,6 +6,7 @@
  */
 #include <cjson/cJSON.h>
 
+#include "ckpt/torchfmt.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
 #include "test.h"
@@ -208,10 +209,16 @@ static void log_add(struct ckpt_buf *b, const unsigned char *rec, size_t n)
         }
         size_t chunk = n < space - 7 ? n : space - 7;
         int last = chunk == n;
-        unsigned char h[7] = { 0, 0, 0, 0, (unsigned char)(chunk & 0xff),
-                               (unsigned char)(chunk >> 8),
-                               (unsigned char)(first ? (last ? 1 : 2)
-                                                     : (last ? 4 : 3)) };
+        unsigned char type = (unsigned char)(first ? (last ? 1 : 2)
+                                                   : (last ? 4 : 3));
+        /* wandb's checksum: CRC-32 of the type byte, then the data */
+        uint32_t crc = ckpt_crc32(ckpt_crc32(0, &type, 1), rec, chunk);
+        unsigned char h[7] = { (unsigned char)crc,
+                               (unsigned char)(crc >> 8),
+                               (unsigned char)(crc >> 16),
+                               (unsigned char)(crc >> 24),
+                               (unsigned char)(chunk & 0xff),
+                               (unsigned char)(chunk >> 8), type };
         ckpt_buf_add(b, h, 7);
         ckpt_buf_add(b, rec, chunk);
         rec += chunk;
@@ -269,10 +276,75 @@ static void test_wandb__wandbfile(void)
     CHECK(ckpt_wandbfile_runrecord((const unsigned char *)"PK\3\4xxxx", 8,
                                    &r, &err) == -1);
     CHECK_STR(err.msg, "not a wandb log (bad header)");
+    /* A byte of the run record changed, or its stored checksum: damage,
+     * an error naming the record, never names read from it. The
+     * record's header is at 7 + the padding record's 40,000 bytes and
+     * the two headers that split it over the block boundary. */
+    size_t at = 7 + pad.len + 2 * 7;
+    CHECK(log.ptr[at + 7 + 7] == 'a'); /* "ab12cd34" */
+    log.ptr[at + 7 + 7] = 'b';
+    CHECK(ckpt_wandbfile_runrecord((unsigned char *)log.ptr, log.len, &r,
+                                   &err) == -1);
+    CHECK_EQ(err.code, CKPT_EFORMAT);
+    char want[96];
+    snprintf(want, sizeof(want), "wandb log record at byte %zu: checksum "
+             "mismatch (damaged)", at);
+    CHECK_STR(err.msg, want);
+    log.ptr[at + 7 + 7] = 'a';
+    log.ptr[at] ^= 1;
+    CHECK(ckpt_wandbfile_runrecord((unsigned char *)log.ptr, log.len, &r,
+                                   &err) == -1);
+    CHECK_STR(err.msg, want);
+    log.ptr[at] ^= 1;
+    /* The padding record damaged: it comes first, so the same error. */
+    log.ptr[7 + 7 + 100] ^= 0x20;
+    CHECK(ckpt_wandbfile_runrecord((unsigned char *)log.ptr, log.len, &r,
+                                   &err) == -1);
+    CHECK_STR(err.msg, "wandb log record at byte 7: checksum mismatch "
+                       "(damaged)");
+    log.ptr[7 + 7 + 100] ^= 0x20;
+    CHECK(ckpt_wandbfile_runrecord((unsigned char *)log.ptr, log.len, &r,
+                                   &err) == 0);
+    ckpt_wandb_runrecord_release(&r);
     ckpt_buf_release(&rr);
     ckpt_buf_release(&rec);
     ckpt_buf_release(&pad);
     ckpt_buf_release(&log);
+}
+
+/* A log the wandb SDK itself wrote (0.10.20.dev1, offline run g9dvvkua;
+ * tests/fixtures/wandb-sdk/README.md): its run record is read through
+ * checksums the SDK computed, and a byte changed in it is refused. */
+static void test_wandb__wandbfile_sdk(void)
+{
+    FILE *f = fopen("fixtures/wandb-sdk/run-g9dvvkua.wandb", "rb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    static unsigned char log[16384];
+    size_t n = fread(log, 1, sizeof(log), f);
+    fclose(f);
+    CHECK_EQ(n, 7868);
+    struct ckpt_wandb_runrecord r;
+    struct ckpt_err err;
+    CHECK(ckpt_wandbfile_runrecord(log, n, &r, &err) == 0);
+    CHECK_STR(r.run_id, "g9dvvkua");
+    CHECK_STR(r.project, "code-toad");
+    CHECK(r.entity == NULL); /* an offline run: no entity yet */
+    CHECK(r.display_name == NULL && r.group == NULL);
+    ckpt_wandb_runrecord_release(&r);
+    /* Its second record (after an empty HeaderRecord), the run record,
+     * cut: not found, not damage. */
+    CHECK(ckpt_wandbfile_runrecord(log, 100, &r, &err) == -1);
+    CHECK_EQ(err.code, CKPT_ENOTFOUND);
+    /* One bit of the run id flipped ("g9dvvkua" at byte 34). */
+    CHECK(memcmp(log + 34, "g9dvvkua", 8) == 0);
+    log[34] ^= 0x01;
+    CHECK(ckpt_wandbfile_runrecord(log, n, &r, &err) == -1);
+    CHECK_EQ(err.code, CKPT_EFORMAT);
+    CHECK_STR(err.msg, "wandb log record at byte 17: checksum mismatch "
+                       "(damaged)");
+    log[34] ^= 0x01;
 }
 
 static void mkpath(const char *rel, const char *content)
@@ -513,5 +585,6 @@ static void test_wandb__result_json(void)
 TEST_MAIN(T(test_wandb__netrc), T(test_wandb__api_key),
           T(test_wandb__response), T(test_wandb__runs_page),
           T(test_wandb__config_match), T(test_wandb__wandbfile),
+          T(test_wandb__wandbfile_sdk),
           T(test_wandb__evidence), T(test_wandb__rundir_names),
           T(test_wandb__map_file), T(test_wandb__result_json))
