@@ -33,6 +33,10 @@ static const char *const clean_usage[] = {
     "a hidden .RUN.ckpt-del-HOST-PID; a rerun finishes such a delete left",
     "by a dead process of this host.",
     "-j default 8: runs judged and deleted at once (listing-bound).",
+    "examples:",
+    "  ckpt clean -n /scratch/runs          what would go (runs proven bad)",
+    "  ckpt clean /scratch/runs             delete them",
+    "  ckpt clean --keep-last 2 RUN         also prune all but 2 checkpoints",
     NULL
 };
 

@@ -34,6 +34,10 @@ static const char *const ls_usage[] = {
     "<TAB>SIZE, then total and would-free (what `ckpt clean` with the",
     "same --min-age would delete).",
     "-j default 8: runs read at once (listing-bound).",
+    "examples:",
+    "  ckpt ls /scratch/runs                each run's checkpoints",
+    "  ckpt ls --summary s3://b/runs        runs and bytes per verdict",
+    "  ckpt ls --json RUN | jq .bytes       for scripts (docs/output.md)",
     NULL
 };
 

@@ -33,6 +33,10 @@ static const char *const map_wandb_usage[] = {
     "WANDB_BASE_URL selects another server. Docs: docs/commands/map-wandb.md",
     "-j default: 16 runs read at once, 4 W&B API requests at once (-j N",
     "sets both; W&B rate-limits its API).",
+    "examples:",
+    "  ckpt map-wandb /scratch/runs/*       each run's ENTITY/PROJECT/RUN_ID",
+    "  ckpt map-wandb --offline -o map.tsv /scratch/runs/*",
+    "                                       from wandb/ files only, to a file",
     NULL
 };
 

@@ -44,6 +44,10 @@ static const char *const process_usage[] = {
     "shared among them, so rows of different runs may interleave.",
     "SIGINT, SIGTERM, SIGHUP: no new work, transfers in flight cut, leases",
     "released; exit 130, 143, 129 (rerun to resume).",
+    "examples:",
+    "  ckpt process -n /scratch/runs --dest s3://b/x    what it would do",
+    "  ckpt process /scratch/runs --dest s3://b/x       do it (cron-safe)",
+    "  ckpt process --keep-source RUN --dest gs://b/x   copy, delete nothing",
     NULL
 };
 

@@ -44,6 +44,11 @@ static const char *const usage[] = {
     "written (no local copy), DEST-unfinished marks them until all are.",
     "Outputs appear atomically; nothing is executed from any pickle.",
     "-j default: one worker per CPU core (decoding is CPU-bound).",
+    "examples:",
+    "  ckpt unshard RUN/step1000 out/                    out/checkpoint.pt",
+    "  ckpt unshard --format safetensors RUN/step1000 out/",
+    "  ckpt unshard --format hf RUN/step1000 hf/         a Hugging Face model",
+    "  ckpt unshard RUN s3://b/unsharded/                every step of a run",
     NULL
 };
 

@@ -30,10 +30,16 @@ static const char *const upload_usage[] = {
     "to DEST/NAME/ (DEST/ENTITY/PROJECT/RUN_ID/ with --wandb or --wandb-map).",
     "Files already at DEST with the same size and checksum are skipped, so a",
     "rerun resumes; an interrupted multipart upload is resumed part by part.",
-    "Prints one line per file that did not arrive (every file with -v) and a",
-    "summary on stderr.",
+    "Prints one row per file that did not arrive (every file with -v), then",
+    "a total row: total<TAB>copy=N<TAB>skip=N<TAB>error=N ... bytes=N ...",
+    "(docs/output.md). 'ckpt upload' and 'ckpt copy' are the same command.",
     "-j default 32: files in flight (one connection each; object stores",
     "are fast in parallel, slow per connection).",
+    "examples:",
+    "  ckpt cp RUN s3://b/runs/RUN/            copy a run (a rerun resumes)",
+    "  ckpt cp -n RUN s3://b/runs/RUN/         what would be copied",
+    "  ckpt cp --extract RUN.tar.zst gs://b/x/ an archive's contents",
+    "  ckpt cp --delete-source RUN s3://b/x/   move: SRC deleted once copied",
     NULL
 };
 

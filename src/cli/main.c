@@ -48,8 +48,9 @@ static const char *const other_tools[][2] = {
       "what the source lacks; ckpt never deletes at DEST (it may hold the "
       "only copy): 'ckpt cp SRC DEST' copies, skipping what is there" },
     { "rm", "'ckpt clean RUN' deletes runs proven bad" },
-    { "du", "'ckpt ls --summary --by-run LOCATION' gives each run's size "
-      "and what clean would free" },
+    { "du", "'ckpt ls LOCATION' gives each run's checkpoints and bytes, "
+      "'ckpt ls --summary LOCATION' the bytes per verdict and what clean "
+      "would free" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -217,6 +217,86 @@ static int set_value(const struct option *o, const char *arg, const char *cmd)
     }
 }
 
+/* Other tools' spellings of ckpt's options (aws-cli, OLMo's unshard
+ * script, zero_to_fp32, transformers' save_pretrained): NAME is taken as
+ * --TARGET (with VALUE, for an option that takes one) where the command
+ * has --TARGET. */
+static const struct {
+    const char *name, *target, *value;
+} aliases[] = {
+    { "dryrun", "dry-run", NULL },                  /* aws s3 cp */
+    { "safe-tensors", "format", "safetensors" },    /* OLMo's unshard */
+    { "safe_serialization", "format", "safetensors" }, /* zero_to_fp32 */
+    { "safe-serialization", "format", "safetensors" },
+};
+
+/* Spellings ckpt has no option for, and what does that job here. */
+static const char *const foreign[][2] = {
+    { "model-only", "ckpt unshard writes the model with the rest of the "
+      "checkpoint (model.pt beside optim.pt and train.pt, as OLMo's "
+      "unsharder does without --model-only); '--format hf' writes the "
+      "model alone" },
+    { "delete", "ckpt never deletes at DEST (it may hold the only copy); "
+      "'--delete-source' deletes SRC once DEST is verified" },
+    { "recursive", "directories are always copied whole, as 'aws s3 cp "
+      "--recursive'" },
+};
+
+static const struct option *find_alias(const struct option *opts,
+                                       const struct option *glob,
+                                       const char *name, size_t len,
+                                       const char **value)
+{
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strlen(aliases[i].name) == len &&
+            !strncmp(aliases[i].name, name, len)) {
+            const struct option *o = find_long(opts, glob, aliases[i].target,
+                                               strlen(aliases[i].target));
+            if (o)
+                *value = aliases[i].value;
+            return o;
+        }
+    return NULL;
+}
+
+/* After "unknown option": what another tool's spelling is here, or the
+ * options nearest the mistyped one (as git does). */
+static void option_hint(const struct option *opts, const struct option *glob,
+                        const char *name)
+{
+    const char *eq = strchr(name, '=');
+    char *n = eq ? ckpt_xstrndup(name, (size_t)(eq - name))
+                 : ckpt_xstrdup(name);
+    for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++)
+        if (!strcmp(n, foreign[i][0])) {
+            fprintf(stderr, "hint: %s\n", foreign[i][1]);
+            free(n);
+            return;
+        }
+    size_t cap = 0, k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (const struct option *o = pass ? glob : opts; o->type != OPT_END;
+             o++)
+            cap++;
+    const char **names = ckpt_xreallocarray(NULL, cap + 1, sizeof(*names));
+    char **owned = ckpt_xreallocarray(NULL, cap + 1, sizeof(*owned));
+    for (int pass = 0; pass < 2; pass++)
+        for (const struct option *o = pass ? glob : opts; o->type != OPT_END;
+             o++) {
+            owned[k] = ckpt_xasprintf("--%s", o->long_name);
+            names[k] = owned[k];
+            k++;
+        }
+    char *dashed = ckpt_xasprintf("--%s", n);
+    cli_did_you_mean("option", dashed, names, k);
+    for (size_t i = 0; i < k; i++)
+        free(owned[i]);
+    free(owned);
+    free(names);
+    free(dashed);
+    free(n);
+}
+
 static int usage_error(const char *cmd, const struct option *opts,
                        const char *const *usage, const char *fmt,
                        const char *what)
@@ -260,8 +340,21 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
             const char *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
             o = find_long(opts, glob, name, len);
-            if (!o)
-                return usage_error(cmd, opts, usage, "unknown option '%s'", a);
+            const char *fixed = NULL;
+            if (!o && (o = find_alias(opts, glob, name, len, &fixed)) &&
+                fixed) {
+                if (eq)
+                    return usage_error(cmd, opts, usage,
+                                       "option '%s' takes no value", a);
+                if (set_value(o, fixed, cmd) != 0)
+                    return -1;
+                continue;
+            }
+            if (!o) {
+                usage_error(cmd, opts, usage, "unknown option '%s'", a);
+                option_hint(opts, glob, name);
+                return -1;
+            }
             if (eq) {
                 if (o->type == OPT_BOOL)
                     return usage_error(cmd, opts, usage,
