@@ -12,7 +12,8 @@ build_pkgs=(build-essential cmake pkg-config libcurl4-openssl-dev
             libyaml-dev liblzma-dev libbz2-dev libisal-dev ca-certificates
             go-md2man)
 test_pkgs=(clang libclang-rt-14-dev python3 python3-torch python3-botocore
-           awscli python3-zarr python3-numcodecs python3-yaml nodejs npm
+           awscli python3-zarr python3-numcodecs python3-yaml python3-jsonschema
+           nodejs npm
            zstd xz-utils bzip2 lbzip2 pbzip2 pigz zip unzip tar time parallel
            slurm-wlm munge strace mount)
 demo_pkgs=(python3 tar zstd xz-utils bzip2 zip)

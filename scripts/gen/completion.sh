@@ -49,8 +49,14 @@ for c in $cmds; do
     all=$(opts "$c")
     words=$(printf '%s' "$all" | sed 's/=//g')
     args=$(printf '%s ' $all | tr ' ' '\n' | sed -n 's/=$//p' | tr '\n' ' ')
-    printf '    %s)\n        words="%s"\n        args=" %s" ;;\n' \
-        "$c" "${words% }" "$args"
+    # Other names of the command: "(also: upload, copy)" ending its
+    # summary in --help.
+    names=$("$ckpt" --help | awk -v c="$c" '$1 == c && /^    / &&
+        match($0, /\(also: [^)]*\)$/) {
+            s = substr($0, RSTART + 7, RLENGTH - 8); gsub(/, /, "|", s)
+            printf "|%s", s }')
+    printf '    %s%s)\n        words="%s"\n        args=" %s" ;;\n' \
+        "$c" "$names" "${words% }" "$args"
 done
 cat <<'TAIL'
     help)

@@ -27,6 +27,7 @@ struct ckpt_opts {
     int quiet;
     int verbose;
     int no_progress;
+    int human;         /* -H: sizes for people (default: stdout a tty) */
     int insecure;
     int retries;       /* 0: default */
     int wandb_timeout; /* s per W&B request; 0: default (map-wandb and
@@ -73,6 +74,13 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
                   const char *const *usage, struct ckpt_opts *g);
 void cli_opt_list_release(struct opt_list *l);
 
+/* Say on stderr which of cands[0..n) the mistyped name most likely meant
+ * ("hint: did you mean 'ls'?"): those nearest by edit distance (a
+ * transposition counting one), at most 2 and under half the name, or
+ * that the name begins. Returns how many were named. */
+int cli_did_you_mean(const char *what, const char *name,
+                     const char *const *cands, size_t n);
+
 /* Storage settings derived from the global options. */
 struct ckpt_storage_cfg cli_storage_cfg(const struct ckpt_opts *g);
 
@@ -88,6 +96,25 @@ void cli_warnf(const char *fmt, ...) CKPT_PRINTF(1, 2);
 void cli_infof(const char *fmt, ...) CKPT_PRINTF(1, 2);
 void cli_debugf(const char *fmt, ...) CKPT_PRINTF(1, 2);
 
+/* The output contract (docs/output.md, docs/output.schema.json): every
+ * JSON line starts {"type":TYPE,"schema":CLI_SCHEMA,...}; the schema
+ * number changes only when a key is renamed, removed or retyped. */
+#define CLI_SCHEMA 1
+struct cJSON *cli_json_row(const char *type);
+/* A row's verb from the library's word for what happened: one verb set
+ * in every command, present tense (delete, keep, skip, error, copy,
+ * unshard, process, abort), "would-VERB" under -n for what would change
+ * something ("deleted" -> "delete", "failed" -> "error", "would-skip" ->
+ * "skip"). Words already in the set are returned as they are. */
+const char *cli_verb(const char *word);
+
+/* A size for a row: bytes, or with -H (the default when stdout is a
+ * terminal) for people, "1.5 GiB". Returns buf. */
+const char *cli_fmt_bytes(uint64_t bytes, char *buf, size_t len);
+/* 1 when rows are for people (-H, or stdout a terminal): sizes as
+ * cli_fmt_bytes, and a header line above the rows. */
+int cli_human(void);
+
 /* Print one JSON object as a single line on stdout and free it. A string
  * or key that is not valid UTF-8 is replaced by its escaped form
  * (ckpt_escape), so the line is always valid UTF-8 JSON. */
@@ -96,6 +123,13 @@ void cli_out_json(struct cJSON *obj);
  * escaped (ckpt_escape: \t \n \\ \xNN), so a row is one line and its
  * fields split on TAB exactly. */
 void cli_out_tsv(int n, const char *const *fields);
+/* The column names above the rows, once, when they are for people
+ * (cli_human); nothing in pipes. */
+void cli_out_header(int n, const char *const *names);
+
+/* -H, --human-readable: for the commands whose rows hold sizes. */
+#define OPT_HUMAN_(g) OPT_BOOL_('H', "human-readable", &(g)->human, \
+    "sizes for people (1.5 GiB): the default when stdout is a terminal")
 
 /* The status line: one line kept at the bottom of stderr when it is a
  * terminal (cli_status_enabled: and neither --no-progress nor -q), rows

@@ -33,6 +33,10 @@ static const char *const clean_usage[] = {
     "a hidden .RUN.ckpt-del-HOST-PID; a rerun finishes such a delete left",
     "by a dead process of this host.",
     "-j default 8: runs judged and deleted at once (listing-bound).",
+    "examples:",
+    "  ckpt clean -n /scratch/runs          what would go (runs proven bad)",
+    "  ckpt clean /scratch/runs             delete them",
+    "  ckpt clean --keep-last 2 RUN         also prune all but 2 checkpoints",
     NULL
 };
 
@@ -55,20 +59,24 @@ static void report(struct item *x)
         cli_out_tsv(3, f);
         return;
     }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "run", it->arg);
+    cJSON *o = cli_json_row("run");
     cJSON_AddStringToObject(o, "action", it->action);
+    cJSON_AddStringToObject(o, "run", it->arg);
     cJSON_AddStringToObject(o, "reason", it->reason.ptr);
+    if (it->scanned)
+        cJSON_AddNumberToObject(o, "bytes", (double)(it->is_archive
+                                                     ? it->sb.size
+                                                     : it->run.size));
+    cJSON_AddNumberToObject(o, "freed", (double)it->bytes);
     cJSON_AddItemToObject(o, "checkpoints", it->scanned
                           ? cli_json_checkpoints(&it->run, 0)
                           : cJSON_CreateArray());
+    /* What a dry run would prune is said as such, not as done. */
     if (it->pruned_json) {
-        cJSON_AddItemToObject(o, "pruned", it->pruned_json);
+        cJSON_AddItemToObject(o, x->g->dry_run ? "would_prune" : "pruned",
+                              it->pruned_json);
         it->pruned_json = NULL;
     }
-    if (it->bytes || !strcmp(it->action, x->g->dry_run ? "would-delete"
-                                                        : "delete"))
-        cJSON_AddNumberToObject(o, "bytes", (double)it->bytes);
     cli_out_json(o);
 }
 

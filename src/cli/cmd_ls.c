@@ -34,6 +34,10 @@ static const char *const ls_usage[] = {
     "<TAB>SIZE, then total and would-free (what `ckpt clean` with the",
     "same --min-age would delete).",
     "-j default 8: runs read at once (listing-bound).",
+    "examples:",
+    "  ckpt ls /scratch/runs                each run's checkpoints",
+    "  ckpt ls --summary s3://b/runs        runs and bytes per verdict",
+    "  ckpt ls --json RUN | jq .bytes       for scripts (docs/output.md)",
     NULL
 };
 
@@ -44,6 +48,10 @@ enum verdict { V_COMPLETE = 0, V_INCOMPLETE, V_BAD, V_LIVE, V_ERROR,
 static const char *const verdict_name[V_N] = {
     "complete", "incomplete", "bad", "live", "error"
 };
+
+static const char *const ls_header[] = { "RUN", "CHECKPOINT", "STEP",
+                                         "FORMAT", "STATE", "BYTES",
+                                         "FILES" };
 
 struct summary {
     struct ckpt_clean_opts co;   /* dry run, --min-age, no archive limit */
@@ -206,35 +214,59 @@ static void summary_row(const char *what, uint64_t runs, uint64_t bytes)
     cli_out_tsv(4, f);
 }
 
-static void json_count(cJSON *o, const char *what, uint64_t runs,
-                       uint64_t bytes)
-{
-    cJSON *c = cJSON_AddObjectToObject(o, what);
-    cJSON_AddNumberToObject(c, "runs", (double)runs);
-    cJSON_AddNumberToObject(c, "bytes", (double)bytes);
-}
-
 static void print_summary(const struct summary *sum,
                           const struct ckpt_opts *g)
 {
     uint64_t runs = 0, bytes = 0;
-    cJSON *o = g->json ? cJSON_CreateObject() : NULL;
-    for (int v = 0; v < V_N; v++) {
-        runs += sum->runs[v];
-        bytes += sum->bytes[v];
-        if (o)
-            json_count(o, verdict_name[v], sum->runs[v], sum->bytes[v]);
-        else
-            summary_row(verdict_name[v], sum->runs[v], sum->bytes[v]);
+    for (int v = 0; v <= V_N + 1; v++) {
+        const char *what = v < V_N ? verdict_name[v]
+                         : v == V_N ? "total" : "would-free";
+        uint64_t r = v < V_N ? sum->runs[v] : v == V_N ? runs
+                   : sum->free_runs;
+        uint64_t b = v < V_N ? sum->bytes[v] : v == V_N ? bytes
+                   : sum->free_bytes;
+        if (v < V_N) {
+            runs += r;
+            bytes += b;
+        }
+        if (!g->json) {
+            static const char *const head[] = { "VERDICT", "RUNS", "BYTES",
+                                                "SIZE" };
+            cli_out_header(4, head);
+            summary_row(what, r, b);
+            continue;
+        }
+        cJSON *o = cli_json_row("summary");
+        cJSON_AddStringToObject(o, "verdict", what);
+        cJSON_AddNumberToObject(o, "runs", (double)r);
+        cJSON_AddNumberToObject(o, "bytes", (double)b);
+        cli_out_json(o);
     }
-    if (!o) {
-        summary_row("total", runs, bytes);
-        summary_row("would-free", sum->free_runs, sum->free_bytes);
+}
+
+/* A LOCATION or run that cannot be read: its row (as clean's error row),
+ * said once, on stdout; under --summary (whose rows are counts) a
+ * message. */
+static void ls_error(const char *name, const char *msg,
+                     const struct ckpt_opts *g, const struct summary *sum)
+{
+    if (sum) {
+        cli_errorf("%s", msg);
         return;
     }
-    json_count(o, "total", runs, bytes);
-    json_count(o, "would_free", sum->free_runs, sum->free_bytes);
-    cli_out_json(o);
+    if (g->json) {
+        cJSON *o = cli_json_row("run");
+        cJSON_AddStringToObject(o, "action", "error");
+        cJSON_AddStringToObject(o, "run", name);
+        cJSON_AddStringToObject(o, "reason", msg);
+        cli_out_json(o);
+        return;
+    }
+    char *state = ckpt_xasprintf("error: %s", msg);
+    const char *f[] = { name, "-", "-", "-", state, "-", "-" };
+    cli_out_header(7, ls_header);
+    cli_out_tsv(7, f);
+    free(state);
 }
 
 static void print_arrays(const struct ls_item *it, size_t i)
@@ -251,8 +283,8 @@ static void print_arrays(const struct ls_item *it, size_t i)
         cJSON_ArrayForEach(d, cJSON_GetObjectItem(a, "shape"))
             ckpt_buf_addf(&shape, "%s%.0f", k++ ? "," : "", d->valuedouble);
         ckpt_buf_addch(&shape, ']');
-        snprintf(bytes, sizeof(bytes), "%.0f",
-                 cJSON_GetObjectItem(a, "bytes")->valuedouble);
+        cli_fmt_bytes((uint64_t)cJSON_GetObjectItem(a, "bytes")->valuedouble,
+                      bytes, sizeof(bytes));
         const char *f[] = { it->name, it->run.ckpts[i].name, "array",
                             cJSON_GetObjectItem(a, "name")->valuestring,
                             cJSON_GetObjectItem(a, "dtype")->valuestring,
@@ -280,8 +312,8 @@ static void print_unaccounted(const struct ls_item *it)
     const cJSON *o;
     cJSON_ArrayForEach(o, it->unaccounted) {
         char bytes[32], files[32];
-        snprintf(bytes, sizeof(bytes), "%.0f", cJSON_GetObjectItem(
-                     o, "bytes")->valuedouble);
+        cli_fmt_bytes((uint64_t)cJSON_GetObjectItem(o, "bytes")->valuedouble,
+                      bytes, sizeof(bytes));
         snprintf(files, sizeof(files), "%.0f", cJSON_GetObjectItem(
                      o, "files")->valuedouble);
         const char *f[] = { it->name, cJSON_GetObjectItem(o, "path")->
@@ -300,9 +332,9 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
     }
     char step[32], bytes[32], files[32];
     if (g->json) {
-        cJSON *o = cJSON_CreateObject();
+        cJSON *o = cli_json_row("run");
         cJSON_AddStringToObject(o, "run", it->name);
-        cJSON_AddNumberToObject(o, "size", (double)it->run.size);
+        cJSON_AddNumberToObject(o, "bytes", (double)it->run.size);
         cJSON_AddNumberToObject(o, "files", (double)it->run.nfiles);
         cJSON *cks = cli_json_checkpoints(&it->run, 1);
         for (size_t i = 0; it->arrays && i < it->run.n; i++)
@@ -317,9 +349,9 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
         cli_out_json(o);
         return;
     }
+    cli_out_header(7, ls_header);
     if (!it->run.n) {
-        snprintf(bytes, sizeof(bytes), "%llu",
-                 (unsigned long long)it->run.size);
+        cli_fmt_bytes(it->run.size, bytes, sizeof(bytes));
         snprintf(files, sizeof(files), "%llu",
                  (unsigned long long)it->run.nfiles);
         const char *f[] = { it->name, "-", "-", "-", "no checkpoints", bytes,
@@ -340,7 +372,7 @@ static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
             snprintf(step, sizeof(step), "%lld", (long long)c->step);
         else
             snprintf(step, sizeof(step), "-");
-        snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)c->size);
+        cli_fmt_bytes(c->size, bytes, sizeof(bytes));
         snprintf(files, sizeof(files), "%llu", (unsigned long long)c->nfiles);
         const char *f[] = { it->name, c->name, step,
                             ckpt_format_name(c->format), state.ptr, bytes,
@@ -423,7 +455,7 @@ static int ls_one(const char *arg, struct storages *stores,
     struct ckpt_storage *st;
     if (ckpt_loc_parse(&loc, arg, &err) != 0 ||
         cli_storages_get(stores, &loc, g, &st, &err) != 0) {
-        cli_errorf("%s", err.msg);
+        ls_error(arg, err.msg, g, sum);
         ckpt_loc_release(&loc);
         return 1;
     }
@@ -450,12 +482,12 @@ static int ls_one(const char *arg, struct storages *stores,
             tally(&top);    /* (names it) */
             ckpt_clean_item_release(&top.judged);
         } else {
-            cli_errorf("%s", top.err.msg);
+            ls_error(arg, top.err.msg, g, sum);
         }
         failed = 1;
     } else if (!top.ok && top.err.code == CKPT_ENOTFOUND) {
         if (!empty_bucket_prefix(st, &err)) {
-            cli_errorf("%s", err.code ? err.msg : top.err.msg);
+            ls_error(arg, err.code ? err.msg : top.err.msg, g, sum);
             failed = 1;
         }
     } else {
@@ -464,7 +496,7 @@ static int ls_one(const char *arg, struct storages *stores,
         struct expand x = { &items, &n, arg, loc.key, st, arrays_too,
                             sum };
         if (ckpt_storage_list(st, loc.key, 0, child_cb, &x, &err) != 0) {
-            cli_errorf("%s", top.ok ? err.msg : top.err.msg);
+            ls_error(arg, top.ok ? err.msg : top.err.msg, g, sum);
             failed = 1;
         }
         if (n)
@@ -480,7 +512,7 @@ static int ls_one(const char *arg, struct storages *stores,
                        ckpt_run_looks_like_run(&items[i].run))
                 print_run(&items[i], g);
             else if (!items[i].ok && items[i].err.code != CKPT_EFORMAT) {
-                cli_errorf("%s", items[i].err.msg);
+                ls_error(items[i].name, items[i].err.msg, g, sum);
                 failed = 1;
             }
             free_arrays(&items[i]);
@@ -511,6 +543,7 @@ int cmd_ls(int argc, char **argv)
         OPT_BOOL_(0, "summary", &summarize, "runs and bytes per verdict "
                   "(complete, incomplete, bad, live, error) and what "
                   "clean would free"),
+        OPT_HUMAN_(&g),
         OPT_STR_(0, "min-age", &min_age, "DURATION", "--summary: runs "
                  "written to more recently are live (default 1d, as "
                  "clean)"),

@@ -33,6 +33,10 @@ static const char *const map_wandb_usage[] = {
     "WANDB_BASE_URL selects another server. Docs: docs/commands/map-wandb.md",
     "-j default: 16 runs read at once, 4 W&B API requests at once (-j N",
     "sets both; W&B rate-limits its API).",
+    "examples:",
+    "  ckpt map-wandb /scratch/runs/*       each run's ENTITY/PROJECT/RUN_ID",
+    "  ckpt map-wandb --offline -o map.tsv /scratch/runs/*",
+    "                                       from wandb/ files only, to a file",
     NULL
 };
 
@@ -188,6 +192,37 @@ static int resolve_all(struct item *items, int n, const struct mw_opts *o,
     return rc;
 }
 
+/* A mapping file's record as a row of the output contract: "run" is the
+ * RUN as given (as in every command), "id" its RUN_ID, "reason" the
+ * evidence. */
+static void out_row(cJSON *rec, const char *arg)
+{
+    cJSON *o = cli_json_row("wandb");
+    cJSON_AddStringToObject(o, "run", arg);
+    /* The record's names that mean another thing elsewhere in the
+     * contract ("runs" a count, "steps" a count) are renamed. */
+    static const char *const rename[][2] = {
+        { "run", "id" }, { "evidence", "reason" }, { "runs", "wandb_runs" },
+        { "steps", "step_paths" }, { "location", NULL },
+    };
+    cJSON *it = rec->child;
+    while (it) {
+        cJSON *next = it->next;
+        const char *k = it->string;
+        cJSON_DetachItemViaPointer(rec, it);
+        for (size_t i = 0; i < sizeof(rename) / sizeof(rename[0]); i++)
+            if (!strcmp(it->string, rename[i][0]))
+                k = rename[i][1];
+        if (k)
+            cJSON_AddItemToObject(o, k, it);
+        else
+            cJSON_Delete(it);
+        it = next;
+    }
+    cJSON_Delete(rec);
+    cli_out_json(o);
+}
+
 /* An entry kept from the existing mapping file, printed as it was. */
 static void emit_kept(const struct item *it, const struct ckpt_wandb_map *old,
                       int json)
@@ -199,9 +234,7 @@ static void emit_kept(const struct item *it, const struct ckpt_wandb_map *old,
         cli_out_tsv(3, f);
         return;
     }
-    cJSON *j = ckpt_wandb_map_entry_json(o);
-    cJSON_AddStringToObject(j, "location", it->arg);
-    cli_out_json(j);
+    out_row(ckpt_wandb_map_entry_json(o), it->arg);
 }
 
 /* A run that could not be read or resolved: an error result. */
@@ -226,9 +259,7 @@ static int emit(struct item *it, const struct ckpt_wandb_map *old,
     struct ckpt_wandb_map_entry e;
     ckpt_wandb_map_entry_of(&e, it->run_id, &it->res, json);
     if (json) {
-        cJSON *o = ckpt_wandb_result_json(it->run_id, &it->res);
-        cJSON_AddStringToObject(o, "location", it->arg);
-        cli_out_json(o);
+        out_row(ckpt_wandb_result_json(it->run_id, &it->res), it->arg);
     } else {
         const char *f[3] = { it->run_id, it->res.path, it->res.evidence };
         cli_out_tsv(3, f);

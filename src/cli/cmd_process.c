@@ -44,6 +44,10 @@ static const char *const process_usage[] = {
     "shared among them, so rows of different runs may interleave.",
     "SIGINT, SIGTERM, SIGHUP: no new work, transfers in flight cut, leases",
     "released; exit 130, 143, 129 (rerun to resume).",
+    "examples:",
+    "  ckpt process -n /scratch/runs --dest s3://b/x    what it would do",
+    "  ckpt process /scratch/runs --dest s3://b/x       do it (cron-safe)",
+    "  ckpt process --keep-source RUN --dest gs://b/x   copy, delete nothing",
     NULL
 };
 
@@ -90,63 +94,100 @@ struct ui {
 
 /* ---- output ---- */
 
+/* A run's verb (docs/output.md): a run an earlier pass finished is
+ * skipped, with the reason saying so. */
+static const char *run_verb(const struct ckpt_process_event *ev, int dry)
+{
+    switch (ev->status) {
+    case CKPT_PROC_OK:
+        return "process";
+    case CKPT_PROC_WOULD:
+        return "would-process";
+    case CKPT_PROC_DELETED:
+        return dry ? "would-delete" : "delete";
+    case CKPT_PROC_FAILED:
+        return "error";
+    default:
+        return "skip";
+    }
+}
+
+/* A phase's status word: ok, done (by an earlier pass), skip, error,
+ * would (-n). */
+static const char *phase_status(enum ckpt_process_status st)
+{
+    switch (st) {
+    case CKPT_PROC_OK:
+        return "ok";
+    case CKPT_PROC_DONE:
+        return "done";
+    case CKPT_PROC_FAILED:
+        return "error";
+    case CKPT_PROC_WOULD:
+        return "would";
+    default:
+        return "skip";
+    }
+}
+
+/* A done run's reason: what the earlier pass did, and where. */
+static char *run_reason(const struct ckpt_process_event *ev)
+{
+    if (ev->status != CKPT_PROC_DONE || !ev->dest)
+        return ckpt_xstrdup(ev->detail);
+    return ckpt_xasprintf("%s: %s", ev->detail, ev->dest);
+}
+
 static void row(const struct ckpt_process_event *ev, int dry)
 {
     char f3[32], f4[32], f5[32], f6[32], f7[32];
-    const char *act = ckpt_process_status_name(ev->status);
+    const char *act = run_verb(ev, dry);
     const char *d = ev->dest ? ev->dest : "-";
+    cli_fmt_bytes(ev->bytes, f4, sizeof(f4));
+    cli_fmt_bytes(ev->freed, f6, sizeof(f6));
     snprintf(f3, sizeof(f3), "%llu", (unsigned long long)ev->files);
-    snprintf(f4, sizeof(f4), "%llu", (unsigned long long)ev->bytes);
     snprintf(f5, sizeof(f5), "%llu", (unsigned long long)ev->steps);
-    snprintf(f6, sizeof(f6), "%llu", (unsigned long long)ev->freed);
     snprintf(f7, sizeof(f7), "%.1f", ev->seconds);
-    switch (ev->status) {
-    case CKPT_PROC_OK: {
+    if (ev->status == CKPT_PROC_OK) {
         /* A ninth column only when the source keeps something. */
-        const char *f[] = { "processed", ev->run, d, f3, f4, f5, f6, f7,
+        const char *f[] = { act, ev->run, d, f3, f4, f5, f6, f7,
                             ev->detail };
         cli_out_tsv(*ev->detail ? 9 : 8, f);
         return;
     }
-    case CKPT_PROC_WOULD: {
-        const char *f[] = { "would-process", ev->run, d, f3, f4, f5 };
+    if (ev->status == CKPT_PROC_WOULD) {
+        const char *f[] = { act, ev->run, d, f3, f4, f5 };
         cli_out_tsv(6, f);
         return;
     }
-    case CKPT_PROC_DONE: {
-        const char *f[] = { act, ev->run, d, ev->detail };
-        cli_out_tsv(4, f);
-        return;
-    }
-    default:
-        break;
-    }
-    if (ev->status == CKPT_PROC_DELETED && dry)
-        act = "would-delete";
-    const char *f[] = { act, ev->run, ev->detail };
+    char *why = run_reason(ev);
+    const char *f[] = { act, ev->run, why };
     cli_out_tsv(3, f);
+    free(why);
 }
 
 static void json_event(const struct ckpt_process_event *ev, int dry)
 {
-    cJSON *o = cJSON_CreateObject();
-    const char *st = ckpt_process_status_name(ev->status);
-    if (ev->phase == CKPT_PROC_RUN)
-        st = ev->status == CKPT_PROC_OK ? "processed"
-           : ev->status == CKPT_PROC_WOULD ? "would-process"
-           : ev->status == CKPT_PROC_DELETED && dry ? "would-delete" : st;
+    int run = ev->phase == CKPT_PROC_RUN;
+    cJSON *o = cli_json_row(run ? "run" : "phase");
+    if (run) {
+        cJSON_AddStringToObject(o, "action", run_verb(ev, dry));
+    } else {
+        cJSON_AddStringToObject(o, "phase",
+                                ckpt_process_phase_name(ev->phase));
+        cJSON_AddStringToObject(o, "status", phase_status(ev->status));
+    }
     cJSON_AddStringToObject(o, "run", ev->run);
     cJSON_AddStringToObject(o, "id", ev->id);
-    cJSON_AddStringToObject(o, "phase", ckpt_process_phase_name(ev->phase));
-    cJSON_AddStringToObject(o, "status", st);
     if (ev->dest)
         cJSON_AddStringToObject(o, "dest", ev->dest);
-    if (*ev->detail)
-        cJSON_AddStringToObject(o, ev->status == CKPT_PROC_FAILED ? "error"
-                                : "reason", ev->detail);
+    char *why = run ? run_reason(ev) : ckpt_xstrdup(ev->detail);
+    if (*why)
+        cJSON_AddStringToObject(o, "reason", why);
+    free(why);
     cJSON_AddNumberToObject(o, "files", (double)ev->files);
     cJSON_AddNumberToObject(o, "bytes", (double)ev->bytes);
-    if (ev->phase == CKPT_PROC_RUN) {
+    if (run) {
         cJSON_AddNumberToObject(o, "steps", (double)ev->steps);
         cJSON_AddNumberToObject(o, "freed", (double)ev->freed);
         cJSON_AddNumberToObject(o, "seconds", ev->seconds);
@@ -309,17 +350,22 @@ static void on_event(void *ud, const struct ckpt_process_event *ev)
     int dry = ui->g->dry_run;
     if (ui->line)
         track(ui, ev);
+    /* Each event once, on one stream (docs/output.md): with --json every
+     * phase is a "phase" line on stdout; else a phase is a log line on
+     * stderr (under the progress line only with -v, as rclone -P) and
+     * the run's row is on stdout. A skip (not a run, live, leased) is
+     * said by its row, no warning. */
     if (ui->g->json)
         json_event(ev, dry);
-    /* Under the progress line only the rows are shown (as rclone -P);
-     * -v adds the per-phase log lines. A skip (not a run, live, leased)
-     * is reported once: by its row, no warning (docs/output.md). */
-    if (ev->phase != CKPT_PROC_RUN && (!ui->line || ui->g->verbose))
+    else if (ev->phase != CKPT_PROC_RUN && (!ui->line || ui->g->verbose))
         cli_infof("%s: %s %s%s%s", ev->run,
-                  ckpt_process_phase_name(ev->phase),
-                  ckpt_process_status_name(ev->status),
+                  ev->status == CKPT_PROC_WOULD ? "would"
+                  : ckpt_process_phase_name(ev->phase),
+                  ev->status == CKPT_PROC_WOULD
+                  ? ckpt_process_phase_name(ev->phase)
+                  : phase_status(ev->status),
                   *ev->detail ? ": " : "", ev->detail);
-    else if (ev->phase == CKPT_PROC_RUN && !ui->g->json)
+    else if (ev->phase == CKPT_PROC_RUN)
         row(ev, dry);
     if (ui->line)
         redraw(ui);
@@ -378,41 +424,38 @@ static void on_progress(void *ud, uint64_t items, uint64_t bytes)
     cli_progress_add(ui->prog, di, db);
 }
 
+/* The total row: the runs per verb, then what DEST holds of them and
+ * what was freed. Summed over workers by docs/deploy.md's one line. */
 static void totals(const struct ckpt_opts *g,
                    const struct ckpt_process_totals *t)
 {
+    const char *names[] = { "process", "delete", "skip", "error", "files",
+                            "bytes", "steps", "freed" };
+    uint64_t v[] = { t->processed, t->deleted, t->skipped + t->done,
+                     t->failed, t->files, t->bytes, t->steps, t->freed };
+    int n = (int)(sizeof(v) / sizeof(v[0]));
     if (g->json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "phase", "total");
+        cJSON *o = cli_json_row("total");
         cJSON_AddBoolToObject(o, "dry_run", g->dry_run);
-        cJSON_AddNumberToObject(o, "processed", (double)t->processed);
-        cJSON_AddNumberToObject(o, "done", (double)t->done);
-        cJSON_AddNumberToObject(o, "deleted", (double)t->deleted);
-        cJSON_AddNumberToObject(o, "skipped", (double)t->skipped);
-        cJSON_AddNumberToObject(o, "failed", (double)t->failed);
-        cJSON_AddNumberToObject(o, "files", (double)t->files);
-        cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
-        cJSON_AddNumberToObject(o, "steps", (double)t->steps);
-        cJSON_AddNumberToObject(o, "freed", (double)t->freed);
+        for (int i = 0; i < n; i++)
+            cJSON_AddNumberToObject(o, names[i], (double)v[i]);
         cJSON_AddNumberToObject(o, "seconds", t->seconds);
         cli_out_json(o);
         return;
     }
-    char f[10][48];
-    const char *p[11] = { "total" };
-    snprintf(f[0], 48, "processed=%llu", (unsigned long long)t->processed);
-    snprintf(f[1], 48, "done=%llu", (unsigned long long)t->done);
-    snprintf(f[2], 48, "deleted=%llu", (unsigned long long)t->deleted);
-    snprintf(f[3], 48, "skipped=%llu", (unsigned long long)t->skipped);
-    snprintf(f[4], 48, "failed=%llu", (unsigned long long)t->failed);
-    snprintf(f[5], 48, "files=%llu", (unsigned long long)t->files);
-    snprintf(f[6], 48, "bytes=%llu", (unsigned long long)t->bytes);
-    snprintf(f[7], 48, "steps=%llu", (unsigned long long)t->steps);
-    snprintf(f[8], 48, "freed=%llu", (unsigned long long)t->freed);
-    snprintf(f[9], 48, "seconds=%.1f", t->seconds);
-    for (int i = 0; i < 10; i++)
+    char f[9][64], num[32];
+    const char *p[10] = { "total" };
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(names[i], "bytes") || !strcmp(names[i], "freed"))
+            cli_fmt_bytes(v[i], num, sizeof(num));
+        else
+            snprintf(num, sizeof(num), "%llu", (unsigned long long)v[i]);
+        snprintf(f[i], sizeof(f[i]), "%s=%s", names[i], num);
         p[i + 1] = f[i];
-    cli_out_tsv(11, p);
+    }
+    snprintf(f[n], sizeof(f[n]), "seconds=%.1f", t->seconds);
+    p[n + 1] = f[n];
+    cli_out_tsv(n + 2, p);
 }
 
 /* ---- setup ---- */
@@ -749,6 +792,7 @@ int cmd_process(int argc, char **argv)
                   "(the untrained initial weights: skipped by default)"),
         OPT_STR_(0, "logs", &po.logs, "LOCATION", "add log files naming "
                  "the run under logs/"),
+        OPT_HUMAN_(&g),
         OPT_STR_(0, "state-dir", &po.state_dir, "DIR", "journals of "
                  "unfinished uploads (default as ckpt upload)"),
         OPT_INT_(0, "runs", &po.runs, "N", "runs worked on at once "

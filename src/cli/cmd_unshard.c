@@ -44,6 +44,11 @@ static const char *const usage[] = {
     "written (no local copy), DEST-unfinished marks them until all are.",
     "Outputs appear atomically; nothing is executed from any pickle.",
     "-j default: one worker per CPU core (decoding is CPU-bound).",
+    "examples:",
+    "  ckpt unshard RUN/step1000 out/                    out/checkpoint.pt",
+    "  ckpt unshard --format safetensors RUN/step1000 out/",
+    "  ckpt unshard --format hf RUN/step1000 hf/         a Hugging Face model",
+    "  ckpt unshard RUN s3://b/unsharded/                every step of a run",
     NULL
 };
 
@@ -258,6 +263,20 @@ static void on_unsafe_pickle(void *ud, const char *item, const char *module,
 
 /* --- reporting --------------------------------------------------------- */
 
+/* "files": how many; "outputs": each one's name, bytes and tensors. */
+static void add_outputs(cJSON *o, const struct ckpt_unshard_result *r)
+{
+    cJSON_AddNumberToObject(o, "files", (double)r->nfiles);
+    cJSON *files = cJSON_AddArrayToObject(o, "outputs");
+    for (size_t i = 0; i < r->nfiles; i++) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "name", r->files[i].name);
+        cJSON_AddNumberToObject(f, "bytes", (double)r->files[i].size);
+        cJSON_AddNumberToObject(f, "tensors", (double)r->files[i].tensors);
+        cJSON_AddItemToArray(files, f);
+    }
+}
+
 static void report(struct cmd *c, const char *src, const char *dest,
                    const struct ckpt_unshard_result *r, double secs,
                    const struct ckpt_err *err)
@@ -290,12 +309,12 @@ static void report(struct cmd *c, const char *src, const char *dest,
         cli_out_tsv(4, f);
         return;
     }
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = cli_json_row("step");
+    cJSON_AddStringToObject(o, "action", action);
     cJSON_AddStringToObject(o, "src", src);
     cJSON_AddStringToObject(o, "dest", dest);
-    cJSON_AddStringToObject(o, "action", action);
     if (err) {
-        cJSON_AddStringToObject(o, "error", err->msg);
+        cJSON_AddStringToObject(o, "reason", err->msg);
         cli_out_json(o);
         return;
     }
@@ -313,14 +332,7 @@ static void report(struct cmd *c, const char *src, const char *dest,
         cJSON_AddStringToObject(o, "part", c->part);
         cJSON_AddStringToObject(o, "part_state", done[r->part_done]);
     }
-    cJSON *files = cJSON_AddArrayToObject(o, "files");
-    for (size_t i = 0; i < r->nfiles; i++) {
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(f, "name", r->files[i].name);
-        cJSON_AddNumberToObject(f, "size", (double)r->files[i].size);
-        cJSON_AddNumberToObject(f, "tensors", (double)r->files[i].tensors);
-        cJSON_AddItemToArray(files, f);
-    }
+    add_outputs(o, r);
     cli_out_json(o);
 }
 
@@ -355,9 +367,8 @@ static int unshard_one(struct cmd *c, const char *src, const char *dest,
      * could not name is read as DCP, whose errors say why. */
     c->uo.source_format = format;
     int rc = run_unshard(c, CKPT_FMT_DCP, src, dest, &r, &err);
+    /* (A failure is its error row, not a message too.) */
     report(c, src, dest, &r, ckpt_now() - t0, rc ? &err : NULL);
-    if (rc != 0)
-        cli_errorf("%s", err.msg);
     ckpt_unshard_result_release(&r);
     return rc;
 }
@@ -530,33 +541,32 @@ static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
     /* The step's progress bar ends before its row. */
     cli_progress_done(c->prog);
     c->prog = NULL;
-    if (!strcmp(action, "error"))
-        cli_errorf("%s: %s", k ? k->name : ev->run, detail);
+    action = cli_verb(action);
     if (!c->g.json) {
         const char *f[] = { action, k ? k->name : "-", detail };
         cli_out_tsv(3, f);
         return;
     }
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = cli_json_row("step");
+    cJSON_AddStringToObject(o, "action", action);
     cJSON_AddStringToObject(o, "run", ev->run);
     cJSON_AddStringToObject(o, "checkpoint", k ? k->name : "-");
     if (k) {
-        cJSON_AddNumberToObject(o, "step", (double)k->step);
+        if (k->step >= 0)
+            cJSON_AddNumberToObject(o, "step", (double)k->step);
+        else
+            cJSON_AddNullToObject(o, "step");
         cJSON_AddStringToObject(o, "format", ckpt_format_name(k->format));
     }
-    cJSON_AddStringToObject(o, "action", action);
-    cJSON_AddStringToObject(o, !strcmp(action, "error") ? "error" : "detail",
-                            detail);
+    if (*detail)
+        cJSON_AddStringToObject(o, "reason", detail);
     if (out)
         cJSON_AddStringToObject(o, "dest", out);
     if (res) {
         cJSON_AddStringToObject(o, "layout", res->layout);
         cJSON_AddNumberToObject(o, "tensors", (double)res->tensors);
         cJSON_AddNumberToObject(o, "bytes", (double)res->bytes);
-        cJSON *files = cJSON_AddArrayToObject(o, "files");
-        for (size_t i = 0; i < res->nfiles; i++)
-            cJSON_AddItemToArray(files,
-                                 cJSON_CreateString(res->files[i].name));
+        add_outputs(o, res);
     }
     cli_out_json(o);
 }

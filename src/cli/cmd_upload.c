@@ -22,7 +22,7 @@
 #include "runs.h"
 
 static const char *const upload_usage[] = {
-    "ckpt upload [options] SRC... DEST",
+    "ckpt cp [options] SRC... DEST",
     "",
     "Copy SRC (a file, a directory tree, or with --extract an archive's",
     "contents) from any location to DEST (a local path, s3://, r2://, gs://).",
@@ -30,14 +30,23 @@ static const char *const upload_usage[] = {
     "to DEST/NAME/ (DEST/ENTITY/PROJECT/RUN_ID/ with --wandb or --wandb-map).",
     "Files already at DEST with the same size and checksum are skipped, so a",
     "rerun resumes; an interrupted multipart upload is resumed part by part.",
-    "Prints one line per file that did not arrive (every file with -v) and a",
-    "summary on stderr.",
+    "Prints one row per file that did not arrive (every file with -v), then",
+    "a total row: total<TAB>copy=N<TAB>skip=N<TAB>error=N ... bytes=N ...",
+    "(docs/output.md). 'ckpt upload' and 'ckpt copy' are the same command.",
     "-j default 32: files in flight (one connection each; object stores",
     "are fast in parallel, slow per connection).",
+    "examples:",
+    "  ckpt cp RUN s3://b/runs/RUN/            copy a run (a rerun resumes)",
+    "  ckpt cp -n RUN s3://b/runs/RUN/         what would be copied",
+    "  ckpt cp --extract RUN.tar.zst gs://b/x/ an archive's contents",
+    "  ckpt cp --delete-source RUN s3://b/x/   move: SRC deleted once copied",
     NULL
 };
 
 #define DEFAULT_JOBS 32
+
+/* The command as typed (cp, upload or copy), for its messages. */
+static const char *cmd_name = "cp";
 
 struct up_opts {
     int extract, no_strip, delete_source, checksum, follow, wandb, overwrite;
@@ -73,7 +82,7 @@ static int row_shown(const struct ckpt_opts *g, enum ckpt_upload_action a)
 static void on_event(void *ud, const struct ckpt_upload_event *ev)
 {
     struct ui *ui = ud;
-    const char *act = ckpt_upload_action_name(ev->action);
+    const char *act = cli_verb(ckpt_upload_action_name(ev->action));
     if (ev->action == CKPT_UP_WARNING)
         cli_warnf("%s: %s", ev->src, ev->detail);
     else if (ev->action == CKPT_UP_ABORTED && !ui->g->verbose)
@@ -86,15 +95,14 @@ static void on_event(void *ud, const struct ckpt_upload_event *ev)
         cli_out_tsv(*ev->detail ? 4 : 3, f);
         return;
     }
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = cli_json_row("file");
     cJSON_AddStringToObject(o, "action", act);
     cJSON_AddStringToObject(o, "src", ev->src);
     if (ev->dest)
         cJSON_AddStringToObject(o, "dest", ev->dest);
     cJSON_AddNumberToObject(o, "bytes", (double)ev->bytes);
     if (*ev->detail)
-        cJSON_AddStringToObject(o, ev->action == CKPT_UP_FAILED ? "error"
-                                : "reason", ev->detail);
+        cJSON_AddStringToObject(o, "reason", ev->detail);
     cli_out_json(o);
 }
 
@@ -114,44 +122,50 @@ static void src_failed(struct ckpt_upload *u, const char *src,
     ckpt_upload_fail_src(u, src, dest, msg);
 }
 
+/* The total row, as process's: the files per verb, their bytes, what
+ * was sent now and what an earlier run had sent (resumed parts), the
+ * seconds. Summed over workers as docs/deploy.md says. */
 static void summary(const struct ui *ui, const struct ckpt_upload_totals *t)
 {
     const struct ckpt_opts *g = ui->g;
     uint64_t failed = t->failed;
+    const char *names[] = { "copy", "skip", "error", "delete", "keep",
+                            "abort", "bytes", "bytes_sent", "bytes_resumed",
+                            "throttled" };
+    uint64_t v[] = { t->uploaded, t->skipped, failed, t->deleted, t->kept,
+                     t->aborted, t->bytes, t->bytes_sent, t->bytes_resumed,
+                     t->throttled };
+    int n = (int)(sizeof(v) / sizeof(v[0]));
     if (g->json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "action", "summary");
+        cJSON *o = cli_json_row("total");
         cJSON_AddBoolToObject(o, "dry_run", g->dry_run);
-        cJSON_AddNumberToObject(o, "uploaded", (double)t->uploaded);
-        cJSON_AddNumberToObject(o, "skipped", (double)t->skipped);
-        cJSON_AddNumberToObject(o, "failed", (double)failed);
-        cJSON_AddNumberToObject(o, "deleted", (double)t->deleted);
-        cJSON_AddNumberToObject(o, "kept", (double)t->kept);
-        cJSON_AddNumberToObject(o, "aborted", (double)t->aborted);
-        cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
-        cJSON_AddNumberToObject(o, "bytes_sent", (double)t->bytes_sent);
-        cJSON_AddNumberToObject(o, "bytes_resumed",
-                                (double)t->bytes_resumed);
-        cJSON_AddNumberToObject(o, "throttled", (double)t->throttled);
+        for (int i = 0; i < n; i++)
+            cJSON_AddNumberToObject(o, names[i], (double)v[i]);
         cJSON_AddNumberToObject(o, "seconds", t->seconds);
         cli_out_json(o);
+    } else {
+        char f[11][64], num[32];
+        const char *p[12] = { "total" };
+        for (int i = 0; i < n; i++) {
+            if (i >= 6 && i <= 8)
+                cli_fmt_bytes(v[i], num, sizeof(num));
+            else
+                snprintf(num, sizeof(num), "%llu", (unsigned long long)v[i]);
+            snprintf(f[i], sizeof(f[i]), "%s=%s", names[i], num);
+            p[i + 1] = f[i];
+        }
+        snprintf(f[n], sizeof(f[n]), "seconds=%.1f", t->seconds);
+        p[n + 1] = f[n];
+        cli_out_tsv(n + 2, p);
     }
-    char b[32], r[32];
-    double rate = t->seconds > 0 ? (double)t->bytes_sent / t->seconds : 0;
-    cli_infof("%s %llu file(s) (%s), skipped %llu, failed %llu, deleted %llu "
-              "in %.1f s (%s/s)", g->dry_run ? "would upload" : "uploaded",
-              (unsigned long long)t->uploaded, ckpt_fmt_size(t->bytes, b,
-              sizeof(b)), (unsigned long long)t->skipped,
-              (unsigned long long)failed, (unsigned long long)t->deleted,
-              t->seconds, ckpt_fmt_size((uint64_t)rate, r, sizeof(r)));
     if (t->kept)
-        cli_warnf("%llu file(s) kept at SRC: see the 'kept' lines",
+        cli_warnf("%llu file(s) kept at SRC: see the 'keep' rows",
                   (unsigned long long)t->kept);
     /* Interrupted: the files still to go are counted, not listed (main.c
      * says so). */
     if (failed && !ckpt_interrupted())
-        cli_errorf("%llu file(s) or source(s) did not arrive: see the 'failed' "
-                   "lines", (unsigned long long)failed);
+        cli_errorf("%llu file(s) or source(s) did not arrive: see the "
+                   "'error' rows", (unsigned long long)failed);
 }
 
 /* ---- where things go ---- */
@@ -343,7 +357,7 @@ static void refuse(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("ckpt upload: error: ", stderr);
+    fprintf(stderr, "ckpt %s: error: ", cmd_name);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -502,7 +516,7 @@ static int check_usage(int n, const struct up_opts *uo)
         bad = "--wandb and --wandb-map exclude each other";
     if (!bad)
         return 0;
-    fprintf(stderr, "ckpt upload: error: %s\nusage: %s\n", bad,
+    fprintf(stderr, "ckpt %s: error: %s\nusage: %s\n", cmd_name, bad,
             upload_usage[0]);
     return -1;
 }
@@ -607,10 +621,12 @@ int cmd_upload(int argc, char **argv)
                   "multipart part size (default 8M)"),
         OPT_SIZE_(0, "memory", &uo.memory, "SIZE", "data buffers in "
                   "flight (default 96M)"),
+        OPT_HUMAN_(&g),
         OPT_STR_(0, "state-dir", &uo.state_dir, "DIR", "journals of "
                  "unfinished copies"),
         OPT_END_(),
     };
+    cmd_name = argv[0];
     int n = cli_parse_options(argc, argv, opts, upload_usage, &g);
     if (n == -2)
         return EXIT_OK;

@@ -23,19 +23,34 @@ struct cmd_struct {
     int (*fn)(int argc, char **argv);
     const char *summary;
     unsigned flags;
+    const char *aliases[3];  /* other names, as aws-cli, rclone and
+                                s5cmd users type them */
 };
 
 static const struct cmd_struct commands[] = {
     { "clean", cmd_clean, "delete runs that never produced a checkpoint",
-      CMD_STOPS },
-    { "ls", cmd_ls, "list runs and their checkpoints", 0 },
-    { "map-wandb", cmd_map_wandb, "find each run's W&B run path", 0 },
+      CMD_STOPS, { NULL } },
+    { "cp", cmd_upload, "copy files, trees and archive contents between "
+      "locations (also: upload, copy)", CMD_STOPS, { "upload", "copy" } },
+    { "ls", cmd_ls, "list runs and their checkpoints", 0, { NULL } },
+    { "map-wandb", cmd_map_wandb, "find each run's W&B run path", 0,
+      { NULL } },
     { "process", cmd_process, "judge, unshard, upload, verify and delete "
-      "each run (cron- and worker-safe)", CMD_STOPS },
+      "each run (cron- and worker-safe)", CMD_STOPS, { NULL } },
     { "unshard", cmd_unshard, "merge checkpoint shards into whole tensors",
-      CMD_STOPS },
-    { "upload", cmd_upload, "copy files, trees and archive contents "
-      "between locations", CMD_STOPS },
+      CMD_STOPS, { NULL } },
+};
+
+/* Names users of other tools try that ckpt gives another meaning: the
+ * hint says which command does the job, or why there is none. */
+static const char *const other_tools[][2] = {
+    { "sync", "rclone's sync (and aws s3 sync --delete) deletes at DEST "
+      "what the source lacks; ckpt never deletes at DEST (it may hold the "
+      "only copy): 'ckpt cp SRC DEST' copies, skipping what is there" },
+    { "rm", "'ckpt clean RUN' deletes runs proven bad" },
+    { "du", "'ckpt ls LOCATION' gives each run's checkpoints and bytes, "
+      "'ckpt ls --summary LOCATION' the bytes per verdict and what clean "
+      "would free" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -52,18 +67,38 @@ static void usage(FILE *f)
 
 static const struct cmd_struct *find(const char *name)
 {
-    for (size_t i = 0; i < NCOMMANDS; i++)
+    for (size_t i = 0; i < NCOMMANDS; i++) {
         if (!strcmp(commands[i].name, name))
             return &commands[i];
+        for (const char *const *a = commands[i].aliases; *a; a++)
+            if (!strcmp(*a, name))
+                return &commands[i];
+    }
     return NULL;
 }
 
-/* The name is an argument: any bytes, printed escaped. */
+/* The name is an argument: any bytes, printed escaped. Then, as git
+ * does, the commands nearest it by edit distance, or what another
+ * tool's name for it is here. */
 static int not_a_command(const char *name, const char *hint)
 {
     char *e = ckpt_escape(name);
     fprintf(stderr, "ckpt: '%s' is not a ckpt command%s\n", e, hint);
     free(e);
+    for (size_t i = 0; i < sizeof(other_tools) / sizeof(other_tools[0]);
+         i++)
+        if (!strcmp(name, other_tools[i][0])) {
+            fprintf(stderr, "hint: %s\n", other_tools[i][1]);
+            return EXIT_USAGE;
+        }
+    const char *names[NCOMMANDS * 3];
+    size_t n = 0;
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        names[n++] = commands[i].name;
+        for (const char *const *a = commands[i].aliases; *a; a++)
+            names[n++] = *a;
+    }
+    cli_did_you_mean("command", name, names, n);
     return EXIT_USAGE;
 }
 

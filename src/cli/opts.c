@@ -15,6 +15,62 @@
 
 static int want_help, want_version;
 
+/* Optimal string alignment distance: insertions, deletions,
+ * substitutions and transpositions of neighbours each cost 1. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return SIZE_MAX;
+    size_t d[65][65];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            size_t v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < v)
+                v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] &&
+                a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[la][lb];
+}
+
+int cli_did_you_mean(const char *what, const char *name,
+                     const char *const *cands, size_t n)
+{
+    size_t best = SIZE_MAX, len = strlen(name);
+    for (size_t i = 0; i < n; i++) {
+        size_t dist = edit_distance(name, cands[i]);
+        if (len >= 2 && !strncmp(cands[i], name, len))
+            dist = 1;   /* a prefix: as near as one typo */
+        if (dist < best)
+            best = dist;
+    }
+    if (best > 2 || best * 2 >= len)
+        return 0;
+    struct ckpt_buf b = CKPT_BUF_INIT;
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t dist = edit_distance(name, cands[i]);
+        if (len >= 2 && !strncmp(cands[i], name, len))
+            dist = 1;
+        if (dist == best)
+            ckpt_buf_addf(&b, "%s'%s'", k++ ? ", " : "", cands[i]);
+    }
+    fprintf(stderr, "hint: did you mean %s%s%s%s?\n",
+            k > 1 ? "one of the " : "", k > 1 ? what : "", k > 1 ? "s " : "",
+            b.ptr);
+    ckpt_buf_release(&b);
+    return k;
+}
+
 /* --log-file: what would go to stderr (messages, log lines) is appended to
  * FILE, as rclone's --log-file does; rows stay on stdout. Opened O_APPEND,
  * so several workers (cron, GNU parallel) can share one file line by line. */
@@ -161,6 +217,86 @@ static int set_value(const struct option *o, const char *arg, const char *cmd)
     }
 }
 
+/* Other tools' spellings of ckpt's options (aws-cli, OLMo's unshard
+ * script, zero_to_fp32, transformers' save_pretrained): NAME is taken as
+ * --TARGET (with VALUE, for an option that takes one) where the command
+ * has --TARGET. */
+static const struct {
+    const char *name, *target, *value;
+} aliases[] = {
+    { "dryrun", "dry-run", NULL },                  /* aws s3 cp */
+    { "safe-tensors", "format", "safetensors" },    /* OLMo's unshard */
+    { "safe_serialization", "format", "safetensors" }, /* zero_to_fp32 */
+    { "safe-serialization", "format", "safetensors" },
+};
+
+/* Spellings ckpt has no option for, and what does that job here. */
+static const char *const foreign[][2] = {
+    { "model-only", "ckpt unshard writes the model with the rest of the "
+      "checkpoint (model.pt beside optim.pt and train.pt, as OLMo's "
+      "unsharder does without --model-only); '--format hf' writes the "
+      "model alone" },
+    { "delete", "ckpt never deletes at DEST (it may hold the only copy); "
+      "'--delete-source' deletes SRC once DEST is verified" },
+    { "recursive", "directories are always copied whole, as 'aws s3 cp "
+      "--recursive'" },
+};
+
+static const struct option *find_alias(const struct option *opts,
+                                       const struct option *glob,
+                                       const char *name, size_t len,
+                                       const char **value)
+{
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strlen(aliases[i].name) == len &&
+            !strncmp(aliases[i].name, name, len)) {
+            const struct option *o = find_long(opts, glob, aliases[i].target,
+                                               strlen(aliases[i].target));
+            if (o)
+                *value = aliases[i].value;
+            return o;
+        }
+    return NULL;
+}
+
+/* After "unknown option": what another tool's spelling is here, or the
+ * options nearest the mistyped one (as git does). */
+static void option_hint(const struct option *opts, const struct option *glob,
+                        const char *name)
+{
+    const char *eq = strchr(name, '=');
+    char *n = eq ? ckpt_xstrndup(name, (size_t)(eq - name))
+                 : ckpt_xstrdup(name);
+    for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++)
+        if (!strcmp(n, foreign[i][0])) {
+            fprintf(stderr, "hint: %s\n", foreign[i][1]);
+            free(n);
+            return;
+        }
+    size_t cap = 0, k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (const struct option *o = pass ? glob : opts; o->type != OPT_END;
+             o++)
+            cap++;
+    const char **names = ckpt_xreallocarray(NULL, cap + 1, sizeof(*names));
+    char **owned = ckpt_xreallocarray(NULL, cap + 1, sizeof(*owned));
+    for (int pass = 0; pass < 2; pass++)
+        for (const struct option *o = pass ? glob : opts; o->type != OPT_END;
+             o++) {
+            owned[k] = ckpt_xasprintf("--%s", o->long_name);
+            names[k] = owned[k];
+            k++;
+        }
+    char *dashed = ckpt_xasprintf("--%s", n);
+    cli_did_you_mean("option", dashed, names, k);
+    for (size_t i = 0; i < k; i++)
+        free(owned[i]);
+    free(owned);
+    free(names);
+    free(dashed);
+    free(n);
+}
+
 static int usage_error(const char *cmd, const struct option *opts,
                        const char *const *usage, const char *fmt,
                        const char *what)
@@ -204,8 +340,21 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
             const char *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
             o = find_long(opts, glob, name, len);
-            if (!o)
-                return usage_error(cmd, opts, usage, "unknown option '%s'", a);
+            const char *fixed = NULL;
+            if (!o && (o = find_alias(opts, glob, name, len, &fixed)) &&
+                fixed) {
+                if (eq)
+                    return usage_error(cmd, opts, usage,
+                                       "option '%s' takes no value", a);
+                if (set_value(o, fixed, cmd) != 0)
+                    return -1;
+                continue;
+            }
+            if (!o) {
+                usage_error(cmd, opts, usage, "unknown option '%s'", a);
+                option_hint(opts, glob, name);
+                return -1;
+            }
             if (eq) {
                 if (o->type == OPT_BOOL)
                     return usage_error(cmd, opts, usage,

@@ -24,7 +24,7 @@
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 
-static int quiet, verbose, stderr_tty, stdout_tty;
+static int quiet, verbose, stderr_tty, stdout_tty, human;
 static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
 /* The status line at the bottom of a terminal's stderr (a progress bar),
  * or NULL. Rows and messages are printed above it: erase, print, draw it
@@ -58,6 +58,7 @@ void cli_init_output(const struct ckpt_opts *g)
     verbose = g->verbose;
     stderr_tty = isatty(2);
     stdout_tty = isatty(1);
+    human = !g->json && (g->human || stdout_tty);
     ckpt_temp_on_removed(on_stale_removed);
 }
 
@@ -131,6 +132,47 @@ void cli_debugf(const char *fmt, ...)
     va_end(ap);
 }
 
+/* ---- the output contract ---- */
+
+cJSON *cli_json_row(const char *type)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", type);
+    cJSON_AddNumberToObject(o, "schema", CLI_SCHEMA);
+    return o;
+}
+
+const char *cli_verb(const char *word)
+{
+    /* The library's modules name outcomes in their own tense (process's
+     * statuses and upload's actions in the past, clean's in the
+     * present); the rows say them one way, here. */
+    static const char *const map[][2] = {
+        { "deleted", "delete" },        { "skipped", "skip" },
+        { "failed", "error" },          { "kept", "keep" },
+        { "uploaded", "copy" },         { "would-upload", "would-copy" },
+        { "would-skip", "skip" },       { "unsharded", "unshard" },
+        { "aborted", "abort" },         { "processed", "process" },
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (!strcmp(word, map[i][0]))
+            return map[i][1];
+    return word;
+}
+
+int cli_human(void)
+{
+    return human;
+}
+
+const char *cli_fmt_bytes(uint64_t bytes, char *buf, size_t len)
+{
+    if (human)
+        return ckpt_fmt_size(bytes, buf, len);
+    snprintf(buf, len, "%llu", (unsigned long long)bytes);
+    return buf;
+}
+
 /* s in its escaped form when it is not valid UTF-8 (cJSON would copy the
  * bytes and make the line invalid JSON); NULL when it is fine. */
 static char *json_fix(const char *s)
@@ -196,6 +238,13 @@ void cli_out_tsv(int n, const char *const *fields)
     status_draw(1);
     pthread_mutex_unlock(&out_mu);
     ckpt_buf_release(&row);
+}
+
+void cli_out_header(int n, const char *const *names)
+{
+    static int done;
+    if (human && !done++)
+        cli_out_tsv(n, names);
 }
 
 int cli_status_enabled(const struct ckpt_opts *g)

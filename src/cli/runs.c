@@ -66,7 +66,7 @@ static cJSON *json_checkpoint(const struct ckpt_checkpoint *c, int sizes)
     if (!c->complete && c->why)
         cJSON_AddStringToObject(o, "reason", c->why);
     if (sizes) {
-        cJSON_AddNumberToObject(o, "size", (double)c->size);
+        cJSON_AddNumberToObject(o, "bytes", (double)c->size);
         cJSON_AddNumberToObject(o, "files", (double)c->nfiles);
     }
     return o;

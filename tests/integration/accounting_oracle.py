@@ -1134,7 +1134,7 @@ class Case:
         # file as drops or prunes.
         rows = clean_rows(self.last_out) if cmd == "clean" else \
             process_rows(self.last_out) if cmd == "process" else {}
-        dead = [r for r, v in rows.items() if v[0] in ("delete", "deleted")]
+        dead = [r for r, v in rows.items() if v[0] == "delete"]
         self.whole = {u for u in us if any(under(u, r) for r in dead)}
         whys = {}
         for p in sorted(gone):
@@ -1155,7 +1155,7 @@ class Case:
         under the command (another worker) was not copied by it."""
         rows = process_rows(self.last_out) if st["cmd"] == "process" else {}
         for run, (status, _) in rows.items():
-            if status != "processed":
+            if status != "process":
                 continue
             lost = sorted(p for p in moved if under(p, run) and
                           before.e[p].type == "f" and not any(
@@ -1304,7 +1304,7 @@ class Case:
         what DEST holds below its place."""
         runs = {}
         for o in json_lines(out):
-            if o.get("phase") == "run":
+            if o.get("type") == "run":
                 runs.setdefault(o.get("run"), []).append(o)
         for a in st["args"]:
             us, strays = [], []
@@ -1317,7 +1317,7 @@ class Case:
                         u, len(runs.get(u, []))))
         for run, os_ in runs.items():
             o = os_[-1]
-            if o.get("status") != "processed" or not o.get("dest"):
+            if o.get("action") != "process" or not o.get("dest"):
                 continue
             d = o["dest"]
             if d.startswith("s3://"):
@@ -1486,9 +1486,9 @@ def clean_rows(out):
 def process_rows(out):
     res = {}
     for o in json_lines(out):
-        if o.get("phase") == "run":
-            s = o.get("status")
-            s = {"would-process": "processed", "would-delete": "deleted"}\
+        if o.get("type") == "run":
+            s = o.get("action")
+            s = {"would-process": "process", "would-delete": "delete"}\
                 .get(s, s)
             res[o.get("run")] = (s, o.get("freed"))
     return res
@@ -1498,16 +1498,16 @@ def unshard_deletes(out):
     res = set()
     for o in json_lines(out):
         a = o.get("action")
-        det = o.get("detail") or ""
+        det = o.get("reason") or ""
         m = re.search(r"; (?:would delete|deleted) (.*)$", det)
-        if a in ("deleted", "would-delete") or m:
+        if a in ("delete", "would-delete") or m:
             res.add(o.get("checkpoint") or (m.group(1) if m else None))
     return res
 
 
 def upload_deletes(out):
     return {o.get("src") for o in json_lines(out)
-            if o.get("action") in ("deleted", "would-delete")}
+            if o.get("action") in ("delete", "would-delete")}
 
 
 class Skip(Exception):

@@ -23,8 +23,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from s3test import (Checker, S3Env, contents, ckpt, gen_runs,  # noqa: E402
-                    noise, old_ctime, scratch, tool)
+from s3test import (Checker, S3Env, contents, ckpt, file_rows,  # noqa: E402
+                    gen_runs, noise, old_ctime, scratch, tool)
 
 B = "ckpt-test"
 RUN = "2871005"
@@ -97,7 +97,8 @@ def good(c, tmp, made):
         dest = os.path.join(tmp, "d-" + name)
         rc, out, err = ckpt("upload", "--extract", "--no-progress", arc,
                             dest)
-        c.eq("%s: upload --extract exit" % name, (rc, out), (0, ""))
+        c.eq("%s: upload --extract exit" % name, (rc, file_rows(out)),
+             (0, []))
         c.eq("%s: DEST holds what tar x makes" % name, contents(dest),
              contents(ref))
 
@@ -135,7 +136,7 @@ def damaged(c, tmp):
         rc, out, err = ckpt("upload", "--extract", "--no-progress", name,
                             os.path.join(tmp, "dd-" + name))
         c.eq("%s: upload --extract fails naming it" % name,
-             (rc, "failed\t%s\t-\t%s" % (name, msg) in out), (1, True))
+             (rc, "error\t%s\t-\t%s" % (name, msg) in out), (1, True))
     # Trailing garbage after the streams of a run without a checkpoint:
     # reported, never deleted.
     sh("tar cf nockpt.tar -C src {0}/config.yaml {0}/wandb".format(RUN), tmp)
@@ -187,19 +188,19 @@ def not_proper(c, tmp, env):
         rc, out, err = ckpt("upload", "-n", "--extract", "--delete-source",
                             "--no-progress", a, os.path.join(d, "up"))
         c.eq("%s: upload -n predicts it" % name,
-             (rc, "failed\t%s\t-\t%s\n" % (a, why) in out,
+             (rc, "error\t%s\t-\t%s\n" % (a, why) in out,
               "would-delete" in out), (1, True, False))
         rc, out, err = ckpt("upload", "--extract", "--delete-source",
                             "--no-progress", a, os.path.join(d, "up"))
         c.eq("%s: upload --extract --delete-source fails, keeps it" % name,
-             (rc, "failed\t%s\t-\t%s\n" % (a, why) in out,
+             (rc, "error\t%s\t-\t%s\n" % (a, why) in out,
               os.path.exists(a)), (1, True, True))
         rc, out, err = ckpt("process", "--no-wandb", "--min-age", "0",
                             "--no-progress", a, "--dest",
                             os.path.join(d, "pr"), env=env)
         c.eq("%s: process fails the run, keeps it" % name,
              (out.splitlines()[0].split("\t")[:2], os.path.exists(a)),
-             (["failed", a], True))
+             (["error", a], True))
 
 
 def remote(c, tmp, made, env):

@@ -20,7 +20,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from s3test import (Checker, age_tree, contents, ckpt,  # noqa: E402
-                    dest_tree, gen_runs, s3_session)
+                    dest_tree, file_rows, gen_runs, s3_session)
 from process_s3 import rows  # noqa: E402
 
 B = "ckpt-test"
@@ -61,9 +61,10 @@ def dest_of(tmp, dname, what):
             else "s3://%s/%s" % (B, what))
 
 
-def summary(err):
-    return [ln.split("ckpt: ", 1)[1] for ln in err.splitlines()
-            if "ckpt: uploaded" in ln or "ckpt: would upload" in ln]
+def summary(out):
+    """The total row's counts and bytes (not its times)."""
+    return [ln.split("\tbytes_sent=")[0] for ln in out.splitlines()
+            if ln.startswith("total\t")]
 
 
 def upload(c, env, tmp, arc, want):
@@ -73,16 +74,14 @@ def upload(c, env, tmp, arc, want):
         dest = dest_of(tmp, dname, "up")
         rc, out, err = ckpt("upload", "-n", "--extract", "--delete-source",
                             "--no-progress", a, dest, env=env)
-        c.eq("%s -n: exit, summary" % what, (rc, [s.split(" in ")[0] for s
-                                                 in summary(err)]),
-             (0, ["would upload 7 file(s) (27.0 KiB), skipped 0, failed 0, "
-                  "deleted 1"]))
+        c.eq("%s -n: exit, summary" % what, (rc, summary(out)),
+             (0, ["total\tcopy=7\tskip=0\terror=0\tdelete=1\tkeep=0\t"
+                  "abort=0\tbytes=27648"]))
         rc, out, err = ckpt("upload", "--extract", "--delete-source",
                             "--no-progress", a, dest, env=env)
-        c.eq("%s: exit, summary" % what, (rc, [s.split(" in ")[0] for s
-                                              in summary(err)]),
-             (0, ["uploaded 7 file(s) (27.0 KiB), skipped 0, failed 0, "
-                  "deleted 1"]))
+        c.eq("%s: exit, summary" % what, (rc, summary(out)),
+             (0, ["total\tcopy=7\tskip=0\terror=0\tdelete=1\tkeep=0\t"
+                  "abort=0\tbytes=27648"]))
         c.eq("%s: DEST holds the later copies" % what,
              dest_tree(env, dest), want)
         c.eq("%s: archive deleted" % what, os.path.exists(a), False)
@@ -93,7 +92,7 @@ def upload(c, env, tmp, arc, want):
     for i in (1, 2):
         rc, out, err = ckpt("upload", "--extract", "--no-progress", a, dest,
                             env=env)
-        c.eq("s3 pass %d: exit 0" % i, (rc, out), (0, ""))
+        c.eq("s3 pass %d: exit 0" % i, (rc, file_rows(out)), (0, []))
         c.eq("s3 pass %d: DEST holds the later copies" % i,
              dest_tree(env, dest), want)
 
@@ -109,7 +108,7 @@ def process(c, env, tmp, arc, want):
                               a, "--dest", dest, env=env)
             r = rows(out)[0]
             c.eq("%s %s: exit, row" % (what, dry), (rc, r[:2], r[3:5]),
-                 (0, ["would-process" if dry else "processed", a],
+                 (0, ["would-process" if dry else "process", a],
                   ["7", size]))
         c.eq("%s: DEST holds the later copies" % what,
              dest_tree(env, dest + "/2871005"), want)

@@ -82,11 +82,11 @@ def cases(arcs, tmp, verb, tag):
 
 def upload(c, env, tmp, arcs, want):
     for what, arc, dest in cases(arcs, tmp, "upload", "up"):
-        rc, _, err = ckpt("upload", "--extract", "--delete-source",
-                          "--no-progress", arc, dest, env=env)
+        rc, out, err = ckpt("upload", "--extract", "--delete-source",
+                            "--no-progress", arc, dest, env=env)
         c.eq("%s: exit" % what, rc, 0)
         c.eq("%s: no warning" % what, "warning" in err, False)
-        c.eq("%s: counts" % what, "uploaded 10 file(s)" in err, True)
+        c.eq("%s: counts" % what, "\tcopy=10\t" in out, True)
         c.eq("%s: DEST byte for byte" % what, dest_tree(env, dest), want)
         c.eq("%s: archive deleted" % what, os.path.exists(arc), False)
 
@@ -98,7 +98,7 @@ def process(c, env, tmp, arcs, want):
                           env=env)
         r = rows(out)[0]
         c.eq("%s: exit, row" % what, (rc, r[0], r[1], r[3:5]),
-             (0, "processed", arc, ["10", str(sum(map(len,
+             (0, "process", arc, ["10", str(sum(map(len,
                                                       want.values())))]))
         c.eq("%s: DEST byte for byte" % what,
              dest_tree(env, dest + "/2871005"), want)
@@ -132,7 +132,7 @@ def dangling(c, env, tmp):
                       env=env)
     c.eq("dangling: exit 1", rc, 1)
     c.eq("dangling: row", [r for r in out.splitlines() if "b.bin" in r],
-         ["failed\t%s/run/b.bin\t-\thard link to 'run/gone.bin', which "
+         ["error\t%s/run/b.bin\t-\thard link to 'run/gone.bin', which "
           "is not a file in the archive; not copied" % arc])
     c.true("dangling: archive kept", os.path.isfile(arc))
 

@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
 from credfakes import Container, Imds, SsoPortal, Sts  # noqa: E402
-from s3test import CKPT, Checker, S3Env, ckpt  # noqa: E402
+from s3test import CKPT, Checker, S3Env, ckpt, file_rows  # noqa: E402
 
 B = "ckpt-test"
 ROLE = "arn:aws:iam::123456789012:role/ckpt-writer"
@@ -74,7 +74,8 @@ class T:
         self.s3.reset_stats()
         rc, out, err = ckpt("upload", "-q", "--no-progress", *flags,
                             self.src, dest, env=env)
-        self.c.eq("%s: upload" % what, (rc, out, err), (0, "", ""))
+        self.c.eq("%s: upload" % what, (rc, file_rows(out), err),
+                  (0, [], ""))
         rc, out, err = ckpt("ls", "--no-progress", *flags, dest, env=env)
         self.c.eq("%s: ls" % what, (rc, err), (0, ""))
         return set(self.s3.stats()["keys_used"])
@@ -410,7 +411,7 @@ def refresh_fails(t):
         st = t.s3.stats()
         rows = [r.split("\t") for r in out.splitlines()]
         why = {re.sub(r" after \d+ ms", "", r[3].split(": ", 1)[1])
-               for r in rows if r[0] == "failed"}
+               for r in rows if r[0] == "error"}
         t.c.eq("refresh fails: the rest fail, naming the source", (
                p.returncode, why), (1, {"EC2 instance metadata %s: Failed "
                                         "to connect to 127.0.0.1 port %d: "

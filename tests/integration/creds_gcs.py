@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
 from credfakes import GceMetadata, OAuth  # noqa: E402
-from s3test import Checker, S3Env, ckpt  # noqa: E402
+from s3test import Checker, S3Env, ckpt, file_rows  # noqa: E402
 
 B = "ckpt-test"
 
@@ -67,7 +67,8 @@ class T:
         self.s3.reset_stats()
         rc, out, err = ckpt("upload", "-q", "--no-progress", self.src, dest,
                             env=env)
-        self.c.eq("%s: upload" % what, (rc, out, err), (0, "", ""))
+        self.c.eq("%s: upload" % what, (rc, file_rows(out), err),
+                  (0, [], ""))
         rc, out, err = ckpt("ls", "--no-progress", dest, env=env)
         self.c.eq("%s: ls" % what, (rc, err), (0, ""))
         st = self.s3.stats()

@@ -148,7 +148,7 @@ def process(c, tmp):
          (0, ["would-process", run, dest + "/p-gap", str(len(files))]))
     rc, out, err = ckpt(*args)
     c.eq("p-gap: every file", (rc, out.split("\t")[:4]),
-         (0, ["processed", run, dest + "/p-gap", str(len(files))]))
+         (0, ["process", run, dest + "/p-gap", str(len(files))]))
     c.eq("p-gap: step1 at DEST", [f for f in listing(os.path.join(
         dest, "p-gap")) if f.startswith("step1/")],
          [f for f in files if f.startswith("step1/")])
@@ -165,7 +165,7 @@ def process(c, tmp):
             rc, out, err = ckpt(*args[:1] + dry + args[1:])
             c.eq("%s %s: failed, not deleted" % (name, dry),
                  (rc, out.split("\t")[:3]),
-                 (1, ["failed", run, "judge: cannot judge checkpoint step1 "
+                 (1, ["error", run, "judge: cannot judge checkpoint step1 "
                       "(%s); not deleted\ntotal" % why]))
             c.eq("%s %s: source kept" % (name, dry), listing(run), files)
 
@@ -183,7 +183,7 @@ def unshard_cut(c, tmp):
         rc, out, err = ckpt("unshard", "--no-progress", "--format",
                             "safetensors", "--delete-sharded", run, dest)
         c.eq("unshard --delete-sharded %s" % kind, (rc, out),
-             (0, "unsharded\tstep1\t%s/step1-unsharded: 2 files, 4 tensors; "
+             (0, "unshard\tstep1\t%s/step1-unsharded: 2 files, 4 tensors; "
               "step1 kept (not judged complete: %s)\n" % (dest, why)))
         c.eq("unshard %s: step1 kept" % kind, listing(run), files)
         out = os.path.join(dest, "step1-unsharded", "model.safetensors")

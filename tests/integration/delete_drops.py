@@ -61,7 +61,7 @@ def main():
                                 env=env)
             c.eq("%s: processed, the row says what was kept (%s)"
                  % (mode, err.strip()[-300:]), (rc, out[0][:2], out[0][-1]),
-                 (0, ["processed", run], note))
+                 (0, ["process", run], note))
             left = tree(run)
             c.eq("%s: only the changed shard (and the latest link naming "
                  "its step) stay" % mode, sorted(left),
@@ -90,7 +90,7 @@ def processed(c, what, rc, out, err, run, note):
     c.eq("%s: processed, the row says what was kept (%s)"
          % (what, err.strip()[-300:]),
          (rc, out[0][:2] if out else out, out[0][-1] if out else None),
-         (0, ["processed", run], note))
+         (0, ["process", run], note))
 
 
 def while_judged(c, runs, tmp):
@@ -170,7 +170,7 @@ def remote(c, s3, runs, tmp):
         c.eq("s3 %s: processed, the row says what was kept (%s)"
              % (what, err.strip()[-300:]), (rc, out[0][:2] if out else out,
                                             out[0][-1] if out else None),
-             (0, ["processed", src], note))
+             (0, ["process", src], note))
         left = remote_contents(env, "ckpt-test", "src-%s/2871001" % what)
         c.eq("s3 %s: only the rewritten shard stays, with its new bytes"
              % what, left, {SHARD: body.encode()})

@@ -41,10 +41,10 @@ def main():
         rc, out, err = ckpt("process", "-n", "--no-wandb", run, "--dest",
                             dest)
         c.eq("process -n: failed judge", (rc, out[0]),
-             (1, ["failed", run, "judge: " + LINKED]))
+             (1, ["error", run, "judge: " + LINKED]))
         rc, out, err = ckpt("process", "--no-wandb", run, "--dest", dest)
         c.eq("process: failed judge", (rc, out[0]),
-             (1, ["failed", run, "judge: " + LINKED]))
+             (1, ["error", run, "judge: " + LINKED]))
         c.eq("run untouched", tree(run), before)
         c.eq("link target untouched", tree(elsewhere), target)
 
@@ -62,11 +62,11 @@ def main():
             rc, out, err = ckpt("process", "-n", "--no-wandb", link,
                                 "--dest", dest)
             c.eq("process -n %s: failed judge" % name, (rc, out[0]),
-                 (1, ["failed", link, "judge: " + msg]))
+                 (1, ["error", link, "judge: " + msg]))
             rc, out, err = ckpt("process", "--no-wandb", link, "--dest",
                                 dest)
             c.eq("process %s: failed judge" % name, (rc, out[0]),
-                 (1, ["failed", link, "judge: " + msg]))
+                 (1, ["error", link, "judge: " + msg]))
             c.eq("%s: target untouched" % name,
                  tree(os.path.join(runs, to)), before)
         c.eq("nothing reached DEST but state", [
@@ -89,13 +89,14 @@ def main():
         os.symlink(os.path.join(outside, "dir"), os.path.join(src, "ldir"))
         os.symlink(os.path.join(outside, "file"), os.path.join(src, "lfile"))
         rc, out, err = ckpt("upload", "-L", "--delete-source", src, out_dir)
-        c.eq("upload -L: exit 0, a kept row", (rc, out),
-             (0, [["kept", os.path.join(src, "ldir", "f"),
+        c.eq("upload -L: exit 0, a kept row",
+             (rc, [r for r in out if r[0] != "total"]),
+             (0, [["keep", os.path.join(src, "ldir", "f"),
                    os.path.join(out_dir, "ldir", "f"),
                    "copied from outside SRC (reached through a symbolic "
                    "link); kept"]]))
         c.true("upload -L: the summary says so",
-               "1 file(s) kept at SRC: see the 'kept' lines" in err)
+               "1 file(s) kept at SRC: see the 'keep' rows" in err)
         c.eq("outside files intact", tree(outside),
              {"dir/f": b"precious", "file": b"shared"})
         c.eq("copied", tree(out_dir), {"own": b"own", "ldir/f": b"precious",

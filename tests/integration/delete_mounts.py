@@ -96,7 +96,7 @@ def body(c, tmp, runs, mounted):
             rc, out, err = ckpt(*(args + ["--no-wandb", rn, "--dest",
                                           dest]))
             c.eq("%s %s: failed judge" % (" ".join(args), at),
-                 (rc, out[0]), (1, ["failed", rn, "judge: " + msg]))
+                 (rc, out[0]), (1, ["error", rn, "judge: " + msg]))
         c.eq("%s: run and mount untouched" % at, tree(rn), before)
     c.eq("tmpfs file intact", tree(os.path.join(run, "step500", "scratch")),
          {"data": b"precious"})
@@ -150,8 +150,9 @@ def body(c, tmp, runs, mounted):
     up = os.path.join(tmp, "up")
     rc, out, err = ckpt("upload", "--delete-source", src, up)
     data = os.path.join(src, "m", "data")
-    c.eq("upload --delete-source: the mount's file not deleted", (rc, out),
-         (1, [["failed", data, "-", "'%s' is on another filesystem (below "
+    c.eq("upload --delete-source: the mount's file not deleted",
+         (rc, [r for r in out if r[0] != "total"]),
+         (1, [["error", data, "-", "'%s' is on another filesystem (below "
                "a mount point); not deleting across it" % data]]))
     c.eq("upload: copied", tree(up), {"own": b"own", "m/data": b"precious"})
     c.eq("upload: the mount's file stays", tree(src), {"m/data": b"precious"})

@@ -52,7 +52,7 @@ def main():
             rc, out, err = ckpt(*(args + ["--no-wandb", run, "--dest",
                                           dest]), timeout=20)
             c.eq("%s: failed judge naming the FIFO" % " ".join(args),
-                 (rc, out[:1]), (1, [["failed", run, "judge: " + err_msg]]))
+                 (rc, out[:1]), (1, [["error", run, "judge: " + err_msg]]))
         c.eq("run untouched", tree(run), before)
 
         # A good run with a FIFO and a symlink process never copies.
@@ -65,7 +65,7 @@ def main():
         rc, out, err = ckpt("process", "--no-wandb", good, "--dest", dest,
                             timeout=60)
         c.eq("process: processed, the row names what stays",
-             (rc, out[0][:2], out[0][-1]), (0, ["processed", good], note))
+             (rc, out[0][:2], out[0][-1]), (0, ["process", good], note))
         c.eq("only the special files stay", tree(good),
              {"hostlink": "->/etc/hostname", "train_data/fifo": "fifo"})
         with open(os.path.join(dest, ".ckpt-process", "goodrun.json")) as f:

@@ -14,7 +14,7 @@ H/.aws/config (s3rver behind the signing proxy) and the one addition of
 the test shim that ages the runs' ctimes (LD_PRELOAD):
 
 1. exit 0; the log holds every run's row and the total row
-   processed=6 done=0 deleted=3 skipped=1 failed=0; every good run is at
+   process=6 delete=3 skip=1 error=0; every good run is at
    its W&B path byte for byte, every bad one deleted, no lease held;
 2. again while the test holds the script's default lock: exit 75 and
    exactly one log line saying so;
@@ -114,10 +114,9 @@ def main():
             pw.once_each(c, "cron", rows)
             total = [ln for ln in text.splitlines()
                      if ln.startswith("total\t")]
-            c.eq("cron line: the total row", [t.split("\t")[1:6]
+            c.eq("cron line: the total row", [t.split("\t")[1:5]
                                                for t in total],
-                 [["processed=6", "done=0", "deleted=3", "skipped=1",
-                   "failed=0"]])
+                 [["process=6", "delete=3", "skip=1", "error=0"]])
             pw.check_final(c, "cron line", s3.env(), runs, "cron/" + MAPPED,
                            snaps, tmp, state="cron")
 

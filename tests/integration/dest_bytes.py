@@ -105,10 +105,10 @@ def damaged_upload(c, env, tmp, name, opaque=""):
     rc, out, err = ckpt("upload", "-v", "--delete-source", "--overwrite",
                         src, "s3://%s/%s" % (B, name), env=env)
     c.eq("%s: exit (%s)" % (name, err), rc, 0)
-    c.eq("%s: the damaged file sent again" % name, rows(out, "uploaded"),
+    c.eq("%s: the damaged file sent again" % name, rows(out, "copy"),
          [os.path.join(src, "a.txt")])
     c.eq("%s: the equal ones proven and skipped%s" % (name, opaque),
-         rows(out, "skipped"), [os.path.join(src, "c.bin"),
+         rows(out, "skip"), [os.path.join(src, "c.bin"),
                                 os.path.join(src, "d/b.txt")])
     c.eq("%s: DEST holds the source's bytes" % name,
          remote_contents(env, B, name), files)
@@ -148,7 +148,7 @@ def damaged_on_the_way(c, s3, env, tmp):
     c.eq("always damaged: exit", rc, 1)
     c.true("always damaged: f2 failed on its ETag (%r)" % out,
            "DEST reports ETag" in out and
-           rows(out, "failed") == [os.path.join(src, "f2")])
+           rows(out, "error") == [os.path.join(src, "f2")])
     c.eq("always damaged: the damaged object taken away",
          sorted(remote_contents(env, B, "always")), ["f0", "f1", "f3"])
     s3.configure(corrupt_put=1, corrupt_match="/once/f1")

@@ -41,8 +41,8 @@ def rows(out):
     res = []
     for line in out.splitlines():
         f = line.split("\t")
-        if f[0] in ("processed", "would-process"):
-            res.append(["processed"] + f[1:6])
+        if f[0] in ("process", "would-process"):
+            res.append(["process"] + f[1:6])
         elif f[0] != "total":
             res.append(f)
     return res
@@ -90,7 +90,7 @@ def reappears(c, env, gen, tmp, dest, tag):
     got = both(c, tag, env, args + [run, "--dest", dest], 1)
     cfg = os.path.join(run, "config.yaml")
     c.eq("%s: a conflict naming config.yaml" % tag, [r[:2] for r in got],
-         [["failed", run]])
+         [["error", run]])
     c.true("%s: says which file (%r)" % (tag, got),
            got and "verify: %s: conflict: %s/3001/config.yaml already "
            "exists at DEST" % (cfg, dest) in got[0][2])
@@ -128,7 +128,7 @@ def retarred(c, env, gen, tmp):
         new = f.read()
     lapse(dest)
     got = both(c, "re-tarred", env, args + [arch, "--dest", dest], 1)
-    c.eq("re-tarred: failed", [r[:2] for r in got], [["failed", arch]])
+    c.eq("re-tarred: failed", [r[:2] for r in got], [["error", arch]])
     c.true("re-tarred: a conflict (%r)" % got,
            got and "conflict:" in got[0][2] and "3002/" in got[0][2])
     c.true("re-tarred: the new archive kept", os.path.exists(arch))
@@ -142,7 +142,7 @@ def retarred(c, env, gen, tmp):
     tar_run(make_run(gen, root, "3002", big=big), arch)
     got = both(c, "re-tarred same", env, args + [arch, "--dest", dest], 0)
     c.eq("re-tarred same: processed", [r[:2] for r in got],
-         [["processed", arch]])
+         [["process", arch]])
     c.eq("re-tarred same: archive deleted", os.path.exists(arch), False)
     c.eq("re-tarred same: DEST unchanged", dest_tree(env, dest + "/3002") ==
          first, True)

@@ -71,7 +71,7 @@ def main():
             refused(c, env, "process %s" % " ".join(dry),
                     ["process"] + dry + ["--no-wandb", "--min-age", "0", r,
                                          "--dest", os.path.join(r, "out")],
-                    1, "failed\t%s\tjudge: DEST '%s' is inside the run"
+                    1, "error\t%s\tjudge: DEST '%s' is inside the run"
                     % (r, os.path.join(r, "out")), before, now)
         refused(c, env, "upload", ["upload", "--delete-source", r,
                                    os.path.join(r, "out")], 2,

@@ -53,7 +53,7 @@ def upload_two(c, env, tmp, dest, tag):
     args = ["upload", "-v", "--delete-source", a, b, dest]
     rc_n, out_n, _ = ckpt(args[0], "-n", *args[1:], env=env)
     rc, out, err = ckpt(*args, env=env)
-    want = ("failed\t%s\t%s/run/config.yaml\tconflict: %s/run/config.yaml "
+    want = ("error\t%s\t%s/run/config.yaml\tconflict: %s/run/config.yaml "
             "is also where %s goes (another SRC of this upload), with "
             "different bytes; not replaced" % (
                 os.path.join(b, "config.yaml"), dest, dest,
@@ -63,7 +63,7 @@ def upload_two(c, env, tmp, dest, tag):
     c.true("%s: the conflict row (%r)" % (tag, out), want in out.splitlines())
     c.true("%s: -n says it too (%r)" % (tag, out_n),
            want in out_n.splitlines())
-    c.true("%s: the equal file skipped" % tag, "skipped\t%s" % os.path.join(
+    c.true("%s: the equal file skipped" % tag, "skip\t%s" % os.path.join(
         b, "shared.bin") in out)
     c.eq("%s: no source deleted" % tag, listing(a) + listing(b),
          ["config.yaml", "only-a", "shared.bin", "config.yaml", "only-b",
@@ -121,7 +121,7 @@ def process_two(c, env, tmp, gen, dest_of, tag, tries):
     c.eq("%s: no config.yaml lost in %d tries" % (tag, tries), lost, 0)
     c.eq("%s: never both deleted" % tag, both_gone, 0)
     c.true("%s: the other run waited or failed: %r" % (tag, outcomes),
-           outcomes <= {("failed", "processed"), ("processed", "skipped")})
+           outcomes <= {("error", "process"), ("process", "skip")})
 
 
 def main():

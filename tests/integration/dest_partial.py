@@ -52,8 +52,8 @@ def rows(out):
     res = []
     for x in out.splitlines():
         f = x.split("\t")
-        if f[0] in ("processed", "would-process"):
-            res.append(["processed"] + f[1:6])
+        if f[0] in ("process", "would-process"):
+            res.append(["process"] + f[1:6])
         elif f[0] != "total":
             res.append(f)
     return res
@@ -70,7 +70,7 @@ def unshard(c, tmp):
     rc, out, err = ckpt("unshard", "--delete-sharded", run, run)
     c.eq("unshard: exit (%s)" % err, rc, 0)
     c.true("unshard: keeps the step, says why (%r)" % out,
-           out.startswith("unsharded\tglobal_step2\t") and
+           out.startswith("unshard\tglobal_step2\t") and
            out.rstrip("\n").endswith("; global_step2 kept (%s)" % WHY))
     c.eq("unshard: the step is still there, whole",
          contents(os.path.join(run, "global_step2")), step)
@@ -97,7 +97,7 @@ def process(c, tmp):
     c.eq("process: -n predicts the row", rows(out_n), rows(out))
     row = out.splitlines()[0].split("\t")
     c.eq("process: processed, the note says why the step stayed", (
-        row[0], row[-1]), ("processed", "not dropped: global_step2: " + WHY))
+        row[0], row[-1]), ("process", "not dropped: global_step2: " + WHY))
     at = contents(os.path.join(dest, "ds"))
     c.eq("process: the step at DEST whole", {k: v for k, v in at.items()
                                              if k.startswith("global_step2/")},

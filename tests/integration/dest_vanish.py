@@ -75,18 +75,18 @@ def sweep(c, gen, tmp):
         row = [x for x in r.stdout.splitlines() if not x.startswith("total")]
         at = contents(os.path.join(dest, "R")) if os.path.isdir(
             os.path.join(dest, "R")) else {}
-        if row and row[0].startswith("processed\t"):
+        if row and row[0].startswith("process\t"):
             c.eq("k=%d: processed, so the whole run at DEST" % k, at, want)
         if r.returncode == 0:
             c.true("k=%d: exit 0 only with the run at DEST or nothing "
                    "done (%r)" % (k, row), at == want or not row or
-                   not row[0].startswith("processed"))
+                   not row[0].startswith("process\t"))
         if state(dest, "R") == "done":
             c.eq("k=%d: state done, so the whole run at DEST" % k, at, want)
         if any(VANISHED in x for x in row):
             hits.append(k)
             c.eq("k=%d: vanished: failed, exit 1" % k,
-                 (row[0].split("\t")[0], r.returncode), ("failed", 1))
+                 (row[0].split("\t")[0], r.returncode), ("error", 1))
             c.true("k=%d: the upload phase names a file (%r)" % (k, row),
                    row[0].split("\t")[2].startswith("upload: %s/" % run))
             c.eq("k=%d: state not done" % k, state(dest, "R"), None)
@@ -122,7 +122,7 @@ def workers(c, gen, tmp, tries):
         for d, p, (out, err) in zip(dests, procs, outs):
             at = files(os.path.join(d, "R"))
             union.update(at)
-            if out.startswith("processed\t"):
+            if out.startswith("process\t"):
                 c.eq("try %d %s: processed, so the whole run there (%s)"
                      % (t, os.path.basename(d), out), sorted(at),
                      sorted(want))

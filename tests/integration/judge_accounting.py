@@ -194,13 +194,13 @@ def main():
             kinds = sorted((r[0], os.path.basename(r[1])) for r in out
                            if r[0] != "total")
             p, d = ("would-process", "would-delete") if dry else \
-                ("processed", "deleted")
+                ("process", "delete")
             c.eq("process %s: a queue with step500/ at its top is judged "
                  "run by run" % " ".join(dry), (rc, kinds), (0, sorted([
                      (p, "2871001"), (d, "2871002"), (d, "2871003"),
                      (d, "2871004"), (p, "2871005"), (d, "2871006"),
-                     ("skipped", "logs"), ("skipped", "notes"),
-                     ("skipped", "step500")])))
+                     ("skip", "logs"), ("skip", "notes"),
+                     ("skip", "step500")])))
         c.eq("the queue itself and what is not a run are still there",
              sorted(os.listdir(q)), ["logs", "notes", "step500"])
         c.eq("the good runs are at DEST",

@@ -139,7 +139,7 @@ def main():
                 c.eq("process %s %s: failed at judge, exit 1" % (dry, n),
                      (rc, first[:2], first[2][:len(why)]
                       if len(first) > 2 else ""),
-                     (1, ["failed", n], why))
+                     (1, ["error", n], why))
                 c.eq("process %s %s: source kept" % (dry, n), listing(n),
                      before[n])
         c.eq("process: nothing at DEST", listing(dest), [])
@@ -156,7 +156,7 @@ def main():
                             "--dest", dest)
         c.eq("drop-incomplete: processed, every file at DEST",
              (rc, out.split("\t")[:4], listing(os.path.join(dest, "mixed"))),
-             (0, ["processed", "mixed", dest + "/mixed", str(len(files))],
+             (0, ["process", "mixed", dest + "/mixed", str(len(files))],
               files))
 
         rc, out, err = ckpt("clean", "--min-age", "0", *names)

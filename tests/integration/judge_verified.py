@@ -76,7 +76,7 @@ def main():
             rc, out, err = ckpt(*args)
             c.eq("%s: process exit, row" % broken,
                  (rc, out.split("\t")[:4]),
-                 (0, ["processed", run, dest + "/drop-" + broken,
+                 (0, ["process", run, dest + "/drop-" + broken,
                       str(len(files))]))
             c.eq("%s: step1000 is at DEST" % broken,
                  sharded(listing(os.path.join(dest, "drop-" + broken))),

@@ -55,11 +55,18 @@ check "summary changes nothing" "$before" "$(cd "$S" && find . -printf '%p %s %T
 
 # what clean -n over the same runs says it would free
 freed=$(cd "$S" && old clean -n --json * 2>/dev/null |
-        python3 -c 'import json,sys; print(sum(json.loads(l).get("bytes", 0) for l in sys.stdin))')
+        python3 -c 'import json,sys; print(sum(json.loads(l)["freed"] for l in sys.stdin))')
 check "would-free is clean -n's" "$bad" "$freed"
 
 out=$(old ls --summary --min-age 0 --json "$S" 2>/dev/null)
-check "summary --min-age 0 --json" "{\"complete\":{\"runs\":2,\"bytes\":$complete},\"incomplete\":{\"runs\":2,\"bytes\":$incomplete},\"bad\":{\"runs\":8,\"bytes\":$((bad + live))},\"live\":{\"runs\":0,\"bytes\":0},\"error\":{\"runs\":1,\"bytes\":1000},\"total\":{\"runs\":13,\"bytes\":$total},\"would_free\":{\"runs\":8,\"bytes\":$((bad + live))}}" "$out"
+row() { printf '{"type":"summary","schema":1,"verdict":"%s","runs":%s,"bytes":%s}' "$@"; }
+check "summary --min-age 0 --json" "$(row complete 2 $complete)
+$(row incomplete 2 $incomplete)
+$(row bad 8 $((bad + live)))
+$(row live 0 0)
+$(row error 1 1000)
+$(row total 13 $total)
+$(row would-free 8 $((bad + live)))" "$out"
 
 out=$(old ls --summary "$S/2871001" 2>/dev/null)
 check "one run" "complete	0	0	0 B

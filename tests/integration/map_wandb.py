@@ -252,18 +252,18 @@ def test_json(fake, runs):
     rows = [json.loads(l) for l in out.splitlines()]
     check("json: exit", rc, 1)
     r = rows[0]
-    check("json: requeue path", (r["run"], r["path"], r["status"],
+    check("json: requeue path", (r["id"], r["path"], r["status"],
                                  r["source"]),
           ("2000002", "ai2-llm/olmo-small/rq000003", "found", "local-id"))
-    check("json: requeue runs", r["runs"],
+    check("json: requeue runs", r["wandb_runs"],
           ["ai2-llm/olmo-small/rq00000%d" % i for i in (1, 2, 3)])
-    check("json: steps", r["steps"], {
+    check("json: steps", r["step_paths"], {
         "500": "ai2-llm/olmo-small/rq000001",
         "1000": "ai2-llm/olmo-small/rq000001",
         "1500": "ai2-llm/olmo-small/rq000002",
         "2000": "ai2-llm/olmo-small/rq000002",
         "3000": "ai2-llm/olmo-small/rq000003"})
-    check("json: location", r["location"], runs["2000002"])
+    check("json: run as given", r["run"], runs["2000002"])
     d = rows[1]
     check("json: ambiguous", (d["path"], d["status"], d["candidates"]),
           (None, "ambiguous", ["ai2-llm/olmo-small/du000001",
@@ -340,8 +340,8 @@ def test_output(fake, runs, tmp):
     # --json over a TSV map: kept rows become JSON objects too.
     rc, out4, err = ckpt(["--json", "-o", m, runs["local1"]], fake.url)
     row = json.loads(out4)
-    check("output: kept row as json", (row["run"], row["path"],
-                                        row["status"], row["location"]),
+    check("output: kept row as json", (row["id"], row["path"],
+                                        row["status"], row["run"]),
           ("local1", "ai2-llm/olmo-small/ab12cd34", "found", runs["local1"]))
 
     j = os.path.join(tmp, "map.jsonl")

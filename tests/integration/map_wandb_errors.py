@@ -166,7 +166,7 @@ def test_echo(fake, run):
             rc, out, err = ckpt(args + [run], fake.url)
             what = "%s %s %s" % (kind, status, " ".join(args))
             if args == ["--json"]:
-                check("%s: evidence" % what, json.loads(out)["evidence"],
+                check("%s: evidence" % what, json.loads(out)["reason"],
                       want)
             else:
                 check("%s: row" % what, out, "local1\t-\t%s\n" % want)

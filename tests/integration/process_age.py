@@ -49,9 +49,9 @@ def copied_in(c, tmp):
     subprocess.run(["find", runs, "-exec", "touch", "-h", "-d",
                     "3 days ago", "{}", "+"], check=True)
     before = names(runs)
-    want = [["skipped", os.path.join(runs, "2871002"),
+    want = [["skip", os.path.join(runs, "2871002"),
              "live: newest file written N s ago"],
-            ["skipped", os.path.join(runs, "2871102.tar.gz"),
+            ["skip", os.path.join(runs, "2871102.tar.gz"),
              "live: archive written N s ago"]]
     for dry in (["-n"], []):
         rc, out, _ = ckpt("process", *dry, "--no-wandb", "--no-progress",
@@ -71,7 +71,7 @@ def requeued(c, tmp):
     rc, out, _ = ckpt("process", "--no-wandb", "--no-progress", run,
                       "--dest", dest)
     c.eq("requeue: first pass processed", (rc, rows(out)[0][:2]),
-         (0, ["processed", run]))
+         (0, ["process", run]))
     c.true("requeue: source gone", not os.path.exists(run))
     at_dest = names(os.path.join(dest, "2871005"))
     # The job is requeued and writes to the run again.
@@ -87,7 +87,7 @@ def requeued(c, tmp):
         why = ("live: newest file written N s ago (written to since it "
                "was processed)")
         c.eq("requeue %s: skipped live, exit 0" % dry,
-             (rc, secs(rows(out)[0])), (0, ["skipped", run, why]))
+             (rc, secs(rows(out)[0])), (0, ["skip", run, why]))
     c.eq("requeue: source untouched", names(run),
          ["config.yaml", "step4000-unsharded/model.pt"])
     c.eq("requeue: DEST as the first pass left it",
@@ -111,7 +111,7 @@ def written_during(c, tmp):
            "at the source (%s); a rerun takes them once they are older "
            "than --min-age" % new)
     c.eq("written during: exit 1, row", (rc, rows(out)[0]),
-         (1, ["failed", run, why]))
+         (1, ["error", run, why]))
     c.eq("written during: only the new file left", names(run), [new])
     c.true("written during: the rest at DEST",
            os.path.isfile(os.path.join(dest, "2871005", "train_data",
@@ -124,7 +124,7 @@ def written_during(c, tmp):
                       "--dest", dest)
     c.eq("written during: rerun skips it live",
          (rc, secs(rows(out)[0])),
-         (0, ["skipped", run, "live: newest file written N s ago (written "
+         (0, ["skip", run, "live: newest file written N s ago (written "
               "to since it was uploaded)"]))
     c.eq("written during: rerun keeps it", names(run), [new])
     # Once older than --min-age, a rerun takes it and the run is done.
@@ -132,7 +132,7 @@ def written_during(c, tmp):
     rc, out, _ = ckpt("process", "--no-wandb", "--no-progress", run,
                       "--dest", dest)
     c.eq("written during: older, rerun done", (rc, rows(out)[0][:2]),
-         (0, ["processed", run]))
+         (0, ["process", run]))
     c.true("written during: new file at DEST",
            os.path.isfile(os.path.join(dest, "2871005", new)))
     with open(os.path.join(dest, ".ckpt-process", "2871005.json")) as f:

@@ -81,16 +81,16 @@ def planted(c, tmp):
     c.eq("planted: exit 0 (%s)" % r.stderr[-500:], r.returncode, 0)
     got = rows(r.stdout)
     c.eq("planted: rows", sorted((n, x[0]) for n, x in got.items()),
-         sorted([("2871001", "processed"), ("2871002", "deleted"),
-                 ("2871005", "processed"), ("2871101.tar.gz", "processed"),
-                 ("2871102.tar.gz", "deleted"), ("3000002", "processed"),
-                 ("notes", "skipped")]))
+         sorted([("2871001", "process"), ("2871002", "delete"),
+                 ("2871005", "process"), ("2871101.tar.gz", "process"),
+                 ("2871102.tar.gz", "delete"), ("3000002", "process"),
+                 ("notes", "skip")]))
     c.eq("planted: others' runs left at the source",
          sorted(os.listdir(runs)), ["2871004", "3000001", "3000003",
                                     "notes"])
     c.eq("planted: the total counts the rows", r.stdout.splitlines()[-1]
-         .split("\t")[1:6], ["processed=4", "done=0", "deleted=2",
-                             "skipped=1", "failed=0"])
+         .split("\t")[1:5], ["process=4", "delete=2", "skip=1",
+                             "error=0"])
     mine = {n: claim(dest, pw.rid(n)) for n in got}
     c.eq("planted: every run handled has our claim, done",
          {n: (v["batch"], v["host"], v["pid"] != os.getpid(), v["done"])

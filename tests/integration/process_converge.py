@@ -224,7 +224,7 @@ def main():
         c.eq("drop-changed: no step2000 at DEST",
              os.path.exists(os.path.join(dest, "step2000")), False)
         c.true("drop-changed: the row names both kept files (%s)" % done,
-               len(done) == 1 and done[0][0] == "processed" and
+               len(done) == 1 and done[0][0] == "process" and
                "kept 2 dropped files" in done[0][-1])
     return c.finish()
 

@@ -64,7 +64,7 @@ def rows(out):
         f = line.split("\t")
         if f[0] == "total":
             continue
-        res.append(f[:-1] if f[0] == "processed" else f)
+        res.append(f[:-1] if f[0] == "process" else f)
     return res
 
 
@@ -129,9 +129,9 @@ def both(c, what, env, args, want_rc):
     c.eq("%s: exit (%s)" % (what, err.strip()[-300:]), rc, want_rc)
     c.eq("%s: -n exit (%s)" % (what, err_n.strip()[-300:]), rc_n, want_rc)
     c.eq("%s: -n predicts the row" % what,
-         [["processed"] + r[1:6] if r[0] == "would-process" else r
+         [["process"] + r[1:6] if r[0] == "would-process" else r
           for r in rows(out_n)],
-         [r[:6] if r[0] == "processed" else r for r in rows(out)])
+         [r[:6] if r[0] == "process" else r for r in rows(out)])
     return rows(out)
 
 
@@ -151,7 +151,7 @@ def class4(c, env, tmp, g, d):
     before = digests(src)
     args = BASE + ["--no-wandb", "--drop-sharded", src, "--dest", d.loc]
     got = both(c, tag + " stub", env, args, 1)
-    c.eq("%s stub: row" % tag, [r[:2] for r in got], [["failed", src]])
+    c.eq("%s stub: row" % tag, [r[:2] for r in got], [["error", src]])
     why = got[0][2] if got and len(got[0]) > 2 else ""
     c.true("%s stub: a conflict naming config.yaml (%s)" % (tag, why),
            why.startswith("unshard: conflict: " +
@@ -165,7 +165,7 @@ def class4(c, env, tmp, g, d):
     d.put("4001/step1000-unsharded/config.yaml", outs["config.yaml"], tmp)
     got = both(c, tag + " adopt", env, args, 0)
     c.eq("%s adopt: processed" % tag, [r[:2] for r in got],
-         [["processed", src]])
+         [["process", src]])
     at = d.tree("4001")
     c.eq("%s adopt: step1000 dropped, its output at DEST" % tag,
          sorted(k for k in at if k.startswith("step1000")),
@@ -198,7 +198,7 @@ def class4_partial(c, env, tmp, g, d):
     before = digests(src)
     args = BASE + ["--no-wandb", "--drop-sharded", src, "--dest", d.loc]
     got = both(c, tag, env, args, 1)
-    c.eq("%s: row" % tag, [r[:2] for r in got], [["failed", src]])
+    c.eq("%s: row" % tag, [r[:2] for r in got], [["error", src]])
     why = got[0][2] if got and len(got[0]) > 2 else ""
     c.eq("%s: a conflict, k of the n files there" % tag, why,
          "unshard: conflict: %s at DEST was not written by this run and "
@@ -237,7 +237,7 @@ def class4_same_id(c, env, tmp, g, d):
     args = BASE + ["--no-wandb", "--drop-sharded", rb, "--dest", d.loc]
     got = both(c, tag, env, args, 1)
     c.eq("%s: row" % tag, got, [[
-        "failed", rb, "lease: run id '4201' at DEST has unshard outputs "
+        "error", rb, "lease: run id '4201' at DEST has unshard outputs "
         "made from %s (%s); this is another run with the same id: left "
         "untouched" % (ra, d.at(".ckpt-process/4201.json"))]])
     c.eq("%s: source untouched (step1000 kept)" % tag, digests(rb), before)
@@ -273,7 +273,7 @@ def class10(c, env, tmp, g, d):
         d.set_state("1001", st, tmp)
         got = both(c, "%s %s" % (tag, edit), env,
                    args + [src, "--dest", d.loc], 1)
-        c.eq("%s %s: row" % (tag, edit), got, [["failed", src, why]])
+        c.eq("%s %s: row" % (tag, edit), got, [["error", src, why]])
         c.eq("%s %s: source kept" % (tag, edit), digests(src), before)
         c.eq("%s %s: run 1005 at DEST unchanged" % (tag, edit),
              d.tree("1005"), dest_1005)
@@ -294,7 +294,7 @@ def class10(c, env, tmp, g, d):
     d.set_state("1001", good, tmp)
     got = both(c, tag + " restored", env, args + [src, "--dest", d.loc], 0)
     c.eq("%s restored: processed" % tag, [r[:2] for r in got],
-         [["processed", src]])
+         [["process", src]])
     c.eq("%s restored: source gone" % tag, os.path.exists(src), False)
 
 
@@ -327,7 +327,7 @@ def class11(c, env, tmp, g, d):
     how = ("with different bytes" if not d.s3 else
            "with %d bytes, the source has %d" % (len(data), len(data) + 11))
     c.eq("%s second: conflict naming config.yaml" % tag, got,
-         [["failed", second, "upload: %s: conflict: %s already exists at "
+         [["error", second, "upload: %s: conflict: %s already exists at "
            "DEST %s; not replaced (DEST keeps its copy: it may be the only "
            "one)"
            % (cfg, d.at("ent/proj/abc/config.yaml"), how)]])
@@ -344,7 +344,7 @@ def class11(c, env, tmp, g, d):
         f.write("1104\tent/proj/abc\tslurm\n")
     got = both(c, tag + " archive", env, args + [arch, "--dest", d.loc], 1)
     c.eq("%s archive: conflict naming config.yaml" % tag, got,
-         [["failed", arch, "upload: %s/1104/config.yaml: conflict: %s "
+         [["error", arch, "upload: %s/1104/config.yaml: conflict: %s "
            "already exists at DEST %s; not replaced (DEST keeps its copy: it "
            "may be the only one)" % (arch, d.at("ent/proj/abc/config.yaml"),
                                      how)]])
@@ -356,7 +356,7 @@ def class11(c, env, tmp, g, d):
                0)
     at = d.tree("ent/proj/abc")
     c.eq("%s requeue: row" % tag, got, [[
-        "processed", requeue, d.at("ent/proj/abc"), str(len(at)),
+        "process", requeue, d.at("ent/proj/abc"), str(len(at)),
         str(sum(len(v) for v in at.values())), "0",
         got[0][6] if got and len(got[0]) > 6 else "?"]])
     want = dict(at_first)
@@ -387,7 +387,7 @@ def class14(c, env, tmp, g, d):
     n, size = str(len(at)), str(sum(len(v) for v in at.values()))
     got = both(c, tag + " rerun", env, args, 0)
     c.eq("%s rerun: row counts DEST" % tag, [r[:6] for r in got],
-         [["processed", src, d.at("1401"), n, size, "0"]])
+         [["process", src, d.at("1401"), n, size, "0"]])
     st = d.state("1401")
     c.eq("%s rerun: state counts DEST" % tag,
          (st["phase"], str(st["files"]), str(st["bytes"])),

@@ -63,7 +63,7 @@ def main():
         c.eq("the plan is the run", plan(dry), plan(real))
         got = [r for r in plan(real) if r[1].endswith("/2871001")]
         c.eq("the unsharded run: 25 files (2 logs), the step dropped", got,
-             [("processed", os.path.join(runs, "2871001"),
+             [("process", os.path.join(runs, "2871001"),
                os.path.join(dest, "2871001"), "25", got[0][4] if got else
                "", "1")])
         c.eq("dropped step not at DEST", os.path.exists(os.path.join(

@@ -72,10 +72,9 @@ def drops_local(c, env, tmp):
                       "--dest", dest)
     c.eq("drop: exit", rc, 0)
     c.eq("drop: rows", rows(out), [
-        ["processed", src, dest + "/2871001", str(len(want)),
+        ["process", src, dest + "/2871001", str(len(want)),
          str(size(want)), "0", str(size(full))],
-        ["total", "processed=1", "done=0", "deleted=0", "skipped=0",
-         "failed=0", "files=%d" % len(want), "bytes=%d" % size(want),
+        ["total", "process=1", "delete=0", "skip=0", "error=0", "files=%d" % len(want), "bytes=%d" % size(want),
          "steps=0", "freed=%d" % size(full)]])
     c.eq("drop: DEST", local_tree(os.path.join(dest, "2871001")), want)
     c.eq("drop: source gone", os.path.exists(src), False)
@@ -93,7 +92,7 @@ def drops_local(c, env, tmp):
         ["step1000-unsharded/" + n
          for n in ("config.yaml", "model.pt", "optim.pt", "train.pt")]))
     c.eq("drop unsharded now: row", rows(out)[0], [
-        "processed", src2, dest + "/2871201", str(len(got)),
+        "process", src2, dest + "/2871201", str(len(got)),
         str(size(got)), "1", str(size(src2_all))])
     c.eq("drop unsharded now: source gone", os.path.exists(src2), False)
 
@@ -122,9 +121,9 @@ def filters_s3(c, env, tmp):
            size(full) - size({k: v for k, v in full.items()
                               if k.startswith("step0/") or
                               k.endswith(".npy")}))])
-    run = [e for e in ev if e.get("phase") == "run"][0]
-    c.eq("s3 exclude: run row", (run["status"], run["files"], run["bytes"]),
-         ("processed", len(want), size(want)))
+    run = [e for e in ev if e.get("type") == "run"][0]
+    c.eq("s3 exclude: run row", (run["action"], run["files"], run["bytes"]),
+         ("process", len(want), size(want)))
     c.eq("s3 exclude: DEST", s3_tree(env, "filt/2871001"), want)
     c.eq("s3 exclude: source keeps exactly the excluded files",
          source_left(src),
@@ -139,7 +138,7 @@ def filters_s3(c, env, tmp):
     rc, out, _ = ckpt(env, "process", "--no-wandb", "--unshard", "none",
                       src, "--dest", dest)
     c.eq("s3 rerun without rules: row", (rc, rows(out)[0]), (0, [
-        "processed", src, dest + "/2871001", str(len(at_dest)),
+        "process", src, dest + "/2871001", str(len(at_dest)),
         str(size(at_dest)), "0", str(size(left))]))
     c.eq("s3 rerun without rules: DEST", s3_tree(env, "filt/2871001"),
          without(full, "step2000/"))
@@ -153,7 +152,7 @@ def filters_s3(c, env, tmp):
                       "--include", "step1000-unsharded/", "--include",
                       "/config.yaml", arch, "--dest", dest)
     c.eq("s3 include archive: rows", (rc, rows(out)[0]), (0, [
-        "processed", arch, dest + "/2871101", str(len(awant)),
+        "process", arch, dest + "/2871101", str(len(awant)),
         str(size(awant)), "0", "0"]))
     c.eq("s3 include archive: DEST", s3_tree(env, "filt/2871101"), awant)
     c.eq("s3 include archive: archive kept", os.path.isfile(arch), True)

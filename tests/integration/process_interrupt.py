@@ -57,7 +57,7 @@ def process_sigterm(c, s3, tmp):
     c.eq("process SIGTERM: last word", err.splitlines()[-1].split(" ", 1)[1],
          "ckpt: interrupted: rerun to resume (SIGTERM)")
     rows = pw.rows_of(out)
-    failed = [r for r in rows if r[0] == "failed"]
+    failed = [r for r in rows if r[0] == "error"]
     c.true("process SIGTERM: runs in flight failed", failed)
     c.eq("process SIGTERM: each failed 'PHASE: interrupted'",
          [r[2].split(": ", 1)[1] for r in failed], ["interrupted"] *

@@ -60,7 +60,7 @@ def main():
                             dest)
         row = out.splitlines()[0].split("\t") if out else []
         c.eq("exit 1 (%s)" % err.strip()[-400:], rc, 1)
-        c.eq("row: failed", row[:2], ["failed", src])
+        c.eq("row: error", row[:2], ["error", src])
         c.true("row: the delete stopped on the lost lease (%s)" % row,
                len(row) > 2 and row[2].startswith("delete: ") and
                "the lease on this run was lost" in row[2])

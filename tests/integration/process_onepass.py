@@ -27,7 +27,7 @@ Then, .tar.zst:
     spool is left in --tmp-dir; the rerun (its lease lapsed) removes it
     (`removed stale temporary ... (pid N, dead)`), reads the archive once
     and converges to the reference;
-  * over budget (--spool-limit 100K): a `spool skipped: not spooled
+  * over budget (--spool-limit 100K): a `spool skip: not spooled
     (its members pass --spool-limit 100.0 KiB): ...` log line, the
     multi-pass path, the same row, state and DEST;
   * truncated (cut in the middle): not spooled, the run fails in judge
@@ -90,7 +90,7 @@ def main():
                    ref[3] >= 4 * size)
             c.eq("%s: rows as without the spool" % ext, got[1], ref[1])
             c.eq("%s: processed" % ext, got[1][0].split("\t")[:2],
-                 ["processed", "2871001" + ext])
+                 ["process", "2871001" + ext])
             g = dest(os.path.join(tmp, "one" + ext))
             c.eq("%s: DEST and state as without the spool" % ext, g,
                  dest(os.path.join(tmp, "ref" + ext)))
@@ -148,7 +148,7 @@ def main():
         c.eq("over budget: exit 0, read again per phase, no spool left",
              (got[0], got[3] >= 4 * size, got[5]), (0, True, []))
         c.true("over budget: the log says why",
-               "2871001.tar.zst: spool skipped: not spooled (its members "
+               "2871001.tar.zst: spool skip: not spooled (its members "
                "pass --spool-limit 100.0 KiB): each phase reads the "
                "archive again" in got[2])
         c.eq("over budget: rows, DEST and state as without the spool",
@@ -169,7 +169,7 @@ def main():
               [k for k in contents(os.path.join(top, "dest"))
                if not k.startswith(".ckpt-process/")]
               if os.path.isdir(os.path.join(top, "dest")) else []),
-             (1, ["failed", "2871001.tar.zst"], True, [], []))
+             (1, ["error", "2871001.tar.zst"], True, [], []))
         c.true("truncated: the row says judge (%s)" % got[1][0],
                got[1][0].split("\t")[2].startswith("judge: "))
     finally:

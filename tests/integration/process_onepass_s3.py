@@ -46,7 +46,7 @@ def rows(out):
     res = []
     for line in out.splitlines():
         f = line.split("\t")
-        if f[0] == "processed":
+        if f[0] == "process":
             f[2] = "DEST"
             f[7] = "S"
         if f[0] == "total":

@@ -45,13 +45,13 @@ def main():
                                 runs, "--dest", out_in_r2, timeout=300)
             row = [r for r in out if r[1] == r2]
             c.eq("pass %d: a run holding DEST has its failed row" % n,
-                 (rc, row), (1, [["failed", r2, "judge: DEST '%s' is inside "
+                 (rc, row), (1, [["error", r2, "judge: DEST '%s' is inside "
                                   "the run, which would be deleted with what "
                                   "is written there; nothing done"
                                   % out_in_r2]]))
             c.eq("pass %d: the others are processed" % n,
-                 sorted(r[0] for r in out if r[0] in ("processed", "done")),
-                 ["processed"] if n == 1 else [])
+                 sorted(r[0] for r in out if r[0] in ("process", "done")),
+                 ["process"] if n == 1 else [])
         c.eq("the run holding DEST is still whole", os.path.isfile(
             os.path.join(r2, "step3000-unsharded", "model.pt")), True)
 
@@ -60,7 +60,7 @@ def main():
         rc, out, err = ckpt("process", "--no-wandb", "--min-age", "0",
                             r1 + "/.", "--dest", dest, timeout=300)
         c.eq("runs/r1/. is runs/r1", (rc, out[0][:3]),
-             (0, ["processed", r1, os.path.join(dest, "2871001")]))
+             (0, ["process", r1, os.path.join(dest, "2871001")]))
         shutil.rmtree(dest)
     return c.finish()
 

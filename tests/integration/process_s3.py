@@ -56,7 +56,7 @@ def rows(out):
     res = []
     for line in out.splitlines():
         f = line.split("\t")
-        if f[0] == "processed":
+        if f[0] == "process":
             f = f[:-1]
         if f[0] == "total":
             f = [x for x in f if not x.startswith("seconds=")]
@@ -113,28 +113,27 @@ def local_dest(c, env, tmp):
         p = os.path.join(runs, name)
         if name in good:
             rid = good[name]
-            exp.append(["processed", p, os.path.join(dest, rid),
+            exp.append(["process", p, os.path.join(dest, rid),
                         str(len(want[rid])), str(size[name]), "0"])
         elif name == "notes":
-            exp.append(["skipped", p, NOT_RUN])
+            exp.append(["skip", p, NOT_RUN])
         else:
-            exp.append(["deleted", p, BAD[ARCH.get(name, name)]])
-    got_cmp = in_order([g[:6] if g[0] == "processed" else g
+            exp.append(["delete", p, BAD[ARCH.get(name, name)]])
+    got_cmp = in_order([g[:6] if g[0] == "process" else g
                         for g in got[:-1]], [e[1] for e in exp])
     c.eq("local: rows", got_cmp, exp)
     c.eq("local: freed of the directory runs", sorted(
          (os.path.basename(g[1]), g[6]) for g in got
-         if g[0] == "processed" and not g[1].endswith((".tar", ".zip"))),
+         if g[0] == "process" and not g[1].endswith((".tar", ".zip"))),
          [("2871001", "468352"), ("2871005", "27908")])
     c.eq("local: total", got[-1],
-         ["total", "processed=4", "done=0", "deleted=8", "skipped=1",
-          "failed=0", "files=%d" % sum(len(w) for w in want.values()),
+         ["total", "process=4", "delete=8", "skip=1", "error=0", "files=%d" % sum(len(w) for w in want.values()),
           "bytes=%d" % sum(size.values()), "steps=0",
           "freed=%s" % got[-1][9].split("=")[1]])
     c.eq("local: notes reported once, by its row",
          ([g[0] for g in got if g[1] == runs + "/notes"],
           [line for line in err.splitlines() if "warning" in line]),
-         (["skipped"], []))
+         (["skip"], []))
     for rid, w in want.items():
         c.eq("local: %s at DEST byte for byte" % rid,
              local_tree(os.path.join(dest, rid)), w)
@@ -152,18 +151,18 @@ def local_dest(c, env, tmp):
     rc, out, _ = ckpt(env, "process", "--no-wandb", *again, "--dest", dest)
     c.eq("local rerun: exit 0", rc, 0)
     c.eq("local rerun: rows", in_order(rows(out)[:-1], again), [
-        ["done", os.path.join(runs, "2871001"), os.path.join(dest, "2871001"),
-         "already processed"],
-        ["done", os.path.join(runs, "2871002"), "-",
+        ["skip", os.path.join(runs, "2871001"),
+         "already processed: " + os.path.join(dest, "2871001")],
+        ["skip", os.path.join(runs, "2871002"),
          "deleted earlier: " + BAD["2871002"]],
-        ["done", os.path.join(runs, "2871105.zip"),
-         os.path.join(dest, "2871105"), "already processed"]])
+        ["skip", os.path.join(runs, "2871105.zip"),
+         "already processed: " + os.path.join(dest, "2871105")]])
     # A run never seen that does not exist is a failure.
     rc, out, _ = ckpt(env, "process", "--no-wandb",
                       os.path.join(runs, "9999999"), "--dest", dest)
     c.eq("missing run: exit 1", rc, 1)
     c.eq("missing run: row", rows(out)[0],
-         ["failed", os.path.join(runs, "9999999"), "judge: stat '%s': No "
+         ["error", os.path.join(runs, "9999999"), "judge: stat '%s': No "
           "such file or directory" % os.path.join(runs, "9999999")])
     # An empty queue: exit 0, the total only.
     os.makedirs(os.path.join(tmp, "empty"))
@@ -184,7 +183,7 @@ def live_and_keep(c, env, tmp):
     rc, out, _ = ckpt(env, "process", "--no-wandb", r1, "--dest", dest)
     c.eq("live: exit 0", rc, 0)
     c.eq("live: row", rows(out)[0][:2] + [rows(out)[0][2][:25]],
-         ["skipped", r1, "live: newest file written"])
+         ["skip", r1, "live: newest file written"])
     c.true("live: untouched, nothing at DEST", os.path.isdir(r1) and
            not os.path.exists(os.path.join(dest, "2871001")))
     # A bad run's delete that a killed worker left renamed aside (a dead
@@ -204,19 +203,19 @@ def live_and_keep(c, env, tmp):
     rc, out, _ = ckpt(env, "process", "--no-wandb", runs, "--dest", dest)
     c.eq("interrupted delete: finished (the rest is live), exit 0",
          (rc, [r for r in rows(out) if "2871003" in r[1]]),
-         (0, [["deleted", r3, "finished an interrupted delete (%s)" % aside]]))
+         (0, [["delete", r3, "finished an interrupted delete (%s)" % aside]]))
     c.true("interrupted delete: gone",
            not os.path.exists(os.path.join(runs, aside)))
     rc, out, _ = ckpt(env, "process", "--no-wandb", "--min-age", "0",
                       "--keep-bad", r2, "--dest", dest)
     c.eq("keep-bad: exit 0 and row", (rc, rows(out)[0]),
-         (0, ["skipped", r2, "bad: %s (--keep-bad)" % BAD["2871002"]]))
+         (0, ["skip", r2, "bad: %s (--keep-bad)" % BAD["2871002"]]))
     c.true("keep-bad: kept", os.path.isdir(os.path.join(r2, "step0")))
     want = snapshot(r1)
     rc, out, _ = ckpt(env, "process", "--no-wandb", "--min-age", "0",
                       "--keep-source", r1, "--dest", dest)
     c.eq("keep-source: exit 0, processed, nothing freed",
-         (rc, rows(out)[0][0], rows(out)[0][6]), (0, "processed", "0"))
+         (rc, rows(out)[0][0], rows(out)[0][6]), (0, "process", "0"))
     c.eq("keep-source: source intact", snapshot(r1), want)
     c.true("keep-source: latest link intact",
            os.path.islink(os.path.join(r1, "latest")))
@@ -224,11 +223,13 @@ def live_and_keep(c, env, tmp):
          want)
     rc, out, _ = ckpt(env, "process", "--no-wandb", "--min-age", "0",
                       "--keep-source", r1, "--dest", dest)
-    c.eq("keep-source rerun: done", (rc, rows(out)[0][0]), (0, "done"))
+    c.eq("keep-source rerun: done", (rc, rows(out)[0][:1],
+                                     rows(out)[0][2][:18]),
+         (0, ["skip"], "already processed:"))
     rc, out, _ = ckpt(env, "process", "--no-wandb", "--min-age", "0", r1,
                       "--dest", dest)
     c.eq("then without it: processed, source freed",
-         (rc, rows(out)[0][0], rows(out)[0][6]), (0, "processed", "468352"))
+         (rc, rows(out)[0][0], rows(out)[0][6]), (0, "process", "468352"))
     c.true("then without it: source and latest link gone",
            not os.path.lexists(r1))
 
@@ -255,20 +256,19 @@ def many_runs(c, env, tmp):
          sorted(os.path.basename(g[1]) for g in got[:-1]), queued)
     c.eq("runs 4: actions", sorted((os.path.basename(g[1]), g[0])
                                    for g in got[:-1]),
-         sorted([(n, "processed") for n in good] +
-                [(n, "skipped") for n in ["notes"]] +
-                [(n, "deleted") for n in queued
+         sorted([(n, "process") for n in good] +
+                [(n, "skip") for n in ["notes"]] +
+                [(n, "delete") for n in queued
                  if n not in good and n != "notes"]))
     files = sum(len(w) for w in want.values())
     size = sum(len(v) for w in want.values() for v in w.values())
-    proc = [g for g in got if g[0] == "processed"]
+    proc = [g for g in got if g[0] == "process"]
     c.eq("runs 4: rows add up", (sum(int(g[3]) for g in proc),
                                  sum(int(g[4]) for g in proc)),
          (files, size))
     freed = sum(int(g[6]) for g in proc)
     c.eq("runs 4: total", got[-1],
-         ["total", "processed=4", "done=0", "deleted=8", "skipped=1",
-          "failed=0", "files=%d" % files, "bytes=%d" % size, "steps=0",
+         ["total", "process=4", "delete=8", "skip=1", "error=0", "files=%d" % files, "bytes=%d" % size, "steps=0",
           "freed=%s" % got[-1][9].split("=")[1]])
     c.true("runs 4: freed total >= the processed rows' freed",
            int(got[-1][9].split("=")[1]) >= freed > 0)
@@ -323,13 +323,13 @@ def s3_dest(c, s3, env, tmp):
     got = in_order(got[:-1], srcs) + got[-1:]
     c.eq("s3: exit 1 (one unmapped)", rc, 1)
     c.eq("s3: rows", [g[:3] for g in got[:-1]], [
-        ["processed", srcs[0], dest + "/ai2/olmo-tiny/a1b2c3d4"],
-        ["failed", srcs[1], "map: no W&B run path for run '2871005' "
+        ["process", srcs[0], dest + "/ai2/olmo-tiny/a1b2c3d4"],
+        ["error", srcs[1], "map: no W&B run path for run '2871005' "
          "(no W&B run fits)"],
-        ["processed", srcs[2], dest + "/ai2/olmo-tiny/a1b2c3d4-tar"],
-        ["skipped", srcs[3], got[3][2] if got[3][2].startswith(
+        ["process", srcs[2], dest + "/ai2/olmo-tiny/a1b2c3d4-tar"],
+        ["skip", srcs[3], got[3][2] if got[3][2].startswith(
             "leased by other-node:") else "leased by other-node:..."],
-        ["deleted", srcs[4], BAD["2871002"]]])
+        ["delete", srcs[4], BAD["2871002"]]])
     c.true("s3: leased row names the expiry", " until 20" in got[3][2])
     c.eq("s3: 2871001 at DEST", s3_tree(env, "arch/ai2/olmo-tiny/a1b2c3d4"),
          want1)
@@ -353,7 +353,7 @@ def s3_dest(c, s3, env, tmp):
     rc, out, _ = ckpt(env, "process", "--wandb-map", mp, "--keep-source",
                       r5, "--dest", dest)
     c.eq("s3 keep-source: processed", (rc, rows(out)[0][0]),
-         (0, "processed"))
+         (0, "process"))
     state = {"run": "2871005", "phase": "uploaded",
              "dest": "ai2/olmo-tiny/e7f8a9b0", "files": 8, "bytes": 0}
     p = os.path.join(tmp, "state.json")
@@ -365,7 +365,7 @@ def s3_dest(c, s3, env, tmp):
                         dest)
     c.eq("s3 crash rerun: processed, not deleted as bad",
          (rc, rows(out)[0][:3]),
-         (0, ["processed", r5, dest + "/ai2/olmo-tiny/e7f8a9b0"]))
+         (0, ["process", r5, dest + "/ai2/olmo-tiny/e7f8a9b0"]))
     c.true("s3 crash rerun: not judged again", "judge" not in err)
     c.true("s3 crash rerun: source gone", not os.path.exists(r5))
     c.true("s3 crash rerun: checkpoint still at DEST",
@@ -382,16 +382,18 @@ def json_events(c, env, tmp):
                       dest)
     ev = [json.loads(line) for line in out.splitlines()]
     c.eq("json: exit 0", rc, 0)
-    c.eq("json: phases", [(e["phase"], e["status"]) for e in ev[:-1]], [
+    c.eq("json: phases", [(e.get("phase", e["type"]),
+                           e.get("status", e.get("action")))
+                          for e in ev[:-1]], [
         ("lease", "ok"), ("judge", "ok"), ("unshard", "ok"),
         ("upload", "ok"), ("verify", "ok"), ("delete", "ok"),
-        ("run", "processed")])
+        ("run", "process")])
     c.eq("json: the run", {k: ev[-2][k] for k in ("run", "id", "dest",
                                                   "files", "freed")},
          {"run": r1, "id": "2871005", "dest": os.path.join(dest, "2871005"),
           "files": 7, "freed": 27908})
-    c.eq("json: total", (ev[-1]["phase"], ev[-1]["processed"],
-                         ev[-1]["failed"]), ("total", 1, 0))
+    c.eq("json: total", (ev[-1]["type"], ev[-1]["process"],
+                         ev[-1]["error"]), ("total", 1, 0))
     # --keep-archive: the archive as it is, beside the run's directory.
     a = os.path.join(runs, "2871101.tar")
     with open(a, "rb") as f:
@@ -400,7 +402,7 @@ def json_events(c, env, tmp):
                       "--dest", dest)
     c.eq("keep-archive: exit 0, one file, freed the archive",
          (rc, rows(out)[0][:5], rows(out)[0][6]),
-         (0, ["processed", a, os.path.join(dest, "2871101"), "1",
+         (0, ["process", a, os.path.join(dest, "2871101"), "1",
               str(len(data))], str(len(data))))
     with open(os.path.join(dest, "2871101.tar"), "rb") as f:
         c.eq("keep-archive: stored as it was", f.read() == data, True)

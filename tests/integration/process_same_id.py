@@ -67,8 +67,8 @@ def main():
                             os.path.dirname(b), *args)
         c.eq("same queue: exit" + ": " + err, rc, 1)
         c.eq("same queue: rows" + ": " + err, sorted(rows(out)),
-             sorted([["processed", a, os.path.join(dest, "1234")],
-                     ["failed", b, why]]))
+             sorted([["process", a, os.path.join(dest, "1234")],
+                     ["error", b, why]]))
         c.eq("same queue: a at DEST exactly", tree(os.path.join(dest,
                                                                 "1234")),
              want_a)
@@ -84,7 +84,7 @@ def main():
         state = os.path.join(dest, ".ckpt-process", "1234.json")
         c.eq("later: exit", rc, 1)
         c.eq("later: row" + ": " + err, rows(out),
-             [["failed", b, "lease: run id '1234' at DEST was processed "
+             [["error", b, "lease: run id '1234' at DEST was processed "
                "from %s (%s); this is another run with the same id: left "
                "untouched" % (a, state)]])
         c.eq("later: a at DEST unchanged", tree(os.path.join(dest, "1234")),
@@ -99,7 +99,7 @@ def main():
         age_tree(a)
         rc, out, err = ckpt("process", os.path.dirname(a), *args)
         c.eq("own state: exit", rc, 0)
-        c.eq("own state: row", [r[0] for r in rows(out)], ["processed"])
+        c.eq("own state: row", [r[0] for r in rows(out)], ["process"])
         c.eq("own state: DEST unchanged", tree(os.path.join(dest, "1234")),
              want_a)
     finally:

@@ -142,7 +142,7 @@ def array(c, s3, sl, tmp, env, sbatch, spec, tasks, prefix, queued):
          sorted(os.path.basename(r[1]) for r in rows),
          sorted(pw.GOOD + pw.BADR + ["notes"]))
     c.eq("%s: nothing skipped but the non-run" % what,
-         [r for r in rows if r[0] == "skipped"
+         [r for r in rows if r[0] == "skip"
           and os.path.basename(r[1]) != "notes"], [])
     cl = claims(s3.env(), prefix)
     c.eq("%s: one claim per run, of this array, done" % what,
@@ -156,9 +156,8 @@ def array(c, s3, sl, tmp, env, sbatch, spec, tasks, prefix, queued):
                            shell=True, cwd=submit, capture_output=True,
                            text=True, timeout=60)
     c.eq("%s: the grand total" % what,
-         grand.stdout.split("\t")[:6],
-         ["total", "processed=6", "done=0", "deleted=3", "skipped=1",
-          "failed=0"])
+         grand.stdout.split("\t")[:5],
+         ["total", "process=6", "delete=3", "skip=1", "error=0"])
     pw.check_final(c, what, s3.env(), runs, prefix, snaps, tmp)
 
 

@@ -95,7 +95,7 @@ def run(c, s3, sl, tmp, env, sbatch):
         c.eq("%s: last line" % name,
              lines[-1].split(" ", 1)[1] if lines else "", LAST)
         first += [ln.split("\t") for ln in lines if ROW.match(ln)]
-    failed = [x for x in first if x[0] == "failed"]
+    failed = [x for x in first if x[0] == "error"]
     c.true("runs in flight failed 'interrupted' (%s)" % failed, failed and
            all(x[2].endswith(": interrupted") for x in failed))
     _, ls, _ = tool(s3.env(), "ls", "s3://%s/t/.ckpt-process" % pw.B)
@@ -132,7 +132,7 @@ def run(c, s3, sl, tmp, env, sbatch):
               for ln in lines if ROW.match(ln)]
     c.eq("resubmitted: nothing leased",
          [x for x in second if "leased by" in "\t".join(x)], [])
-    rows = [x for x in first if x[0] != "failed"] + second
+    rows = [x for x in first if x[0] != "error"] + second
     pw.once_each(c, "both arrays", rows)
     pw.check_final(c, "resubmitted", s3.env(), runs, "t", snaps, tmp)
 

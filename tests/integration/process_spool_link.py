@@ -194,7 +194,7 @@ def main():
         c.eq("changed as linked: exit 1, failed, archive kept",
              (got[0], row[:2],
               os.path.exists(os.path.join(top, "2871001.tar.zst"))),
-             (1, ["failed", "2871001.tar.zst"], True))
+             (1, ["error", "2871001.tar.zst"], True))
         c.true("changed as linked: the row names the change (%s)" % row,
                len(row) > 2 and row[2].startswith("upload: ") and
                "changed while it was linked (modification time differs)"

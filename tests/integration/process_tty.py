@@ -75,7 +75,7 @@ def masked(lines):
     out = []
     for line in lines:
         f = line.split("\t")
-        if f[0] == "processed":
+        if f[0] == "process":
             f[7] = "S"
         elif f[0] == "total":
             f[10] = "seconds=S"

@@ -212,7 +212,7 @@ def tampered(c, env, tmp):
                        dest)
     c.eq("tampered: exit", rc, 1)
     c.true("tampered: verify failed (%s)" % out.strip(),
-           out.startswith("failed\t") and "verify: " in out and
+           out.startswith("error\t") and "verify: " in out and
            "checksum" in out)
     c.eq("tampered: source untouched", digests(src), before)
 

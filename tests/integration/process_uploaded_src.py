@@ -103,7 +103,7 @@ def main():
 
         rc, rows, err = process(b, dest)
         c.eq("B, the same id from elsewhere: refused, exit 1",
-             (rc, [r[:2] for r in rows]), (1, [["failed", b]]))
+             (rc, [r[:2] for r in rows]), (1, [["error", b]]))
         c.true("B's reason names A (%s)" % rows,
                rows and rows[0][2].startswith(
                    "lease: run id '123' at DEST was processed from %s" % a))
@@ -114,7 +114,7 @@ def main():
 
         rc, rows, err = process(a, dest)
         c.eq("A's rerun: processed, exit 0 (%s)" % err.strip()[-300:],
-             (rc, [r[:2] for r in rows]), (0, [["processed", a]]))
+             (rc, [r[:2] for r in rows]), (0, [["process", a]]))
         c.eq("A gone at the source", os.path.exists(a), False)
         c.eq("DEST holds A, byte for byte",
              sums(os.path.join(dest, "123")), a_files)

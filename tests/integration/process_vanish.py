@@ -54,14 +54,14 @@ def main():
         shutil.copytree(run, twin, symlinks=True)
         # The other worker: deletes the bad run and records it at DEST.
         rc, out, err = process(env, run, dest)
-        c.eq("other worker: deleted", (rc, out[0][:2]), (0, ["deleted", run]))
+        c.eq("other worker: deleted", (rc, out[0][:2]), (0, ["delete", run]))
         # This worker was handed the run before that delete: the run is
         # there when it looks (stat) and gone when it lists it.
         os.rename(twin, run)
         rc, out, err = process(env, run, dest, vanish=True)
         c.eq("vanished between stat and listing: done, exit 0 (%s)"
              % err.strip()[-300:], (rc, out[0]),
-             (0, ["done", run, "-", "deleted earlier: %s" % BAD["2871002"]]))
+             (0, ["skip", run, "deleted earlier: %s" % BAD["2871002"]]))
         c.true("the shim did make it vanish",
                os.path.isdir(run + ".vanished") and not os.path.exists(run))
         # A run nobody processed that vanishes the same way: missing.
@@ -69,7 +69,7 @@ def main():
         rc, out, err = process(env, run, dest, vanish=True)
         c.eq("unprocessed run vanished: exit 1, failed judge",
              (rc, out[0][:2], out[0][2].startswith("judge: ")),
-             (1, ["failed", run], True))
+             (1, ["error", run], True))
     return c.finish()
 
 

@@ -74,16 +74,15 @@ def main():
             p1 = os.path.join(dest, "ai2-llm/olmo-small/ab12cd34")
             p2 = os.path.join(dest, "ai2-llm/olmo-small/sl000001")
             check("rows", [r[:3] for r in rows[:-1]], [
-                ["processed", arc, p2],
-                ["deleted", os.path.join(runs, "bad1"), "no checkpoint"],
-                ["failed", os.path.join(runs, "dup"), rows[2][2]],
-                ["processed", os.path.join(runs, "local1"), p1]])
+                ["process", arc, p2],
+                ["delete", os.path.join(runs, "bad1"), "no checkpoint"],
+                ["error", os.path.join(runs, "dup"), rows[2][2]],
+                ["process", os.path.join(runs, "local1"), p1]])
             check("ambiguous: the map phase says so",
                   rows[2][2].startswith("map: no W&B run path for run "
                                         "'dup' ("), True)
-            check("total", rows[-1][1:6], ["processed=2", "done=0",
-                                           "deleted=1", "skipped=0",
-                                           "failed=1"])
+            check("total", rows[-1][1:5], ["process=2", "delete=1",
+                                           "skip=0", "error=1"])
             check("W&B asked", fake.stats()["ops"].get("Runs", 0) >= 1,
                   True)
             check("local1 at DEST", files(p1),

@@ -39,7 +39,8 @@ check "dry-run changes nothing" "$before" "$(tree .)"
 
 # --- JSON
 out=$("$CKPT" clean --min-age 0 -n --json 2871003)
-check "json" '{"run":"2871003","action":"would-delete","reason":"'"$R3"'","checkpoints":[{"name":"step0","step":0,"format":"dcp","complete":true,"verdict":"complete"},{"name":"step500","step":500,"format":"dcp","complete":false,"verdict":"incomplete","reason":"model_and_optim/.metadata missing"}],"bytes":'"$(find 2871003 ! -type d -printf '%s\n' | awk '{s+=$1} END {print s}')"'}' "$out"
+b3=$(find 2871003 ! -type d -printf '%s\n' | awk '{s+=$1} END {print s}')
+check "json" '{"type":"run","schema":1,"action":"would-delete","run":"2871003","reason":"'"$R3"'","bytes":'"$b3"',"freed":'"$b3"',"checkpoints":[{"name":"step0","step":0,"format":"dcp","complete":true,"verdict":"complete"},{"name":"step500","step":500,"format":"dcp","complete":false,"verdict":"incomplete","reason":"model_and_optim/.metadata missing"}]}' "$out"
 
 # --- a skip is reported once: its row on stdout, nothing on stderr
 out=$("$CKPT" clean --min-age 0 -n notes 2>"$T/skip.err")

@@ -81,7 +81,7 @@ def one_format(tmp, name, src, fmt):
             r = ckpt("unshard", "--no-progress", arc, out)
             ck = top or os.path.basename(arc)[:-len(kind)]
             check("%s: unshard exit 0, one row" % tag, r.returncode == 0 and
-                  r.stdout.startswith("unsharded\t%s\t%s: " % (ck, out)),
+                  r.stdout.startswith("unshard\t%s\t%s: " % (ck, out)),
                   r.stdout + r.stderr)
             check("%s: the directory's bytes" % tag, os.path.isdir(out) and
                   files_of(out) == want, str(sorted(files_of(out))

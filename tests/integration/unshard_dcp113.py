@@ -66,7 +66,7 @@ def dry_run_and_json(tmp):
     o = json.loads(p.stdout)
     check("dry-run: nothing written", not os.path.exists(out))
     check("dry-run: json", o["action"] == "would-unshard" and
-          o["tensors"] == 5 and o["files"][0]["name"] == "checkpoint.pt",
+          o["tensors"] == 5 and o["outputs"][0]["name"] == "checkpoint.pt",
           p.stdout)
     p = run(CKPT, "unshard", os.path.join(d, "ckpt"), os.path.join(d, "tsv"))
     f = p.stdout.rstrip("\n").split("\t")
@@ -94,7 +94,7 @@ def run_mode(tmp):
     # step20's complete copy exists already (the --latest run): deleted
     # too (issue 13), not unsharded again.
     check("run: step20 (already unsharded) deleted", p.stdout.splitlines()[1]
-          == "deleted\tstep20\talready unsharded: %s/step20-unsharded is "
+          == "delete\tstep20\talready unsharded: %s/step20-unsharded is "
           "complete; deleted %s/step20" % (dest, run_dir) and
           not os.path.exists(os.path.join(run_dir, "step20")), p.stdout)
     check("run: step10 unsharded and deleted",

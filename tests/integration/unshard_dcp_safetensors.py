@@ -98,9 +98,9 @@ def run_mode(tmp):
     p = ckpt("unshard", "--no-progress", run, dest)
     check("run: exit 0", p.returncode == 0, p.stderr)
     rows = [l.split("\t")[:2] for l in p.stdout.splitlines()]
-    check("run: rows", rows == [["unsharded", "step1"],
+    check("run: rows", rows == [["unshard", "step1"],
                                 ["skip", "step2"],
-                                ["unsharded", "step3"]], p.stdout)
+                                ["unshard", "step3"]], p.stdout)
     check("run: outputs", sorted(os.listdir(dest)) ==
           ["step1-unsharded", "step3-unsharded"], str(os.listdir(dest)))
     # Given directly, the consolidated form is read as whole tensors.

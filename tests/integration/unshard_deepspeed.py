@@ -136,7 +136,7 @@ def runs(c, tmp):
     rows = sorted(tuple(x.split("\t")[:2]) for x in so.splitlines())
     c.eq("run: exit (%s)" % se.strip(), rc, 0)
     c.eq("run: step 2 unsharded, step 4 skipped", rows,
-         [("skip", "global_step4"), ("unsharded", "global_step2")])
+         [("skip", "global_step4"), ("unshard", "global_step2")])
     c.true("run: skip says why", "incomplete: " in so and
            "zero_pp_rank_1_mp_rank_00_optim_states.pt" in so)
     got = os.path.join(local, "global_step2-unsharded", "checkpoint.pt")
@@ -178,7 +178,7 @@ def remote(c, tmp, run, want):
         c.eq("s3 run: exit (%s)" % se.strip(), rc, 0)
         c.eq("s3 run: rows", sorted(tuple(x.split("\t")[:2])
                                     for x in so.splitlines()),
-             [("skip", "global_step4"), ("unsharded", "global_step2")])
+             [("skip", "global_step4"), ("unshard", "global_step2")])
         dl = os.path.join(tmp, "s3-dl")
         sh("aws", "s3", "cp", "--quiet", "--recursive", "s3://ckpt-test/out",
            dl, env=env)
@@ -221,7 +221,7 @@ def process(c, tmp):
     f = p.stdout.split("\t")
     c.eq("process: exit (%s)" % p.stderr.strip(), p.returncode, 0)
     c.eq("process: processed, 1 step unsharded", (f[0], f[5]) if
-         len(f) > 5 else p.stdout, ("processed", "1"))
+         len(f) > 5 else p.stdout, ("process", "1"))
     got = os.path.join(dest, "ds-zero2_bf16", "global_step2-unsharded",
                        "checkpoint.pt")
     c.true("process: output at DEST", os.path.exists(got))

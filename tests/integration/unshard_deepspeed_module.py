@@ -133,7 +133,7 @@ def run_mode(c, tmp):
     rc, so, se = unshard("--weights", "module", run, out)
     c.eq("run: exit (%s)" % se.strip(), rc, 0)
     c.eq("run: rows", [tuple(x.split("\t")[:2]) for x in so.splitlines()],
-         [("unsharded", "global_step2")])
+         [("unshard", "global_step2")])
     got = os.path.join(out, "global_step2-unsharded", "checkpoint.pt")
     if os.path.exists(got):
         same_tensors(c, "run", torch.load(got, weights_only=True),

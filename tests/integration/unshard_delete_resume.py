@@ -123,7 +123,7 @@ def case_killed(tmp):
           sorted(left + ["config.yaml", "wandb"]), str(os.listdir(r)))
     rc, lines, err = unshard("--delete-sharded", r, dest)
     check("killed: the rerun finishes the delete and says so", rc == 0 and
-          lines == ["deleted\tstep10\tfinished an interrupted delete (%s)" %
+          lines == ["delete\tstep10\tfinished an interrupted delete (%s)" %
                     sib, "skip\t-\tno sharded checkpoint"],
           "%d %s %s" % (rc, lines, err))
     check("killed: the rerun converges", sorted(os.listdir(r)) ==
@@ -155,9 +155,9 @@ def case_before_delete(tmp):
     rc, lines, err = unshard("--delete-sharded", r, dest)
     check("before: complete copies at DEST: sharded steps deleted", rc == 1
           and lines == [
-              "deleted\tstep10\talready unsharded: %s is complete; deleted "
+              "delete\tstep10\talready unsharded: %s is complete; deleted "
               "%s/step10" % (d(10), r),
-              "deleted\tstep20\talready unsharded: %s is complete; deleted "
+              "delete\tstep20\talready unsharded: %s is complete; deleted "
               "%s/step20" % (d(20), r),
               "error\tstep30\t" + bad], "%d %s %s" % (rc, lines, err))
     check("before: step30 (incomplete copy) kept, no temporaries",
@@ -171,7 +171,7 @@ def case_before_delete(tmp):
     rc, _, err = unshard(r2, r2)
     rc, lines, err = unshard("--delete-sharded", r2, r2)
     check("in the run: the sharded step deleted", rc == 0 and lines == [
-        "deleted\tstep10\talready unsharded: step10-unsharded in the run is "
+        "delete\tstep10\talready unsharded: step10-unsharded in the run is "
         "complete; deleted %s/step10" % r2] and
           sorted(os.listdir(r2)) == ["config.yaml", "step10-unsharded",
                                      "wandb"],
@@ -234,9 +234,9 @@ def case_dry_run(tmp):
     rc, real, err = unshard("--delete-sharded", r, dest)
     check("-n: the real run's row, as a prediction", rc == 0 and
           len(dry) == len(real) == 1 and
-          real[0].startswith("unsharded\tstep10\t") and
+          real[0].startswith("unshard\tstep10\t") and
           real[0].endswith("; deleted %s/step10" % r) and
-          dry[0] == real[0].replace("unsharded\t", "would-unshard\t", 1)
+          dry[0] == real[0].replace("unshard\t", "would-unshard\t", 1)
           .replace("; deleted ", "; would delete "), "%s %s" % (dry, real))
 
 

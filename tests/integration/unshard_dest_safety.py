@@ -24,7 +24,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
-from harness import CKPT, check, compare, finish, generate, run  # noqa: E402
+from harness import (CKPT, check, compare, error_of, finish,  # noqa: E402
+                     generate, run)
 
 
 def unshard(*args, cwd=None):
@@ -97,9 +98,9 @@ def replace_whole(tmp):
     p = unshard(ck, dest)
     check("existing DEST, train.pt a directory: exit 1", p.returncode == 1,
           "%d %s" % (p.returncode, p.stderr))
-    check("existing DEST, train.pt a directory: message", strip_ts(p.stderr) ==
-          "ckpt: error: '%s/train.pt' is a directory: not replaced by an "
-          "output file\n" % dest, p.stderr)
+    check("existing DEST, train.pt a directory: message", error_of(p) ==
+          "'%s/train.pt' is a directory: not replaced by an "
+          "output file" % dest, error_of(p))
     check("existing DEST, train.pt a directory: old DEST intact",
           read_tree(dest) == before, str(sorted(read_tree(dest))))
     check("existing DEST, train.pt a directory: no litter",

@@ -32,7 +32,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from harness import (CKPT, SRC, check, finish, generate, run,  # noqa: E402
+from harness import (CKPT, SRC, check, error_of, finish, generate, run,  # noqa: E402
                      st_tensors, unshard)
 
 FIX = os.path.join(SRC, "tests", "fixtures", "olmo-hf")
@@ -80,11 +80,9 @@ def export(name, step, out, *opts):
 
 def refused(name, step, out, want):
     p = unshard("--format", "hf", step, out)
-    err = p.stderr.strip().splitlines()
     check(name + ": exit 1", p.returncode == 1, p.stdout + p.stderr)
-    check(name + ": one error line", len(err) == 1 and
-          err[0].endswith("ckpt: error: " + want),
-          "\n".join(err) + "\nwanted: " + want)
+    check(name + ": its error row", error_of(p).endswith(want),
+          error_of(p) + "\nwanted: " + want)
     check(name + ": nothing at DEST", not os.path.exists(out))
 
 
@@ -119,10 +117,10 @@ def main():
         p = unshard("--format", "hf", "--config-dir", cfg, core,
                     os.path.join(tmp, "core-bad"))
         check("OLMo-core names as an unmapped model_type: refused",
-              p.returncode == 1 and p.stderr.rstrip().endswith(
+              p.returncode == 1 and error_of(p).endswith(
                   "OLMo-core weights as HF model_type 'gpt2': no mapping "
                   "(olmo2, olmo3, llama, qwen2, qwen3 are mapped)") and
-              not os.path.exists(os.path.join(tmp, "core-bad")), p.stderr)
+              not os.path.exists(os.path.join(tmp, "core-bad")), error_of(p))
 
         step = os.path.join(tmp, "olmo1-untied-torch_new", "ckpt")
         out = os.path.join(tmp, "shard")
@@ -156,7 +154,7 @@ def main():
         p = unshard("--format", "hf", runs, dest)
         rows = [l.split("\t")[:2] for l in p.stdout.splitlines()]
         check("run: one row per step", p.returncode == 0 and
-              rows == [["unsharded", "step10"], ["unsharded", "step20"]],
+              rows == [["unshard", "step10"], ["unshard", "step20"]],
               p.stdout + p.stderr)
         for s in ("step10", "step20"):
             same_dir("run " + s, os.path.join(dest, s + "-hf"),

@@ -25,7 +25,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from harness import CKPT, check, finish, generate, run, unshard  # noqa: E402
+from harness import (CKPT, check, error_of, finish, generate, run,  # noqa: E402
+                     unshard)
 
 OPTS = ("--format", "hf", "--max-shard-size", "60000")
 
@@ -108,7 +109,7 @@ def main():
         want = ("'%s/model-00001-of-00005.safetensors' is missing: every "
                 "part's record is there, but not its shard" % dest)
         check("a shard gone: the last part fails naming it",
-              p.returncode == 1 and want in p.stderr and not os.path.exists(
+              p.returncode == 1 and want in error_of(p) and not os.path.exists(
                   os.path.join(dest, "model.safetensors.index.json")),
               p.stdout + p.stderr)
 

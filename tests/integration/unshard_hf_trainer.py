@@ -39,7 +39,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from harness import CKPT, SRC, check, finish, run, st_tensors, unshard  # noqa: E402
+from harness import (CKPT, SRC, check, error_of, finish, run,  # noqa: E402
+                     st_tensors, unshard)
 
 RW = os.path.join(SRC, "tests", "fixtures", "real-writers")
 
@@ -117,7 +118,7 @@ def main():
         p = unshard("--format", "hf", "--config-dir",
                     os.path.join(refs, "model_config"), acc, out)
         check("accelerate --format hf: a row for checkpoint-2",
-              p.returncode == 0 and rows(p) == [["unsharded", "checkpoint-2"]],
+              p.returncode == 0 and rows(p) == [["unshard", "checkpoint-2"]],
               p.stdout + p.stderr)
         same_file("accelerate --format hf: merge-weights' model.safetensors",
                   os.path.join(out, "checkpoint-2-hf", "model.safetensors"),
@@ -128,7 +129,7 @@ def main():
         out = os.path.join(tmp, "acc-pt")
         p = unshard(acc, out)
         check("accelerate run mode: unsharded (was unsupported)",
-              p.returncode == 0 and rows(p) == [["unsharded", "checkpoint-2"]],
+              p.returncode == 0 and rows(p) == [["unshard", "checkpoint-2"]],
               p.stdout + p.stderr)
         same_tensors("accelerate model.pt",
                      torch_tensors(os.path.join(out, "checkpoint-2-unsharded",
@@ -161,7 +162,7 @@ def main():
         out = os.path.join(tmp, "race-hf")
         p = unshard("--format", "hf", rr, out)
         check("ZeRO-3 placeholders --format hf: merged from global_step2",
-              p.returncode == 0 and rows(p) == [["unsharded", "checkpoint-2"]],
+              p.returncode == 0 and rows(p) == [["unshard", "checkpoint-2"]],
               p.stdout + p.stderr)
         same_file("ZeRO-3 --format hf: zero_to_fp32 --safe_serialization's "
                   "model.safetensors",
@@ -174,7 +175,7 @@ def main():
         out = os.path.join(tmp, "race-pt")
         p = unshard(rr, out)
         check("ZeRO-3 placeholders run mode: unsharded (was 'not sharded')",
-              p.returncode == 0 and rows(p) == [["unsharded", "checkpoint-2"]],
+              p.returncode == 0 and rows(p) == [["unshard", "checkpoint-2"]],
               p.stdout + p.stderr)
         same_tensors("ZeRO-3 checkpoint.pt",
                      torch_tensors(os.path.join(out, "checkpoint-2-unsharded",
@@ -228,10 +229,10 @@ def main():
         out = os.path.join(tmp, "megatron")
         p = unshard("--format", "hf", mg, out)
         check("Megatron torch_dist: refused, nothing written",
-              p.returncode == 1 and p.stderr.rstrip().endswith(
+              p.returncode == 1 and error_of(p).endswith(
                   "%s: Megatron torch_dist: no HF mapping of its layer names "
                   "(fused, per-group interleaved QKV) is implemented" % mg)
-              and not os.path.exists(out), p.stderr)
+              and not os.path.exists(out), error_of(p))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return finish()

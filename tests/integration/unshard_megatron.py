@@ -236,8 +236,8 @@ def run_mode(tmp):
     p = ckpt("unshard", "--no-progress", run, dest)
     check("run: exit 0", p.returncode == 0, p.stderr)
     rows = [l.split("\t")[:2] for l in p.stdout.splitlines()]
-    check("run: rows", rows == [["unsharded", "iter_0000005"],
-                                ["unsharded", "iter_0000010"]],
+    check("run: rows", rows == [["unshard", "iter_0000005"],
+                                ["unshard", "iter_0000010"]],
           p.stdout)
     for step, ref in (("iter_0000005", COMMON_PT), ("iter_0000010", GPT)):
         f = os.path.join(dest, step + "-unsharded", "checkpoint.pt")

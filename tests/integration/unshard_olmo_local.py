@@ -236,8 +236,8 @@ def make_run(fx, root):
 def run_lines(dest):
     return [
         "skip\tstep5\talready unsharded: step5-unsharded in the run",
-        "unsharded\tstep10\t%s/step10-unsharded: 4 files, 60 tensors" % dest,
-        "unsharded\tstep20\t%s/step20-unsharded: 4 files, 60 tensors" % dest,
+        "unshard\tstep10\t%s/step10-unsharded: 4 files, 60 tensors" % dest,
+        "unshard\tstep20\t%s/step20-unsharded: 4 files, 60 tensors" % dest,
         "skip\tstep30\tincomplete: 3 of 4 ranks present",
     ]
 
@@ -286,7 +286,7 @@ def case_run(fx, tmp):
             # One streaming pass: skipped steps first, then each step as
             # its last member arrives (tarfile stores names sorted).
             want = [ln for ln in want if ln.startswith("skip")] + \
-                [ln for ln in want if ln.startswith("unsharded")]
+                [ln for ln in want if ln.startswith("unshard\t")]
         check(ext + ": lines", lines == want, "\n".join(lines))
         run_outputs(ext, fx, dest)
 

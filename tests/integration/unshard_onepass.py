@@ -44,8 +44,8 @@ from process_tty import on_pty  # noqa: E402
 
 KINDS = [(".tar.zst", ["zstd", "-q", "-c"]), (".tar.gz", ["gzip", "-c"])]
 ROWS = ["skip\tstep2000\tincomplete: model_and_optim/.metadata missing",
-        "unsharded\tstep0\tdest/step0-unsharded: 4 files, 32 tensors",
-        "unsharded\tstep1000\tdest/step1000-unsharded: 4 files, 32 tensors"]
+        "unshard\tstep0\tdest/step0-unsharded: 4 files, 32 tensors",
+        "unshard\tstep1000\tdest/step1000-unsharded: 4 files, 32 tensors"]
 
 
 def ckpt(top, arc, *cmd, kill_at=None):

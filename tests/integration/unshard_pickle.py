@@ -98,9 +98,13 @@ def unshard(d, out, *args, timed=False):
 
 
 def error_line(p):
-    lines = [ln for ln in p.stderr.strip().splitlines()
-             if "ckpt: error: " in ln]
-    return lines[-1].split("ckpt: error: ", 1)[1] if lines else ""
+    """The message of the error row (a failure is its row, not a message
+    on stderr too), or "" when there is none or stderr repeats it."""
+    lines = [ln for ln in p.stdout.strip().splitlines()
+             if ln.startswith("error\t")]
+    if not lines or "ckpt: error: " in p.stderr:
+        return ""
+    return lines[-1].split("\t", 3)[-1]
 
 
 def expect_error(tmp, name, d, want, timed=False):

@@ -62,9 +62,9 @@ def archives(tmp, run):
 
 
 def rows(dest):
-    return ["unsharded\tstep10\t%s/step10-unsharded: 2 files, 2 tensors"
+    return ["unshard\tstep10\t%s/step10-unsharded: 2 files, 2 tensors"
             % dest,
-            "unsharded\tstep20\t%s/step20-unsharded: 4 files, 2 tensors"
+            "unshard\tstep20\t%s/step20-unsharded: 4 files, 2 tensors"
             % dest]
 
 
@@ -128,7 +128,7 @@ def process(tmp, fx, run):
     check("process: exit 0", p.returncode == 0, p.stderr)
     first = p.stdout.splitlines()[:1]
     check("process: row", [r.split("\t")[:2] for r in first] ==
-          [["processed", src]], p.stdout)
+          [["process", src]], p.stdout)
     got = [f for f in listing(os.path.join(dest, "run"))
            if "-unsharded/" in f]
     check("process: outputs", got == OUTS, str(got))

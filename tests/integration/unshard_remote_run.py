@@ -82,7 +82,7 @@ def main():
             c.eq("exit", (p.returncode, p.stderr), (0, ""))
 
             def done(step, n, t):
-                return "unsharded\t%s\t%s/%s-unsharded: %s, %d tensors" % (
+                return "unshard\t%s\t%s/%s-unsharded: %s, %d tensors" % (
                     step, dest, step, n, t)
             c.eq("lines", p.stdout.splitlines(), [
                 "skip\tstep5\talready unsharded: step5-unsharded in the run",

@@ -75,7 +75,7 @@ def expected_lines(dest, step10="step10", deleted=None):
     torch.save of the expected tensors as model.pt, where ckpt writes
     checkpoint.pt; it licenses no delete, and step5 stays)."""
     def done(step, n, t):
-        s = "unsharded\t%s\t%s/%s-unsharded: %s, %d tensors" % (
+        s = "unshard\t%s\t%s/%s-unsharded: %s, %d tensors" % (
             step, dest, step, n, t)
         return s + ("; deleted %s/%s" % (deleted, step) if deleted else "")
     return [
@@ -138,9 +138,7 @@ def case_dir(tmp, fx):
     dest = os.path.join(tmp, "out-dir")
     rc, lines, err = unshard(r, dest)
     check("dir: exit 1 (orbax)", rc == 1, err)
-    check("dir: errors on stderr too", "ckpt: error: step40: " +
-          ORBAX_UNSUPPORTED + "\n" in err and "ckpt: error: step70: "
-          "unsupported checkpoint format 'unknown'" in err, err)
+    check("dir: the errors are rows only", "ckpt: error" not in err, err)
     check("dir: lines", lines == expected_lines(dest), "\n".join(lines))
     check("dir: source untouched", files(r) == before)
     check_outputs("dir", dest, fx)
@@ -195,7 +193,7 @@ def case_archives(tmp, fx):
             # One streaming pass: skips first, then each step as its last
             # member is read (tarfile stores names sorted).
             # (step40's Orbax error comes when its members are read.)
-            done = [l for l in want if l.startswith("unsharded") or
+            done = [l for l in want if l.startswith("unshard\t") or
                     l.startswith("error\tstep40")]
             want = [l for l in want if l not in done] + sorted(
                 done, key=lambda l: l.split("\t")[1])
@@ -217,9 +215,10 @@ def case_archives(tmp, fx):
     dest = os.path.join(tmp, "out-latest")
     rc, lines, _ = unshard("--json", "--step", "20", arc, dest)
     o = json.loads(lines[0]) if len(lines) == 1 else {}
-    check("json: one object", rc == 0 and o.get("action") == "unsharded"
+    check("json: one object", rc == 0 and o.get("action") == "unshard"
           and o.get("checkpoint") == "step20" and o.get("step") == 20 and
-          o.get("files") == ["checkpoint.pt", "config.yaml"], str(lines))
+          o.get("files") == 2 and [f["name"] for f in o["outputs"]] ==
+          ["checkpoint.pt", "config.yaml"], str(lines))
     rc, lines, _ = unshard("-n", arc, os.path.join(tmp, "out-dry"))
     check("dry-run: nothing written",
           not os.path.exists(os.path.join(tmp, "out-dry"))

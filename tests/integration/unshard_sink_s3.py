@@ -228,7 +228,7 @@ def main():
             c.eq("run: exit", (p.returncode, p.stderr), (0, ""))
             c.eq("run: rows", [ln.split("\t")[:2] for ln in
                                p.stdout.splitlines()],
-                 [["unsharded", "step10"], ["unsharded", "step20"]])
+                 [["unshard", "step10"], ["unshard", "step20"]])
             s.same("run", "out/run", os.path.join(tmp, "loc", "run"))
             p = ckpt(env, "s3://%s/runs/r1" % B, "s3://%s/out/run" % B)
             c.eq("run again: both skipped", [ln.split("\t")[:2] for ln in

@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
-from s3test import BUILD, Checker, S3Env  # noqa: E402
+from s3test import BUILD, Checker, S3Env, file_rows  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 B = "ckpt-test"
@@ -98,19 +98,19 @@ def during(c, s3, env, tmp):
     out, err = p.communicate(timeout=300)
     out, err = out.decode(), err.decode()
     c.eq("changed mid-upload: exit (%s)" % err.strip(), p.returncode, 1)
-    c.eq("changed mid-upload: row", out.splitlines(),
-         ["failed\t%s\t%s\t%s: changed during upload (ctime differs)" %
+    c.eq("changed mid-upload: row", file_rows(out),
+         ["error\t%s\t%s\t%s: changed during upload (ctime differs)" %
           (src, url, src)])
     c.true("changed mid-upload: no object at DEST",
            fetch(env, url, tmp) is None)
     # Stable now: the rerun copies the final bytes (nothing was recorded).
     rc, out, err = ckpt(env, "upload", "-v", src, url)
     c.eq("rerun: exit (%s)" % err.strip(), rc, 0)
-    c.eq("rerun: row", out.splitlines(), ["uploaded\t%s\t%s" % (src, url)])
+    c.eq("rerun: row", file_rows(out), ["copy\t%s\t%s" % (src, url)])
     c.true("rerun: DEST holds the final bytes", fetch(env, url, tmp) == new)
     rc, out, _ = ckpt(env, "upload", "-v", src, url)
-    c.eq("unchanged: the journal skips it", out.splitlines(),
-         ["skipped\t%s\t%s\tcopied by an earlier run (journal), DEST "
+    c.eq("unchanged: the journal skips it", file_rows(out),
+         ["skip\t%s\t%s\tcopied by an earlier run (journal), DEST "
           "unchanged" % (src, url)])
 
 
@@ -140,14 +140,14 @@ def during_local(c, env, tmp):
     # (a slow build, ASan, is more often in between). Either is the change
     # found.
     c.true("local: changed mid-copy: row (%s)" % out.strip(),
-           out.splitlines() in (
-               ["failed\t%s\t%s\t%s: changed during upload (%s differs)" %
+           file_rows(out) in (
+               ["error\t%s\t%s\t%s: changed during upload (%s differs)" %
                 (src, final, src, what)]
                for what in ("ctime", "modification time")))
     c.eq("local: nothing at DEST, no temporary file", os.listdir(dst), [])
     rc, out, err = ckpt(env, "upload", "-v", src, dst + "/")
-    c.eq("local: rerun", (rc, out.splitlines()),
-         (0, ["uploaded\t%s\t%s" % (src, final)]))
+    c.eq("local: rerun", (rc, file_rows(out)),
+         (0, ["copy\t%s\t%s" % (src, final)]))
     with open(src, "rb") as a, open(final, "rb") as b:
         c.true("local: DEST holds the final bytes", a.read() == b.read())
     shutil.rmtree(dst)
@@ -161,29 +161,29 @@ def after(c, env, tmp):
     with open(src, "wb") as f:
         f.write(b"version one\n" * 100)
     rc, out, _ = ckpt(env, "upload", "-v", src, url)
-    c.eq("first copy", (rc, out.splitlines()),
-         (0, ["uploaded\t%s\t%s" % (src, url)]))
+    c.eq("first copy", (rc, file_rows(out)),
+         (0, ["copy\t%s\t%s" % (src, url)]))
     rewrite(src, b"version two\n" * 100)
     rc, out, err = ckpt(env, "upload", "-v", src, url)
     c.eq("rewritten in place, mtime put back: found to differ, a conflict "
-         "without --overwrite (%s)" % err.strip(), (rc, out.splitlines()),
-         (1, ["failed\t%s\t%s\tconflict: %s already exists at DEST with "
+         "without --overwrite (%s)" % err.strip(), (rc, file_rows(out)),
+         (1, ["error\t%s\t%s\tconflict: %s already exists at DEST with "
               "different bytes; not replaced (DEST keeps its copy: it may "
               "be the only one)" % (src, url, url)]))
     rc, out, err = ckpt(env, "upload", "-v", "--overwrite", src, url)
     c.eq("rewritten in place, mtime put back: copied again (%s)" %
-         err.strip(), (rc, out.splitlines()),
-         (0, ["uploaded\t%s\t%s" % (src, url)]))
+         err.strip(), (rc, file_rows(out)),
+         (0, ["copy\t%s\t%s" % (src, url)]))
     c.true("DEST holds version two",
            fetch(env, url, tmp) == b"version two\n" * 100)
     replace(src, b"version two\n" * 100)
     rc, out, _ = ckpt(env, "upload", "-v", src, url)
     c.eq("new inode, same bytes: compared, not trusted to the journal",
-         (rc, out.splitlines()),
-         (0, ["skipped\t%s\t%s\tsame size and checksum" % (src, url)]))
+         (rc, file_rows(out)),
+         (0, ["skip\t%s\t%s\tsame size and checksum" % (src, url)]))
     rc, out, _ = ckpt(env, "upload", "-v", src, url)
-    c.eq("then the journal skips it again", out.splitlines(),
-         ["skipped\t%s\t%s\tcopied by an earlier run (journal), DEST "
+    c.eq("then the journal skips it again", file_rows(out),
+         ["skip\t%s\t%s\tcopied by an earlier run (journal), DEST "
           "unchanged" % (src, url)])
 
 
@@ -207,28 +207,28 @@ def archive(c, env, tmp):
     url = "s3://%s/x" % B
     rc, out, err = ckpt(env, "upload", "-v", "--extract", tar, url)
     rows = sorted((r.split("\t")[0], r.split("\t")[2])
-                  for r in out.splitlines())
+                  for r in file_rows(out))
     c.eq("archive: first copy (%s)" % err.strip(), (rc, rows),
-         (0, [("uploaded", url + "/big.bin"),
-              ("uploaded", url + "/small.txt")]))
+         (0, [("copy", url + "/big.bin"),
+              ("copy", url + "/small.txt")]))
     other = os.path.join(tmp, "other.tar")
     make_tar(other, big2, b"two\n")
     with open(other, "rb") as f:
         rewrite(tar, f.read())
     rc, out, err = ckpt(env, "upload", "-v", "--extract", tar, url)
     rows = sorted((r.split("\t")[0], r.split("\t")[2])
-                  for r in out.splitlines())
+                  for r in file_rows(out))
     c.eq("archive rewritten: every member found to differ, conflicts "
          "without --overwrite (%s)" % err.strip(),
-         (rc, rows), (1, [("failed", url + "/big.bin"),
-                          ("failed", url + "/small.txt")]))
+         (rc, rows), (1, [("error", url + "/big.bin"),
+                          ("error", url + "/small.txt")]))
     rc, out, err = ckpt(env, "upload", "-v", "--extract", "--overwrite", tar,
                         url)
     rows = sorted((r.split("\t")[0], r.split("\t")[2])
-                  for r in out.splitlines())
+                  for r in file_rows(out))
     c.eq("archive rewritten: every member copied again (%s)" % err.strip(),
-         (rc, rows), (0, [("uploaded", url + "/big.bin"),
-                          ("uploaded", url + "/small.txt")]))
+         (rc, rows), (0, [("copy", url + "/big.bin"),
+                          ("copy", url + "/small.txt")]))
     c.true("archive rewritten: DEST holds the new large member",
            fetch(env, url + "/big.bin", tmp) == big2)
 

@@ -125,7 +125,7 @@ def random_kills(c, s3, env, tmp):
     rc, out, _ = upload(env, src, "s3://%s/crash" % B)
     s = summary(out)
     c.eq("complete: rerun sends nothing",
-         (rc, s["uploaded"], s["skipped"], s3.stats()["put_bytes"]),
+         (rc, s["copy"], s["skip"], s3.stats()["put_bytes"]),
          (0, 0, len(files), 0))
 
 
@@ -160,7 +160,7 @@ def resume(c, s3, env, tmp, state):
     c.true("resumed at least 3 parts: %d" % s["bytes_resumed"],
            s["bytes_resumed"] >= 3 * 8 * MIB)
     c.eq("resume sends exactly the rest", sent, len(data) - s["bytes_resumed"])
-    c.eq("resume summary counts", (s["uploaded"], s["bytes_sent"]),
+    c.eq("resume summary counts", (s["copy"], s["bytes_sent"]),
          (1, sent))
     _, got, _ = tool(env, "cat", "s3://%s/resume/big" % B)
     c.true("resumed object identical", got == data)
@@ -180,7 +180,7 @@ def stale(c, s3, env, tmp, state, src, data):
     st = s3.stats()
     c.eq("stale exit (%s)" % err.strip(), rc, 0)
     c.eq("stale upload discarded, nothing resumed",
-         (s["aborted"], s["bytes_resumed"], st["emulated"]["abort"]),
+         (s["abort"], s["bytes_resumed"], st["emulated"]["abort"]),
          (1, 0, 1))
     c.eq("new bytes sent whole", st["put_bytes"], len(new))
     _, got, _ = tool(env, "cat", "s3://%s/stale/big" % B)

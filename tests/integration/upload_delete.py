@@ -60,22 +60,22 @@ def failing(c, s3, env, src, files):
                         "--delete-source", src, "s3://%s/del" % B)
     s3.configure(slowdown=0.0, methods="")
     failed = [line.split("\t")[1] for line in out.splitlines()
-              if line.startswith("failed\t")]
+              if line.startswith("error\t")]
     c.eq("exit with failures", rc, 1)
     c.true("some files failed: %d" % len(failed), 0 < len(failed))
     # With one attempt, a refused PUT shows as the 503 itself or, when the
     # loaded proxy drops the connection, as a reset: both name the object.
-    bad = [line for line in out.splitlines() if line.startswith("failed\t")
+    bad = [line for line in out.splitlines() if line.startswith("error\t")
            and not (line.endswith("HTTP 503 SlowDown") or
                     line.endswith("Connection reset by peer"))
-           or (line.startswith("failed\t") and
+           or (line.startswith("error\t") and
                line.split("\t")[3].split(": ")[0] != line.split("\t")[2])]
     c.true("every failed row names a file and the error: %r" % bad[:3],
            not bad)
     c.true("the run says nothing was deleted",
            "not deleting any source: some files did not arrive" in err)
     c.eq("no deleted rows", [x for x in out.splitlines()
-                             if x.startswith("deleted")], [])
+                             if x.startswith("delete")], [])
     c.eq("source intact", local_files(src), sorted(files))
     arrived = set(names(env, "del"))
     c.eq("exactly the failed files did not arrive",
@@ -88,7 +88,7 @@ def succeeding(c, s3, env, src, files):
                         "s3://%s/del" % B)
     s = json.loads(out.strip().splitlines()[-1])
     c.eq("clean run exit (%s)" % err.strip(), rc, 0)
-    c.eq("all deleted", (s["failed"], s["deleted"]), (0, len(files)))
+    c.eq("all deleted", (s["error"], s["delete"]), (0, len(files)))
     c.eq("local source tree gone", os.path.exists(src), False)
     c.eq("all at DEST", names(env, "del"), sorted(files))
     back = src + ".back"
@@ -116,7 +116,7 @@ def throttled(c, s3, env, src):
     s3.configure(r2_429=0.0, methods="")
     s = json.loads(out.strip().splitlines()[-1])
     c.eq("throttled run exit (%s)" % err.strip(), rc, 0)
-    c.eq("throttled: all arrived", (s["uploaded"], s["failed"]),
+    c.eq("throttled: all arrived", (s["copy"], s["error"]),
          (len(files), 0))
     c.true("throttles backed off per object: %d (proxy %d)" % (
         s["throttled"], st["faults"]["r2_429"]),

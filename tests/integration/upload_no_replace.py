@@ -50,14 +50,14 @@ def main():
             for dry in (["-n"], []):
                 rc, out, err = ckpt("upload", *dry, src, dest, env=env)
                 rows = [ln.split("\t") for ln in out.splitlines()]
-                fails = [r[0:2] for r in rows if r[0] == "failed"]
+                fails = [r[0:2] for r in rows if r[0] == "error"]
                 c.eq("%s %s: other bytes at DEST are a conflict, exit 1"
                      % (kind, " ".join(dry)), (rc, fails),
-                     (1, [["failed", os.path.join(src, "config.yaml")]]))
+                     (1, [["error", os.path.join(src, "config.yaml")]]))
                 c.eq("%s %s: the row names DEST's file and says it is kept"
                      % (kind, " ".join(dry)),
                      all("conflict" in r[3] and "not replaced" in r[3]
-                         for r in rows if r[0] == "failed"), True)
+                         for r in rows if r[0] == "error"), True)
                 c.eq("%s %s: DEST keeps its bytes" % (kind, " ".join(dry)),
                      dest_bytes(env, dest, "config.yaml"),
                      b"run: the first one\n")

@@ -64,7 +64,7 @@ s3env_faults '{"corrupt_put":100,"corrupt_match":"/bad2/f3"}'
 out=$("$CKPT" upload --retries 3 "$T/four" s3://ckpt-test/bad2 2>&1)
 check "always damaged: exit" 1 $?
 check "always damaged: failed row" 1 \
-    "$(echo "$out" | grep -c "^failed.*f3.*DEST reports ETag .* but the bytes sent have MD5 $(md5sum <"$T/four/f3" | cut -d' ' -f1) (3 attempts)")"
+    "$(echo "$out" | grep -c "^error.*f3.*DEST reports ETag .* but the bytes sent have MD5 $(md5sum <"$T/four/f3" | cut -d' ' -f1) (3 attempts)")"
 s3env_faults '{"corrupt_put":0}'
 check "always damaged: object taken away" "f1 f2 f4" \
     "$(aws s3 ls s3://ckpt-test/bad2/ | awk '{ print $4 }' | sort | xargs)"

@@ -21,7 +21,7 @@ stat_of() { # python expression over the proxy's counters `d`
 }
 summary() { # the --json summary line: uploaded skipped failed bytes
     tail -1 | python3 -c 'import json,sys; d=json.load(sys.stdin)
-print(d["action"], d["uploaded"], d["skipped"], d["failed"], d["bytes"])'
+print(d["type"], d["copy"], d["skip"], d["error"], d["bytes"])'
 }
 
 $TREE make "$T/src" --big-mb "${CKPT_TEST_BIG_MB:-100}" --small 2000
@@ -36,8 +36,8 @@ total=$(echo "$want" | awk -F'\t' '{ s += $1 } END { print s }')
 s3env_faults '{"slowdown":0.3,"r2_429":0.02,"reset":0.05,"reset_writes":true}'
 out=$("$CKPT" upload --json --retries 20 "$T/src" s3://ckpt-test/t 2>"$T/err")
 check "upload exit" 0 $?
-check "upload summary" "summary $n 0 0 $total" "$(echo "$out" | summary)"
-check "no error rows" "" "$(echo "$out" | grep -v '"summary"')"
+check "upload summary" "total $n 0 0 $total" "$(echo "$out" | summary)"
+check "no error rows" "" "$(echo "$out" | grep -v '"type":"total"')"
 f=$(stat_of 'd["faults"]["slowdown"] > 100 and d["faults"]["reset"] > 0 and d["faults"]["r2_429"] > 0')
 check "faults were injected" True "$f"
 s3env_faults '{"slowdown":0,"r2_429":0,"reset":0,"reset_writes":false}'
@@ -75,12 +75,12 @@ rm -f "$T/lone.bin"
 s3env_reset_stats
 out=$("$CKPT" upload --json "$T/src" s3://ckpt-test/t 2>"$T/err")
 check "rerun exit" 0 $?
-check "rerun skips all" "summary 0 $n 0 0" "$(echo "$out" | summary)"
+check "rerun skips all" "total 0 $n 0 0" "$(echo "$out" | summary)"
 check "rerun PUT bytes" 0 "$(stat_of 'd["put_bytes"]')"
 # Without the journal, the content is compared (ETag / MD5), not trusted.
 s3env_reset_stats
 out=$("$CKPT" upload --json --checksum "$T/src" s3://ckpt-test/t 2>"$T/err")
-check "checksum rerun skips all" "summary 0 $n 0 0" "$(echo "$out" | summary)"
+check "checksum rerun skips all" "total 0 $n 0 0" "$(echo "$out" | summary)"
 check "checksum rerun PUT bytes" 0 "$(stat_of 'd["put_bytes"]')"
 
 # --- one changed file: a conflict unless --overwrite (DEST's copy may be
@@ -90,13 +90,13 @@ touch -d '2001-01-01' "$T/src/odd names/tilde~x"
 s3env_reset_stats
 out=$("$CKPT" upload -v "$T/src" s3://ckpt-test/t 2>"$T/err")
 check "changed file, no --overwrite: exit" 1 $?
-check "changed file, no --overwrite: conflict" "failed	$T/src/odd names/tilde~x	s3://ckpt-test/t/odd names/tilde~x	conflict: s3://ckpt-test/t/odd names/tilde~x already exists at DEST" \
-    "$(echo "$out" | grep '^failed' | sed 's/ with .*//')"
+check "changed file, no --overwrite: conflict" "error	$T/src/odd names/tilde~x	s3://ckpt-test/t/odd names/tilde~x	conflict: s3://ckpt-test/t/odd names/tilde~x already exists at DEST" \
+    "$(echo "$out" | grep '^error' | sed 's/ with .*//')"
 check "changed file, no --overwrite: nothing sent" 0 "$(stat_of 'd["put_bytes"]')"
 s3env_reset_stats
 out=$("$CKPT" upload -v --overwrite "$T/src" s3://ckpt-test/t 2>"$T/err")
-check "changed file row" "uploaded	$T/src/odd names/tilde~x	s3://ckpt-test/t/odd names/tilde~x" \
-    "$(echo "$out" | grep '^uploaded')"
+check "changed file row" "copy	$T/src/odd names/tilde~x	s3://ckpt-test/t/odd names/tilde~x" \
+    "$(echo "$out" | grep '^copy')"
 check "changed file bytes" 7 "$(stat_of 'd["put_bytes"]')"
 want=$($TREE list "$T/src")
 

@@ -52,8 +52,8 @@ def main():
             rc, out, err = upload(["--wandb", "--extract", "--logs", logs] +
                                   srcs + [dest], fake.url, state=tmp)
             check("exit 1 (the ambiguous run)", rc, 1)
-            check("rows", out.splitlines(), [
-                "failed\t%s\t-\tno W&B run path for run 'dup': ambiguous: "
+            check("rows", out.splitlines()[:-1], [
+                "error\t%s\t-\tno W&B run path for run 'dup': ambiguous: "
                 "2 W&B runs with display name 'OLMo-dup' match the config: "
                 "ai2-llm/olmo-small/du000001, ai2-llm/olmo-small/du000002"
                 % srcs[2]])

@@ -6,6 +6,14 @@
 # DEST/ENTITY/PROJECT/RUN_ID/NAME. An archive whose stem is not in the map
 # is refused with the stem as the run's name.
 . "$(dirname "$0")/../support/lib.sh"
+# ckpt upload's rows without the total row that ends them; its status.
+up() {
+    local o rc
+    o=$("$CKPT" upload "$@")
+    rc=$?
+    printf '%s\n' "$o" | grep -v '^total	'
+    return $rc
+}
 export CKPT_STATE_DIR=$T/state
 mkdir -p "$T/r" "$T/src"
 echo hi >"$T/r/a"
@@ -13,7 +21,7 @@ tar czf "$T/src/1234567.tar.gz" -C "$T" r
 printf '1234567\tent/proj/abc123\tslurm\n' >"$T/map.tsv"
 printf '999\tent/proj/x\tslurm\n' >"$T/other.tsv"
 
-out=$("$CKPT" upload -q --wandb-map "$T/map.tsv" "$T/src/1234567.tar.gz" \
+out=$(up -q --wandb-map "$T/map.tsv" "$T/src/1234567.tar.gz" \
       "$T/dest" 2>"$T/err")
 check "archive mapped exit" 0 $?
 check "archive mapped rows" "" "$out"
@@ -25,14 +33,14 @@ f ./ent/proj/abc123/1234567.tar.gz $(stat -c %s "$T/src/1234567.tar.gz")" \
 cmp -s "$T/src/1234567.tar.gz" "$T/dest/ent/proj/abc123/1234567.tar.gz"
 check "archive bytes" 0 $?
 
-out=$("$CKPT" upload -q --wandb-map "$T/other.tsv" \
+out=$(up -q --wandb-map "$T/other.tsv" \
       "$T/src/1234567.tar.gz" "$T/dest2" 2>"$T/err")
 check "archive unmapped exit" 1 $?
-check "archive unmapped row" "failed	$T/src/1234567.tar.gz	-	run '1234567' is not in the W&B map '$T/other.tsv'" "$out"
+check "archive unmapped row" "error	$T/src/1234567.tar.gz	-	run '1234567' is not in the W&B map '$T/other.tsv'" "$out"
 check "nothing written" "" "$(ls "$T/dest2" 2>/dev/null)"
 
 # With --extract the contents go to the run's directory as before.
-out=$("$CKPT" upload -q --extract --wandb-map "$T/map.tsv" \
+out=$(up -q --extract --wandb-map "$T/map.tsv" \
       "$T/src/1234567.tar.gz" "$T/dest3" 2>"$T/err")
 check "extract exit" 0 $?
 check "extract placed" "hi" "$(cat "$T/dest3/ent/proj/abc123/a" 2>&1)"

@@ -5,7 +5,7 @@ CKPT, BUILD   the ckpt binary, the build directory
 gen(root)     the sample runs of gen_runs.py, every file old enough for
               the default --min-age
 ckpt(*args, env=None, timeout=60) -> (rc, rows, stderr)
-              rows: the TSV lines split on tabs, a processed row without
+              rows: the TSV lines split on tabs, a process row without
               its SECONDS column (its optional NOTE kept), the total row
               without seconds=; a command that runs past timeout is a
               failure (rc 124), not a hang
@@ -42,7 +42,7 @@ def rows(out):
     res = []
     for line in out.splitlines():
         f = line.split("\t")
-        if f[0] == "processed":
+        if f[0] == "process":
             f = f[:7] + f[8:]
         if f[0] == "total":
             f = [x for x in f if not x.startswith("seconds=")]

@@ -12,10 +12,12 @@ Importing it applies tests/support/offline.env to os.environ (offline.py).
 run(*args, ok=True, env=None) -> subprocess.CompletedProcess (text output).
          With ok, a non-zero exit raises AssertionError with the output.
 unshard(*args) -> run(CKPT, "unshard", "--no-progress", *args, ok=False).
+error_of(p) -> the message of the one error row of a failed unshard (no
+         message on stderr), else a description of what it printed.
 refused(tmp, name, src, mutate, want, snapshot=None)
          A damaged copy of checkpoint SRC (TMP/bad-NAME, MUTATE(copy)) is
-         refused: checks exit 1, one error line ending in `ckpt: error:
-         WANT % {"d": copy}`, no output and no .ckpt-* left in TMP; with
+         refused: checks exit 1, one error row ending in TAB WANT % {"d":
+         copy} and no message, no output and no .ckpt-* left in TMP; with
          SNAPSHOT (a function of the copy), the source untouched.
 check(name, cond, detail="")
          Prints "ok   NAME", or "FAIL NAME: DETAIL" and counts a failure.
@@ -76,16 +78,28 @@ def refused(tmp, name, src, mutate, want, snapshot=None):
     before = snapshot(ck) if snapshot else None
     out = os.path.join(tmp, "badout-" + name)
     p = unshard(ck, out)
-    err = p.stderr.strip().splitlines()
+    rows = p.stdout.strip().splitlines()
     want = want % {"d": ck}
     check("%s: exit 1" % name, p.returncode == 1, p.stderr)
-    check("%s: one error line" % name, len(err) == 1 and
-          err[0].endswith("ckpt: error: " + want),
-          "\n".join(err) + "\nwanted: " + want)
+    check("%s: one error row, no message" % name, len(rows) == 1 and
+          rows[0].startswith("error\t") and rows[0].endswith("\t" + want)
+          and not p.stderr.strip(),
+          p.stdout + p.stderr + "\nwanted: " + want)
     check("%s: no output, nothing left" % name, not os.path.exists(out) and
           not [x for x in os.listdir(tmp) if x.startswith(".ckpt-")])
     if snapshot:
         check("%s: source untouched" % name, snapshot(ck) == before)
+
+
+def error_of(p):
+    """The message of the one `error` row an unshard that failed prints
+    (an item's failure is its row, not a message too: docs/output.md),
+    or, when it printed anything else, what it printed."""
+    rows = p.stdout.splitlines()
+    if len(rows) == 1 and rows[0].startswith("error\t") and \
+            not p.stderr.strip():
+        return rows[0].split("\t", 3)[-1]
+    return "<not one error row: %r %r>" % (p.stdout, p.stderr)
 
 
 def check(name, cond, detail=""):

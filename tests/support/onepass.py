@@ -144,7 +144,7 @@ def fetched(s3, key):
 def masked(row):
     """A process row without its times."""
     f = row.split("\t")
-    if f[0] == "processed":
+    if f[0] == "process":
         f[7] = "S"
     elif f[0] == "total":
         f[-1] = "seconds=S"

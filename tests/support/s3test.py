@@ -44,6 +44,12 @@ def unshard(env, *args):
     return p
 
 
+def file_rows(out):
+    """The rows of `ckpt cp` (upload) output: its lines but the total row
+    that ends it."""
+    return [ln for ln in out.splitlines() if not ln.startswith("total\t")]
+
+
 def sh(*args, env=None):
     """Run a command (text output); a non-zero exit raises AssertionError
     with its output."""
@@ -132,10 +138,10 @@ def plan(out):
         f = line.split("\t")
         if f[0] == "total":
             res.append(tuple(x for x in f if not x.startswith("seconds=")))
-        elif f[0] in ("processed", "would-process"):
-            res.append(("processed",) + tuple(f[1:6]))
+        elif f[0] in ("process", "would-process"):
+            res.append(("process",) + tuple(f[1:6]))
         else:
-            res.append((f[0].replace("would-delete", "deleted"),) +
+            res.append((f[0].replace("would-delete", "delete"),) +
                        tuple(x.replace("finishes an", "finished an")
                              for x in f[1:]))
     return sorted(res)

@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+# ctest-cost: 8
+"""cli_habits.py - the spellings users of other tools bring (issue 30):
+
+1. Commands: `cp`, `upload` and `copy` are one command (the same rows);
+   a mistyped command gets a did-you-mean (`ckpt lss`: 'ls'), `sync`,
+   `rm` and `du` say which command does the job here.
+2. Options: aws's `--dryrun` is `-n`; OLMo's `--safe-tensors` and
+   zero_to_fp32's `--safe_serialization` are `--format safetensors`;
+   OLMo's `--model-only` is refused with what does it here; a mistyped
+   option gets a did-you-mean (`--sumary`: '--summary').
+3. Every command's --help ends its description with examples, and every
+   option an example uses is one the command has.
+4. Rows for people only on a terminal: `ckpt ls` through a pty has a
+   header line and sizes as `1.5 KiB`; in a pipe no header and exact
+   bytes; `-H` in a pipe gives the terminal's rows.
+"""
+import os
+import re
+import pty
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+import offline  # noqa: E402
+from s3test import CKPT, Checker, ckpt, gen_runs  # noqa: E402
+
+offline.apply(os.environ)
+COMMANDS = ["clean", "cp", "ls", "map-wandb", "process", "unshard"]
+
+
+def usage_lines(cmd, opt):
+    """The stderr of `ckpt CMD OPT`: its lines without the usage ones."""
+    rc, out, err = ckpt(cmd, opt, "x", "y")
+    return rc, [ln for ln in err.splitlines()
+                if not ln.startswith(("usage:", "(see"))]
+
+
+def commands(c, s, tmp):
+    rows = []
+    for name in ("cp", "upload", "copy"):
+        rc, out, err = ckpt(name, "-n", "-v", s + "/2871001",
+                            tmp + "/c")
+        rows.append((rc, re.sub(r"seconds=[0-9.]+", "", out)))
+    c.true("cp, upload, copy: rows", rows[0][1].startswith("would-copy\t"))
+    c.eq("cp, upload, copy: the same command", rows, [rows[0]] * 3)
+    for typo, hint in (
+            ("lss", "hint: did you mean 'ls'?"),
+            ("unshrad", "hint: did you mean 'unshard'?"),
+            ("sync", "hint: rclone's sync (and aws s3 sync --delete) "
+             "deletes at DEST what the source lacks; ckpt never deletes at "
+             "DEST (it may hold the only copy): 'ckpt cp SRC DEST' copies, "
+             "skipping what is there"),
+            ("du", "hint: 'ckpt ls LOCATION' gives each run's checkpoints "
+             "and bytes, 'ckpt ls --summary LOCATION' the bytes per verdict "
+             "and what clean would free"),
+            ("rm", "hint: 'ckpt clean RUN' deletes runs proven bad")):
+        rc, out, err = ckpt(typo, "x")
+        c.eq("ckpt %s: exit 2, the hint" % typo, (rc, out, err), (
+            2, "", "ckpt: '%s' is not a ckpt command. See 'ckpt --help'.\n"
+            "%s\n" % (typo, hint)))
+    rc, out, err = ckpt("zzzzzz")
+    c.eq("far from every command: no hint", err,
+         "ckpt: 'zzzzzz' is not a ckpt command. See 'ckpt --help'.\n")
+
+
+def options(c, s, tmp):
+    run = s + "/2871002"
+    dry = ckpt("clean", "-n", "--min-age", "0", run)[:2]
+    c.true("clean -n: would-delete", dry[1].startswith("would-delete\t"))
+    c.eq("--dryrun is -n (aws)", ckpt("clean", "--dryrun", "--min-age", "0",
+                                      run)[:2], dry)
+    c.true("the run still there", os.path.isdir(run))
+    step = s + "/2871001/step1000"
+    want = None
+    for spelling in (["--format", "safetensors"], ["--safe-tensors"],
+                     ["--safe_serialization"]):
+        out = os.path.join(tmp, "st" + spelling[0].strip("-"))
+        rc, _, err = ckpt("unshard", "--no-progress", *spelling, step, out)
+        got = (rc, sorted(os.listdir(out)) if os.path.isdir(out) else err)
+        want = want or got
+        c.eq("unshard %s: safetensors" % " ".join(spelling), got, want)
+    c.true("safetensors written", any(
+        f.endswith(".safetensors") for f in want[1]))
+    for cmd, opt, lines in (
+            ("unshard", "--model-only", [
+                "ckpt unshard: error: unknown option '--model-only'",
+                "hint: ckpt unshard writes the model with the rest of the "
+                "checkpoint (model.pt beside optim.pt and train.pt, as OLMo's "
+                "unsharder does without --model-only); '--format hf' writes "
+                "the model alone"]),
+            ("ls", "--sumary", [
+                "ckpt ls: error: unknown option '--sumary'",
+                "hint: did you mean '--summary'?"]),
+            ("cp", "--dry-rnu", [
+                "ckpt cp: error: unknown option '--dry-rnu'",
+                "hint: did you mean '--dry-run'?"]),
+            ("cp", "--recursive", [
+                "ckpt cp: error: unknown option '--recursive'",
+                "hint: directories are always copied whole, as 'aws s3 cp "
+                "--recursive'"]),
+            ("process", "--zzzzzz", [
+                "ckpt process: error: unknown option '--zzzzzz'"])):
+        c.eq("%s %s" % (cmd, opt), usage_lines(cmd, opt), (2, lines))
+
+
+def helps(c):
+    for cmd in COMMANDS:
+        rc, out, err = ckpt(cmd, "--help")
+        c.eq("%s --help: exit 0" % cmd, rc, 0)
+        text = out.split("\n\n")
+        ex = out.split("    examples:\n", 1)
+        c.true("%s --help: examples (%r)" % (cmd, text[0][-200:]),
+               len(ex) == 2)
+        if len(ex) != 2:
+            continue
+        examples = ex[1].split("\n\n", 1)[0]
+        c.true("%s --help: examples of ckpt %s" % (cmd, cmd),
+               examples.count("ckpt %s " % cmd) >= 2)
+        known = set(re.findall(r"^ +(?:-\w, )?(--[\w-]+)", out, re.M))
+        used = set(re.findall(r" (--[\w-]+)", examples))
+        c.eq("%s --help: the examples' options exist" % cmd,
+             sorted(used - known), [])
+
+
+def pty_out(argv):
+    """stdout of argv when it is a terminal."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(argv, stdout=slave, stderr=subprocess.DEVNULL)
+    os.close(slave)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    p.wait()
+    os.close(master)
+    return data.decode().replace("\r\n", "\n")
+
+
+def human(c, s):
+    run = s + "/2871001"
+    header = "RUN\tCHECKPOINT\tSTEP\tFORMAT\tSTATE\tBYTES\tFILES"
+    _, pipe, _ = ckpt("ls", run)
+    tty = pty_out([CKPT, "ls", run])
+    _, forced, _ = ckpt("ls", "-H", run)
+    c.eq("ls on a terminal = ls -H in a pipe", tty, forced)
+    lines = tty.splitlines()
+    c.eq("terminal: a header line first", lines[0], header)
+    c.eq("pipe: no header", pipe.splitlines()[0].split("\t")[0], run)
+    exact = [ln.split("\t")[5] for ln in pipe.splitlines()]
+    shown = [ln.split("\t")[5] for ln in lines[1:]]
+    c.true("pipe: exact bytes (%r)" % exact,
+           all(re.fullmatch(r"[0-9]+", b) for b in exact))
+    c.true("terminal: sizes for people (%r)" % shown,
+           all(re.fullmatch(r"[0-9]+ B|[0-9]+\.[0-9] [KMGTP]iB", b)
+               for b in shown) and any("iB" in b for b in shown))
+    c.eq("terminal: the same rows", [ln.split("\t")[:5] for ln in lines[1:]],
+         [ln.split("\t")[:5] for ln in pipe.splitlines()])
+    _, js, _ = ckpt("ls", "-H", "--json", run)
+    c.true("--json stays exact with -H", '"bytes":' in js and "iB" not in js)
+
+
+def main():
+    c = Checker()
+    tmp = tempfile.mkdtemp(prefix="habits-")
+    try:
+        s = os.path.join(tmp, "s")
+        gen_runs(s)
+        commands(c, s, tmp)
+        options(c, s, tmp)
+        helps(c)
+        human(c, s)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
