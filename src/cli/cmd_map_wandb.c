@@ -201,7 +201,7 @@ static void out_row(cJSON *rec, const char *arg)
     cJSON_AddStringToObject(o, "run", arg);
     /* The record's names that mean another thing elsewhere in the
      * contract ("runs" a count, "steps" a count) are renamed. */
-    static const char *const rename[][2] = {
+    static const char *const renamed_keys[][2] = {
         { "run", "id" }, { "evidence", "reason" }, { "runs", "wandb_runs" },
         { "steps", "step_paths" }, { "location", NULL },
     };
@@ -210,9 +210,10 @@ static void out_row(cJSON *rec, const char *arg)
         cJSON *next = it->next;
         const char *k = it->string;
         cJSON_DetachItemViaPointer(rec, it);
-        for (size_t i = 0; i < sizeof(rename) / sizeof(rename[0]); i++)
-            if (!strcmp(it->string, rename[i][0]))
-                k = rename[i][1];
+        size_t nkeys = sizeof(renamed_keys) / sizeof(renamed_keys[0]);
+        for (size_t i = 0; i < nkeys; i++)
+            if (!strcmp(it->string, renamed_keys[i][0]))
+                k = renamed_keys[i][1];
         if (k)
             cJSON_AddItemToObject(o, k, it);
         else

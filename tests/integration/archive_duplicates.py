@@ -76,12 +76,12 @@ def upload(c, env, tmp, arc, want):
                             "--no-progress", a, dest, env=env)
         c.eq("%s -n: exit, summary" % what, (rc, summary(out)),
              (0, ["total\tcopy=7\tskip=0\terror=0\tdelete=1\tkeep=0\t"
-                  "abort=0\tbytes=27648"]))
+                  "abort=0\tbytes=27638"]))
         rc, out, err = ckpt("upload", "--extract", "--delete-source",
                             "--no-progress", a, dest, env=env)
         c.eq("%s: exit, summary" % what, (rc, summary(out)),
              (0, ["total\tcopy=7\tskip=0\terror=0\tdelete=1\tkeep=0\t"
-                  "abort=0\tbytes=27648"]))
+                  "abort=0\tbytes=27638"]))
         c.eq("%s: DEST holds the later copies" % what,
              dest_tree(env, dest), want)
         c.eq("%s: archive deleted" % what, os.path.exists(a), False)
