@@ -22,6 +22,10 @@ or CRC32C), never by ckpt's own x-amz-meta-ckpt-md5.
                  before the listing that confirms the pass: nothing
                  deleted (before: the source deleted, DEST holding another
                  writer's bytes)
+  arrived        a file uploaded, acknowledged, then replaced at DEST
+                 before the verifying listing (another size; the same
+                 size, other bytes): nothing deleted, the row names what
+                 DEST lists (a mutation check break had no test)
   output         an unshard output at DEST with an ETag that is no MD5,
                  recorded in the state without its ETag: --drop-sharded
                  drops nothing on it (before: its size alone licensed
@@ -44,6 +48,9 @@ from s3test import (Checker, S3Env, age_tree, ckpt, gen_runs,  # noqa: E402
                     old_ctime, remote_contents, scratch)
 
 B = "ckpt-test"
+# ListObjectsV2 requests of a fresh DEST prefix before the one that
+# verifies a pass (the up-front probe, the stat, DEST's listing)
+SKIP = int(os.environ.get("DEST_BYTES_SKIP", "3"))
 
 
 def write_tree(root, files):
@@ -183,6 +190,26 @@ def replaced_after_check(c, s3, env, tmp):
     c.eq("replaced: source kept", files_of(src), ["a.txt", "b.txt"])
 
 
+def replaced_after_upload(c, s3, env, tmp, name, body, why):
+    """A file uploaded and acknowledged, then replaced at DEST by another
+    writer before the listing that verifies the pass (another size, or
+    the same size and other bytes: only the ETag tells): nothing is
+    deleted, the row says what DEST lists."""
+    files = {"a.txt": os.urandom(3000), "b.txt": os.urandom(4000)}
+    src = os.path.join(tmp, name)
+    write_tree(src, files)
+    s3.configure(put_before_list={"path": "/%s/%s/a.txt" % (B, name),
+                                  "body": body, "match": name, "skip": SKIP})
+    rc, out, err = ckpt("upload", "--delete-source", src,
+                        "s3://%s/%s" % (B, name), env=env)
+    st = s3.stats()
+    s3.configure(put_before_list=None)
+    c.eq("%s: exit 1 (%s)" % (name, out), rc, 1)
+    c.true("%s: says so (%r)" % (name, out), why in out)
+    c.eq("%s: source kept" % name, files_of(src), ["a.txt", "b.txt"])
+    return st
+
+
 def output_unprovable(c, s3, env, tmp, gen):
     """An unshard output at DEST whose ETag is no MD5 and which the state
     records without the ETag it was given: its size alone proves nothing,
@@ -237,6 +264,13 @@ def main():
         output_unprovable(c, s3, env, tmp, os.path.join(tmp, "runs"))
         damaged_on_the_way(c, s3, env, tmp)
         replaced_after_check(c, s3, env, tmp)
+        replaced_after_upload(c, s3, env, tmp, "arrived-size",
+                              "another writer",
+                              "DEST lists a different size than was "
+                              "uploaded")
+        replaced_after_upload(c, s3, env, tmp, "arrived-etag", "x" * 3000,
+                              "DEST lists a different ETag than the "
+                              "upload's")
         for mode in ("crc32c", "md5"):
             s3.configure(opaque_etag=True, goog_hash=mode)
             damaged_upload(c, env, tmp, "opaque-" + mode,
