@@ -123,6 +123,13 @@ void cli_out_json(struct cJSON *obj);
  * escaped (ckpt_escape: \t \n \\ \xNN), so a row is one line and its
  * fields split on TAB exactly. */
 void cli_out_tsv(int n, const char *const *fields);
+/* The total row that ends process and cp: "total", NAME=VALUE for each
+ * of the n counters (sizes as cli_fmt_bytes for the names ending in
+ * "bytes" or "freed", and "bytes_*"), then seconds; with --json one
+ * "total" line with dry_run and the same keys. Summed over workers as
+ * docs/deploy.md says. */
+void cli_out_total(int json, int dry_run, int n, const char *const *names,
+                   const uint64_t *v, double seconds);
 /* The column names above the rows, once, when they are for people
  * (cli_human); nothing in pipes. */
 void cli_out_header(int n, const char *const *names);

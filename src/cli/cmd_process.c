@@ -433,29 +433,8 @@ static void totals(const struct ckpt_opts *g,
                             "bytes", "steps", "freed" };
     uint64_t v[] = { t->processed, t->deleted, t->skipped + t->done,
                      t->failed, t->files, t->bytes, t->steps, t->freed };
-    int n = (int)(sizeof(v) / sizeof(v[0]));
-    if (g->json) {
-        cJSON *o = cli_json_row("total");
-        cJSON_AddBoolToObject(o, "dry_run", g->dry_run);
-        for (int i = 0; i < n; i++)
-            cJSON_AddNumberToObject(o, names[i], (double)v[i]);
-        cJSON_AddNumberToObject(o, "seconds", t->seconds);
-        cli_out_json(o);
-        return;
-    }
-    char f[9][64], num[32];
-    const char *p[10] = { "total" };
-    for (int i = 0; i < n; i++) {
-        if (!strcmp(names[i], "bytes") || !strcmp(names[i], "freed"))
-            cli_fmt_bytes(v[i], num, sizeof(num));
-        else
-            snprintf(num, sizeof(num), "%llu", (unsigned long long)v[i]);
-        snprintf(f[i], sizeof(f[i]), "%s=%s", names[i], num);
-        p[i + 1] = f[i];
-    }
-    snprintf(f[n], sizeof(f[n]), "seconds=%.1f", t->seconds);
-    p[n + 1] = f[n];
-    cli_out_tsv(n + 2, p);
+    cli_out_total(g->json, g->dry_run, (int)(sizeof(v) / sizeof(v[0])),
+                  names, v, t->seconds);
 }
 
 /* ---- setup ---- */

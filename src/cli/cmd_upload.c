@@ -135,29 +135,8 @@ static void summary(const struct ui *ui, const struct ckpt_upload_totals *t)
     uint64_t v[] = { t->uploaded, t->skipped, failed, t->deleted, t->kept,
                      t->aborted, t->bytes, t->bytes_sent, t->bytes_resumed,
                      t->throttled };
-    int n = (int)(sizeof(v) / sizeof(v[0]));
-    if (g->json) {
-        cJSON *o = cli_json_row("total");
-        cJSON_AddBoolToObject(o, "dry_run", g->dry_run);
-        for (int i = 0; i < n; i++)
-            cJSON_AddNumberToObject(o, names[i], (double)v[i]);
-        cJSON_AddNumberToObject(o, "seconds", t->seconds);
-        cli_out_json(o);
-    } else {
-        char f[11][64], num[32];
-        const char *p[12] = { "total" };
-        for (int i = 0; i < n; i++) {
-            if (i >= 6 && i <= 8)
-                cli_fmt_bytes(v[i], num, sizeof(num));
-            else
-                snprintf(num, sizeof(num), "%llu", (unsigned long long)v[i]);
-            snprintf(f[i], sizeof(f[i]), "%s=%s", names[i], num);
-            p[i + 1] = f[i];
-        }
-        snprintf(f[n], sizeof(f[n]), "seconds=%.1f", t->seconds);
-        p[n + 1] = f[n];
-        cli_out_tsv(n + 2, p);
-    }
+    cli_out_total(g->json, g->dry_run, (int)(sizeof(v) / sizeof(v[0])),
+                  names, v, t->seconds);
     if (t->kept)
         cli_warnf("%llu file(s) kept at SRC: see the 'keep' rows",
                   (unsigned long long)t->kept);

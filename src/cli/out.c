@@ -221,6 +221,43 @@ void cli_out_json(cJSON *obj)
     free(s);
 }
 
+static int total_is_size(const char *name)
+{
+    return !strcmp(name, "bytes") || !strcmp(name, "freed") ||
+           !strncmp(name, "bytes_", 6);
+}
+
+void cli_out_total(int json, int dry_run, int n, const char *const *names,
+                   const uint64_t *v, double seconds)
+{
+    if (json) {
+        cJSON *o = cli_json_row("total");
+        cJSON_AddBoolToObject(o, "dry_run", dry_run);
+        for (int i = 0; i < n; i++)
+            cJSON_AddNumberToObject(o, names[i], (double)v[i]);
+        cJSON_AddNumberToObject(o, "seconds", seconds);
+        cli_out_json(o);
+        return;
+    }
+    char(*f)[64] = ckpt_xcalloc((size_t)n + 1, sizeof(*f));
+    const char **p = ckpt_xcalloc((size_t)n + 2, sizeof(*p));
+    char num[32];
+    p[0] = "total";
+    for (int i = 0; i < n; i++) {
+        if (total_is_size(names[i]))
+            cli_fmt_bytes(v[i], num, sizeof(num));
+        else
+            snprintf(num, sizeof(num), "%llu", (unsigned long long)v[i]);
+        snprintf(f[i], sizeof(f[i]), "%s=%s", names[i], num);
+        p[i + 1] = f[i];
+    }
+    snprintf(f[n], sizeof(f[n]), "seconds=%.1f", seconds);
+    p[n + 1] = f[n];
+    cli_out_tsv(n + 2, p);
+    free(p);
+    free(f);
+}
+
 void cli_out_tsv(int n, const char *const *fields)
 {
     struct ckpt_buf row = CKPT_BUF_INIT;

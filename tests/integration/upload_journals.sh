@@ -7,14 +7,6 @@
 # upload and that no running copy holds; a second upload of the same copy
 # while the first runs is refused ("journal locked").
 . "$(dirname "$0")/../support/lib.sh"
-# ckpt upload's rows without the total row that ends them; its status.
-up() {
-    local o rc
-    o=$("$CKPT" upload "$@")
-    rc=$?
-    printf '%s\n' "$o" | grep -v '^total	'
-    return $rc
-}
 export CKPT_STATE_DIR=$T/state
 S=$CKPT_STATE_DIR
 cd "$T" || exit 1
@@ -51,7 +43,7 @@ rm -f "$(newest)" "$(newest | sed 's/journal$/lock/')"
 # The same copy twice at once: the second is refused while the first runs.
 flock "${j1%.journal}.lock" "$CKPT" upload -q src dst1 >out 2>err
 check "locked journal: exit" 1 $?
-check "locked journal: row" "error	src	dst1	another ckpt upload of the same SRC to the same DEST is running (journal '${j1%.journal}.lock' is locked)" "$(cat out)"
+check "locked journal: row" "error	src	dst1	another ckpt upload of the same SRC to the same DEST is running (journal '${j1%.journal}.lock' is locked)" "$(grep -v '^total	' out)"
 
 # Age: journals untouched for 30 days go, unless unfinished or in use.
 old=$S/upload-0123456789abcdef0123456789abcdef

@@ -6,13 +6,6 @@
 # without leaving temporary files.
 . "$(dirname "$0")/../support/lib.sh"
 # ckpt upload's rows without the total row that ends them; its status.
-up() {
-    local o rc
-    o=$("$CKPT" upload "$@")
-    rc=$?
-    printf '%s\n' "$o" | grep -v '^total	'
-    return $rc
-}
 export CKPT_STATE_DIR=$T/state
 cd "$T" || exit 1
 mkdir -p src/a/b

@@ -4,13 +4,6 @@
 # not abort: MD5 is checked before anything is sent.
 . "$(dirname "$0")/../support/lib.sh"
 # ckpt upload's rows without the total row that ends them; its status.
-up() {
-    local o rc
-    o=$("$CKPT" upload "$@")
-    rc=$?
-    printf '%s\n' "$o" | grep -v '^total	'
-    return $rc
-}
 cd "$T" || exit 1
 mkdir src
 printf 'one\n' >src/a.txt

@@ -9,13 +9,6 @@
 . "$(dirname "$0")/../support/lib.sh"
 . "$SRC/tests/support/s3env.sh"
 # ckpt upload's rows without the total row that ends them; its status.
-up() {
-    local o rc
-    o=$("$CKPT" upload "$@")
-    rc=$?
-    printf '%s\n' "$o" | grep -v '^total	'
-    return $rc
-}
 s3env_start --bucket ckpt-test || exit 1
 trap 's3env_stop; chmod -R u+rwx "$T" 2>/dev/null; rm -rf "$T"' EXIT
 export CKPT_STATE_DIR=$T/state

@@ -7,13 +7,6 @@
 # is refused with the stem as the run's name.
 . "$(dirname "$0")/../support/lib.sh"
 # ckpt upload's rows without the total row that ends them; its status.
-up() {
-    local o rc
-    o=$("$CKPT" upload "$@")
-    rc=$?
-    printf '%s\n' "$o" | grep -v '^total	'
-    return $rc
-}
 export CKPT_STATE_DIR=$T/state
 mkdir -p "$T/r" "$T/src"
 echo hi >"$T/r/a"

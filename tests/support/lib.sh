@@ -1,7 +1,8 @@
 # lib.sh - helpers for integration tests (sourced by tests/integration/*.sh).
 # Provides: CKPT (binary), SRC (repo root), T (fresh temp dir, removed on
-# exit), check NAME EXPECTED ACTUAL, check_rc, pass/fail counters, finish
-# (which fails when no check ran); and the offline environment (offline.env).
+# exit), check NAME EXPECTED ACTUAL, check_rc, up (upload without its
+# total row), pass/fail counters, finish (which fails when no check ran);
+# and the offline environment (offline.env).
 set -uo pipefail
 SRC=${CKPT_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 CKPT=${CKPT:-$SRC/build/ckpt}
@@ -22,6 +23,16 @@ PASSED=0
 FAILED=0
 
 # check NAME EXPECTED ACTUAL: exact string comparison, diff on failure.
+# `ckpt upload ARGS`, its rows without the total row that ends them;
+# its exit status.
+up() {
+    local o rc
+    o=$("$CKPT" upload "$@")
+    rc=$?
+    printf '%s\n' "$o" | grep -v '^total	'
+    return $rc
+}
+
 check() {
     if [ "$2" == "$3" ]; then
         PASSED=$((PASSED + 1))
