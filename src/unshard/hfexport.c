@@ -494,9 +494,10 @@ static int shard(struct ujob *j, struct ckpt_err *err)
     qsort(v, n, sizeof(*v), by_name);
     for (size_t i = 1; i < n; i++)
         if (!strcmp(v[i]->stname, v[i - 1]->stname)) {
+            int rc = ckpt_err_set(err, CKPT_EFORMAT, "tensor name '%s' "
+                                  "occurs twice", v[i]->stname);
             free(v);
-            return ckpt_err_set(err, CKPT_EFORMAT, "tensor name '%s' occurs "
-                                "twice", v[i]->stname);
+            return rc;
         }
     uint64_t max = j->o->max_shard_size ? j->o->max_shard_size
                                         : DEFAULT_SHARD;
