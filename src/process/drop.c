@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/dcp.h"
 #include "ckpt/run.h"
 #include "ckpt/upload.h"
 #include "ckpt/unshard.h"
@@ -22,12 +23,108 @@ static void add_dir(struct proc_drops *d, const char *dir)
     d->dirs[d->n++] = ckpt_xstrdup(dir);
 }
 
-/* A complete -unsharded copy of step in the run. */
+/* What an OLMo step's unsharded copy holds when it holds the whole step
+ * (OLMo's unsharder, ckpt's own output): the model, the optimizer and
+ * the trainer state, one file of each group, the last two where the step
+ * holds them. */
+static const char *const whole_groups[][3] = {
+    { "model.pt", "model.safetensors", NULL },
+    { "optim.pt", "optim.safetensors", NULL },
+    { "train.pt", NULL, NULL },
+};
+
+static int holds_group(const struct ckpt_tree *tree, const char *dir,
+                       const char *const *names)
+{
+    int found = 0;
+    for (int i = 0; !found && i < 3 && names[i]; i++) {
+        char *p = ckpt_path_join(dir, names[i]);
+        const struct ckpt_tree_file *f = ckpt_tree_find(tree, p);
+        found = f && f->type == CKPT_ENTRY_FILE;
+        free(p);
+    }
+    return found;
+}
+
+/* 1 when a DCP .metadata below step c stores optimizer state (an
+ * "optim" key), or cannot be read (taken as holding it); 0 when none
+ * does. */
+static int dcp_has_optim(struct ckpt_tree *tree,
+                         const struct ckpt_checkpoint *c)
+{
+    size_t lo, hi;
+    int found = 0;
+    ckpt_tree_range(tree, c->dir, &lo, &hi);
+    for (size_t i = lo; !found && i < hi; i++) {
+        const char *p = tree->files[i].path;
+        const char *b = strrchr(p, '/');
+        if (strcmp(b ? b + 1 : p, ".metadata"))
+            continue;
+        char *data = NULL;
+        size_t len = 0;
+        struct ckpt_err e = CKPT_ERR_INIT;
+        struct ckpt_dcp_meta *m = ckpt_dcp_meta_new();
+        if (ckpt_tree_read(tree, p, 64u << 20, &data, &len, &e) != 0 ||
+            ckpt_dcp_meta_add(m, data, len, p, &e) != 0)
+            found = 1;
+        for (size_t k = 0; !found && k < m->n; k++)
+            found = !strncmp(m->entries[k].fqn, "optim", 5);
+        ckpt_dcp_meta_free(m);
+        free(data);
+    }
+    return found;
+}
+
+/* 1 when a file below step c has a path (in the step) starting with
+ * what: "train" (train/rank0.pt, train.pt), "optim" (optim/rank0.pt). */
+static int step_holds(const struct ckpt_tree *tree,
+                      const struct ckpt_checkpoint *c, const char *what)
+{
+    size_t lo, hi, n = strlen(c->dir);
+    ckpt_tree_range(tree, c->dir, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
+        const char *rel = tree->files[i].path + n + (n ? 1 : 0);
+        if (!strncmp(rel, what, strlen(what)))
+            return 1;
+    }
+    return 0;
+}
+
+/* 1 when an -unsharded copy of step c in the run holds all the step
+ * does: complete, an OLMo step's, with the model, and the optimizer and
+ * the trainer state where the step holds them (as OLMo's unsharder and
+ * ckpt write them). A copy of the weights alone (a model-only or HF
+ * export) holds less: what a drop deletes would be gone. Other layouts'
+ * copies in the run are never taken for the step (ckpt's own output,
+ * made by this pass, is). */
+static int has_whole_unsharded(struct ckpt_tree *tree,
+                               const struct ckpt_run *run,
+                               const struct ckpt_checkpoint *c)
+{
+    if (c->format != CKPT_FMT_DCP && c->format != CKPT_FMT_OLMO_LEGACY &&
+        c->format != CKPT_FMT_OLMO_LOCAL)
+        return 0;
+    int need[3] = { 1, 0, step_holds(tree, c, "train") };
+    need[1] = c->format == CKPT_FMT_DCP ? dcp_has_optim(tree, c)
+                                        : step_holds(tree, c, "optim");
+    for (size_t i = 0; i < run->n; i++) {
+        const struct ckpt_checkpoint *u = &run->ckpts[i];
+        if (!u->unsharded_name || u->step != c->step || !u->complete)
+            continue;
+        int all = 1;
+        for (size_t g = 0; all && g < 3; g++)
+            all = !need[g] || holds_group(tree, u->dir, whole_groups[g]);
+        if (all)
+            return 1;
+    }
+    return 0;
+}
+
+/* An -unsharded copy of step in the run, whatever it holds. */
 static int has_unsharded(const struct ckpt_run *run, int64_t step)
 {
     for (size_t i = 0; i < run->n; i++)
-        if (run->ckpts[i].unsharded_name && run->ckpts[i].step == step &&
-            run->ckpts[i].complete)
+        if (run->ckpts[i].unsharded_name && run->ckpts[i].step == step)
             return 1;
     return 0;
 }
@@ -239,14 +336,18 @@ int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
         /* Only a step its unsharded copy holds whole (a DeepSpeed
          * step's copy is the weights alone): what is dropped is gone. */
         const char *partial = ckpt_unshard_partial(c->format);
-        if (sharded && c->complete && !c->unsharded_name &&
-            c->format != CKPT_FMT_UNSHARDED &&
-            (has_unsharded(&run, c->step) ||
-             made_unsharded(made, nmade, c->step))) {
+        int sharded_step = sharded && c->complete && !c->unsharded_name &&
+                           c->format != CKPT_FMT_UNSHARDED;
+        if (sharded_step && (made_unsharded(made, nmade, c->step) ||
+                             has_whole_unsharded(tree, &run, c))) {
             if (!partial)
                 drop = 1;
             else
                 note_partial(d, c->name, partial);
+        } else if (sharded_step && has_unsharded(&run, c->step)) {
+            note_partial(d, c->name, "its -unsharded copy in the run does "
+                         "not hold it all (model, optimizer and trainer "
+                         "state)");
         }
         /* A step holding a file its layout does not own (an HF export
          * beside a DCP step) is never dropped: that file would go too. */

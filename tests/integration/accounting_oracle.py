@@ -1479,7 +1479,9 @@ def clean_rows(out):
         if "run" in o:
             act = o.get("action")
             act = {"would-delete": "delete"}.get(act, act)
-            res[o["run"]] = (act, sorted(o.get("pruned") or []))
+            # (-n says would_prune, the real run pruned)
+            pruned = o.get("pruned") or o.get("would_prune") or []
+            res[o["run"]] = (act, sorted(pruned))
     return res
 
 

@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from delproof import BUILD, Checker, age, ckpt, gen, tree  # noqa: E402
 from s3test import S3Env, lapse, remote_contents  # noqa: E402
+from gen_runs import whole_unsharded  # noqa: E402
 
 SHIM = os.path.join(BUILD, "libchange_preload.so")
 KILL = os.path.join(BUILD, "libkill_preload.so")
@@ -39,6 +40,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         runs = os.path.join(tmp, "runs")
         gen(runs)
+        whole_unsharded(os.path.join(runs, "2871001"))
         for mode, what in (("grow", "size"), ("rewrite", "ctime")):
             run = os.path.join(tmp, "2871001")
             dest = os.path.join(tmp, "dest-" + mode)

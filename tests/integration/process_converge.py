@@ -59,6 +59,8 @@ def make(src, rid):
         return
     tmp = src + ".all"
     gen_runs.generate(tmp)
+    if rid == "2871001":
+        gen_runs.whole_unsharded(os.path.join(tmp, rid))
     shutil.move(os.path.join(tmp, rid), os.path.join(src, rid))
     shutil.rmtree(tmp)
 

@@ -19,6 +19,7 @@ sys.path.insert(0, HERE)
 from s3test import BUILD, Checker, S3Env, tool  # noqa: E402
 from s3test import old_ctime  # noqa: E402
 from process_s3 import gen, local_tree, rows, s3_tree, snapshot  # noqa: E402
+from gen_runs import whole_unsharded  # noqa: E402
 
 CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 B = "ckpt-test"
@@ -59,6 +60,7 @@ def drops_local(c, env, tmp):
     deleted with everything else; step0 (no unsharded copy) goes."""
     runs = os.path.join(tmp, "runs-drop")
     gen(runs)
+    whole_unsharded(os.path.join(runs, "2871001"))
     src = os.path.join(runs, "2871001")
     full = snapshot(src)
     want = without(full, "step1000/", "step2000/")
@@ -103,6 +105,7 @@ def filters_s3(c, env, tmp):
     whose members were left out is kept whole."""
     runs = os.path.join(tmp, "runs-filt")
     gen(runs)
+    whole_unsharded(os.path.join(runs, "2871001"))
     src = os.path.join(runs, "2871001")
     full = snapshot(src)
     want = without(full, "step0/", "train_data/", "step2000/")
@@ -162,6 +165,7 @@ def order_and_usage(c, env, tmp):
     """First matching rule wins; patterns it cannot take are usage."""
     runs = os.path.join(tmp, "runs-order")
     gen(runs)
+    whole_unsharded(os.path.join(runs, "2871001"))
     src = os.path.join(runs, "2871001")
     dest = os.path.join(tmp, "dest-order")
     res = []

@@ -73,6 +73,19 @@ def sharded_step(root, name):
     return dst
 
 
+def whole_unsharded(root, name="step1000-unsharded"):
+    """Make root/name hold the whole step as OLMo's unsharder writes it:
+    an optim.pt beside model.pt and train.pt (the fixture has none: see
+    its README). Its bytes stand in for the optimizer's (a whole torch
+    zip, the model's): enough for what judges and drops it. Without it
+    the copy holds less than the step, whose DCP stores optimizer state,
+    and `process --drop-sharded` keeps the step."""
+    dst = os.path.join(root, name, "optim.pt")
+    shutil.copy(os.path.join(FIX, "model.pt"), dst)
+    st = os.stat(os.path.join(root, name, "model.pt"))
+    os.utime(dst, (st.st_atime, st.st_mtime))   # as old as its step
+
+
 def unsharded_step(root, name):
     dst = os.path.join(root, name)
     os.makedirs(dst)
