@@ -9,7 +9,7 @@
  *    or, where nothing is nested under "model" (DeepSpeed's consolidated
  *    state dict, safetensors files), every tensor by its key. Optimizer
  *    and trainer state is left out (file -1: never read).
- * 2. A family maps them to HF names: OLMo's (hfolmo.c), which also
+ * 2. A family maps them to HF names: OLMo's (olmo/export_hf.c), which also
  *    makes config.json; else the names are HF's already (HF Trainer,
  *    accelerate, DeepSpeed, DCP written with HF keys) and config.json
  *    comes from the checkpoint (or its run, or --config-dir), copied; a
@@ -275,7 +275,7 @@ static int olmo_family(struct ujob *j, const struct hf_model *mt,
     return rc;
 }
 
-/* HF names already (or OLMo-core's, renamed: hfolmo.c): config.json
+/* HF names already (or OLMo-core's, renamed: olmo/export_hf.c): config.json
  * from the checkpoint, copied; a tied lm_head.weight left out. */
 static int hf_family(struct ujob *j, const struct hf_model *mt,
                      struct hf_map *m, cJSON **config, char **config_path,

@@ -8,7 +8,7 @@
  *   hfexport.c  the export's layout: which tensors are the model's, their
  *               HF names (through a family's map), the shards, the index
  *               and the files written or copied beside them
- *   hfolmo.c    the OLMo family: config.yaml -> config.json, OLMo's and
+ *   olmo/export_hf.c    the OLMo family: config.yaml -> config.json, OLMo's and
  *               OLMo-core's names -> HF olmo / olmo2, as transformers'
  *               and OLMo-core's converters map them
  *   hfcast.c    --dtype: floating tensors cast as torch casts them
@@ -79,7 +79,7 @@ void uns_hf_add(struct hf_map *m, char *name, size_t src, uint64_t row0,
 /* The model tensor named name, or -1. */
 long uns_hf_find(const struct hf_model *mt, const char *name);
 
-/* hfolmo.c: 1 when the model is OLMo's (transformer.blocks.N...) or
+/* olmo/export_hf.c: 1 when the model is OLMo's (transformer.blocks.N...) or
  * OLMo-core's (blocks.N.attention...), then m is filled from config
  * (the step's or the run's config.yaml, parsed; OLMo-core's config.json
  * "model" section for OLMo-core names); 0 when it is neither; -1 with
@@ -88,7 +88,7 @@ int uns_hf_olmo_map(const struct hf_model *mt, const struct cJSON *config,
                     const char *config_name, struct hf_map *m,
                     struct ckpt_err *err);
 
-/* hfolmo.c: OLMo-core's names (embeddings.weight, blocks.N.attention.
+/* olmo/export_hf.c: OLMo-core's names (embeddings.weight, blocks.N.attention.
  * w_q.weight, ...) as OLMo-core's HF converter maps them for the
  * config.json's model_type (olmo2 and olmo3: reordered norms; llama,
  * qwen2, qwen3: pre-norm). 1 done, 0 not OLMo-core's names, -1 err (a

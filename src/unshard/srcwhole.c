@@ -1,7 +1,7 @@
 /*
  * srcwhole.c - small remote files of the source fetched whole, ahead.
  *
- * The OLMo planners (legacy.c, olmolocal.c, olmocoreplan.c) read their
+ * The OLMo planners (olmo/plan_legacy.c, olmo/plan_local.c, olmo/plan_core.c) read their
  * rank files one after another: each rank's zip directory and pickle (or
  * safetensors header) while planning, then its tensor records during the
  * copy. From object storage every one of those reads was a round trip of

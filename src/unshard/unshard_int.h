@@ -193,7 +193,7 @@ struct ujob_src {
 };
 
 /* What goes where: the tensors and byte items found by a format's planner
- * (plan.c, legacy.c, olmo*.c, zarrplan.c, orbaxplan.c), the output value
+ * (plan.c, olmo/plan_legacy.c, olmo*.c, zarr/plan.c, orbax/plan.c), the output value
  * tree (tree.c) and the bands the engine assembles (layout.c). */
 struct ujob_plan {
     struct ckpt_dcp_meta *meta;
@@ -213,7 +213,7 @@ struct ujob_plan {
     const struct ckpt_pv **paths;   /* per entry: where it was placed */
     uint64_t band;                  /* band bytes */
     uint64_t objects;
-    /* Formats whose chunks are located while planning (legacy.c): NULL
+    /* Formats whose chunks are located while planning (olmo/plan_legacy.c): NULL
      * means probe the DCP item. */
     int (*locate)(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err);
@@ -221,9 +221,9 @@ struct ujob_plan {
      * reads their items anyway (plan.c uns_plan_locate), not probed
      * while planning. */
     int lazy;
-    void *fmtplan;                  /* legacy.c, zarrplan.c plan state */
-    /* Formats whose chunks are decoded by the engine (zarrplan.c,
-     * orbaxplan.c): decode chunk c of t into out (c->dec->bytes, element
+    void *fmtplan;                  /* olmo/plan_legacy.c, zarr/plan.c plan state */
+    /* Formats whose chunks are decoded by the engine (zarr/plan.c,
+     * orbax/plan.c): decode chunk c of t into out (c->dec->bytes, element
      * strides c->stride, little-endian unless c->big_endian); called from
      * pool workers concurrently. fmtfree releases fmtplan with the job. */
     int (*decode)(struct ujob *j, const struct utensor *t,
@@ -454,7 +454,7 @@ void uns_plan_cut_bands(struct utensor *t, uint64_t target);
 /* tree.c */
 int uns_tree_build(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err);
 
-/* tree.c, for formats that build their own graph (legacy.c): the output
+/* tree.c, for formats that build their own graph (olmo/plan_legacy.c): the output
  * node of tensor t, and e's storages in v remapped to output records. */
 struct ckpt_pv *uns_tree_tensor(struct ujob *j, struct utensor *t);
 int uns_tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
@@ -462,11 +462,6 @@ int uns_tree_remap(struct ujob *j, const struct ckpt_dcp_entry *e,
                const struct ckpt_rd *rd, struct usrc *src,
                struct ckpt_err *err);
 
-/* dsplan.c: DeepSpeed ZeRO-1/2/3 steps (global_stepN/), as zero_to_fp32 */
-int uns_ds_plan(struct ujob *j, const char *src, struct ckpt_err *err);
-/* hfstplan.c: the *.safetensors files of a directory as torch DCP's
- * HuggingFaceStorageReader reads them (DCP_SHARDING_INFO offsets). */
-int uns_hfst_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 /* n elements of dtype from (little-endian) at in as float32 (Tensor.float()
  * of a buffer); exported for the unit test. */
 void uns_ds_to_f32(const struct ckpt_dtype *from, const unsigned char *in,
@@ -474,15 +469,14 @@ void uns_ds_to_f32(const struct ckpt_dtype *from, const unsigned char *in,
 /* n float32 values as little-endian bfloat16, as torch casts them. */
 void uns_ds_f32_to_bf16(const float *in, uint64_t n, unsigned char *out);
 
-/* legacy.c: OLMo torch_legacy rank*.pt steps */
-int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+/* olmo/plan_legacy.c: OLMo torch_legacy rank*.pt steps */
 /* Structural equality of two values from the rank files za and zb
  * (storages by record size and CRC), as legacy steps compare ranks. */
 int uns_legacy_same(const struct ckpt_tzip *za, const struct ckpt_pv *a,
                 const struct ckpt_tzip *zb, const struct ckpt_pv *b);
 
 /* unshard.c: start the job of an OLMo step that a format file plans
- * itself (legacy.c, olmolocal.c, olmocoreplan.c): SRC is the step
+ * itself (olmo/plan_legacy.c, olmo/plan_local.c, olmo/plan_core.c): SRC is the step
  * directory, metaname names its metadata in messages, plan is the
  * format's state and locate finds each chunk's bytes. Output in OLMo
  * layout unless --layout single. 0, or -1 (out of memory). */
@@ -505,16 +499,6 @@ struct flat_box {
 int uns_flat_boxes(int ndim, const uint64_t *size, uint64_t start,
                uint64_t count, struct flat_box *out, int cap);
 
-/* zarrplan.c: zarr v2 pytree checkpoints (.zgroup + one array per leaf) */
-int uns_zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
-
-/* orbaxplan.c: Orbax steps (<step>/<item>/, OCDBT or zarr v2 per array) */
-int uns_orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err);
-
-/* olmolocal.c: OLMo local steps ({model,optim,train}/rank{R}.pt) */
-int uns_olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err);
-/* olmocoreplan.c: OLMo olmo_core steps (OLMo-core 0.1 safetensors) */
-int uns_olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* layout.c */
 int uns_layout_files(struct ujob *j, struct ckpt_pv *root,

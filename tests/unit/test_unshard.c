@@ -4,7 +4,7 @@
 #include <cjson/cJSON.h>
 
 #include "unshard/hfexport.h"
-#include "unshard/olmoflat.h"
+#include "trainers/olmo/flat_params.h"
 #include "unshard/unshard_int.h"
 
 /* Every range of every small shape: the boxes cover exactly the range,

@@ -1,7 +1,7 @@
 /*
- * olmoflat.h - the model files of OLMo `local` steps: which pieces of
+ * olmo/flat_params.h - the model files of OLMo `local` steps: which pieces of
  * which parameters one rank's FSDP flat parameters hold. Shared by
- * olmolocal.c and the olmoflat fuzz target. Private to src/unshard: do
+ * olmo/plan_local.c and the olmoflat fuzz target. Private to src/: do
  * not expose.
  */
 #ifndef CKPT_OLMOFLAT_H

@@ -1,5 +1,5 @@
 /*
- * orbaxls.c - Orbax items read through a run's tree (ls -l, judging):
+ * orbax/list.c - Orbax items read through a run's tree (ls -l, judging):
  * file sizes come from the listing, bytes from ranged reads of the
  * storage (or of a plain tar's members; a compressed archive is streamed
  * again, a bounded number of times), so listing an OCDBT step reads its
@@ -11,7 +11,7 @@
 #include "ckpt/orbax.h"
 #include "ckpt/storage.h"
 #include "ckpt/util.h"
-#include "run_int.h"
+#include "run/run_int.h"
 
 static int tio_size(void *ctx, const char *rel, uint64_t *size,
                     struct ckpt_err *err)

@@ -1,5 +1,5 @@
 /*
- * layout_hf.c - HF Trainer checkpoint-N/ directories (transformers
+ * hf/judge.c - HF Trainer checkpoint-N/ directories (transformers
  * Trainer._save_checkpoint), accelerate's FSDP sharded state inside them,
  * PEFT adapters.
  *
@@ -31,7 +31,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "layout.h"
+#include "trainers/judge.h"
+#include "trainers/trainer.h"
 
 /* "pytorch_model_fsdp_N" or "optimizer_N" as the first component of rel:
  * its length, else 0. */
@@ -87,7 +88,7 @@ static int acc_state(const struct judge_view *v)
            has_top(v, "pytorch_model_fsdp", ".bin");
 }
 
-static int hf_recognise(const struct judge_view *v)
+int hf_recognise(const struct judge_view *v)
 {
     return judge_get(v, "trainer_state.json") ||
            judge_get(v, "training_args.bin") ||
@@ -119,7 +120,7 @@ static int acc_plain(const struct judge_view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
-static enum ckpt_format hf_format(const struct judge_view *v)
+enum ckpt_format hf_format(const struct judge_view *v)
 {
     return has_fsdp(v) ? CKPT_FMT_HF : CKPT_FMT_UNSHARDED;
 }
@@ -158,7 +159,7 @@ static int hf_fsdp(const struct judge_view *v, struct ckpt_checkpoint *c,
 
 /* With DeepSpeed, _save_optimizer_and_scheduler has the engine save its
  * checkpoint into the step (checkpoint-N/global_stepN/, `latest`): each
- * such directory judged by DeepSpeed's rule (layout_deepspeed.c), its
+ * such directory judged by DeepSpeed's rule (deepspeed/judge.c), its
  * verdict named by the directory (c NULL: only counted). Returns the
  * number found, or -1. */
 static int hf_deepspeed(const struct judge_view *v, struct ckpt_checkpoint *c,
@@ -180,14 +181,14 @@ static int hf_deepspeed(const struct judge_view *v, struct ckpt_checkpoint *c,
         struct judge_view sv = { v->t, dir, 0, 0, 0 };
         ckpt_tree_range(v->t, dir, &sv.lo, &sv.hi);
         int rc = 0;
-        if (judge_layout_deepspeed.recognise(&sv) && !c) {
+        if (deepspeed_recognise(&sv) && !c) {
             found++;
-        } else if (judge_layout_deepspeed.recognise(&sv)) {
+        } else if (deepspeed_recognise(&sv)) {
             struct ckpt_checkpoint d;
             memset(&d, 0, sizeof(d));
             d.complete = 1;
             found++;
-            rc = judge_layout_deepspeed.judge(&sv, &d, err);
+            rc = deepspeed_judge(&sv, &d, err);
             if (rc == 0 && !d.complete) {
                 char *why = ckpt_xasprintf("%s/%s", sub, d.why ? d.why : "?");
                 if (d.unknown)
@@ -225,8 +226,8 @@ static int placeholders(const struct judge_view *v, struct ckpt_checkpoint *c,
     return empty;
 }
 
-static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
-                    struct ckpt_err *err)
+int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+             struct ckpt_err *err)
 {
     int fsdp = has_fsdp(v);
     int acc = acc_state(v) && !judge_get(v, "trainer_state.json") &&
@@ -251,7 +252,7 @@ static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
         return -1;
     /* The engine's checkpoint is the only copy of the weights (no
      * weights at the top, or only placeholders): a DeepSpeed step,
-     * unsharded from global_stepN/ (unshard's dsplan.c follows
+     * unsharded from global_stepN/ (unshard's deepspeed/plan.c follows
      * `latest`). */
     int ph = !fsdp && ds > 0 ? placeholders(v, c, err) : 0;
     if (ph < 0)
@@ -281,7 +282,7 @@ static int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
 /* The weights and torch files at the top (accelerate's random_states_R
  * .pkl too), the FSDP directories' DCP files, and the DeepSpeed files of
  * the engine's own checkpoint in a subdirectory (global_stepN/). */
-static int hf_owns(const struct judge_view *v, const char *rel)
+int hf_owns(const struct judge_view *v, const char *rel)
 {
     static const char *const top[] = { ".safetensors", ".pt", ".pth", ".bin",
                                        ".pkl", NULL };
@@ -298,7 +299,3 @@ static int hf_owns(const struct judge_view *v, const char *rel)
     const char *sl = strchr(rel, '/');
     return sl && !strchr(sl + 1, '/') && ckpt_str_endswith(rel, ".pt");
 }
-
-const struct judge_layout judge_layout_hf = {
-    "hf", CKPT_FMT_HF, hf_recognise, hf_judge, hf_format, hf_owns,
-};

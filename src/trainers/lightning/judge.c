@@ -1,5 +1,5 @@
 /*
- * layout_lightning.c - PyTorch Lightning's checkpoints (ModelCheckpoint,
+ * lightning/judge.c - PyTorch Lightning's checkpoints (ModelCheckpoint,
  * src/lightning/pytorch/callbacks/model_checkpoint.py): FILES named
  * "epoch=E-step=S.ckpt" (the default "{epoch}-{step}" filename), "last.ckpt",
  * with "-vN" before ".ckpt" when the name was taken, each a whole torch zip
@@ -19,7 +19,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "layout.h"
+#include "trainers/judge.h"
+#include "trainers/trainer.h"
 
 int ckpt_lightning_name(const char *name, int64_t *step)
 {
@@ -67,7 +68,7 @@ static const char *base(const char *dir)
     return s ? s + 1 : dir;
 }
 
-static int lt_recognise(const struct judge_view *v)
+int lightning_recognise(const struct judge_view *v)
 {
     int64_t step;
     if (v->one_file)
@@ -97,7 +98,7 @@ static int lt_step(const struct judge_view *v, struct ckpt_checkpoint *c,
     return rc < 0 ? -1 : 0;
 }
 
-static int lt_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+int lightning_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                     struct ckpt_err *err)
 {
     const char *rec = "meta.pt";
@@ -118,7 +119,3 @@ static int lt_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
         return lt_step(v, c, rec, err);
     return 0;
 }
-
-const struct judge_layout judge_layout_lightning = {
-    "lightning", CKPT_FMT_LIGHTNING, lt_recognise, lt_judge, NULL, NULL,
-};

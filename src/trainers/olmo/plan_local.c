@@ -1,6 +1,6 @@
 /*
- * olmolocal.c - OLMo `local` steps (LocalShardedCheckpointer):
- * model/rank{R}.pt holds rank R's FSDP flat-parameter shards (olmoflat.c),
+ * olmo/plan_local.c - OLMo `local` steps (LocalShardedCheckpointer):
+ * model/rank{R}.pt holds rank R's FSDP flat-parameter shards (olmo/flat_params.c),
  * optim/rank{R}.pt its optim.state_dict(), train/rank{R}.pt its trainer
  * state, metadata.yaml the world size (docs/formats/olmo.md; OLMo
  * olmo/checkpoint.py LocalShardedCheckpointer.unshard_checkpoint).
@@ -12,7 +12,7 @@
  * row-major flattening; flat.c cuts it into boxes, which become chunks
  * located in the rank file (its storage record, the full tensor's
  * strides), so the DCP engine copies the bytes straight from the rank
- * files to the output. Optimizer state (olmooptim.c) lands on the same
+ * files to the output. Optimizer state (olmo/local_optim.c) lands on the same
  * ranges. Every element must be held exactly once. Output, as OLMo's
  * unsharder:
  * model.pt {fqn: tensor}, optim.pt {"state": {id: {...}}, "param_groups":
@@ -26,7 +26,8 @@
 
 #include "ckpt/util.h"
 #include "ckpt/yaml.h"
-#include "olmolocal_int.h"
+#include "trainers/trainer.h"
+#include "plan_local.h"
 
 #define MAX_PKL (512u << 20)
 #define MAX_RANKS 65536
@@ -426,7 +427,7 @@ static int tensor_entry(struct lplan *p, struct ckpt_dcp_entry *e,
     if (!e->chunks || !lt->stride)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     e->chunkcap = cap;
-    /* Row-major strides; the shape's numel fits (olmoflat.c checked). */
+    /* Row-major strides; the shape's numel fits (olmo/flat_params.c checked). */
     for (int d = ndim - 1; d >= 0; d--)
         row[d] = d == ndim - 1 ? 1 : row[d + 1] * (int64_t)size[d + 1];
     for (size_t i = 0; i < sl->n; i++) {

@@ -1,5 +1,5 @@
 /*
- * orbaxplan.c - Orbax steps (JAX): <step>/<item>/ in OCDBT or the old
+ * orbax/plan.c - Orbax steps (JAX): <step>/<item>/ in OCDBT or the old
  * one-zarr-directory-per-array format (docs/formats/orbax.md).
  *
  * Each array becomes one output tensor keyed by its dotted pytree path
@@ -22,7 +22,8 @@
 #include "ckpt/orbax.h"
 #include "ckpt/storage.h"
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "trainers/trainer.h"
+#include "unshard/unshard_int.h"
 
 /* One output tensor: its array and the grid it is stored on. */
 struct oarr {

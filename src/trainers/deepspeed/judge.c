@@ -1,5 +1,5 @@
 /*
- * layout_deepspeed.c - DeepSpeed's `engine.save_checkpoint` directories
+ * deepspeed/judge.c - DeepSpeed's `engine.save_checkpoint` directories
  * (tag global_stepN by default): mp_rank_XX_model_states.pt (ZeRO-0/1/2;
  * ZeRO-3 writes zero_pp_rank_R_mp_rank_XX_model_states.pt per data-parallel
  * rank) and, with a ZeRO optimizer, (bf16_)zero_pp_rank_R_mp_rank_XX_
@@ -22,7 +22,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "layout.h"
+#include "trainers/judge.h"
+#include "trainers/trainer.h"
 
 enum ds_kind { DS_NONE = 0, DS_MODEL, DS_OPTIM };
 
@@ -70,7 +71,7 @@ static enum ds_kind ds_name(const char *name, long *dp, long *mp, int *bf16)
     return DS_NONE;
 }
 
-static int ds_recognise(const struct judge_view *v)
+int deepspeed_recognise(const struct judge_view *v)
 {
     for (size_t i = v->lo; i < v->hi; i++) {
         const char *r = judge_rel(v, i);
@@ -118,7 +119,7 @@ static void ds_expect(const struct judge_view *v, struct ckpt_checkpoint *c,
     }
 }
 
-static int ds_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+int deepspeed_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                     struct ckpt_err *err)
 {
     int stage3 = 0, bf16 = 0;
@@ -171,14 +172,10 @@ static int ds_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
     return 0;
 }
 
-/* ds_judge judges every torch file at the top of the step. */
-static int ds_owns(const struct judge_view *v, const char *rel)
+/* deepspeed_judge judges every torch file at the top of the step. */
+int deepspeed_owns(const struct judge_view *v, const char *rel)
 {
     static const char *const pt[] = { ".pt", NULL };
     (void)v;
     return judge_top_with(rel, pt);
 }
-
-const struct judge_layout judge_layout_deepspeed = {
-    "deepspeed", CKPT_FMT_DEEPSPEED, ds_recognise, ds_judge, NULL, ds_owns,
-};

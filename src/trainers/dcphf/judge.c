@@ -1,5 +1,5 @@
 /*
- * layout_dcphf.c - torch DCP's HuggingFaceStorageWriter with
+ * dcphf/judge.c - torch DCP's HuggingFaceStorageWriter with
  * save_distributed=True (torch/distributed/checkpoint/hf_storage.py,
  * _hf_utils.py, _consolidate_hf_safetensors.py): every rank R writes
  * shard-RRRRR-model-KKKKK-of-NNNNN.safetensors for each output file K its
@@ -29,7 +29,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "layout.h"
+#include "trainers/judge.h"
+#include "trainers/trainer.h"
 
 /* "shard-RRRRR-model-KKKKK-of-NNNNN.safetensors": 1 with K and N. */
 static int shard_name(const char *r, long *k, long *n)
@@ -83,7 +84,7 @@ static int has_shards(const struct judge_view *v, const char *sub)
     return 0;
 }
 
-static int dh_recognise(const struct judge_view *v)
+int dcp_hf_recognise(const struct judge_view *v)
 {
     return (has_shards(v, "") || has_shards(v, "sharded")) &&
            !judge_get(v, ".metadata");
@@ -191,7 +192,7 @@ static void set_free(struct set *s)
 /* The chunks of file rel (header h) into s; unknown (and -1: the set
  * lacks chunks) when its sharding info is malformed. */
 static int add_pieces(struct ckpt_checkpoint *c, struct set *s,
-                       const struct ckpt_safetensors *h, const char *rel)
+                      const struct ckpt_safetensors *h, const char *rel)
 {
     for (size_t i = 0; i < h->n; i++) {
         const struct ckpt_safetensors_tensor *t = &h->tensors[i];
@@ -307,8 +308,8 @@ static int judge_consolidated(const struct judge_view *v,
     return rc;
 }
 
-static int dh_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
-                    struct ckpt_err *err)
+int dcp_hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                 struct ckpt_err *err)
 {
     if (!has_shards(v, ""))
         return judge_consolidated(v, c, err);
@@ -323,14 +324,10 @@ static int dh_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
 
 /* The shards and consolidated files at the top, the shards moved to
  * sharded/. */
-static int dh_owns(const struct judge_view *v, const char *rel)
+int dcp_hf_owns(const struct judge_view *v, const char *rel)
 {
     (void)v;
     if (ckpt_str_startswith(rel, "sharded/"))
         rel += strlen("sharded/");
     return !strchr(rel, '/') && ckpt_str_endswith(rel, ".safetensors");
 }
-
-const struct judge_layout judge_layout_dcp_hf = {
-    "dcp-hf", CKPT_FMT_DCP_HF, dh_recognise, dh_judge, NULL, dh_owns,
-};

@@ -1,13 +1,13 @@
 /*
- * olmolocal_int.h - the plan of an OLMo local step, shared by olmolocal.c
- * (files, model files, coverage, entries, output graph) and olmooptim.c
- * (optimizer files). Private to src/unshard: do not expose.
+ * olmo/plan_local.h - the plan of an OLMo local step, shared by
+ * olmo/plan_local.c (files, model files, coverage, entries, output graph)
+ * and olmo/local_optim.c (optimizer files). Private to src/: do not expose.
  */
 #ifndef CKPT_OLMOLOCAL_INT_H
 #define CKPT_OLMOLOCAL_INT_H
 
-#include "olmoflat.h"
-#include "unshard_int.h"
+#include "flat_params.h"
+#include "unshard/unshard_int.h"
 
 /* A rank's piece of a full tensor: elements [start, start+count) of its
  * flattening, at element soff of the storage record at data, every step
@@ -78,7 +78,7 @@ struct lplan {
     struct lloc *locs;      /* per entry, malloced */
 };
 
-/* olmolocal.c */
+/* olmo/plan_local.c */
 /* Open rank file DIR/rank{r}.pt (*rel: its name, metadata arena) and
  * parse its data.pkl into arena a with the allow-list allow. */
 int uns_olmolocal_load(struct lplan *p, const char *dir, int r,
@@ -94,7 +94,7 @@ int uns_olmolocal_record(const struct ckpt_tzip *z, const struct ckpt_tensor *t,
 /* A zeroed slice appended to s. */
 struct lslice *uns_olmolocal_add_slice(struct lslices *s);
 
-/* olmooptim.c */
+/* olmo/local_optim.c */
 /* Read optim/rank{r}.pt into p->states (rank 0 first: it keeps its
  * graph, param_groups and zip in p). */
 int uns_olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err);

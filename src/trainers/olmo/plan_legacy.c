@@ -1,5 +1,5 @@
 /*
- * legacy.c - OLMo torch_legacy steps: rank{R}.pt, each a torch.save of
+ * olmo/plan_legacy.c - OLMo torch_legacy steps: rank{R}.pt, each a torch.save of
  * {"model": {fqn: ShardedTensor}, "optim": {...}, **trainer_state} from
  * rank R (docs/formats/olmo.md, facts-dcp.md section 4).
  *
@@ -18,7 +18,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "trainers/trainer.h"
+#include "unshard/unshard_int.h"
 
 #define MAX_PKL (512u << 20)
 #define MAX_RANKS 65536

@@ -1,5 +1,5 @@
 /*
- * megatron.c - Megatron-LM torch_dist steps (megatron.core
+ * megatron/plan.c - Megatron-LM torch_dist steps (megatron.core
  * dist_checkpointing; docs/formats/megatron.md).
  *
  * A torch_dist step is a DCP checkpoint whose non-sharded ("common")
@@ -20,7 +20,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "trainers/trainer.h"
+#include "unshard/unshard_int.h"
 
 #define COMMON_ITEM "common_state/shard_0_1"
 #define COMMON_PT "common.pt"
@@ -253,4 +254,11 @@ int uns_mg_merge(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
         return -1;
     *root = out;
     return 0;
+}
+
+/* A torch_dist step is DCP with its common state merged in. */
+int uns_mg_plan(struct ujob *j, const char *src, struct ckpt_err *err)
+{
+    j->plan.megatron = 1;
+    return uns_dcp_plan(j, src, err);
 }

@@ -1,5 +1,5 @@
 /*
- * olmocore.c - OLMo-core 0.1 metadata.json (allenai/OLMo-core
+ * olmo/core_metadata.c - OLMo-core 0.1 metadata.json (allenai/OLMo-core
  * src/olmo_core/distributed/checkpoint.py: TensorStorageMetadata,
  * TensorShardSpec, Checkpointer.get_metadata; docs/formats/olmo.md).
  *

@@ -1,5 +1,5 @@
 /*
- * dsplan.c - DeepSpeed ZeRO-1/2/3 steps (`engine.save_checkpoint`,
+ * deepspeed/plan.c - DeepSpeed ZeRO-1/2/3 steps (`engine.save_checkpoint`,
  * docs/formats/deepspeed.md) into the one fp32 state dict DeepSpeed's own
  * utils/zero_to_fp32.py makes of them, without loading a rank file whole.
  *
@@ -39,7 +39,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "trainers/trainer.h"
+#include "unshard/unshard_int.h"
 
 #define MAX_PKL (512u << 20)
 #define MAX_RANKS 65536
@@ -1479,7 +1480,7 @@ static void plan_free(void *v)
 }
 
 /* An HF Trainer checkpoint-N whose weights the engine's checkpoint holds
- * (checkpoint-N/global_stepN/, named by checkpoint-N/latest; layout_hf.c
+ * (checkpoint-N/global_stepN/, named by checkpoint-N/latest; hf/judge.c
  * judges such a step DeepSpeed's): that directory, malloced; else src. */
 static char *tag_dir(struct ujob *j, const char *src)
 {

@@ -1,5 +1,5 @@
 /*
- * olmooptim.c - the optimizer files of OLMo local steps: optim/rank{R}.pt
+ * olmo/local_optim.c - the optimizer files of OLMo local steps: optim/rank{R}.pt
  * is the rank's plain optim.state_dict() (OLMo olmo/checkpoint.py
  * LocalShardedCheckpointer.save_checkpoint).
  *
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "olmolocal_int.h"
+#include "plan_local.h"
 
 static const char *id_key(struct ckpt_arena *a, int64_t id)
 {

@@ -1,5 +1,5 @@
 /*
- * zarrplan.c - zarr v2 pytree checkpoints (seqax training_io.py: a zarr
+ * zarr/plan.c - zarr v2 pytree checkpoints (seqax training_io.py: a zarr
  * group, one array per leaf at its keypath, chunks = shards, blosc by
  * default; docs/formats/zarr.md).
  *
@@ -19,7 +19,8 @@
 
 #include "ckpt/util.h"
 #include "ckpt/zarr.h"
-#include "unshard_int.h"
+#include "trainers/trainer.h"
+#include "unshard/unshard_int.h"
 
 #define MAX_ZARRAY (1u << 20)
 #define MAX_DEPTH 32

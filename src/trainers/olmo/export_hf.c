@@ -1,5 +1,5 @@
 /*
- * hfolmo.c - the OLMo family of an export: OLMo's model (allenai/OLMo,
+ * olmo/export_hf.c - the OLMo family of an export: OLMo's model (allenai/OLMo,
  * every sharded checkpointer) as HF `olmo` or `olmo2`, the way
  * transformers' convert_olmo_weights_to_hf.py and
  * convert_olmo2_weights_to_hf.py write it (read at transformers 5.x;
@@ -59,8 +59,8 @@
 
 #include "ckpt/torchfmt.h"
 #include "ckpt/util.h"
-#include "hfexport.h"
-#include "unshard_int.h"
+#include "unshard/hfexport.h"
+#include "unshard/unshard_int.h"
 
 #define TRANSFORMERS_VERSION "5.12.1"
 

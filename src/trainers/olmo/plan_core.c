@@ -1,5 +1,5 @@
 /*
- * olmocoreplan.c - OLMo `olmo_core` steps: model/ and optim/, each
+ * olmo/plan_core.c - OLMo `olmo_core` steps: model/ and optim/, each
  * rank_R.safetensors + metadata.json as OLMo-core 0.1's
  * save_model_and_optim_state writes them, train/rank{R}.pt, config.yaml
  * (docs/formats/olmo.md).
@@ -27,7 +27,8 @@
 
 #include "ckpt/olmocore.h"
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "trainers/trainer.h"
+#include "unshard/unshard_int.h"
 
 #define MAX_META (1024u << 20)      /* one metadata.json */
 #define MAX_PICKLED (256u << 20)    /* one pickled param group */

@@ -1,20 +1,21 @@
 /*
- * layout.h - private to src/run: the table of checkpoint layouts, the one
- * place that knows what a checkpoint of each format looks like. Each
- * layout_<trainer>.c recognises its checkpoints by names and files and
- * judges them with the writer's own completeness rule
- * (docs/formats/runs.md names the code it follows); judge.c holds the
- * entries of the formats ckpt started with (DCP, OLMo, Orbax, zarr,
- * unsharded files) and the helpers they share.
- * A layout that cannot tell says so (judge_unknown): never "incomplete"
- * without proof, clean would delete the run.
+ * judge.h - what a trainer's judge (src/trainers/<name>/judge.c) works
+ * with: the view of one checkpoint directory, and the helpers that
+ * src/run/judge.c shares with every judge. Each judge recognises its
+ * trainer's checkpoints by names and files and judges them with the
+ * writer's own completeness rule (docs/formats/runs.md names the code it
+ * follows); the trainer table (trainer.h) asks them in order.
+ * A judge that cannot tell says so (judge_unknown): never "incomplete"
+ * without proof, clean would delete the run. Private to src/.
  */
-#ifndef CKPT_RUN_LAYOUT_H
-#define CKPT_RUN_LAYOUT_H
+#ifndef CKPT_TRAINERS_JUDGE_H
+#define CKPT_TRAINERS_JUDGE_H
+
+#include <cjson/cJSON.h>
 
 #include "ckpt/pickle.h"
 #include "ckpt/torchfmt.h"
-#include "run_int.h"
+#include "run/run_int.h"
 
 /* One checkpoint directory of a tree: its files are t->files[lo..hi). */
 struct judge_view {
@@ -25,30 +26,10 @@ struct judge_view {
                      * dir (Lightning's .ckpt files) */
 };
 
-struct judge_layout {
-    const char *name;          /* for docs and messages */
-    enum ckpt_format format;
-    /* 1 if the checkpoint is this layout's, from names alone. */
-    int (*recognise)(const struct judge_view *v);
-    /* Set c->complete / why / unknown; -1 (err) only when files cannot
-     * be read. */
-    int (*judge)(const struct judge_view *v, struct ckpt_checkpoint *c,
-                 struct ckpt_err *err);
-    /* The format from names alone (ckpt_judge_format); NULL: format. */
-    enum ckpt_format (*format_of)(const struct judge_view *v);
-    /* 1 if file rel (relative to the checkpoint) is one this layout's
-     * writer writes, so that its judgement covers it; NULL: every file
-     * of the directory is (Orbax, zarr, Lightning). A weights-like file
-     * it does not own in a checkpoint it proved incomplete is not
-     * accounted for (account.c): the run is then never bad. */
-    int (*owns)(const struct judge_view *v, const char *rel);
-};
+/* --- helpers shared by the judges (src/run/judge.c) --------------------- */
 
-/* The layout of v: the first entry of the table that recognises it
- * (never NULL: the last entry, plain unsharded files, takes the rest). */
-const struct judge_layout *judge_layout_find(const struct judge_view *v);
-
-/* --- helpers shared by the layouts (judge.c) --------------------------- */
+/* The most bytes of a metadata file a judge reads. */
+#define JUDGE_META_MAX (256u << 20)
 
 /* The file dir/rel of the checkpoint (not a directory), or NULL. */
 const struct ckpt_tree_file *judge_get(const struct judge_view *v,
@@ -76,11 +57,11 @@ int judge_whole(const struct judge_view *v, struct ckpt_checkpoint *c,
 int judge_whole_st(const struct judge_view *v, struct ckpt_checkpoint *c,
                    const char *rel, struct ckpt_safetensors **hdr,
                    struct ckpt_err *err);
-/* Unsharded files judged by their structure (judge.c's own rule). */
+/* Unsharded files judged by their structure (plain/judge.c). */
 int judge_plain(const struct judge_view *v, struct ckpt_checkpoint *c,
                 struct ckpt_err *err);
 /* The DCP checkpoint in subdirectory mdir ("" = top): .metadata and every
- * file it names. */
+ * file it names (dcp/judge.c). */
 int judge_dcp_dir(const struct judge_view *v, struct ckpt_checkpoint *c,
                   const char *mdir, struct ckpt_err *err);
 /* The data.pkl of torch zip rel parsed into a (nothing is executed; every
@@ -98,19 +79,43 @@ int judge_top_with(const char *rel, const char *const *suffixes);
  * DIR dir ("" the top). */
 int judge_dcp_file(const char *rel, const char *dir);
 
-/* The layouts (layout_<trainer>.c). */
-extern const struct judge_layout judge_layout_hf;
-extern const struct judge_layout judge_layout_lightning;
-extern const struct judge_layout judge_layout_deepspeed;
-extern const struct judge_layout judge_layout_megatron;
-extern const struct judge_layout judge_layout_dcp_hf;
-/* judge.c's own */
-extern const struct judge_layout judge_layout_orbax;
-extern const struct judge_layout judge_layout_dcp;
-extern const struct judge_layout judge_layout_zarr;
-extern const struct judge_layout judge_layout_olmo_core;
-extern const struct judge_layout judge_layout_olmo_local;
-extern const struct judge_layout judge_layout_olmo_legacy;
-extern const struct judge_layout judge_layout_plain;
+/* rel's path relative to the checkpoint for file i; NULL for a directory
+ * (an archive lists nested ones, a directory's listing only those at its
+ * top). */
+const char *judge_file_rel(const struct judge_view *v, size_t i);
+/* The last component of path p. */
+const char *judge_base(const char *p);
+/* c is incomplete for why (replacing an earlier why); returns 0. */
+int judge_set_why(struct ckpt_checkpoint *c, const char *fmt, const char *a);
+/* Not judged: ckpt cannot tell (never "incomplete": clean would delete
+ * it); returns 0. */
+int judge_set_unknown(struct ckpt_checkpoint *c, const char *fmt,
+                      const char *a);
+/* Ranks found in subdirectory sub ("" = top) as prefix<N>suffix: checks
+ * they are 0..N-1 with no gaps and non-empty. Returns N (0 if none), or
+ * -1 after setting c->why. */
+long judge_rank_set(const struct judge_view *v, struct ckpt_checkpoint *c,
+                    const char *sub, const char *prefix, const char *suffix);
+/* The JSON file rel of the checkpoint parsed into *out (NULL when it is
+ * not JSON); -1 when it cannot be read. */
+int judge_json(const struct judge_view *v, const char *rel, cJSON **out,
+               struct ckpt_err *err);
+/* Whether file rel (a torch zip, or safetensors when st) is whole, from
+ * its tail or header: JW_WHOLE, JW_CUT or JW_UNKNOWN with *msg (malloced),
+ * or -1 (err); with hdr, a parsed safetensors header is handed back. */
+enum { JW_WHOLE = 0, JW_CUT, JW_UNKNOWN };
+int judge_file_whole(const struct judge_view *v, const char *rel, int st,
+                     char **msg, struct ckpt_safetensors **hdr,
+                     struct ckpt_err *err);
+/* A file directly in sub ("" = top) named prefix<N>suffix (ranked: N is a
+ * number) or prefix*suffix. */
+int judge_has_file_like(const struct judge_view *v, const char *sub,
+                        const char *prefix, const char *suffix, int ranked);
+/* judge_has_file_like, ranked. */
+int judge_has_ranked(const struct judge_view *v, const char *sub,
+                     const char *prefix, const char *suffix);
+/* rel is sub/prefix<N>suffix. */
+int judge_ranked_in(const char *rel, const char *sub, const char *prefix,
+                    const char *suffix);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * hfstplan.c - a directory of safetensors files read as torch DCP's
+ * dcphf/plan.c - a directory of safetensors files read as torch DCP's
  * HuggingFaceStorageReader reads it (torch/distributed/checkpoint/
  * hf_storage.py read_metadata; docs/formats/dcp.md): every *.safetensors
  * file at its top, every tensor in it one chunk of the tensor of that
@@ -20,7 +20,8 @@
 
 #include "ckpt/run.h"
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "trainers/trainer.h"
+#include "unshard/unshard_int.h"
 
 /* One stored piece: tensor i of file f. */
 struct hpiece {

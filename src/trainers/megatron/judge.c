@@ -1,5 +1,5 @@
 /*
- * layout_megatron.c - Megatron-LM's iter_NNNNNNN/ (or release/) steps.
+ * megatron/judge.c - Megatron-LM's iter_NNNNNNN/ (or release/) steps.
  *
  * Legacy torch layout (megatron/training/checkpointing.py,
  * get_checkpoint_name): one mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt per
@@ -25,7 +25,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "layout.h"
+#include "trainers/judge.h"
+#include "trainers/trainer.h"
 
 #define RANKFILE "model_optim_rng.pt"
 
@@ -97,7 +98,7 @@ static int iter_name(const char *dir)
     return 1;
 }
 
-static int mg_recognise(const struct judge_view *v)
+int megatron_recognise(const struct judge_view *v)
 {
     for (size_t i = v->lo; i < v->hi; i++) {
         long r[3];
@@ -246,8 +247,8 @@ static int mg_dist(const struct judge_view *v, struct ckpt_checkpoint *c,
     return judge_dcp_dir(v, c, "", err);
 }
 
-static int mg_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
-                    struct ckpt_err *err)
+int megatron_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                   struct ckpt_err *err)
 {
     for (size_t i = v->lo; i < v->hi; i++) {
         long r[3];
@@ -261,7 +262,7 @@ static int mg_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
 /* The rank directories' torch files (model_optim_rng.pt, the
  * distributed optimizer's distrib_optim.pt), torch_dist's DCP files and
  * common.pt. */
-static int mg_owns(const struct judge_view *v, const char *rel)
+int megatron_owns(const struct judge_view *v, const char *rel)
 {
     (void)v;
     const char *sl = strchr(rel, '/');
@@ -272,7 +273,3 @@ static int mg_owns(const struct judge_view *v, const char *rel)
                rank_dir(rel, (size_t)(sl - rel), r, &n);
     return judge_dcp_file(rel, "") || !strcmp(rel, "common.pt");
 }
-
-const struct judge_layout judge_layout_megatron = {
-    "megatron", CKPT_FMT_MEGATRON, mg_recognise, mg_judge, NULL, mg_owns,
-};

@@ -1,5 +1,5 @@
 /*
- * olmoflat.c - what one rank's model file of an OLMo `local` step holds.
+ * olmo/flat_params.c - what one rank's model file of an OLMo `local` step holds.
  *
  * LocalShardedCheckpointer saves, per FSDP module, each handle's
  * flat_param.data (this rank's 1-D shard of the flat parameter: the
@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "olmoflat.h"
+#include "flat_params.h"
 
 int uns_olmoflat_allow(void *ud, const char *module, const char *name)
 {
