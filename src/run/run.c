@@ -10,9 +10,9 @@
 #include "ckpt/archive.h"
 #include "ckpt/run.h"
 #include "ckpt/util.h"
+#include "run_int.h"
 #include "trainers/judge.h"
 #include "trainers/trainer.h"
-#include "run_int.h"
 
 const char *ckpt_format_name(enum ckpt_format f)
 {

@@ -35,13 +35,13 @@ struct trainer {
      * it does not own in a checkpoint it proved incomplete is not
      * accounted for (account.c): the run is then never bad. */
     int (*owns)(const struct judge_view *v, const char *rel);
-    /* Plan the unshard of one step (src/unshard/unshard_int.h): its
+    /* Plan the unshard of one step (src/unshard/job.h): its
      * tensors, byte items and output files; nothing is written. NULL:
      * the step is read as torch DCP (dcp/plan.c), whose errors say what
      * is missing. */
     int (*plan)(struct ujob *j, const char *src, struct ckpt_err *err);
     /* 1: plan is given SRC as the user gave it and opens it itself (the
-     * DCP reader, src/unshard/source.c); 0: the step is opened first and
+     * DCP reader, src/unshard/sources/source.c); 0: the step is opened first and
      * plan is given its path where it is read. */
     int plan_opens;
 };

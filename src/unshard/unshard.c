@@ -1,7 +1,7 @@
 /*
  * unshard.c - ckpt_unshard_dcp: open, plan, lay out, copy, finish,
- * verify, commit. The phases are in unshard_int.h; where the outputs go
- * (a local directory made atomically, or object storage) is out.c's.
+ * verify, commit. The phases are in job.h; where the outputs go
+ * (a local directory made atomically, or object storage) is outputs/out.c's.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -16,9 +16,12 @@
 #include "ckpt/run.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
-#include "hfexport.h"
 #include "trainers/trainer.h"
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/hf/hf.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 /* Bands small enough that a task's buffers stay in L2: each byte then
  * crosses memory twice (page cache in, page cache out) as with cp, not
@@ -216,7 +219,7 @@ static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
     /* The planner of the trainer the run module named; one that reads
      * the step where it is is given it opened (open_step). DCP (and
      * whatever the run module could not name: its errors say why) opens
-     * its source itself (source.c). */
+     * its source itself (sources/source.c). */
     const struct trainer *T = trainer_of_format(f);
     if (!T || !T->plan)
         return uns_dcp_plan(j, src, err);

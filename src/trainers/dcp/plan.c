@@ -1,12 +1,16 @@
 /*
  * dcp/plan.c - the unshard plan of a torch DCP step: its metadata and
- * data files opened where they are (src/unshard/source.c), every chunk
+ * data files opened where they are (src/unshard/sources/source.c), every chunk
  * located and checked, the output value tree built. Megatron torch_dist
  * (megatron/plan.c) and accelerate FSDP steps (hf/) are read with it too,
  * and so is a step whose trainer has no plan of its own.
  */
+#include "trainers/megatron/megatron.h"
 #include "trainers/trainer.h"
-#include "unshard/unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 int uns_dcp_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {

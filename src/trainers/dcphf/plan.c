@@ -12,7 +12,7 @@
  * K (no .metadata, no index); its consolidated form (model-KKKKK-of-
  * NNNNN.safetensors + model.safetensors.index.json, the shards moved to
  * sharded/) and any Hugging Face model directory are whole tensors, one
- * chunk each. The chunks must tile each tensor exactly (plan.c), which is
+ * chunk each. The chunks must tile each tensor exactly (engine/plan.c), which is
  * also what catches a shard file missing from the middle of a tensor.
  */
 #include <stdlib.h>
@@ -21,7 +21,10 @@
 #include "ckpt/run.h"
 #include "ckpt/util.h"
 #include "trainers/trainer.h"
-#include "unshard/unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 /* One stored piece: tensor i of file f. */
 struct hpiece {

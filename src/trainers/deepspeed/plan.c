@@ -17,7 +17,7 @@
  *             rank r holds elements [r * part, (r + 1) * part) (the last
  *             ones padding), and a part may straddle two groups.
  * Every parameter becomes slices of the rank files (file, storage record,
- * element offset, stride); flat.c cuts each slice into boxes, which are
+ * element offset, stride); engine/flat.c cuts each slice into boxes, which are
  * chunks the DCP engine copies with pread/pwrite. Nothing but pickles and
  * zip directories is read while planning.
  *
@@ -39,8 +39,12 @@
 #include <string.h>
 
 #include "ckpt/util.h"
+#include "trainers/deepspeed/deepspeed.h"
 #include "trainers/trainer.h"
-#include "unshard/unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 #define MAX_PKL (512u << 20)
 #define MAX_RANKS 65536

@@ -20,8 +20,10 @@
 #include <string.h>
 
 #include "ckpt/util.h"
+#include "trainers/megatron/megatron.h"
 #include "trainers/trainer.h"
-#include "unshard/unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 #define COMMON_ITEM "common_state/shard_0_1"
 #define COMMON_PT "common.pt"
@@ -32,7 +34,7 @@ static int oom(struct ckpt_err *err)
 }
 
 /* common.pt becomes one more byte item of the plan: the whole file, a
- * torch zip, read like any DCP byte item (tree.c object_node). */
+ * torch zip, read like any DCP byte item (engine/tree.c object_node). */
 static int add_common_pt(struct ujob *j, uint64_t size, struct ckpt_err *err)
 {
     struct ckpt_dcp_meta *m = j->plan.meta;

@@ -322,7 +322,7 @@ int uns_olmooptim_rank(struct lplan *p, int r, struct ckpt_err *err)
     struct ckpt_pv *root = NULL;
     int rc = a ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     if (rc == 0)
-        /* Any class: what is written is checked in layout.c. */
+        /* Any class: what is written is checked in outputs/torch_layout.c. */
         rc = uns_olmolocal_load(p, "optim", r, a, NULL, &o.rel, &o.src, &o.z,
                                 &root, err);
     struct ckpt_pv *groups = ckpt_pv_dict_get(ckpt_pv_dict_items(root), "param_groups");

@@ -28,7 +28,10 @@
 #include "ckpt/olmocore.h"
 #include "ckpt/util.h"
 #include "trainers/trainer.h"
-#include "unshard/unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 #define MAX_META (1024u << 20)      /* one metadata.json */
 #define MAX_PICKLED (256u << 20)    /* one pickled param group */
@@ -156,7 +159,7 @@ static int file_of(struct oplan *p, int part, const char *name, size_t *out,
         return oom(err);
     *out = p->nfiles++;
     /* read_headers reads the files in this order: remote ones are
-     * fetched ahead (srcwhole.c). */
+     * fetched ahead (sources/prefetch.c). */
     return uns_src_prefetch(p->j, rel, uns_fs_find(&p->ls[part], name),
                             err);
 }
@@ -507,7 +510,7 @@ static int unpickle(struct oplan *p, const char *key, struct ckpt_pv **v,
                             "is not a uint8 tensor of pickle bytes", key);
     if (read_small(p, ti, MAX_PICKLED, &b, &len, err) != 0)
         return -1;
-    /* Any class: what is written is checked in layout.c. */
+    /* Any class: what is written is checked in outputs/torch_layout.c. */
     struct ckpt_pickle_opts po = { .name = name };
     int rc = ckpt_pickle_load(p->j->plan.arena, b, len, &po, v, NULL, err);
     free(b);
@@ -749,7 +752,7 @@ static int add_kv(struct ckpt_arena *a, struct ckpt_pv *d, const char *k,
 }
 
 /* {"model": {key: tensor}, "optim": {"state": {id: {key: tensor}},
- * "param_groups": [...]}}; train.pt is copied (layout.c). */
+ * "param_groups": [...]}}; train.pt is copied (outputs/torch_layout.c). */
 static int build_root(struct oplan *p, struct ckpt_pv **root,
                       struct ckpt_err *err)
 {

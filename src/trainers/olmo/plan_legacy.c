@@ -18,8 +18,12 @@
 #include <string.h>
 
 #include "ckpt/util.h"
+#include "legacy.h"
 #include "trainers/trainer.h"
-#include "unshard/unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 #define MAX_PKL (512u << 20)
 #define MAX_RANKS 65536
@@ -498,7 +502,7 @@ static int count_ranks(struct ujob *j, const char *dir, int *n,
                               name, max);
     }
     /* Every rank file is read, rank after rank: remote ones are fetched
-     * ahead (srcwhole.c). */
+     * ahead (sources/prefetch.c). */
     for (long r = 0; rc == 0 && r <= max; r++) {
         char name[32];
         snprintf(name, sizeof(name), "rank%ld.pt", r);

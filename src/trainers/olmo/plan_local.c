@@ -9,7 +9,7 @@
  * parsed in an arena freed before the next (rank 0's graphs are kept: its
  * model file names the parameters, its param_groups are the output's).
  * Every piece of a parameter a rank holds is a range of the parameter's
- * row-major flattening; flat.c cuts it into boxes, which become chunks
+ * row-major flattening; engine/flat.c cuts it into boxes, which become chunks
  * located in the rank file (its storage record, the full tensor's
  * strides), so the DCP engine copies the bytes straight from the rank
  * files to the output. Optimizer state (olmo/local_optim.c) lands on the same
@@ -17,7 +17,7 @@
  * unsharder:
  * model.pt {fqn: tensor}, optim.pt {"state": {id: {...}}, "param_groups":
  * rank 0's, "_fsdp_wrapped_module." removed from the names}, train.pt a
- * byte copy of train/rank0.pt (layout.c), config.yaml (unshard.c).
+ * byte copy of train/rank0.pt (outputs/torch_layout.c), config.yaml (unshard.c).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -26,8 +26,8 @@
 
 #include "ckpt/util.h"
 #include "ckpt/yaml.h"
-#include "trainers/trainer.h"
 #include "plan_local.h"
+#include "trainers/trainer.h"
 
 #define MAX_PKL (512u << 20)
 #define MAX_RANKS 65536
@@ -93,8 +93,8 @@ static int check_ranks(struct lplan *p, struct ckpt_err *err)
                                   p->j->src.dir, dirs[d], name, p->nranks);
         }
         /* Model and optimizer files are read rank after rank: remote
-         * ones are fetched ahead (srcwhole.c). (train/rank0.pt is read
-         * and copied whole by layout.c.) */
+         * ones are fetched ahead (sources/prefetch.c). (train/rank0.pt is read
+         * and copied whole by outputs/torch_layout.c.) */
         for (int r = 0; rc == 0 && d < 2 && r < p->nranks; r++) {
             char name[64], rel[80];
             snprintf(name, sizeof(name), "rank%d.pt", r);
@@ -405,7 +405,7 @@ static struct ckpt_pv *state_path(struct ckpt_arena *a, int64_t id,
 }
 
 /* Tensor entry e of the given shape from slices: each slice's range cut
- * into boxes (flat.c), each box one chunk read at the full tensor's
+ * into boxes (engine/flat.c), each box one chunk read at the full tensor's
  * row-major strides from the slice's start. */
 static int tensor_entry(struct lplan *p, struct ckpt_dcp_entry *e,
                         const struct ckpt_dtype *dt, int ndim,

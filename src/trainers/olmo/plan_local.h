@@ -7,7 +7,11 @@
 #define CKPT_OLMOLOCAL_INT_H
 
 #include "flat_params.h"
-#include "unshard/unshard_int.h"
+#include "legacy.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 /* A rank's piece of a full tensor: elements [start, start+count) of its
  * flattening, at element soff of the storage record at data, every step

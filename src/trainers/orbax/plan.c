@@ -4,9 +4,9 @@
  *
  * Each array becomes one output tensor keyed by its dotted pytree path
  * (prefixed by the item name when the step has several items). Chunks
- * are compressed: they are placed on the array's chunk grid (grid.c, as
+ * are compressed: they are placed on the array's chunk grid (engine/grid.c, as
  * for zarr v2) and the engine decodes each once, in its workers, straight
- * into the output (decode.c). A chunk never written takes
+ * into the output (engine/decode.c). A chunk never written takes
  * fill_value.
  */
 #include <dirent.h>
@@ -23,7 +23,9 @@
 #include "ckpt/storage.h"
 #include "ckpt/util.h"
 #include "trainers/trainer.h"
-#include "unshard/unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
 
 /* One output tensor: its array and the grid it is stored on. */
 struct oarr {

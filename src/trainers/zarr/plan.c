@@ -5,9 +5,9 @@
  *
  * Each array becomes one output tensor keyed by its path in the group.
  * Chunks are compressed, so they cannot be pread in place: they are placed
- * on the array's chunk grid (grid.c, shared with Orbax) and the engine
+ * on the array's chunk grid (engine/grid.c, shared with Orbax) and the engine
  * decodes each once, in its workers, straight into the output
- * (decode.c). Edge chunks are stored full-size: their box is clipped to
+ * (engine/decode.c). Edge chunks are stored full-size: their box is clipped to
  * the array and their strides stay those of the full chunk (C or F
  * order). A missing chunk (found while planning) takes fill_value, or is
  * an error when fill_value is null.
@@ -20,7 +20,10 @@
 #include "ckpt/util.h"
 #include "ckpt/zarr.h"
 #include "trainers/trainer.h"
-#include "unshard/unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 #define MAX_ZARRAY (1u << 20)
 #define MAX_DEPTH 32

@@ -1,5 +1,5 @@
 /*
- * hfjson.c - JSON text as transformers writes its config files:
+ * hf/json.c - JSON text as transformers writes its config files:
  * json.dumps(obj, indent=2, sort_keys=True) + "\n" (PretrainedConfig.
  * to_json_string, GenerationConfig.to_json_string). Python's json writes
  * keys sorted by code point, two-space indents, ", " never at a line end,
@@ -16,7 +16,8 @@
 
 #include "ckpt/buf.h"
 #include "ckpt/util.h"
-#include "hfexport.h"
+#include "unshard/hf/hf.h"
+#include "unshard/job.h"
 
 void uns_hf_py_float(double v, char *buf, size_t n)
 {

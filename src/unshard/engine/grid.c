@@ -1,17 +1,18 @@
 /*
- * grid.c - arrays on a regular chunk grid (zarr v2 groups, Orbax steps):
+ * engine/grid.c - arrays on a regular chunk grid (zarr v2 groups, Orbax steps):
  * the placement the planners of those formats share. Every grid cell is
  * one chunk of the output tensor; its box is clipped to the array at the
  * edges while the stored (decoded) chunk stays full-size, so its element
  * strides are those of the full chunk in C or F order. The engine decodes
- * each chunk once and writes it from its buffer to the output (decode.c):
+ * each chunk once and writes it from its buffer to the output (engine/decode.c):
  * no temporary copy of the decoded data (but a remote DEST's scratch
- * file: engine.c uns_engine_remote_plan).
+ * file: engine/engine.c uns_engine_remote_plan).
  */
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
 
 /* Contiguous element strides of a full chunk in C or F order. */
 static int64_t *chunk_strides(struct ckpt_arena *a, const struct ugrid *g)

@@ -1,5 +1,5 @@
 /*
- * stitem.c - tensor items of a DCP checkpoint saved with
+ * sources/safetensors_items.c - tensor items of a DCP checkpoint saved with
  * FileSystemWriter(serialization_format=SAFETENSORS) (torch >= 2.8,
  * torch/distributed/checkpoint/filesystem.py _write_files_from_queue).
  *
@@ -17,7 +17,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 struct uns_stblob {
     struct usrc *src;

@@ -1,5 +1,5 @@
 /*
- * hfcast.c - --dtype of an export: floating tensors cast to float32,
+ * hf/cast.c - --dtype of an export: floating tensors cast to float32,
  * bfloat16 or float16 band by band, with torch's rounding, so the output
  * equals `tensor.to(dtype)` of the whole model (what transformers'
  * `save_pretrained` after `model.to(dtype)` writes).
@@ -14,8 +14,9 @@
 #include <string.h>
 
 #include "ckpt/torchfmt.h"
-#include "hfexport.h"
-#include "unshard_int.h"
+#include "trainers/deepspeed/deepspeed.h"
+#include "unshard/hf/hf.h"
+#include "unshard/job.h"
 
 #define PIECE 1024              /* elements converted per step */
 

@@ -1,12 +1,12 @@
 /*
- * decode.c - chunks the engine decodes itself (zarr v2, Orbax: compressed
+ * engine/decode.c - chunks the engine decodes itself (zarr v2, Orbax: compressed
  * chunks that cannot be read in place). Such a tensor is written chunk by
  * chunk: one task decodes one chunk into a buffer of its own and writes
  * it to the output from there, in one piece when the chunk is whole rows
  * of a C-order tensor (each host's shard, the usual layout), else run by
- * run (engine.c, chunk_task). Every chunk is decoded once, whatever its
+ * run (engine/engine.c, chunk_task). Every chunk is decoded once, whatever its
  * shape, and nothing decoded goes anywhere but the output (a remote
- * DEST's scratch file aside: engine.c uns_engine_remote_plan).
+ * DEST's scratch file aside: engine/engine.c uns_engine_remote_plan).
  *
  * Memory: tasks hold at most DEC_CAP bytes of decoded chunks together (one
  * chunk of any size when none is held); a task waits for room before
@@ -17,7 +17,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
 
 #define DEC_CAP UNS_DEC_CAP
 

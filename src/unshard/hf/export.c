@@ -1,5 +1,5 @@
 /*
- * hfexport.c - the layout of `ckpt unshard --format hf` (hfexport.h).
+ * hf/export.c - the layout of `ckpt unshard --format hf` (hf/hf.h).
  *
  * The planner has found every tensor of the checkpoint; here:
  *
@@ -40,8 +40,10 @@
 #include "ckpt/run.h"
 #include "ckpt/util.h"
 #include "ckpt/yaml.h"
-#include "hfexport.h"
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/hf/hf.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 #define DEFAULT_SHARD 50000000000ULL    /* transformers 5: "50GB" */
 #define AUX_MAX (64u << 20)             /* config files read whole */

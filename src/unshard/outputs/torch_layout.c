@@ -1,5 +1,5 @@
 /*
- * layout.c - which output files exist, what each holds, and (torch
+ * outputs/torch_layout.c - which output files exist, what each holds, and (torch
  * format) where every record goes.
  *
  * --layout single: checkpoint.pt holds the whole state dict.
@@ -21,12 +21,15 @@
 #include <unistd.h>
 
 #include "ckpt/util.h"
-#include "hfexport.h"
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/hf/hf.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 enum { F_MODEL = 0, F_OPTIM = 1, F_TRAIN = 2 };
 
-/* The top-level key an entry lands under (see tree.c flat_path). */
+/* The top-level key an entry lands under (see engine/tree.c flat_path). */
 static const char *top_key(const struct ujob *j,
                            const struct ckpt_dcp_entry *e)
 {

@@ -1,5 +1,5 @@
 /*
- * tree.c - the consolidated state dict as a pickle graph.
+ * engine/tree.c - the consolidated state dict as a pickle graph.
  *
  * Nesting is restored from planner_data exactly as torch's
  * dcp_to_torch_save does (_traverse.set_element): dicts for str keys,
@@ -15,7 +15,9 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 #define MAX_OBJECT (1024ULL << 20)  /* one byte item, decompressed */
 /* Its data.pkl: read whole, so capped like what it decodes to; with the
@@ -221,7 +223,7 @@ static struct ckpt_pv *object_node(struct tree *tr,
         goto out;
     }
     /* Any class, within the default caps: nothing is executed, and what
-     * is written is checked against the allow-list in layout.c. */
+     * is written is checked against the allow-list in outputs/torch_layout.c. */
     struct ckpt_pickle_opts po = { .name = "data.pkl" };
     if (ckpt_tzip_read(z, &rd, pe, MAX_OBJECT_PKL, &pkl, &plen, err) != 0 ||
         ckpt_pickle_load(tr->a, pkl, plen, &po, &v, NULL, err) != 0 ||

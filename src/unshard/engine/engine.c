@@ -1,14 +1,14 @@
 /*
- * engine.c - the copy: one pool task per band of an output tensor (or
+ * engine/engine.c - the copy: one pool task per band of an output tensor (or
  * piece of a copied record). A task gathers its band from every chunk
  * that intersects it into a buffer in output order, checksums it, and
  * pwrites it at its final offset. With --verify the same task instead
  * reads the band back from the output and compares.
  *
  * The CRC-32 of every zip record read from is checked on the way
- * (crccheck.c).
+ * (sources/crc_check.c).
  *
- * Tensors of decoded chunks (zarr, Orbax; decode.c) go chunk by chunk
+ * Tensors of decoded chunks (zarr, Orbax; engine/decode.c) go chunk by chunk
  * instead: a task decodes one chunk and writes it from its buffer. To a
  * remote output, those whose chunks are not whole rows go by chunk rows
  * (or through scratch): see uns_engine_remote_plan below.
@@ -24,8 +24,11 @@
 #include <unistd.h>
 
 #include "ckpt/util.h"
-#include "hfexport.h"
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/hf/hf.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 /* --- buffers ------------------------------------------------------------ */
 
@@ -173,7 +176,7 @@ struct gather {
     char *dst;                /* band buffer */
     const char *span;         /* source span buffer, or NULL */
     int64_t s0;
-    int note;                 /* note CRCs of what is read (crccheck.c) */
+    int note;                 /* note CRCs of what is read (sources/crc_check.c) */
     struct ckpt_err *err;
 };
 
@@ -273,7 +276,7 @@ static int fill_one(struct ujob *j, struct utensor *t, uint64_t band,
         bx.gstride[d] = s;
         s *= (int64_t)e->size[d];
     }
-    /* A slice (hfexport.c): the band's rows in the whole tensor, whose
+    /* A slice (hf/export.c): the band's rows in the whole tensor, whose
      * chunks these are; output positions stay the slice's. */
     if (t->whole) {
         lo[0] += t->row0;
@@ -434,7 +437,7 @@ static int task_verify(struct task *k, char *buf, char *rbuf, uint64_t at,
     return 0;
 }
 
-/* --- decoded chunks (decode.c) ------------------------------------------ */
+/* --- decoded chunks (engine/decode.c) ------------------------------------------ */
 
 /* Chunk k->band of a chunked tensor, decoded into its own buffer, then
  * written from it run by run (one run for whole rows: the band), or with
@@ -622,7 +625,7 @@ static int band_work(struct task *k, uint64_t *len, struct ckpt_err *err)
     } else {
         rc = task_fill(k, buf, rbuf, &at, len, err);
         /* Rank-local replicas are compared as they are copied, --verify
-         * or not (ranks.c). */
+         * or not (engine/rank_values.c). */
         if (rc == 0 && k->t && !k->verify && j->src.rank_check)
             rc = check_replicas(k, buf, rbuf + j->plan.band, rbuf, *len,
                                 err);
@@ -646,7 +649,7 @@ static int band_work(struct task *k, uint64_t *len, struct ckpt_err *err)
     return rc;
 }
 
-/* --- remote output (outobj.c) ------------------------------------------ */
+/* --- remote output (outputs/object_store.c) ------------------------------------------ */
 
 /* The output file and byte range a writing task fills. */
 static struct ufile *task_range(struct task *k, uint64_t *at, uint64_t *len)
@@ -928,7 +931,7 @@ static int scratch_pass(struct ujob *j, struct ckpt_err *err)
 }
 
 /* A remote output's copy: every task in output order, so that the
- * oldest task not done is always running (outobj.c's memory gate). Empty
+ * oldest task not done is always running (outputs/object_store.c's memory gate). Empty
  * records have no task: their headers went first (uns_layout_early). */
 static int run_remote(struct ujob *j, struct ckpt_err *err)
 {

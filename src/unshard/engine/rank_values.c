@@ -1,5 +1,5 @@
 /*
- * ranks.c - keys that every rank of a rank-local DCP checkpoint saved
+ * engine/rank_values.c - keys that every rank of a rank-local DCP checkpoint saved
  * (torch >= 2.9, use_collectives=False: each rank writes __R.metadata
  * naming its own items, nothing deduplicated). Replicated weights are the
  * same on every rank; RNG and dataloader states are not, and picking one
@@ -13,14 +13,16 @@
  * torch >= 2.4 draws per save, is not a value). With per-rank, so are
  * tensors that every rank stored whole (a per-rank RNG state tensor).
  * Every other replica is compared element by element as it is copied
- * (engine.c, src.rank_check), which names the first rank that differs.
+ * (engine/engine.c, src.rank_check), which names the first rank that differs.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 #define MAX_ITEM (1ULL << 62)  /* decompressed; bounded by the scratch disk */
 #define PIECE (1u << 20)

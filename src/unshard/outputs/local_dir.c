@@ -1,5 +1,5 @@
 /*
- * outlocal.c - outputs into a local directory DEST.
+ * outputs/local_dir.c - outputs into a local directory DEST.
  *
  * Atomicity: the whole output is written into a temporary directory
  * beside DEST (a short ".ckpt-HOST-PID-SEQ.tmp" name, tempname.h). When
@@ -26,7 +26,9 @@
 #include "ckpt/tempname.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 /* What this file removes or replaces (gate.h): its temporary
  * directory, the old DEST's entries the new DEST holds too, DEST
@@ -295,7 +297,7 @@ static int drop_aside(const struct ujob *j, const struct dest *d, char *old,
     return 0;
 }
 
-/* --part (hfpart.c): several processes write their shares into one DEST,
+/* --part (hf/part.c): several processes write their shares into one DEST,
  * so each output is renamed into DEST on its own, atomically; the
  * directory itself is never exchanged. */
 static int commit_files(struct ujob *j, struct dest *d, struct ckpt_err *err)

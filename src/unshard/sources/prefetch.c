@@ -1,5 +1,5 @@
 /*
- * srcwhole.c - small remote files of the source fetched whole, ahead.
+ * sources/prefetch.c - small remote files of the source fetched whole, ahead.
  *
  * The OLMo planners (olmo/plan_legacy.c, olmo/plan_local.c, olmo/plan_core.c) read their
  * rank files one after another: each rank's zip directory and pickle (or
@@ -24,7 +24,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 #define WHOLE_MAX (8u << 20)
 #define PF_THREADS 8

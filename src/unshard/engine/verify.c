@@ -1,6 +1,6 @@
 /*
- * verify.c - --verify, second half: read every output back through ckpt's
- * own readers (the first half, in engine.c, compares every byte of every
+ * engine/verify.c - --verify, second half: read every output back through ckpt's
+ * own readers (the first half, in engine/engine.c, compares every byte of every
  * band with the sources). A torch file must parse as a zip whose records
  * match the layout, whose data.pkl loads under the object allow-list, and
  * whose every tensor stays inside its storage record.
@@ -11,7 +11,10 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 struct tcheck {
     const struct ckpt_tzip *z;
@@ -68,7 +71,7 @@ static int verify_torch(struct ujob *j, struct ufile *f, struct ckpt_err *err)
     size_t len;
     struct ckpt_pv *v;
     /* ckpt's own output, its globals checked before it was written
-     * (layout.c): any class, bounded by the arena only. */
+     * (outputs/torch_layout.c): any class, bounded by the arena only. */
     struct ckpt_pickle_opts po = { .name = f->name, .max_values = SIZE_MAX,
                                    .max_bytes = SIZE_MAX };
     uns_out_reader(j, f, &s);

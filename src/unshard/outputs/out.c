@@ -1,12 +1,13 @@
 /*
- * out.c - where the outputs of an unshard go: a local directory
- * (outlocal.c) or a prefix of object storage (outobj.c), picked by DEST.
+ * outputs/out.c - where the outputs of an unshard go: a local directory
+ * (outputs/local_dir.c) or a prefix of object storage (outputs/object_store.c), picked by DEST.
  */
 #include <string.h>
 
 #include "ckpt/storage.h"
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
 
 int uns_out_open(struct ujob *j, const char *dest, struct ckpt_err *err)
 {

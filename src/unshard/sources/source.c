@@ -1,5 +1,5 @@
 /*
- * source.c - the checkpoint being read: metadata, data files, items.
+ * sources/source.c - the checkpoint being read: metadata, data files, items.
  *
  * Local files are read with pread on descriptors opened once (the fast
  * path). Any other location (s3://, gs://, r2://) goes through the
@@ -25,9 +25,10 @@
 #include <zstd.h>
 
 #include "ckpt/gate.h"
-#include "ckpt/util.h"
 #include "ckpt/run.h"
-#include "unshard_int.h"
+#include "ckpt/util.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 #define MAX_METADATA (1536ULL << 20)
 

@@ -1,5 +1,5 @@
 /*
- * hfpart.c - --part I/N of an export (hfexport.h): N processes (a Slurm
+ * hf/part.c - --part I/N of an export (hf/hf.h): N processes (a Slurm
  * array's tasks, on N nodes) write one export together, each a disjoint
  * share of its shard files, with no step after them.
  *
@@ -7,7 +7,7 @@
  * size and bytes (the layout depends on the plan alone). Part I keeps the
  * shards of its share: the shards in order, part I taking those whose
  * first byte lies in [I/N, (I+1)/N) of the total (contiguous, about equal
- * bytes). Its files are renamed into DEST one by one (outlocal.c), then it
+ * bytes). Its files are renamed into DEST one by one (outputs/local_dir.c), then it
  * writes its record, DEST/.ckpt-part-I-of-N.json (the plan's id and its
  * files), and reads the others' records. The part that finds all N, each
  * for this plan, and every shard in DEST at its size, writes the files
@@ -32,8 +32,9 @@
 
 #include "ckpt/gate.h"
 #include "ckpt/util.h"
-#include "hfexport.h"
-#include "unshard_int.h"
+#include "unshard/hf/hf.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 struct hf_part {
     struct ufile *aux;          /* written by the last part; the last of

@@ -1,5 +1,5 @@
 /*
- * crccheck.c - the CRC-32 of every torch zip record a source is read
+ * sources/crc_check.c - the CRC-32 of every torch zip record a source is read
  * from, checked against its central directory entry as the bytes stream
  * through the copy: a record corrupted without changing its size fails the
  * run, naming file and record, instead of becoming a silent wrong output.
@@ -20,7 +20,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 #define MAX_PIECES 4096   /* beyond: the record is read whole at the end */
 

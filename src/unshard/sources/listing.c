@@ -1,8 +1,8 @@
 /*
- * srcfs.c - the directories and small files of the checkpoint being read,
+ * sources/listing.c - the directories and small files of the checkpoint being read,
  * wherever it is: a local directory, object storage (s3/r2/gs) or the
  * members of a plain tar (j->src.st), so that every planner lists rank files,
- * finds arrays and reads its metadata in place, as source.c reads data.
+ * finds arrays and reads its metadata in place, as sources/source.c reads data.
  *
  * A directory is listed once and looked up in memory: a 1,024-rank step
  * costs one LIST, not a HEAD per rank file, and a zarr array's chunks are
@@ -18,7 +18,8 @@
 #include <unistd.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 static int by_name(const void *a, const void *b)
 {

@@ -1,26 +1,27 @@
 /*
- * hfexport.h - `ckpt unshard --format hf`: the model weights of a planned
+ * hf/hf.h - `ckpt unshard --format hf`: the model weights of a planned
  * checkpoint as a Hugging Face model directory (config.json,
  * generation_config.json, tokenizer files, model.safetensors or its
- * shards and model.safetensors.index.json). Private to src/unshard: do
- * not expose.
+ * shards and model.safetensors.index.json). Private to src/: do not
+ * expose.
  *
- *   hfexport.c  the export's layout: which tensors are the model's, their
- *               HF names (through a family's map), the shards, the index
- *               and the files written or copied beside them
- *   olmo/export_hf.c    the OLMo family: config.yaml -> config.json, OLMo's and
- *               OLMo-core's names -> HF olmo / olmo2, as transformers'
- *               and OLMo-core's converters map them
- *   hfcast.c    --dtype: floating tensors cast as torch casts them
- *   hfjson.c    JSON as Python's json module writes it (config.json)
- *   hfpart.c    --part I/N: a share of the shards, the index by the last
+ *   hf/export.c   the export's layout: which tensors are the model's, their
+ *                 HF names (through a family's map), the shards, the index
+ *                 and the files written or copied beside them
+ *   src/trainers/olmo/export_hf.c
+ *                 the OLMo family: config.yaml -> config.json, OLMo's and
+ *                 OLMo-core's names -> HF olmo / olmo2, as transformers'
+ *                 and OLMo-core's converters map them
+ *   hf/cast.c     --dtype: floating tensors cast as torch casts them
+ *   hf/json.c     JSON as Python's json module writes it (config.json)
+ *   hf/part.c     --part I/N: a share of the shards, the index by the last
  *
  * The engine copies every output tensor as it copies any tensor; an
  * export only adds slices (a tensor that is some rows of a fused one,
  * utensor.whole) and casts (utensor.cast). See docs/formats/hf-export.md.
  */
-#ifndef CKPT_HFEXPORT_H
-#define CKPT_HFEXPORT_H
+#ifndef CKPT_UNSHARD_HF_H
+#define CKPT_UNSHARD_HF_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -33,7 +34,7 @@ struct ckpt_pv;
 struct ckpt_unshard_result;
 struct cJSON;
 
-/* The outputs of an export, in place of layout.c's (CKPT_FORMAT_HF):
+/* The outputs of an export, in place of outputs/torch_layout.c's (CKPT_FORMAT_HF):
  * every output file planned, every exported tensor given its file and
  * offset, every other tensor left out (file -1). 0, or -1 with err
  * naming what is missing (no config, a tensor no map knows). */
@@ -42,7 +43,7 @@ int uns_hf_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
 /* The result's counts for an export: the tensors and bytes written. */
 void uns_hf_result(const struct ujob *j, struct ckpt_unshard_result *res);
 
-/* --- the family maps (hfexport.c asks each in turn) --------------------- */
+/* --- the family maps (hf/export.c asks each in turn) --------------------- */
 
 /* One output tensor: rows [row0, row0 + rows) along dim 0 of the model
  * tensor src (all of its rows: the tensor as it is). */
@@ -97,7 +98,7 @@ int uns_hf_olmocore_map(const struct hf_model *mt,
                         const struct cJSON *config, struct hf_map *m,
                         struct ckpt_err *err);
 
-/* --- hfcast.c ------------------------------------------------------------ */
+/* --- hf/cast.c ------------------------------------------------------------ */
 
 /* The dtype --dtype names ("fp32"/"float32", "bf16"/"bfloat16",
  * "fp16"/"float16"), or NULL. */
@@ -113,7 +114,7 @@ uint64_t uns_hf_cast_band(const struct utensor *t, const char *in,
  * 0x7e00). Exported for the unit test. */
 void uns_hf_f32_to_f16(const float *in, uint64_t n, unsigned char *out);
 
-/* --- hfjson.c ------------------------------------------------------------ */
+/* --- hf/json.c ------------------------------------------------------------ */
 
 /* o as json.dumps(o, indent=2, sort_keys=True) + "\n" writes it
  * (transformers' config files): numbers as ints when integral (a float
@@ -124,7 +125,7 @@ struct cJSON *uns_hf_json_float(double v);
 /* The double as Python's repr(float) writes it ("1e-05", "10000.0"). */
 void uns_hf_py_float(double v, char *buf, size_t n);
 
-/* --- hfpart.c ------------------------------------------------------------ */
+/* --- hf/part.c ------------------------------------------------------------ */
 
 /* --part I/N, after the layout: only the shards of part I stay in the
  * plan (the others' tensors are left out), the index and the files

@@ -1,5 +1,5 @@
 /*
- * copycmp.c - is an unsharded copy that already exists this step's? Each
+ * outputs/compare_copy.c - is an unsharded copy that already exists this step's? Each
  * file the step unshards to (made again in scratch) must be in the copy
  * with the same size and bytes, DEST's bytes read back: what licenses
  * `unshard --delete-sharded` to delete a step whose copy it did not make
@@ -12,7 +12,8 @@
 
 #include "ckpt/text.h"
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
 
 /* MD5 (hex) of size bytes of key in st, read back. */
 static int md5_of(struct ckpt_storage *st, const char *key, uint64_t size,

@@ -1,5 +1,5 @@
 /*
- * flat.c - a range of a flattened tensor as boxes.
+ * engine/flat.c - a range of a flattened tensor as boxes.
  *
  * FSDP flat parameters (OLMo local) and OLMo-core shards store pieces of
  * a tensor as ranges [start, start+count) of its row-major flattening.
@@ -10,7 +10,8 @@
  * from the shard at the full tensor's row-major strides, starting at the
  * element given by 'first'.
  */
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
 
 struct cut {
     int ndim;

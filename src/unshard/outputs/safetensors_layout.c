@@ -1,5 +1,5 @@
 /*
- * stout.c - --format safetensors: tensors into model.safetensors (split
+ * outputs/safetensors_layout.c - --format safetensors: tensors into model.safetensors (split
  * into model-0000K-of-0000N.safetensors + model.safetensors.index.json
  * above --max-shard-size, the Hugging Face convention), non-tensor values
  * into extra.json.
@@ -15,7 +15,8 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
 
 #define DEFAULT_SHARD (5ULL << 30)
 
@@ -248,7 +249,7 @@ static int is_tensor_node(const struct ckpt_pv *v)
            ckpt_pv_is_global(g, "torch._utils", "_rebuild_tensor_v3");
 }
 
-/* A Megatron step's values are its merged root's (megatron.c): the
+/* A Megatron step's values are its merged root's (megatron/plan.c): the
  * common state's keys, then the other byte items; flat (no planner_data),
  * so every top-level value is a tensor or not. */
 static int extra_megatron(const struct ckpt_pv *root, cJSON *o)

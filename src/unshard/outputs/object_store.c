@@ -1,8 +1,8 @@
 /*
- * outobj.c - outputs written straight to object storage (s3://, r2://,
+ * outputs/object_store.c - outputs written straight to object storage (s3://, r2://,
  * gs://): no local copy of any output.
  *
- * Every output's layout is fixed before a byte moves (layout.c, stout.c),
+ * Every output's layout is fixed before a byte moves (outputs/torch_layout.c, outputs/safetensors_layout.c),
  * so output f is cut into parts of a fixed size (the last smaller; R2
  * wants every other part the same size), each a byte range of the file.
  * Pool workers write anywhere into the file; a part's buffer is made when
@@ -13,7 +13,7 @@
  * an output up to CKPT_SINGLE_PUT_MAX that fits the room left of the
  * memory budget is one part, the whole file (part_size). The bytes that
  * need CRCs (a zip record's local header) are written as soon as the
- * record's last band is (layout.c uns_layout_record_done), so the part
+ * record's last band is (outputs/torch_layout.c uns_layout_record_done), so the part
  * holding a header is held no longer than its record takes.
  *
  * Memory: part buffers held stay within --memory. A task reserves the
@@ -43,7 +43,9 @@
 #include "ckpt/gate.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 #define MIB (1ULL << 20)
 #define MIN_PART (8 * MIB)

@@ -1,5 +1,5 @@
 /*
- * plan.c - everything decided before a byte is written: where each chunk's
+ * engine/plan.c - everything decided before a byte is written: where each chunk's
  * elements are (its item's zip, parsed in pool tasks), whether the chunks
  * of each tensor tile it exactly, and how the tensor is cut into bands.
  *
@@ -23,7 +23,9 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/engine/engine.h"
+#include "unshard/job.h"
+#include "unshard/sources/sources.h"
 
 static void fmt_box(char *buf, size_t n, const uint64_t *off,
                     const uint64_t *size, int ndim)
