@@ -1,8 +1,8 @@
 /*
- * gql.c - GraphQL response parsing for the W&B client: error bodies, run
- * nodes, Runs pages and the `value`-wrapped config. Pure functions over
- * bytes, so the fuzz target (tests/fuzz/graphql_fuzz.c) drives them
- * directly.
+ * graphql_parse.c - GraphQL response parsing for the W&B client (the
+ * queries and retries are graphql.c's): error bodies, run nodes, Runs
+ * pages and the `value`-wrapped config. Pure functions over bytes, so the
+ * fuzz target (tests/fuzz/graphql_fuzz.c) drives them directly.
  */
 #include "wandb_int.h"
 
