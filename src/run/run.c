@@ -10,8 +10,9 @@
 #include "ckpt/archive.h"
 #include "ckpt/run.h"
 #include "ckpt/util.h"
-#include "layout.h"
 #include "run_int.h"
+#include "trainers/judge.h"
+#include "trainers/trainer.h"
 
 const char *ckpt_format_name(enum ckpt_format f)
 {
@@ -284,14 +285,14 @@ static int root_marked(const struct ckpt_tree *t)
      * layout's own names. */
     struct judge_view v = { (struct ckpt_tree *)t, "", 0, 0, 0 };
     ckpt_tree_range(t, "", &v.lo, &v.hi);
-    if (v.lo < v.hi && judge_layout_deepspeed.recognise(&v))
+    if (v.lo < v.hi && deepspeed_recognise(&v))
         return 1;
     /* A Megatron step given as itself (legacy mp_rank_TT/ files). */
-    if (v.lo < v.hi && judge_layout_megatron.recognise(&v))
+    if (v.lo < v.hi && megatron_recognise(&v))
         return 1;
     /* torch DCP's HuggingFaceStorageWriter shards, or its consolidated
      * form (shards moved to sharded/). */
-    if (v.lo < v.hi && judge_layout_dcp_hf.recognise(&v))
+    if (v.lo < v.hi && dcp_hf_recognise(&v))
         return 1;
     for (size_t i = 0; i < t->n; i++)
         if (t->files[i].type == CKPT_ENTRY_FILE &&

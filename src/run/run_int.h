@@ -14,7 +14,7 @@ int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
 void ckpt_judge_olmo_copy(struct ckpt_tree *t, struct ckpt_checkpoint *c,
                           const struct ckpt_checkpoint *src);
 
-/* orbaxls.c: an Orbax item (OCDBT database or old-format directory) of a
+/* orbax/list.c: an Orbax item (OCDBT database or old-format directory) of a
  * tree as a ckpt_orbax_io: sizes from the listing, bytes by ranged reads
  * (directory trees, plain tar members), from what the listing captured
  * (manifests), or by passes over a compressed archive, a bounded number
@@ -28,7 +28,7 @@ struct run_tio {
 void run_tree_io(struct run_tio *x, struct ckpt_orbax_io *io,
                  struct ckpt_tree *t, const char *db);
 
-/* layout_lightning.c: name is a Lightning checkpoint's ("*.ckpt"); *step
+/* lightning/judge.c: name is a Lightning checkpoint's ("*.ckpt"); *step
  * is S of "step=S" in it, else -1 (read from the file when judged). */
 int ckpt_lightning_name(const char *name, int64_t *step);
 /* Length of the directory prefix of path where Lightning keeps its

@@ -12,15 +12,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/gate.h"
 #include "ckpt/archive.h"
 #include "ckpt/buf.h"
+#include "ckpt/gate.h"
 #include "ckpt/run.h"
 #include "ckpt/storage.h"
 #include "ckpt/tempname.h"
 #include "ckpt/unshard.h"
 #include "ckpt/util.h"
-#include "unshard_int.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
 
 /* What this file removes of its own (gate.h). */
 #define OWN_SCRATCH CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, \

@@ -1,7 +1,7 @@
 /*
  * unshard.c - ckpt_unshard_dcp: open, plan, lay out, copy, finish,
- * verify, commit. The phases are in unshard_int.h; where the outputs go
- * (a local directory made atomically, or object storage) is out.c's.
+ * verify, commit. The phases are in job.h; where the outputs go
+ * (a local directory made atomically, or object storage) is outputs/out.c's.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -16,8 +16,12 @@
 #include "ckpt/run.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
-#include "hfexport.h"
-#include "unshard_int.h"
+#include "trainers/trainer.h"
+#include "unshard/engine/engine.h"
+#include "unshard/hf/hf.h"
+#include "unshard/job.h"
+#include "unshard/outputs/outputs.h"
+#include "unshard/sources/sources.h"
 
 /* Bands small enough that a task's buffers stay in L2: each byte then
  * crosses memory twice (page cache in, page cache out) as with cp, not
@@ -204,66 +208,24 @@ static int open_step(struct ujob *j, const char *src, struct ckpt_err *err)
     return rc;
 }
 
-/* DCP (and whatever the run module could not name: its errors say why),
- * read through uns_src_open. */
-static int plan_dcp(struct ujob *j, const char *src, struct ckpt_err *err)
-{
-    struct ckpt_pv *root;
-    if (uns_src_open(j, src, err) != 0) {
-        if (j->plan.megatron)
-            uns_mg_explain(j, err);
-        return -1;
-    }
-    if (uns_rank_values(j, err) != 0)
-        return -1;
-    /* accelerate's DCP is {"model": state_dict}: model.pt (or
-     * model.safetensors) holds the state dict, as merge-weights writes it. */
-    j->plan.olmo = j->o->layout == CKPT_LAYOUT_OLMO ||
-              (j->o->layout == CKPT_LAYOUT_AUTO &&
-               (j->src.olmo_step || j->src.accelerate));
-    if ((j->plan.megatron && uns_mg_open(j, err) != 0) ||
-        uns_plan_tensors(j, err) != 0 || uns_tree_build(j, &root, err) != 0 ||
-        (j->plan.megatron && uns_mg_merge(j, &root, err) != 0))
-        return -1;
-    return uns_layout_files(j, root, err);
-}
-
-/* The planner of each format the run module names; each reads the step
- * where it is (open_step). DCP opens its source itself (source.c). */
-static const struct {
-    enum ckpt_format format;
-    int (*plan)(struct ujob *j, const char *src, struct ckpt_err *err);
-} planners[] = {
-    { CKPT_FMT_OLMO_LOCAL, uns_olmolocal_plan },
-    { CKPT_FMT_OLMO_CORE, uns_olmocore_plan },
-    { CKPT_FMT_OLMO_LEGACY, uns_legacy_plan },
-    { CKPT_FMT_ZARR, uns_zarr_plan },
-    { CKPT_FMT_ORBAX, uns_orbax_plan },
-    { CKPT_FMT_DEEPSPEED, uns_ds_plan },
-    { CKPT_FMT_DCP_HF, uns_hfst_plan },
-    /* Given directly: whole safetensors files (a Hugging Face model
-     * directory, HuggingFaceStorageWriter's consolidated output). */
-    { CKPT_FMT_UNSHARDED, uns_hfst_plan },
-};
-
 /* Plan everything; nothing is written. */
 static int plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     enum ckpt_format f = (enum ckpt_format)j->o->source_format;
-    /* Megatron torch_dist is DCP with its common state merged in. */
-    j->plan.megatron = f == CKPT_FMT_MEGATRON;
     if (j->o->weights == CKPT_WEIGHTS_MODULE && f != CKPT_FMT_DEEPSPEED)
         return ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': --weights module "
                             "reads a DeepSpeed step's model-states file; "
                             "this is %s", src, ckpt_format_name(f));
-    for (size_t i = 0; i < sizeof(planners) / sizeof(planners[0]); i++) {
-        if (planners[i].format != f)
-            continue;
-        if (open_step(j, src, err) != 0)
-            return -1;
-        return planners[i].plan(j, j->src.top, err);
-    }
-    return plan_dcp(j, src, err);
+    /* The planner of the trainer the run module named; one that reads
+     * the step where it is is given it opened (open_step). DCP (and
+     * whatever the run module could not name: its errors say why) opens
+     * its source itself (sources/source.c). */
+    const struct trainer *T = trainer_of_format(f);
+    if (!T || !T->plan)
+        return uns_dcp_plan(j, src, err);
+    if (!T->plan_opens && open_step(j, src, err) != 0)
+        return -1;
+    return T->plan(j, T->plan_opens ? src : j->src.top, err);
 }
 
 /* Every output created, written, its headers finished and closed

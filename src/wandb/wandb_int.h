@@ -15,7 +15,8 @@
 
 struct cJSON;
 
-/* ---- gql.c: GraphQL response parsing (pure; the fuzz target's entry) --- */
+/* ---- graphql_parse.c: GraphQL response parsing (pure; the fuzz
+ * target's entry) ---- */
 
 /*
  * Turn a 2xx response body into the GraphQL `data` object. Fails with

@@ -2,7 +2,7 @@
  * dsunshard_fuzz.c - property: any set of files in a DeepSpeed step
  * directory (names and contents from the input: model states and ZeRO
  * optimizer files, their pickles and zip records) unsharded through
- * src/unshard/dsplan.c never crashes or leaks; a run that succeeds wrote
+ * src/trainers/deepspeed/plan.c never crashes or leaks; a run that succeeds wrote
  * exactly the file it planned, and one that fails says why.
  *
  * Input: records, each a 1-byte name length, the name, a 4-byte

@@ -1,5 +1,5 @@
 /*
- * graphql_fuzz - the W&B GraphQL response parser (src/wandb/gql.c) on
+ * graphql_fuzz - the W&B GraphQL response parser (src/wandb/graphql_parse.c) on
  * arbitrary bytes: error-message extraction, the data/errors envelope,
  * Runs pages (edges, cursors, pageInfo) and Run nodes with their
  * JSON-string config and summaryMetrics.

@@ -9,7 +9,7 @@
 
 #include "ckpt/arena.h"
 #include "ckpt/pickle.h"
-#include "unshard/olmoflat.h"
+#include "trainers/olmo/flat_params.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -2,7 +2,7 @@
 # ctest-cost: 4
 """layout_lightning.py - issue 21 (Lightning) under issue 20's rule:
 PyTorch Lightning's checkpoints judged in `ckpt ls -l`, `clean -n` and
-`clean` (src/run/layout_lightning.c).
+`clean` (src/trainers/lightning/judge.c).
 
 The fixtures follow Lightning's documented layout (docs/formats/
 lightning.md): ModelCheckpoint's FILES `epoch=E-step=S.ckpt` and

@@ -49,7 +49,7 @@ CKPT = os.environ.get("CKPT") or os.path.join(BUILD, "ckpt")
 FIXTURES = os.path.join(HERE, "..", "fixtures")
 B = "any"
 KINDS = ("local", "s3", "tar", "tar-zst")
-# Planners that fetch their small rank files whole, ahead (srcwhole.c).
+# Planners that fetch their small rank files whole, ahead (sources/prefetch.c).
 OLMO = ("legacy", "local", "olmocore")
 
 

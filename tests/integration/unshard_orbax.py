@@ -113,7 +113,7 @@ def case_bands(tmp):
     items = [
         (("rows",), f((1000, 300)).astype("<f4"), (256, 300), 0),
         # a 1.2 MB chunk: more than one of the local output's 1 MiB
-        # write pieces (outlocal.c), and a clipped edge chunk
+        # write pieces (outputs/local_dir.c), and a clipped edge chunk
         (("big",), f((900, 500)).astype("<f4"), (600, 500), 0),
         (("grid",), f((600, 500)).astype("<f4"), (256, 192), 0),
         # "i32": make_orbax writes this name big-endian in zarr3

@@ -3,9 +3,11 @@
 #include "test.h"
 #include <cjson/cJSON.h>
 
-#include "unshard/hfexport.h"
-#include "unshard/olmoflat.h"
-#include "unshard/unshard_int.h"
+#include "trainers/deepspeed/deepspeed.h"
+#include "trainers/olmo/flat_params.h"
+#include "unshard/engine/engine.h"
+#include "unshard/hf/hf.h"
+#include "unshard/job.h"
 
 /* Every range of every small shape: the boxes cover exactly the range,
  * each element once, and 'first' places them. */

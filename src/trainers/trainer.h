@@ -1,0 +1,140 @@
+/*
+ * trainer.h - the trainer table: one entry per trainer (or checkpoint
+ * format) that ckpt reads, the one place that says which code knows a
+ * trainer's checkpoints. The judge (src/run/judge.c) asks the entries in
+ * order and the first that recognises a checkpoint judges it; unshard
+ * (src/unshard/unshard.c) plans a step with the entry of the format the
+ * judge named. An entry's code lives in src/trainers/<name>/: judge.c
+ * (recognise, judge, owns), plan*.c (the unshard plan), and whatever
+ * else is that trainer's alone. Adding a trainer is its folder and one
+ * line of trainers.c (docs/internals/new-format.md). Private to src/.
+ */
+#ifndef CKPT_TRAINERS_TRAINER_H
+#define CKPT_TRAINERS_TRAINER_H
+
+#include "ckpt/run.h"
+
+struct judge_view;
+struct ujob;
+
+struct trainer {
+    const char *name;          /* for docs and messages */
+    enum ckpt_format format;   /* what its checkpoints are judged as;
+                                  one entry per format */
+    /* 1 if the checkpoint is this trainer's, from names alone. */
+    int (*recognise)(const struct judge_view *v);
+    /* Set c->complete / why / unknown; -1 (err) only when files cannot
+     * be read. */
+    int (*judge)(const struct judge_view *v, struct ckpt_checkpoint *c,
+                 struct ckpt_err *err);
+    /* The format from names alone (ckpt_judge_format); NULL: format. */
+    enum ckpt_format (*format_of)(const struct judge_view *v);
+    /* 1 if file rel (relative to the checkpoint) is one this trainer's
+     * writer writes, so that its judgement covers it; NULL: every file
+     * of the directory is (Orbax, zarr, Lightning). A weights-like file
+     * it does not own in a checkpoint it proved incomplete is not
+     * accounted for (account.c): the run is then never bad. */
+    int (*owns)(const struct judge_view *v, const char *rel);
+    /* Plan the unshard of one step (src/unshard/job.h): its
+     * tensors, byte items and output files; nothing is written. NULL:
+     * the step is read as torch DCP (dcp/plan.c), whose errors say what
+     * is missing. */
+    int (*plan)(struct ujob *j, const char *src, struct ckpt_err *err);
+    /* 1: plan is given SRC as the user gave it and opens it itself (the
+     * DCP reader, src/unshard/sources/source.c); 0: the step is opened first and
+     * plan is given its path where it is read. */
+    int plan_opens;
+};
+
+/* The trainer of v: the first entry of the table that recognises it
+ * (never NULL: the last entry, plain unsharded files, takes the rest). */
+const struct trainer *trainer_find(const struct judge_view *v);
+/* The entry of format f, or NULL (CKPT_FMT_UNKNOWN). */
+const struct trainer *trainer_of_format(enum ckpt_format f);
+
+/* --- the entries' code, one block per trainer (src/trainers/<name>/) --- */
+
+/* lightning/: PyTorch Lightning .ckpt files and directories */
+int lightning_recognise(const struct judge_view *v);
+int lightning_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                    struct ckpt_err *err);
+
+/* deepspeed/: DeepSpeed ZeRO-1/2/3 steps (global_stepN/), as zero_to_fp32 */
+int deepspeed_recognise(const struct judge_view *v);
+int deepspeed_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                    struct ckpt_err *err);
+int deepspeed_owns(const struct judge_view *v, const char *rel);
+int uns_ds_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
+/* megatron/: Megatron-LM torch_dist (DCP + common.pt) and legacy
+ * mp_rank_* steps */
+int megatron_recognise(const struct judge_view *v);
+int megatron_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                   struct ckpt_err *err);
+int megatron_owns(const struct judge_view *v, const char *rel);
+int uns_mg_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
+/* dcphf/: torch DCP HuggingFaceStorageWriter shards */
+int dcp_hf_recognise(const struct judge_view *v);
+int dcp_hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                 struct ckpt_err *err);
+int dcp_hf_owns(const struct judge_view *v, const char *rel);
+/* The *.safetensors files of a directory as torch DCP's
+ * HuggingFaceStorageReader reads them (DCP_SHARDING_INFO offsets); plain
+ * safetensors directories are planned with it too. */
+int uns_hfst_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
+/* hf/: HF Trainer / accelerate checkpoint-N (FSDP DCP subdirectories,
+ * DeepSpeed global_stepN/, whole weights) */
+int hf_recognise(const struct judge_view *v);
+int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+             struct ckpt_err *err);
+enum ckpt_format hf_format(const struct judge_view *v);
+int hf_owns(const struct judge_view *v, const char *rel);
+
+/* orbax/: Orbax steps (<step>/<item>/, OCDBT or zarr v2 per array) */
+int orbax_recognise(const struct judge_view *v);
+int orbax_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                struct ckpt_err *err);
+int uns_orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
+/* dcp/: torch DCP (OLMo torch_new among them) */
+int dcp_recognise(const struct judge_view *v);
+int dcp_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+              struct ckpt_err *err);
+int dcp_owns(const struct judge_view *v, const char *rel);
+int uns_dcp_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
+/* zarr/: zarr v2 pytree checkpoints (.zgroup + one array per leaf) */
+int zarr_recognise(const struct judge_view *v);
+int zarr_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+               struct ckpt_err *err);
+int uns_zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
+/* olmo/: OLMo olmo_core (OLMo-core 0.1 safetensors), local
+ * ({model,optim,train}/rank{R}.pt) and legacy (rank*.pt) steps */
+int olmo_core_recognise(const struct judge_view *v);
+int olmo_core_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                    struct ckpt_err *err);
+int olmo_core_owns(const struct judge_view *v, const char *rel);
+int uns_olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+int olmo_local_recognise(const struct judge_view *v);
+int olmo_local_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                     struct ckpt_err *err);
+int olmo_local_owns(const struct judge_view *v, const char *rel);
+int uns_olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+int olmo_legacy_recognise(const struct judge_view *v);
+int olmo_legacy_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                      struct ckpt_err *err);
+int olmo_legacy_owns(const struct judge_view *v, const char *rel);
+int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+
+/* plain/: unsharded files (model.pt, *.safetensors, HF weights) */
+int plain_recognise(const struct judge_view *v);
+int plain_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
+                struct ckpt_err *err);
+int plain_owns(const struct judge_view *v, const char *rel);
+/* 1 when v holds a weights file plain_judge knows by name. */
+int plain_named_weights(const struct judge_view *v);
+
+#endif
