@@ -14,7 +14,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 sys.path.insert(0, os.path.join(HERE, "lib"))
 import dcpmod as M  # noqa: E402
-from harness import CKPT, check, finish, generate, run  # noqa: E402
+from harness import (CKPT, check, error_of, finish, generate,  # noqa: E402
+                     run)
 
 
 def fresh(tmp, case, name):
@@ -24,11 +25,11 @@ def fresh(tmp, case, name):
 
 
 def expect_error(tmp, name, d, want, code=1, args=()):
-    """Run ckpt on d; want is a substring of the error line."""
+    """Run ckpt on d; want is a substring of its error row's message (and
+    no message on stderr: error_of)."""
     dest = os.path.join(tmp, "out-" + name)
     p = run(CKPT, "unshard", "--no-progress", *args, d, dest, ok=False)
-    err = p.stderr.strip().splitlines()
-    line = err[-1] if err else ""
+    line = error_of(p)
     check(name + ": exit %d" % code, p.returncode == code,
           "exit %d: %s" % (p.returncode, p.stderr))
     check(name + ": message", want in line, "got %r, want %r" % (line, want))

@@ -26,7 +26,7 @@ cannot share, and zero_to_fp32's own --safe_serialization fails there);
 and a .tar.gz (one step extracted at a time), and from S3 (a step to a
 local directory, the run to S3), byte for byte the local output; a damaged step (a rank's optimizer file missing, as an
 interrupted save leaves it; a ZeRO-3 rank's model states missing): exit 1,
-one error naming the missing file, nothing at DEST, while run mode
+one error row naming the missing file, nothing at DEST, while run mode
 unshards the complete step beside it and skips the damaged one as
 incomplete; `ckpt process` of a DeepSpeed run unshards its step
 (before: 'unsupported checkpoint format', and `unshard STEP` said "no
@@ -41,6 +41,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from harness import error_in  # noqa: E402
 from s3test import CKPT, Checker, S3Env, contents, sh  # noqa: E402
 from s3test import scratch  # noqa: E402
 from dstest import (RW, raw, read_safetensors, same_tensors,  # noqa: E402
@@ -202,11 +203,9 @@ def damaged(c, tmp):
         before = sorted(os.listdir(s))
         out = os.path.join(tmp, "bad-out-" + case)
         rc, so, se = unshard(s, out)
-        err = se.strip().splitlines()
         c.eq("damaged %s: exit" % case, rc, 1)
-        c.eq("damaged %s: one error naming the file" % case,
-             [e.split(" ckpt: ", 1)[-1] for e in err],
-             ["error: " + want % s])
+        c.eq("damaged %s: one error row naming the file" % case,
+             error_in(so, se), want % s)
         c.eq("damaged %s: nothing at DEST, source kept" % case,
              (os.path.exists(out), sorted(os.listdir(s))), (False, before))
 

@@ -29,6 +29,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from harness import error_in  # noqa: E402
 from s3test import Checker, scratch  # noqa: E402
 from dstest import (RW, read_safetensors, same_tensors, ties,  # noqa: E402
                     unshard, unshard_to)
@@ -56,10 +57,6 @@ def module(case):
     sd = torch.load(os.path.join(step(case), "mp_rank_00_model_states.pt"),
                     map_location="cpu")
     return sd["module"]
-
-
-def errors(se):
-    return [e.split(" ckpt: ", 1)[-1] for e in se.strip().splitlines()]
 
 
 def each_case(c, tmp):
@@ -116,11 +113,12 @@ def zero3(c, tmp):
     os.remove(os.path.join(bad,
                            "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"))
     out = os.path.join(tmp, "z3-bad-out")
-    rc, _, se = unshard("--weights", "module", bad, out)
-    c.eq("zero3 missing optim file: one error naming it", (rc, errors(se)),
-         (1, ["error: '%s/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt' "
-              "is missing (partition_count 2 in bf16_zero_pp_rank_0_mp_"
-              "rank_00_optim_states.pt)" % bad]))
+    rc, so, se = unshard("--weights", "module", bad, out)
+    c.eq("zero3 missing optim file: one error row naming it",
+         (rc, error_in(so, se)),
+         (1, "'%s/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt' "
+             "is missing (partition_count 2 in bf16_zero_pp_rank_0_mp_"
+             "rank_00_optim_states.pt)" % bad))
     c.eq("zero3 missing optim file: nothing at DEST", os.path.exists(out),
          False)
 
@@ -151,10 +149,10 @@ def refusals(c, tmp):
     dcp = os.path.join(RW, "hf_trainer_fsdp2_sharded", "checkpoint-2",
                        "pytorch_model_fsdp_0")
     out = os.path.join(tmp, "dcp")
-    rc, _, se = unshard("--weights", "module", dcp, out)
-    c.eq("DCP: --weights module refused", (rc, errors(se)),
-         (1, ["error: '%s': --weights module reads a DeepSpeed step's "
-              "model-states file; this is dcp" % dcp]))
+    rc, so, se = unshard("--weights", "module", dcp, out)
+    c.eq("DCP: --weights module refused", (rc, error_in(so, se)),
+         (1, "'%s': --weights module reads a DeepSpeed step's "
+             "model-states file; this is dcp" % dcp))
     c.eq("DCP: nothing at DEST", os.path.exists(out), False)
 
 

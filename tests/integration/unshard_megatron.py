@@ -38,7 +38,7 @@ import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
-from harness import CKPT, SRC, check, finish  # noqa: E402
+from harness import CKPT, SRC, check, error_of, finish  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -281,18 +281,18 @@ def errors(tmp):
     dest = os.path.join(tmp, "legacy-dest")
     p = ckpt("unshard", "--no-progress", legacy, dest)
     check("legacy: exit 1", p.returncode == 1, p.stderr)
-    check("legacy: says why",
+    check("legacy: says why in its error row",
           "Megatron legacy checkpoint (mp_rank_TT/model_optim_rng.pt, one "
           "file per model-parallel rank): unshard reads torch_dist steps "
-          "only" in p.stderr, p.stderr)
+          "only" in error_of(p), error_of(p))
     check("legacy: nothing written", not os.path.exists(
         os.path.join(dest, "iter_0000010-unsharded")))
     # Given as itself, the step says what it is too (was "no checkpoint").
     p = ckpt("unshard", "--no-progress", os.path.join(legacy, "iter_0000010"),
              dest)
     check("legacy step: exit 1", p.returncode == 1, p.stderr)
-    check("legacy step: says why", "Megatron legacy checkpoint" in p.stderr,
-          p.stderr)
+    check("legacy step: says why in its error row",
+          "Megatron legacy checkpoint" in error_of(p), error_of(p))
     # A common state key that is also a tensor's: Megatron's merge refuses.
     bad = os.path.join(tmp, "clash")
     shutil.copytree(os.path.join(COMMON_PT, "ckpt"), bad)
@@ -301,9 +301,9 @@ def errors(tmp):
     out = os.path.join(tmp, "clash-out")
     p = ckpt("unshard", "--no-progress", bad, out)
     check("clash: exit 1", p.returncode == 1, p.stderr)
-    check("clash: names the key",
+    check("clash: names the key in its error row",
           "Megatron common state and checkpoint both hold "
-          "'layer.weight_dim1'" in p.stderr, p.stderr)
+          "'layer.weight_dim1'" in error_of(p), error_of(p))
     check("clash: nothing written", not os.path.exists(out))
     # common.pt beside a DCP that has the item too: common.pt is merged
     # (Megatron's load_common_state_dict reads it first), the item kept.

@@ -14,6 +14,8 @@ run(*args, ok=True, env=None) -> subprocess.CompletedProcess (text output).
 unshard(*args) -> run(CKPT, "unshard", "--no-progress", *args, ok=False).
 error_of(p) -> the message of the one error row of a failed unshard (no
          message on stderr), else a description of what it printed.
+error_in(stdout, stderr) -> error_of of a command's output, for a test
+         whose runner returns (rc, stdout, stderr) (s3test.ckpt).
 refused(tmp, name, src, mutate, want, snapshot=None)
          A damaged copy of checkpoint SRC (TMP/bad-NAME, MUTATE(copy)) is
          refused: checks exit 1, one error row ending in TAB WANT % {"d":
@@ -95,11 +97,16 @@ def error_of(p):
     """The message of the one `error` row an unshard that failed prints
     (an item's failure is its row, not a message too: docs/output.md),
     or, when it printed anything else, what it printed."""
-    rows = p.stdout.splitlines()
+    return error_in(p.stdout, p.stderr)
+
+
+def error_in(stdout, stderr):
+    """error_of of a command's STDOUT and STDERR (s3test.ckpt's)."""
+    rows = stdout.splitlines()
     if len(rows) == 1 and rows[0].startswith("error\t") and \
-            not p.stderr.strip():
+            not stderr.strip():
         return rows[0].split("\t", 3)[-1]
-    return "<not one error row: %r %r>" % (p.stdout, p.stderr)
+    return "<not one error row: %r %r>" % (stdout, stderr)
 
 
 def check(name, cond, detail=""):
