@@ -373,7 +373,7 @@ char *cli_wandb_map_text(char **runs, int n, int offline,
 
 int cmd_map_wandb(int argc, char **argv)
 {
-    struct ckpt_opts g = { 0 };
+    struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN };
     struct mw_opts o = { 0 };
     const struct option opts[] = {
         OPT_BOOL_(0, "offline", &o.offline,

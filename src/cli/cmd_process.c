@@ -18,6 +18,7 @@
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
+#include "filter.h"
 #include "runs.h"
 
 static const char *const process_usage[] = {
@@ -61,7 +62,7 @@ struct pr_opts {
     int no_wandb, keep_bad, keep_source, keep_archive, step0;
     int drop_sharded, drop_incomplete;
     uint64_t max_archive, spool_limit;
-    struct opt_list include, exclude;
+    struct cli_filter_opts filters;
 };
 
 struct ui {
@@ -523,41 +524,6 @@ static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c)
     return 0;
 }
 
-/* Where in the command line (argv as given) the option value v is: the
- * rules' order is the order they were given in. */
-static int arg_index(char **argv, int argc, const char *v)
-{
-    for (int i = 0; i < argc; i++)
-        if (v >= argv[i] && v <= argv[i] + strlen(argv[i]))
-            return i;
-    return argc;
-}
-
-/* --include/--exclude, in command-line order, into one filter. */
-static int build_filter(struct pr_opts *po, char **argv, int argc,
-                        struct ckpt_filter **out)
-{
-    struct ckpt_err err = CKPT_ERR_INIT;
-    int ni = po->include.n, ne = po->exclude.n, i = 0, e = 0;
-    *out = NULL;
-    if (ni + ne == 0)
-        return 0;
-    struct ckpt_filter *f = ckpt_filter_new();
-    while (i < ni || e < ne) {
-        int inc = e >= ne || (i < ni &&
-                              arg_index(argv, argc, po->include.items[i]) <
-                              arg_index(argv, argc, po->exclude.items[e]));
-        const char *pat = inc ? po->include.items[i++]
-                              : po->exclude.items[e++];
-        if (ckpt_filter_add(f, inc, pat, &err) != 0) {
-            ckpt_filter_free(f);
-            return usage_error("%s", err.msg);
-        }
-    }
-    *out = f;
-    return 0;
-}
-
 static int open_loc(struct storages *s, const struct ckpt_opts *g,
                     const char *arg, struct ckpt_loc *loc,
                     struct ckpt_storage **st, struct ckpt_err *err)
@@ -735,7 +701,8 @@ out:
 
 int cmd_process(int argc, char **argv)
 {
-    struct ckpt_opts g = { 0 };
+    struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN | CLI_TAKES_TMP_DIR |
+                                     CLI_TAKES_PROGRESS };
     struct pr_opts po;
     struct ckpt_process_cfg c;
     memset(&po, 0, sizeof(po));
@@ -768,11 +735,7 @@ int cmd_process(int argc, char **argv)
                   "but never delete the source"),
         OPT_BOOL_(0, "keep-archive", &po.keep_archive, "store archives "
                   "as they are, at DEST/ENTITY/PROJECT/RUN_ID.tar.gz"),
-        OPT_LIST_(0, "include", &po.include, "GLOB", "upload only "
-                  "matching files (repeatable; rclone rules); the rest "
-                  "stays at the source"),
-        OPT_LIST_(0, "exclude", &po.exclude, "GLOB", "do not upload "
-                  "matching files (repeatable); they stay at the source"),
+        OPT_FILTERS_(&po.filters),
         OPT_BOOL_(0, "drop-sharded", &po.drop_sharded, "leave out sharded "
                   "steps with a complete -unsharded copy (deleted with "
                   "the source)"),
@@ -814,13 +777,16 @@ int cmd_process(int argc, char **argv)
     int rc = EXIT_USAGE;
     if (n == -2)
         rc = EXIT_OK;
-    else if (n >= 0 && check_usage(n, &po, &c) == 0 &&
-             build_filter(&po, given, argc, &filter) == 0)
-        rc = -1;
+    else if (n >= 0 && check_usage(n, &po, &c) == 0) {
+        struct ckpt_err err = CKPT_ERR_INIT;
+        if (cli_filter_build(given, argc, &po.filters, &filter, &err) == 0)
+            rc = -1;
+        else
+            usage_error("%s", err.msg);
+    }
     free(given);
     if (rc != -1) {
-        cli_opt_list_release(&po.include);
-        cli_opt_list_release(&po.exclude);
+        cli_filter_opts_release(&po.filters);
         return rc;
     }
     cli_init_output(&g);
@@ -840,7 +806,6 @@ int cmd_process(int argc, char **argv)
     c.drop_incomplete = po.drop_incomplete;
     rc = process_main(&g, &po, &c, argv, n);
     ckpt_filter_free(filter);
-    cli_opt_list_release(&po.include);
-    cli_opt_list_release(&po.exclude);
+    cli_filter_opts_release(&po.filters);
     return rc;
 }

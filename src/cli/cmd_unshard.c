@@ -113,6 +113,7 @@ static int parse(struct cmd *c, int *argc, char **argv)
                   "do not fsync outputs before renaming them"),
         OPT_END_(),
     };
+    c->g.takes = CLI_TAKES_DRY_RUN | CLI_TAKES_TMP_DIR | CLI_TAKES_PROGRESS;
     int n = cli_parse_options(*argc, argv, opts, usage, &c->g);
     if (n < 0)
         return n == -2 ? EXIT_OK : EXIT_USAGE;

@@ -11,7 +11,12 @@
    option gets a did-you-mean (`--sumary`: '--summary').
 3. Every command's --help ends its description with examples, and every
    option an example uses is one the command has.
-4. Rows for people only on a terminal: `ckpt ls` through a pty has a
+4. Per-command options: -n, --tmp-dir, --progress and --no-progress are
+   in the --help of the commands where they mean something only; -n and
+   --tmp-dir (and --progress) elsewhere are refused (exit 2) naming the
+   commands that take them, as git refuses; --no-progress is accepted by
+   every command (scripts pass it to all, as aws's global options).
+5. Rows for people only on a terminal: `ckpt ls` through a pty has a
    header line and sizes as `1.5 KiB`; in a pipe no header and exact
    bytes; `-H` in a pipe gives the terminal's rows.
 """
@@ -126,6 +131,49 @@ def helps(c):
              sorted(used - known), [])
 
 
+TAKES = {
+    "clean": {"--dry-run"},
+    "cp": {"--dry-run", "--progress", "--no-progress"},
+    "ls": set(),
+    "map-wandb": {"--dry-run"},
+    "process": {"--dry-run", "--tmp-dir", "--progress", "--no-progress"},
+    "unshard": {"--dry-run", "--tmp-dir", "--progress", "--no-progress"},
+}
+SOME = {"--dry-run", "--tmp-dir", "--progress", "--no-progress"}
+EVERY = {"--jobs", "--json", "--quiet", "--verbose", "--insecure",
+         "--retries", "--profile", "--endpoint-url", "--region",
+         "--log-file"}
+
+
+def per_command(c, s):
+    for cmd in COMMANDS:
+        out = ckpt(cmd, "--help")[1].split("\nglobal options:\n", 1)[1]
+        have = set(re.findall(r"^ +(?:-\w, )?(--[\w-]+)", out, re.M))
+        c.eq("%s --help: its global options" % cmd,
+             (sorted(have & SOME), sorted(EVERY - have)),
+             (sorted(TAKES[cmd]), []))
+    dry = ("hint: --dry-run is an option of clean, cp, map-wandb, process "
+           "and unshard; 'ckpt ls' changes nothing")
+    for cmd, argv, hint in (
+            ("ls", ["-n"], dry), ("ls", ["--dryrun"], dry),
+            ("ls", ["-nq"], dry),
+            ("ls", ["--tmp-dir=/tmp"], "hint: --tmp-dir is an option of "
+             "process and unshard; 'ckpt ls' spools nothing"),
+            ("cp", ["--tmp-dir", "/tmp"], "hint: --tmp-dir is an option of "
+             "process and unshard; 'ckpt cp' spools nothing"),
+            ("clean", ["--progress"], "hint: --progress is an option of cp, "
+             "process and unshard; 'ckpt clean' shows no progress")):
+        rc, out, err = ckpt(cmd, *argv, s, s + "/x")
+        c.eq("ckpt %s %s: refused" % (cmd, argv[0]), (rc, out, err), (
+            2, "", "ckpt %s: error: unknown option '%s'\n%s\n"
+            % (cmd, argv[0], hint)))
+    run = s + "/2871001"
+    c.eq("ls --no-progress: accepted, the same rows",
+         ckpt("ls", "--no-progress", run), ckpt("ls", run))
+    rc, out, err = ckpt("map-wandb", "--no-progress", "--offline", run)
+    c.true("map-wandb --no-progress: accepted (%r)" % err, rc != 2)
+
+
 def pty_out(argv):
     """stdout of argv when it is a terminal."""
     master, slave = pty.openpty()
@@ -177,6 +225,7 @@ def main():
         commands(c, s, tmp)
         options(c, s, tmp)
         helps(c)
+        per_command(c, s)
         human(c, s)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
