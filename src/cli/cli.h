@@ -166,6 +166,7 @@ void cli_progress_sent(struct progress *p, uint64_t sent);
 /* Subcommands: argc/argv start at the command name. */
 int cmd_clean(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
+int cmd_du(int argc, char **argv);     /* ls --summary --by-run */
 int cmd_map_wandb(int argc, char **argv);
 int cmd_process(int argc, char **argv);
 int cmd_unshard(int argc, char **argv);
