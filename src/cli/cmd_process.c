@@ -91,6 +91,20 @@ struct ui {
     } *arcs;
     size_t narcs;
     double arc_drawn;
+    /* Every run's row, for the end: how many were skipped as live, and
+     * what each run processed uploaded and freed. */
+    size_t rows, live;
+    /* Runs whose "lease ok: acquired" line waits for their next event:
+     * a run skipped at judge (not a run, live) is then said once, by its
+     * row, on every cron pass, instead of three lines. */
+    char **held;                 /* owned run names */
+    size_t nheld;
+    struct ran {
+        char *run;               /* owned */
+        uint64_t bytes, freed;
+        int deleted;             /* a bad run, deleted */
+    } *ran;
+    size_t nran;
 };
 
 /* ---- output ---- */
@@ -345,10 +359,137 @@ static void line_end(struct ui *ui)
     free(ui->arcs);
 }
 
+/* A run's row, counted for the end (any thread). */
+static void count_row(struct ui *ui, const struct ckpt_process_event *ev)
+{
+    pthread_mutex_lock(&ui->mu);
+    ui->rows++;
+    ui->live += ev->status == CKPT_PROC_SKIPPED &&
+                !strncmp(ev->detail, "live:", 5);
+    if ((ev->status == CKPT_PROC_OK || ev->status == CKPT_PROC_WOULD ||
+         ev->status == CKPT_PROC_DELETED) && (ev->bytes || ev->freed)) {
+        ui->ran = ckpt_xreallocarray(ui->ran, ui->nran + 1,
+                                     sizeof(*ui->ran));
+        ui->ran[ui->nran++] = (struct ran){
+            ckpt_xstrdup(ev->run), ev->bytes, ev->freed,
+            ev->status == CKPT_PROC_DELETED };
+    }
+    pthread_mutex_unlock(&ui->mu);
+}
+
+/* Most freed first, then most uploaded, then by name. */
+static int cmp_ran(const void *a, const void *b)
+{
+    const struct ran *x = a, *y = b;
+    if (x->freed != y->freed)
+        return x->freed < y->freed ? 1 : -1;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return strcmp(x->run, y->run);
+}
+
+/* The end, on stderr: per run what it uploaded and freed, most freed
+ * first (the rows scrolled past, interleaved, as runs finished), at
+ * most 10 lines; then the live hint. */
+static void ran_summary(struct ui *ui, const char *min_age)
+{
+    if (ui->nran > 1 && !ui->g->json) {
+        ckpt_sort(ui->ran, ui->nran, sizeof(*ui->ran), cmp_ran);
+        for (size_t i = 0; i < ui->nran && i < 10; i++) {
+            char b[32], f[32];
+            const struct ran *r = &ui->ran[i];
+            int dry = ui->g->dry_run;
+            ckpt_fmt_size(r->bytes, b, sizeof(b));
+            ckpt_fmt_size(r->freed, f, sizeof(f));
+            if (r->deleted)
+                cli_infof("%s: %s, %s %s", r->run, dry ? "bad, would delete"
+                          : "bad, deleted", dry ? "would free" : "freed", f);
+            else
+                cli_infof("%s: %s %s, %s %s", r->run,
+                          dry ? "would upload" : "uploaded", b,
+                          dry ? "would free" : "freed", f);
+        }
+        if (ui->nran > 10)
+            cli_infof("... and %zu more runs (see the rows)",
+                      ui->nran - 10);
+    }
+    cli_hint_all_live(ui->rows, ui->live, min_age);
+    for (size_t i = 0; i < ui->nheld; i++)
+        free(ui->held[i]);
+    free(ui->held);
+    ui->held = NULL;
+    ui->nheld = 0;
+    for (size_t i = 0; i < ui->nran; i++)
+        free(ui->ran[i].run);
+    free(ui->ran);
+    ui->ran = NULL;
+    ui->nran = 0;
+}
+
+/* The log line of a phase event. */
+static void log_phase(const struct ckpt_process_event *ev)
+{
+    cli_infof("%s: %s %s%s%s", ev->run,
+              ev->status == CKPT_PROC_WOULD ? "would"
+              : ckpt_process_phase_name(ev->phase),
+              ev->status == CKPT_PROC_WOULD
+              ? ckpt_process_phase_name(ev->phase)
+              : phase_status(ev->status),
+              *ev->detail ? ": " : "", ev->detail);
+}
+
+/* Was run's "lease ok: acquired" held back? Forgets it. */
+static int unhold(struct ui *ui, const char *run)
+{
+    int found = 0;
+    pthread_mutex_lock(&ui->mu);
+    for (size_t i = 0; i < ui->nheld && !found; i++)
+        if (!strcmp(ui->held[i], run)) {
+            free(ui->held[i]);
+            ui->held[i] = ui->held[--ui->nheld];
+            found = 1;
+        }
+    pthread_mutex_unlock(&ui->mu);
+    return found;
+}
+
+/* Log lines on stderr: one per phase, but a run that judge skips (not a
+ * run, live) gets none: its row says it, and its lease line is dropped
+ * (the lease is given back at once). Returns 1 when ev was said or
+ * dropped here. */
+static int phase_line(struct ui *ui, const struct ckpt_process_event *ev)
+{
+    if (ev->phase == CKPT_PROC_LEASE && ev->status == CKPT_PROC_OK &&
+        !strcmp(ev->detail, "acquired")) {
+        pthread_mutex_lock(&ui->mu);
+        ui->held = ckpt_xreallocarray(ui->held, ui->nheld + 1,
+                                      sizeof(*ui->held));
+        ui->held[ui->nheld++] = ckpt_xstrdup(ev->run);
+        pthread_mutex_unlock(&ui->mu);
+        return 1;
+    }
+    int held = unhold(ui, ev->run);
+    if (ev->phase == CKPT_PROC_JUDGE && ev->status == CKPT_PROC_SKIPPED)
+        return 1;
+    if (held) {
+        struct ckpt_process_event lease = *ev;
+        lease.phase = CKPT_PROC_LEASE;
+        lease.status = CKPT_PROC_OK;
+        lease.detail = "acquired";
+        log_phase(&lease);
+    }
+    log_phase(ev);
+    return 1;
+}
+
 static void on_event(void *ud, const struct ckpt_process_event *ev)
 {
     struct ui *ui = ud;
     int dry = ui->g->dry_run;
+    if (ev->phase == CKPT_PROC_RUN) {
+        count_row(ui, ev);
+        unhold(ui, ev->run);
+    }
     if (ui->line)
         track(ui, ev);
     /* Each event once, on one stream (docs/output.md): with --json every
@@ -359,13 +500,7 @@ static void on_event(void *ud, const struct ckpt_process_event *ev)
     if (ui->g->json)
         json_event(ev, dry);
     else if (ev->phase != CKPT_PROC_RUN && (!ui->line || ui->g->verbose))
-        cli_infof("%s: %s %s%s%s", ev->run,
-                  ev->status == CKPT_PROC_WOULD ? "would"
-                  : ckpt_process_phase_name(ev->phase),
-                  ev->status == CKPT_PROC_WOULD
-                  ? ckpt_process_phase_name(ev->phase)
-                  : phase_status(ev->status),
-                  *ev->detail ? ": " : "", ev->detail);
+        phase_line(ui, ev);
     else if (ev->phase == CKPT_PROC_RUN)
         row(ev, dry);
     if (ui->line)
@@ -672,6 +807,11 @@ static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
     }
     if (get_map(p, po, g, &map, &err) != 0) {
         cli_errorf("%s", err.msg);
+        if (err.code == CKPT_EAUTH && !po->wandb_map)
+            cli_notef("hint: without asking W&B: '--no-wandb' puts runs "
+                      "at DEST/RUN_ID/; '--wandb-map FILE' takes their "
+                      "paths from FILE, which 'ckpt map-wandb --offline "
+                      "-o FILE SRC...' writes from the runs' own files");
         rc = EXIT_FAILED;
         goto out;
     }
@@ -689,6 +829,7 @@ static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
         line_end(&ui);
     cli_progress_done(ui.prog);
     totals(g, &t);
+    ran_summary(&ui, po->min_age);
 out:
     ckpt_process_free(p);
     ckpt_wandb_map_free(map);

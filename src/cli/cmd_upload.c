@@ -595,8 +595,14 @@ static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
     if (open_dest(&dest, argv[n - 1], &stores, g, &err) != 0 ||
         (uo->wandb_map && load_map(&p, uo->wandb_map, &err) != 0) ||
         (uo->wandb && ask_wandb(&p, argv, n - 1, &err) != 0) ||
-        (uo->logs && load_logs(&p, &logs, uo->logs, &err) != 0))
+        (uo->logs && load_logs(&p, &logs, uo->logs, &err) != 0)) {
         cli_errorf("%s", err.msg);
+        if (uo->wandb && err.code == CKPT_EAUTH)
+            cli_notef("hint: without asking W&B: '--wandb-map FILE' takes "
+                      "the runs' paths from FILE, which 'ckpt map-wandb "
+                      "--offline -o FILE SRC...' writes from their own "
+                      "files; without --wandb SRC goes to DEST itself");
+    }
     else
         rc = run_all(&p, argv, n - 1, sdir);
     ckpt_upload_free(p.u);
