@@ -16,7 +16,7 @@ mkdir -p "$W"
 cd "$W"
 python3 "$ROOT/tests/support/gen_runs.py" scratch --archives
 # The sample was written a moment ago, so by ckpt's live-run guard (a
-# file's mtime or ctime within --min-age, 1 h by default) every run may
+# file's mtime or ctime within --min-age, 1d by default) every run may
 # still be training and would be skipped. --min-age 0 below says these
 # runs are finished; on a real scratch filesystem, leave the default.
 AGE=(--min-age 0)

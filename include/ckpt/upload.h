@@ -90,8 +90,13 @@ struct ckpt_upload_cfg {
     uint64_t mem_budget;    /* bytes of data buffers; 0: 96 MiB */
     const char *state_dir;  /* journal directory; NULL: no journal */
     int max_throttles;      /* same-object throttles per request; 0: 30 */
+    uint64_t bwlimit;       /* bytes per second sent, all workers
+                               together (ckpt/ratelimit.h); 0: none */
     void (*on_event)(void *ud, const struct ckpt_upload_event *ev);
-    void (*on_progress)(void *ud, uint64_t items, uint64_t bytes);
+    /* items and bytes done (sent, resumed or skipped) and bytes sent by
+     * this run, so far: totals, any thread */
+    void (*on_progress)(void *ud, uint64_t items, uint64_t bytes,
+                        uint64_t sent);
     /* NULL, or asked right before each source deletion (from any worker
      * thread): non-zero (err set) refuses it, and the file stays. `ckpt
      * process` checks there that its lease on the run is still valid. */
@@ -206,6 +211,14 @@ int ckpt_filter_add(struct ckpt_filter *f, int include, const char *pat,
  * filter takes everything. */
 int ckpt_filter_match(const struct ckpt_filter *f, const char *rel);
 size_t ckpt_filter_count(const struct ckpt_filter *f);
+/* Append the rules of a filter file (rclone's --filter-from, the subset
+ * here): one rule a line, "+ PATTERN" includes, "- PATTERN" excludes,
+ * lines starting with '#' or ';' and blank lines are ignored; anything
+ * else is refused (CKPT_EUSAGE, naming the line). name is the file's,
+ * for messages. */
+int ckpt_filter_add_rules(struct ckpt_filter *f, const char *text,
+                          size_t len, const char *name,
+                          struct ckpt_err *err);
 
 /* W&B mapping files (`ckpt map-wandb --output`, read by --wandb-map) are
  * parsed by ckpt_wandb_map_parse (ckpt/wandb.h), the one reader. */

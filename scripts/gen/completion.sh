@@ -17,7 +17,7 @@ opts() {
         # An option line is "    %-28s %s" of "[-X, ]--NAME[ ARG]" (the
         # exact padding tells it from a description line that starts
         # with an option name).
-        match($0, /^    (-[A-Za-z], )?--[a-z0-9-]+( [A-Za-z0-9|_.-]+)?/) {
+        match($0, /^    (-[A-Za-z], )?--[a-z0-9-]+( [A-Za-z0-9|_.\/-]+)?/) {
             spec = substr($0, 5, RLENGTH - 4)
             rest = substr($0, RLENGTH + 1)
             pad = 29 - length(spec)

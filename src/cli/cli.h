@@ -19,14 +19,23 @@ struct cJSON;
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
 
+/* Which of the global options a command takes besides those every
+ * command takes (ckpt_opts.takes): the others are not in its --help and
+ * are refused there (docs/ckpt.md "Global options"). */
+#define CLI_TAKES_DRY_RUN  1u   /* -n, --dry-run: it changes something */
+#define CLI_TAKES_TMP_DIR  2u   /* --tmp-dir: it spools */
+#define CLI_TAKES_PROGRESS 4u   /* --progress, --no-progress */
+
 /* Global options, parsed by every command; const once parsed. */
 struct ckpt_opts {
+    unsigned takes;    /* CLI_TAKES_*, set by the command before parsing */
     int dry_run;
     int jobs;          /* 0: command's default */
     int json;
     int quiet;
     int verbose;
     int no_progress;
+    int progress;      /* --progress: lines on a non-terminal stderr too */
     int human;         /* -H: sizes for people (default: stdout a tty) */
     int insecure;
     int retries;       /* 0: default */
@@ -149,16 +158,22 @@ void cli_status_show(const char *line);
 void cli_status_end(int keep);
 
 /* Progress: a bar on a terminal (unless --no-progress/-q), periodic plain
- * lines otherwise. Counters are atomic; any thread may add. */
+ * lines otherwise (timestamped, every 10 s; with --progress every second,
+ * from the start, and with -q too). Counters are atomic; any thread may add. */
 struct progress;
 struct progress *cli_progress_new(const struct ckpt_opts *g, const char *what,
                               uint64_t total_items, uint64_t total_bytes);
 void cli_progress_add(struct progress *p, uint64_t items, uint64_t bytes);
 void cli_progress_done(struct progress *p); /* prints the final line, frees */
+/* The bytes this run moved so far (a total, not an increment): the rate
+ * counts these, the size every byte done (resumed parts, skipped files).
+ * Without it the rate counts every byte added. */
+void cli_progress_sent(struct progress *p, uint64_t sent);
 
 /* Subcommands: argc/argv start at the command name. */
 int cmd_clean(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
+int cmd_du(int argc, char **argv);     /* ls --summary --by-run */
 int cmd_map_wandb(int argc, char **argv);
 int cmd_process(int argc, char **argv);
 int cmd_unshard(int argc, char **argv);

@@ -181,7 +181,7 @@ static void run_phase(struct item **items, int n, int jobs, ckpt_task_fn fn)
 
 int cmd_clean(int argc, char **argv)
 {
-    struct ckpt_opts g = { 0 };
+    struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN };
     struct ckpt_clean_opts co = { 86400, 0, 5ULL << 30, 0, 0, 0 };
     const char *min_age = NULL;
     const struct option opts[] = {
@@ -260,9 +260,12 @@ int cmd_clean(int argc, char **argv)
     run_phase(todo, m, jobs, act);
     int failed = 0, freed_runs = 0;
     uint64_t freed = 0;
+    size_t live = 0;
     for (int i = 0; i < m; i++) {
         report(todo[i]);
         const struct ckpt_clean_item *it = &todo[i]->c;
+        live += !strcmp(it->action, "skip") &&
+                !strncmp(it->reason.ptr, "live:", 5);
         freed += it->bytes;
         freed_runs += it->bytes > 0;
         /* A skip is reported once, by its row (docs/output.md). */
@@ -274,6 +277,7 @@ int cmd_clean(int argc, char **argv)
                   ckpt_fmt_size(freed, sz, sizeof(sz)), freed_runs,
                   freed_runs == 1 ? "" : "s");
     }
+    cli_hint_all_live((size_t)m, live, min_age);
     for (int i = 0; i < total; i++) {
         if (i < n)
             ckpt_loc_release(&items[i]->loc);

@@ -32,11 +32,14 @@ static const char *const ls_usage[] = {
     "With --summary, instead: per verdict (complete, incomplete, bad,",
     "live, error) the runs and their bytes, VERDICT<TAB>RUNS<TAB>BYTES",
     "<TAB>SIZE, then total and would-free (what `ckpt clean` with the",
-    "same --min-age would delete).",
+    "same --min-age would delete). With --summary --by-run (or 'ckpt du'),",
+    "a row per run, largest first: RUN<TAB>VERDICT<TAB>BYTES<TAB>",
+    "WOULD-FREE, then total<TAB>-<TAB>BYTES<TAB>WOULD-FREE.",
     "-j default 8: runs read at once (listing-bound).",
     "examples:",
     "  ckpt ls /scratch/runs                each run's checkpoints",
     "  ckpt ls --summary s3://b/runs        runs and bytes per verdict",
+    "  ckpt ls --summary --by-run /scratch  where the quota went, per run",
     "  ckpt ls --json RUN | jq .bytes       for scripts (docs/output.md)",
     NULL
 };
@@ -53,10 +56,20 @@ static const char *const ls_header[] = { "RUN", "CHECKPOINT", "STEP",
                                          "FORMAT", "STATE", "BYTES",
                                          "FILES" };
 
+/* --by-run: one run's row. */
+struct by_run {
+    char *name;                  /* owned */
+    enum verdict v;
+    uint64_t bytes, freed;
+};
+
 struct summary {
     struct ckpt_clean_opts co;   /* dry run, --min-age, no archive limit */
     uint64_t runs[V_N], bytes[V_N];
     uint64_t free_runs, free_bytes;
+    int by_run;                  /* --by-run: rows kept, one per run */
+    struct by_run *rows;
+    size_t nrows;
 };
 
 struct ls_item {
@@ -194,15 +207,72 @@ static void tally(struct ls_item *it)
         return;
     if (v == V_ERROR)
         cli_warnf("%s: cannot judge: %s", it->name, c->reason.ptr);
+    uint64_t bytes = c->scanned ? (c->is_archive ? c->sb.size : c->run.size)
+                   : ckpt_archive_kind_of(c->key) != CKPT_ARCHIVE_NONE
+                   ? c->sb.size   /* a damaged archive: stat'ed */
+                   : 0;
     sum->runs[v]++;
-    if (c->scanned)
-        sum->bytes[v] += c->is_archive ? c->sb.size : c->run.size;
-    else if (ckpt_archive_kind_of(c->key) != CKPT_ARCHIVE_NONE)
-        sum->bytes[v] += c->sb.size;  /* a damaged archive: stat'ed */
+    sum->bytes[v] += bytes;
     if (c->bytes) {
         sum->free_runs++;
         sum->free_bytes += c->bytes;
     }
+    if (sum->by_run) {
+        sum->rows = ckpt_xreallocarray(sum->rows, sum->nrows + 1,
+                                       sizeof(*sum->rows));
+        sum->rows[sum->nrows++] = (struct by_run){
+            ckpt_xstrdup(it->name), v, bytes, c->bytes };
+    }
+}
+
+/* Largest first: where the quota went; then by name. */
+static int cmp_by_run(const void *a, const void *b)
+{
+    const struct by_run *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return strcmp(x->name, y->name);
+}
+
+/* --by-run: RUN, VERDICT, BYTES, WOULD-FREE per run, largest first,
+ * then total<TAB>-<TAB>BYTES<TAB>WOULD-FREE. */
+static void print_by_run(struct summary *sum, const struct ckpt_opts *g)
+{
+    static const char *const head[] = { "RUN", "VERDICT", "BYTES",
+                                        "WOULD-FREE" };
+    uint64_t bytes = 0;
+    if (sum->nrows)
+        ckpt_sort(sum->rows, sum->nrows, sizeof(*sum->rows), cmp_by_run);
+    for (size_t i = 0; i <= sum->nrows; i++) {
+        const struct by_run *r = i < sum->nrows ? &sum->rows[i] : NULL;
+        uint64_t b = r ? r->bytes : bytes, f = r ? r->freed
+                                                 : sum->free_bytes;
+        bytes += r ? r->bytes : 0;
+        if (g->json) {
+            cJSON *o = cli_json_row("summary");
+            if (r)
+                cJSON_AddStringToObject(o, "run", r->name);
+            cJSON_AddStringToObject(o, "verdict",
+                                    r ? verdict_name[r->v] : "total");
+            cJSON_AddNumberToObject(o, "runs", r ? 1 : (double)sum->nrows);
+            cJSON_AddNumberToObject(o, "bytes", (double)b);
+            cJSON_AddNumberToObject(o, "freed", (double)f);
+            cli_out_json(o);
+        } else {
+            char bs[32], fs[32];
+            cli_out_header(4, head);
+            const char *row[] = { r ? r->name : "total",
+                                  r ? verdict_name[r->v] : "-",
+                                  cli_fmt_bytes(b, bs, sizeof(bs)),
+                                  cli_fmt_bytes(f, fs, sizeof(fs)) };
+            cli_out_tsv(4, row);
+        }
+        if (r)
+            free(r->name);
+    }
+    free(sum->rows);
+    sum->rows = NULL;
+    sum->nrows = 0;
 }
 
 static void summary_row(const char *what, uint64_t runs, uint64_t bytes)
@@ -533,7 +603,7 @@ static int ls_one(const char *arg, struct storages *stores,
 int cmd_ls(int argc, char **argv)
 {
     struct ckpt_opts g = { 0 };
-    int arrays_too = 0, summarize = 0;
+    int arrays_too = 0, summarize = 0, by_run = 0;
     const char *min_age = NULL;
     struct summary sum = { .co = { .min_age = 86400, .dry_run = 1 } };
     const struct option opts[] = {
@@ -543,6 +613,9 @@ int cmd_ls(int argc, char **argv)
         OPT_BOOL_(0, "summary", &summarize, "runs and bytes per verdict "
                   "(complete, incomplete, bad, live, error) and what "
                   "clean would free"),
+        OPT_BOOL_(0, "by-run", &by_run, "--summary: a row per run "
+                  "(its bytes, verdict and what clean would free), "
+                  "largest first"),
         OPT_HUMAN_(&g),
         OPT_STR_(0, "min-age", &min_age, "DURATION", "--summary: runs "
                  "written to more recently are live (default 1d, as "
@@ -565,6 +638,13 @@ int cmd_ls(int argc, char **argv)
                 min_age, ls_usage[0]);
         return EXIT_USAGE;
     }
+    if (by_run && !summarize) {
+        fprintf(stderr, "ckpt ls: error: --by-run is a form of --summary: "
+                "'ckpt ls --summary --by-run' (or 'ckpt du')\nusage: %s\n",
+                ls_usage[0]);
+        return EXIT_USAGE;
+    }
+    sum.by_run = by_run;
     if (summarize && arrays_too) {
         fprintf(stderr, "ckpt ls: error: --summary and -l exclude each "
                 "other\nusage: %s\n", ls_usage[0]);
@@ -576,8 +656,25 @@ int cmd_ls(int argc, char **argv)
     for (int i = 0; i < n; i++)
         failed |= ls_one(argv[i], &stores, &g, arrays_too,
                          summarize ? &sum : NULL);
-    if (summarize)
+    if (summarize && by_run)
+        print_by_run(&sum, &g);
+    else if (summarize)
         print_summary(&sum, &g);
     cli_storages_release(&stores);
     return failed ? EXIT_FAILED : EXIT_OK;
+}
+
+/* `ckpt du LOCATION...`: `ckpt ls --summary --by-run LOCATION...`, the
+ * name du users look for (where did the quota go). */
+int cmd_du(int argc, char **argv)
+{
+    char **av = ckpt_xcalloc((size_t)argc + 3, sizeof(*av));
+    av[0] = "ls";
+    av[1] = "--summary";
+    av[2] = "--by-run";
+    for (int i = 1; i < argc; i++)
+        av[i + 2] = argv[i];
+    int rc = cmd_ls(argc + 2, av);
+    free(av);
+    return rc;
 }

@@ -17,6 +17,7 @@
 #include "ckpt/util.h"
 #include "ckpt/run.h"
 #include "ckpt/wandb.h"
+#include "runs.h"
 
 static const char *const map_wandb_usage[] = {
     "ckpt map-wandb [options] RUN...",
@@ -34,7 +35,10 @@ static const char *const map_wandb_usage[] = {
     "-j default: 16 runs read at once, 4 W&B API requests at once (-j N",
     "sets both; W&B rate-limits its API).",
     "examples:",
-    "  ckpt map-wandb /scratch/runs/*       each run's ENTITY/PROJECT/RUN_ID",
+    "A RUN that is no run but a directory of runs is mapped one level",
+    "down, as ls and process do; a non-run among several RUNs (a glob's",
+    "logs/) is skipped with a message, not a failure.",
+    "  ckpt map-wandb /scratch/runs         each run's ENTITY/PROJECT/RUN_ID",
     "  ckpt map-wandb --offline -o map.tsv /scratch/runs/*",
     "                                       from wandb/ files only, to a file",
     NULL
@@ -371,9 +375,93 @@ char *cli_wandb_map_text(char **runs, int n, int offline,
     return text;
 }
 
+/* What arg is: a run (directory or archive), a directory of runs, or
+ * neither. */
+enum what { W_RUN, W_DIR, W_NONE, W_ERROR };
+
+static enum what what_is(struct storages *sts, const char *arg,
+                         const struct ckpt_opts *g, struct ckpt_loc *loc,
+                         struct ckpt_storage **st)
+{
+    struct ckpt_err err = CKPT_ERR_INIT;
+    struct ckpt_stat sb;
+    enum ckpt_load_status status;
+    struct ckpt_tree *tree = NULL;
+    struct ckpt_run run;
+    if (ckpt_loc_parse(loc, arg, &err) != 0)
+        return W_ERROR;
+    if (cli_storages_get(sts, loc, g, st, &err) != 0)
+        return W_ERROR;
+    if (archive_suffix(arg))
+        return W_RUN;     /* opened by gather, whatever its size */
+    if (ckpt_run_load(*st, loc->key, 0, &sb, &status, &tree, &run,
+                      &err) != 0)
+        return W_ERROR;   /* gather says why */
+    enum what w = status != CKPT_LOAD_OK ? W_NONE
+                : ckpt_run_looks_like_run(&run) ? W_RUN
+                : run.holds_run ? W_DIR : W_NONE;
+    if (status == CKPT_LOAD_OK) {
+        ckpt_tree_free(tree);
+        ckpt_run_release(&run);
+    }
+    return w;
+}
+
+/* The RUNs to map: each argument that is a run; the runs one level below
+ * one that is a directory of runs (as ls and process look); a non-run
+ * skipped with a message when there are several arguments (a glob's
+ * logs/ must not fail `map-wandb runs/STAR && process`). A single
+ * argument that is neither stays, and fails as before. Strings owned. */
+static char **expand(char **argv, int n, const struct ckpt_opts *g,
+                     int *out_n)
+{
+    struct storages sts = { 0 };
+    char **out = NULL;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        struct ckpt_loc loc = { 0 };
+        struct ckpt_storage *st = NULL;
+        enum what w = what_is(&sts, argv[i], g, &loc, &st);
+        char **kids = NULL;
+        size_t nk = 0;
+        struct ckpt_err err = CKPT_ERR_INIT;
+        if (w == W_DIR && ckpt_run_children(st, loc.key, NULL, NULL, &kids,
+                                            &nk, NULL, &err) != 0)
+            w = W_ERROR;
+        for (size_t j = 0; j < nk; j++) {
+            char *name = ckpt_path_basename(kids[j]);
+            char *sub = ckpt_path_join(argv[i], name);
+            struct ckpt_loc kl = { 0 };
+            struct ckpt_storage *ks = NULL;
+            if (what_is(&sts, sub, g, &kl, &ks) == W_RUN) {
+                out = ckpt_xreallocarray(out, (size_t)k + 1, sizeof(*out));
+                out[k++] = sub;
+                sub = NULL;
+            }
+            if (kl.key)
+                ckpt_loc_release(&kl);
+            free(sub);
+            free(name);
+            free(kids[j]);
+        }
+        free(kids);
+        if (w == W_NONE && n > 1) {
+            cli_infof("%s: not a run: skipped", argv[i]);
+        } else if (w != W_DIR) {
+            out = ckpt_xreallocarray(out, (size_t)k + 1, sizeof(*out));
+            out[k++] = ckpt_xstrdup(argv[i]);
+        }
+        if (loc.key)
+            ckpt_loc_release(&loc);
+    }
+    cli_storages_release(&sts);
+    *out_n = k;
+    return out;
+}
+
 int cmd_map_wandb(int argc, char **argv)
 {
-    struct ckpt_opts g = { 0 };
+    struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN };
     struct mw_opts o = { 0 };
     const struct option opts[] = {
         OPT_BOOL_(0, "offline", &o.offline,
@@ -407,7 +495,9 @@ int cmd_map_wandb(int argc, char **argv)
         cli_opt_list_release(&o.ignore);
         return EXIT_FAILED;
     }
-    struct item *items = new_items(argv, n, old, &o, &g);
+    int given = n;
+    char **runs = expand(argv, given, &g, &n);
+    struct item *items = new_items(runs, n, old, &o, &g);
     gather_all(items, n, g.jobs > 0 ? g.jobs : 16);
     resolve_all(items, n, &o, &g);
     struct ckpt_wandb_map *out = old;
@@ -417,6 +507,9 @@ int cmd_map_wandb(int argc, char **argv)
     if (o.output && write_map(o.output, out, &g) != 0)
         failed = 1;
     items_free(items, n);
+    for (int i = 0; i < n; i++)
+        free(runs[i]);
+    free(runs);
     ckpt_wandb_map_free(old);
     cli_opt_list_release(&o.ignore);
     return failed ? EXIT_FAILED : EXIT_OK;

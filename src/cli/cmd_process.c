@@ -18,6 +18,7 @@
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
+#include "filter.h"
 #include "runs.h"
 
 static const char *const process_usage[] = {
@@ -61,7 +62,7 @@ struct pr_opts {
     int no_wandb, keep_bad, keep_source, keep_archive, step0;
     int drop_sharded, drop_incomplete;
     uint64_t max_archive, spool_limit;
-    struct opt_list include, exclude;
+    struct cli_filter_opts filters;
 };
 
 struct ui {
@@ -90,6 +91,20 @@ struct ui {
     } *arcs;
     size_t narcs;
     double arc_drawn;
+    /* Every run's row, for the end: how many were skipped as live, and
+     * what each run processed uploaded and freed. */
+    size_t rows, live;
+    /* Runs whose "lease ok: acquired" line waits for their next event:
+     * a run skipped at judge (not a run, live) is then said once, by its
+     * row, on every cron pass, instead of three lines. */
+    char **held;                 /* owned run names */
+    size_t nheld;
+    struct ran {
+        char *run;               /* owned */
+        uint64_t bytes, freed;
+        int deleted;             /* a bad run, deleted */
+    } *ran;
+    size_t nran;
 };
 
 /* ---- output ---- */
@@ -344,10 +359,137 @@ static void line_end(struct ui *ui)
     free(ui->arcs);
 }
 
+/* A run's row, counted for the end (any thread). */
+static void count_row(struct ui *ui, const struct ckpt_process_event *ev)
+{
+    pthread_mutex_lock(&ui->mu);
+    ui->rows++;
+    ui->live += ev->status == CKPT_PROC_SKIPPED &&
+                !strncmp(ev->detail, "live:", 5);
+    if ((ev->status == CKPT_PROC_OK || ev->status == CKPT_PROC_WOULD ||
+         ev->status == CKPT_PROC_DELETED) && (ev->bytes || ev->freed)) {
+        ui->ran = ckpt_xreallocarray(ui->ran, ui->nran + 1,
+                                     sizeof(*ui->ran));
+        ui->ran[ui->nran++] = (struct ran){
+            ckpt_xstrdup(ev->run), ev->bytes, ev->freed,
+            ev->status == CKPT_PROC_DELETED };
+    }
+    pthread_mutex_unlock(&ui->mu);
+}
+
+/* Most freed first, then most uploaded, then by name. */
+static int cmp_ran(const void *a, const void *b)
+{
+    const struct ran *x = a, *y = b;
+    if (x->freed != y->freed)
+        return x->freed < y->freed ? 1 : -1;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return strcmp(x->run, y->run);
+}
+
+/* The end, on stderr: per run what it uploaded and freed, most freed
+ * first (the rows scrolled past, interleaved, as runs finished), at
+ * most 10 lines; then the live hint. */
+static void ran_summary(struct ui *ui, const char *min_age)
+{
+    if (ui->nran > 1 && !ui->g->json) {
+        ckpt_sort(ui->ran, ui->nran, sizeof(*ui->ran), cmp_ran);
+        for (size_t i = 0; i < ui->nran && i < 10; i++) {
+            char b[32], f[32];
+            const struct ran *r = &ui->ran[i];
+            int dry = ui->g->dry_run;
+            ckpt_fmt_size(r->bytes, b, sizeof(b));
+            ckpt_fmt_size(r->freed, f, sizeof(f));
+            if (r->deleted)
+                cli_infof("%s: %s, %s %s", r->run, dry ? "bad, would delete"
+                          : "bad, deleted", dry ? "would free" : "freed", f);
+            else
+                cli_infof("%s: %s %s, %s %s", r->run,
+                          dry ? "would upload" : "uploaded", b,
+                          dry ? "would free" : "freed", f);
+        }
+        if (ui->nran > 10)
+            cli_infof("... and %zu more runs (see the rows)",
+                      ui->nran - 10);
+    }
+    cli_hint_all_live(ui->rows, ui->live, min_age);
+    for (size_t i = 0; i < ui->nheld; i++)
+        free(ui->held[i]);
+    free(ui->held);
+    ui->held = NULL;
+    ui->nheld = 0;
+    for (size_t i = 0; i < ui->nran; i++)
+        free(ui->ran[i].run);
+    free(ui->ran);
+    ui->ran = NULL;
+    ui->nran = 0;
+}
+
+/* The log line of a phase event. */
+static void log_phase(const struct ckpt_process_event *ev)
+{
+    cli_infof("%s: %s %s%s%s", ev->run,
+              ev->status == CKPT_PROC_WOULD ? "would"
+              : ckpt_process_phase_name(ev->phase),
+              ev->status == CKPT_PROC_WOULD
+              ? ckpt_process_phase_name(ev->phase)
+              : phase_status(ev->status),
+              *ev->detail ? ": " : "", ev->detail);
+}
+
+/* Was run's "lease ok: acquired" held back? Forgets it. */
+static int unhold(struct ui *ui, const char *run)
+{
+    int found = 0;
+    pthread_mutex_lock(&ui->mu);
+    for (size_t i = 0; i < ui->nheld && !found; i++)
+        if (!strcmp(ui->held[i], run)) {
+            free(ui->held[i]);
+            ui->held[i] = ui->held[--ui->nheld];
+            found = 1;
+        }
+    pthread_mutex_unlock(&ui->mu);
+    return found;
+}
+
+/* Log lines on stderr: one per phase, but a run that judge skips (not a
+ * run, live) gets none: its row says it, and its lease line is dropped
+ * (the lease is given back at once). Returns 1 when ev was said or
+ * dropped here. */
+static int phase_line(struct ui *ui, const struct ckpt_process_event *ev)
+{
+    if (ev->phase == CKPT_PROC_LEASE && ev->status == CKPT_PROC_OK &&
+        !strcmp(ev->detail, "acquired")) {
+        pthread_mutex_lock(&ui->mu);
+        ui->held = ckpt_xreallocarray(ui->held, ui->nheld + 1,
+                                      sizeof(*ui->held));
+        ui->held[ui->nheld++] = ckpt_xstrdup(ev->run);
+        pthread_mutex_unlock(&ui->mu);
+        return 1;
+    }
+    int held = unhold(ui, ev->run);
+    if (ev->phase == CKPT_PROC_JUDGE && ev->status == CKPT_PROC_SKIPPED)
+        return 1;
+    if (held) {
+        struct ckpt_process_event lease = *ev;
+        lease.phase = CKPT_PROC_LEASE;
+        lease.status = CKPT_PROC_OK;
+        lease.detail = "acquired";
+        log_phase(&lease);
+    }
+    log_phase(ev);
+    return 1;
+}
+
 static void on_event(void *ud, const struct ckpt_process_event *ev)
 {
     struct ui *ui = ud;
     int dry = ui->g->dry_run;
+    if (ev->phase == CKPT_PROC_RUN) {
+        count_row(ui, ev);
+        unhold(ui, ev->run);
+    }
     if (ui->line)
         track(ui, ev);
     /* Each event once, on one stream (docs/output.md): with --json every
@@ -358,13 +500,7 @@ static void on_event(void *ud, const struct ckpt_process_event *ev)
     if (ui->g->json)
         json_event(ev, dry);
     else if (ev->phase != CKPT_PROC_RUN && (!ui->line || ui->g->verbose))
-        cli_infof("%s: %s %s%s%s", ev->run,
-                  ev->status == CKPT_PROC_WOULD ? "would"
-                  : ckpt_process_phase_name(ev->phase),
-                  ev->status == CKPT_PROC_WOULD
-                  ? ckpt_process_phase_name(ev->phase)
-                  : phase_status(ev->status),
-                  *ev->detail ? ": " : "", ev->detail);
+        phase_line(ui, ev);
     else if (ev->phase == CKPT_PROC_RUN)
         row(ev, dry);
     if (ui->line)
@@ -499,41 +635,6 @@ static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c)
     if (ckpt_rank_values_parse(po->rank_values, &c->rank_values) != 0)
         return usage_error("unknown --rank-values '%s' (error, rank0 or "
                            "per-rank)", po->rank_values);
-    return 0;
-}
-
-/* Where in the command line (argv as given) the option value v is: the
- * rules' order is the order they were given in. */
-static int arg_index(char **argv, int argc, const char *v)
-{
-    for (int i = 0; i < argc; i++)
-        if (v >= argv[i] && v <= argv[i] + strlen(argv[i]))
-            return i;
-    return argc;
-}
-
-/* --include/--exclude, in command-line order, into one filter. */
-static int build_filter(struct pr_opts *po, char **argv, int argc,
-                        struct ckpt_filter **out)
-{
-    struct ckpt_err err = CKPT_ERR_INIT;
-    int ni = po->include.n, ne = po->exclude.n, i = 0, e = 0;
-    *out = NULL;
-    if (ni + ne == 0)
-        return 0;
-    struct ckpt_filter *f = ckpt_filter_new();
-    while (i < ni || e < ne) {
-        int inc = e >= ne || (i < ni &&
-                              arg_index(argv, argc, po->include.items[i]) <
-                              arg_index(argv, argc, po->exclude.items[e]));
-        const char *pat = inc ? po->include.items[i++]
-                              : po->exclude.items[e++];
-        if (ckpt_filter_add(f, inc, pat, &err) != 0) {
-            ckpt_filter_free(f);
-            return usage_error("%s", err.msg);
-        }
-    }
-    *out = f;
     return 0;
 }
 
@@ -685,6 +786,11 @@ static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
     }
     if (get_map(p, po, g, &map, &err) != 0) {
         cli_errorf("%s", err.msg);
+        if (err.code == CKPT_EAUTH && !po->wandb_map)
+            cli_notef("hint: without asking W&B: '--no-wandb' puts runs "
+                      "at DEST/RUN_ID/; '--wandb-map FILE' takes their "
+                      "paths from FILE, which 'ckpt map-wandb --offline "
+                      "-o FILE SRC...' writes from the runs' own files");
         rc = EXIT_FAILED;
         goto out;
     }
@@ -702,6 +808,7 @@ static int process_main(const struct ckpt_opts *g, struct pr_opts *po,
         line_end(&ui);
     cli_progress_done(ui.prog);
     totals(g, &t);
+    ran_summary(&ui, po->min_age);
 out:
     ckpt_process_free(p);
     ckpt_wandb_map_free(map);
@@ -714,7 +821,8 @@ out:
 
 int cmd_process(int argc, char **argv)
 {
-    struct ckpt_opts g = { 0 };
+    struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN | CLI_TAKES_TMP_DIR |
+                                     CLI_TAKES_PROGRESS };
     struct pr_opts po;
     struct ckpt_process_cfg c;
     memset(&po, 0, sizeof(po));
@@ -747,11 +855,7 @@ int cmd_process(int argc, char **argv)
                   "but never delete the source"),
         OPT_BOOL_(0, "keep-archive", &po.keep_archive, "store archives "
                   "as they are, at DEST/ENTITY/PROJECT/RUN_ID.tar.gz"),
-        OPT_LIST_(0, "include", &po.include, "GLOB", "upload only "
-                  "matching files (repeatable; rclone rules); the rest "
-                  "stays at the source"),
-        OPT_LIST_(0, "exclude", &po.exclude, "GLOB", "do not upload "
-                  "matching files (repeatable); they stay at the source"),
+        OPT_FILTERS_(&po.filters),
         OPT_BOOL_(0, "drop-sharded", &po.drop_sharded, "leave out sharded "
                   "steps with a complete -unsharded copy (deleted with "
                   "the source)"),
@@ -793,13 +897,16 @@ int cmd_process(int argc, char **argv)
     int rc = EXIT_USAGE;
     if (n == -2)
         rc = EXIT_OK;
-    else if (n >= 0 && check_usage(n, &po, &c) == 0 &&
-             build_filter(&po, given, argc, &filter) == 0)
-        rc = -1;
+    else if (n >= 0 && check_usage(n, &po, &c) == 0) {
+        struct ckpt_err err = CKPT_ERR_INIT;
+        if (cli_filter_build(given, argc, &po.filters, &filter, &err) == 0)
+            rc = -1;
+        else
+            usage_error("%s", err.msg);
+    }
     free(given);
     if (rc != -1) {
-        cli_opt_list_release(&po.include);
-        cli_opt_list_release(&po.exclude);
+        cli_filter_opts_release(&po.filters);
         return rc;
     }
     cli_init_output(&g);
@@ -819,7 +926,6 @@ int cmd_process(int argc, char **argv)
     c.drop_incomplete = po.drop_incomplete;
     rc = process_main(&g, &po, &c, argv, n);
     ckpt_filter_free(filter);
-    cli_opt_list_release(&po.include);
-    cli_opt_list_release(&po.exclude);
+    cli_filter_opts_release(&po.filters);
     return rc;
 }

@@ -39,7 +39,8 @@ static const char *const usage[] = {
     "Orbax steps (OCDBT, per-array zarr or msgpack items). Every format",
     "is read in place from S3/GCS/R2 and from a plain .tar. If SRC is a",
     "run (directory or archive), each complete sharded stepN becomes",
-    "DEST/stepN-unsharded/ (--format hf: DEST/stepN-hf/).",
+    "DEST/stepN-unsharded/ (--format hf: DEST/stepN-hf/); step 0 only",
+    "with --unshard-step0 or --step 0, as in process.",
     "DEST may be s3://, r2:// or gs://: outputs are uploaded as they are",
     "written (no local copy), DEST-unfinished marks them until all are.",
     "Outputs appear atomically; nothing is executed from any pickle.",
@@ -59,6 +60,7 @@ struct cmd {
     uint64_t max_shard, memory;
     uint64_t spool_limit;       /* UINT64_MAX: not given */
     int allow_replicas, allow_unsafe_pickle, verify, latest, delete_sharded;
+    int step0;                  /* --unshard-step0 */
     int no_sync;
     const char *step;
     struct ckpt_unshard_opts uo;
@@ -101,6 +103,8 @@ static int parse(struct cmd *c, int *argc, char **argv)
                   "re-read the output and compare with the sources"),
         OPT_BOOL_(0, "latest", &c->latest, "run: only the newest step"),
         OPT_STR_(0, "step", &c->step, "N", "run: only step N"),
+        OPT_BOOL_(0, "unshard-step0", &c->step0, "run: also step 0 (the "
+                  "initial weights; skipped by default, as by process)"),
         OPT_BOOL_(0, "delete-sharded", &c->delete_sharded,
                   "run: delete each sharded step once verified"),
         OPT_SIZE_(0, "memory", &c->memory, "SIZE", "remote DEST: part "
@@ -113,6 +117,7 @@ static int parse(struct cmd *c, int *argc, char **argv)
                   "do not fsync outputs before renaming them"),
         OPT_END_(),
     };
+    c->g.takes = CLI_TAKES_DRY_RUN | CLI_TAKES_TMP_DIR | CLI_TAKES_PROGRESS;
     int n = cli_parse_options(*argc, argv, opts, usage, &c->g);
     if (n < 0)
         return n == -2 ? EXIT_OK : EXIT_USAGE;
@@ -597,15 +602,112 @@ static int unshard_run(struct cmd *c, const char *src, const char *dest,
     struct ckpt_unshard_run_cfg rc = {
         .uo = c->uo, .latest = c->latest, .has_step = c->step != NULL,
         .step = (int64_t)step, .delete_sharded = c->delete_sharded,
+        /* Step 0 holds the initial weights, which training rewrites: one
+         * default with process (--unshard-step0 there too); --step 0
+         * asks for it. */
+        .skip_step0 = !c->step0 && !(c->step && step == 0),
         .tmp_dir = c->g.tmp_dir,
         .on_step = on_step, .ud = c,
         .tree = v->loaded ? v->tree : NULL,
         .run = v->loaded ? &v->run : NULL,
     };
+    /* Step 0 left out by default: its row says how to have it. */
+    for (size_t i = 0; rc.skip_step0 && !c->step && !c->latest && rc.run &&
+                       i < rc.run->n; i++) {
+        const struct ckpt_checkpoint *k = &rc.run->ckpts[i];
+        if (k->step != 0 || !k->complete || k->unsharded_name ||
+            k->format == CKPT_FMT_UNSHARDED)
+            continue;
+        struct ckpt_unshard_step_event ev = {
+            "skip", src, k, "step 0, the initial weights: "
+            "--unshard-step0 unshards it", NULL, NULL };
+        on_step(c, &ev);
+    }
     v->loaded = 0;  /* taken over */
     int r = ckpt_unshard_run(st, loc.key, src, dest, &rc);
     ckpt_loc_release(&loc);
     return r == 2 ? EXIT_USAGE : r ? EXIT_FAILED : EXIT_OK;
+}
+
+/* DEST named like a file (out/model.pt): unshard writes a directory
+ * of files, so such a DEST would become a directory of that name. An
+ * existing directory of that name is taken (a rerun). */
+static int file_dest(const char *dest)
+{
+    static const char *const ext[] = { ".pt", ".pth", ".bin", ".ckpt",
+                                       ".safetensors", ".pkl" };
+    struct stat sb;
+    size_t n = strlen(dest);
+    if (n && dest[n - 1] == '/')
+        return 0;
+    if (!strstr(dest, "://") && stat(dest, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return 0;
+    for (size_t i = 0; i < sizeof(ext) / sizeof(ext[0]); i++) {
+        size_t k = strlen(ext[i]);
+        if (n > k && !strcmp(dest + n - k, ext[i]))
+            return 1;
+    }
+    return 0;
+}
+
+/* A local SRC below an archive file (RUN.tar/RUN/step1000): the length
+ * of the archive's path in src, or 0. */
+static size_t inside_archive(const char *src)
+{
+    struct stat sb;
+    if (strstr(src, "://") || stat(src, &sb) == 0 || errno != ENOTDIR)
+        return 0;
+    char *p = ckpt_xstrdup(src);
+    size_t found = 0;
+    for (char *sl = strrchr(p, '/'); sl && !found; sl = strrchr(p, '/')) {
+        *sl = 0;
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
+            ckpt_archive_kind_of(p) != CKPT_ARCHIVE_NONE)
+            found = strlen(p);
+    }
+    free(p);
+    return found;
+}
+
+/* SRC and DEST that cannot be what the user meant: said with the
+ * command that does it. EXIT_USAGE, or -1 when they are fine. */
+static int refused_paths(const char *src, const char *dest)
+{
+    if (file_dest(dest)) {
+        char *e = ckpt_escape(dest), *dir = ckpt_path_dirname(dest);
+        char *d = ckpt_escape(*dir ? dir : ".");
+        fprintf(stderr, "ckpt unshard: error: DEST '%s' names a file: "
+                "DEST is the directory the checkpoint's files are written "
+                "into (checkpoint.pt, or model.pt, optim.pt and train.pt "
+                "of an OLMo step; *.safetensors with --format "
+                "safetensors)\nhint: ckpt unshard SRC %s/\n", e, d);
+        free(e);
+        free(d);
+        free(dir);
+        return EXIT_USAGE;
+    }
+    size_t a = inside_archive(src);
+    if (!a)
+        return -1;
+    char *arc = ckpt_xstrndup(src, a), *base = ckpt_path_basename(src);
+    char *e = ckpt_escape(src), *ea = ckpt_escape(arc);
+    const char *digits = !strncmp(base, "step", 4) ? base + 4
+                       : !strncmp(base, "global_step", 11) ? base + 11
+                       : "";
+    size_t nd = strspn(digits, "0123456789");
+    fprintf(stderr, "ckpt unshard: error: SRC '%s' is inside the archive "
+            "'%s', which unshard reads as a run\n", e, ea);
+    if (nd && (!digits[nd] || digits[nd] == '-'))
+        fprintf(stderr, "hint: ckpt unshard --step %.*s %s DEST\n",
+                (int)nd, digits, ea);
+    else
+        fprintf(stderr, "hint: ckpt unshard %s DEST (each complete sharded "
+                "step), or --step N for one\n", ea);
+    free(e);
+    free(ea);
+    free(arc);
+    free(base);
+    return EXIT_USAGE;
 }
 
 int cmd_unshard(int argc, char **argv)
@@ -618,8 +720,10 @@ int cmd_unshard(int argc, char **argv)
         return rc;
     if ((rc = validate(&c, argc, argv)) >= 0)
         return rc;
-    cli_init_output(&c.g);
     const char *src = argv[0], *dest = argv[1];
+    if ((rc = refused_paths(src, dest)) >= 0)
+        return rc;
+    cli_init_output(&c.g);
     if (ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE && c.delete_sharded) {
         cli_errorf("'%s': --delete-sharded never deletes inside an archive; "
                    "nothing done", src);

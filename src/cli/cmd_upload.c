@@ -19,6 +19,7 @@
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
+#include "filter.h"
 #include "runs.h"
 
 static const char *const upload_usage[] = {
@@ -40,6 +41,9 @@ static const char *const upload_usage[] = {
     "  ckpt cp -n RUN s3://b/runs/RUN/         what would be copied",
     "  ckpt cp --extract RUN.tar.zst gs://b/x/ an archive's contents",
     "  ckpt cp --delete-source RUN s3://b/x/   move: SRC deleted once copied",
+    "  ckpt cp --exclude '*.npy' --bwlimit 10M --progress RUN s3://b/x/",
+    "                                          leave out *.npy, at 10 MiB/s,",
+    "                                          progress in the log",
     NULL
 };
 
@@ -50,15 +54,27 @@ static const char *cmd_name = "cp";
 
 struct up_opts {
     int extract, no_strip, delete_source, checksum, follow, wandb, overwrite;
-    uint64_t part_size, memory;
+    uint64_t part_size, memory, bwlimit;
     const char *wandb_map, *logs, *state_dir;
+    struct cli_filter_opts filters;
+    struct ckpt_filter *filter;   /* the rules, or NULL */
 };
 
 struct ui {
     const struct ckpt_opts *g;
+    const struct ckpt_filter *filter;
     struct progress *prog;
     uint64_t items, bytes;        /* last progress seen */
 };
+
+/* --include/--exclude/--filter-from: a file no rule takes is left where
+ * it is (never copied, never deleted with --delete-source). */
+static enum ckpt_upload_pick pick(void *ud, const char *rel)
+{
+    const struct ui *ui = ud;
+    return ckpt_filter_match(ui->filter, rel) ? CKPT_PICK_COPY
+                                              : CKPT_PICK_LEAVE;
+}
 
 /* ---- output ---- */
 
@@ -106,9 +122,11 @@ static void on_event(void *ud, const struct ckpt_upload_event *ev)
     cli_out_json(o);
 }
 
-static void on_progress(void *ud, uint64_t items, uint64_t bytes)
+static void on_progress(void *ud, uint64_t items, uint64_t bytes,
+                        uint64_t sent)
 {
     struct ui *ui = ud;
+    cli_progress_sent(ui->prog, sent);
     cli_progress_add(ui->prog, items - ui->items, bytes - ui->bytes);
     ui->items = items;
     ui->bytes = bytes;
@@ -309,8 +327,9 @@ static void plan_src(struct plan *p, const char *arg)
                       arg);
     else
         key = dest_key(p, &loc, &sb, &wid, &msg);
-    unsigned flags = p->uo->extract && sb.type == CKPT_ENTRY_FILE
-                   ? CKPT_UPLOAD_EXTRACT : 0;
+    unsigned flags = (p->uo->extract && sb.type == CKPT_ENTRY_FILE
+                      ? CKPT_UPLOAD_EXTRACT : 0) |
+                     (p->uo->filter ? CKPT_UPLOAD_PICK : 0);
     if (key && ckpt_upload_add(p->u, st, loc.key, p->dest->st, key, flags,
                                &err) != 0)
         ckpt_buf_addstr(&msg, err.msg);
@@ -515,7 +534,7 @@ static int run_all(struct plan *p, char **srcs, int nsrc, const char *sdir)
     ckpt_upload_planned(p->u, &files, &bytes);
     struct ui *ui = p->ui;
     memset(&t, 0, sizeof(t));
-    ui->prog = cli_progress_new(ui->g, "upload", files, bytes);
+    ui->prog = cli_progress_new(ui->g, cmd_name, files, bytes);
     int rc = ckpt_upload_run(p->u, &t);
     cli_progress_done(ui->prog);
     summary(ui, &t);
@@ -530,7 +549,7 @@ static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
                        char **argv, int n)
 {
     struct storages stores = { 0 };
-    struct ui ui = { g, NULL, 0, 0 };
+    struct ui ui = { g, uo->filter, NULL, 0, 0 };
     struct dest dest;
     struct logs logs;
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -546,7 +565,8 @@ static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
         .follow_links = uo->follow, .strip = !uo->no_strip,
         .part_size = uo->part_size, .mem_budget = uo->memory,
         .state_dir = sdir, .on_event = on_event,
-        .on_progress = on_progress, .ud = &ui,
+        .on_progress = on_progress, .ud = &ui, .bwlimit = uo->bwlimit,
+        .pick = uo->filter ? pick : NULL,
     };
     struct plan p = { ckpt_upload_new(&cfg), &ui, uo, &stores, &dest,
                       NULL, NULL, n - 1 };
@@ -554,8 +574,14 @@ static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
     if (open_dest(&dest, argv[n - 1], &stores, g, &err) != 0 ||
         (uo->wandb_map && load_map(&p, uo->wandb_map, &err) != 0) ||
         (uo->wandb && ask_wandb(&p, argv, n - 1, &err) != 0) ||
-        (uo->logs && load_logs(&p, &logs, uo->logs, &err) != 0))
+        (uo->logs && load_logs(&p, &logs, uo->logs, &err) != 0)) {
         cli_errorf("%s", err.msg);
+        if (uo->wandb && err.code == CKPT_EAUTH)
+            cli_notef("hint: without asking W&B: '--wandb-map FILE' takes "
+                      "the runs' paths from FILE, which 'ckpt map-wandb "
+                      "--offline -o FILE SRC...' writes from their own "
+                      "files; without --wandb SRC goes to DEST itself");
+    }
     else
         rc = run_all(&p, argv, n - 1, sdir);
     ckpt_upload_free(p.u);
@@ -569,7 +595,7 @@ static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
 
 int cmd_upload(int argc, char **argv)
 {
-    struct ckpt_opts g = { 0 };
+    struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN | CLI_TAKES_PROGRESS };
     struct up_opts uo;
     memset(&uo, 0, sizeof(uo));
     const struct option opts[] = {
@@ -600,17 +626,35 @@ int cmd_upload(int argc, char **argv)
                   "multipart part size (default 8M)"),
         OPT_SIZE_(0, "memory", &uo.memory, "SIZE", "data buffers in "
                   "flight (default 96M)"),
+        OPT_FILTERS_(&uo.filters),
+        OPT_SIZE_(0, "bwlimit", &uo.bwlimit, "RATE", "send at most RATE "
+                  "bytes a second, all transfers together (10M: 10 MiB/s)"),
         OPT_HUMAN_(&g),
         OPT_STR_(0, "state-dir", &uo.state_dir, "DIR", "journals of "
                  "unfinished copies"),
         OPT_END_(),
     };
     cmd_name = argv[0];
+    /* argv is reordered by the parser; the rules' order is kept here. */
+    char **given = ckpt_xcalloc((size_t)argc + 1, sizeof(*given));
+    memcpy(given, argv, (size_t)argc * sizeof(*given));
     int n = cli_parse_options(argc, argv, opts, upload_usage, &g);
-    if (n == -2)
-        return EXIT_OK;
-    if (n < 0 || check_usage(n, &uo) != 0)
-        return EXIT_USAGE;
-    cli_init_output(&g);
-    return upload_main(&g, &uo, argv, n);
+    int rc = n == -2 ? EXIT_OK : EXIT_USAGE;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    if (n >= 0 && check_usage(n, &uo) == 0) {
+        if (cli_filter_build(given, argc, &uo.filters, &uo.filter,
+                             &err) == 0)
+            rc = -1;
+        else
+            fprintf(stderr, "ckpt %s: error: %s\nusage: %s\n", cmd_name,
+                    err.msg, upload_usage[0]);
+    }
+    free(given);
+    if (rc == -1) {
+        cli_init_output(&g);
+        rc = upload_main(&g, &uo, argv, n);
+    }
+    ckpt_filter_free(uo.filter);
+    cli_filter_opts_release(&uo.filters);
+    return rc;
 }

@@ -32,6 +32,8 @@ static const struct cmd_struct commands[] = {
       CMD_STOPS, { NULL } },
     { "cp", cmd_upload, "copy files, trees and archive contents between "
       "locations (also: upload, copy)", CMD_STOPS, { "upload", "copy" } },
+    { "du", cmd_du, "runs by size, each with its verdict and what clean "
+      "would free (ls --summary --by-run)", 0, { NULL } },
     { "ls", cmd_ls, "list runs and their checkpoints", 0, { NULL } },
     { "map-wandb", cmd_map_wandb, "find each run's W&B run path", 0,
       { NULL } },
@@ -48,9 +50,6 @@ static const char *const other_tools[][2] = {
       "what the source lacks; ckpt never deletes at DEST (it may hold the "
       "only copy): 'ckpt cp SRC DEST' copies, skipping what is there" },
     { "rm", "'ckpt clean RUN' deletes runs proven bad" },
-    { "du", "'ckpt ls LOCATION' gives each run's checkpoints and bytes, "
-      "'ckpt ls --summary LOCATION' the bytes per verdict and what clean "
-      "would free" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -88,9 +88,16 @@ static int redirect_stderr(const char *cmd, const char *path)
     return 0;
 }
 
-static const struct option *global_opts(struct ckpt_opts *g)
+/* The global options; *groups gets each one's group: the commands that
+ * take it (ckpt_opts.takes; 0: every command). */
+static const struct option *global_opts(struct ckpt_opts *g,
+                                        const unsigned **groups)
 {
-    static struct option t[15];
+    static struct option t[17];
+    static const unsigned grp[17] = {
+        CLI_TAKES_DRY_RUN, 0, 0, 0, 0, CLI_TAKES_TMP_DIR,
+        CLI_TAKES_PROGRESS, CLI_TAKES_PROGRESS,
+    };
     struct option tmp[] = {
         OPT_BOOL_('n', "dry-run", &g->dry_run,
                   "say what would happen, change nothing"),
@@ -99,6 +106,8 @@ static const struct option *global_opts(struct ckpt_opts *g)
         OPT_BOOL_('q', "quiet", &g->quiet, "only errors on stderr"),
         OPT_BOOL_('v', "verbose", &g->verbose, "more detail on stderr"),
         OPT_STR_(0, "tmp-dir", &g->tmp_dir, "DIR", "directory for spooling"),
+        OPT_BOOL_(0, "progress", &g->progress, "progress lines on stderr "
+                  "when it is not a terminal too (timestamped, each second)"),
         OPT_BOOL_(0, "no-progress", &g->no_progress, "no progress output"),
         OPT_BOOL_(0, "insecure", &g->insecure, "do not verify TLS"),
         OPT_INT_(0, "retries", &g->retries, "N",
@@ -115,7 +124,75 @@ static const struct option *global_opts(struct ckpt_opts *g)
         OPT_END_(),
     };
     memcpy(t, tmp, sizeof(tmp));
+    if (groups)
+        *groups = grp;
     return t;
+}
+
+/* The global options the command takes (its --help lists them), in t. */
+static const struct option *taken_opts(struct ckpt_opts *g,
+                                       struct option t[17])
+{
+    const unsigned *grp;
+    const struct option *all = global_opts(g, &grp);
+    int k = 0;
+    for (int i = 0; all[i].type != OPT_END; i++)
+        if (!grp[i] || (g->takes & grp[i]))
+            t[k++] = all[i];
+    t[k] = (struct option)OPT_END_();
+    return t;
+}
+
+/* A global option that the command does not take: the option (by long
+ * name, aws-cli's --dryrun too, or short name c), else NULL. */
+static const struct option *not_taken(struct ckpt_opts *g, const char *name,
+                                      size_t len, int c, unsigned *group)
+{
+    const unsigned *grp;
+    const struct option *all = global_opts(g, &grp);
+    int dryrun = !c && len == 6 && !strncmp(name, "dryrun", 6);
+    for (int i = 0; all[i].type != OPT_END; i++) {
+        if (!grp[i] || (g->takes & grp[i]))
+            continue;
+        if (c ? all[i].short_name == c
+              : dryrun ? !strcmp(all[i].long_name, "dry-run")
+              : strlen(all[i].long_name) == len &&
+                !strncmp(all[i].long_name, name, len)) {
+            *group = grp[i];
+            return &all[i];
+        }
+    }
+    return NULL;
+}
+
+/* A global option where it means nothing is refused (as git refuses an
+ * option a command lacks), naming the commands that take it; except
+ * --no-progress, which scripts pass to every command (as aws-cli's
+ * global options are taken by all): accepted, it asks for nothing. 0
+ * when o is accepted, else -1 after the message. */
+static int refuse_not_taken(const char *cmd, const struct option *o,
+                            unsigned group, const char *given)
+{
+    static const struct {
+        unsigned group;
+        const char *who, *why;
+    } t[] = {
+        { CLI_TAKES_DRY_RUN, "clean, cp, map-wandb, process and unshard",
+          "changes nothing" },
+        { CLI_TAKES_TMP_DIR, "process and unshard", "spools nothing" },
+        { CLI_TAKES_PROGRESS, "cp, process and unshard",
+          "shows no progress" },
+    };
+    if (!strcmp(o->long_name, "no-progress"))
+        return 0;
+    char *e = ckpt_escape(given);
+    fprintf(stderr, "ckpt %s: error: unknown option '%s'\n", cmd, e);
+    free(e);
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (t[i].group == group)
+            fprintf(stderr, "hint: --%s is an option of %s; 'ckpt %s' %s\n",
+                    o->long_name, t[i].who, cmd, t[i].why);
+    return -1;
 }
 
 void cli_opt_list_release(struct opt_list *l)
@@ -139,7 +216,7 @@ static void print_table(FILE *f, const struct option *o)
 }
 
 static void print_usage(FILE *f, const struct option *opts,
-                        const char *const *usage)
+                        const struct option *glob, const char *const *usage)
 {
     fprintf(f, "usage: %s\n", usage[0]);
     for (int i = 1; usage[i]; i++)
@@ -147,8 +224,7 @@ static void print_usage(FILE *f, const struct option *opts,
     fprintf(f, "\n");
     print_table(f, opts);
     fprintf(f, "\nglobal options:\n");
-    struct ckpt_opts dummy;
-    print_table(f, global_opts(&dummy));
+    print_table(f, glob);
     fprintf(f, "    %-28s %s\n", "-h, --help", "show this help");
 }
 
@@ -316,7 +392,8 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
 {
     const char *cmd = argv[0];
     want_help = want_version = 0;
-    const struct option *glob = global_opts(g);
+    struct option shown[17];
+    const struct option *glob = taken_opts(g, shown);
     int nargs = 0;
     int only_args = 0;
     for (int i = 1; i < argc; i++) {
@@ -350,6 +427,15 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
                     return -1;
                 continue;
             }
+            unsigned grp = 0;
+            const struct option *other = o ? NULL
+                                       : not_taken(g, name, len, 0, &grp);
+            if (other) {
+                if (refuse_not_taken(cmd, other, grp, a) != 0)
+                    return -1;
+                *(int *)other->value = 1;   /* --no-progress */
+                continue;
+            }
             if (!o) {
                 usage_error(cmd, opts, usage, "unknown option '%s'", a);
                 option_hint(opts, glob, name);
@@ -363,6 +449,11 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
             }
         } else {
             o = find_short(opts, glob, a[1]);
+            unsigned grp = 0;
+            const struct option *other = o ? NULL
+                                       : not_taken(g, NULL, 0, a[1], &grp);
+            if (other)
+                return refuse_not_taken(cmd, other, grp, a);
             if (!o)
                 return usage_error(cmd, opts, usage, "unknown option '%s'", a);
             if (a[2]) {
@@ -370,6 +461,11 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
                     /* bundled flags: -nq */
                     for (const char *c = a + 1; *c; c++) {
                         const struct option *b = find_short(opts, glob, *c);
+                        unsigned grp = 0;
+                        const struct option *other =
+                            b ? NULL : not_taken(g, NULL, 0, *c, &grp);
+                        if (other)
+                            return refuse_not_taken(cmd, other, grp, a);
                         if (!b || b->type != OPT_BOOL)
                             return usage_error(cmd, opts, usage,
                                                "unknown option in '%s'", a);
@@ -391,7 +487,7 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
     }
     argv[nargs] = NULL;
     if (want_help) {
-        print_usage(stdout, opts, usage);
+        print_usage(stdout, opts, glob, usage);
         return -2;
     }
     if (want_version) {
@@ -401,6 +497,9 @@ int cli_parse_options(int argc, char **argv, const struct option *opts,
     if (g->quiet && g->verbose)
         return usage_error(cmd, opts, usage, "%s",
                            "--quiet and --verbose exclude each other");
+    if (g->progress && g->no_progress)
+        return usage_error(cmd, opts, usage, "%s",
+                           "--progress and --no-progress exclude each other");
     if (g->log_file && redirect_stderr(cmd, g->log_file) != 0)
         return -1;
     return nargs;

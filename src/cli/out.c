@@ -62,6 +62,20 @@ void cli_init_output(const struct ckpt_opts *g)
     ckpt_temp_on_removed(on_stale_removed);
 }
 
+/* A line on a stderr that is not a terminal (a log) starts with the
+ * time, ISO 8601 in UTC. Called under out_mu. */
+static void stamp(void)
+{
+    if (stderr_tty)
+        return;
+    char ts[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fprintf(stderr, "%s ", ts);
+}
+
 static void vmsg(const char *level, const char *fmt, va_list ap)
 {
     /* The whole message is escaped: its names come from directory
@@ -72,14 +86,7 @@ static void vmsg(const char *level, const char *fmt, va_list ap)
     ckpt_buf_release(&raw);
     pthread_mutex_lock(&out_mu);
     status_erase(0);
-    if (!stderr_tty) {
-        char ts[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
-        fprintf(stderr, "%s ", ts);
-    }
+    stamp();
     fprintf(stderr, "ckpt: %s%s\n", level, msg.ptr);
     status_draw(0);
     pthread_mutex_unlock(&out_mu);
@@ -335,22 +342,37 @@ struct progress {
     const char *what;
     int bar;             /* draw a bar (terminal) */
     int plain;           /* periodic plain lines */
+    int gap_ms;          /* between redraws */
     uint64_t total_items, total_bytes;
     _Atomic uint64_t items, bytes;
+    _Atomic uint64_t sent;   /* cli_progress_sent: the rate's bytes */
+    _Atomic int has_sent;
     _Atomic int64_t last_ms;
     double start;
+    int forced;          /* --progress */
+    uint64_t shown_items, shown_bytes;  /* the last plain line's */
 };
+
+static void draw(struct progress *p, int final);
 
 struct progress *cli_progress_new(const struct ckpt_opts *g, const char *what,
                                   uint64_t total_items, uint64_t total_bytes)
 {
     struct progress *p = ckpt_xcalloc(1, sizeof(*p));
     p->what = what;
-    p->bar = stderr_tty && !g->no_progress && !g->quiet;
-    p->plain = !stderr_tty && !g->no_progress && !g->quiet;
+    /* --progress: asked for, so shown with -q too */
+    int on = !g->no_progress && (!g->quiet || g->progress);
+    p->bar = stderr_tty && on;
+    p->plain = !stderr_tty && on;
+    p->gap_ms = p->bar || g->progress ? 1000 : 10000;
+    if (p->bar)
+        p->gap_ms = 200;
     p->total_items = total_items;
     p->total_bytes = total_bytes;
     p->start = ckpt_now();
+    p->forced = g->progress;
+    if (p->plain && p->forced)
+        draw(p, 0);   /* the start, in the log at once */
     return p;
 }
 
@@ -358,7 +380,12 @@ static void draw(struct progress *p, int final)
 {
     uint64_t items = atomic_load(&p->items), bytes = atomic_load(&p->bytes);
     double el = ckpt_now() - p->start;
-    double rate = el > 0 ? (double)bytes / el : 0;
+    /* The rate is of the bytes this run moved (cli_progress_sent): parts
+     * an earlier run sent and files already at DEST count in the size,
+     * not in the rate (nor in the ETA, which is the rest at that rate). */
+    uint64_t moved = atomic_load(&p->has_sent) ? atomic_load(&p->sent)
+                                               : bytes;
+    double rate = el > 0 ? (double)moved / el : 0;
     char b[32], t[32], r[32], eta[32] = "";
     ckpt_fmt_size(bytes, b, sizeof(b));
     ckpt_fmt_size(p->total_bytes, t, sizeof(t));
@@ -378,6 +405,14 @@ static void draw(struct progress *p, int final)
         return;
     }
     pthread_mutex_lock(&out_mu);
+    if (final && p->shown_items == items && p->shown_bytes == bytes &&
+        items) {
+        pthread_mutex_unlock(&out_mu);   /* said already */
+        return;
+    }
+    p->shown_items = items;
+    p->shown_bytes = bytes;
+    stamp();
     fprintf(stderr, "ckpt: %s: %llu/%llu items, %s/%s, %s/s%s\n",
             p->what, (unsigned long long)items,
             (unsigned long long)p->total_items, b, t, r, eta);
@@ -396,17 +431,25 @@ void cli_progress_add(struct progress *p, uint64_t items, uint64_t bytes)
      * exactly one thread draw. */
     int64_t now = (int64_t)((ckpt_now() - p->start) * 1000);
     int64_t last = atomic_load(&p->last_ms);
-    int64_t gap = p->bar ? 200 : 10000;
+    int64_t gap = p->gap_ms;
     if (now - last >= gap &&
         atomic_compare_exchange_strong(&p->last_ms, &last, now))
         draw(p, 0);
+}
+
+void cli_progress_sent(struct progress *p, uint64_t sent)
+{
+    if (!p)
+        return;
+    atomic_store(&p->sent, sent);
+    atomic_store(&p->has_sent, 1);
 }
 
 void cli_progress_done(struct progress *p)
 {
     if (!p)
         return;
-    if (p->bar || (p->plain && ckpt_now() - p->start > 10))
+    if (p->bar || (p->plain && (p->forced || ckpt_now() - p->start > 10)))
         draw(p, 1);
     free(p);
 }

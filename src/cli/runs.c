@@ -80,6 +80,17 @@ cJSON *cli_json_checkpoints(const struct ckpt_run *run, int sizes)
     return a;
 }
 
+void cli_hint_all_live(size_t rows, size_t live, const char *min_age)
+{
+    if (!rows || live != rows)
+        return;
+    cli_infof("hint: %s skipped as live: written to within --min-age "
+              "(%s); a shorter one takes runs written to more recently "
+              "('--min-age 1h'; '--min-age 0' once nothing writes to them)",
+              rows == 1 ? "the run was" : "every run was",
+              min_age ? min_age : "1d, the default");
+}
+
 int cli_default_jobs(const struct ckpt_opts *g, int items, int cap)
 {
     int j = g->jobs > 0 ? g->jobs : cap;

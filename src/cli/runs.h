@@ -29,6 +29,11 @@ cJSON *cli_json_checkpoints(const struct ckpt_run *run, int sizes);
 char *cli_wandb_map_text(char **runs, int n, int offline,
                      const struct ckpt_opts *g);
 
+/* After the rows of clean or process: when every one of rows runs was
+ * skipped as live, one line on stderr naming --min-age (min_age: as
+ * given, NULL for the default), the first thing a new user meets. */
+void cli_hint_all_live(size_t rows, size_t live, const char *min_age);
+
 /* -j if given, else cap; never more than items, at least 1. */
 int cli_default_jobs(const struct ckpt_opts *g, int items, int cap);
 

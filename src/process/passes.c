@@ -93,8 +93,10 @@ static void up_event(void *ud, const struct ckpt_upload_event *ev)
 
 /* Each pass counts from zero; the caller gets the sum over every run
  * (several passes run at once), never going back. */
-static void up_progress(void *ud, uint64_t items, uint64_t bytes)
+static void up_progress(void *ud, uint64_t items, uint64_t bytes,
+                        uint64_t sent)
 {
+    (void)sent;
     struct one *o = ud;
     struct ckpt_process *p = o->p;
     pthread_mutex_lock(&p->mu);

@@ -37,6 +37,8 @@ struct ckpt_upload *ckpt_upload_new(const struct ckpt_upload_cfg *cfg)
     u->budget = u->cfg.mem_budget ? u->cfg.mem_budget : DEFAULT_BUDGET;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
+    if (u->cfg.bwlimit)
+        u->bw = ckpt_rate_new(u->cfg.bwlimit);
     u->start = ckpt_now();
     return u;
 }
@@ -45,6 +47,7 @@ void ckpt_upload_free(struct ckpt_upload *u)
 {
     if (!u)
         return;
+    ckpt_rate_free(u->bw);
     for (size_t i = 0; i < u->nobjs; i++) {
         struct obj *o = u->objs[i];
         while (o->ready) {

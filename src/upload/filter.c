@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/buf.h"
+#include "ckpt/text.h"
 #include "ckpt/upload.h"
 #include "ckpt/util.h"
 
@@ -131,6 +133,48 @@ int ckpt_filter_match(const struct ckpt_filter *f, const char *rel)
         if (rule_match(&f->v[i], rel))
             return f->v[i].include;
     return !f->any_include;
+}
+
+int ckpt_filter_add_rules(struct ckpt_filter *f, const char *text,
+                          size_t len, const char *name,
+                          struct ckpt_err *err)
+{
+    size_t lineno = 0;
+    for (size_t at = 0; at < len;) {
+        const char *nl = memchr(text + at, '\n', len - at);
+        size_t end = nl ? (size_t)(nl - text) : len, n = end - at;
+        const char *line = text + at;
+        at = end + 1;
+        lineno++;
+        while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' ||
+                     line[n - 1] == '\t'))
+            n--;
+        while (n && (*line == ' ' || *line == '\t')) {
+            line++;
+            n--;
+        }
+        if (!n || *line == '#' || *line == ';')
+            continue;
+        if (n < 3 || (line[0] != '+' && line[0] != '-') || line[1] != ' ' ||
+            memchr(line, '\0', n)) {
+            struct ckpt_buf e = CKPT_BUF_INIT;
+            ckpt_escape_add(&e, line, n > 80 ? 80 : n);
+            int rc = ckpt_err_set(err, CKPT_EUSAGE, "--filter-from '%s' "
+                                  "line %zu: expected '+ PATTERN', "
+                                  "'- PATTERN' or a '#' comment, got '%s'",
+                                  name, lineno, e.ptr);
+            ckpt_buf_release(&e);
+            return rc;
+        }
+        char *pat = ckpt_xstrndup(line + 2, n - 2);
+        struct ckpt_err e2 = CKPT_ERR_INIT;
+        int rc = ckpt_filter_add(f, line[0] == '+', pat, &e2);
+        free(pat);
+        if (rc != 0)
+            return ckpt_err_set(err, CKPT_EUSAGE, "--filter-from '%s' line "
+                                "%zu: %s", name, lineno, e2.msg);
+    }
+    return 0;
 }
 
 size_t ckpt_filter_count(const struct ckpt_filter *f)

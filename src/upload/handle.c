@@ -21,7 +21,8 @@ void up_progress(struct ckpt_upload *u, uint64_t items, uint64_t bytes)
     u->items_done += items;
     u->bytes_done += bytes;
     if (u->cfg.on_progress)
-        u->cfg.on_progress(u->cfg.ud, u->items_done, u->bytes_done);
+        u->cfg.on_progress(u->cfg.ud, u->items_done, u->bytes_done,
+                           u->t.bytes_sent);
 }
 
 void up_emit(struct ckpt_upload *u, enum ckpt_upload_action a,

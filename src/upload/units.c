@@ -24,6 +24,14 @@ static int is_hex32(const char *s)
 
 static int local_unchanged(struct obj *o, struct ckpt_err *err);
 
+/* --bwlimit: wait for n bytes' turn; -1 (err) when interrupted first. */
+static int bw_take(struct ckpt_upload *u, uint64_t n, struct ckpt_err *err)
+{
+    if (ckpt_rate_take(u->bw, n) != 0)
+        return ckpt_err_set(err, CKPT_EIO, "interrupted");
+    return 0;
+}
+
 /* Read exactly len bytes at off of the version planned; a short read
  * means the source shrank. */
 /* len bytes at off of the source, or an error if it is shorter now. */
@@ -305,6 +313,9 @@ int up_member_same(struct obj *o, const char *hex)
 static int stream_body(void *ud, uint64_t off, void *buf, size_t len,
                        struct ckpt_err *err)
 {
+    struct obj *o = ud;
+    if (bw_take(o->g->u, len, err) != 0)   /* --bwlimit, chunk by chunk */
+        return -1;
     return read_full(ud, off, buf, len, err);
 }
 
@@ -369,6 +380,10 @@ static void do_put_spooled(struct unit *un)
     memcpy(meta.md5, un->whole, 33);
     meta.mtime = o->mtime;
     int linked;
+    if (bw_take(un->u, o->size, &un->err) != 0) {
+        un->rc = -1;
+        return;
+    }
     un->rc = ckpt_storage_put_file(o->g->dst, o->dkey, sp->path, &sp->ver,
                                    un->md5, &meta, &linked, &un->err);
 }
@@ -423,6 +438,10 @@ static void do_put(struct unit *un)
     memset(&meta, 0, sizeof(meta));
     memcpy(meta.md5, hex, 33);
     meta.mtime = o->mtime;
+    if (bw_take(un->u, o->size, &un->err) != 0) {
+        un->rc = -1;
+        return;
+    }
     un->rc = ckpt_storage_put_object(o->g->dst, o->dkey, un->buf,
                                      (size_t)o->size, un->md5, &meta,
                                      CKPT_PUT_THROTTLE_RETURN, &un->res,
@@ -491,6 +510,10 @@ static void do_part(struct unit *un)
     if (o->known && o->known_have[k] && !memcmp(o->known[k], un->md5, 16)) {
         un->resumed = 1;
         un->rc = 0;
+        return;
+    }
+    if (bw_take(un->u, un->len, &un->err) != 0) {
+        un->rc = -1;
         return;
     }
     un->rc = ckpt_storage_mpu_part(o->g->dst, o->dkey, o->upload_id,

@@ -17,6 +17,7 @@
 
 #include "ckpt/archive.h"
 #include "ckpt/pool.h"
+#include "ckpt/ratelimit.h"
 #include "ckpt/upload.h"
 #include "../torchfmt/strmap.h"
 
@@ -318,6 +319,7 @@ struct ckpt_upload {
     struct ckpt_pool *pool;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    struct ckpt_rate *bw;       /* cfg.bwlimit, or NULL */
     struct unit *done_head, *done_tail;  /* guarded by mu */
     int inflight;               /* units submitted, not handled */
     uint64_t budget, mem_used;  /* mem_used includes cache */

@@ -11,7 +11,15 @@
    option gets a did-you-mean (`--sumary`: '--summary').
 3. Every command's --help ends its description with examples, and every
    option an example uses is one the command has.
-4. Rows for people only on a terminal: `ckpt ls` through a pty has a
+4. Per-command options: -n, --tmp-dir, --progress and --no-progress are
+   in the --help of the commands where they mean something only; -n and
+   --tmp-dir (and --progress) elsewhere are refused (exit 2) naming the
+   commands that take them, as git refuses; --no-progress is accepted by
+   every command (scripts pass it to all, as aws's global options).
+5. `ckpt du DIR` is `ckpt ls --summary --by-run DIR`: a row per run,
+   largest first, RUN, VERDICT, BYTES, WOULD-FREE (what clean frees of
+   it), then the total; the sums agree with `ls --summary`'s.
+6. Rows for people only on a terminal: `ckpt ls` through a pty has a
    header line and sizes as `1.5 KiB`; in a pipe no header and exact
    bytes; `-H` in a pipe gives the terminal's rows.
 """
@@ -54,9 +62,6 @@ def commands(c, s, tmp):
              "deletes at DEST what the source lacks; ckpt never deletes at "
              "DEST (it may hold the only copy): 'ckpt cp SRC DEST' copies, "
              "skipping what is there"),
-            ("du", "hint: 'ckpt ls LOCATION' gives each run's checkpoints "
-             "and bytes, 'ckpt ls --summary LOCATION' the bytes per verdict "
-             "and what clean would free"),
             ("rm", "hint: 'ckpt clean RUN' deletes runs proven bad")):
         rc, out, err = ckpt(typo, "x")
         c.eq("ckpt %s: exit 2, the hint" % typo, (rc, out, err), (
@@ -126,6 +131,86 @@ def helps(c):
              sorted(used - known), [])
 
 
+TAKES = {
+    "clean": {"--dry-run"},
+    "cp": {"--dry-run", "--progress", "--no-progress"},
+    "ls": set(),
+    "map-wandb": {"--dry-run"},
+    "process": {"--dry-run", "--tmp-dir", "--progress", "--no-progress"},
+    "unshard": {"--dry-run", "--tmp-dir", "--progress", "--no-progress"},
+}
+SOME = {"--dry-run", "--tmp-dir", "--progress", "--no-progress"}
+EVERY = {"--jobs", "--json", "--quiet", "--verbose", "--insecure",
+         "--retries", "--profile", "--endpoint-url", "--region",
+         "--log-file"}
+
+
+def per_command(c, s):
+    for cmd in COMMANDS:
+        out = ckpt(cmd, "--help")[1].split("\nglobal options:\n", 1)[1]
+        have = set(re.findall(r"^ +(?:-\w, )?(--[\w-]+)", out, re.M))
+        c.eq("%s --help: its global options" % cmd,
+             (sorted(have & SOME), sorted(EVERY - have)),
+             (sorted(TAKES[cmd]), []))
+    dry = ("hint: --dry-run is an option of clean, cp, map-wandb, process "
+           "and unshard; 'ckpt ls' changes nothing")
+    for cmd, argv, hint in (
+            ("ls", ["-n"], dry), ("ls", ["--dryrun"], dry),
+            ("ls", ["-nq"], dry),
+            ("ls", ["--tmp-dir=/tmp"], "hint: --tmp-dir is an option of "
+             "process and unshard; 'ckpt ls' spools nothing"),
+            ("cp", ["--tmp-dir", "/tmp"], "hint: --tmp-dir is an option of "
+             "process and unshard; 'ckpt cp' spools nothing"),
+            ("clean", ["--progress"], "hint: --progress is an option of cp, "
+             "process and unshard; 'ckpt clean' shows no progress")):
+        rc, out, err = ckpt(cmd, *argv, s, s + "/x")
+        c.eq("ckpt %s %s: refused" % (cmd, argv[0]), (rc, out, err), (
+            2, "", "ckpt %s: error: unknown option '%s'\n%s\n"
+            % (cmd, argv[0], hint)))
+    run = s + "/2871001"
+    c.eq("ls --no-progress: accepted, the same rows",
+         ckpt("ls", "--no-progress", run), ckpt("ls", run))
+    rc, out, err = ckpt("map-wandb", "--no-progress", "--offline", run)
+    c.true("map-wandb --no-progress: accepted (%r)" % err, rc != 2)
+
+
+def du(c, s):
+    age = ["--min-age", "0"]
+    rc, out, err = ckpt("du", s, *age)
+    c.eq("du = ls --summary --by-run", (rc, out, err),
+         ckpt("ls", "--summary", "--by-run", s, *age))
+    rows = [ln.split("\t") for ln in out.splitlines()]
+    _, summ, _ = ckpt("ls", "--summary", s, *age)
+    per = {ln.split("\t")[0]: ln.split("\t") for ln in summ.splitlines()}
+    runs = sorted(os.path.join(s, n) for n in os.listdir(s)
+                  if n not in ("logs", "notes"))   # not runs
+    c.eq("du: a row per run, then the total",
+         (sorted(r[0] for r in rows[:-1]), rows[-1][:2]), (runs, ["total",
+                                                              "-"]))
+    sizes = [int(r[2]) for r in rows[:-1]]
+    c.eq("du: largest first", sizes, sorted(sizes, reverse=True))
+    c.eq("du: the total's bytes and would-free are ls --summary's",
+         rows[-1][2:], [per["total"][2], per["would-free"][2]])
+    verdicts = {r[0]: (r[1], r[3]) for r in rows[:-1]}
+    c.eq("du: a bad run frees what it holds, a complete one nothing",
+         (verdicts[s + "/2871002"][0], verdicts[s + "/2871005"]),
+         ("bad", ("complete", "0")))
+    c.eq("du: the bad run's would-free is its size",
+         verdicts[s + "/2871002"][1],
+         [r[2] for r in rows if r[0] == s + "/2871002"][0])
+    c.eq("du: live runs free nothing", sorted(set(
+        ln.split("\t")[1:4:2] == ["live", "0"]
+        for ln in ckpt("du", s)[1].splitlines()[:-1])), [True])
+    rc, out, err = ckpt("ls", "--by-run", s)
+    c.eq("--by-run without --summary: refused", (rc, err.splitlines()[0]), (
+        2, "ckpt ls: error: --by-run is a form of --summary: 'ckpt ls "
+        "--summary --by-run' (or 'ckpt du')"))
+    tty = pty_out([CKPT, "du", s] + age).splitlines()
+    c.eq("du on a terminal: a header, sizes for people",
+         (tty[0], tty[-1].split("\t")[0]), (
+             "RUN\tVERDICT\tBYTES\tWOULD-FREE", "total"))
+
+
 def pty_out(argv):
     """stdout of argv when it is a terminal."""
     master, slave = pty.openpty()
@@ -177,7 +262,9 @@ def main():
         commands(c, s, tmp)
         options(c, s, tmp)
         helps(c)
+        per_command(c, s)
         human(c, s)
+        du(c, s)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return c.finish()

@@ -89,7 +89,8 @@ def main():
                                        "s3://%s/R/step1000/out" % B], 2,
                 "is inside 's3://%s/R/step1000'" % B, sbefore, snow)
         # In place, as always.
-        rc, out, err = ckpt("unshard", "--delete-sharded", r, r, env=env)
+        rc, out, err = ckpt("unshard", "--delete-sharded", "--unshard-step0", r,
+                            r, env=env)
         c.eq("in place: exit (%s)" % (out + err), rc, 0)
         c.eq("in place: the steps replaced by their outputs",
              sorted(x for x in os.listdir(r) if x.startswith("step")),

@@ -105,6 +105,9 @@ def main():
         r.both("ls -l", ["ls", "-l", s], 0, tsv_verbs=False)
         r.both("ls --summary", ["ls", "--summary", s] + age, 0,
                tsv_verbs=False)
+        r.both("ls --summary --by-run", ["ls", "--summary", "--by-run", s]
+               + age, 0, tsv_verbs=False)
+        r.both("du", ["du", s] + age, 0, tsv_verbs=False)
         r.both("ls one checkpoint", ["ls", s + "/2871001/step1000"], 0,
                tsv_verbs=False)
         rows, err, tsv, _ = r.both("ls missing", ["ls", tmp + "/nope"], 1,

@@ -57,7 +57,8 @@ def ckpt(top, arc, *cmd, kill_at=None):
 
 def unshard(top, arc, *extra, kill_at=None):
     """(rc, rows, stderr, reads, --tmp-dir entries)"""
-    got = ckpt(top, arc, "unshard", "--tmp-dir", "tmp", *extra,
+    got = ckpt(top, arc, "unshard", "--tmp-dir", "tmp", "--unshard-step0",
+               *extra,
                os.path.basename(arc), "dest", kill_at=kill_at)
     return got + (sorted(os.listdir(os.path.join(top, "tmp"))),)
 
@@ -67,7 +68,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="unshard-onepass-")
     try:
         src = make_run(tmp)
-        d, r = extracted(src, tmp, "unshard", "2871001", "dest")
+        d, r = extracted(src, tmp, "unshard", "--unshard-step0",
+                         "2871001", "dest")
         # (in directory order; an archive's come in archive order)
         c.eq("directory: exit 0, rows (%s)" % r.stderr[-300:],
              (r.returncode, sorted(r.stdout.splitlines())), (0, ROWS))

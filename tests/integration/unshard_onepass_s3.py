@@ -45,7 +45,8 @@ def main():
                     os.makedirs(os.path.join(top, "tmp"))
                     s3.reset_stats()
                     r = subprocess.run(
-                        [CKPT, "unshard", "--tmp-dir", "tmp"] + extra +
+                        [CKPT, "unshard", "--tmp-dir", "tmp",
+                         "--unshard-step0"] + extra +
                         [url, "dest"], cwd=top, env=env,
                         capture_output=True, text=True, timeout=300)
                     n = fetched(s3, "/%s/src%s/2871001%s" % (B, ext, ext))

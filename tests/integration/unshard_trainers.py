@@ -115,7 +115,9 @@ def main():
               p.stdout.split("\t")[1:5] == ["checkpoint_0", "0", "hf",
                                              "complete"], p.stdout)
         out = os.path.join(tmp, "acc-out")
-        p = unshard(os.path.join(acc, "run"), out)
+        # accelerate numbers its saves from 0: step 0 to ckpt, taken
+        # when asked (as process takes it)
+        p = unshard("--unshard-step0", os.path.join(acc, "run"), out)
         check("save_state, FSDP sharded: unsharded", p.returncode == 0 and
               p.stdout.startswith("unshard\tcheckpoint_0\t"),
               p.stdout + p.stderr)
@@ -126,7 +128,7 @@ def main():
               "tensors", sorted(got) == sorted(want) and
               all(got[k].numpy().tobytes() == want[k][2] for k in want))
         out = os.path.join(tmp, "acc-hf")
-        p = unshard("--format", "hf", "--config-dir",
+        p = unshard("--format", "hf", "--unshard-step0", "--config-dir",
                     os.path.join(acc, "model_config"),
                     os.path.join(acc, "run"), out)
         with open(os.path.join(out, "checkpoint_0-hf", "model.safetensors"),
@@ -148,7 +150,7 @@ def main():
               p.stdout.split("\t")[1:5] == ["checkpoint_0", "0",
                                              "unsharded", "complete"],
               p.stdout)
-        p = unshard(full, os.path.join(tmp, "full-out"))
+        p = unshard("--unshard-step0", full, os.path.join(tmp, "full-out"))
         check("save_state, FSDP full: nothing to merge",
               p.returncode == 0 and p.stdout ==
               "skip\tcheckpoint_0\tnot sharded\n", p.stdout + p.stderr)
