@@ -899,7 +899,7 @@ class ProcessReplaced(Process):
             p2, _ = run_to_end(self.argv(d), self.env)
             src, dst = self.state(d)
             row = [x for x in p2.stdout.splitlines()
-                   if x.startswith("failed\t%s/src/%s\t" % (d, self.RUN))]
+                   if x.startswith("error\t%s/src/%s\t" % (d, self.RUN))]
             if p2.returncode != 1 or not row or "conflict:" not in row[0] \
                     or "config.yaml" not in row[0]:
                 violation("immutable", delay, "the rerun of a replaced "
@@ -961,7 +961,7 @@ class ProcessVanish(Process):
             _, dst = self.state(d)
             whole = final(below(dst, run)) == final(below(self.ref[1], run))
             said = [x for x in p.stdout.splitlines()
-                    if x.startswith("processed\t%s\t" % top)]
+                    if x.startswith("process\t%s\t" % top)]
             st = os.path.join(d, "dst", ".ckpt-process", run + ".json")
             done = os.path.exists(st) and json.load(open(st)).get(
                 "phase") == "done"

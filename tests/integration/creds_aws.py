@@ -28,7 +28,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
 from credfakes import Container, Imds, SsoPortal, Sts  # noqa: E402
-from s3test import CKPT, Checker, S3Env, ckpt, file_rows  # noqa: E402
+from s3test import (CKPT, Checker, S3Env, ckpt, file_rows,  # noqa: E402
+                    ls_errors)
 
 B = "ckpt-test"
 ROLE = "arn:aws:iam::123456789012:role/ckpt-writer"
@@ -41,6 +42,13 @@ def lines(err):
         line = re.sub(r" after \d+ ms", "", line)
         out.append(line)
     return out
+
+
+def ls_failed(got):
+    """(exit, the rows of a `ckpt ls`, what it could not read as
+    (LOCATION, WHY), the lines on stderr), without timestamps and times."""
+    rc, out, err = got
+    return rc, ls_errors("\n".join(lines(out))), lines(err)
 
 
 class T:
@@ -105,17 +113,16 @@ def imds(t):
                  r[2].get("X-aws-ec2-metadata-token") in m.tokens
                  for r in gets))
         m.role = None
-        rc, _, err = ckpt("ls", "--no-progress", "s3://%s/creds" % B,
-                          env=env)
-        t.c.eq("IMDSv2: no role attached", (rc, lines(err)[-1]), (1,
-               "ckpt: error: s3://%s/: no credentials: none in the "
+        got = ckpt("ls", "--no-progress", "s3://%s/creds" % B, env=env)
+        t.c.eq("IMDSv2: no role attached", ls_failed(got), (1, [(
+               "s3://%s/creds" % B, "s3://%s/: no credentials: none in the "
                "environment (AWS_ACCESS_KEY_ID), web identity "
                "(AWS_WEB_IDENTITY_TOKEN_FILE), profile 'default' of %s and "
                "%s (keys, credential_process, SSO), container credentials "
                "(AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI); EC2 "
                "instance metadata %s: no IAM role is attached to this "
                "instance" % (B, env["AWS_SHARED_CREDENTIALS_FILE"],
-                             env["AWS_CONFIG_FILE"], m.url)))
+                             env["AWS_CONFIG_FILE"], m.url))], []))
 
 
 def container(t):
@@ -127,11 +134,10 @@ def container(t):
         t.c.eq("container: its keys", used, {x[0] for x in k.issued})
         # The token file is read again on every fetch: it rotates.
         t.write("pod-token", "rotated\n")
-        rc, _, err = ckpt("ls", "--no-progress", "s3://%s/creds" % B,
-                          env=env)
-        t.c.eq("container: a token it refuses", (rc, lines(err)), (1, [
-               "ckpt: error: s3://%s/: container credentials %s: HTTP "
-               "401 Unauthorized" % (B, k.uri)]))
+        got = ckpt("ls", "--no-progress", "s3://%s/creds" % B, env=env)
+        t.c.eq("container: a token it refuses", ls_failed(got), (1, [(
+               "s3://%s/creds" % B, "s3://%s/: container credentials %s: "
+               "HTTP 401 Unauthorized" % (B, k.uri))], []))
         k.auth = "literal-token"
         env = t.base(AWS_CONTAINER_CREDENTIALS_FULL_URI=k.uri,
                      AWS_CONTAINER_AUTHORIZATION_TOKEN="literal-token")
@@ -172,11 +178,10 @@ def web_identity(t):
                      AWS_ENDPOINT_URL_STS=sts.url)
         t.upload("web identity from the profile", env)
         sts.role_arn = "arn:aws:iam::123456789012:role/other"
-        rc, _, err = ckpt("ls", "--no-progress", "s3://%s/creds" % B,
-                          env=env)
-        t.c.eq("web identity: STS refuses", (rc, lines(err)), (1, [
-               "ckpt: error: s3://%s/: web identity (STS %s): HTTP 400 "
-               "AccessDenied" % (B, sts.url)]))
+        got = ckpt("ls", "--no-progress", "s3://%s/creds" % B, env=env)
+        t.c.eq("web identity: STS refuses", ls_failed(got), (1, [(
+               "s3://%s/creds" % B, "s3://%s/: web identity (STS %s): "
+               "HTTP 400 AccessDenied" % (B, sts.url))], []))
 
 
 def sso(t):
@@ -202,19 +207,17 @@ def sso(t):
         used = t.upload("SSO", env)
         t.c.eq("SSO: the role's keys", used, {x[0] for x in p.issued})
         login("2020-01-01T00:00:00Z")
-        rc, _, err = ckpt("ls", "--no-progress", "s3://%s/creds" % B,
-                          env=env)
-        t.c.eq("SSO: an expired login", (rc, lines(err)), (1, [
-               "ckpt: error: s3://%s/: profile 'dev' (SSO): the SSO "
-               "token cached in '%s' has expired: run 'aws sso login "
-               "--profile dev'" % (B, path)]))
+        got = ckpt("ls", "--no-progress", "s3://%s/creds" % B, env=env)
+        t.c.eq("SSO: an expired login", ls_failed(got), (1, [(
+               "s3://%s/creds" % B, "s3://%s/: profile 'dev' (SSO): the "
+               "SSO token cached in '%s' has expired: run 'aws sso login "
+               "--profile dev'" % (B, path))], []))
         os.unlink(path)
-        rc, _, err = ckpt("ls", "--no-progress", "s3://%s/creds" % B,
-                          env=env)
-        t.c.eq("SSO: never logged in", (rc, lines(err)), (1, [
-               "ckpt: error: s3://%s/: profile 'dev' (SSO): no SSO "
+        got = ckpt("ls", "--no-progress", "s3://%s/creds" % B, env=env)
+        t.c.eq("SSO: never logged in", ls_failed(got), (1, [(
+               "s3://%s/creds" % B, "s3://%s/: profile 'dev' (SSO): no SSO "
                "token cached in '%s': run 'aws sso login --profile dev'"
-               % (B, path)]))
+               % (B, path))], []))
 
 
 def process(t):
@@ -235,22 +238,22 @@ def process(t):
                    "echo '{\"Version\": 1}'\nexit 3\n", 0o700)
     conf = t.write("config-fail", "[profile vault]\ncredential_process = "
                    "%s\n" % fail)
-    rc, _, err = ckpt("ls", "--no-progress", "s3://%s/creds" % B,
-                      env=dict(env, AWS_CONFIG_FILE=conf))
-    t.c.eq("credential_process: fails", (rc, lines(err)), (1, [
-           "ckpt: error: s3://%s/: profile 'vault' "
+    got = ckpt("ls", "--no-progress", "s3://%s/creds" % B,
+               env=dict(env, AWS_CONFIG_FILE=conf))
+    t.c.eq("credential_process: fails", ls_failed(got), (1, [(
+           "s3://%s/creds" % B, "s3://%s/: profile 'vault' "
            "(credential_process): '%s' exited with 3: vault is sealed"
-           % (B, fail)]))
+           % (B, fail))], []))
     v2 = t.write("v2.sh", "#!/bin/sh\necho '{\"Version\": 2, \"AccessKeyId\":"
                  " \"A\", \"SecretAccessKey\": \"s\"}'\n", 0o700)
     conf = t.write("config-v2", "[profile vault]\ncredential_process = %s\n"
                    % v2)
-    rc, _, err = ckpt("ls", "--no-progress", "s3://%s/creds" % B,
-                      env=dict(env, AWS_CONFIG_FILE=conf))
-    t.c.eq("credential_process: Version 2", (rc, lines(err)), (1, [
-           "ckpt: error: s3://%s/: profile 'vault' "
+    got = ckpt("ls", "--no-progress", "s3://%s/creds" % B,
+               env=dict(env, AWS_CONFIG_FILE=conf))
+    t.c.eq("credential_process: Version 2", ls_failed(got), (1, [(
+           "s3://%s/creds" % B, "s3://%s/: profile 'vault' "
            "(credential_process): the output's Version is not 1 (the only "
-           "one there is)" % B]))
+           "one there is)" % B)], []))
 
 
 def precedence(t):
@@ -332,22 +335,21 @@ def flags(t):
     t.s3.configure(region="eu-north-1")
     t.upload("--region", dict(env, AWS_REGION="us-east-1"), "--profile",
              "flagged", "--region", "eu-north-1")
-    rc, _, err = ckpt("ls", "--no-progress", "--profile", "flagged",
-                      "s3://%s/creds" % B, env=env)
+    got = ckpt("ls", "--no-progress", "--profile", "flagged",
+               "s3://%s/creds" % B, env=env)
     t.s3.configure(region="")
-    t.c.eq("without --region: the bucket's region named", (rc,
-           lines(err)), (1, ["ckpt: error: s3://%s/creds: HTTP 400 "
-                             "AuthorizationHeaderMalformed (the bucket is "
-                             "in region eu-north-1: set AWS_REGION)" % B]))
+    t.c.eq("without --region: the bucket's region named", ls_failed(got),
+           (1, [("s3://%s/creds" % B, "s3://%s/creds: HTTP 400 "
+                 "AuthorizationHeaderMalformed (the bucket is in region "
+                 "eu-north-1: set AWS_REGION)" % B)], []))
     rc, out, _ = ckpt("upload", "--help")
     t.c.true("--help lists them", rc == 0 and all(
              f in out for f in ("--profile NAME", "--endpoint-url URL",
                                 "--region REGION")))
-    rc, _, err = ckpt("ls", "--profile", "nope", "s3://%s/creds" % B,
-                      env=env)
-    t.c.eq("--profile of no profile", (rc, lines(err)), (1, [
-           "ckpt: error: s3://%s/: profile 'nope' not found in %s or "
-           "%s" % (B, creds, env["AWS_CONFIG_FILE"])]))
+    got = ckpt("ls", "--profile", "nope", "s3://%s/creds" % B, env=env)
+    t.c.eq("--profile of no profile", ls_failed(got), (1, [(
+           "s3://%s/creds" % B, "s3://%s/: profile 'nope' not found in %s "
+           "or %s" % (B, creds, env["AWS_CONFIG_FILE"]))], []))
 
 
 def refresh(t):
@@ -409,7 +411,7 @@ def refresh_fails(t):
         out, err = p.communicate(timeout=300)
         t.s3.configure(trickle_bps=0, trickle_match="")
         st = t.s3.stats()
-        rows = [r.split("\t") for r in out.splitlines()]
+        rows = [r.split("\t") for r in file_rows(out)]
         why = {re.sub(r" after \d+ ms", "", r[3].split(": ", 1)[1])
                for r in rows if r[0] == "error"}
         t.c.eq("refresh fails: the rest fail, naming the source", (
@@ -442,10 +444,11 @@ def nowhere(t):
         closed = "http://127.0.0.1:%d" % s.getsockname()[1]
         env = t.base(AWS_EC2_METADATA_DISABLED="false",
                      AWS_EC2_METADATA_SERVICE_ENDPOINT=closed)
-        rc, out, err = ckpt("ls", "--no-progress", "s3://%s/x" % B, env=env)
+        got = ckpt("ls", "--no-progress", "s3://%s/x" % B, env=env)
         t.c.eq("nowhere, EC2 metadata not answering: no retry said, one "
-               "error", (rc, out, lines(err)), (1, "", [
-                   "ckpt: error: s3://%s/: no credentials: none in the "
+               "error", ls_failed(got), (1, [(
+                   "s3://%s/x" % B,
+                   "s3://%s/: no credentials: none in the "
                    "environment (AWS_ACCESS_KEY_ID), web identity "
                    "(AWS_WEB_IDENTITY_TOKEN_FILE), profile 'default' of %s "
                    "and %s (keys, credential_process, SSO), container "
@@ -454,15 +457,15 @@ def nowhere(t):
                    "to 127.0.0.1 port %s: Couldn't connect to server" % (
                        B, env["AWS_SHARED_CREDENTIALS_FILE"],
                        env["AWS_CONFIG_FILE"], closed, closed.split(":")[-1])
-               ]))
+               )], []))
     # The guard: ECS's own address is never asked from a test.
     env = t.base(AWS_CONTAINER_CREDENTIALS_RELATIVE_URI="/v2/credentials/x")
-    rc, _, err = ckpt("ls", "--no-progress", "s3://%s/x" % B, env=env)
-    t.c.eq("guard: 169.254.170.2 not asked", (rc, lines(err)), (1, [
-           "ckpt: error: s3://%s/: container credentials "
+    got = ckpt("ls", "--no-progress", "s3://%s/x" % B, env=env)
+    t.c.eq("guard: 169.254.170.2 not asked", ls_failed(got), (1, [(
+           "s3://%s/x" % B, "s3://%s/: container credentials "
            "http://169.254.170.2/v2/credentials/x: not asked: 169.254.170.2 "
            "is not a loopback address and CKPT_TEST_LOOPBACK_ONLY is set"
-           % B]))
+           % B)], []))
 
 
 def main():

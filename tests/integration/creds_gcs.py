@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
 from credfakes import GceMetadata, OAuth  # noqa: E402
-from s3test import Checker, S3Env, ckpt, file_rows  # noqa: E402
+from s3test import Checker, S3Env, ckpt, file_rows, ls_errors  # noqa: E402
 
 B = "ckpt-test"
 
@@ -35,6 +35,13 @@ def lines(err):
         line = re.sub(r" after \d+ ms", "", line)
         out.append(line)
     return out
+
+
+def ls_failed(got):
+    """(exit, the rows of a `ckpt ls`, what it could not read as
+    (LOCATION, WHY), the lines on stderr), without timestamps and times."""
+    rc, out, err = got
+    return rc, ls_errors("\n".join(lines(out))), lines(err)
 
 
 class T:
@@ -98,10 +105,10 @@ def authorized_user(t):
                "client_secret": "secret-a", "refresh_token": "1%2F%2F"
                "refresh-a"})
         a.client = ("client-a.apps", "secret-a", "revoked")
-        rc, _, err = ckpt("ls", "--no-progress", "gs://%s/gcs" % B, env=env)
-        t.c.eq("authorized_user: a refused refresh token", (rc, lines(err)),
-               (1, ["ckpt: error: gs://%s/: OAuth token endpoint %s: HTTP "
-                    "400 invalid_grant" % (B, a.token_uri)]))
+        got = ckpt("ls", "--no-progress", "gs://%s/gcs" % B, env=env)
+        t.c.eq("authorized_user: a refused refresh token", ls_failed(got),
+               (1, [("gs://%s/gcs" % B, "gs://%s/: OAuth token endpoint %s: "
+                     "HTTP 400 invalid_grant" % (B, a.token_uri))], []))
 
 
 def order(t):
@@ -139,14 +146,15 @@ def order(t):
 def not_gce(t):
     with GceMetadata(t.s3, flavor_reply=False) as g:
         env = t.base(GCE_METADATA_HOST=g.host, GCE_METADATA_IP=g.host)
-        rc, _, err = ckpt("ls", "--no-progress", "gs://%s/gcs" % B, env=env)
-        t.c.eq("a metadata server that is not Google's", (rc, lines(err)),
-               (1, ["ckpt: error: gs://%s/: no credentials: none in "
+        got = ckpt("ls", "--no-progress", "gs://%s/gcs" % B, env=env)
+        t.c.eq("a metadata server that is not Google's", ls_failed(got),
+               (1, [("gs://%s/gcs" % B, "gs://%s/: no credentials: none in "
                     "GCS_PROFILE (HMAC keys), GOOGLE_APPLICATION_CREDENTIALS,"
                     " %s/application_default_credentials.json (gcloud auth "
                     "application-default login); GCE metadata server "
                     "http://%s/: the reply is not a GCE metadata server's "
-                    "(no Metadata-Flavor: Google)" % (B, t.gcloud, g.host)]))
+                    "(no Metadata-Flavor: Google)" % (B, t.gcloud, g.host))],
+                []))
     # The offline default: the metadata server at a closed port.
     env = t.base()
     rc, out, err = ckpt("upload", "--no-progress", t.src, "gs://%s/x" % B,
@@ -166,13 +174,13 @@ def not_gce(t):
                    "oauth:token-type:jwt", "token_url": "https://sts."
                    "googleapis.com/v1/token", "credential_source": {
                        "file": "/var/run/token"}}, f)
-    rc, _, err = ckpt("ls", "--no-progress", "gs://%s/gcs" % B,
-                      env=t.base(GOOGLE_APPLICATION_CREDENTIALS=wif))
-    t.c.eq("external_account refused", (rc, lines(err)), (1, [
-           "ckpt: error: gs://%s/: '%s': credentials of type "
+    got = ckpt("ls", "--no-progress", "gs://%s/gcs" % B,
+               env=t.base(GOOGLE_APPLICATION_CREDENTIALS=wif))
+    t.c.eq("external_account refused", ls_failed(got), (1, [(
+           "gs://%s/gcs" % B, "gs://%s/: '%s': credentials of type "
            "'external_account' are not supported: give ckpt a "
            "service_account or authorized_user key, or HMAC keys "
-           "(GCS_PROFILE)" % (B, wif)]))
+           "(GCS_PROFILE)" % (B, wif))], []))
 
 
 def refresh(t):

@@ -44,7 +44,7 @@ from slurmenv import SlurmEnv, Unavailable  # noqa: E402
 from installed import install, script  # noqa: E402
 import process_workers as pw  # noqa: E402
 
-ROW = re.compile(r"^(processed|done|deleted|skipped|failed)\t")
+ROW = re.compile(r"^(process|delete|skip|error)\t")
 DOC = os.path.join(ROOT, "docs", "deploy.md")
 
 

@@ -36,7 +36,7 @@ from installed import install, script  # noqa: E402
 import process_workers as pw  # noqa: E402
 from process_slurm import task_info  # noqa: E402
 
-ROW = re.compile(r"^(processed|done|deleted|skipped|failed)\t")
+ROW = re.compile(r"^(process|delete|skip|error)\t")
 LAST = "ckpt: interrupted: rerun to resume (SIGTERM)"
 
 

@@ -199,7 +199,7 @@ def case_zarr(c, env, tmp, fx):
              "s3://%s/out/nodir" % B)
     check("--memory 16M: the 12 MiB chunk row goes through scratch",
           p.returncode == 1 and "create temporary file in '%s'" % nodir
-          in p.stderr, p.stderr)
+          in harness.error_of(p) and not p.stderr, harness.error_of(p))
     c.remote("default --memory: no scratch", src, "out/nodir2",
              os.path.join(tmp, "loc", "zarr-torch"), "--tmp-dir", nodir)
     # A corrupt chunk, by chunk rows and through scratch: exit 1 naming
@@ -212,11 +212,11 @@ def case_zarr(c, env, tmp, fx):
     for what, opts in (("chunk rows", ()), ("scratch", ("--memory", "16M"))):
         prefix = "out/bad-" + what.replace(" ", "")
         p = ckpt(env, *opts, bad, "s3://%s/%s" % (B, prefix))
+        why = harness.error_of(p)
         check("corrupt chunk, %s: exit 1 naming it" % what,
-              p.returncode == 1 and (
-                  "%s/cols/0.3: corrupt blosc frame" % bad in p.stderr or
-                  "%s/tall/0.2: corrupt blosc frame" % bad in p.stderr),
-              p.stderr)
+              p.returncode == 1 and not p.stderr and (
+                  "%s/cols/0.3: corrupt blosc frame" % bad in why or
+                  "%s/tall/0.2: corrupt blosc frame" % bad in why), why)
         check("corrupt chunk, %s: nothing complete, marker left" % what,
               objects(env, prefix + "/") == [] and
               objects(env, prefix + "-unfinished") == [prefix +

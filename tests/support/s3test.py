@@ -50,6 +50,22 @@ def file_rows(out):
     return [ln for ln in out.splitlines() if not ln.startswith("total\t")]
 
 
+def ls_errors(out):
+    """The rows of `ckpt ls`, each LOCATION or run it could not read as
+    (LOCATION, WHY): that is its row, STATE `error: WHY`, and no message
+    repeats it (docs/output.md); any other row as the tuple of its
+    fields."""
+    res = []
+    for ln in out.splitlines():
+        f = tuple(ln.split("\t"))
+        if len(f) == 7 and f[4].startswith("error: ") and \
+                f[1:4] + f[5:] == ("-",) * 5:
+            res.append((f[0], f[4][len("error: "):]))
+        else:
+            res.append(f)
+    return res
+
+
 def sh(*args, env=None):
     """Run a command (text output); a non-zero exit raises AssertionError
     with its output."""
