@@ -379,6 +379,17 @@ char *cli_wandb_map_text(char **runs, int n, int offline,
  * neither. */
 enum what { W_RUN, W_DIR, W_NONE, W_ERROR };
 
+/* What map-wandb reads a run by, at its top: its config (run name, save
+ * folder, display name) or a wandb run directory (wandb/, .wandb/). A
+ * directory with one is a run to map, even without a checkpoint. */
+static int has_evidence(const struct ckpt_tree *tree)
+{
+    const struct ckpt_tree_file *f = ckpt_tree_find(tree, "config.yaml");
+    return (f && f->type == CKPT_ENTRY_FILE) ||
+           ckpt_tree_has_dir(tree, "wandb") ||
+           ckpt_tree_has_dir(tree, ".wandb");
+}
+
 static enum what what_is(struct storages *sts, const char *arg,
                          const struct ckpt_opts *g, struct ckpt_loc *loc,
                          struct ckpt_storage **st)
@@ -398,7 +409,7 @@ static enum what what_is(struct storages *sts, const char *arg,
                       &err) != 0)
         return W_ERROR;   /* gather says why */
     enum what w = status != CKPT_LOAD_OK ? W_NONE
-                : ckpt_run_looks_like_run(&run) ? W_RUN
+                : ckpt_run_looks_like_run(&run) || has_evidence(tree) ? W_RUN
                 : run.holds_run ? W_DIR : W_NONE;
     if (status == CKPT_LOAD_OK) {
         ckpt_tree_free(tree);

@@ -579,6 +579,9 @@ def make_process_runs(root, quick):
     2871001, 2871002, 2871007 (without step2000) and notes."""
     import gen_runs
     gen_runs.generate(root)
+    # step1000's copy holds its optimizer too, as OLMo's unsharder writes
+    # it: else --drop-sharded keeps the step
+    gen_runs.whole_unsharded(os.path.join(root, "2871001"))
     shutil.rmtree(os.path.join(root, "logs"))
     runs = {"2871007": ([1000] if quick else [1000, 2000], 3000, False)}
     if quick:

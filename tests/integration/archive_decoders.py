@@ -131,8 +131,12 @@ def damaged(c, tmp):
     os.chdir(tmp)
     for name, msg in damage(tmp):
         rc, out, err = ckpt("ls", name)
+        # its row, the error in the verdict's column; nothing on stderr
+        row = out.split("\t")
+        verdict = row[4] if len(row) > 4 else ""
         c.eq("%s: ls fails naming it" % name,
-             (rc, out, msg in err), (1, "", True))
+             (rc, row[:4], verdict.startswith("error: ") and msg in verdict,
+              err), (1, [name, "-", "-", "-"], True, ""))
         rc, out, err = ckpt("upload", "--extract", "--no-progress", name,
                             os.path.join(tmp, "dd-" + name))
         c.eq("%s: upload --extract fails naming it" % name,

@@ -23,8 +23,9 @@ B = "ckpt-test"
 
 
 def ls(env, limit):
-    """(exit, stderr's last line, seconds) of `ckpt ls --retries 1`; exit
-    None when it was still running after limit seconds."""
+    """(exit, the error its row says, seconds) of `ckpt ls --retries 1`
+    (the LOCATION's row: `LOCATION - - - error: WHY - -`); exit None when
+    it was still running after limit seconds."""
     t0 = time.time()
     try:
         r = subprocess.run([CKPT, "ls", "--retries", "1",
@@ -32,8 +33,9 @@ def ls(env, limit):
                            capture_output=True, timeout=limit)
     except subprocess.TimeoutExpired:
         return None, "", limit
-    lines = r.stderr.decode().strip().splitlines()
-    return r.returncode, lines[-1] if lines else "", time.time() - t0
+    rows = [ln.split("\t") for ln in r.stdout.decode().splitlines()]
+    why = [f[4] for f in rows if len(f) > 4 and f[4].startswith("error: ")]
+    return r.returncode, why[-1] if why else "", time.time() - t0
 
 
 def main():
