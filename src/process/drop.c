@@ -104,9 +104,13 @@ static int has_whole_unsharded(struct ckpt_tree *tree,
     if (c->format != CKPT_FMT_DCP && c->format != CKPT_FMT_OLMO_LEGACY &&
         c->format != CKPT_FMT_OLMO_LOCAL)
         return 0;
-    int need[3] = { 1, 0, step_holds(tree, c, "train") };
-    need[1] = c->format == CKPT_FMT_DCP ? dcp_has_optim(tree, c)
-                                        : step_holds(tree, c, "optim");
+    /* OLMo's legacy rank files hold the model, optimizer and trainer
+     * state each: a copy holds all three or less than the step. */
+    int legacy = c->format == CKPT_FMT_OLMO_LEGACY;
+    int need[3] = { 1, legacy || step_holds(tree, c, "optim"),
+                    legacy || step_holds(tree, c, "train") };
+    if (c->format == CKPT_FMT_DCP)
+        need[1] = dcp_has_optim(tree, c);
     for (size_t i = 0; i < run->n; i++) {
         const struct ckpt_checkpoint *u = &run->ckpts[i];
         if (!u->unsharded_name || u->step != c->step || !u->complete)
