@@ -155,14 +155,19 @@ def commands():
     ]
 
 
+SPOOLS = ("process", "unshard")
+
+
 def run_all(env, tmp, flag_sets, extra=(), skip=()):
     work = os.path.join(tmp, "work")
     for args in commands():
         if args[0] in skip:
             continue
+        # (--tmp-dir where the command takes it: its spool is scanned)
+        spool = ["--tmp-dir", "spool"] if args[0] in SPOOLS else []
         for flags in flag_sets:
-            ckpt(env, [args[0]] + list(flags) + list(extra) +
-                 ["--tmp-dir", "spool"] + args[1:], work)
+            ckpt(env, [args[0]] + list(flags) + list(extra) + spool +
+                 args[1:], work)
 
 
 def scan_files(tmp):
