@@ -276,9 +276,9 @@ def main():
             p = ckpt(env, os.path.join(fx, "rows", "ckpt"),
                      "s3://%s/out/dir" % B)
             c.eq("name is a directory: exit 1 and why", (
-                p.returncode, p.stderr.split("error: ")[-1]), (
+                p.returncode, harness.error_of(p)), (
                 1, "'s3://%s/out/dir/checkpoint.pt' is a directory: not "
-                "replaced by an output file\n" % B))
+                "replaced by an output file" % B))
             c.eq("name is a directory: nothing written",
                  objects(env, "out/dir"), ["checkpoint.pt/x"])
             tool(env, "put", "/dev/stdin", "s3://%s/out/obj" % B,
@@ -287,7 +287,7 @@ def main():
                      "s3://%s/out/obj" % B)
             c.eq("DEST an object: exit 1", p.returncode, 1)
             c.true("DEST an object: why", "exists and is not a directory"
-                   in p.stderr)
+                   in harness.error_of(p))
 
             # A killed run's leftovers: marker, a stale output, another
             # file of DEST (kept, as a local DEST keeps its other files).
