@@ -70,6 +70,22 @@ def on_pty(argv, cwd):
     return p.wait(), out.decode()
 
 
+def human(lines):
+    """Rows as a terminal shows them (-H): process rows' bytes and freed
+    columns, the total's bytes= and freed=, as size() writes them."""
+    out = []
+    for line in lines:
+        f = line.split("\t")
+        if f[0] == "process":
+            for i in (4, 6):
+                f[i] = size(int(f[i]))
+        elif f[0] == "total":
+            f = [k + "=" + size(int(v)) if k in ("bytes", "freed") else x
+                 for x in f for k, v in [(x.split("=") + [""])[:2]]]
+        out.append("\t".join(f))
+    return out
+
+
 def masked(lines):
     """Rows with their seconds (the only timing-dependent field) masked."""
     out = []
@@ -78,7 +94,7 @@ def masked(lines):
         if f[0] == "process":
             f[7] = "S"
         elif f[0] == "total":
-            f[10] = "seconds=S"
+            f = [("seconds=S" if x.startswith("seconds=") else x) for x in f]
         out.append("\t".join(f))
     return out
 
@@ -132,6 +148,14 @@ def main():
         rc, raw = on_pty(args, os.path.join(tmp, "b"))
         c.eq("terminal: exit 0", rc, 0)
         shown, drawn = screen(raw)
+        # the end's summary per run (what each uploaded or freed), below
+        # the total row: read apart
+        end = max(i for i, x in enumerate(shown) if x.startswith("total\t"))
+        per_run = shown[end + 1:]
+        shown = shown[:end + 1]
+        c.true("terminal: a summary line per run at the end (%r)" % per_run,
+               0 < len(per_run) <= 11 and
+               all(x.startswith("ckpt: ") for x in per_run))
         total = dict(kv.split("=") for kv in rows[-1].split("\t")[1:])
         final = shown[-2] if len(shown) > 1 else ""
         c.eq("terminal: the final progress line",
@@ -139,8 +163,9 @@ def main():
              "process: 14/14 runs, %s copied, %s freed, RATE/s, ETA 0s, "
              "in flight: none" % (size(int(total["bytes"])),
                                   size(int(total["freed"]))))
-        c.eq("terminal: the screen is the rows, the final line, the total",
-             masked(shown[:-2] + shown[-1:]), masked(rows))
+        c.eq("terminal: the screen is the rows (sizes for people), the "
+             "final line, the total",
+             masked(shown[:-2] + shown[-1:]), masked(human(rows)))
         names = [os.path.basename(x.split("\t")[1]) for x in rows[:-1]]
         c.eq("terminal: each run drawn in flight while it was worked on",
              [n for n in names
