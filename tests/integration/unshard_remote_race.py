@@ -25,7 +25,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from harness import CKPT, check, compare, finish, generate  # noqa: E402
+from harness import (CKPT, check, compare, error_of, finish,  # noqa: E402
+                     generate)
 from s3env import S3Env  # noqa: E402
 import zippatch  # noqa: E402
 
@@ -122,7 +123,7 @@ def retries_honoured(tmp, s3, env):
     want = ("s3://%s/m/%s: HTTP 503 ServiceUnavailable (after 2 attempts)" %
             (B, SHARD))
     check("--retries 2: exit 1, the shard's reads tried twice",
-          r.returncode == 1 and want in r.stderr, r.stderr)
+          r.returncode == 1 and want in error_of(r), r.stdout + r.stderr)
     check("--retries 2: nothing written", not os.path.exists(out))
 
 
