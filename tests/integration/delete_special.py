@@ -38,8 +38,9 @@ def main():
         err_msg = "%s: '%s' is a FIFO, not a regular file; not read" % (
             run, META)
         rc, out, err = ckpt("ls", run, timeout=20)
-        c.eq("ls: exits 1 promptly, naming the FIFO", (rc, out, err_msg in
-                                                      err), (1, [], True))
+        # its row, the error in the verdict's column; nothing on stderr
+        c.eq("ls: exits 1 promptly, naming the FIFO", (rc, out, err),
+             (1, [[run, "-", "-", "-", "error: " + err_msg, "-", "-"]], ""))
         rc, out, err = ckpt("ls", "--summary", run, timeout=20)
         c.eq("ls --summary: exits 1 promptly, one error run",
              (rc, [r[:2] for r in out if r[0] == "error"], err_msg in err),
