@@ -11,7 +11,8 @@ log replaced by the test's) run the way cron runs it,
 
 with the bucket's keys and endpoint in H/.aws/credentials and
 H/.aws/config (s3rver behind the signing proxy) and the one addition of
-the test shim that ages the runs' ctimes (LD_PRELOAD):
+the test shim that ages the runs' ctimes (LD_PRELOAD; in the sanitizer
+build also ASAN_OPTIONS/UBSAN_OPTIONS):
 
 1. exit 0; the log holds every run's row and the total row
    process=6 delete=3 skip=1 error=0; every good run is at
@@ -67,9 +68,18 @@ def cron_env(home):
     """What cron gives a job (Debian's cron: HOME, LOGNAME, PATH, SHELL),
     plus the ctime shim (s3test.old_ctime)."""
     shim = old_ctime({})
-    return {"HOME": home, "LOGNAME": "root", "PATH": "/usr/bin:/bin",
-            "SHELL": "/bin/sh", "LD_PRELOAD": shim["LD_PRELOAD"],
-            "CKPT_TEST_OLD_CTIME": shim["CKPT_TEST_OLD_CTIME"]}
+    env = {"HOME": home, "LOGNAME": "root", "PATH": "/usr/bin:/bin",
+           "SHELL": "/bin/sh", "LD_PRELOAD": shim["LD_PRELOAD"],
+           "CKPT_TEST_OLD_CTIME": shim["CKPT_TEST_OLD_CTIME"]}
+    # The sanitizer build's options travel too: ASan must be told the
+    # shim comes before its runtime (old_ctime), and the suite's
+    # abort/halt settings hold in the cron job as everywhere else.
+    if "ASAN_OPTIONS" in os.environ:
+        env["ASAN_OPTIONS"] = old_ctime()["ASAN_OPTIONS"]
+    for k in ("UBSAN_OPTIONS",):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    return env
 
 
 def as_cron(line, env):
