@@ -113,6 +113,15 @@ static int is_bare(const char *name)
     return all_digits(name, strlen(name), &v);
 }
 
+/* Named the way a checkpoint directory is named (stepN, checkpoint-N,
+ * global_stepN, ...; a bare integer too). */
+static int is_named(const char *name)
+{
+    int64_t step;
+    int uns;
+    return ckpt_checkpoint_name(name, &step, &uns);
+}
+
 static int root_marked(const struct ckpt_tree *t);
 
 static int cmp_ckpt(const void *a, const void *b)
@@ -459,9 +468,13 @@ int ckpt_run_scan(struct ckpt_run *run, struct ckpt_tree *t,
          * a checkpoint only if it holds one, and is no run (a run with a
          * stray model.safetensors at its top is a run). Otherwise a
          * directory of runs would look like one run full of incomplete
-         * checkpoints. */
-        if (is_bare(c->name) && (c->format == CKPT_FMT_UNKNOWN ||
-                                 ckpt_tree_dir_is_run(t, c->dir))) {
+         * checkpoints. The same holds for any directory not named as a
+         * checkpoint that holds checkpoint directories (an HF Trainer
+         * output_dir: its final model.safetensors beside checkpoint-N/):
+         * it is a run inside this one, never one of its checkpoints. */
+        if ((is_bare(c->name) || !is_named(c->name)) &&
+            (c->format == CKPT_FMT_UNKNOWN ||
+             ckpt_tree_dir_is_run(t, c->dir))) {
             ckpt_checkpoint_release(c);
             continue;
         }
