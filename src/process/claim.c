@@ -78,7 +78,7 @@ char *proc_claim_format(const struct proc_claim_holder *h)
 }
 
 /* Our claim's bytes. */
-static char *format(const struct one *o, int done)
+static char *format(const struct proc_run *o, int done)
 {
     struct proc_claim_holder h;
     memset(&h, 0, sizeof(h));
@@ -130,7 +130,7 @@ int proc_claim_parse(const char *data, size_t len,
 
 /* The claim at DEST: 0 with *h and version, or -1 (CKPT_ENOTFOUND when
  * there is none, CKPT_EFORMAT when it is not a claim). */
-static int read_claim(struct one *o, struct proc_claim_holder *h,
+static int read_claim(struct proc_run *o, struct proc_claim_holder *h,
                       char *version, struct ckpt_err *err)
 {
     char *data = NULL;
@@ -152,7 +152,7 @@ static int read_claim(struct one *o, struct proc_claim_holder *h,
 
 /* A worker of this batch that was killed on this host (its claim never
  * marked done). */
-static int holder_dead(const struct one *o,
+static int holder_dead(const struct proc_run *o,
                        const struct proc_claim_holder *h)
 {
     if (h->done || strcmp(h->host, o->cl.host) != 0 || h->pid <= 0 ||
@@ -163,7 +163,7 @@ static int holder_dead(const struct one *o,
 
 /* Replace the claim read at version ver with ours: 1, 0 when another
  * worker changed it first (try again), -1. */
-static int swap(struct one *o, const char *ver, struct ckpt_err *err)
+static int swap(struct proc_run *o, const char *ver, struct ckpt_err *err)
 {
     char *body = format(o, 0);
     int rc = ckpt_storage_put_if_match(o->p->cfg.dst, o->cl.key, body,
@@ -176,7 +176,7 @@ static int swap(struct one *o, const char *ver, struct ckpt_err *err)
 }
 
 /* One round: 1 ours, 0 another worker's of the batch, 2 try again, -1. */
-static int take_once(struct one *o, struct ckpt_err *err)
+static int take_once(struct proc_run *o, struct ckpt_err *err)
 {
     struct ckpt_storage *st = o->p->cfg.dst;
     struct proc_claim_holder h;
@@ -203,7 +203,7 @@ static int take_once(struct one *o, struct ckpt_err *err)
     return rc == 0 ? 2 : rc;
 }
 
-int proc_claim_take(struct one *o, struct ckpt_err *err)
+int proc_claim_take(struct proc_run *o, struct ckpt_err *err)
 {
     struct proc_claim *c = &o->cl;
     if (!c->token[0]) {
@@ -226,7 +226,7 @@ int proc_claim_take(struct one *o, struct ckpt_err *err)
     return rc;
 }
 
-void proc_claim_done(struct one *o)
+void proc_claim_done(struct proc_run *o)
 {
     struct proc_claim *c = &o->cl;
     if (!c->held)
@@ -243,7 +243,7 @@ void proc_claim_done(struct one *o)
     c->held = 0;
 }
 
-void proc_claim_drop(struct one *o)
+void proc_claim_drop(struct proc_run *o)
 {
     struct proc_claim *c = &o->cl;
     struct proc_claim_holder h;

@@ -3,7 +3,7 @@
  * events and row (through the caller's on_event, one at a time), its
  * state writes, and -n's prediction of what DEST would hold. Kept apart
  * so that the phase files (outputs.c, passes.c) depend on it and not on
- * each other or on the orchestration in queue.c.
+ * each other or on the orchestration in run.c.
  */
 #include "ckpt/process.h"
 
@@ -31,7 +31,7 @@ const char *ckpt_process_status_name(enum ckpt_process_status s)
 
 /* ---- events ---- */
 
-void proc_emit(struct one *o, enum ckpt_process_phase ph,
+void proc_emit(struct proc_run *o, enum ckpt_process_phase ph,
                enum ckpt_process_status st, const char *detail,
                uint64_t files, uint64_t bytes)
 {
@@ -48,7 +48,7 @@ void proc_emit(struct one *o, enum ckpt_process_phase ph,
 }
 
 /* The run's row; counts it in the totals. */
-void proc_finish(struct one *o, enum ckpt_process_status st,
+void proc_finish(struct proc_run *o, enum ckpt_process_status st,
                  const char *detail, int warn)
 {
     struct ckpt_process_totals *t = o->p->t;
@@ -91,7 +91,7 @@ void proc_finish(struct one *o, enum ckpt_process_status st,
 }
 
 /* "phase: reason" as a failed row. */
-void proc_fail_run(struct one *o, enum ckpt_process_phase ph,
+void proc_fail_run(struct proc_run *o, enum ckpt_process_phase ph,
                    const char *why)
 {
     /* After SIGINT/SIGTERM/SIGHUP every phase in flight fails on its
@@ -108,7 +108,7 @@ void proc_fail_run(struct one *o, enum ckpt_process_phase ph,
 
 /* The run's state written as phase ph, with its source, steps and freed
  * bytes. 0, or -1 after the run's failed row (in phase). */
-int proc_save_state(struct one *o, enum proc_phase ph,
+int proc_save_state(struct proc_run *o, enum proc_phase ph,
                     enum ckpt_process_phase phase)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -128,7 +128,7 @@ int proc_save_state(struct one *o, enum proc_phase ph,
 
 /* -n: DEST would hold the file shown as disp with size bytes (the
  * later word on one name wins: an upload replaces what DEST lists). */
-void proc_predict_file(struct one *o, const char *disp, uint64_t size,
+void proc_predict_file(struct proc_run *o, const char *disp, uint64_t size,
                        int base)
 {
     pthread_mutex_lock(&o->mu);

@@ -29,7 +29,7 @@
 
 /* An output directory below the run's DEST directory: "" for the run's
  * own (a run that is one checkpoint), else "stepN-unsharded". */
-static const char *out_rel(const struct one *o, const char *out)
+static const char *out_rel(const struct proc_run *o, const char *out)
 {
     size_t n = strlen(o->dkey);
     if (strncmp(out, o->dkey, n) != 0)
@@ -82,7 +82,7 @@ uint64_t proc_out_steps(const struct proc_state *s, char *const *extra,
 
 /* A step's outputs, written and committed: recorded in the state at once,
  * so that a worker killed after this never loses track of them. */
-static void record_outputs(struct one *o,
+static void record_outputs(struct proc_run *o,
                            const struct ckpt_unshard_step_event *ev)
 {
     const char *rel = out_rel(o, ev->out);
@@ -109,7 +109,7 @@ static void record_outputs(struct one *o,
 
 static void on_step(void *ud, const struct ckpt_unshard_step_event *ev)
 {
-    struct one *o = ud;
+    struct proc_run *o = ud;
     if (!strcmp(ev->action, "unsharded") ||
         !strcmp(ev->action, "would-unshard"))
         o->steps++;
@@ -229,7 +229,7 @@ static void rederive_step(void *ud, const struct ckpt_unshard_step_event *ev)
 }
 
 struct cmp_out {
-    struct one *o;
+    struct proc_run *o;
     const char *dir;                    /* below the run's DEST key */
     struct rederive *r;
     int record;                         /* record what matches */
@@ -286,7 +286,7 @@ static int cmp_out_file(void *ud, const struct ckpt_entry *e)
  * record), else a conflict that fails the run and keeps its source
  * (DEST is not replaced: it is not this run's). 0, or -1 after the
  * run's row. */
-static int rederive(struct one *o, const char *dir, int record)
+static int rederive(struct proc_run *o, const char *dir, int record)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     char *disp = ckpt_storage_display(c->dst, o->dkey);
@@ -355,7 +355,7 @@ static int rederive(struct one *o, const char *dir, int record)
 /* Outputs unshard found complete at DEST that the state does not record:
  * adopted only when unsharding again gives the same bytes (rederive).
  * 0, or -1 after the run's row. */
-static int adopt_outputs(struct one *o)
+static int adopt_outputs(struct proc_run *o)
 {
     size_t before = o->s.nouts;
     for (size_t i = 0; i < o->nhave; i++)
@@ -373,7 +373,7 @@ static int adopt_outputs(struct one *o)
  * unfinished until complete, a local one appears by rename; a step whose
  * output is complete at DEST is skipped, so a rerun redoes only what a
  * killed worker left unfinished. 0, or -1 after the run's row. */
-int proc_unshard(struct one *o)
+int proc_unshard(struct proc_run *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     if (c->unshard == CKPT_PROC_UNSHARD_NONE)
@@ -450,7 +450,7 @@ static char *sum_fault(const struct proc_out *out, const char *got)
  * back and hashed), and its step's "-unfinished" marker gone (a writer
  * at work, or a killed one's). The verified steps are what
  * --drop-sharded may leave out. 0, or -1 after the run's row. */
-int proc_verify_outputs(struct one *o)
+int proc_verify_outputs(struct proc_run *o)
 {
     struct ckpt_storage *st = o->p->cfg.dst;
     int remote = !ckpt_storage_is_local(st);
@@ -521,7 +521,7 @@ int proc_verify_outputs(struct one *o)
  * conflict fails the run here too), and their steps, like those of
  * recorded ones, count as made for --drop-sharded. 0, or -1 after the
  * run's row. */
-int proc_dry_have(struct one *o)
+int proc_dry_have(struct proc_run *o)
 {
     for (size_t i = 0; i < o->nhave; i++) {
         if (!recorded_in(&o->s, o->have[i]) && rederive(o, o->have[i], 0))

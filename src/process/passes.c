@@ -33,7 +33,7 @@ static int cmp_pf(const void *a, const void *b)
 
 /* -n: files and bytes of the predicted set, each name once (its last
  * word); the set is emptied. */
-static void predicted_total(struct one *o, uint64_t *files, uint64_t *bytes)
+static void predicted_total(struct proc_run *o, uint64_t *files, uint64_t *bytes)
 {
     *files = *bytes = 0;
     if (o->npf)
@@ -51,7 +51,7 @@ static void predicted_total(struct one *o, uint64_t *files, uint64_t *bytes)
 }
 
 /* ev->src as a path in the run (its display stripped), or as given. */
-static const char *in_run(const struct one *o, const char *src)
+static const char *in_run(const struct proc_run *o, const char *src)
 {
     size_t n = strlen(o->r->display);
     return !strncmp(src, o->r->display, n) && src[n] == '/' ? src + n + 1
@@ -60,7 +60,7 @@ static const char *in_run(const struct one *o, const char *src)
 
 static void up_event(void *ud, const struct ckpt_upload_event *ev)
 {
-    struct one *o = ud;
+    struct proc_run *o = ud;
     if (ev->action == CKPT_UP_WARNING &&
         (!strcmp(ev->detail, CKPT_UP_WHY_LINK) ||
          !strcmp(ev->detail, CKPT_UP_WHY_ARCHIVE_LINK) ||
@@ -97,7 +97,7 @@ static void up_progress(void *ud, uint64_t items, uint64_t bytes,
                         uint64_t sent)
 {
     (void)sent;
-    struct one *o = ud;
+    struct proc_run *o = ud;
     struct ckpt_process *p = o->p;
     pthread_mutex_lock(&p->mu);
     if (items >= o->pitems && bytes >= o->pbytes) {
@@ -116,7 +116,7 @@ static void up_progress(void *ud, uint64_t items, uint64_t bytes,
  * a run the next one verifies and deletes, never judges again). */
 static int up_may_delete(void *ud, struct ckpt_err *err)
 {
-    struct one *o = ud;
+    struct proc_run *o = ud;
     if (proc_keeper_check(&o->k, err) != 0 ||
         (o->path_key && proc_keeper_check(&o->pk, err) != 0))
         return -1;
@@ -145,18 +145,18 @@ static int up_may_delete(void *ud, struct ckpt_err *err)
 static int up_may_drop(void *ud, const char *key, const char *rel,
                        struct ckpt_err *err)
 {
-    struct one *o = ud;
+    struct proc_run *o = ud;
     return proc_drop_unchanged(&o->drops, key, rel, err);
 }
 
 static enum ckpt_upload_pick up_pick_cb(void *ud, const char *rel)
 {
-    struct one *o = ud;
+    struct proc_run *o = ud;
     return (enum ckpt_upload_pick)proc_pick(o->p->cfg.filter, &o->drops,
                                             rel);
 }
 
-static void add_logs(struct one *o, struct ckpt_upload *u)
+static void add_logs(struct proc_run *o, struct ckpt_upload *u)
 {
     const struct ckpt_process *p = o->p;
     const char *wid = strrchr(o->dkey, '/');
@@ -183,7 +183,7 @@ static void add_logs(struct one *o, struct ckpt_upload *u)
 
 /* DEST/ENTITY/PROJECT/RUN_ID.tar.gz: the run's key plus the archive's
  * extension. */
-static char *archive_key(const struct one *o)
+static char *archive_key(const struct proc_run *o)
 {
     char *base = ckpt_path_basename(o->r->key);
     char *key = ckpt_xasprintf("%s%s", o->dkey, base + strlen(o->r->id));
@@ -194,7 +194,7 @@ static char *archive_key(const struct one *o)
 /* One pass of the upload engine over the run and its logs. verify: compare
  * every file by checksum and (unless --keep-source) delete the source.
  * Returns 0, or -1 with o->fail saying why. */
-static int upload_pass(struct one *o, int verify, int dry,
+static int upload_pass(struct proc_run *o, int verify, int dry,
                        struct ckpt_upload_totals *t)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
@@ -254,7 +254,7 @@ static int upload_pass(struct one *o, int verify, int dry,
 /* ---- what DEST holds, and the phases that run the passes ---- */
 
 struct dcount {
-    struct one *o;
+    struct proc_run *o;
     const char *root;
     int predict;
     uint64_t files, bytes;
@@ -289,7 +289,7 @@ static int dcount_cb(void *ud, const struct ckpt_entry *e)
  * little or nothing). -n (predict): DEST now, with what the pass would
  * upload and unshard on top (the events gathered by predict_file). 0, or
  * -1 with err. */
-static int count_dest(struct one *o, int predict, uint64_t *files,
+static int count_dest(struct proc_run *o, int predict, uint64_t *files,
                       uint64_t *bytes, struct ckpt_err *err)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
@@ -323,7 +323,7 @@ static int count_dest(struct one *o, int predict, uint64_t *files,
 
 /* The delete phase's event; files the rules left out stayed, and say
  * so (the run's directory is then not gone). */
-static void emit_delete(struct one *o, const struct ckpt_upload_totals *t,
+static void emit_delete(struct proc_run *o, const struct ckpt_upload_totals *t,
                         uint64_t freed0)
 {
     char *d = t->left ? ckpt_xasprintf("kept %llu file(s) left out by "
@@ -338,7 +338,7 @@ static void emit_delete(struct one *o, const struct ckpt_upload_totals *t,
 /* What the pass left at the source by design, for the row and the state
  * ("kept 2 special files: a/fifo, b/link"); NULL when nothing was, or
  * nothing is deleted (--keep-source). */
-static void set_note(struct one *o)
+static void set_note(struct proc_run *o)
 {
     free(o->s.why);
     o->s.why = NULL;
@@ -361,7 +361,7 @@ static void set_note(struct one *o)
 /* Steps to leave out (--drop-*): judged on the run as it is before any
  * of it is deleted, after the unshard phase made its outputs. 0, or -1
  * after the run's row. */
-int proc_find_drops(struct one *o)
+int proc_find_drops(struct proc_run *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -383,7 +383,7 @@ int proc_find_drops(struct one *o)
 
 /* The counts of what DEST holds after the pass (count_dest) into the
  * state; -1 after the run's row. */
-static int set_counts(struct one *o, enum ckpt_process_phase ph)
+static int set_counts(struct proc_run *o, enum ckpt_process_phase ph)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
     if (count_dest(o, o->p->cfg.dry_run, &o->s.files, &o->s.bytes, &err)
@@ -394,7 +394,7 @@ static int set_counts(struct one *o, enum ckpt_process_phase ph)
 }
 
 struct left {
-    const struct one *o;
+    const struct proc_run *o;
     struct ckpt_buf names;
     size_t n;
 };
@@ -421,7 +421,7 @@ static int left_file(void *ud, const struct ckpt_entry *e)
  * writing it. It is kept, and the run is not done: the row fails naming
  * it, and the state stays "uploaded" with the reason, so that a rerun
  * takes it once it is older than --min-age. 0, or -1 after the row. */
-static int left_behind(struct one *o)
+static int left_behind(struct proc_run *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     struct ckpt_err err = CKPT_ERR_INIT;
@@ -461,7 +461,7 @@ static int left_behind(struct one *o)
  * "stuck-uploaded"). rmdir removes only an empty directory; one that is
  * not (files kept, or new ones) stays for the next pass. 0, or -1 after
  * the run's row. */
-static int save_done(struct one *o)
+static int save_done(struct proc_run *o)
 {
     struct ckpt_err err = CKPT_ERR_INIT;
     if (proc_save_state(o, PROC_DONE, CKPT_PROC_DELETE) != 0)
@@ -476,7 +476,7 @@ static int save_done(struct one *o)
 
 /* After a real pass that copied and verified everything: its delete
  * row, the row's note, what stayed at the source, state "done". */
-static int pass_done(struct one *o, const struct ckpt_upload_totals *t,
+static int pass_done(struct proc_run *o, const struct ckpt_upload_totals *t,
                      uint64_t freed0)
 {
     if (!o->p->cfg.keep_source)
@@ -491,7 +491,7 @@ static int pass_done(struct one *o, const struct ckpt_upload_totals *t,
  * upload engine, as `upload --delete-source` does (it deletes nothing
  * unless every file arrived; with --keep-source every file is compared
  * by checksum instead); state "done". -n: the plan of that pass. */
-int proc_upload(struct one *o)
+int proc_upload(struct proc_run *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     int dry = c->dry_run;
@@ -521,7 +521,7 @@ int proc_upload(struct one *o)
 
 /* Compare every source file with DEST, then delete the source (the
  * recorded outputs verified first: proc_verify_outputs). */
-int proc_verify_delete(struct one *o)
+int proc_verify_delete(struct proc_run *o)
 {
     const struct ckpt_process_cfg *c = &o->p->cfg;
     int dry = c->dry_run;

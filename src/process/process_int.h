@@ -147,16 +147,16 @@ int proc_claim_parse(const char *data, size_t len,
 /* The claim object of h: malloced JSON and a newline. */
 char *proc_claim_format(const struct proc_claim_holder *h);
 
-struct one;
+struct proc_run;
 /* Claim the run for this batch: 1 ours (handle it), 0 another worker's
  * of the batch (no row), -1 with err. */
-int proc_claim_take(struct one *o, struct ckpt_err *err);
+int proc_claim_take(struct proc_run *o, struct ckpt_err *err);
 /* The run's row was given: other workers of the batch leave it alone
  * even once this process is gone. */
-void proc_claim_done(struct one *o);
+void proc_claim_done(struct proc_run *o);
 /* Interrupted before the run was finished: the claim is deleted if it
  * is still ours, so another worker of the batch takes the run. */
-void proc_claim_drop(struct one *o);
+void proc_claim_drop(struct proc_run *o);
 
 /* ---- drop.c: --drop-sharded, --drop-incomplete, --include/--exclude */
 
@@ -183,10 +183,14 @@ int proc_pick(const struct ckpt_filter *f, const struct proc_drops *d,
 int proc_drop_unchanged(const struct proc_drops *d, const char *key,
                         const char *rel, struct ckpt_err *err);
 
-/* ---- queue.c: the queue and one run being worked on ---- */
+/* ---- queue.c: the queue; run.c: one run being worked on ---- */
+
+/* The directory below DEST that holds each run's state, lease and
+ * claim. */
+#define PROC_STATE_DIR ".ckpt-process"
 
 /* A queued run. */
-struct prun {
+struct proc_queued {
     struct ckpt_storage *st;    /* borrowed */
     char *key;
     char *display;
@@ -199,7 +203,7 @@ struct prun {
 /* The queue and what its runs share (ckpt/process.h's handle). */
 struct ckpt_process {
     struct ckpt_process_cfg cfg;
-    struct prun *runs;
+    struct proc_queued *runs;
     size_t n;
     char **ids;                 /* borrowed from runs, for _ids() */
     char **logs;                /* keys below cfg.logs_key */
@@ -229,12 +233,12 @@ struct ckpt_process {
 };
 
 /* One run being worked on. */
-struct one {
+struct proc_run {
     struct ckpt_process *p;
-    const struct prun *r;
+    const struct proc_queued *r;
     struct proc_keeper k;
     struct proc_claim cl;       /* --batch */
-    /* The lease on the run's DEST path (queue.c's claim_dest), held
+    /* The lease on the run's DEST path (run.c's claim_dest), held
      * while anything is written there
      * or deleted on its proof: two runs mapped to one place never write
      * it at once (a check-then-write is no claim). */
@@ -301,23 +305,29 @@ struct one {
     struct ckpt_archive_spool *spool;
 };
 
+/* run.c: run r through its phases under its lease (or claim); sets
+ * *failed when it failed. Returns 1 when the run is another live
+ * worker's of the batch (no row: walked once more after the round). */
+int proc_run_one(struct ckpt_process *p, const struct proc_queued *r,
+                 int *failed);
+
 /* ---- events.c: what every phase shares ---- */
 
 /* A phase's event, through the caller's on_event (one at a time). */
-void proc_emit(struct one *o, enum ckpt_process_phase ph,
+void proc_emit(struct proc_run *o, enum ckpt_process_phase ph,
                enum ckpt_process_status st, const char *detail,
                uint64_t files, uint64_t bytes);
 /* The run's row; counts it in the totals. */
-void proc_finish(struct one *o, enum ckpt_process_status st,
+void proc_finish(struct proc_run *o, enum ckpt_process_status st,
                  const char *detail, int warn);
 /* "phase: reason" as a failed row. */
-void proc_fail_run(struct one *o, enum ckpt_process_phase ph,
+void proc_fail_run(struct proc_run *o, enum ckpt_process_phase ph,
                    const char *why);
 /* The run's state written as phase ph; 0, or -1 after a failed row. */
-int proc_save_state(struct one *o, enum proc_phase ph,
+int proc_save_state(struct proc_run *o, enum proc_phase ph,
                     enum ckpt_process_phase phase);
 /* -n: DEST would hold the file shown as disp with size bytes. */
-void proc_predict_file(struct one *o, const char *disp, uint64_t size,
+void proc_predict_file(struct proc_run *o, const char *disp, uint64_t size,
                        int base);
 
 /* ---- outputs.c: the unshard outputs at DEST ---- */
@@ -327,19 +337,19 @@ void proc_predict_file(struct one *o, const char *disp, uint64_t size,
 uint64_t proc_out_steps(const struct proc_state *s, char *const *extra,
                         size_t n);
 /* The unshard phase, straight to DEST; 0, or -1 after the run's row. */
-int proc_unshard(struct one *o);
+int proc_unshard(struct proc_run *o);
 /* -n: unrecorded outputs compared as a real run would; 0, or -1. */
-int proc_dry_have(struct one *o);
+int proc_dry_have(struct proc_run *o);
 /* Every recorded output checked at DEST; 0, or -1 after the run's row. */
-int proc_verify_outputs(struct one *o);
+int proc_verify_outputs(struct proc_run *o);
 
 /* ---- passes.c: the upload passes ---- */
 
 /* Steps to leave out (--drop-*); 0, or -1 after the run's row. */
-int proc_find_drops(struct one *o);
+int proc_find_drops(struct proc_run *o);
 /* First pass: copy, verify, delete; state "done". 0, or -1. */
-int proc_upload(struct one *o);
+int proc_upload(struct proc_run *o);
 /* Rerun of an uploaded run: compare every file, delete; 0, or -1. */
-int proc_verify_delete(struct one *o);
+int proc_verify_delete(struct proc_run *o);
 
 #endif
