@@ -282,6 +282,27 @@ static char *run_at(const struct ckpt_tree *t, const char *d, const char *x)
     return b == d ? NULL : ckpt_xstrndup(d, (size_t)(b - 1 - d));
 }
 
+/* run_at() for d's entry x, and for x inside d's own checkpoints/ or
+ * checkpoint/ directory (a run keeps its steps there too). */
+static int shows_run(const struct ckpt_tree *t, const char *d, const char *x)
+{
+    char *r = run_at(t, d, x);
+    for (const char *const *c = (const char *const[]){ "checkpoints/",
+                                                       "checkpoint/", NULL };
+         !r && *c; c++) {
+        if (!ckpt_str_startswith(x, *c))
+            continue;
+        char *sub = ckpt_xstrndup(*c, strlen(*c) - 1);
+        char *sd = ckpt_path_join(d, sub);
+        r = run_at(t, sd, x + strlen(*c));
+        free(sd);
+        free(sub);
+    }
+    int hit = r != NULL;
+    free(r);
+    return hit;
+}
+
 int ckpt_tree_dir_is_run(const struct ckpt_tree *t, const char *dir)
 {
     size_t lo, hi, dl = strlen(dir);
@@ -290,10 +311,7 @@ int ckpt_tree_dir_is_run(const struct ckpt_tree *t, const char *dir)
         const char *p = t->files[i].path;
         if (strncmp(p, dir, dl) != 0 || p[dl] != '/')
             continue;
-        char *r = run_at(t, dir, p + dl + 1);
-        int hit = r != NULL;
-        free(r);
-        if (hit)
+        if (shows_run(t, dir, p + dl + 1))
             return 1;
     }
     return 0;

@@ -306,6 +306,27 @@ def latest_ok(tree, truth, unit, p):
     return target in ckpt_dirs(tree, truth, unit)
 
 
+def latest_goes_with(tree, truth, unit, p):
+    """cp/upload --delete-source (docs/commands/cp.md, Bad input): an OLMo
+    latest link anywhere in the tree copied (a run inside it too) goes
+    with it when it names a checkpoint directory beside it, or dangles
+    below its own directory (its checkpoint cleaned)."""
+    e = tree.e[p]
+    d, name = p.rsplit("/", 1)
+    if e.type != "l" or name not in LATEST_LINKS:
+        return False
+    if d != unit and not d.startswith(unit + "/"):
+        return False
+    t = e.link
+    if t.startswith("/") or ".." in t.split("/"):
+        return False
+    target = os.path.normpath(d + "/" + t.rstrip("/"))
+    if target not in tree.e:
+        return True
+    return target in ckpt_dirs(tree, truth, d) or \
+        is_ckpt_dir(tree, truth, target)
+
+
 def verdict(truth, d):
     c = truth["ckpts"].get(d)
     return c["verdict"] if c else "unknown"
@@ -1211,6 +1232,9 @@ class Case:
         if e.type == "l":
             if latest_ok(before, truth, u, p) and (
                     bad_units[u][0] or cmd in ("process", "upload")):
+                return None
+            if cmd in ("process", "upload") and \
+                    latest_goes_with(before, truth, u, p):
                 return None
             return "a symlink"
         bad, why, what = bad_units[u]
