@@ -11,7 +11,9 @@
  * suffix: any legal final name (up to 255 bytes) still has a temporary.
  * Host and pid tell a later run whether the process that made it is gone:
  * ckpt_temp_sweep removes the temporaries of dead processes of this host
- * and leaves those of live processes and of other hosts alone.
+ * and leaves those of live processes and of other hosts alone. The names
+ * are src/util/tempname.c's; the sweep deletes, so it is the delete
+ * gate's (src/gate/sweep.c).
  */
 #ifndef CKPT_TEMPNAME_H
 #define CKPT_TEMPNAME_H
