@@ -23,6 +23,8 @@ void *ckpt_xrealloc(void *p, size_t n);
 /* realloc for an array of n elements of size, overflow-checked. */
 void *ckpt_xreallocarray(void *p, size_t n, size_t size);
 char *ckpt_xstrdup(const char *s);
+/* Free the n strings of v, then v (NULL v: nothing). */
+void ckpt_strv_free(char **v, size_t n);
 char *ckpt_xstrndup(const char *s, size_t n);
 char *ckpt_xasprintf(const char *fmt, ...) CKPT_PRINTF(1, 2);
 

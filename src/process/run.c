@@ -669,22 +669,14 @@ int proc_run_one(struct ckpt_process *p, const struct proc_queued *r,
     for (size_t i = 0; i < o.npf; i++)
         free(o.pf[i].disp);
     free(o.pf);
-    for (size_t i = 0; i < o.nhave; i++)
-        free(o.have[i]);
-    free(o.have);
-    for (size_t i = 0; i < o.nwdirs; i++)
-        free(o.wdirs[i]);
-    free(o.wdirs);
+    ckpt_strv_free(o.have, o.nhave);
+    ckpt_strv_free(o.wdirs, o.nwdirs);
     proc_state_release(&o.s);
     ckpt_buf_release(&o.fail);
     ckpt_buf_release(&o.specials);
     ckpt_buf_release(&o.kept);
-    for (size_t i = 0; i < o.nkeptv; i++)
-        free(o.keptv[i]);
-    free(o.keptv);
-    for (size_t i = 0; i < o.nexpect; i++)
-        free(o.expect[i]);
-    free(o.expect);
+    ckpt_strv_free(o.keptv, o.nkeptv);
+    ckpt_strv_free(o.expect, o.nexpect);
     free(o.dkey);
     free(o.ddisp);
     free(o.path_key);

@@ -65,6 +65,13 @@ char *ckpt_xstrdup(const char *s)
     return ckpt_xstrndup(s, strlen(s));
 }
 
+void ckpt_strv_free(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
 char *ckpt_xstrndup(const char *s, size_t n)
 {
     size_t l = strnlen(s, n);
