@@ -727,7 +727,7 @@ static int ls_one(const char *arg, struct storages *stores,
 
 int cmd_ls(int argc, char **argv)
 {
-    struct ckpt_opts g = { 0 };
+    struct ckpt_opts g = { .takes = CLI_TAKES_JOBS };
     int arrays_too = 0, summarize = 0, by_run = 0, tree = 0;
     const char *min_age = NULL;
     struct summary sum = { .co = { .min_age = 86400, .dry_run = 1 } };

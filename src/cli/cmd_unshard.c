@@ -44,7 +44,8 @@ static const char *const usage[] = {
     "DEST may be s3://, r2:// or gs://: outputs are uploaded as they are",
     "written (no local copy), DEST-unfinished marks them until all are.",
     "Outputs appear atomically; nothing is executed from any pickle.",
-    "-j default: one worker per CPU core (decoding is CPU-bound).",
+    "--threads default: one per CPU core (decoding is CPU-bound). -j, runs",
+    "at once in the other commands, is refused here.",
     "examples:",
     "  ckpt unshard RUN/step1000 out/                    out/checkpoint.pt",
     "  ckpt unshard --format safetensors RUN/step1000 out/",
@@ -61,6 +62,7 @@ struct cmd {
     uint64_t spool_limit;       /* UINT64_MAX: not given */
     int allow_replicas, allow_unsafe_pickle, verify, latest, delete_sharded;
     int step0;                  /* --unshard-step0 */
+    int threads;                /* --threads: worker threads */
     int no_sync;
     const char *step;
     struct ckpt_unshard_opts uo;
@@ -113,6 +115,8 @@ static int parse(struct cmd *c, int *argc, char **argv)
                   "the spool of a compressed archive takes in --tmp-dir "
                   "(default: all but its last GiB); 0: no spool, read the "
                   "archive once per pass"),
+        OPT_INT_(0, "threads", &c->threads, "N", "worker threads (default: "
+                 "one per CPU core)"),
         OPT_BOOL_(0, "no-sync", &c->no_sync,
                   "do not fsync outputs before renaming them"),
         OPT_END_(),
@@ -226,7 +230,7 @@ static int validate(struct cmd *c, int argc, char **argv)
     o->allow_replicas = c->allow_replicas;
     o->allow_unsafe_pickle = c->allow_unsafe_pickle;
     o->verify = c->verify || c->delete_sharded;
-    o->jobs = c->g.jobs;
+    o->jobs = c->threads;
     o->storage_cfg = cli_storage_cfg(&c->g);
     o->dry_run = c->g.dry_run;
     o->sync = !c->no_sync;

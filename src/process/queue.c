@@ -26,7 +26,6 @@
 #include "process_int.h"
 
 #define STATE_DIR ".ckpt-process"
-#define DEFAULT_JOBS 32
 #define MIB (1024ULL * 1024)
 #define DEFAULT_MEM (96 * MIB)  /* upload's own default, for all runs */
 #define MIN_RUN_MEM (16 * MIB)  /* upload's --memory floor */
@@ -735,7 +734,7 @@ static void plan_pool(struct ckpt_process *p)
 {
     const struct ckpt_process_cfg *c = &p->cfg;
     int k = c->runs > 0 ? c->runs : CKPT_PROC_DEFAULT_RUNS;
-    int jobs = c->jobs > 0 ? c->jobs : DEFAULT_JOBS;
+    int jobs = c->jobs > 0 ? c->jobs : CKPT_PROC_DEFAULT_TRANSFERS;
     uint64_t mem = c->mem_budget ? c->mem_budget : DEFAULT_MEM;
     if ((size_t)k > p->n)
         k = p->n ? (int)p->n : 1;
