@@ -123,6 +123,9 @@ struct ckpt_process_cfg {
     int jobs;                    /* files in flight, all runs together
                                     (each run gets jobs / runs); <= 0:
                                     CKPT_PROC_DEFAULT_TRANSFERS */
+    uint64_t bwlimit;            /* bytes per second the upload phases
+                                    send, every run together
+                                    (ckpt/ratelimit.h); 0: none */
     uint64_t mem_budget;         /* upload data buffers, all runs
                                     together (each run gets its share,
                                     at least 16 MiB); 0: 96 MiB */

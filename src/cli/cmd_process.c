@@ -63,7 +63,7 @@ struct pr_opts {
     int transfers;               /* --transfers: files in flight */
     int no_wandb, keep_bad, keep_source, keep_archive, step0;
     int drop_sharded, drop_incomplete;
-    uint64_t max_archive, spool_limit;
+    uint64_t max_archive, spool_limit, bwlimit;
     struct cli_filter_opts filters;
 };
 
@@ -891,6 +891,9 @@ int cmd_process(int argc, char **argv)
                  "all runs together (default 32, as cp's; rclone's "
                  "--transfers)"),
         OPT_INT_(0, "runs", &po.runs, "N", "-j's older spelling"),
+        OPT_SIZE_(0, "bwlimit", &po.bwlimit, "RATE", "send at most RATE "
+                  "bytes a second, every run's uploads together (10M: 10 "
+                  "MiB/s), as cp's"),
         OPT_STR_(0, "lease-ttl", &po.lease_ttl, "DURATION", "a dead "
                  "worker's runs are taken over after this (default 10m; "
                  "at once when it ran on this host)"),
@@ -930,6 +933,7 @@ int cmd_process(int argc, char **argv)
     c.unshard_step0 = po.step0;
     c.keep_archive = po.keep_archive;
     c.jobs = po.transfers;
+    c.bwlimit = po.bwlimit;
     cli_debugf("process: runs at once (-j): %d; files in flight "
                "(--transfers), shared among them: %d",
                c.runs > 0 ? c.runs : CKPT_PROC_DEFAULT_RUNS,

@@ -20,6 +20,7 @@
 
 #include "ckpt/archive.h"
 #include "ckpt/interrupt.h"
+#include "ckpt/ratelimit.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
@@ -1027,6 +1028,8 @@ int ckpt_process_new(struct ckpt_process **out,
                      : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     p->cfg = *cfg;
     p->tmp = ckpt_xstrdup(base);
+    if (cfg->bwlimit)
+        p->bw = ckpt_rate_new(cfg->bwlimit);
     ckpt_spool_budget_init(&p->spools, p->tmp, cfg->spool_limit);
     /* Hashed as they are spooled, members go to DEST as hard links of the
      * spool's files, neither read nor written again (the upload's
@@ -1058,6 +1061,7 @@ void ckpt_process_free(struct ckpt_process *p)
         free(p->logs[i]);
     free(p->logs);
     pthread_mutex_destroy(&p->mu);
+    ckpt_rate_free(p->bw);
     ckpt_spool_budget_destroy(&p->spools);
     free(p->tmp);
     free(p->runs);
