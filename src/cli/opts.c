@@ -193,8 +193,8 @@ static int refuse_not_taken(const char *cmd, const struct option *o,
      * has its own name. */
     if (group == CLI_TAKES_JOBS) {
         int un = !strcmp(cmd, "unshard");
-        fprintf(stderr, "hint: -j, --jobs is the runs worked on at once (clean, "
-                "ls, map-wandb, process); 'ckpt %s' %s\n", cmd, un
+        fprintf(stderr, "hint: -j, --jobs is the runs worked on at once "
+                "(clean, ls, map-wandb, process); 'ckpt %s' %s\n", cmd, un
                 ? "works on one checkpoint or run: its worker threads are "
                   "--threads N"
                 : "copies one SRC: its files in flight are --transfers N");

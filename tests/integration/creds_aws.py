@@ -364,7 +364,8 @@ def refresh(t):
         env = t.base(AWS_EC2_METADATA_DISABLED="false",
                      AWS_EC2_METADATA_SERVICE_ENDPOINT=m.url)
         # Each 300 KiB body trickles at 40 KiB/s on the way back: 7.5 s
-        # a GET, 4 at a time (--transfers 4), 4 rounds: the threads share the keys
+        # a GET, 4 at a time (--transfers 4), 4 rounds: the threads share
+        # the keys
         # and their refreshes.
         rc, out, err = ckpt("upload", "-q", "--no-progress", big,
                             "s3://%s/slow" % B, env=env)
@@ -373,8 +374,8 @@ def refresh(t):
         t.s3.configure(trickle_bps=40 * 1024, trickle_match="/slow/")
         start = time.time()
         down = os.path.join(t.s3.tmp, "down")
-        rc, out, err = ckpt("upload", "-q", "--no-progress", "--transfers", "4",
-                            "s3://%s/slow" % B, down, env=env)
+        rc, out, err = ckpt("upload", "-q", "--no-progress", "--transfers",
+                            "4", "s3://%s/slow" % B, down, env=env)
         took = time.time() - start
         t.s3.configure(trickle_bps=0, trickle_match="")
         st = t.s3.stats()

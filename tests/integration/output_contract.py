@@ -4,7 +4,8 @@
 against every command:
 
 1. Every command's --json stdout (ls, ls -l, ls --summary, ls --tree,
-   clean, clean -n with pruning, map-wandb, unshard of one checkpoint and of a run,
+   clean, clean -n with pruning, map-wandb, unshard of one checkpoint and
+   of a run,
    unshard --format hf (one process and --part I/N), cp/upload (-n,
    --overwrite), process, process -n (--unshard-format hf) and a rerun;
    their errors too) is JSON lines only, each valid against

@@ -62,8 +62,8 @@ def missing(files, sizes):
 
 
 def upload(env, src, dest, *extra, wait=True):
-    cmd = [CKPT, "upload", "-q", "--json", "--transfers", "8"] + list(extra) + \
-        [src, dest]
+    cmd = [CKPT, "upload", "-q", "--json", "--transfers", "8"] + \
+        list(extra) + [src, dest]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     if not wait:
