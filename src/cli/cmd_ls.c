@@ -444,24 +444,31 @@ static void print_tree(const struct ls_item *it, const struct ckpt_opts *g)
     const struct ckpt_run *run = it->ok ? &it->run : &none;
     struct summary *sum = it->sum;
     enum verdict v = verdict_of(c);
-    uint64_t bytes = judged_bytes(c);
-    char *verdict = v == V_ERROR || v == V_NONE
-                  ? ckpt_xasprintf("error: %s", c->reason.ptr)
+    /* A LOCATION that is one checkpoint (not a run) is listed as plain
+     * ls lists it; clean judges runs, so it has no verdict and is left
+     * out of the total, as du leaves it out. */
+    int judged = v != V_NONE;
+    uint64_t bytes = judged ? judged_bytes(c) : run->size;
+    char *verdict = !judged ? ckpt_xstrdup("-")
+                  : v == V_ERROR ? ckpt_xasprintf("error: %s", c->reason.ptr)
                   : ckpt_xstrdup(verdict_name[v]);
     char bs[32], fs[32];
-    sum->nrows++;
-    sum->tree_bytes += bytes;
-    sum->free_bytes += c->bytes;
+    if (judged) {
+        sum->nrows++;
+        sum->tree_bytes += bytes;
+        sum->free_bytes += c->bytes;
+    }
     if (g->json) {
         cJSON *o = cli_json_row("run");
         cJSON_AddStringToObject(o, "run", it->name);
-        cJSON_AddStringToObject(o, "verdict", v == V_ERROR || v == V_NONE
-                                ? "error" : verdict_name[v]);
-        if (v == V_ERROR || v == V_NONE)
+        if (judged)
+            cJSON_AddStringToObject(o, "verdict", verdict_name[v]);
+        if (v == V_ERROR)
             cJSON_AddStringToObject(o, "reason", c->reason.ptr);
         cJSON_AddNumberToObject(o, "bytes", (double)bytes);
         cJSON_AddNumberToObject(o, "files", (double)run->nfiles);
-        cJSON_AddNumberToObject(o, "freed", (double)c->bytes);
+        if (judged)
+            cJSON_AddNumberToObject(o, "freed", (double)c->bytes);
         cJSON_AddItemToObject(o, "checkpoints",
                               cli_json_checkpoints(run, 1));
         cli_out_json(o);
@@ -471,7 +478,8 @@ static void print_tree(const struct ls_item *it, const struct ckpt_opts *g)
     cli_out_header(4, tree_header);
     const char *row[] = { it->name, verdict,
                           cli_fmt_bytes(bytes, bs, sizeof(bs)),
-                          cli_fmt_bytes(c->bytes, fs, sizeof(fs)) };
+                          judged ? cli_fmt_bytes(c->bytes, fs, sizeof(fs))
+                                 : "-" };
     cli_out_tsv(4, row);
     free(verdict);
     for (size_t i = 0; i < run->n; i++) {

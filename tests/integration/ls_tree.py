@@ -16,7 +16,9 @@ and a damaged archive:
    for people (1.5 KiB), as `-H` gives them in a pipe.
 4. --json: a run line per run whose checkpoints are plain ls's, with
    the verdict and freed of du's row; the last line du's total.
-5. --tree with --summary or -l: refused (exit 2).
+5. A LOCATION that is one checkpoint: its rows as plain ls lists it,
+   VERDICT and WOULD-FREE '-', left out of the total (as du leaves it).
+6. --tree with --summary or -l: refused (exit 2).
 """
 import json
 import os
@@ -192,6 +194,18 @@ def main():
                 {"type": "summary", "schema": 1, "verdict": "total",
                  "runs": 2, "bytes": int(runs[one[0]][2]) +
                  int(runs[one[1]][2]), "freed": int(runs[one[1]][2])}))
+
+        # a LOCATION that is one checkpoint: listed, no verdict, not in
+        # the total (du leaves it out)
+        step = os.path.join(s, "2871001", "step1000")
+        size = files_bytes(step)
+        c.eq("one checkpoint: its rows, no verdict, not counted",
+             ckpt("ls", "--tree", step, one[1], *age), (
+                 0, "%s\t-\t%d\t-\n%sstep1000\tcomplete\t%d\t-\n"
+                 "%s\ntotal\t-\t%s\t%s\n" % (
+                     step, size, END, size,
+                     "\n".join(pipe.splitlines()[5:7]),
+                     runs[one[1]][2], runs[one[1]][2]), ""))
 
         for other in ("--summary", "-l"):
             rc, out, err = ckpt("ls", "--tree", other, s)
