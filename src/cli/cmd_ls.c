@@ -41,9 +41,8 @@ static const char *const ls_usage[] = {
     "a row per run, largest first: RUN<TAB>VERDICT<TAB>BYTES<TAB>",
     "WOULD-FREE, then total<TAB>-<TAB>BYTES<TAB>WOULD-FREE.",
     "With --tree, each run (RUN<TAB>VERDICT<TAB>BYTES<TAB>WOULD-FREE,",
-    "judged as by --summary), under it a row per checkpoint, '" TREE_MID
-    "NAME'",
-    "<TAB>STATE<TAB>BYTES<TAB>-, then --by-run's total row.",
+    "judged as by --summary) and under it a row per checkpoint,",
+    TREE_MID "NAME<TAB>STATE<TAB>BYTES<TAB>-, then --by-run's total row.",
     "-j default 8: runs read at once (listing-bound).",
     "examples:",
     "  ckpt ls /scratch/runs                each run's checkpoints",
@@ -84,7 +83,7 @@ struct summary {
     int tree;                    /* --tree: runs listed (as plain ls)
                                     and judged; the counts are totals */
     struct by_run *rows;
-    size_t nrows;                /* --tree: runs listed */
+    size_t nrows;                /* rows; --tree: runs counted */
     uint64_t tree_bytes;         /* --tree: their bytes */
 };
 
