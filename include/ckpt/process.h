@@ -122,7 +122,10 @@ struct ckpt_process_cfg {
                                     CKPT_PROC_DEFAULT_RUNS */
     int jobs;                    /* files in flight, all runs together
                                     (each run gets jobs / runs); <= 0:
-                                    32 */
+                                    CKPT_PROC_DEFAULT_TRANSFERS */
+    uint64_t bwlimit;            /* bytes per second the upload phases
+                                    send, every run together
+                                    (ckpt/ratelimit.h); 0: none */
     uint64_t mem_budget;         /* upload data buffers, all runs
                                     together (each run gets its share,
                                     at least 16 MiB); 0: 96 MiB */
@@ -160,6 +163,7 @@ struct ckpt_process_cfg {
 };
 
 #define CKPT_PROC_DEFAULT_RUNS 4
+#define CKPT_PROC_DEFAULT_TRANSFERS 32
 
 struct ckpt_process_totals {
     uint64_t processed, done, deleted, skipped, failed;

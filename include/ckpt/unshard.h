@@ -110,6 +110,10 @@ struct ckpt_unshard_opts {
     int sync;                   /* fsync outputs before renaming */
     /* Remote DEST: bytes of part buffers held at once; 0: 96 MiB. */
     uint64_t memory;
+    /* Remote DEST: borrowed, or NULL: the bandwidth limit every part and
+     * object sent waits its turn at (ckpt/ratelimit.h; --bwlimit, shared
+     * with the caller's other transfers). */
+    struct ckpt_rate *rate;
     const char *tmp_dir;        /* scratch for decompressed items in a
                                    dry run; NULL: $TMPDIR or /tmp */
     const char *config_yaml;    /* copied in as config.yaml when the

@@ -92,6 +92,9 @@ struct ckpt_upload_cfg {
     int max_throttles;      /* same-object throttles per request; 0: 30 */
     uint64_t bwlimit;       /* bytes per second sent, all workers
                                together (ckpt/ratelimit.h); 0: none */
+    struct ckpt_rate *rate; /* borrowed, or NULL: a limit shared with
+                               other uploads (ckpt process: every run's),
+                               taken instead of bwlimit */
     void (*on_event)(void *ud, const struct ckpt_upload_event *ev);
     /* items and bytes done (sent, resumed or skipped) and bytes sent by
      * this run, so far: totals, any thread */

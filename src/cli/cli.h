@@ -25,6 +25,9 @@ struct cJSON;
 #define CLI_TAKES_DRY_RUN  1u   /* -n, --dry-run: it changes something */
 #define CLI_TAKES_TMP_DIR  2u   /* --tmp-dir: it spools */
 #define CLI_TAKES_PROGRESS 4u   /* --progress, --no-progress */
+#define CLI_TAKES_JOBS     8u   /* -j, --jobs: it works on runs, N at once
+                                 * (cp's files in flight are --transfers,
+                                 * unshard's threads --threads) */
 
 /* Global options, parsed by every command; const once parsed. */
 struct ckpt_opts {

@@ -181,7 +181,7 @@ static void run_phase(struct item **items, int n, int jobs, ckpt_task_fn fn)
 
 int cmd_clean(int argc, char **argv)
 {
-    struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN };
+    struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN | CLI_TAKES_JOBS };
     struct ckpt_clean_opts co = { 86400, 0, 5ULL << 30, 0, 0, 0 };
     const char *min_age = NULL;
     const struct option opts[] = {

@@ -16,6 +16,11 @@
 #include "ckpt/util.h"
 #include "runs.h"
 
+/* --tree: the branches before a checkpoint's name, as tree(1) draws
+ * them ("|-- ", "`-- " in box-drawing characters). */
+#define TREE_MID "\xe2\x94\x9c\xe2\x94\x80\xe2\x94\x80 "
+#define TREE_END "\xe2\x94\x94\xe2\x94\x80\xe2\x94\x80 "
+
 static const char *const ls_usage[] = {
     "ckpt ls [options] LOCATION...",
     "",
@@ -35,11 +40,15 @@ static const char *const ls_usage[] = {
     "same --min-age would delete). With --summary --by-run (or 'ckpt du'),",
     "a row per run, largest first: RUN<TAB>VERDICT<TAB>BYTES<TAB>",
     "WOULD-FREE, then total<TAB>-<TAB>BYTES<TAB>WOULD-FREE.",
+    "With --tree, each run (RUN<TAB>VERDICT<TAB>BYTES<TAB>WOULD-FREE,",
+    "judged as by --summary) and under it a row per checkpoint,",
+    TREE_MID "NAME<TAB>STATE<TAB>BYTES<TAB>-, then --by-run's total row.",
     "-j default 8: runs read at once (listing-bound).",
     "examples:",
     "  ckpt ls /scratch/runs                each run's checkpoints",
     "  ckpt ls --summary s3://b/runs        runs and bytes per verdict",
     "  ckpt ls --summary --by-run /scratch  where the quota went, per run",
+    "  ckpt ls --tree /scratch/runs         runs, steps, sizes, verdicts",
     "  ckpt ls --json RUN | jq .bytes       for scripts (docs/output.md)",
     NULL
 };
@@ -56,6 +65,9 @@ static const char *const ls_header[] = { "RUN", "CHECKPOINT", "STEP",
                                          "FORMAT", "STATE", "BYTES",
                                          "FILES" };
 
+static const char *const tree_header[] = { "RUN", "VERDICT", "BYTES",
+                                           "WOULD-FREE" };
+
 /* --by-run: one run's row. */
 struct by_run {
     char *name;                  /* owned */
@@ -68,8 +80,11 @@ struct summary {
     uint64_t runs[V_N], bytes[V_N];
     uint64_t free_runs, free_bytes;
     int by_run;                  /* --by-run: rows kept, one per run */
+    int tree;                    /* --tree: runs listed (as plain ls)
+                                    and judged; the counts are totals */
     struct by_run *rows;
-    size_t nrows;
+    size_t nrows;                /* rows; --tree: runs counted */
+    uint64_t tree_bytes;         /* --tree: their bytes */
 };
 
 struct ls_item {
@@ -86,6 +101,7 @@ struct ls_item {
     struct ckpt_err err;
     struct summary *sum;         /* --summary, or NULL */
     struct ckpt_clean_item judged; /* --summary: clean's verdict */
+    int was_judged;              /* judged holds a verdict to release */
 };
 
 static int add_array(void *ud, const char *item,
@@ -165,6 +181,16 @@ static void judge(void *arg)
                          &it->sum->co);
     ckpt_clean_judge(&it->judged);
     ckpt_clean_act(&it->judged);
+    it->was_judged = 1;
+}
+
+/* --tree: listed as plain ls lists it, and judged as --summary judges
+ * it (which also counts an archive ls cannot open, as an error run). */
+static void load_judge(void *arg)
+{
+    struct ls_item *it = arg;
+    load(it);
+    judge(it);
 }
 
 static int all_complete(const struct ckpt_run *run)
@@ -196,6 +222,15 @@ static enum verdict verdict_of(const struct ckpt_clean_item *c)
     return V_ERROR;
 }
 
+/* A judged run's bytes: its files, or an archive's own size. */
+static uint64_t judged_bytes(const struct ckpt_clean_item *c)
+{
+    return c->scanned ? (c->is_archive ? c->sb.size : c->run.size)
+         : ckpt_archive_kind_of(c->key) != CKPT_ARCHIVE_NONE
+         ? c->sb.size   /* a damaged archive: stat'ed */
+         : 0;
+}
+
 /* Count one judged run; a run that cannot be judged is named on stderr
  * (the summary row only counts it). */
 static void tally(struct ls_item *it)
@@ -207,10 +242,7 @@ static void tally(struct ls_item *it)
         return;
     if (v == V_ERROR)
         cli_warnf("%s: cannot judge: %s", it->name, c->reason.ptr);
-    uint64_t bytes = c->scanned ? (c->is_archive ? c->sb.size : c->run.size)
-                   : ckpt_archive_kind_of(c->key) != CKPT_ARCHIVE_NONE
-                   ? c->sb.size   /* a damaged archive: stat'ed */
-                   : 0;
+    uint64_t bytes = judged_bytes(c);
     sum->runs[v]++;
     sum->bytes[v] += bytes;
     if (c->bytes) {
@@ -320,7 +352,7 @@ static void print_summary(const struct summary *sum,
 static void ls_error(const char *name, const char *msg,
                      const struct ckpt_opts *g, const struct summary *sum)
 {
-    if (sum) {
+    if (sum && !sum->tree) {
         cli_errorf("%s", msg);
         return;
     }
@@ -333,9 +365,15 @@ static void ls_error(const char *name, const char *msg,
         return;
     }
     char *state = ckpt_xasprintf("error: %s", msg);
-    const char *f[] = { name, "-", "-", "-", state, "-", "-" };
-    cli_out_header(7, ls_header);
-    cli_out_tsv(7, f);
+    if (sum) {
+        const char *f[] = { name, state, "-", "-" };
+        cli_out_header(4, tree_header);
+        cli_out_tsv(4, f);
+    } else {
+        const char *f[] = { name, "-", "-", "-", state, "-", "-" };
+        cli_out_header(7, ls_header);
+        cli_out_tsv(7, f);
+    }
     free(state);
 }
 
@@ -394,8 +432,97 @@ static void print_unaccounted(const struct ls_item *it)
     }
 }
 
+/* --tree: the run's row, its verdict and what clean would free judged
+ * as --by-run judges them (a run that cannot be judged says why there),
+ * then a row per checkpoint, its state as plain ls says it. Counts the
+ * run into the total. */
+static void print_tree(const struct ls_item *it, const struct ckpt_opts *g)
+{
+    const struct ckpt_clean_item *c = &it->judged;
+    static const struct ckpt_run none;
+    const struct ckpt_run *run = it->ok ? &it->run : &none;
+    struct summary *sum = it->sum;
+    enum verdict v = verdict_of(c);
+    /* A LOCATION that is one checkpoint (not a run) is listed as plain
+     * ls lists it; clean judges runs, so it has no verdict and is left
+     * out of the total, as du leaves it out. */
+    int judged = v != V_NONE;
+    uint64_t bytes = judged ? judged_bytes(c) : run->size;
+    char *verdict = !judged ? ckpt_xstrdup("-")
+                  : v == V_ERROR ? ckpt_xasprintf("error: %s", c->reason.ptr)
+                  : ckpt_xstrdup(verdict_name[v]);
+    char bs[32], fs[32];
+    if (judged) {
+        sum->nrows++;
+        sum->tree_bytes += bytes;
+        sum->free_bytes += c->bytes;
+    }
+    if (g->json) {
+        cJSON *o = cli_json_row("run");
+        cJSON_AddStringToObject(o, "run", it->name);
+        if (judged)
+            cJSON_AddStringToObject(o, "verdict", verdict_name[v]);
+        if (v == V_ERROR)
+            cJSON_AddStringToObject(o, "reason", c->reason.ptr);
+        cJSON_AddNumberToObject(o, "bytes", (double)bytes);
+        cJSON_AddNumberToObject(o, "files", (double)run->nfiles);
+        if (judged)
+            cJSON_AddNumberToObject(o, "freed", (double)c->bytes);
+        cJSON_AddItemToObject(o, "checkpoints",
+                              cli_json_checkpoints(run, 1));
+        cli_out_json(o);
+        free(verdict);
+        return;
+    }
+    cli_out_header(4, tree_header);
+    const char *row[] = { it->name, verdict,
+                          cli_fmt_bytes(bytes, bs, sizeof(bs)),
+                          judged ? cli_fmt_bytes(c->bytes, fs, sizeof(fs))
+                                 : "-" };
+    cli_out_tsv(4, row);
+    free(verdict);
+    for (size_t i = 0; i < run->n; i++) {
+        const struct ckpt_checkpoint *k = &run->ckpts[i];
+        char *name = ckpt_xasprintf("%s%s", i + 1 < run->n ? TREE_MID
+                                    : TREE_END, k->name);
+        char *state = k->complete ? ckpt_xstrdup("complete")
+                    : ckpt_xasprintf("%s: %s", k->unknown ? "unknown"
+                                     : "incomplete", k->why);
+        const char *f[] = { name, state,
+                            cli_fmt_bytes(k->size, bs, sizeof(bs)), "-" };
+        cli_out_tsv(4, f);
+        free(name);
+        free(state);
+    }
+}
+
+/* --tree: after every LOCATION, --by-run's total row. */
+static void print_tree_total(const struct summary *sum,
+                             const struct ckpt_opts *g)
+{
+    if (g->json) {
+        cJSON *o = cli_json_row("summary");
+        cJSON_AddStringToObject(o, "verdict", "total");
+        cJSON_AddNumberToObject(o, "runs", (double)sum->nrows);
+        cJSON_AddNumberToObject(o, "bytes", (double)sum->tree_bytes);
+        cJSON_AddNumberToObject(o, "freed", (double)sum->free_bytes);
+        cli_out_json(o);
+        return;
+    }
+    char bs[32], fs[32];
+    const char *row[] = { "total", "-",
+                          cli_fmt_bytes(sum->tree_bytes, bs, sizeof(bs)),
+                          cli_fmt_bytes(sum->free_bytes, fs, sizeof(fs)) };
+    cli_out_header(4, tree_header);
+    cli_out_tsv(4, row);
+}
+
 static void print_run(const struct ls_item *it, const struct ckpt_opts *g)
 {
+    if (it->sum && it->sum->tree) {
+        print_tree(it, g);
+        return;
+    }
     if (it->sum) {
         tally((struct ls_item *)it);
         return;
@@ -534,6 +661,7 @@ static int ls_one(const char *arg, struct storages *stores,
                            .sum = sum };
     load(&top);
     int failed = 0;
+    int counts = sum && !sum->tree;   /* --summary: no rows per run */
     /* A LOCATION that is itself one checkpoint (a checkpoint directory, or
      * an archive holding one) is listed as that checkpoint. */
     int one = top.ok && top.run.n == 1 && top.run.ckpts[0].root;
@@ -541,16 +669,13 @@ static int ls_one(const char *arg, struct storages *stores,
         if (sum)
             judge(&top);
         print_run(&top, g);
-        if (sum)
-            ckpt_clean_item_release(&top.judged);
     } else if (!top.ok && top.err.code == CKPT_EUNSAFE) {
         /* A file it will not read (a FIFO where .metadata belongs): the
          * run cannot be judged, and is no directory of runs either;
          * --summary counts it as an error run. */
-        if (sum) {
+        if (counts) {
             judge(&top);
             tally(&top);    /* (names it) */
-            ckpt_clean_item_release(&top.judged);
         } else {
             ls_error(arg, top.err.msg, g, sum);
         }
@@ -572,20 +697,25 @@ static int ls_one(const char *arg, struct storages *stores,
         if (n)
             ckpt_sort(items, n, sizeof(*items), cmp_item);
         load_all(items, n, cli_default_jobs(g, (int)n, 8),
-                 sum ? judge : load);
+                 counts ? judge : sum ? load_judge : load);
         for (size_t i = 0; i < n; i++) {
-            if (sum) {
+            if (counts) {
                 /* Judged by clean's code, which reads the run itself. */
                 tally(&items[i]);
-                ckpt_clean_item_release(&items[i].judged);
             } else if (items[i].ok &&
                        ckpt_run_looks_like_run(&items[i].run))
                 print_run(&items[i], g);
             else if (!items[i].ok && items[i].err.code != CKPT_EFORMAT) {
                 ls_error(items[i].name, items[i].err.msg, g, sum);
                 failed = 1;
+            } else if (sum && verdict_of(&items[i].judged) != V_NONE) {
+                /* --tree: an archive ls cannot open, judged (as
+                 * --summary counts it) an error run. */
+                print_run(&items[i], g);
             }
             free_arrays(&items[i]);
+            if (items[i].was_judged)
+                ckpt_clean_item_release(&items[i].judged);
             if (items[i].ok)
                 ckpt_run_release(&items[i].run);
             free(items[i].name);
@@ -594,6 +724,8 @@ static int ls_one(const char *arg, struct storages *stores,
         free(items);
     }
     free_arrays(&top);
+    if (top.was_judged)
+        ckpt_clean_item_release(&top.judged);
     if (top.ok)
         ckpt_run_release(&top.run);
     ckpt_loc_release(&loc);
@@ -602,8 +734,8 @@ static int ls_one(const char *arg, struct storages *stores,
 
 int cmd_ls(int argc, char **argv)
 {
-    struct ckpt_opts g = { 0 };
-    int arrays_too = 0, summarize = 0, by_run = 0;
+    struct ckpt_opts g = { .takes = CLI_TAKES_JOBS };
+    int arrays_too = 0, summarize = 0, by_run = 0, tree = 0;
     const char *min_age = NULL;
     struct summary sum = { .co = { .min_age = 86400, .dry_run = 1 } };
     const struct option opts[] = {
@@ -616,8 +748,12 @@ int cmd_ls(int argc, char **argv)
         OPT_BOOL_(0, "by-run", &by_run, "--summary: a row per run "
                   "(its bytes, verdict and what clean would free), "
                   "largest first"),
+        OPT_BOOL_(0, "tree", &tree, "each run, its verdict and what clean "
+                  "would free, and under it its checkpoints' bytes and "
+                  "states"),
         OPT_HUMAN_(&g),
-        OPT_STR_(0, "min-age", &min_age, "DURATION", "--summary: runs "
+        OPT_STR_(0, "min-age", &min_age, "DURATION", "--summary, --tree: "
+                 "runs "
                  "written to more recently are live (default 1d, as "
                  "clean)"),
         OPT_END_()
@@ -645,9 +781,17 @@ int cmd_ls(int argc, char **argv)
         return EXIT_USAGE;
     }
     sum.by_run = by_run;
-    if (summarize && arrays_too) {
-        fprintf(stderr, "ckpt ls: error: --summary and -l exclude each "
-                "other\nusage: %s\n", ls_usage[0]);
+    sum.tree = tree;
+    if ((summarize || tree) && arrays_too) {
+        fprintf(stderr, "ckpt ls: error: %s and -l exclude each "
+                "other\nusage: %s\n", tree ? "--tree" : "--summary",
+                ls_usage[0]);
+        return EXIT_USAGE;
+    }
+    if (summarize && tree) {
+        fprintf(stderr, "ckpt ls: error: --summary and --tree exclude each "
+                "other ('ckpt du' for a row per run)\nusage: %s\n",
+                ls_usage[0]);
         return EXIT_USAGE;
     }
     cli_init_output(&g);
@@ -655,8 +799,10 @@ int cmd_ls(int argc, char **argv)
     int failed = 0;
     for (int i = 0; i < n; i++)
         failed |= ls_one(argv[i], &stores, &g, arrays_too,
-                         summarize ? &sum : NULL);
-    if (summarize && by_run)
+                         summarize || tree ? &sum : NULL);
+    if (tree)
+        print_tree_total(&sum, &g);
+    else if (summarize && by_run)
         print_by_run(&sum, &g);
     else if (summarize)
         print_summary(&sum, &g);

@@ -472,7 +472,7 @@ static char **expand(char **argv, int n, const struct ckpt_opts *g,
 
 int cmd_map_wandb(int argc, char **argv)
 {
-    struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN };
+    struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN | CLI_TAKES_JOBS };
     struct mw_opts o = { 0 };
     const struct option opts[] = {
         OPT_BOOL_(0, "offline", &o.offline,

@@ -40,9 +40,10 @@ static const char *const process_usage[] = {
     "then a total row. Exit 0 when every run was processed, done, deleted",
     "or legitimately skipped (live, leased, not a run), 1 when one failed",
     "or had no W&B path.",
-    "--runs N runs are worked on at once (default 4; 1: one after the",
-    "other); -j (default 32, files in flight) and the upload memory are",
-    "shared among them, so rows of different runs may interleave.",
+    "-j N runs are worked on at once (default 4; 1: one after the other;",
+    "--runs N is its older spelling); --transfers (default 32, files in",
+    "flight) and the upload memory are shared among them, so rows of",
+    "different runs may interleave.",
     "SIGINT, SIGTERM, SIGHUP: no new work, transfers in flight cut, leases",
     "released; exit 130, 143, 129 (rerun to resume).",
     "examples:",
@@ -58,10 +59,11 @@ struct pr_opts {
     const char *rank_values;
     const char *lease_ttl;
     const char *batch;
-    int runs;
+    int runs;                    /* --runs: -j's older spelling */
+    int transfers;               /* --transfers: files in flight */
     int no_wandb, keep_bad, keep_source, keep_archive, step0;
     int drop_sharded, drop_incomplete;
-    uint64_t max_archive, spool_limit;
+    uint64_t max_archive, spool_limit, bwlimit;
     struct cli_filter_opts filters;
 };
 
@@ -583,7 +585,8 @@ static int usage_error(const char *fmt, const char *arg)
     return -1;
 }
 
-static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c)
+static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c,
+                       const struct ckpt_opts *g)
 {
     int64_t ttl = 0;
     if (n == 0)
@@ -609,9 +612,15 @@ static int check_usage(int n, struct pr_opts *po, struct ckpt_process_cfg *c)
         return usage_error("--batch '%s': expected 1 to 64 letters, digits, "
                            "'.', '_' or '-'", po->batch);
     c->batch = po->batch;
-    if (po->runs < 0 || po->runs > 64)
-        return usage_error("--runs: expected 1 to 64%s", "");
-    c->runs = po->runs;
+    /* -j is the runs at once, as in every command; --runs is its older
+     * spelling, kept for the scripts that pass it. */
+    if (po->runs && g->jobs && po->runs != g->jobs)
+        return usage_error("-j and --runs differ: --runs is -j's older "
+                           "spelling (runs at once)%s", "");
+    int runs = g->jobs ? g->jobs : po->runs;
+    if (runs < 0 || runs > 64)
+        return usage_error("-j: expected 1 to 64 runs at once%s", "");
+    c->runs = runs;
     const char *u = po->unshard ? po->unshard : "all";
     if (!strcmp(u, "all"))
         c->unshard = CKPT_PROC_UNSHARD_ALL;
@@ -822,7 +831,7 @@ out:
 int cmd_process(int argc, char **argv)
 {
     struct ckpt_opts g = { .takes = CLI_TAKES_DRY_RUN | CLI_TAKES_TMP_DIR |
-                                     CLI_TAKES_PROGRESS };
+                                     CLI_TAKES_PROGRESS | CLI_TAKES_JOBS };
     struct pr_opts po;
     struct ckpt_process_cfg c;
     memset(&po, 0, sizeof(po));
@@ -878,8 +887,13 @@ int cmd_process(int argc, char **argv)
         OPT_HUMAN_(&g),
         OPT_STR_(0, "state-dir", &po.state_dir, "DIR", "journals of "
                  "unfinished uploads (default as ckpt upload)"),
-        OPT_INT_(0, "runs", &po.runs, "N", "runs worked on at once "
-                 "(default 4; 1: one at a time); -j is shared among them"),
+        OPT_INT_(0, "transfers", &po.transfers, "N", "files in flight, "
+                 "all runs together (default 32, as cp's; rclone's "
+                 "--transfers)"),
+        OPT_INT_(0, "runs", &po.runs, "N", "-j's older spelling"),
+        OPT_SIZE_(0, "bwlimit", &po.bwlimit, "RATE", "send at most RATE "
+                  "bytes a second, every run's uploads together (10M: 10 "
+                  "MiB/s), as cp's"),
         OPT_STR_(0, "lease-ttl", &po.lease_ttl, "DURATION", "a dead "
                  "worker's runs are taken over after this (default 10m; "
                  "at once when it ran on this host)"),
@@ -897,7 +911,7 @@ int cmd_process(int argc, char **argv)
     int rc = EXIT_USAGE;
     if (n == -2)
         rc = EXIT_OK;
-    else if (n >= 0 && check_usage(n, &po, &c) == 0) {
+    else if (n >= 0 && check_usage(n, &po, &c, &g) == 0) {
         struct ckpt_err err = CKPT_ERR_INIT;
         if (cli_filter_build(given, argc, &po.filters, &filter, &err) == 0)
             rc = -1;
@@ -918,7 +932,12 @@ int cmd_process(int argc, char **argv)
     c.keep_source = po.keep_source;
     c.unshard_step0 = po.step0;
     c.keep_archive = po.keep_archive;
-    c.jobs = g.jobs;
+    c.jobs = po.transfers;
+    c.bwlimit = po.bwlimit;
+    cli_debugf("process: runs at once (-j): %d; files in flight "
+               "(--transfers), shared among them: %d",
+               c.runs > 0 ? c.runs : CKPT_PROC_DEFAULT_RUNS,
+               c.jobs > 0 ? c.jobs : CKPT_PROC_DEFAULT_TRANSFERS);
     c.storage = cli_storage_cfg(&g);
     c.tmp_dir = g.tmp_dir;
     c.filter = filter;

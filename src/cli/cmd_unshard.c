@@ -16,6 +16,7 @@
 
 #include "ckpt/archive.h"
 #include "ckpt/interrupt.h"
+#include "ckpt/ratelimit.h"
 #include "ckpt/run.h"
 #include "ckpt/storage.h"
 #include "ckpt/tempname.h"
@@ -44,7 +45,8 @@ static const char *const usage[] = {
     "DEST may be s3://, r2:// or gs://: outputs are uploaded as they are",
     "written (no local copy), DEST-unfinished marks them until all are.",
     "Outputs appear atomically; nothing is executed from any pickle.",
-    "-j default: one worker per CPU core (decoding is CPU-bound).",
+    "--threads default: one per CPU core (decoding is CPU-bound). -j, runs",
+    "at once in the other commands, is refused here.",
     "examples:",
     "  ckpt unshard RUN/step1000 out/                    out/checkpoint.pt",
     "  ckpt unshard --format safetensors RUN/step1000 out/",
@@ -58,9 +60,12 @@ struct cmd {
     const char *layout, *format, *rank_values, *weights, *dtype, *part;
     const char *config_dir;
     uint64_t max_shard, memory;
+    uint64_t bwlimit;           /* --bwlimit: bytes a second to DEST */
+    struct ckpt_rate *rate;     /* its limit, shared by every worker */
     uint64_t spool_limit;       /* UINT64_MAX: not given */
     int allow_replicas, allow_unsafe_pickle, verify, latest, delete_sharded;
     int step0;                  /* --unshard-step0 */
+    int threads;                /* --threads: worker threads */
     int no_sync;
     const char *step;
     struct ckpt_unshard_opts uo;
@@ -109,10 +114,15 @@ static int parse(struct cmd *c, int *argc, char **argv)
                   "run: delete each sharded step once verified"),
         OPT_SIZE_(0, "memory", &c->memory, "SIZE", "remote DEST: part "
                   "buffers held at once (default 96M)"),
+        OPT_SIZE_(0, "bwlimit", &c->bwlimit, "RATE", "remote DEST: send "
+                  "at most RATE bytes a second, all workers together (10M: "
+                  "10 MiB/s), as cp's"),
         OPT_SIZE_(0, "spool-limit", &c->spool_limit, "SIZE", "most disk "
                   "the spool of a compressed archive takes in --tmp-dir "
                   "(default: all but its last GiB); 0: no spool, read the "
                   "archive once per pass"),
+        OPT_INT_(0, "threads", &c->threads, "N", "worker threads (default: "
+                 "one per CPU core)"),
         OPT_BOOL_(0, "no-sync", &c->no_sync,
                   "do not fsync outputs before renaming them"),
         OPT_END_(),
@@ -226,7 +236,7 @@ static int validate(struct cmd *c, int argc, char **argv)
     o->allow_replicas = c->allow_replicas;
     o->allow_unsafe_pickle = c->allow_unsafe_pickle;
     o->verify = c->verify || c->delete_sharded;
-    o->jobs = c->g.jobs;
+    o->jobs = c->threads;
     o->storage_cfg = cli_storage_cfg(&c->g);
     o->dry_run = c->g.dry_run;
     o->sync = !c->no_sync;
@@ -724,7 +734,10 @@ int cmd_unshard(int argc, char **argv)
     if ((rc = refused_paths(src, dest)) >= 0)
         return rc;
     cli_init_output(&c.g);
+    c.rate = c.bwlimit ? ckpt_rate_new(c.bwlimit) : NULL;
+    c.uo.rate = c.rate;
     if (ckpt_archive_kind_of(src) != CKPT_ARCHIVE_NONE && c.delete_sharded) {
+        ckpt_rate_free(c.rate);
         cli_errorf("'%s': --delete-sharded never deletes inside an archive; "
                    "nothing done", src);
         return EXIT_USAGE;
@@ -747,5 +760,6 @@ int cmd_unshard(int argc, char **argv)
     ckpt_archive_spool_free(spool);    /* before the storage it reads */
     ckpt_spool_budget_destroy(&c.spools);
     cli_storages_release(&sts);
+    ckpt_rate_free(c.rate);
     return rc;
 }

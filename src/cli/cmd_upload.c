@@ -34,8 +34,9 @@ static const char *const upload_usage[] = {
     "Prints one row per file that did not arrive (every file with -v), then",
     "a total row: total<TAB>copy=N<TAB>skip=N<TAB>error=N ... bytes=N ...",
     "(docs/output.md). 'ckpt upload' and 'ckpt copy' are the same command.",
-    "-j default 32: files in flight (one connection each; object stores",
-    "are fast in parallel, slow per connection).",
+    "--transfers default 32: files in flight (one connection each; object",
+    "stores are fast in parallel, slow per connection). -j, runs at once",
+    "in the other commands, is refused here.",
     "examples:",
     "  ckpt cp RUN s3://b/runs/RUN/            copy a run (a rerun resumes)",
     "  ckpt cp -n RUN s3://b/runs/RUN/         what would be copied",
@@ -54,6 +55,7 @@ static const char *cmd_name = "cp";
 
 struct up_opts {
     int extract, no_strip, delete_source, checksum, follow, wandb, overwrite;
+    int transfers;                /* --transfers: requests in flight */
     uint64_t part_size, memory, bwlimit;
     const char *wandb_map, *logs, *state_dir;
     struct cli_filter_opts filters;
@@ -557,7 +559,8 @@ static int upload_main(const struct ckpt_opts *g, const struct up_opts *uo,
     memset(&logs, 0, sizeof(logs));
     char *sdir = state_dir(uo);
     struct ckpt_upload_cfg cfg = {
-        .jobs = g->jobs > 0 ? g->jobs : DEFAULT_JOBS, .dry_run = g->dry_run,
+        .jobs = uo->transfers > 0 ? uo->transfers : DEFAULT_JOBS,
+        .dry_run = g->dry_run,
         .checksum = uo->checksum, .delete_source = uo->delete_source,
         /* DEST's copy may be the only one (an earlier --delete-source or
          * `ckpt process` deleted its source): never replaced unasked */
@@ -627,6 +630,9 @@ int cmd_upload(int argc, char **argv)
         OPT_SIZE_(0, "memory", &uo.memory, "SIZE", "data buffers in "
                   "flight (default 96M)"),
         OPT_FILTERS_(&uo.filters),
+        OPT_INT_(0, "transfers", &uo.transfers, "N", "requests in flight, "
+                 "whole files and parts together (default 32; rclone's "
+                 "--transfers)"),
         OPT_SIZE_(0, "bwlimit", &uo.bwlimit, "RATE", "send at most RATE "
                   "bytes a second, all transfers together (10M: 10 MiB/s)"),
         OPT_HUMAN_(&g),

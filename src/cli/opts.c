@@ -95,13 +95,14 @@ static const struct option *global_opts(struct ckpt_opts *g,
 {
     static struct option t[17];
     static const unsigned grp[17] = {
-        CLI_TAKES_DRY_RUN, 0, 0, 0, 0, CLI_TAKES_TMP_DIR,
+        CLI_TAKES_DRY_RUN, CLI_TAKES_JOBS, 0, 0, 0, CLI_TAKES_TMP_DIR,
         CLI_TAKES_PROGRESS, CLI_TAKES_PROGRESS,
     };
     struct option tmp[] = {
         OPT_BOOL_('n', "dry-run", &g->dry_run,
                   "say what would happen, change nothing"),
-        OPT_INT_('j', "jobs", &g->jobs, "N", "parallelism"),
+        OPT_INT_('j', "jobs", &g->jobs, "N", "runs worked on at once (as "
+                 "GNU parallel's jobs)"),
         OPT_BOOL_(0, "json", &g->json, "one JSON object per line on stdout"),
         OPT_BOOL_('q', "quiet", &g->quiet, "only errors on stderr"),
         OPT_BOOL_('v', "verbose", &g->verbose, "more detail on stderr"),
@@ -188,6 +189,17 @@ static int refuse_not_taken(const char *cmd, const struct option *o,
     char *e = ckpt_escape(given);
     fprintf(stderr, "ckpt %s: error: unknown option '%s'\n", cmd, e);
     free(e);
+    /* -j is runs at once in every command; the knob it used to be here
+     * has its own name. */
+    if (group == CLI_TAKES_JOBS) {
+        int un = !strcmp(cmd, "unshard");
+        fprintf(stderr, "hint: -j, --jobs is the runs worked on at once "
+                "(clean, ls, map-wandb, process); 'ckpt %s' %s\n", cmd, un
+                ? "works on one checkpoint or run: its worker threads are "
+                  "--threads N"
+                : "copies one SRC: its files in flight are --transfers N");
+        return -1;
+    }
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
         if (t[i].group == group)
             fprintf(stderr, "hint: --%s is an option of %s; 'ckpt %s' %s\n",

@@ -385,7 +385,9 @@ int proc_unshard(struct proc_run *o)
                 .dest_storage = c->dst, .checksum = 1,
                 .rank_values = c->rank_values,
                 .format = (enum ckpt_unshard_format)c->unshard_format,
-                .memory = o->p->run_mem, .jobs = o->p->run_jobs },
+                .memory = o->p->run_mem, .jobs = o->p->run_jobs,
+                /* --bwlimit: outputs written to DEST share the limit */
+                .rate = o->p->bw },
         .latest = c->unshard == CKPT_PROC_UNSHARD_LATEST,
         .skip_step0 = !c->unshard_step0, .tmp_dir = o->p->tmp,
         .on_step = on_step, .ud = o,

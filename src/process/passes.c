@@ -200,6 +200,7 @@ static int upload_pass(struct proc_run *o, int verify, int dry,
     const struct ckpt_process_cfg *c = &o->p->cfg;
     struct ckpt_upload_cfg ucfg = {
         .jobs = o->p->run_jobs, .mem_budget = o->p->run_mem,
+        .rate = o->p->bw,   /* --bwlimit: one limit for every run */
         .dry_run = dry,
         .checksum = verify, .delete_source = !c->keep_source,
         /* DEST's only copy is never replaced: once a source may have

@@ -228,6 +228,8 @@ struct ckpt_process {
     int par;                    /* runs in flight */
     int run_jobs;               /* upload workers per run */
     uint64_t run_mem;           /* upload data buffers per run */
+    struct ckpt_rate *bw;       /* cfg.bwlimit, shared by every run's
+                                   upload, or NULL */
     uint64_t items, bytes;      /* progress of every run together */
     struct ckpt_spool_budget spools;    /* --spool-limit, all runs */
 };

@@ -13,11 +13,11 @@
 
 #include "ckpt/archive.h"
 #include "ckpt/interrupt.h"
+#include "ckpt/ratelimit.h"
 #include "ckpt/util.h"
 #include "ckpt/wandb.h"
 #include "process_int.h"
 
-#define DEFAULT_JOBS 32
 #define MIB (1024ULL * 1024)
 #define DEFAULT_MEM (96 * MIB)  /* upload's own default, for all runs */
 #define MIN_RUN_MEM (16 * MIB)  /* upload's --memory floor */
@@ -55,7 +55,7 @@ static void plan_pool(struct ckpt_process *p)
 {
     const struct ckpt_process_cfg *c = &p->cfg;
     int k = c->runs > 0 ? c->runs : CKPT_PROC_DEFAULT_RUNS;
-    int jobs = c->jobs > 0 ? c->jobs : DEFAULT_JOBS;
+    int jobs = c->jobs > 0 ? c->jobs : CKPT_PROC_DEFAULT_TRANSFERS;
     uint64_t mem = c->mem_budget ? c->mem_budget : DEFAULT_MEM;
     if ((size_t)k > p->n)
         k = p->n ? (int)p->n : 1;
@@ -348,6 +348,8 @@ int ckpt_process_new(struct ckpt_process **out,
                      : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     p->cfg = *cfg;
     p->tmp = ckpt_xstrdup(base);
+    if (cfg->bwlimit)
+        p->bw = ckpt_rate_new(cfg->bwlimit);
     ckpt_spool_budget_init(&p->spools, p->tmp, cfg->spool_limit);
     /* Hashed as they are spooled, members go to DEST as hard links of the
      * spool's files, neither read nor written again (the upload's
@@ -379,6 +381,7 @@ void ckpt_process_free(struct ckpt_process *p)
         free(p->logs[i]);
     free(p->logs);
     pthread_mutex_destroy(&p->mu);
+    ckpt_rate_free(p->bw);
     ckpt_spool_budget_destroy(&p->spools);
     free(p->tmp);
     free(p->runs);

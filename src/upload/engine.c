@@ -37,8 +37,12 @@ struct ckpt_upload *ckpt_upload_new(const struct ckpt_upload_cfg *cfg)
     u->budget = u->cfg.mem_budget ? u->cfg.mem_budget : DEFAULT_BUDGET;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
-    if (u->cfg.bwlimit)
+    if (u->cfg.rate)
+        u->bw = u->cfg.rate;
+    else if (u->cfg.bwlimit) {
         u->bw = ckpt_rate_new(u->cfg.bwlimit);
+        u->bw_owned = 1;
+    }
     u->start = ckpt_now();
     return u;
 }
@@ -47,7 +51,8 @@ void ckpt_upload_free(struct ckpt_upload *u)
 {
     if (!u)
         return;
-    ckpt_rate_free(u->bw);
+    if (u->bw_owned)
+        ckpt_rate_free(u->bw);
     for (size_t i = 0; i < u->nobjs; i++) {
         struct obj *o = u->objs[i];
         while (o->ready) {

@@ -319,7 +319,8 @@ struct ckpt_upload {
     struct ckpt_pool *pool;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct ckpt_rate *bw;       /* cfg.bwlimit, or NULL */
+    struct ckpt_rate *bw;       /* cfg.rate, cfg.bwlimit's, or NULL */
+    int bw_owned;               /* bw is cfg.bwlimit's: freed here */
     struct unit *done_head, *done_tail;  /* guarded by mu */
     int inflight;               /* units submitted, not handled */
     uint64_t budget, mem_used;  /* mem_used includes cache */

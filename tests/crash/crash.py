@@ -524,7 +524,7 @@ class Upload(Scenario):
 
     def argv(self, d):
         return [CKPT, "upload", "--delete-source", "--no-progress", "-q",
-                "-j", "4", "--state-dir", os.path.join(d, "state"),
+                "--transfers", "4", "--state-dir", os.path.join(d, "state"),
                 os.path.join(d, "src"), self.dest(d)]
 
     def after_kill(self, d, orig, ref):

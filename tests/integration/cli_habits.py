@@ -16,6 +16,10 @@
    --tmp-dir (and --progress) elsewhere are refused (exit 2) naming the
    commands that take them, as git refuses; --no-progress is accepted by
    every command (scripts pass it to all, as aws's global options).
+7. `-j` is the runs worked on at once wherever it is taken (ls, clean,
+   map-wandb, process: the resolved count in process's -v line); files
+   in flight are --transfers, unshard's threads --threads; cp and
+   unshard refuse -j with a hint naming theirs.
 5. `ckpt du DIR` is `ckpt ls --summary --by-run DIR`: a row per run,
    largest first, RUN, VERDICT, BYTES, WOULD-FREE (what clean frees of
    it), then the total; the sums agree with `ls --summary`'s.
@@ -132,15 +136,16 @@ def helps(c):
 
 
 TAKES = {
-    "clean": {"--dry-run"},
+    "clean": {"--dry-run", "--jobs"},
     "cp": {"--dry-run", "--progress", "--no-progress"},
-    "ls": set(),
-    "map-wandb": {"--dry-run"},
-    "process": {"--dry-run", "--tmp-dir", "--progress", "--no-progress"},
+    "ls": {"--jobs"},
+    "map-wandb": {"--dry-run", "--jobs"},
+    "process": {"--dry-run", "--tmp-dir", "--progress", "--no-progress",
+                "--jobs"},
     "unshard": {"--dry-run", "--tmp-dir", "--progress", "--no-progress"},
 }
-SOME = {"--dry-run", "--tmp-dir", "--progress", "--no-progress"}
-EVERY = {"--jobs", "--json", "--quiet", "--verbose", "--insecure",
+SOME = {"--dry-run", "--tmp-dir", "--progress", "--no-progress", "--jobs"}
+EVERY = {"--json", "--quiet", "--verbose", "--insecure",
          "--retries", "--profile", "--endpoint-url", "--region",
          "--log-file"}
 
@@ -211,6 +216,62 @@ def du(c, s):
              "RUN\tVERDICT\tBYTES\tWOULD-FREE", "total"))
 
 
+def jobs(c, s, tmp):
+    """-j is the runs worked on at once in every command that takes it
+    (as GNU parallel's jobs): ls, clean, map-wandb and process take it;
+    process's files in flight are --transfers (its -v line says both),
+    --runs is -j's older spelling; cp and unshard, which work inside one
+    SRC, refuse -j with a hint naming --transfers and --threads."""
+    run = s + "/2871001"
+    for argv in (["ls", s], ["clean", "-n", s],
+                 ["map-wandb", "--offline", "-n", run]):
+        rc, out, err = ckpt(argv[0], "-j", "2", *argv[1:])
+        c.eq("%s -j 2: the same as without" % argv[0], (rc, out),
+             ckpt(*argv)[:2])
+    def said(*extra):
+        rc, out, err = ckpt("process", "-n", "-v", "--no-wandb", *extra,
+                            s, "--dest", tmp + "/pd")
+        return rc, re.findall(r"process: runs at once \(-j\): ([0-9]+); "
+                              r"files in flight \(--transfers\), shared "
+                              r"among them: ([0-9]+)", err)
+    c.eq("process: -j is runs at once, --transfers files in flight", [
+        said(), said("-j", "2"), said("--transfers", "5", "-j", "1"),
+        said("--runs", "3"), said("-j", "3", "--runs", "3")], [
+        (0, [("4", "32")]), (0, [("2", "32")]), (0, [("1", "5")]),
+        (0, [("3", "32")]), (0, [("3", "32")])])
+    rc, out, err = ckpt("process", "-j", "2", "--runs", "3", s,
+                        "--dest", tmp + "/pd")
+    c.eq("process -j 2 --runs 3: refused", (rc, out, err.splitlines()[0]), (
+        2, "", "ckpt process: error: -j and --runs differ: --runs is -j's "
+        "older spelling (runs at once)"))
+    hint = ("hint: -j, --jobs is the runs worked on at once (clean, ls, "
+            "map-wandb, process); 'ckpt %s' ")
+    for cmd, own in (("cp", "copies one SRC: its files in flight are "
+                      "--transfers N"),
+                     ("upload", "copies one SRC: its files in flight are "
+                      "--transfers N"),
+                     ("unshard", "works on one checkpoint or run: its "
+                      "worker threads are --threads N")):
+        c.eq("%s -j: refused, naming its own option" % cmd,
+             ckpt(cmd, "-j", "4", run, tmp + "/x"),
+             (2, "", "ckpt %s: error: unknown option '-j'\n%s%s\n"
+              % (cmd, hint % cmd, own)))
+    strip = re.compile(r"seconds=[0-9.]+")
+    rc, out, err = ckpt("cp", "-n", "--transfers", "4", run, tmp + "/c")
+    c.eq("cp --transfers 4: the same rows", (rc, strip.sub("", out)),
+         (0, strip.sub("", ckpt("cp", "-n", run, tmp + "/c")[1])))
+    step = run + "/step1000"
+    rc, out, err = ckpt("unshard", "--no-progress", "--threads", "1", step,
+                        tmp + "/u1")
+    rc2, out2, err2 = ckpt("unshard", "--no-progress", step, tmp + "/u2")
+    c.eq("unshard --threads 1: the same outputs", (rc, sorted(
+        os.listdir(tmp + "/u1"))), (rc2, sorted(os.listdir(tmp + "/u2"))))
+    with open(tmp + "/u1/model.pt", "rb") as a, \
+            open(tmp + "/u2/model.pt", "rb") as b:
+        c.true("unshard --threads 1: the same model bytes",
+               a.read() == b.read())
+
+
 def pty_out(argv):
     """stdout of argv when it is a terminal."""
     master, slave = pty.openpty()
@@ -265,6 +326,7 @@ def main():
         per_command(c, s)
         human(c, s)
         du(c, s)
+        jobs(c, s, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return c.finish()

@@ -364,7 +364,8 @@ def refresh(t):
         env = t.base(AWS_EC2_METADATA_DISABLED="false",
                      AWS_EC2_METADATA_SERVICE_ENDPOINT=m.url)
         # Each 300 KiB body trickles at 40 KiB/s on the way back: 7.5 s
-        # a GET, 4 at a time (-j 4), 4 rounds: the threads share the keys
+        # a GET, 4 at a time (--transfers 4), 4 rounds: the threads share
+        # the keys
         # and their refreshes.
         rc, out, err = ckpt("upload", "-q", "--no-progress", big,
                             "s3://%s/slow" % B, env=env)
@@ -373,8 +374,8 @@ def refresh(t):
         t.s3.configure(trickle_bps=40 * 1024, trickle_match="/slow/")
         start = time.time()
         down = os.path.join(t.s3.tmp, "down")
-        rc, out, err = ckpt("upload", "-q", "--no-progress", "-j", "4",
-                            "s3://%s/slow" % B, down, env=env)
+        rc, out, err = ckpt("upload", "-q", "--no-progress", "--transfers",
+                            "4", "s3://%s/slow" % B, down, env=env)
         took = time.time() - start
         t.s3.configure(trickle_bps=0, trickle_match="")
         st = t.s3.stats()
@@ -399,8 +400,8 @@ def refresh_fails(t):
                      AWS_EC2_METADATA_SERVICE_ENDPOINT=m.url)
         t.s3.reset_stats()
         t.s3.configure(trickle_bps=150 * 1024, trickle_match="/slow/")
-        p = subprocess.Popen([CKPT, "upload", "-q", "--no-progress", "-j",
-                              "1", "s3://%s/slow" % B,
+        p = subprocess.Popen([CKPT, "upload", "-q", "--no-progress",
+                              "--transfers", "1", "s3://%s/slow" % B,
                               os.path.join(t.s3.tmp, "down2")], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)

@@ -199,7 +199,7 @@ def refresh(t):
         t.s3.reset_stats()
         t.s3.configure(trickle_bps=40 * 1024, trickle_match="/slow/")
         start = time.time()
-        rc, _, err = ckpt("upload", "-q", "--no-progress", "-j", "4",
+        rc, _, err = ckpt("upload", "-q", "--no-progress", "--transfers", "4",
                           "gs://%s/slow" % B, os.path.join(t.s3.tmp, "down"),
                           env=env)
         took = time.time() - start

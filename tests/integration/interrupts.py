@@ -127,7 +127,7 @@ def upload_resume(c, s3, tmp):
     shutil.rmtree(state)
     dst = os.path.join(tmp, "u-dst")
     s3.configure(slow_ms=25)
-    p = Proc([CKPT, "upload", "-j", "2", "s3://%s/u" % B, dst], env)
+    p = Proc([CKPT, "upload", "--transfers", "2", "s3://%s/u" % B, dst], env)
     deadline = time.time() + 60
     while time.time() < deadline and journal_parts(state)[1] < 1:
         time.sleep(0.05)

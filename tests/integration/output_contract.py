@@ -3,8 +3,9 @@
 """output_contract.py - the output contract of docs/output.md, checked
 against every command:
 
-1. Every command's --json stdout (ls, ls -l, ls --summary, clean, clean
-   -n with pruning, map-wandb, unshard of one checkpoint and of a run,
+1. Every command's --json stdout (ls, ls -l, ls --summary, ls --tree,
+   clean, clean -n with pruning, map-wandb, unshard of one checkpoint and
+   of a run,
    unshard --format hf (one process and --part I/N), cp/upload (-n,
    --overwrite), process, process -n (--unshard-format hf) and a rerun;
    their errors too) is JSON lines only, each valid against
@@ -108,6 +109,15 @@ def main():
         r.both("ls --summary --by-run", ["ls", "--summary", "--by-run", s]
                + age, 0, tsv_verbs=False)
         r.both("du", ["du", s] + age, 0, tsv_verbs=False)
+        rows = r.both("ls --tree", ["ls", "--tree", s] + age, 0,
+                      tsv_verbs=False)[0]
+        c.eq("ls --tree --json: a run line per run (its verdict, freed "
+             "and checkpoints), then the total", (
+                 sorted({o["type"] for o in rows[:-1]}),
+                 all({"verdict", "freed", "checkpoints"} <= set(o)
+                     for o in rows[:-1]),
+                 rows[-1]["type"], rows[-1]["verdict"]),
+             (["run"], True, "summary", "total"))
         r.both("ls one checkpoint", ["ls", s + "/2871001/step1000"], 0,
                tsv_verbs=False)
         rows, err, tsv, _ = r.both("ls missing", ["ls", tmp + "/nope"], 1,

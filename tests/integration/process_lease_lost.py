@@ -6,8 +6,8 @@ the lease is lost, nothing more is deleted.
 
 Run 2871005 of the sample (a good run) is in object storage and DEST
 beside it (s3rver behind the proxy, which enforces the lease's
-conditional writes); `process -j 1 --lease-ttl 3`: the lease is renewed
-every second, with If-Match. The proxy holds every DELETE 3 s
+conditional writes); `process --transfers 1 --lease-ttl 3`: the lease is
+renewed every second, with If-Match. The proxy holds every DELETE 3 s
 (delete_delay_ms) and, right before the first (the first source file),
 stores another worker's lease over this run's (put_before_delete): the
 next renewal finds another version and the lease is lost while that
@@ -56,8 +56,8 @@ def main():
                                 "pid": 1, "token": "theirs",
                                 "acquired": 0, "expires": 4102444800})})
         rc, out, err = ckpt(env, "process", "--no-wandb", "--min-age", "0",
-                            "-j", "1", "--lease-ttl", "3", src, "--dest",
-                            dest)
+                            "--transfers", "1", "--lease-ttl", "3", src,
+                            "--dest", dest)
         row = out.splitlines()[0].split("\t") if out else []
         c.eq("exit 1 (%s)" % err.strip()[-400:], rc, 1)
         c.eq("row: error", row[:2], ["error", src])

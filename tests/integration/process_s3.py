@@ -236,7 +236,7 @@ def live_and_keep(c, env, tmp):
 
 
 def many_runs(c, env, tmp):
-    """--runs 4 to s3:// (-j 3: fewer files in flight than runs): each
+    """-j 4 to s3:// (--transfers 3: fewer files in flight than runs): each
     queued run gets exactly one row and is worked on exactly once (one
     lease, one state object), every good run arrives byte for byte, and
     the totals are the exact sums of the rows."""
@@ -248,8 +248,9 @@ def many_runs(c, env, tmp):
             for src, rid in good.items()}
     queued = sorted(list(good) + list(BAD) + [a for a in ARCH
                     if ARCH[a] in BAD] + ["notes"])
-    rc, out, err = ckpt(env, "process", "--no-wandb", "--runs", "4", "-j",
-                        "3", "--logs", os.path.join(runs, "logs"), runs,
+    rc, out, err = ckpt(env, "process", "--no-wandb", "-j", "4",
+                        "--transfers", "3", "--logs",
+                        os.path.join(runs, "logs"), runs,
                         "--dest", "s3://%s/many" % B)
     c.eq("runs 4: exit 0", rc, 0)
     got = rows(out)
@@ -285,10 +286,10 @@ def many_runs(c, env, tmp):
                 if n != "notes"))
     c.eq("runs 4: sources left", sorted(os.listdir(runs)),
          ["logs", "notes"])
-    # --runs 1: one run after the other, rows in the queue's order.
+    # -j 1: one run after the other, rows in the queue's order.
     runs1 = os.path.join(tmp, "runs1")
     gen(runs1)
-    rc, out, _ = ckpt(env, "process", "--no-wandb", "--runs", "1", "--logs",
+    rc, out, _ = ckpt(env, "process", "--no-wandb", "-j", "1", "--logs",
                       os.path.join(runs1, "logs"), runs1,
                       "--dest", os.path.join(tmp, "dest1"))
     c.eq("runs 1: exit 0, rows in queue order",

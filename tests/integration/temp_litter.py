@@ -112,7 +112,7 @@ def upload_killed(tmp):
     # renamed already. Such a kill proves nothing: start again.
     for attempt in range(10):
         shutil.rmtree(dst, ignore_errors=True)
-        pid = kill_when([CKPT, "upload", "-q", "-j", "4", src, dst],
+        pid = kill_when([CKPT, "upload", "-q", "--transfers", "4", src, dst],
                         lambda: bool(os.path.isdir(dst) and temps(dst)),
                         "upload")
         if pid is None:
@@ -140,7 +140,7 @@ def unshard_killed(tmp):
                    stdout=subprocess.DEVNULL)
     out = os.path.join(tmp, "out", "step")
     os.makedirs(os.path.dirname(out))
-    pid = kill_when([CKPT, "unshard", "-q", "-j", "1", ck, out],
+    pid = kill_when([CKPT, "unshard", "-q", "--threads", "1", ck, out],
                     lambda: bool(temps(os.path.dirname(out))), "unshard")
     if pid is None:
         return

@@ -129,7 +129,7 @@ def views(tmp):
             "h": flip(h, "all"), "plain": c}
     exp = os.path.join(tmp, "views.pt")
     torch.save(want, exp)
-    for extra in ([], ["--verify"], ["-j", "1"]):
+    for extra in ([], ["--verify"], ["--threads", "1"]):
         out = os.path.join(tmp, "views-out%d" % len(extra))
         p = unshard(*extra, d, out)
         check("views %s: exit 0" % extra, p.returncode == 0, p.stderr)

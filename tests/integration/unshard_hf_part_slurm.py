@@ -4,7 +4,7 @@
 under a real one-node Slurm (tests/support/slurmenv.py):
 
     sbatch --wait --array=0-3 scripts/deploy/hf-export-slurm.sbatch \\
-        STEP DEST --max-shard-size 60000 -j 2
+        STEP DEST --max-shard-size 60000 --threads 2
 
 exports one OLMo step (make_olmo_hf.py olmo1-untied, local format; five
 shards) as four array tasks, each `ckpt unshard --format hf --part
@@ -26,7 +26,7 @@ from harness import CKPT, SRC, check, finish, generate, unshard  # noqa: E402
 from slurmenv import SlurmEnv, Unavailable  # noqa: E402
 
 SBATCH = os.path.join(SRC, "scripts", "deploy", "hf-export-slurm.sbatch")
-OPTS = ["--max-shard-size", "60000", "-j", "2"]
+OPTS = ["--max-shard-size", "60000", "--threads", "2"]
 
 
 def tree(d):

@@ -127,11 +127,11 @@ def case_bands(tmp):
         for jobs in ("1", "3"):
             label = "bands zarr%d -j%s" % (3 if v3 else 2, jobs)
             out = os.path.join(tmp, "bands-out%d-%s" % (v3, jobs))
-            p = unshard("--verify", "-j", jobs, step, out)
+            p = unshard("--verify", "--threads", jobs, step, out)
             check(label + " torch: exit 0", p.returncode == 0,
                   p.stdout + p.stderr)
             st = out + "-st"
-            q = unshard("-j", jobs, "--format", "safetensors", step, st)
+            q = unshard("--threads", jobs, "--format", "safetensors", step, st)
             check(label + " safetensors: exit 0", q.returncode == 0,
                   q.stdout + q.stderr)
             if p.returncode or q.returncode:

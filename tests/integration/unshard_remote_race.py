@@ -69,7 +69,7 @@ def replaced_mid_run(tmp, s3, env, etag):
     # piece, so the If-Match of every ranged GET is what is tested.)
     s3.configure(get_delay_ms=4000, get_delay_nth=2,
                  get_delay_match="m/" + SHARD)
-    p = subprocess.Popen([CKPT, "unshard", "--no-progress", "-j", "1",
+    p = subprocess.Popen([CKPT, "unshard", "--no-progress", "--threads", "1",
                           "s3://%s/m" % B, out],
                          env=dict(env, CKPT_READAHEAD_MB="0"), text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -19,7 +19,7 @@ uns_engine_remote_plan). Checked, for torch and safetensors outputs:
 - --memory 16M sends the 12 MiB array whose chunk rows are the whole
   array through scratch (a --tmp-dir that cannot be created fails it,
   while with the default --memory the same run needs no scratch at all),
-  with the same bytes; --verify and -j 1 too;
+  with the same bytes; --verify and --threads 1 too;
 - a corrupt chunk (either way): exit 1 naming it, no output, the marker
   left;
 - Orbax OCDBT steps (zarr v2 and zarr3, big-endian) with grid and column
@@ -188,9 +188,9 @@ def case_zarr(c, env, tmp, fx):
         # Chunk rows bigger than half of --memory 16M: through scratch.
         c.remote("zarr --memory 16M %s" % fmt, src, "out/mem-" + fmt, loc,
                  "--format", fmt, "--memory", "16M")
-        c.remote("zarr --memory 16M -j 1 --verify %s" % fmt, src,
+        c.remote("zarr --memory 16M --threads 1 --verify %s" % fmt, src,
                  "out/memv-" + fmt, loc, "--format", fmt, "--memory", "16M",
-                 "-j", "1", "--verify")
+                 "--threads", "1", "--verify")
         c.remote("zarr --verify %s" % fmt, src, "out/v-" + fmt, loc,
                  "--format", fmt, "--verify")
     # Which path: scratch only under --memory 16M.

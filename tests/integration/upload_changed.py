@@ -85,8 +85,8 @@ def during(c, s3, env, tmp):
     url = "s3://%s/chg/big.bin" % B
     s3.reset_stats()
     s3.configure(slowdown=1.0, methods="PUT")
-    p = subprocess.Popen([CKPT, "upload", "-v", "-j", "1", "--retries",
-                          "60", src, url], env=env, stdout=subprocess.PIPE,
+    p = subprocess.Popen([CKPT, "upload", "-v", "--transfers", "1",
+                          "--retries", "60", src, url], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     deadline = time.time() + 60
     while s3.stats()["faults"]["slowdown"] < 1 and time.time() < deadline:
@@ -123,7 +123,8 @@ def during_local(c, env, tmp):
     os.makedirs(dst)
     with open(src, "wb") as f:
         f.write(os.urandom(256 * MIB))
-    p = subprocess.Popen([CKPT, "upload", "-v", "-j", "1", src, dst + "/"],
+    p = subprocess.Popen([CKPT, "upload", "-v", "--transfers", "1", src,
+                          dst + "/"],
                          env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     deadline = time.time() + 60

@@ -62,8 +62,8 @@ def missing(files, sizes):
 
 
 def upload(env, src, dest, *extra, wait=True):
-    cmd = [CKPT, "upload", "-q", "--json", "-j", "8"] + list(extra) + \
-        [src, dest]
+    cmd = [CKPT, "upload", "-q", "--json", "--transfers", "8"] + \
+        list(extra) + [src, dest]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     if not wait:
@@ -131,7 +131,7 @@ def random_kills(c, s3, env, tmp):
 
 def kill_after_parts(env, state, src, dest, parts):
     """Start an upload and kill -9 it once `parts` parts are journaled."""
-    p = upload(env, src, dest, "-j", "2", wait=False)
+    p = upload(env, src, dest, "--transfers", "2", wait=False)
     t0 = time.time()
     while time.time() - t0 < 60 and p.poll() is None:
         n = 0

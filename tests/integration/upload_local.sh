@@ -166,7 +166,7 @@ out=$(LD_PRELOAD=${CKPT_BUILD:-$SRC/build}/libchange_preload.so \
       CKPT_TEST_CHANGE=$T/rc/src/z CKPT_TEST_CHANGE_MODE=rewrite \
       CKPT_TEST_CHANGE_UNDER=$T/rc/src \
       ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
-      "$CKPT" upload -j 1 --delete-source rc/src rc/dst 2>/dev/null)
+      "$CKPT" upload --transfers 1 --delete-source rc/src rc/dst 2>/dev/null)
 check "re-check exit" 1 $?
 check "re-check row" "error	rc/src/z	-	not deleted: rc/src/z: changed during upload (ctime differs)" "$(grep '^error' <<<"$out")"
 check "re-check: z kept with its new bytes, a gone" "f ./z 5" "$(tree rc/src | grep '^f')"
@@ -184,7 +184,7 @@ check "del sibling: warned" "1" "$(grep -c 'deld/.step20.ckpt-del-somehost-4242:
 
 # --- killed mid-copy: the rerun finishes it, no temporary file is left
 mkdir big && head -c 300000000 /dev/urandom >big/z
-"$CKPT" upload -q --part-size 5M -j 2 big bigdst & pid=$!
+"$CKPT" upload -q --part-size 5M --transfers 2 big bigdst & pid=$!
 sleep 0.1; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
 "$CKPT" upload -q big bigdst
 check "killed copy finished" "" "$(cmp big/z bigdst/z)"

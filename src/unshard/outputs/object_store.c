@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "ckpt/gate.h"
+#include "ckpt/ratelimit.h"
 #include "ckpt/text.h"
 #include "ckpt/util.h"
 #include "unshard/job.h"
@@ -86,6 +87,7 @@ struct oobj {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t budget, held, peak;
+    struct ckpt_rate *rate;     /* opts.rate: --bwlimit, or NULL */
     uint64_t whole;         /* bytes of outputs planned as one part that
                                may be held together (part_size) */
     uint64_t ntasks, low;   /* tasks of the run; oldest not done */
@@ -143,6 +145,8 @@ static int send_part(struct oobj *o, struct ofile *of, uint32_t i,
     struct ckpt_put_result res;
     EVP_Digest(p->buf, len, md5, &mdlen, EVP_md5(), NULL);
     memcpy(of->md5s[i], md5, sizeof(md5));
+    if (ckpt_rate_take(o->rate, len) != 0)    /* --bwlimit */
+        return ckpt_err_set(err, CKPT_EIO, "interrupted");
     int rc = of->upload_id
         ? ckpt_storage_mpu_part(o->st, of->key, of->upload_id, (int)i + 1,
                                 (uint64_t)i * of->psize, p->buf, len, md5, 0,
@@ -586,6 +590,7 @@ int uns_outobj_open(struct ujob *j, const char *dest, struct ckpt_err *err)
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
     o->budget = j->o->memory ? j->o->memory : DEFAULT_MEMORY;
+    o->rate = j->o->rate;
     j->dst.out = ckpt_xcalloc(1, sizeof(*j->dst.out));
     j->dst.out->ops = &obj_ops;
     j->dst.out->remote = 1;
