@@ -12,7 +12,8 @@ full tensor itself). The TP=1 PP=1 file's model is the reference: every
 output must hold its keys in its order, every tensor of the same dtype,
 shape and bytes, every _extra_state None, and iteration 10; in run mode
 too. Damaged copies: a replicated norm that differs on one rank, a missing
-rank directory, a key whose split is not known. Before: every one of these
+rank directory, a key whose split is not known; --format hf refused.
+Before: every one of these
 steps was refused ("unshard reads torch_dist steps only").
 
 The pickles are read with Debian's torch 1.13; Megatron's classes (in
@@ -178,10 +179,14 @@ def main():
                 "pre_mlp_layerXorm.weight' is split across tensor-parallel "
                 "ranks is not known (the checkpoint does not say; this "
                 "version knows megatron.core GPT's keys)")
-        p = unshard(os.path.join(FIX, "tp2pp2", "checkpoints"),
-                    os.path.join(tmp, "run2"))
-        check("error_of sees nothing wrong in a good run",
-              p.returncode == 0, error_of(p))
+        # --format hf: no published mapping of these names, said so.
+        hf = os.path.join(tmp, "hf")
+        p = unshard("--format", "hf", src, hf)
+        check("--format hf: an error row saying why, nothing written",
+              p.returncode == 1 and error_of(p) == src + ": Megatron legacy "
+              "step: no HF mapping of its layer names (fused, per-group "
+              "interleaved QKV) is implemented; without --format hf its "
+              "ranks are merged" and not os.path.exists(hf), error_of(p))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return finish()

@@ -334,9 +334,10 @@ static int load_rank(struct mplan *p, struct mrank *r, struct ckpt_err *err)
 struct build {
     struct mplan *p;
     struct ckpt_pv *model;      /* the output's "model" dict */
-    struct ckpt_pv **slots;     /* malloced: per entry, its value's slot
-                                   (tensors: set once planned) */
-    size_t cap;
+    struct ckpt_pv **slots;     /* malloced: per entry, its object value
+                                   (NULL for tensors) */
+    struct strmap keys;         /* output keys seen: two stages must not
+                                   both hold one */
 };
 
 static struct ckpt_dcp_entry *new_entry(struct build *b)
@@ -565,6 +566,13 @@ static int stage_entries(struct build *b, int s, int64_t *offset,
                 return oom(err);
             nlayers = n + 1 > nlayers ? n + 1 : nlayers;
         }
+        uint64_t seen;
+        if (tf_strmap_get(&b->keys, outkey, strlen(outkey), &seen))
+            return ckpt_err_set(err, CKPT_EFORMAT, "'%s': key '%s' is also "
+                                "an earlier stage's ('%s')", r0->file, outkey,
+                                p->ranks[seen * (uint64_t)p->tp].file);
+        if (tf_strmap_put(&b->keys, outkey, strlen(outkey), (uint64_t)s) != 0)
+            return oom(err);
         struct ckpt_tensor t;
         struct ckpt_err e2 = CKPT_ERR_INIT;
         int is = ckpt_tensor_from_pv(items->u.dict.v[i], &t, r0->file, &e2);
@@ -707,6 +715,7 @@ int uns_mg_legacy_plan(struct ujob *j, struct ckpt_err *err)
     /* Every chunk was located by uns_plan_tensors (probed while
      * planning, as j->plan.locate is set): the plan state ends here. */
     free(b.slots);
+    tf_strmap_release(&b.keys);
     free_plan(&p);
     j->plan.fmtplan = NULL;
     return rc;
