@@ -10,8 +10,8 @@ layer) at TP=1 PP=1, TP=2, PP=2 and TP=2 x PP=2, from master weights that
 do not depend on the sizes (use_cpu_initialization: Megatron splits each
 full tensor itself). The TP=1 PP=1 file's model is the reference: every
 output must hold its keys in its order, every tensor of the same dtype,
-shape and bytes, every _extra_state None, and iteration 10; in run mode
-too. Damaged copies: a replicated norm that differs on one rank, a missing
+shape and bytes, every _extra_state None, and iteration 10; in run mode,
+through the storage API with --verify and as safetensors too. Damaged copies: a replicated norm that differs on one rank, a missing
 rank directory, a key whose split is not known; --format hf refused.
 Before: every one of these
 steps was refused ("unshard reads torch_dist steps only").
@@ -20,6 +20,7 @@ The pickles are read with Debian's torch 1.13; Megatron's classes (in
 args) and numpy 2's numpy._core (in rng_state) are stand-ins.
 """
 import importlib.abc
+import json
 import importlib.machinery
 import os
 import shutil
@@ -31,7 +32,8 @@ import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "support"))
-from harness import SRC, check, error_of, finish, refused, unshard  # noqa: E402
+from harness import (CKPT, SRC, check, error_of, finish, refused,  # noqa: E402
+                     run, st_tensors, unshard)
 import zippatch  # noqa: E402
 
 import torch  # noqa: E402
@@ -82,8 +84,8 @@ def load(path):
 
 def same_model(name, out, ref):
     got = load(out)
-    check("%s: model, iteration, checkpoint_version" % name,
-          list(got) == ["model", "iteration", "checkpoint_version"] and
+    check("%s: model, checkpoint_version, iteration" % name,
+          list(got) == ["model", "checkpoint_version", "iteration"] and
           got["iteration"] == 10, repr(list(got)))
     m = got.get("model", {})
     check("%s: the reference's keys in its order" % name,
@@ -153,6 +155,34 @@ def main():
             same_model("run mode", got, ref)
 
         src = os.path.join(FIX, "tp2pp2", STEP)
+        # Read through the storage API (as from object storage), verified.
+        out = os.path.join(tmp, "via")
+        p = run(CKPT, "unshard", "--no-progress", "--verify", src, out,
+                ok=False, env=dict(os.environ, CKPT_SOURCE_VIA_STORAGE="1"))
+        check("storage API --verify: exit 0", p.returncode == 0,
+              p.stdout + p.stderr)
+        if p.returncode == 0:
+            same_model("storage API", os.path.join(out, "checkpoint.pt"), ref)
+        # --format safetensors: the model's tensors under their keys, the
+        # rest (_extra_state, iteration, checkpoint_version) in extra.json.
+        out = os.path.join(tmp, "st")
+        p = unshard("--format", "safetensors", src, out)
+        check("safetensors: exit 0", p.returncode == 0, p.stdout + p.stderr)
+        if p.returncode == 0:
+            got = st_tensors(os.path.join(out, "model.safetensors"))
+            want = {k: ("F32", list(v.shape),
+                        v.contiguous().numpy().tobytes())
+                    for k, v in ref.items() if torch.is_tensor(v)}
+            check("safetensors: every tensor's name, dtype, shape and bytes",
+                  got == want and all(v.dtype == torch.float32
+                                      for v in ref.values()
+                                      if torch.is_tensor(v)),
+                  "%s\n!=\n%s" % (sorted(got), sorted(want)))
+            with open(os.path.join(out, "extra.json")) as f:
+                extra = json.load(f)
+            check("safetensors: extra.json", extra == dict(
+                {k: None for k, v in ref.items() if v is None},
+                checkpoint_version=3.0, iteration=10), str(extra)[:300])
         # One rank's copy of a replicated norm differs (a consistent file:
         # its record's CRC rewritten): an error naming key and rank.
         last = os.path.join("mp_rank_01_001", "model_optim_rng.pt")

@@ -22,7 +22,7 @@
  * never a guess. The pickles alone are read while planning (each rank's
  * graph lives in the plan arena: names and storage keys, no tensor
  * bytes); the engine then copies each rank's storage bytes into place in
- * bands. The output holds {"model", "iteration", "checkpoint_version"}:
+ * bands. The output holds {"model", "checkpoint_version", "iteration"}:
  * "args" describes the sharded run, "rng_state" and "optimizer" are per
  * rank.
  */
@@ -333,7 +333,7 @@ static int load_rank(struct mplan *p, struct mrank *r, struct ckpt_err *err)
 
 struct build {
     struct mplan *p;
-    struct ckpt_pv *model;      /* the output's "model" dict */
+    size_t ntop;                /* the last entries: top-level values */
     struct ckpt_pv **slots;     /* malloced: per entry, its object value
                                    (NULL for tensors) */
     struct strmap keys;         /* output keys seen: two stages must not
@@ -608,25 +608,25 @@ static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
     return 0;
 }
 
-/* {"model": merged, "iteration", "checkpoint_version"} from rank 0. */
+/* {"model": merged, then rank 0's checkpoint_version and iteration (object
+ * entries, last: build_root puts them at the top)}. */
 static int build_root(struct build *b, struct ckpt_pv **root,
                       struct ckpt_err *err)
 {
     struct ujob *j = b->p->j;
     struct ckpt_dcp_meta *m = j->plan.meta;
     struct ckpt_arena *a = j->plan.arena;
-    struct mrank *r0 = &b->p->ranks[0];
-    struct ckpt_rd rd;
     struct ckpt_pv *model = ckpt_pv_new(a, CKPT_PV_DICT);
+    struct ckpt_pv *mk = ckpt_pv_str(a, "model", 5);
     *root = ckpt_pv_new(a, CKPT_PV_DICT);
-    if (!model || !*root)
+    if (!model || !mk || !*root || ckpt_pv_dict_add(a, *root, mk, model))
         return oom(err);
     j->plan.values = ckpt_xcalloc(m->n + 1, sizeof(*j->plan.values));
     j->plan.paths = ckpt_xcalloc(m->n + 1, sizeof(*j->plan.paths));
-    uns_src_rd(&rd, r0->src, 0, r0->src->size);
     size_t ti = 0;
     for (size_t i = 0; i < m->n; i++) {
         struct ckpt_dcp_entry *e = &m->entries[i];
+        int top = i >= m->n - b->ntop;
         struct ckpt_pv *v;
         if (e->kind == CKPT_DCP_TENSOR) {
             v = uns_tree_tensor(j, &j->plan.tensors[ti++]);
@@ -636,25 +636,29 @@ static int build_root(struct build *b, struct ckpt_pv **root,
         }
         struct ckpt_pv *k = ckpt_pv_str(a, e->fqn, strlen(e->fqn));
         struct ckpt_pv *path = ckpt_pv_new(a, CKPT_PV_TUPLE);
-        struct ckpt_pv *mk = ckpt_pv_str(a, "model", 5);
-        if (!v || !k || !path || !mk || ckpt_pv_push(a, path, mk) != 0 ||
+        if (!v || !k || !path || (!top && ckpt_pv_push(a, path, mk) != 0) ||
             ckpt_pv_push(a, path, k) != 0 ||
-            ckpt_pv_dict_add(a, model, k, v) != 0)
+            ckpt_pv_dict_add(a, top ? *root : model, k, v) != 0)
             return oom(err);
         e->path = path;
         j->plan.paths[i] = path;
         j->plan.values[i] = v;
     }
-    struct ckpt_pv *mk = ckpt_pv_str(a, "model", 5);
-    if (!mk || ckpt_pv_dict_add(a, *root, mk, model) != 0)
-        return oom(err);
+    return 0;
+}
+
+/* Rank 0's iteration and checkpoint_version: object entries at the top. */
+static int top_entries(struct build *b, struct ckpt_err *err)
+{
     static const char *const keep[] = { "iteration", "checkpoint_version" };
-    for (size_t i = 0; i < 2; i++) {
-        struct ckpt_pv *v = ckpt_pv_dict_get(r0->root, keep[i]);
-        struct ckpt_pv *k = ckpt_pv_str(a, keep[i], strlen(keep[i]));
-        if (v && (!k || ckpt_pv_dict_add(a, *root, k, v) != 0))
-            return oom(err);
-    }
+    struct ckpt_pv *items = ckpt_pv_dict_items(b->p->ranks[0].root);
+    for (size_t i = 0; i < items->u.dict.n; i++)
+        for (size_t k = 0; k < 2; k++)
+            if (ckpt_pv_str_eq(items->u.dict.k[i], keep[k])) {
+                if (object_entry(b, &items->u.dict.v[i], keep[k], err) != 0)
+                    return -1;
+                b->ntop++;
+            }
     return 0;
 }
 
@@ -704,6 +708,8 @@ int uns_mg_legacy_plan(struct ujob *j, struct ckpt_err *err)
         rc = ckpt_err_set(err, CKPT_EFORMAT, "the stages hold %lld layers, "
                           "args.num_layers is %lld", (long long)offset,
                           (long long)layers);
+    if (rc == 0)
+        rc = top_entries(&b, err);
     if (rc == 0)
         rc = uns_plan_tensors(j, err);
     if (rc == 0)
