@@ -5,8 +5,8 @@
  * order and the first that recognises a checkpoint judges it; unshard
  * (src/unshard/unshard.c) plans a step with the entry of the format the
  * judge named. An entry's code lives in src/trainers/<name>/: judge.c
- * (recognise, judge, owns), plan*.c (the unshard plan), and whatever
- * else is that trainer's alone. Adding a trainer is its folder and one
+ * (recognise, judge, owns), plan*.c (the unshard plan), export (--format
+ * hf), and whatever else is that trainer's alone. Adding a trainer is its folder and one
  * line of trainers.c (docs/internals/new-format.md). Private to src/.
  */
 #ifndef CKPT_TRAINERS_TRAINER_H
@@ -14,6 +14,7 @@
 
 #include "ckpt/run.h"
 
+struct ckpt_pv;
 struct judge_view;
 struct ujob;
 
@@ -44,6 +45,13 @@ struct trainer {
      * DCP reader, src/unshard/sources/source.c); 0: the step is opened first and
      * plan is given its path where it is read. */
     int plan_opens;
+    /* --format hf: lay out the Hugging Face model directory of the
+     * planned step (its tensors in j->plan, its value tree root) in place
+     * of the torch or safetensors files. uns_hf_layout (src/unshard/hf/
+     * export.c) maps OLMo's, OLMo-core's and HF's own names; a trainer
+     * whose names have no published HF mapping refuses, saying so. NULL:
+     * refused as not exportable. */
+    int (*export)(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
 };
 
 /* The trainer of v: the first entry of the table that recognises it
@@ -51,6 +59,9 @@ struct trainer {
 const struct trainer *trainer_find(const struct judge_view *v);
 /* The entry of format f, or NULL (CKPT_FMT_UNKNOWN). */
 const struct trainer *trainer_of_format(enum ckpt_format f);
+/* The HF export of the step j planned: its trainer's export (that of
+ * j->o->source_format; uns_hf_layout when no entry names it). */
+int trainer_export(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
 
 /* --- the entries' code, one block per trainer (src/trainers/<name>/) --- */
 
@@ -73,6 +84,8 @@ int megatron_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                    struct ckpt_err *err);
 int megatron_owns(const struct judge_view *v, const char *rel);
 int uns_mg_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+/* No HF mapping of Megatron's names: refused, saying which layout. */
+int uns_mg_export(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
 
 /* dcphf/: torch DCP HuggingFaceStorageWriter shards */
 int dcp_hf_recognise(const struct judge_view *v);

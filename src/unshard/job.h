@@ -211,6 +211,8 @@ struct ujob_plan {
     int olmo;                       /* layout olmo chosen */
     int megatron;                   /* a Megatron torch_dist step
                                        (megatron/plan.c) */
+    int mg_legacy;                  /* a Megatron legacy step, its ranks
+                                       merged (megatron/plan_legacy.c) */
     /* sources/safetensors_items.c: safetensors files inside data files, parsed once (under
      * ujob.mu) */
     struct uns_stblob *stblobs;

@@ -19,8 +19,8 @@ same order, tensors bit-exact; the other ShardedObjects (rng_state,
 _extra_state), which Megatron loads only when asked, must equal torch's
 dcp_to_torch_save values and nothing else may be there. Direct, through the
 storage API, in run mode (directory and .tar), by `ckpt process`; the
-legacy layout and a clash between common state and tensors are errors
-saying so; common.pt and the in-DCP item together: common.pt wins (as in
+legacy layout's ranks are merged; a clash between common state and tensors
+is an error saying so; common.pt and the in-DCP item together: common.pt wins (as in
 Megatron) and the item is kept. Before: the common state came out as
 'common_state/shard_0_1': [dict], a step whose args hold a Namespace was
 refused, common.pt was left out, and run mode said "unsupported checkpoint
@@ -275,24 +275,27 @@ def run_mode(tmp):
 
 
 def errors(tmp):
-    # The legacy layout: said so, nothing written.
+    # The legacy layout (real-writers, TP=2) is merged now
+    # (unshard_megatron_legacy.py holds it to Megatron's TP=1): the
+    # column-parallel qkv on dim 0, the row-parallel proj on dim 1.
     legacy = os.path.join(FIX, "real-writers", "megatron_legacy_torch",
                           "checkpoints")
     dest = os.path.join(tmp, "legacy-dest")
     p = ckpt("unshard", "--no-progress", legacy, dest)
-    check("legacy: exit 1", p.returncode == 1, p.stderr)
-    check("legacy: says why in its error row",
-          "Megatron legacy checkpoint (mp_rank_TT/model_optim_rng.pt, one "
-          "file per model-parallel rank): unshard reads torch_dist steps "
-          "only" in error_of(p), error_of(p))
-    check("legacy: nothing written", not os.path.exists(
-        os.path.join(dest, "iter_0000010-unsharded")))
-    # Given as itself, the step says what it is too (was "no checkpoint").
-    p = ckpt("unshard", "--no-progress", os.path.join(legacy, "iter_0000010"),
-             dest)
-    check("legacy step: exit 1", p.returncode == 1, p.stderr)
-    check("legacy step: says why in its error row",
-          "Megatron legacy checkpoint" in error_of(p), error_of(p))
+    out = os.path.join(dest, "iter_0000010-unsharded", "checkpoint.pt")
+    check("legacy: exit 0, the step merged", p.returncode == 0 and
+          os.path.isfile(out), p.stdout + p.stderr)
+    if os.path.isfile(out):
+        m = load(out)["model"]
+        r = [load(os.path.join(legacy, "iter_0000010", "mp_rank_0%d" % t,
+                               "model_optim_rng.pt"))["model"]
+             for t in (0, 1)]
+        qkv = "decoder.layers.0.self_attention.linear_qkv.weight"
+        proj = "decoder.layers.0.self_attention.linear_proj.weight"
+        check("legacy: ranks concatenated", torch.equal(
+            m[qkv], torch.cat([r[0][qkv], r[1][qkv]], 0)) and torch.equal(
+            m[proj], torch.cat([r[0][proj], r[1][proj]], 1)),
+            "%s %s" % (tuple(m[qkv].shape), tuple(m[proj].shape)))
     # A common state key that is also a tensor's: Megatron's merge refuses.
     bad = os.path.join(tmp, "clash")
     shutil.copytree(os.path.join(COMMON_PT, "ckpt"), bad)

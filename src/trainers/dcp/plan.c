@@ -16,9 +16,10 @@ int uns_dcp_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
     struct ckpt_pv *root;
     if (uns_src_open(j, src, err) != 0) {
-        if (j->plan.megatron)
-            uns_mg_explain(j, err);
-        return -1;
+        if (!j->plan.megatron || !uns_mg_is_legacy(j))
+            return -1;
+        ckpt_err_clear(err);
+        return uns_mg_legacy_plan(j, err);
     }
     if (uns_rank_values(j, err) != 0)
         return -1;

@@ -13,8 +13,8 @@
  * by key, lists of equal length item by item, anything else in both is an
  * error). When both exist, Megatron reads common.pt
  * (load_common_state_dict): so does ckpt, and the item stays under its
- * own key (nothing is dropped). The legacy layout (mp_rank_TT/
- * model_optim_rng.pt, one file per model-parallel rank) is not unsharded.
+ * own key (nothing is dropped). A step without DCP metadata that holds
+ * mp_rank_* directories is the legacy layout: megatron/plan_legacy.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -66,21 +66,17 @@ int uns_mg_open(struct ujob *j, struct ckpt_err *err)
     return rc;
 }
 
-void uns_mg_explain(struct ujob *j, struct ckpt_err *err)
+int uns_mg_is_legacy(struct ujob *j)
 {
     struct uns_dir d = { NULL, 0, 0 };
     struct ckpt_err e2 = CKPT_ERR_INIT;
+    int legacy = 0;
     if (!j->src.dir || uns_fs_list(j, j->src.dir, 0, &d, &e2) != 0)
-        return;
-    for (size_t i = 0; i < d.n; i++)
-        if (ckpt_str_startswith(d.v[i].name, "mp_rank_")) {
-            ckpt_err_set(err, CKPT_EUNSUPPORTED, "'%s': Megatron legacy "
-                         "checkpoint (mp_rank_TT/model_optim_rng.pt, one "
-                         "file per model-parallel rank): unshard reads "
-                         "torch_dist steps only", j->src.top);
-            break;
-        }
+        return 0;
+    for (size_t i = 0; i < d.n && !legacy; i++)
+        legacy = ckpt_str_startswith(d.v[i].name, "mp_rank_");
     uns_fs_free(&d);
+    return legacy;
 }
 
 /* --- dict_utils.merge --------------------------------------------------- */
@@ -256,6 +252,23 @@ int uns_mg_merge(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
         return -1;
     *root = out;
     return 0;
+}
+
+/* --format hf: no published mapping of megatron.core's names (fused,
+ * per-group interleaved QKV) is implemented, for either layout. */
+int uns_mg_export(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
+{
+    (void)root;
+    if (j->plan.mg_legacy)
+        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: Megatron legacy "
+                            "step: no HF mapping of its layer names (fused, "
+                            "per-group interleaved QKV) is implemented; "
+                            "without --format hf its ranks are merged",
+                            j->src.top);
+    return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: Megatron torch_dist: "
+                        "no HF mapping of its layer names (fused, "
+                        "per-group interleaved QKV) is implemented",
+                        j->src.top);
 }
 
 /* A torch_dist step is DCP with its common state merged in. */

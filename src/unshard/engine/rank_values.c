@@ -209,6 +209,14 @@ int uns_rank_tensor_error(const struct ujob *j, const struct utensor *t,
             break;
         }
     }
+    /* A Megatron legacy step's replicated tensor (megatron/plan_legacy.c):
+     * its ranks are directories, and no option keeps one copy. */
+    if (j->plan.mg_legacy)
+        return ckpt_err_set(err, CKPT_EFORMAT, "%s: tensor '%s' is "
+                            "replicated across tensor-parallel ranks, but "
+                            "'%s' (rank %u) holds different bytes from "
+                            "rank %u's", j->src.dir, t->e->fqn,
+                            c->meta->st.file, c->meta->part, first);
     char r[16];
     snprintf(r, sizeof(r), "%u", c->meta->part);
     int rc = differ_error("tensor", t->e->fqn, first, r, 0, err);

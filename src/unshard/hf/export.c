@@ -612,11 +612,6 @@ int uns_hf_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
     int local = 0, rc;
     (void)root;
     memset(&m, 0, sizeof(m));
-    if (j->plan.megatron)
-        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: Megatron torch_dist: "
-                            "no HF mapping of its layer names (fused, "
-                            "per-group interleaved QKV) is implemented",
-                            j->src.top);
     rc = model_tensors(j, &mt, err);
     if (rc == 0)
         rc = olmo_family(j, &mt, &m, err);

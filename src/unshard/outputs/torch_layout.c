@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "ckpt/util.h"
+#include "trainers/trainer.h"
 #include "unshard/engine/engine.h"
 #include "unshard/hf/hf.h"
 #include "unshard/job.h"
@@ -290,8 +291,9 @@ static int torch_layout(struct ujob *j, struct ckpt_err *err)
 
 int uns_layout_files(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
 {
+    /* The step's trainer says how it becomes an HF model directory. */
     if (j->o->format == CKPT_FORMAT_HF)
-        return uns_hf_layout(j, root, err);
+        return trainer_export(j, root, err);
     if (j->o->format == CKPT_FORMAT_SAFETENSORS)
         return uns_st_layout(j, root, err);
     if (uns_layout_choose(j, root, ".pt", err) != 0)
