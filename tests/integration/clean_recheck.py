@@ -32,6 +32,19 @@ Each condition of the re-check alone makes the difference: without it,
 clean deletes what it judged (the new step's files are left, the row
 says so, or the archive is gone).
 
+The best and unknown conditions are reached apart from growth too: a
+rename inside the run, the moment the re-check starts (the fifth stat of
+the run's path: clean_recheck's renames from outside also grow the run,
+which the growth check alone refuses):
+  * best, renamed: step0 (complete, but step 0) becomes `step1000`: the
+    same files and bytes, now a complete checkpoint;
+  * unknown, renamed: `train_data/` (debris) becomes `step3/`: the same
+    files, now a step ckpt cannot judge.
+Without either condition clean deletes the paths it judged, finds the
+renamed files left and says `run changed during delete; left in place`
+instead: the data stays by the delete's exact paths, the row tells the
+two apart.
+
 And the run's path is checked again right before the delete: the run
 swapped for a symlink to its renamed self (mv RUN RUN.real; ln -s) as
 the re-check reads step0's `.metadata` (its second open) is refused with
@@ -168,8 +181,28 @@ def main():
             t.add(os.path.join(runs, RUN), arcname=RUN)
         os.utime(arc, (1e9, 1e9))
         archive_case(c, tmp, "damaged", arc, damaged)
+        renamed_case(c, tmp, runs, base, "best, renamed", "step0",
+                     "step1000")
+        renamed_case(c, tmp, runs, base, "unknown, renamed", "train_data",
+                     "step3")
         link_case(c, tmp, runs, base)
     return c.finish()
+
+
+def renamed_case(c, tmp, runs, base, name, frm, to):
+    """frm renamed to `to` inside a copy of RUN as the re-check starts:
+    refused, every file kept under its new name."""
+    run = os.path.join(tmp, name.replace(", ", "-"), RUN)
+    shutil.copytree(os.path.join(runs, RUN), run, symlinks=True)
+    env = dict(os.environ, CKPT_TEST_WRITE_ON=run, CKPT_TEST_WRITE_ON_NTH="5",
+               CKPT_TEST_WRITE_ON_CALL="stat", CKPT_TEST_RUN="mv '%s/%s' "
+               "'%s/%s'" % (run, frm, run, to))
+    rc, rows, err = ckpt("clean", "--min-age", "0", run, env=env)
+    c.eq("%s: refused (%s)" % (name, err.strip()[-300:]), (rc, rows),
+         (1, [["error", run, WHY]]))
+    want = {(to + k[len(frm):] if k.startswith(frm + "/") else k): v
+            for k, v in base.items()}
+    c.eq("%s: every file kept, renamed" % name, tree(run), want)
 
 
 def link_case(c, tmp, runs, base):
