@@ -40,10 +40,8 @@ which the growth check alone refuses):
     same files and bytes, now a complete checkpoint;
   * unknown, renamed: `train_data/` (debris) becomes `step3/`: the same
     files, now a step ckpt cannot judge.
-Without either condition clean deletes the paths it judged, finds the
-renamed files left and says `run changed during delete; left in place`
-instead: the data stays by the delete's exact paths, the row tells the
-two apart.
+Without either condition clean deletes the run as it read it again,
+the complete step1000 (or the step3 it cannot judge) with it.
 
 And the run's path is checked again right before the delete: the run
 swapped for a symlink to its renamed self (mv RUN RUN.real; ln -s) as
