@@ -70,13 +70,15 @@ static void run_cmd(const char *cmd)
 static void maybe_write(const char *call, const char *path, int flags)
 {
     static int opens;
-    const char *on = getenv("CKPT_TEST_WRITE_ON");
+    const char *on = written ? NULL : getenv("CKPT_TEST_WRITE_ON");
+    if (!on)
+        return; /* (every stat and open comes here: the usual case first) */
     const char *file = getenv("CKPT_TEST_WRITE");
     const char *nth = getenv("CKPT_TEST_WRITE_ON_NTH");
     const char *to = getenv("CKPT_TEST_RENAME_TO");
     const char *want = getenv("CKPT_TEST_WRITE_ON_CALL");
     const char *cmd = getenv("CKPT_TEST_RUN");
-    if (written || !on || (!file && !cmd) || !path ||
+    if ((!file && !cmd) || !path ||
         (flags & O_DIRECTORY) || strcmp(want ? want : "open", call) ||
         strcmp(on, path) || ++opens < (nth ? atoi(nth) : 1))
         return;
