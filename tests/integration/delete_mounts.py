@@ -5,11 +5,18 @@
 or a bind mount is an error naming it in clean and process, -n says so,
 and the other filesystem's files stay; `unshard --delete-sharded` refuses
 a step holding one (-n predicts it); `upload --delete-source` copies the
-files of a mount inside SRC but deletes none of them. Needs mount(2)
+files of a mount inside SRC but deletes none of them. A file
+bind-mounted into a checkpoint that `clean --keep-last` prunes, after the
+walk that found no mount (at the prune's re-check, the second lstat of
+the step: tests/support/age_preload.c runs `mount --bind` then), stays:
+the tree delete refuses it by name, `error RUN '<aside>/config.yaml' is a
+mount point (another filesystem); not deleting across it`, and the
+bound file keeps its bytes. Needs mount(2)
 (root, and a machine that permits it): where mount(2) is refused the test
 says so and exits 77 (skipped, not passed; scripts/test.sh fails on it
 unless tests/skips-allowed.txt lists it)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -156,6 +163,49 @@ def body(c, tmp, runs, mounted):
                "a mount point); not deleting across it" % data]]))
     c.eq("upload: copied", tree(up), {"own": b"own", "m/data": b"precious"})
     c.eq("upload: the mount's file stays", tree(src), {"m/data": b"precious"})
+    bound_file(c, tmp, runs)
+
+
+def bound_file(c, tmp, runs):
+    """clean --keep-last 1 prunes step0 of a good run; a file is
+    bind-mounted onto step0/config.yaml between the walk and the delete."""
+    run = os.path.join(tmp, "prune", "2871001")
+    shutil.copytree(os.path.join(runs, "2871001"), run, symlinks=True)
+    age(os.path.dirname(run))
+    own = tree(os.path.join(run, "step0"))["config.yaml"]
+    keep = os.path.join(tmp, "keep")
+    with open(keep, "wb") as f:
+        f.write(b"bound from elsewhere")
+    step = os.path.join(run, "step0")
+    env = dict(os.environ, CKPT_TEST_WRITE_ON=step,
+               CKPT_TEST_WRITE_ON_CALL="stat", CKPT_TEST_WRITE_ON_NTH="2",
+               CKPT_TEST_RUN="mount --bind '%s' '%s/config.yaml'"
+               % (keep, step))
+    rc, out, err = ckpt("clean", "--keep-last", "1", run, env=env)
+    pat = (r"'%s/\.step0\.ckpt-del-[^/]+/config\.yaml' is a mount point "
+           r"\(another filesystem\); not deleting across it$"
+           % re.escape(run))
+    c.eq("prune, a file bound in late: refused by name (%s)"
+         % err.strip()[-300:],
+         (rc, [(r[0], r[1], "<that refusal>" if re.match(pat, r[2])
+                else r[2]) for r in out]),
+         (1, [("error", run, "<that refusal>")]))
+    with open(keep, "rb") as f:
+        c.eq("prune: the bound file's bytes kept", f.read(),
+             b"bound from elsewhere")
+    aside = [n for n in os.listdir(run) if n.startswith(".step0.ckpt-del-")]
+    # (what else of it is gone depends on the directory's order)
+    with open("/proc/self/mounts") as f:
+        points = [line.split()[1] for line in f]
+    c.eq("prune: the aside step holds the mount point",
+         [os.path.join(run, n, "config.yaml") in points for n in aside],
+         [True])
+    for n in aside:
+        subprocess.run(["umount", os.path.join(run, n, "config.yaml")],
+                       check=True)
+    c.eq("prune: under the mount, the step's own file",
+         [tree(os.path.join(run, n)).get("config.yaml") for n in aside],
+         [own])
 
 
 if __name__ == "__main__":

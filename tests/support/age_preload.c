@@ -15,13 +15,20 @@
  * CKPT_TEST_RENAME_TO=DEST: FILE is renamed to DEST instead of written:
  * a writer that commits by rename (OLMo's stepN-unfinished becoming
  * stepN, an archive replaced whole) while `ckpt clean` judges a run.
+ * CKPT_TEST_WRITE_ON_CALL=stat: the Nth stat(2) of PATH by name (stat,
+ * lstat, fstatat and their 64-bit names) instead of its Nth open: a
+ * moment before a re-check has read anything of PATH.
+ * CKPT_TEST_RUN=CMD: `/bin/sh -c CMD` is run then instead (FILE not
+ * needed), and waited for: a change that takes more than one call (a
+ * directory swapped for a symlink, a bind mount). It runs without the
+ * CKPT_TEST_* trigger variables; its failure is printed on stderr.
  */
 /* Both the plain and the 64-bit names are defined here (open() and open64()
  * in preload.h): the redirect that the build's _FILE_OFFSET_BITS asks for
  * would make them one symbol. */
 #undef _FILE_OFFSET_BITS
-static void maybe_write(const char *path, int flags);
-#define PRELOAD_ON_OPEN maybe_write
+static void on_open(const char *path, int flags);
+#define PRELOAD_ON_OPEN on_open
 #include "preload.h"
 #include <errno.h>
 #include <stdio.h>
@@ -44,18 +51,44 @@ static void mkdirs_for(const char *file)
     }
 }
 
-static void maybe_write(const char *path, int flags)
+static void run_cmd(const char *cmd)
+{
+    static const char *const vars[] = {
+        "CKPT_TEST_WRITE_ON", "CKPT_TEST_WRITE", "CKPT_TEST_WRITE_ON_NTH",
+        "CKPT_TEST_RENAME_TO", "CKPT_TEST_WRITE_ON_CALL", "CKPT_TEST_RUN",
+    };
+    char *dup = strdup(cmd);
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i]);
+    int rc = dup ? system(dup) : -1;
+    if (rc != 0)
+        fprintf(stderr, "age_preload: '%s' failed (%d)\n", cmd, rc);
+    free(dup);
+}
+
+/* call: "open" or "stat", what the caller is about to do to path. */
+static void maybe_write(const char *call, const char *path, int flags)
 {
     static int opens;
-    const char *on = getenv("CKPT_TEST_WRITE_ON");
+    const char *on = written ? NULL : getenv("CKPT_TEST_WRITE_ON");
+    if (!on)
+        return; /* (every stat and open comes here: the usual case first) */
     const char *file = getenv("CKPT_TEST_WRITE");
     const char *nth = getenv("CKPT_TEST_WRITE_ON_NTH");
     const char *to = getenv("CKPT_TEST_RENAME_TO");
-    if (written || !on || !file || !path || (flags & O_DIRECTORY) ||
+    const char *want = getenv("CKPT_TEST_WRITE_ON_CALL");
+    const char *cmd = getenv("CKPT_TEST_RUN");
+    if ((!file && !cmd) || !path ||
+        (flags & O_DIRECTORY) || strcmp(want ? want : "open", call) ||
         strcmp(on, path) || ++opens < (nth ? atoi(nth) : 1))
         return;
     written = 1;
     int saved = errno;
+    if (cmd) {
+        run_cmd(cmd);
+        errno = saved;
+        return;
+    }
     if (to) {
         if (rename(file, to) != 0)
             perror("age_preload: rename");
@@ -67,6 +100,11 @@ static void maybe_write(const char *path, int flags)
     if (!f || fputs("written during process\n", f) < 0 || fclose(f) != 0)
         perror("age_preload: write");
     errno = saved;
+}
+
+static void on_open(const char *path, int flags)
+{
+    maybe_write("open", path, flags);
 }
 
 static long ctime_shift(void)
@@ -84,24 +122,28 @@ static long ctime_shift(void)
 
 int stat(const char *p, struct stat *sb)
 {
+    maybe_write("stat", p, 0);
     int rc = REAL("stat", int (*)(const char *, struct stat *))(p, sb);
     FIX(rc, sb);
 }
 
 int stat64(const char *p, struct stat64 *sb)
 {
+    maybe_write("stat", p, 0);
     int rc = REAL("stat64", int (*)(const char *, struct stat64 *))(p, sb);
     FIX(rc, sb);
 }
 
 int lstat(const char *p, struct stat *sb)
 {
+    maybe_write("stat", p, 0);
     int rc = REAL("lstat", int (*)(const char *, struct stat *))(p, sb);
     FIX(rc, sb);
 }
 
 int lstat64(const char *p, struct stat64 *sb)
 {
+    maybe_write("stat", p, 0);
     int rc = REAL("lstat64", int (*)(const char *, struct stat64 *))(p, sb);
     FIX(rc, sb);
 }
@@ -120,6 +162,7 @@ int fstat64(int fd, struct stat64 *sb)
 
 int fstatat(int dfd, const char *p, struct stat *sb, int fl)
 {
+    maybe_write("stat", p, 0);
     int rc = REAL("fstatat", int (*)(int, const char *, struct stat *,
                                      int))(dfd, p, sb, fl);
     FIX(rc, sb);
@@ -127,6 +170,7 @@ int fstatat(int dfd, const char *p, struct stat *sb, int fl)
 
 int fstatat64(int dfd, const char *p, struct stat64 *sb, int fl)
 {
+    maybe_write("stat", p, 0);
     int rc = REAL("fstatat64", int (*)(int, const char *, struct stat64 *,
                                        int))(dfd, p, sb, fl);
     FIX(rc, sb);
