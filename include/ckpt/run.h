@@ -175,6 +175,10 @@ struct ckpt_checkpoint {
     char *special;       /* owned: the first file of it that is not a
                           * regular file (FIFO, socket, device, link) */
     size_t nspecial;
+    const char *partial; /* static: why its unsharded output cannot hold
+                          * all it holds (a legacy Megatron step's is the
+                          * model alone), set by its judge; NULL: the
+                          * format decides (ckpt_unshard_partial) */
     char *pinned;        /* owned: why the writer pins it (HF's
                           * best_model_checkpoint, DeepSpeed's `latest`,
                           * Megatron's latest_checkpointed_iteration.txt):

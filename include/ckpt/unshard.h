@@ -199,11 +199,13 @@ void ckpt_unshard_result_release(struct ckpt_unshard_result *res);
 
 /* 1 when ckpt_unshard_dcp reads checkpoints of this enum ckpt_format. */
 int ckpt_unshard_supported(int format);
-/* NULL when the unsharded output of a step of this enum ckpt_format holds
- * everything the step held (so that the step may be deleted once its
- * output is verified: --delete-sharded, process --drop-sharded), else why
- * not (static): a DeepSpeed step's output is the fp32 weights alone. */
-const char *ckpt_unshard_partial(int format);
+/* NULL when the unsharded output of checkpoint c holds everything the
+ * step held (so that the step may be deleted once its output is
+ * verified: --delete-sharded, process --drop-sharded), else why not
+ * (static): a DeepSpeed step's output is the fp32 weights alone, an
+ * accelerate FSDP step's and a legacy Megatron step's the model alone. */
+struct ckpt_checkpoint;
+const char *ckpt_unshard_partial(const struct ckpt_checkpoint *c);
 
 /* ---- run mode: every sharded step of a run ---- */
 

@@ -339,7 +339,7 @@ int proc_drops_find(struct proc_drops *d, struct ckpt_storage *st,
         int drop = incomplete && !c->complete && !c->unknown;
         /* Only a step its unsharded copy holds whole (a DeepSpeed
          * step's copy is the weights alone): what is dropped is gone. */
-        const char *partial = ckpt_unshard_partial(c->format);
+        const char *partial = ckpt_unshard_partial(c);
         int sharded_step = sharded && c->complete && !c->unsharded_name &&
                            c->format != CKPT_FMT_UNSHARDED;
         if (sharded_step && (made_unsharded(made, nmade, c->step) ||

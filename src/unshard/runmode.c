@@ -84,18 +84,21 @@ int ckpt_unshard_supported(int format)
            f == CKPT_FMT_DCP_HF || f == CKPT_FMT_HF;
 }
 
-const char *ckpt_unshard_partial(int format)
+const char *ckpt_unshard_partial(const struct ckpt_checkpoint *c)
 {
+    enum ckpt_format format = c->format;
+    if (c->partial)
+        return c->partial;
     /* zero_to_fp32's state dict: the optimizer's other states, the
      * scheduler and the client state stay only in the step (and
      * DeepSpeed's `latest` names it). */
-    if ((enum ckpt_format)format == CKPT_FMT_DEEPSPEED)
+    if (format == CKPT_FMT_DEEPSPEED)
         return "its unsharded output holds the fp32 weights only, not the "
                "optimizer states, scheduler and client state it holds";
     /* accelerate merge-weights' state dict: the model's FSDP shards only;
      * optimizer_0/, the scheduler, sampler and RNG states stay in the
      * step. */
-    if ((enum ckpt_format)format == CKPT_FMT_HF)
+    if (format == CKPT_FMT_HF)
         return "its unsharded output holds the model weights only, not the "
                "optimizer, scheduler and RNG states it holds";
     return NULL;
@@ -446,7 +449,7 @@ static int unshard_step(struct runctx *r, const struct ckpt_checkpoint *k,
     char *why = ckpt_xasprintf("%s: %zu file%s, %llu tensors", out,
                                res.nfiles, res.nfiles == 1 ? "" : "s",
                                (unsigned long long)res.tensors);
-    const char *partial = ckpt_unshard_partial(k->format);
+    const char *partial = ckpt_unshard_partial(k);
     char *unowned = ckpt_checkpoint_unowned(k);
     if (unowned && !partial)
         partial = unowned;
@@ -643,7 +646,7 @@ static int delete_copied(struct runctx *r, const struct ckpt_checkpoint *k,
                   : ckpt_xstrdup(out);
     char *bad = NULL, *why = NULL;
     int rc = 0;
-    const char *partial = ckpt_unshard_partial(k->format);
+    const char *partial = ckpt_unshard_partial(k);
     char *unowned = ckpt_checkpoint_unowned(k);
     if (partial || unowned) {
         /* Whatever the copy is, it holds less than the step. */

@@ -1206,11 +1206,19 @@ class Case:
         if st["cmd"] == "upload":
             want = [dest_path(st, p)]
         else:
+            # RUN_ID is the name of the directory ckpt took for the run:
+            # the unit, or (a unit that neither looks like a run nor
+            # holds one the oracle knows: ckpt judges each directory in
+            # it) any directory between the unit and the file.
             base = u or arg
-            top = base.rsplit("/", 1)[0] if "/" in base else ""
-            tail = p[len(top) + 1:] if top else p
-            want = [q for q in dafter if q == tail or
-                    q.endswith("/" + tail)]
+            bases = [base] + [p[:i] for i in range(len(base) + 1, len(p))
+                              if p[i] == "/"]
+            want = []
+            for b in bases:
+                top = b.rsplit("/", 1)[0] if "/" in b else ""
+                tail = p[len(top) + 1:] if top else p
+                want += [q for q in dafter if q == tail or
+                         q.endswith("/" + tail)]
         return any(q in dafter and dafter[q].type == "f" and
                    dafter[q].sha == e.sha for q in want)
 

@@ -154,6 +154,19 @@ def main():
         if os.path.isfile(got):
             same_model("run mode", got, ref)
 
+        # --delete-sharded: the output holds the model alone (not the
+        # ranks' optimizer and RNG states, nor args), so the step stays.
+        own = os.path.join(tmp, "own")
+        shutil.copytree(os.path.join(FIX, "tp2pp2"), own)
+        p = run(CKPT, "unshard", "--no-progress", "--delete-sharded",
+                os.path.join(own, "checkpoints"),
+                os.path.join(tmp, "own-out"), ok=False)
+        check("--delete-sharded: exit 0, the step kept, saying why",
+              p.returncode == 0 and
+              os.path.isdir(os.path.join(own, STEP)) and
+              "kept (its unsharded output holds the model weights only"
+              in p.stdout, p.stdout + p.stderr)
+
         src = os.path.join(FIX, "tp2pp2", STEP)
         # Read through the storage API (as from object storage), verified.
         out = os.path.join(tmp, "via")

@@ -168,6 +168,10 @@ static void need_rank(const struct judge_view *v, struct ckpt_checkpoint *c,
 static int mg_legacy(const struct judge_view *v, struct ckpt_checkpoint *c,
                      struct ckpt_err *err)
 {
+    /* Its unsharded output is the model at TP=1 PP=1 (plan_legacy.c):
+     * the optimizer and RNG states of each rank stay only in the step. */
+    c->partial = "its unsharded output holds the model weights only, not "
+                 "the optimizer, RNG states and args of its ranks";
     const char *first = NULL;
     long max[3] = { -1, -1, -1 };
     int ndim = -1;
