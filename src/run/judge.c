@@ -88,12 +88,7 @@ int ckpt_judge_recognised(const struct ckpt_tree *t, const char *dir)
     if (v.lo >= v.hi)
         return 0;
     const struct trainer *L = trainer_find(&v);
-    /* (rank<N>.pt alone is too common a name to stand for OLMo) */
-    if (L->format == CKPT_FMT_OLMO_LEGACY)
-        return 0;
-    if (L->format != CKPT_FMT_UNSHARDED)
-        return 1;
-    return plain_named_weights(&v);
+    return L->named ? L->named(&v) : 1;
 }
 
 /* A checkpoint that is one file (Lightning's "epoch=0-step=100.ckpt"):

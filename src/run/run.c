@@ -58,27 +58,19 @@ static void add_ckpt(struct ckpt_run *run, size_t *cap, const char *dir,
     c->unsharded_name = uns;
 }
 
-/* Lightning's checkpoints: "*.ckpt" files, or directories of that name
- * (FSDP sharded), at the top, in checkpoints/, or in a logger's
- * NAME/version_N/checkpoints/. */
-static void find_lightning(struct ckpt_run *run, size_t *cap,
-                           const struct ckpt_tree_file *f)
+/* Checkpoints that a trainer keeps where no checkpoint name shows them
+ * (the table's list: Lightning's *.ckpt). */
+static void find_listed(struct ckpt_run *run, size_t *cap,
+                        const struct ckpt_tree_file *f)
 {
-    size_t skip = ckpt_lightning_place(f->path);
-    const char *rest = f->path + skip;
-    const char *slash = strchr(rest, '/');
-    if (!slash && f->type != CKPT_ENTRY_DIR && f->type != CKPT_ENTRY_FILE)
-        return;
-    size_t nl = slash ? (size_t)(slash - rest) : strlen(rest);
-    if (nl <= 5 || memcmp(rest + nl - 5, ".ckpt", 5) != 0)
-        return;  /* (most files: no copy made) */
-    char *name = ckpt_xstrndup(rest, nl);
+    size_t n, at;
     int64_t step;
-    if (ckpt_lightning_name(name, &step)) {
-        char *dir = ckpt_xstrndup(f->path, skip + nl);
-        add_ckpt(run, cap, dir, name, step, 0);
-        free(dir);
-    }
+    if (!trainer_list(f, &n, &at, &step))
+        return;
+    char *dir = ckpt_xstrndup(f->path, n);
+    char *name = ckpt_xstrndup(f->path + at, n - at);
+    add_ckpt(run, cap, dir, name, step, 0);
+    free(dir);
     free(name);
 }
 
@@ -106,7 +98,7 @@ static void find_ckpts(struct ckpt_run *run, const struct ckpt_tree *t,
                        size_t *cap)
 {
     for (size_t i = 0; i < t->n; i++) {
-        find_lightning(run, cap, &t->files[i]);
+        find_listed(run, cap, &t->files[i]);
         size_t skip, n = place_dir(&t->files[i], &skip);
         if (!n)
             continue;
@@ -197,18 +189,13 @@ static int root_marked(const struct ckpt_tree *t)
         if (f && f->type == CKPT_ENTRY_FILE)
             return 1;
     }
-    /* A DeepSpeed tag directory (global_stepN/ given as itself): its
-     * layout's own names. */
+    /* A trainer's own names at the top (the table's root): a DeepSpeed
+     * tag directory (global_stepN/ given as itself), a Megatron step
+     * (legacy mp_rank_TT/ files), torch DCP's HuggingFaceStorageWriter
+     * shards or their consolidated form (shards moved to sharded/). */
     struct judge_view v = { (struct ckpt_tree *)t, "", 0, 0, 0 };
     ckpt_tree_range(t, "", &v.lo, &v.hi);
-    if (v.lo < v.hi && deepspeed_recognise(&v))
-        return 1;
-    /* A Megatron step given as itself (legacy mp_rank_TT/ files). */
-    if (v.lo < v.hi && megatron_recognise(&v))
-        return 1;
-    /* torch DCP's HuggingFaceStorageWriter shards, or its consolidated
-     * form (shards moved to sharded/). */
-    if (v.lo < v.hi && dcp_hf_recognise(&v))
+    if (v.lo < v.hi && trainer_root(&v))
         return 1;
     for (size_t i = 0; i < t->n; i++)
         if (t->files[i].type == CKPT_ENTRY_FILE &&

@@ -28,14 +28,6 @@ struct run_tio {
 void run_tree_io(struct run_tio *x, struct ckpt_orbax_io *io,
                  struct ckpt_tree *t, const char *db);
 
-/* lightning/judge.c: name is a Lightning checkpoint's ("*.ckpt"); *step
- * is S of "step=S" in it, else -1 (read from the file when judged). */
-int ckpt_lightning_name(const char *name, int64_t *step);
-/* Length of the directory prefix of path where Lightning keeps its
- * checkpoints (checkpoints/, checkpoint/, NAME/version_N/checkpoints/),
- * 0 for the top of the run. */
-size_t ckpt_lightning_place(const char *path);
-
 /* 1 when a layout recognises the directory dir of t by its files (the
  * plain entry only with a weights file at its top). */
 int ckpt_judge_recognised(const struct ckpt_tree *t, const char *dir);
