@@ -15,7 +15,7 @@
 
 #include "ckpt/pickle.h"
 #include "ckpt/torchfmt.h"
-#include "run/run_int.h"
+#include "ckpt/run.h"
 
 /* One checkpoint directory of a tree: its files are t->files[lo..hi). */
 struct judge_view {
