@@ -2,10 +2,8 @@
  * run.c - find the checkpoints of a run and judge them (SPEC table
  * "Run directories and checkpoints").
  */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "ckpt/archive.h"
 #include "ckpt/run.h"
@@ -14,103 +12,12 @@
 #include "trainers/judge.h"
 #include "trainers/trainer.h"
 
-const char *ckpt_format_name(enum ckpt_format f)
-{
-    switch (f) {
-    case CKPT_FMT_DCP: return "dcp";
-    case CKPT_FMT_OLMO_LEGACY: return "olmo-legacy";
-    case CKPT_FMT_OLMO_LOCAL: return "olmo-local";
-    case CKPT_FMT_OLMO_CORE: return "olmo-core";
-    case CKPT_FMT_ZARR: return "zarr";
-    case CKPT_FMT_ORBAX: return "orbax";
-    case CKPT_FMT_UNSHARDED: return "unsharded";
-    case CKPT_FMT_HF: return "hf";
-    case CKPT_FMT_DEEPSPEED: return "deepspeed";
-    case CKPT_FMT_MEGATRON: return "megatron";
-    case CKPT_FMT_DCP_HF: return "dcp-hf";
-    case CKPT_FMT_LIGHTNING: return "lightning";
-    default: return "unknown";
-    }
-}
-
-/* s is all digits (and non-empty, not absurdly long): *v = its value. */
-static int all_digits(const char *s, size_t n, int64_t *v)
-{
-    if (n == 0 || n > 18)
-        return 0;
-    int64_t x = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isdigit((unsigned char)s[i]))
-            return 0;
-        x = x * 10 + (s[i] - '0');
-    }
-    *v = x;
-    return 1;
-}
-
-/* Orbax writes a step under "<step>.orbax-checkpoint-tmp-<time>" and
- * renames it when done: the step's name with that suffix is the step,
- * judged (an unfinished one is incomplete, judge.c). */
-static int orbax_tmp(const char *s)
-{
-    static const char tmp[] = ".orbax-checkpoint-tmp-";
-    if (strncmp(s, tmp, sizeof(tmp) - 1) != 0)
-        return 0;
-    for (s += sizeof(tmp) - 1; *s; s++)
-        if (!isdigit((unsigned char)*s))
-            return 0;
-    return 1;
-}
-
-/* name (n bytes) is a step spelt PREFIX<digits>, with an optional
- * suffix after '-' or '.' (`step1000-final`, OLMo's `step1000-hf`,
- * `step1000.0`) unless the prefix is empty (a bare number is exactly
- * that, or Orbax's temporary name). Prefixes match without regard to
- * case (`Step1000`). */
-static int prefixed_step(const char *name, size_t n, const char *prefix,
-                         int64_t *step)
-{
-    size_t pl = strlen(prefix), d = pl;
-    if (n <= pl || strncasecmp(name, prefix, pl) != 0)
-        return 0;
-    while (d < n && isdigit((unsigned char)name[d]))
-        d++;
-    if (d == pl)
-        return 0;
-    if (d < n && !(*prefix ? (name[d] == '-' || name[d] == '.') && d + 1 < n
-                           : orbax_tmp(name + d)))
-        return 0;
-    return all_digits(name + pl, d - pl, step);
-}
-
-int ckpt_checkpoint_name(const char *name, int64_t *step, int *unsharded)
-{
-    static const char *prefixes[] = {
-        "global_step", "step_", "step-", "step=", "step", "iter_",
-        "checkpoint-", "checkpoint_", "ckpt_", "ckpt-", "epoch_",
-        "dist_epoch_", "",
-    };
-    size_t len = strlen(name);
-    *unsharded = 0;
-    /* NAME-unsharded is the copy unshard's run mode writes beside step
-     * NAME, whatever its spelling (OLMo's stepN, Orbax's bare N,
-     * checkpoint-N): every command must know it as a checkpoint, or a run
-     * holding only such copies looks empty. */
-    if (ckpt_str_endswith(name, "-unsharded")) {
-        *unsharded = 1;
-        len -= strlen("-unsharded");
-    }
-    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
-        if (prefixed_step(name, len, prefixes[i], step))
-            return 1;
-    *unsharded = 0;
-    return 0;
-}
-
+/* A bare step number (all digits, not absurdly long), as names.c reads
+ * one. */
 static int is_bare(const char *name)
 {
-    int64_t v;
-    return all_digits(name, strlen(name), &v);
+    size_t n = strlen(name);
+    return n && n <= 18 && strspn(name, "0123456789") == n;
 }
 
 /* Named the way a checkpoint directory is named (stepN, checkpoint-N,
@@ -151,27 +58,19 @@ static void add_ckpt(struct ckpt_run *run, size_t *cap, const char *dir,
     c->unsharded_name = uns;
 }
 
-/* Lightning's checkpoints: "*.ckpt" files, or directories of that name
- * (FSDP sharded), at the top, in checkpoints/, or in a logger's
- * NAME/version_N/checkpoints/. */
-static void find_lightning(struct ckpt_run *run, size_t *cap,
-                           const struct ckpt_tree_file *f)
+/* Checkpoints that a trainer keeps where no checkpoint name shows them
+ * (the table's list: Lightning's *.ckpt). */
+static void find_listed(struct ckpt_run *run, size_t *cap,
+                        const struct ckpt_tree_file *f)
 {
-    size_t skip = ckpt_lightning_place(f->path);
-    const char *rest = f->path + skip;
-    const char *slash = strchr(rest, '/');
-    if (!slash && f->type != CKPT_ENTRY_DIR && f->type != CKPT_ENTRY_FILE)
-        return;
-    size_t nl = slash ? (size_t)(slash - rest) : strlen(rest);
-    if (nl <= 5 || memcmp(rest + nl - 5, ".ckpt", 5) != 0)
-        return;  /* (most files: no copy made) */
-    char *name = ckpt_xstrndup(rest, nl);
+    size_t n, at;
     int64_t step;
-    if (ckpt_lightning_name(name, &step)) {
-        char *dir = ckpt_xstrndup(f->path, skip + nl);
-        add_ckpt(run, cap, dir, name, step, 0);
-        free(dir);
-    }
+    if (!trainer_list(f, &n, &at, &step))
+        return;
+    char *dir = ckpt_xstrndup(f->path, n);
+    char *name = ckpt_xstrndup(f->path + at, n - at);
+    add_ckpt(run, cap, dir, name, step, 0);
+    free(dir);
     free(name);
 }
 
@@ -199,7 +98,7 @@ static void find_ckpts(struct ckpt_run *run, const struct ckpt_tree *t,
                        size_t *cap)
 {
     for (size_t i = 0; i < t->n; i++) {
-        find_lightning(run, cap, &t->files[i]);
+        find_listed(run, cap, &t->files[i]);
         size_t skip, n = place_dir(&t->files[i], &skip);
         if (!n)
             continue;
@@ -290,18 +189,13 @@ static int root_marked(const struct ckpt_tree *t)
         if (f && f->type == CKPT_ENTRY_FILE)
             return 1;
     }
-    /* A DeepSpeed tag directory (global_stepN/ given as itself): its
-     * layout's own names. */
+    /* A trainer's own names at the top (the table's root): a DeepSpeed
+     * tag directory (global_stepN/ given as itself), a Megatron step
+     * (legacy mp_rank_TT/ files), torch DCP's HuggingFaceStorageWriter
+     * shards or their consolidated form (shards moved to sharded/). */
     struct judge_view v = { (struct ckpt_tree *)t, "", 0, 0, 0 };
     ckpt_tree_range(t, "", &v.lo, &v.hi);
-    if (v.lo < v.hi && deepspeed_recognise(&v))
-        return 1;
-    /* A Megatron step given as itself (legacy mp_rank_TT/ files). */
-    if (v.lo < v.hi && megatron_recognise(&v))
-        return 1;
-    /* torch DCP's HuggingFaceStorageWriter shards, or its consolidated
-     * form (shards moved to sharded/). */
-    if (v.lo < v.hi && dcp_hf_recognise(&v))
+    if (v.lo < v.hi && trainer_root(&v))
         return 1;
     for (size_t i = 0; i < t->n; i++)
         if (t->files[i].type == CKPT_ENTRY_FILE &&

@@ -14,28 +14,6 @@ int ckpt_judge_checkpoint(struct ckpt_tree *t, struct ckpt_checkpoint *c,
 void ckpt_judge_olmo_copy(struct ckpt_tree *t, struct ckpt_checkpoint *c,
                           const struct ckpt_checkpoint *src);
 
-/* orbax/list.c: an Orbax item (OCDBT database or old-format directory) of a
- * tree as a ckpt_orbax_io: sizes from the listing, bytes by ranged reads
- * (directory trees, plain tar members), from what the listing captured
- * (manifests), or by passes over a compressed archive, a bounded number
- * (beyond: CKPT_EUNSUPPORTED). x must outlive io. */
-struct ckpt_orbax_io;
-struct run_tio {
-    struct ckpt_tree *t;
-    const char *db;     /* item directory in the tree */
-    unsigned passes;    /* over a compressed archive, so far */
-};
-void run_tree_io(struct run_tio *x, struct ckpt_orbax_io *io,
-                 struct ckpt_tree *t, const char *db);
-
-/* lightning/judge.c: name is a Lightning checkpoint's ("*.ckpt"); *step
- * is S of "step=S" in it, else -1 (read from the file when judged). */
-int ckpt_lightning_name(const char *name, int64_t *step);
-/* Length of the directory prefix of path where Lightning keeps its
- * checkpoints (checkpoints/, checkpoint/, NAME/version_N/checkpoints/),
- * 0 for the top of the run. */
-size_t ckpt_lightning_place(const char *path);
-
 /* 1 when a layout recognises the directory dir of t by its files (the
  * plain entry only with a weights file at its top). */
 int ckpt_judge_recognised(const struct ckpt_tree *t, const char *dir);

@@ -1,7 +1,7 @@
 /*
  * judge.h - what a trainer's judge (src/trainers/<name>/judge.c) works
  * with: the view of one checkpoint directory, and the helpers that
- * src/run/judge.c shares with every judge. Each judge recognises its
+ * every judge shares (src/trainers/judge.c). Each judge recognises its
  * trainer's checkpoints by names and files and judges them with the
  * writer's own completeness rule (docs/formats/runs.md names the code it
  * follows); the trainer table (trainer.h) asks them in order.
@@ -15,7 +15,7 @@
 
 #include "ckpt/pickle.h"
 #include "ckpt/torchfmt.h"
-#include "run/run_int.h"
+#include "ckpt/run.h"
 
 /* One checkpoint directory of a tree: its files are t->files[lo..hi). */
 struct judge_view {
@@ -26,7 +26,7 @@ struct judge_view {
                      * dir (Lightning's .ckpt files) */
 };
 
-/* --- helpers shared by the judges (src/run/judge.c) --------------------- */
+/* --- helpers shared by the judges (src/trainers/judge.c) ---------------- */
 
 /* The most bytes of a metadata file a judge reads. */
 #define JUDGE_META_MAX (256u << 20)

@@ -5,8 +5,10 @@
  * order and the first that recognises a checkpoint judges it; unshard
  * (src/unshard/unshard.c) plans a step with the entry of the format the
  * judge named. An entry's code lives in src/trainers/<name>/: judge.c
- * (recognise, judge, owns), plan*.c (the unshard plan), export (--format
- * hf), and whatever else is that trainer's alone. Adding a trainer is its folder and one
+ * (recognise, judge, owns, root, list, named), plan*.c (the unshard
+ * plan), export (--format hf), and whatever else is that trainer's
+ * alone. The helpers every judge shares are src/trainers/judge.c; run/
+ * asks the table and never names a trainer. Adding a trainer is its folder and one
  * line of trainers.c (docs/internals/new-format.md). Private to src/.
  */
 #ifndef CKPT_TRAINERS_TRAINER_H
@@ -52,6 +54,23 @@ struct trainer {
      * whose names have no published HF mapping refuses, saying so. NULL:
      * refused as not exportable. */
     int (*export)(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
+    /* 1 when v, a directory given as itself (`ckpt unshard DIR`, a step
+     * given as a run), is one checkpoint by this trainer's names at its
+     * top, beside the generic marks run.c knows (.metadata, .zgroup ...);
+     * NULL: those marks alone. */
+    int (*root)(const struct judge_view *v);
+    /* Checkpoints this trainer keeps where no checkpoint name shows them
+     * (Lightning's *.ckpt): 1 when file f of a run is such a checkpoint
+     * or lies in one, whose directory is f->path's first *dir_len bytes,
+     * its name those from *name_at, its step *step (-1: unknown until
+     * judged). NULL: its checkpoints are found by name (stepN,
+     * checkpoint-N, ...: ckpt_checkpoint_name). */
+    int (*list)(const struct ckpt_tree_file *f, size_t *dir_len,
+                size_t *name_at, int64_t *step);
+    /* A directory at a checkpoint's place without a step in its name
+     * (final/, release/) is a checkpoint when recognise takes it and,
+     * where set, this does too. NULL: recognise is enough. */
+    int (*named)(const struct judge_view *v);
 };
 
 /* The trainer of v: the first entry of the table that recognises it
@@ -62,11 +81,18 @@ const struct trainer *trainer_of_format(enum ckpt_format f);
 /* The HF export of the step j planned: its trainer's export (that of
  * j->o->source_format; uns_hf_layout when no entry names it). */
 int trainer_export(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
+/* 1 when an entry's root takes v (the directory given as itself). */
+int trainer_root(const struct judge_view *v);
+/* The first entry's list that takes file f of a run (see list). */
+int trainer_list(const struct ckpt_tree_file *f, size_t *dir_len,
+                 size_t *name_at, int64_t *step);
 
 /* --- the entries' code, one block per trainer (src/trainers/<name>/) --- */
 
 /* lightning/: PyTorch Lightning .ckpt files and directories */
 int lightning_recognise(const struct judge_view *v);
+int lightning_list(const struct ckpt_tree_file *f, size_t *dir_len,
+                   size_t *name_at, int64_t *step);
 int lightning_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                     struct ckpt_err *err);
 
@@ -140,6 +166,7 @@ int olmo_legacy_recognise(const struct judge_view *v);
 int olmo_legacy_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                       struct ckpt_err *err);
 int olmo_legacy_owns(const struct judge_view *v, const char *rel);
+int olmo_legacy_named(const struct judge_view *v);
 int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
 
 /* plain/: unsharded files (model.pt, *.safetensors, HF weights) */
@@ -147,7 +174,7 @@ int plain_recognise(const struct judge_view *v);
 int plain_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                 struct ckpt_err *err);
 int plain_owns(const struct judge_view *v, const char *rel);
-/* 1 when v holds a weights file plain_judge knows by name. */
+/* 1 when v holds a weights file plain_judge knows by name (named). */
 int plain_named_weights(const struct judge_view *v);
 
 #endif

@@ -16,39 +16,54 @@
 #include "unshard/hf/hf.h"
 #include "unshard/job.h"
 
-/* name, format, recognise, judge, format_of, owns, plan, plan_opens,
- * export */
+/* Each entry names only the fields it has (trainer.h says what each
+ * is for); the order is the order in which the judge asks them. */
 static const struct trainer table[] = {
-    { "lightning", CKPT_FMT_LIGHTNING, lightning_recognise, lightning_judge,
-      NULL, NULL, NULL, 0, uns_hf_layout },
-    { "deepspeed", CKPT_FMT_DEEPSPEED, deepspeed_recognise, deepspeed_judge,
-      NULL, deepspeed_owns, uns_ds_plan, 0, uns_hf_layout },
-    { "megatron", CKPT_FMT_MEGATRON, megatron_recognise, megatron_judge,
-      NULL, megatron_owns, uns_mg_plan, 1, uns_mg_export },
-    { "dcp-hf", CKPT_FMT_DCP_HF, dcp_hf_recognise, dcp_hf_judge, NULL,
-      dcp_hf_owns, uns_hfst_plan, 0, uns_hf_layout },
-    { "hf", CKPT_FMT_HF, hf_recognise, hf_judge, hf_format, hf_owns, NULL,
-      0, uns_hf_layout },
-    { "orbax", CKPT_FMT_ORBAX, orbax_recognise, orbax_judge, NULL, NULL,
-      uns_orbax_plan, 0, uns_hf_layout },
-    { "dcp", CKPT_FMT_DCP, dcp_recognise, dcp_judge, NULL, dcp_owns,
-      uns_dcp_plan, 1, uns_hf_layout },
-    { "zarr", CKPT_FMT_ZARR, zarr_recognise, zarr_judge, NULL, NULL,
-      uns_zarr_plan, 0, uns_hf_layout },
-    { "olmo-core", CKPT_FMT_OLMO_CORE, olmo_core_recognise, olmo_core_judge,
-      NULL, olmo_core_owns, uns_olmocore_plan, 0, uns_hf_layout },
-    { "olmo-local", CKPT_FMT_OLMO_LOCAL, olmo_local_recognise,
-      olmo_local_judge, NULL, olmo_local_owns, uns_olmolocal_plan, 0,
-      uns_hf_layout },
-    { "olmo-legacy", CKPT_FMT_OLMO_LEGACY, olmo_legacy_recognise,
-      olmo_legacy_judge, NULL, olmo_legacy_owns, uns_legacy_plan, 0,
-      uns_hf_layout },
+    { .name = "lightning", .format = CKPT_FMT_LIGHTNING,
+      .recognise = lightning_recognise, .judge = lightning_judge,
+      .export = uns_hf_layout, .list = lightning_list },
+    { .name = "deepspeed", .format = CKPT_FMT_DEEPSPEED,
+      .recognise = deepspeed_recognise, .judge = deepspeed_judge,
+      .owns = deepspeed_owns, .plan = uns_ds_plan, .export = uns_hf_layout,
+      .root = deepspeed_recognise },
+    { .name = "megatron", .format = CKPT_FMT_MEGATRON,
+      .recognise = megatron_recognise, .judge = megatron_judge,
+      .owns = megatron_owns, .plan = uns_mg_plan, .plan_opens = 1,
+      .export = uns_mg_export, .root = megatron_recognise },
+    { .name = "dcp-hf", .format = CKPT_FMT_DCP_HF,
+      .recognise = dcp_hf_recognise, .judge = dcp_hf_judge,
+      .owns = dcp_hf_owns, .plan = uns_hfst_plan, .export = uns_hf_layout,
+      .root = dcp_hf_recognise },
+    { .name = "hf", .format = CKPT_FMT_HF, .recognise = hf_recognise,
+      .judge = hf_judge, .format_of = hf_format, .owns = hf_owns,
+      .export = uns_hf_layout },
+    { .name = "orbax", .format = CKPT_FMT_ORBAX, .recognise = orbax_recognise,
+      .judge = orbax_judge, .plan = uns_orbax_plan, .export = uns_hf_layout },
+    { .name = "dcp", .format = CKPT_FMT_DCP, .recognise = dcp_recognise,
+      .judge = dcp_judge, .owns = dcp_owns, .plan = uns_dcp_plan,
+      .plan_opens = 1, .export = uns_hf_layout },
+    { .name = "zarr", .format = CKPT_FMT_ZARR, .recognise = zarr_recognise,
+      .judge = zarr_judge, .plan = uns_zarr_plan, .export = uns_hf_layout },
+    { .name = "olmo-core", .format = CKPT_FMT_OLMO_CORE,
+      .recognise = olmo_core_recognise, .judge = olmo_core_judge,
+      .owns = olmo_core_owns, .plan = uns_olmocore_plan,
+      .export = uns_hf_layout },
+    { .name = "olmo-local", .format = CKPT_FMT_OLMO_LOCAL,
+      .recognise = olmo_local_recognise, .judge = olmo_local_judge,
+      .owns = olmo_local_owns, .plan = uns_olmolocal_plan,
+      .export = uns_hf_layout },
+    { .name = "olmo-legacy", .format = CKPT_FMT_OLMO_LEGACY,
+      .recognise = olmo_legacy_recognise, .judge = olmo_legacy_judge,
+      .owns = olmo_legacy_owns, .plan = uns_legacy_plan,
+      .export = uns_hf_layout, .named = olmo_legacy_named },
     /* Last: whatever no other entry claims. Given directly, whole
      * safetensors files (a Hugging Face model directory,
      * HuggingFaceStorageWriter's consolidated output) are planned as
      * dcp-hf's. */
-    { "unsharded", CKPT_FMT_UNSHARDED, plain_recognise, plain_judge, NULL,
-      plain_owns, uns_hfst_plan, 0, uns_hf_layout },
+    { .name = "unsharded", .format = CKPT_FMT_UNSHARDED,
+      .recognise = plain_recognise, .judge = plain_judge, .owns = plain_owns,
+      .plan = uns_hfst_plan, .export = uns_hf_layout,
+      .named = plain_named_weights },
 };
 
 #define NTRAINERS (sizeof(table) / sizeof(table[0]))
@@ -79,4 +94,21 @@ int trainer_export(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
         return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: no Hugging Face "
                             "export of %s checkpoints", j->src.top, T->name);
     return T->export(j, root, err);
+}
+
+int trainer_root(const struct judge_view *v)
+{
+    for (size_t i = 0; i < NTRAINERS; i++)
+        if (table[i].root && table[i].root(v))
+            return 1;
+    return 0;
+}
+
+int trainer_list(const struct ckpt_tree_file *f, size_t *dir_len,
+                 size_t *name_at, int64_t *step)
+{
+    for (size_t i = 0; i < NTRAINERS; i++)
+        if (table[i].list && table[i].list(f, dir_len, name_at, step))
+            return 1;
+    return 0;
 }

@@ -22,7 +22,9 @@
 #include "trainers/judge.h"
 #include "trainers/trainer.h"
 
-int ckpt_lightning_name(const char *name, int64_t *step)
+/* name is a Lightning checkpoint's ("*.ckpt"); *step is S of "step=S"
+ * in it, else -1 (read from the file when judged). */
+static int lightning_name(const char *name, int64_t *step)
 {
     size_t len = strlen(name);
     *step = -1;
@@ -45,7 +47,10 @@ int ckpt_lightning_name(const char *name, int64_t *step)
     return 1;
 }
 
-size_t ckpt_lightning_place(const char *path)
+/* Length of the directory prefix of path where Lightning keeps its
+ * checkpoints (checkpoints/, checkpoint/, NAME/version_N/checkpoints/),
+ * 0 for the top of the run. */
+static size_t lightning_place(const char *path)
 {
     /* top, checkpoints/, checkpoint/, or a logger's
      * NAME/version_N/checkpoints/ (lightning_logs/version_0/...) */
@@ -62,6 +67,28 @@ size_t ckpt_lightning_place(const char *path)
     return (size_t)(b + 1 - path) + strlen("checkpoints/");
 }
 
+/* Lightning's checkpoints carry no checkpoint name (stepN ...): "*.ckpt"
+ * files, or directories of that name (FSDP sharded), at the top, in
+ * checkpoints/, or in a logger's NAME/version_N/checkpoints/. */
+int lightning_list(const struct ckpt_tree_file *f, size_t *dir_len,
+                   size_t *name_at, int64_t *step)
+{
+    size_t skip = lightning_place(f->path);
+    const char *rest = f->path + skip;
+    const char *slash = strchr(rest, '/');
+    if (!slash && f->type != CKPT_ENTRY_DIR && f->type != CKPT_ENTRY_FILE)
+        return 0;
+    size_t nl = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (nl <= 5 || memcmp(rest + nl - 5, ".ckpt", 5) != 0)
+        return 0;  /* (most files: no copy made) */
+    char *name = ckpt_xstrndup(rest, nl);
+    int ok = lightning_name(name, step);
+    free(name);
+    *dir_len = skip + nl;
+    *name_at = skip;
+    return ok;
+}
+
 static const char *base(const char *dir)
 {
     const char *s = strrchr(dir, '/');
@@ -73,8 +100,8 @@ int lightning_recognise(const struct judge_view *v)
     int64_t step;
     if (v->one_file)
         return v->hi == v->lo + 1 &&
-               ckpt_lightning_name(judge_rel(v, v->lo), &step);
-    return *v->dir && ckpt_lightning_name(base(v->dir), &step);
+               lightning_name(judge_rel(v, v->lo), &step);
+    return *v->dir && lightning_name(base(v->dir), &step);
 }
 
 /* The global_step recorded in torch zip rel into c->step; unknown when it

@@ -145,6 +145,14 @@ int olmo_local_owns(const struct judge_view *v, const char *rel)
            judge_ranked_in(rel, "train", "rank", ".pt");
 }
 
+/* A directory without a step in its name is never an OLMo legacy step:
+ * rank<N>.pt alone is too common a name to stand for OLMo. */
+int olmo_legacy_named(const struct judge_view *v)
+{
+    (void)v;
+    return 0;
+}
+
 int olmo_legacy_owns(const struct judge_view *v, const char *rel)
 {
     (void)v;

@@ -11,6 +11,7 @@
 #include "ckpt/orbax.h"
 #include "ckpt/util.h"
 #include "trainers/judge.h"
+#include "trainers/orbax/orbax.h"
 #include "trainers/trainer.h"
 
 /* Each OCDBT database (manifest.ocdbt outside ocdbt.process_*) must be
@@ -29,9 +30,9 @@ static int judge_ocdbt(const struct judge_view *v, struct ckpt_checkpoint *c,
             strstr(r, "ocdbt.process_"))
             continue;
         char *db = ckpt_path_dirname(v->t->files[i].path);
-        struct run_tio x;
+        struct orbax_tio x;
         struct ckpt_orbax_io io;
-        run_tree_io(&x, &io, v->t, db);
+        orbax_tree_io(&x, &io, v->t, db);
         struct ckpt_err e = CKPT_ERR_INIT;
         uint64_t nkeys;
         int rc = ckpt_ocdbt_check(&io, db, &nkeys, &e);

@@ -11,12 +11,12 @@
 #include "ckpt/orbax.h"
 #include "ckpt/storage.h"
 #include "ckpt/util.h"
-#include "run/run_int.h"
+#include "trainers/orbax/orbax.h"
 
 static int tio_size(void *ctx, const char *rel, uint64_t *size,
                     struct ckpt_err *err)
 {
-    struct run_tio *x = ctx;
+    struct orbax_tio *x = ctx;
     char *p = ckpt_path_join(x->db, rel);
     const struct ckpt_tree_file *f = ckpt_tree_find(x->t, p);
     int rc = f && f->type != CKPT_ENTRY_DIR ? 0
@@ -37,7 +37,7 @@ static int tio_size(void *ctx, const char *rel, uint64_t *size,
 static int tio_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
                     void *buf, struct ckpt_err *err)
 {
-    struct run_tio *x = ctx;
+    struct orbax_tio *x = ctx;
     char *p = ckpt_path_join(x->db, rel);
     int rc = 0;
     if (ckpt_tree_read_streams(x->t, p, off, (size_t)len) &&
@@ -59,7 +59,7 @@ static int tio_read(void *ctx, const char *rel, uint64_t off, uint64_t len,
 static int tio_list(void *ctx, int (*fn)(void *ud, const char *rel),
                     void *ud, struct ckpt_err *err)
 {
-    struct run_tio *x = ctx;
+    struct orbax_tio *x = ctx;
     size_t lo, hi;
     (void)err;
     ckpt_tree_range(x->t, x->db, &lo, &hi);
@@ -80,7 +80,7 @@ static int tio_list(void *ctx, int (*fn)(void *ud, const char *rel),
 static int tio_names(void *ctx, int (*fn)(void *ud, const char *name),
                      void *ud, struct ckpt_err *err)
 {
-    struct run_tio *x = ctx;
+    struct orbax_tio *x = ctx;
     size_t lo, hi;
     (void)err;
     ckpt_tree_range(x->t, x->db, &lo, &hi);
@@ -95,8 +95,8 @@ static int tio_names(void *ctx, int (*fn)(void *ud, const char *name),
     return 0;
 }
 
-void run_tree_io(struct run_tio *x, struct ckpt_orbax_io *io,
-                 struct ckpt_tree *t, const char *db)
+void orbax_tree_io(struct orbax_tio *x, struct ckpt_orbax_io *io,
+                   struct ckpt_tree *t, const char *db)
 {
     x->t = t;
     x->db = db;
@@ -125,10 +125,10 @@ static int list_item(struct ckpt_tree *t, const char *db, const char *item,
                      int ocdbt, ckpt_orbax_array_fn fn, void *ud,
                      struct ckpt_err *err)
 {
-    struct run_tio x;
+    struct orbax_tio x;
     struct ckpt_orbax_io io;
     struct ckpt_orbax *o;
-    run_tree_io(&x, &io, t, db);
+    orbax_tree_io(&x, &io, t, db);
     if (ckpt_orbax_open_io(&io, db, ocdbt, &o, err) != 0)
         return -1;
     int rc = 0;
