@@ -1,8 +1,8 @@
 /*
- * fuzztree.h - the file tree the layout and dsunshard fuzz targets build
- * from their input: one checked name rule and one writer, so both targets
- * accept the same names and neither reads past a name that is not
- * NUL-terminated in the input.
+ * fuzztree.h - the file tree the layout, dsunshard and mglegacy fuzz
+ * targets build from their input: one checked name rule and one writer,
+ * so every target accepts the same names and none reads past a name that
+ * is not NUL-terminated in the input; and the unshard targets' one body.
  */
 #ifndef CKPT_FUZZTREE_H
 #define CKPT_FUZZTREE_H
@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt/unshard.h"
 #include "ckpt/util.h"
 
 static int fuzztree_rm_one(const char *p, const struct stat *sb, int flag,
@@ -98,6 +99,61 @@ static inline void fuzztree_records(const char *top, const char *step,
         fuzztree_record(top, step, data + i, n);
         i += n + 1;
     }
+}
+
+/* The body of the unshard fuzz targets (dsunshard, mglegacy): the input's
+ * records (a 1-byte name length, the name, a 4-byte little-endian content
+ * length, the content, cut at the input's end) written under a fresh
+ * temporary STEP/, unsharded as FORMAT (one worker, verified) into a
+ * directory beside it. A run that succeeds wrote exactly the files it
+ * planned, one that fails says why; anything else aborts. */
+static inline void fuzztree_unshard_step(const uint8_t *data, size_t size,
+                                         const char *step_name, int format)
+{
+    char tmpl[] = "/tmp/ckpt-unshard-fuzz-XXXXXX";
+    if (!mkdtemp(tmpl))
+        return;
+    char *step = ckpt_path_join(tmpl, step_name);
+    char *out = ckpt_path_join(tmpl, "out");
+    mkdir(step, 0755);
+    for (size_t i = 0; i < size;) {
+        size_t nl = data[i++];
+        if (nl > size - i)
+            break;
+        const char *nm = (const char *)data + i;
+        i += nl;
+        if (size - i < 4)
+            break;
+        size_t n = (size_t)data[i] | (size_t)data[i + 1] << 8 |
+                   (size_t)data[i + 2] << 16 | (size_t)data[i + 3] << 24;
+        i += 4;
+        if (n > size - i)
+            n = size - i;
+        fuzztree_put(step, nm, nl, data + i, n);
+        i += n;
+    }
+    struct ckpt_unshard_opts o;
+    struct ckpt_unshard_result res;
+    struct ckpt_err err = CKPT_ERR_INIT;
+    memset(&o, 0, sizeof(o));
+    o.source_format = format;
+    o.jobs = 1;
+    o.verify = 1;
+    if (ckpt_unshard_dcp(step, out, &o, &res, &err) == 0) {
+        struct stat sb;
+        for (size_t i = 0; i < res.nfiles; i++) {
+            char *p = ckpt_path_join(out, res.files[i].name);
+            if (stat(p, &sb) != 0 || (uint64_t)sb.st_size != res.files[i].size)
+                abort();
+            free(p);
+        }
+        ckpt_unshard_result_release(&res);
+    } else if (!err.msg[0]) {
+        abort();
+    }
+    free(out);
+    free(step);
+    fuzztree_rm(tmpl);
 }
 
 #endif

@@ -22,15 +22,14 @@ and a damaged archive:
 """
 import json
 import os
-import pty
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 import offline  # noqa: E402
+from harness import pty_out  # noqa: E402
 from s3test import CKPT, Checker, ckpt, gen_runs  # noqa: E402
 
 offline.apply(os.environ)
@@ -88,25 +87,6 @@ def expected(s, bad_archive):
                 files_bytes(os.path.join(s, src, ck))))
     rows.append("total\t-\t%d\t%d" % (total, freed))
     return "\n".join(rows) + "\n"
-
-
-def pty_out(argv):
-    """stdout of argv when it is a terminal."""
-    master, slave = pty.openpty()
-    p = subprocess.Popen(argv, stdout=slave, stderr=subprocess.DEVNULL)
-    os.close(slave)
-    data = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    p.wait()
-    os.close(master)
-    return data.decode().replace("\r\n", "\n")
 
 
 def human_size(n):

@@ -43,6 +43,7 @@ st_tensors(path) -> {name: (dtype, shape, data bytes)} of a safetensors
 """
 import json
 import os
+import pty
 import shutil
 import subprocess
 
@@ -59,6 +60,25 @@ SUP = os.path.join(SRC, "tests", "support")
 failures = []
 checks = [0]     # how many checks ran
 _checker = None  # the check_unshard.py --batch co-process, once started
+
+
+def pty_out(argv):
+    """stdout of argv when it is a terminal."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(argv, stdout=slave, stderr=subprocess.DEVNULL)
+    os.close(slave)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    p.wait()
+    os.close(master)
+    return data.decode().replace("\r\n", "\n")
 
 
 def run(*args, ok=True, env=None):
