@@ -188,6 +188,10 @@ const struct ckpt_pv *ckpt_pv_call_global(const struct ckpt_pv *v);
 /* The items of a dict: v itself when it is a DICT, the SETITEMS of an
  * OrderedDict() call (how torch pickles state dicts), else NULL. */
 struct ckpt_pv *ckpt_pv_dict_items(const struct ckpt_pv *v);
+/* The attribute dict BUILD (or a CALL's state) gave an object, as
+ * pickle's default __setstate__ reads it: a dict, or the slots dict of a
+ * (None, slots) pair; NULL if it has none. */
+struct ckpt_pv *ckpt_pv_attrs(const struct ckpt_pv *v);
 /* Item i of a TUPLE/LIST, or NULL. */
 struct ckpt_pv *ckpt_pv_item(const struct ckpt_pv *v, size_t i);
 /* Number of items of a sequence or dict; 0 otherwise. */

@@ -165,6 +165,19 @@ struct ckpt_pv *ckpt_pv_dict_items(const struct ckpt_pv *v)
     return NULL;
 }
 
+struct ckpt_pv *ckpt_pv_attrs(const struct ckpt_pv *v)
+{
+    struct ckpt_pv *s = NULL;
+    if (v && v->kind == CKPT_PV_CALL)
+        s = v->u.call.state;
+    else if (v && v->kind == CKPT_PV_BUILD)
+        s = v->u.build.state;
+    if (s && s->kind == CKPT_PV_TUPLE && s->u.seq.n == 2)
+        s = s->u.seq.v[1]->kind == CKPT_PV_DICT ? s->u.seq.v[1]
+                                                 : s->u.seq.v[0];
+    return s && s->kind == CKPT_PV_DICT ? s : NULL;
+}
+
 struct ckpt_pv *ckpt_pv_item(const struct ckpt_pv *v, size_t i)
 {
     if (!v || (v->kind != CKPT_PV_TUPLE && v->kind != CKPT_PV_LIST))

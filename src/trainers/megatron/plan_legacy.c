@@ -174,20 +174,6 @@ static long layer_of(const char *name, const char **rest)
 
 /* --- args --------------------------------------------------------------- */
 
-/* The attribute dict of a pickled object (argparse.Namespace). */
-static struct ckpt_pv *attrs(const struct ckpt_pv *v)
-{
-    struct ckpt_pv *s = NULL;
-    if (v && v->kind == CKPT_PV_CALL)
-        s = v->u.call.state;
-    else if (v && v->kind == CKPT_PV_BUILD)
-        s = v->u.build.state;
-    if (s && s->kind == CKPT_PV_TUPLE && s->u.seq.n == 2)
-        s = s->u.seq.v[1]->kind == CKPT_PV_DICT ? s->u.seq.v[1]
-                                                 : s->u.seq.v[0];
-    return s && s->kind == CKPT_PV_DICT ? s : NULL;
-}
-
 static int arg_int(const struct ckpt_pv *a, const char *k, int64_t *v)
 {
     const struct ckpt_pv *x = ckpt_pv_dict_get(a, k);
@@ -202,8 +188,8 @@ static int arg_int(const struct ckpt_pv *a, const char *k, int64_t *v)
 static int read_args(struct mplan *p, int64_t *layers, struct ckpt_err *err)
 {
     const char *f = p->ranks[0].file;
-    const struct ckpt_pv *a = attrs(ckpt_pv_dict_get(p->ranks[0].root,
-                                                     "args"));
+    const struct ckpt_pv *a =
+        ckpt_pv_attrs(ckpt_pv_dict_get(p->ranks[0].root, "args"));
     int64_t tp, pp, sw = 0;
     if (!a || arg_int(a, "tensor_model_parallel_size", &tp) != 0 ||
         arg_int(a, "num_layers", layers) != 0)

@@ -85,27 +85,11 @@ struct found {
 
 /* --- graph helpers ------------------------------------------------------ */
 
-
 static int is_st(const struct ckpt_pv *v)
 {
     return v && v->kind == CKPT_PV_CALL &&
            ckpt_pv_is_global(ckpt_pv_call_global(v), "torch._tensor",
                              "_rebuild_from_type_v2");
-}
-
-/* The attribute dict BUILD gave an object: a dict, or the slots dict of a
- * (None, slots) pair. */
-static struct ckpt_pv *attrs(const struct ckpt_pv *v)
-{
-    struct ckpt_pv *s = NULL;
-    if (v && v->kind == CKPT_PV_CALL)
-        s = v->u.call.state;
-    else if (v && v->kind == CKPT_PV_BUILD)
-        s = v->u.build.state;
-    if (s && s->kind == CKPT_PV_TUPLE && s->u.seq.n == 2)
-        s = s->u.seq.v[1]->kind == CKPT_PV_DICT ? s->u.seq.v[1]
-                                                 : s->u.seq.v[0];
-    return s && s->kind == CKPT_PV_DICT ? s : NULL;
 }
 
 typedef int (*found_fn)(void *ud, const struct found *f,
@@ -181,7 +165,7 @@ static int st_parts(const struct ckpt_pv *v, struct stparts *p,
     const struct ckpt_pv *a = v->u.call.args;
     const struct ckpt_pv *inner = ckpt_pv_item(a, 2);
     const struct ckpt_pv *state = ckpt_pv_item(a, 3);
-    const struct ckpt_pv *md = attrs(ckpt_pv_item(state, 1));
+    const struct ckpt_pv *md = ckpt_pv_attrs(ckpt_pv_item(state, 1));
     const struct ckpt_pv *size = ckpt_pv_item(inner, 2);
     /* A tuple, or torch.Size(tuple). */
     if (size && size->kind == CKPT_PV_CALL &&
@@ -203,8 +187,8 @@ static int st_parts(const struct ckpt_pv *v, struct stparts *p,
 static int shard_box(const struct ckpt_pv *sm, int ndim, uint64_t *off,
                      uint64_t *size, int64_t *rank)
 {
-    const struct ckpt_pv *a = attrs(sm);
-    const struct ckpt_pv *pl = attrs(ckpt_pv_dict_get(a, "placement"));
+    const struct ckpt_pv *a = ckpt_pv_attrs(sm);
+    const struct ckpt_pv *pl = ckpt_pv_attrs(ckpt_pv_dict_get(a, "placement"));
     if (int_list(ckpt_pv_dict_get(a, "shard_offsets"), off, ndim) != 0 ||
         int_list(ckpt_pv_dict_get(a, "shard_sizes"), size, ndim) != 0)
         return -1;
@@ -273,7 +257,7 @@ static int add_shards(void *ud, const struct found *f, struct ckpt_err *err)
                             rc->rank, fqn, rc->file);
     rc->seen++;
     for (size_t i = 0; i < sp.shards->u.seq.n; i++) {
-        const struct ckpt_pv *sh = attrs(sp.shards->u.seq.v[i]);
+        const struct ckpt_pv *sh = ckpt_pv_attrs(sp.shards->u.seq.v[i]);
         struct ckpt_tensor t;
         uint64_t *off = ckpt_arena_array(ma, (size_t)e->ndim + 1, 8);
         uint64_t *sz = ckpt_arena_array(ma, (size_t)e->ndim + 1, 8);
