@@ -73,31 +73,51 @@ int ckpt_filter_add(struct ckpt_filter *f, int include, const char *pat,
     return 0;
 }
 
-/* Glob match of the whole of s[0..sn) against p. */
+/* Glob match of the whole of s[0..sn) against p: `**` any characters,
+ * `*` any but '/', `?` one but '/'. Dynamic programming over (token of p,
+ * position in s), from the last token back: O(len(p) * sn) time whatever
+ * the stars (trying every split recursively is exponential in them: a
+ * filter file of "**********=**" against a long name ran for minutes). */
 static int glob(const char *p, const char *s, size_t sn)
 {
-    if (*p == '\0')
-        return sn == 0;
-    if (p[0] == '*' && p[1] == '*') {
-        for (size_t k = 0; k <= sn; k++)
-            if (glob(p + 2, s + k, sn - k))
-                return 1;
-        return 0;
-    }
-    if (*p == '*') {
-        for (size_t k = 0; k <= sn; k++) {
-            if (glob(p + 1, s + k, sn - k))
-                return 1;
-            if (k < sn && s[k] == '/')
-                return 0;
+    /* next[j]: the tokens after this one match s[j..]; cur: this one on. */
+    unsigned char *next = ckpt_xmalloc(2 * (sn + 1)), *cur = next + sn + 1;
+    size_t pn = strlen(p);
+    memset(next, 0, sn + 1);
+    next[sn] = 1;               /* nothing left of p matches the end */
+    for (size_t i = pn; i > 0;) {
+        /* the token that ends at p[i - 1]: "**" only when p reads "**"
+         * from its start, as a left-to-right reading splits the stars */
+        size_t st = i - 1, len = 1;
+        if (p[st] == '*') {
+            size_t k = st;
+            while (k > 0 && p[k - 1] == '*')
+                k--;
+            if ((st - k) % 2 == 1) {    /* an odd run position: "**" */
+                st--;
+                len = 2;
+            }
         }
-        return 0;
+        for (size_t j = sn + 1; j-- > 0;) {
+            int m;
+            if (len == 2)
+                m = next[j] || (j < sn && cur[j + 1]);
+            else if (p[st] == '*')
+                m = next[j] || (j < sn && s[j] != '/' && cur[j + 1]);
+            else if (p[st] == '?')
+                m = j < sn && s[j] != '/' && next[j + 1];
+            else
+                m = j < sn && s[j] == p[st] && next[j + 1];
+            cur[j] = (unsigned char)m;
+        }
+        unsigned char *t = next;
+        next = cur;
+        cur = t;
+        i = st;
     }
-    if (sn == 0)
-        return 0;
-    if (*p == '?')
-        return *s != '/' && glob(p + 1, s + 1, sn - 1);
-    return *p == *s && glob(p + 1, s + 1, sn - 1);
+    int r = next[0];
+    free(next < cur ? next : cur);
+    return r;
 }
 
 /* Does r match some prefix of rel that ends at a '/' (directory rules) or
