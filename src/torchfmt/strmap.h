@@ -1,6 +1,6 @@
 /*
  * strmap.h - string (binary-safe, borrowed) -> uint64 hash map.
- * Private to src/torchfmt, src/unshard and src/upload: do not expose.
+ * Private to src/torchfmt, src/merge and src/upload: do not expose.
  */
 #ifndef CKPT_STRMAP_H
 #define CKPT_STRMAP_H

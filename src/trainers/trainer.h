@@ -16,7 +16,10 @@
 
 #include "ckpt/run.h"
 
+struct cJSON;
 struct ckpt_pv;
+struct hf_map;
+struct hf_model;
 struct judge_view;
 struct ujob;
 
@@ -38,19 +41,20 @@ struct trainer {
      * it does not own in a checkpoint it proved incomplete is not
      * accounted for (account.c): the run is then never bad. */
     int (*owns)(const struct judge_view *v, const char *rel);
-    /* Plan the unshard of one step (src/unshard/job.h): its
+    /* Plan the unshard of one step (src/merge/job.h): its
      * tensors, byte items and output files; nothing is written. NULL:
      * the step is read as torch DCP (dcp/plan.c), whose errors say what
      * is missing. */
     int (*plan)(struct ujob *j, const char *src, struct ckpt_err *err);
     /* 1: plan is given SRC as the user gave it and opens it itself (the
-     * DCP reader, src/unshard/sources/source.c); 0: the step is opened first and
+     * DCP reader, src/merge/sources/source.c); 0: the step is opened first and
      * plan is given its path where it is read. */
     int plan_opens;
     /* --format hf: lay out the Hugging Face model directory of the
      * planned step (its tensors in j->plan, its value tree root) in place
-     * of the torch or safetensors files. uns_hf_layout (src/unshard/hf/
-     * export.c) maps OLMo's, OLMo-core's and HF's own names; a trainer
+     * of the torch or safetensors files. trainers.c's hf_export (the
+     * directory of src/merge/hf/export.c, with OLMo's and OLMo-core's
+     * names mapped by olmo/export_hf.c) serves most; a trainer
      * whose names have no published HF mapping refuses, saying so. NULL:
      * refused as not exportable. */
     int (*export)(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
@@ -79,8 +83,12 @@ const struct trainer *trainer_find(const struct judge_view *v);
 /* The entry of format f, or NULL (CKPT_FMT_UNKNOWN). */
 const struct trainer *trainer_of_format(enum ckpt_format f);
 /* The HF export of the step j planned: its trainer's export (that of
- * j->o->source_format; uns_hf_layout when no entry names it). */
+ * j->o->source_format; trainers.c's hf_export when no entry names it). */
 int trainer_export(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
+/* The files of the step j planned, as --format asks: the HF model
+ * directory of trainer_export, safetensors (uns_st_layout) or torch zips
+ * (uns_torch_layout). Every plan ends here. */
+int trainer_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
 /* 1 when an entry's root takes v (the directory given as itself). */
 int trainer_root(const struct judge_view *v);
 /* The first entry's list that takes file f of a run (see list). */
@@ -168,6 +176,19 @@ int olmo_legacy_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
 int olmo_legacy_owns(const struct judge_view *v, const char *rel);
 int olmo_legacy_named(const struct judge_view *v);
 int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err);
+/* export_hf.c: the HF export's name families (struct hf_names,
+ * src/merge/hf/hf.h). OLMo's names (transformer.blocks.N...) with the
+ * step's or the run's config.yaml (config NULL: none found, an error);
+ * OLMo-core's (embeddings.weight, blocks.N.attention.w_q.weight, ...) as
+ * OLMo-core's HF converter maps them for config.json's model_type (olmo2,
+ * olmo3: reordered norms; llama, qwen2, qwen3: pre-norm). 1 taken, 0 not
+ * these names, -1 err (a tensor with no mapping, MoE). */
+int uns_hf_olmo_map(const struct hf_model *mt, const struct cJSON *config,
+                    const char *config_name, struct hf_map *m,
+                    struct ckpt_err *err);
+int uns_hf_olmocore_map(const struct hf_model *mt,
+                        const struct cJSON *config, struct hf_map *m,
+                        struct ckpt_err *err);
 
 /* plain/: unsharded files (model.pt, *.safetensors, HF weights) */
 int plain_recognise(const struct judge_view *v);

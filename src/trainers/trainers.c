@@ -5,26 +5,41 @@
  * formats below), plain unsharded files last: that entry claims
  * whatever is left, and judges it unknown when it knows no file.
  * Every entry that has a Hugging Face export but Megatron's uses
- * uns_hf_layout (src/unshard/hf/export.c: OLMo's, OLMo-core's and HF's
- * own names, told apart by the model's tensor names).
+ * hf_export: src/merge/hf/export.c's directory, with OLMo's and
+ * OLMo-core's names mapped by olmo/export_hf.c.
  * Adding a trainer: its folder src/trainers/<name>/ and one line here
  * (docs/internals/new-format.md).
  */
 #include <stddef.h>
 
+#include "merge/hf/hf.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
 #include "trainers/trainer.h"
-#include "unshard/hf/hf.h"
-#include "unshard/job.h"
+
+/* The HF export of every entry that has one but Megatron's: the names
+ * as HF's, or OLMo's and OLMo-core's mapped to them (olmo/export_hf.c),
+ * told apart by the model's tensor names. */
+static const struct hf_names hf_names = {
+    .with_yaml = uns_hf_olmo_map, .with_json = uns_hf_olmocore_map,
+};
+
+static int hf_export(struct ujob *j, struct ckpt_pv *root,
+                     struct ckpt_err *err)
+{
+    (void)root;
+    return uns_hf_layout(j, &hf_names, err);
+}
 
 /* Each entry names only the fields it has (trainer.h says what each
  * is for); the order is the order in which the judge asks them. */
 static const struct trainer table[] = {
     { .name = "lightning", .format = CKPT_FMT_LIGHTNING,
       .recognise = lightning_recognise, .judge = lightning_judge,
-      .export = uns_hf_layout, .list = lightning_list },
+      .export = hf_export, .list = lightning_list },
     { .name = "deepspeed", .format = CKPT_FMT_DEEPSPEED,
       .recognise = deepspeed_recognise, .judge = deepspeed_judge,
-      .owns = deepspeed_owns, .plan = uns_ds_plan, .export = uns_hf_layout,
+      .owns = deepspeed_owns, .plan = uns_ds_plan, .export = hf_export,
       .root = deepspeed_recognise },
     { .name = "megatron", .format = CKPT_FMT_MEGATRON,
       .recognise = megatron_recognise, .judge = megatron_judge,
@@ -32,37 +47,37 @@ static const struct trainer table[] = {
       .export = uns_mg_export, .root = megatron_recognise },
     { .name = "dcp-hf", .format = CKPT_FMT_DCP_HF,
       .recognise = dcp_hf_recognise, .judge = dcp_hf_judge,
-      .owns = dcp_hf_owns, .plan = uns_hfst_plan, .export = uns_hf_layout,
+      .owns = dcp_hf_owns, .plan = uns_hfst_plan, .export = hf_export,
       .root = dcp_hf_recognise },
     { .name = "hf", .format = CKPT_FMT_HF, .recognise = hf_recognise,
       .judge = hf_judge, .format_of = hf_format, .owns = hf_owns,
-      .export = uns_hf_layout },
+      .export = hf_export },
     { .name = "orbax", .format = CKPT_FMT_ORBAX, .recognise = orbax_recognise,
-      .judge = orbax_judge, .plan = uns_orbax_plan, .export = uns_hf_layout },
+      .judge = orbax_judge, .plan = uns_orbax_plan, .export = hf_export },
     { .name = "dcp", .format = CKPT_FMT_DCP, .recognise = dcp_recognise,
       .judge = dcp_judge, .owns = dcp_owns, .plan = uns_dcp_plan,
-      .plan_opens = 1, .export = uns_hf_layout },
+      .plan_opens = 1, .export = hf_export },
     { .name = "zarr", .format = CKPT_FMT_ZARR, .recognise = zarr_recognise,
-      .judge = zarr_judge, .plan = uns_zarr_plan, .export = uns_hf_layout },
+      .judge = zarr_judge, .plan = uns_zarr_plan, .export = hf_export },
     { .name = "olmo-core", .format = CKPT_FMT_OLMO_CORE,
       .recognise = olmo_core_recognise, .judge = olmo_core_judge,
       .owns = olmo_core_owns, .plan = uns_olmocore_plan,
-      .export = uns_hf_layout },
+      .export = hf_export },
     { .name = "olmo-local", .format = CKPT_FMT_OLMO_LOCAL,
       .recognise = olmo_local_recognise, .judge = olmo_local_judge,
       .owns = olmo_local_owns, .plan = uns_olmolocal_plan,
-      .export = uns_hf_layout },
+      .export = hf_export },
     { .name = "olmo-legacy", .format = CKPT_FMT_OLMO_LEGACY,
       .recognise = olmo_legacy_recognise, .judge = olmo_legacy_judge,
       .owns = olmo_legacy_owns, .plan = uns_legacy_plan,
-      .export = uns_hf_layout, .named = olmo_legacy_named },
+      .export = hf_export, .named = olmo_legacy_named },
     /* Last: whatever no other entry claims. Given directly, whole
      * safetensors files (a Hugging Face model directory,
      * HuggingFaceStorageWriter's consolidated output) are planned as
      * dcp-hf's. */
     { .name = "unsharded", .format = CKPT_FMT_UNSHARDED,
       .recognise = plain_recognise, .judge = plain_judge, .owns = plain_owns,
-      .plan = uns_hfst_plan, .export = uns_hf_layout,
+      .plan = uns_hfst_plan, .export = hf_export,
       .named = plain_named_weights },
 };
 
@@ -89,11 +104,20 @@ int trainer_export(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
     const struct trainer *T =
         trainer_of_format((enum ckpt_format)j->o->source_format);
     if (!T)
-        return uns_hf_layout(j, root, err);
+        return hf_export(j, root, err);
     if (!T->export)
         return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: no Hugging Face "
                             "export of %s checkpoints", j->src.top, T->name);
     return T->export(j, root, err);
+}
+
+int trainer_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
+{
+    if (j->o->format == CKPT_FORMAT_HF)
+        return trainer_export(j, root, err);
+    if (j->o->format == CKPT_FORMAT_SAFETENSORS)
+        return uns_st_layout(j, root, err);
+    return uns_torch_layout(j, root, err);
 }
 
 int trainer_root(const struct judge_view *v)

@@ -20,8 +20,8 @@
 #include "ckpt/tempname.h"
 #include "ckpt/unshard.h"
 #include "ckpt/util.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
 
 /* What this file removes of its own (gate.h). */
 #define OWN_SCRATCH CKPT_GATE_OWN(CKPT_GATE_OWN_TEMP, \

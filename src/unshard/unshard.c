@@ -16,12 +16,12 @@
 #include "ckpt/run.h"
 #include "ckpt/tempname.h"
 #include "ckpt/util.h"
+#include "merge/engine/engine.h"
+#include "merge/hf/hf.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
+#include "merge/sources/sources.h"
 #include "trainers/trainer.h"
-#include "unshard/engine/engine.h"
-#include "unshard/hf/hf.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
-#include "unshard/sources/sources.h"
 
 /* Bands small enough that a task's buffers stay in L2: each byte then
  * crosses memory twice (page cache in, page cache out) as with cp, not
@@ -166,19 +166,6 @@ static int job_init(struct ujob *j, const struct ckpt_unshard_opts *o,
     if (!j->plan.arena || !j->pool || uns_bufpool_init(&j->bufs, j->plan.band) != 0)
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     return 0;
-}
-
-int uns_olmo_job_init(struct ujob *j, const char *src, const char *metaname,
-                      void *plan, ujob_locate_fn locate, struct ckpt_err *err)
-{
-    j->src.dir = ckpt_xstrdup(src);
-    j->src.olmo_step = 1;
-    j->src.metaname = metaname;
-    j->plan.meta = ckpt_dcp_meta_new();
-    j->plan.fmtplan = plan;
-    j->plan.locate = locate;
-    j->plan.olmo = j->o->layout != CKPT_LAYOUT_SINGLE;
-    return j->plan.meta ? 0 : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
 }
 
 /* Where the step at src is read from: a key of o->storage (a remote run,

@@ -3,11 +3,11 @@
 #include "test.h"
 #include <cjson/cJSON.h>
 
-#include "trainers/deepspeed/deepspeed.h"
+#include "merge/engine/engine.h"
+#include "merge/hf/hf.h"
+#include "merge/hf/hf.h"
+#include "merge/job.h"
 #include "trainers/olmo/flat_params.h"
-#include "unshard/engine/engine.h"
-#include "unshard/hf/hf.h"
-#include "unshard/job.h"
 
 /* Every range of every small shape: the boxes cover exactly the range,
  * each element once, and 'first' places them. */
@@ -199,33 +199,33 @@ static void test_unshard__ds_to_f32(void)
         in[2 * i] = (unsigned char)h[i];
         in[2 * i + 1] = (unsigned char)(h[i] >> 8);
     }
-    uns_ds_to_f32(ckpt_dtype_by_name("float16"), in, 8, out);
+    uns_cast_to_f32(ckpt_dtype_by_name("float16"), in, 8, out);
     for (size_t i = 0; i < 8; i++) {
         memcpy(&bits, &out[i], 4);
         CHECK(bits == hw[i]);
     }
     /* bfloat16 is the top half of a float32. */
-    uns_ds_to_f32(ckpt_dtype_by_name("bfloat16"), in, 8, out);
+    uns_cast_to_f32(ckpt_dtype_by_name("bfloat16"), in, 8, out);
     for (size_t i = 0; i < 8; i++) {
         memcpy(&bits, &out[i], 4);
         CHECK(bits == (uint32_t)h[i] << 16);
     }
     memcpy(in, d, sizeof(d));
-    uns_ds_to_f32(ckpt_dtype_by_name("float64"), in, 3, out);
+    uns_cast_to_f32(ckpt_dtype_by_name("float64"), in, 3, out);
     for (size_t i = 0; i < 3; i++) {
         memcpy(&bits, &out[i], 4);
         CHECK(bits == dw[i]);
     }
     memcpy(in, iv, sizeof(iv));
-    uns_ds_to_f32(ckpt_dtype_by_name("int64"), in, 3, out);
+    uns_cast_to_f32(ckpt_dtype_by_name("int64"), in, 3, out);
     for (size_t i = 0; i < 3; i++)
         CHECK(out[i] == iw[i]);
     static const unsigned char b[] = { 0, 1, 255 };
-    uns_ds_to_f32(ckpt_dtype_by_name("bool"), b, 2, out);
+    uns_cast_to_f32(ckpt_dtype_by_name("bool"), b, 2, out);
     CHECK(out[0] == 0.0f && out[1] == 1.0f);
-    uns_ds_to_f32(ckpt_dtype_by_name("uint8"), b, 3, out);
+    uns_cast_to_f32(ckpt_dtype_by_name("uint8"), b, 3, out);
     CHECK(out[2] == 255.0f);
-    uns_ds_to_f32(ckpt_dtype_by_name("int8"), b, 3, out);
+    uns_cast_to_f32(ckpt_dtype_by_name("int8"), b, 3, out);
     CHECK(out[2] == -1.0f);
 }
 
@@ -244,7 +244,7 @@ static void test_unshard__ds_f32_to_bf16(void)
     float in[11];
     unsigned char out[22];
     memcpy(in, x, sizeof(x));
-    uns_ds_f32_to_bf16(in, 11, out);
+    uns_cast_f32_to_bf16(in, 11, out);
     for (size_t i = 0; i < 11; i++)
         CHECK((uint16_t)(out[2 * i] | out[2 * i + 1] << 8) == want[i]);
 }

@@ -1,16 +1,16 @@
 /*
  * dcp/plan.c - the unshard plan of a torch DCP step: its metadata and
- * data files opened where they are (src/unshard/sources/source.c), every chunk
+ * data files opened where they are (src/merge/sources/source.c), every chunk
  * located and checked, the output value tree built. Megatron torch_dist
  * (megatron/plan.c) and accelerate FSDP steps (hf/) are read with it too,
  * and so is a step whose trainer has no plan of its own.
  */
+#include "merge/engine/engine.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
+#include "merge/sources/sources.h"
 #include "trainers/megatron/megatron.h"
 #include "trainers/trainer.h"
-#include "unshard/engine/engine.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
-#include "unshard/sources/sources.h"
 
 int uns_dcp_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
@@ -32,5 +32,5 @@ int uns_dcp_plan(struct ujob *j, const char *src, struct ckpt_err *err)
         uns_plan_tensors(j, err) != 0 || uns_tree_build(j, &root, err) != 0 ||
         (j->plan.megatron && uns_mg_merge(j, &root, err) != 0))
         return -1;
-    return uns_layout_files(j, root, err);
+    return trainer_layout(j, root, err);
 }

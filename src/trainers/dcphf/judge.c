@@ -119,7 +119,7 @@ static int boxes_meet(const struct piece *a, const struct piece *b)
 }
 
 /* The chunks p[0..n) of one tensor, as `ckpt unshard` checks them
- * (src/unshard/engine/plan.c coverage): same dtype and rank, no two overlapping,
+ * (src/merge/engine/plan.c coverage): same dtype and rank, no two overlapping,
  * and together as many elements as the tensor spans (its size: as far as
  * they reach, as torch's HuggingFaceStorageReader reads it). A gap is
  * proof; the rest says the files disagree. */

@@ -20,11 +20,11 @@
 
 #include "ckpt/run.h"
 #include "ckpt/util.h"
+#include "merge/engine/engine.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
+#include "merge/sources/sources.h"
 #include "trainers/trainer.h"
-#include "unshard/engine/engine.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
-#include "unshard/sources/sources.h"
 
 /* One stored piece: tensor i of file f. */
 struct hpiece {
@@ -300,5 +300,5 @@ int uns_hfst_plan(struct ujob *j, const char *src, struct ckpt_err *err)
         return -1;
     if (uns_plan_tensors(j, err) != 0 || uns_tree_build(j, &root, err) != 0)
         return -1;
-    return uns_layout_files(j, root, err);
+    return trainer_layout(j, root, err);
 }

@@ -39,12 +39,12 @@
 #include <string.h>
 
 #include "ckpt/util.h"
-#include "trainers/deepspeed/deepspeed.h"
+#include "merge/engine/engine.h"
+#include "merge/hf/hf.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
+#include "merge/sources/sources.h"
 #include "trainers/trainer.h"
-#include "unshard/engine/engine.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
-#include "unshard/sources/sources.h"
 
 #define MAX_PKL (512u << 20)
 #define MAX_RANKS 65536
@@ -1313,85 +1313,6 @@ static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
     return 0;
 }
 
-/* --- buffers turned float32 (x.float()) --------------------------------- */
-
-static uint32_t f16_bits(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f;
-    uint32_t m = h & 0x3ff;
-    if (e == 0x1f)
-        return sign | 0x7f800000u | (m << 13);
-    if (e)
-        return sign | ((e + 112) << 23) | (m << 13);
-    if (!m)
-        return sign;
-    /* Subnormal: normalise. */
-    e = 113;
-    while (!(m & 0x400)) {
-        m <<= 1;
-        e--;
-    }
-    return sign | (e << 23) | ((m & 0x3ff) << 13);
-}
-
-/* n elements of dtype from (little-endian) at in as float32 into out;
- * int and float64 round to nearest as C's conversion (and torch's) does. */
-void uns_ds_to_f32(const struct ckpt_dtype *from, const unsigned char *in,
-                   uint64_t n, float *out)
-{
-    const char *d = from->name;
-    for (uint64_t i = 0; i < n; i++) {
-        const unsigned char *x = in + i * from->itemsize;
-        uint64_t u = 0;
-        for (unsigned b = 0; b < from->itemsize; b++)
-            u |= (uint64_t)x[b] << (8 * b);
-        uint32_t bits;
-        float f;
-        if (!strcmp(d, "bfloat16")) {
-            bits = (uint32_t)u << 16;
-            memcpy(&f, &bits, 4);
-        } else if (!strcmp(d, "float16")) {
-            bits = f16_bits((uint16_t)u);
-            memcpy(&f, &bits, 4);
-        } else if (!strcmp(d, "float32")) {
-            bits = (uint32_t)u;
-            memcpy(&f, &bits, 4);
-        } else if (!strcmp(d, "float64")) {
-            double v;
-            memcpy(&v, &u, 8);
-            f = (float)v;
-        } else if (!strcmp(d, "int8")) {
-            f = (float)(int8_t)u;
-        } else if (!strcmp(d, "int16")) {
-            f = (float)(int16_t)u;
-        } else if (!strcmp(d, "int32")) {
-            f = (float)(int32_t)u;
-        } else if (!strcmp(d, "int64")) {
-            f = (float)(int64_t)u;
-        } else if (!strcmp(d, "bool")) {
-            f = u ? 1.0f : 0.0f;
-        } else {    /* uint8 */
-            f = (float)(uint8_t)u;
-        }
-        out[i] = f;
-    }
-}
-
-/* n float32 values as bfloat16 (little-endian), rounded to nearest even
- * with NaN made 0x7fc0, as torch's float -> bfloat16 conversion
- * (c10::round_to_nearest_even) does. */
-void uns_ds_f32_to_bf16(const float *in, uint64_t n, unsigned char *out)
-{
-    for (uint64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &in[i], 4);
-        uint16_t h = in[i] != in[i] ? 0x7fc0
-                   : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-        out[2 * i] = (unsigned char)(h & 0xff);
-        out[2 * i + 1] = (unsigned char)(h >> 8);
-    }
-}
-
 static void swap_in_place(unsigned char *p, uint64_t n, unsigned size)
 {
     for (uint64_t i = 0; i < n; i++)
@@ -1416,11 +1337,11 @@ static int decode(struct ujob *j, const struct utensor *t,
     if (rc == 0 && l->big_endian && size > 1)
         swap_in_place(in, l->count, size);
     if (rc == 0 && t->e->dtype->itemsize == 4) {
-        uns_ds_to_f32(l->from, in, l->count, (float *)(void *)out);
+        uns_cast_to_f32(l->from, in, l->count, (float *)(void *)out);
     } else if (rc == 0) {   /* bfloat16 (module_dtype) */
         float *f = ckpt_xmalloc((size_t)(l->count * 4) + 1);
-        uns_ds_to_f32(l->from, in, l->count, f);
-        uns_ds_f32_to_bf16(f, l->count, (unsigned char *)out);
+        uns_cast_to_f32(l->from, in, l->count, f);
+        uns_cast_f32_to_bf16(f, l->count, (unsigned char *)out);
         free(f);
     }
     free(in);
@@ -1520,7 +1441,7 @@ int uns_ds_plan(struct ujob *j, const char *top, struct ckpt_err *err)
     int listed = 0;
     p->j = j;
     char *src = tag_dir(j, top);
-    int rc = uns_olmo_job_init(j, src, "mp_rank_00_model_states.pt", p,
+    int rc = uns_plan_own_init(j, src, "mp_rank_00_model_states.pt", p,
                                locate, err);
     /* One state dict, not an OLMo step: checkpoint.pt unless asked. */
     j->src.olmo_step = 0;
@@ -1553,7 +1474,7 @@ int uns_ds_plan(struct ujob *j, const char *top, struct ckpt_err *err)
     if (rc == 0)
         rc = build_root(p, &root, err);
     if (rc == 0)
-        rc = uns_layout_files(j, root, err);
+        rc = trainer_layout(j, root, err);
     if (rc != 0 && err->msg[0] && !strstr(err->msg, src))
         ckpt_err_prefix(err, "%s", src);
     free(src);

@@ -5,7 +5,7 @@
 #ifndef CKPT_TRAINERS_MEGATRON_H
 #define CKPT_TRAINERS_MEGATRON_H
 
-#include "unshard/job.h"
+#include "merge/job.h"
 
 /* megatron/plan.c: a Megatron torch_dist step, read as DCP. After the
  * metadata is read: common.pt, when present, becomes a byte item. */

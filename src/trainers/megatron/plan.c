@@ -20,10 +20,10 @@
 #include <string.h>
 
 #include "ckpt/util.h"
+#include "merge/job.h"
+#include "merge/sources/sources.h"
 #include "trainers/megatron/megatron.h"
 #include "trainers/trainer.h"
-#include "unshard/job.h"
-#include "unshard/sources/sources.h"
 
 #define COMMON_ITEM "common_state/shard_0_1"
 #define COMMON_PT "common.pt"

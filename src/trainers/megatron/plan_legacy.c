@@ -31,11 +31,12 @@
 #include <string.h>
 
 #include "ckpt/util.h"
+#include "merge/engine/engine.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
+#include "merge/sources/sources.h"
 #include "trainers/megatron/megatron.h"
-#include "unshard/engine/engine.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
-#include "unshard/sources/sources.h"
+#include "trainers/trainer.h"
 
 #define MAX_PKL (512u << 20)
 #define MAX_MP 4096
@@ -701,7 +702,7 @@ int uns_mg_legacy_plan(struct ujob *j, struct ckpt_err *err)
     if (rc == 0)
         rc = build_root(&b, &root, err);
     if (rc == 0)
-        rc = uns_layout_files(j, root, err);
+        rc = trainer_layout(j, root, err);
     if (rc != 0 && err->msg[0] && !strstr(err->msg, j->src.dir))
         ckpt_err_prefix(err, "%s", j->src.dir);
     /* Every chunk was located by uns_plan_tensors (probed while

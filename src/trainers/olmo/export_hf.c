@@ -59,8 +59,8 @@
 
 #include "ckpt/torchfmt.h"
 #include "ckpt/util.h"
-#include "unshard/hf/hf.h"
-#include "unshard/job.h"
+#include "merge/hf/hf.h"
+#include "merge/job.h"
 
 #define TRANSFORMERS_VERSION "5.12.1"
 

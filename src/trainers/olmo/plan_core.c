@@ -27,11 +27,11 @@
 
 #include "ckpt/olmocore.h"
 #include "ckpt/util.h"
+#include "merge/engine/engine.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
+#include "merge/sources/sources.h"
 #include "trainers/trainer.h"
-#include "unshard/engine/engine.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
-#include "unshard/sources/sources.h"
 
 #define MAX_META (1024u << 20)      /* one metadata.json */
 #define MAX_PICKLED (256u << 20)    /* one pickled param group */
@@ -839,7 +839,7 @@ int uns_olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     memset(&p, 0, sizeof(p));
     memset(&u, 0, sizeof(u));
     p.j = j;
-    int rc = uns_olmo_job_init(j, src, "metadata.json", &p, locate, err);
+    int rc = uns_plan_own_init(j, src, "metadata.json", &p, locate, err);
     if (rc == 0)
         rc = check_train(j, err);
     for (int part = 0; rc == 0 && part < 2; part++)
@@ -857,7 +857,7 @@ int uns_olmocore_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = build_root(&p, &root, err);
     if (rc == 0)
-        rc = uns_layout_files(j, root, err);
+        rc = trainer_layout(j, root, err);
     if (rc != 0 && err->msg[0] && !strstr(err->msg, src))
         ckpt_err_prefix(err, "%s", src);
     free(u.v);

@@ -19,11 +19,11 @@
 
 #include "ckpt/util.h"
 #include "legacy.h"
+#include "merge/engine/engine.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
+#include "merge/sources/sources.h"
 #include "trainers/trainer.h"
-#include "unshard/engine/engine.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
-#include "unshard/sources/sources.h"
 
 #define MAX_PKL (512u << 20)
 #define MAX_RANKS 65536
@@ -807,7 +807,7 @@ int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     memset(&rc0, 0, sizeof(rc0));
     memset(&f, 0, sizeof(f));
     p.j = j;
-    int rc = uns_olmo_job_init(j, src, "rank*.pt", &p, locate, err);
+    int rc = uns_plan_own_init(j, src, "rank*.pt", &p, locate, err);
     if (rc == 0)
         rc = count_ranks(j, src, &p.nranks, err);
     if (rc == 0)
@@ -829,7 +829,7 @@ int uns_legacy_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = build_root(&p, root0, &root, err);
     if (rc == 0)
-        rc = uns_layout_files(j, root, err);
+        rc = trainer_layout(j, root, err);
     if (rc != 0 && err->msg[0] && !strstr(err->msg, src))
         ckpt_err_prefix(err, "%s", src);
     ckpt_tzip_free(p.z0);

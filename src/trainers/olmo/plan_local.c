@@ -638,7 +638,7 @@ int uns_olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     struct ckpt_pv *root;
     memset(&p, 0, sizeof(p));
     p.j = j;
-    int rc = uns_olmo_job_init(j, src, "metadata.yaml", &p, locate, err);
+    int rc = uns_plan_own_init(j, src, "metadata.yaml", &p, locate, err);
     if (rc == 0)
         rc = world_size(j, &p.nranks, err);
     if (rc == 0)
@@ -661,7 +661,7 @@ int uns_olmolocal_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = build_root(&p, &root, err);
     if (rc == 0)
-        rc = uns_layout_files(j, root, err);
+        rc = trainer_layout(j, root, err);
     if (rc != 0 && err->msg[0] && !strstr(err->msg, src))
         ckpt_err_prefix(err, "%s", src);
     plan_release(&p);

@@ -8,10 +8,10 @@
 
 #include "flat_params.h"
 #include "legacy.h"
-#include "unshard/engine/engine.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
-#include "unshard/sources/sources.h"
+#include "merge/engine/engine.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
+#include "merge/sources/sources.h"
 
 /* A rank's piece of a full tensor: elements [start, start+count) of its
  * flattening, at element soff of the storage record at data, every step

@@ -22,10 +22,10 @@
 #include "ckpt/orbax.h"
 #include "ckpt/storage.h"
 #include "ckpt/util.h"
+#include "merge/engine/engine.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
 #include "trainers/trainer.h"
-#include "unshard/engine/engine.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
 
 /* One output tensor: its array and the grid it is stored on. */
 struct oarr {
@@ -316,7 +316,7 @@ int uns_orbax_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = uns_tree_build(j, &root, err);
     if (rc == 0)
-        rc = uns_layout_files(j, root, err);
+        rc = trainer_layout(j, root, err);
     for (size_t i = 0; i < n; i++)
         free(items[i]);
     free(items);

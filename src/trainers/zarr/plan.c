@@ -19,11 +19,11 @@
 
 #include "ckpt/util.h"
 #include "ckpt/zarr.h"
+#include "merge/engine/engine.h"
+#include "merge/job.h"
+#include "merge/outputs/outputs.h"
+#include "merge/sources/sources.h"
 #include "trainers/trainer.h"
-#include "unshard/engine/engine.h"
-#include "unshard/job.h"
-#include "unshard/outputs/outputs.h"
-#include "unshard/sources/sources.h"
 
 #define MAX_ZARRAY (1u << 20)
 #define MAX_DEPTH 32
@@ -289,6 +289,6 @@ int uns_zarr_plan(struct ujob *j, const char *src, struct ckpt_err *err)
     if (rc == 0)
         rc = uns_tree_build(j, &root, err);
     if (rc == 0)
-        rc = uns_layout_files(j, root, err);
+        rc = trainer_layout(j, root, err);
     return rc;
 }
