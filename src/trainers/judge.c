@@ -79,6 +79,19 @@ long judge_rank_of(const char *name, const char *prefix, const char *suffix)
     return r;
 }
 
+/* The name of file i when it lies directly in subdirectory sub ("" =
+ * top), else NULL. */
+static const char *name_in(const struct judge_view *v, size_t i,
+                           const char *sub)
+{
+    const char *r = judge_file_rel(v, i);
+    size_t sl = strlen(sub);
+    if (!r || (sl && (strncmp(r, sub, sl) != 0 || r[sl] != '/')))
+        return NULL;
+    const char *name = sl ? r + sl + 1 : r;
+    return strchr(name, '/') ? NULL : name;
+}
+
 /* Ranks found in subdirectory sub ("" = top) as prefix<N>suffix: checks
  * they are 0..N-1 with no gaps and non-empty. Returns N (0 if none), or -1
  * after setting c->why. */
@@ -86,19 +99,13 @@ long judge_rank_set(const struct judge_view *v, struct ckpt_checkpoint *c,
                     const char *sub, const char *prefix, const char *suffix)
 {
     long max = -1, count = 0;
-    size_t sl = strlen(sub);
     for (size_t i = v->lo; i < v->hi; i++) {
-        const char *r = judge_file_rel(v, i);
-        if (!r || (sl && (strncmp(r, sub, sl) != 0 || r[sl] != '/')))
-            continue;
-        const char *name = sl ? r + sl + 1 : r;
-        if (strchr(name, '/'))
-            continue;
-        long k = judge_rank_of(name, prefix, suffix);
+        const char *name = name_in(v, i, sub);
+        long k = name ? judge_rank_of(name, prefix, suffix) : -1;
         if (k < 0)
             continue;
         if (v->t->files[i].size == 0) {
-            judge_set_why(c, "%s is empty", r);
+            judge_set_why(c, "%s is empty", judge_file_rel(v, i));
             return -1;
         }
         count++;
@@ -108,7 +115,7 @@ long judge_rank_set(const struct judge_view *v, struct ckpt_checkpoint *c,
     if (count != max + 1) {
         char what[128];
         snprintf(what, sizeof(what), "%s%s%s*%s: %ld of %ld ranks present",
-                 sub, sl ? "/" : "", prefix, suffix, count, max + 1);
+                 sub, *sub ? "/" : "", prefix, suffix, count, max + 1);
         judge_set_why(c, "%s", what);
         return -1;
     }
@@ -204,13 +211,9 @@ int judge_file_whole(const struct judge_view *v, const char *rel,
 int judge_has_file_like(const struct judge_view *v, const char *sub,
                         const char *prefix, const char *suffix, int ranked)
 {
-    size_t sl = strlen(sub);
     for (size_t i = v->lo; i < v->hi; i++) {
-        const char *r = judge_file_rel(v, i);
-        if (!r || (sl && (strncmp(r, sub, sl) != 0 || r[sl] != '/')))
-            continue;
-        const char *name = sl ? r + sl + 1 : r;
-        if (strchr(name, '/'))
+        const char *name = name_in(v, i, sub);
+        if (!name)
             continue;
         if (ranked ? judge_rank_of(name, prefix, suffix) >= 0
                    : ckpt_str_startswith(name, prefix) &&
