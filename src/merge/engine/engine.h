@@ -59,6 +59,19 @@ int uns_rank_values(struct ujob *j, struct ckpt_err *err);
  * replicates (the engine's check). */
 int uns_rank_tensor_error(const struct ujob *j, const struct utensor *t,
                           const struct uchunk *c, struct ckpt_err *err);
+/* Where a chunk's bytes lie in a torch zip record, as a trainer's plan
+ * that reads torch.save files itself finds them (OLMo's and Megatron's
+ * legacy rank files): its locate points the chunk there with
+ * uns_chunk_at. */
+struct uns_zloc {
+    struct usrc *src;
+    uint64_t data;          /* absolute offset of the storage record */
+    const int64_t *stride;  /* ndim element strides (plan arena) */
+    int64_t soff;           /* storage offset, elements */
+    int big_endian;
+};
+void uns_chunk_at(struct uchunk *c, const struct uns_zloc *l, int ndim);
+
 /* Chunk c of t located (its item parsed and checked against the
  * metadata, its zip record registered for the CRC check), once, from any
  * pool worker: the copy calls it before reading c. 0, or -1 with err

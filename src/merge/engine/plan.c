@@ -162,6 +162,16 @@ static void loc_init(void)
         pthread_mutex_init(&loc_mu[i], NULL);
 }
 
+void uns_chunk_at(struct uchunk *c, const struct uns_zloc *l, int ndim)
+{
+    c->src = l->src;
+    c->item_off = 0;
+    c->data = l->data;
+    memcpy(c->stride, l->stride, sizeof(int64_t) * (size_t)ndim);
+    c->soff = l->soff;
+    c->big_endian = l->big_endian;
+}
+
 int uns_plan_locate(struct ujob *j, struct utensor *t, struct uchunk *c,
                     struct ckpt_err *err)
 {

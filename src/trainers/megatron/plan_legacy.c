@@ -53,20 +53,12 @@ struct mrank {
 };
 
 /* Where one chunk's elements are; parallel to the entry's chunks. */
-struct mloc {
-    struct usrc *src;
-    uint64_t data;
-    const int64_t *stride;
-    int64_t soff;
-    int big_endian;
-};
-
 struct mplan {
     struct ujob *j;
     int tp, pp, pp_dirs;        /* pp_dirs: names carry _PPP */
     int swiglu;
     struct mrank *ranks;        /* malloced, [stage * tp + t] */
-    struct mloc **locs;         /* malloced, per tensor entry (arena) */
+    struct uns_zloc **locs;     /* malloced, per tensor entry (arena) */
     size_t nlocs;
 };
 
@@ -378,7 +370,7 @@ static int rank_tensor(struct mrank *r, const struct ckpt_pv *v,
 /* Chunk k of e: rows [lo, lo + n) along dim of rank r's tensor t, placed
  * at out along dim in the merged tensor. */
 static int add_chunk(struct mplan *p, struct ckpt_dcp_entry *e,
-                     struct mloc *locs, struct mrank *r, unsigned part,
+                     struct uns_zloc *locs, struct mrank *r, unsigned part,
                      const struct ckpt_tensor *t,
                      const struct ckpt_tzip_entry *ze, int dim, uint64_t lo,
                      uint64_t n, uint64_t out, struct ckpt_err *err)
@@ -396,7 +388,7 @@ static int add_chunk(struct mplan *p, struct ckpt_dcp_entry *e,
     }
     memcpy(stride, t->stride, sizeof(int64_t) * (size_t)e->ndim);
     struct ckpt_dcp_chunk *c = &e->chunks[e->nchunks];
-    struct mloc *l = &locs[e->nchunks++];
+    struct uns_zloc *l = &locs[e->nchunks++];
     c->offsets = off;
     c->sizes = sz;
     c->part = part;
@@ -405,10 +397,10 @@ static int add_chunk(struct mplan *p, struct ckpt_dcp_entry *e,
     c->st.length = ze->size;
     uns_src_note_record(r->src, ze->data_off, ze->size, ze->crc,
                         r->z->prefix, ze->name);
-    *l = (struct mloc){ r->src, ze->data_off, stride,
-                        t->storage_offset + (int64_t)lo *
-                        (dim >= 0 ? t->stride[dim] : 0),
-                        r->z->big_endian };
+    *l = (struct uns_zloc){ r->src, ze->data_off, stride,
+                            t->storage_offset + (int64_t)lo *
+                            (dim >= 0 ? t->stride[dim] : 0),
+                            r->z->big_endian };
     return 0;
 }
 
@@ -432,7 +424,7 @@ static int tensor_entry(struct build *b, int s, const char *key,
         return oom(err);
     size_t ei = p->j->plan.meta->n - 1;
     size_t cap = (size_t)p->tp * 2;
-    struct mloc *locs = ckpt_arena_array(ma, cap, sizeof(*locs));
+    struct uns_zloc *locs = ckpt_arena_array(ma, cap, sizeof(*locs));
     e->chunks = ckpt_arena_array(ma, cap, sizeof(*e->chunks));
     uint64_t *size = ckpt_arena_array(ma, CKPT_MAX_DIMS + 1, 8);
     if (!locs || !e->chunks || !size)
@@ -583,15 +575,10 @@ static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err)
 {
     struct mplan *p = j->plan.fmtplan;
-    const struct mloc *l = &p->locs[t->e - j->plan.meta->entries]
-                               [c->meta - t->e->chunks];
+    const struct uns_zloc *l = &p->locs[t->e - j->plan.meta->entries]
+                                   [c->meta - t->e->chunks];
     (void)err;
-    c->src = l->src;
-    c->item_off = 0;
-    c->data = l->data;
-    memcpy(c->stride, l->stride, sizeof(int64_t) * (size_t)t->e->ndim);
-    c->soff = l->soff;
-    c->big_endian = l->big_endian;
+    uns_chunk_at(c, l, t->e->ndim);
     return 0;
 }
 

@@ -30,15 +30,6 @@
 #define MAX_NEST 16
 
 /* Where one chunk's elements are; parallel to the entry's chunks. */
-struct lloc {
-    struct usrc *src;
-    uint64_t data;          /* absolute offset of the storage record */
-    const int64_t *stride;  /* arena */
-    int64_t soff;
-    int big_endian;
-    int rank;
-};
-
 /* One ShardedTensor of rank 0 and what the ranks told about it. */
 struct lst {
     struct ckpt_pv **slot;  /* where it sits in rank 0's graph */
@@ -52,7 +43,7 @@ struct lst {
      * each of 1,024 files, and decoding rank 0's again per rank was half
      * the planning time. */
     uint64_t *boxes;
-    struct lloc *locs;      /* arena; cap = len(smeta) (1 if plain) */
+    struct uns_zloc *locs;     /* arena; cap = len(smeta) (1 if plain) */
     struct ckpt_tensor *plain; /* malloced: a plain tensor, or NULL */
 };
 
@@ -296,7 +287,7 @@ static int add_shards(void *ud, const struct found *f, struct ckpt_err *err)
                                 "'%s' than its metadata lists", rc->file,
                                 fqn);
         struct ckpt_dcp_chunk *c = &e->chunks[e->nchunks];
-        struct lloc *l = &s->locs[e->nchunks++];
+        struct uns_zloc *l = &s->locs[e->nchunks++];
         int64_t *stride = ckpt_arena_array(ma, (size_t)e->ndim + 1, 8);
         if (!stride)
             return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
@@ -313,7 +304,6 @@ static int add_shards(void *ud, const struct found *f, struct ckpt_err *err)
         l->stride = stride;
         l->soff = t.storage_offset;
         l->big_endian = rc->z->big_endian;
-        l->rank = rc->rank;
     }
     /* Compared and collected: the plain-value check sees None here. */
     *f->slot = NULL;
@@ -645,8 +635,8 @@ static int plain_entry(struct lplan *p, struct lst *s,
     e->chunks[0].st.file = "rank0.pt";
     e->chunks[0].st.offset = ze->data_off;
     e->chunks[0].st.length = ze->size;
-    s->locs[0] = (struct lloc){ p->src0, ze->data_off, stride,
-                                t->storage_offset, p->z0->big_endian, 0 };
+    s->locs[0] = (struct uns_zloc){ p->src0, ze->data_off, stride,
+                                    t->storage_offset, p->z0->big_endian };
     return 0;
 }
 
@@ -717,15 +707,10 @@ static int locate(struct ujob *j, struct utensor *t, struct uchunk *c,
                   struct ckpt_err *err)
 {
     struct lplan *p = j->plan.fmtplan;
-    const struct lloc *l = &p->sts[t->e - j->plan.meta->entries]
-                                .locs[c->meta - t->e->chunks];
+    const struct uns_zloc *l = &p->sts[t->e - j->plan.meta->entries]
+                                    .locs[c->meta - t->e->chunks];
     (void)err;
-    c->src = l->src;
-    c->item_off = 0;
-    c->data = l->data;
-    memcpy(c->stride, l->stride, sizeof(int64_t) * (size_t)t->e->ndim);
-    c->soff = l->soff;
-    c->big_endian = l->big_endian;
+    uns_chunk_at(c, l, t->e->ndim);
     return 0;
 }
 
