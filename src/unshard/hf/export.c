@@ -15,8 +15,11 @@
  *    comes from the checkpoint (or its run, or --config-dir), copied; a
  *    tied model's lm_head.weight is left out, as save_pretrained does.
  * 3. Each piece becomes an output tensor: the tensor itself, or a slice
- *    of its rows (utensor.whole: q/k/v out of OLMo's fused att_proj),
- *    cast with --dtype (utensor.cast).
+ *    of its rows (utensor.whole: q/k/v out of OLMo's fused att_proj;
+ *    rows in blocks, Megatron's per-group q/k/v; one layer of Megatron
+ *    torch_dist's stacked layers), cast with --dtype (utensor.cast).
+ *    A trainer with names of its own maps them itself
+ *    (uns_hf_layout_with: Megatron's).
  * 4. Shards as transformers 5 save_pretrained cuts them: tensors in name
  *    order, a new shard when the next one would pass --max-shard-size
  *    (default 50 GB, 50e9 bytes, transformers' default), names
@@ -56,14 +59,28 @@ static const char *const tokenizer_files[] = {
     "chat_template.json", NULL
 };
 
-void uns_hf_add(struct hf_map *m, char *name, size_t src, uint64_t row0,
-                uint64_t rows)
+void uns_hf_add_layer(struct hf_map *m, char *name, size_t src, int64_t layer,
+                      uint64_t row0, uint64_t rows, uint64_t blk,
+                      uint64_t stride)
 {
     if (m->n == m->cap) {
         m->cap = m->cap ? 2 * m->cap : 64;
         m->v = ckpt_xreallocarray(m->v, m->cap, sizeof(*m->v));
     }
-    m->v[m->n++] = (struct hf_piece){ name, src, row0, rows };
+    m->v[m->n++] = (struct hf_piece){ name, src, row0, rows, blk, stride,
+                                      layer };
+}
+
+void uns_hf_add_rows(struct hf_map *m, char *name, size_t src, uint64_t row0,
+                     uint64_t rows, uint64_t blk, uint64_t stride)
+{
+    uns_hf_add_layer(m, name, src, -1, row0, rows, blk, stride);
+}
+
+void uns_hf_add(struct hf_map *m, char *name, size_t src, uint64_t row0,
+                uint64_t rows)
+{
+    uns_hf_add_rows(m, name, src, row0, rows, 0, 0);
 }
 
 long uns_hf_find(const struct hf_model *mt, const char *name)
@@ -279,9 +296,8 @@ static int olmo_family(struct ujob *j, const struct hf_model *mt,
 
 /* HF names already (or OLMo-core's, renamed: olmo/export_hf.c): config.json
  * from the checkpoint, copied; a tied lm_head.weight left out. */
-static int hf_family(struct ujob *j, const struct hf_model *mt,
-                     struct hf_map *m, cJSON **config, char **config_path,
-                     int *config_local, struct ckpt_err *err)
+static int load_config(struct ujob *j, cJSON **config, char **config_path,
+                       int *config_local, struct ckpt_err *err)
 {
     char *text = NULL;
     size_t len;
@@ -298,6 +314,15 @@ static int hf_family(struct ujob *j, const struct hf_model *mt,
     if (!cJSON_IsObject(*config))
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s' is not a JSON object",
                             *config_path);
+    return 0;
+}
+
+static int hf_family(struct ujob *j, const struct hf_model *mt,
+                     struct hf_map *m, cJSON **config, char **config_path,
+                     int *config_local, struct ckpt_err *err)
+{
+    if (load_config(j, config, config_path, config_local, err) != 0)
+        return -1;
     int rc = uns_hf_olmocore_map(mt, *config, m, err);
     if (rc != 0)
         return rc < 0 ? -1 : 0;
@@ -325,7 +350,7 @@ static int is_float(const struct ckpt_dtype *d)
 
 /* A slice of rows [row0, row0 + rows) of w, named name. */
 static int make_slice(struct ujob *j, struct utensor *s, struct utensor *w,
-                      const char *name, uint64_t row0, uint64_t rows,
+                      const char *name, const struct hf_piece *p,
                       struct ckpt_err *err)
 {
     struct ckpt_dcp_entry *e = ckpt_arena_array(j->plan.arena, 1, sizeof(*e));
@@ -335,15 +360,26 @@ static int make_slice(struct ujob *j, struct utensor *s, struct utensor *w,
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     *e = *w->e;
     memcpy(size, w->e->size, sizeof(*size) * (size_t)w->e->ndim);
-    size[0] = rows;
+    /* A layer of stacked layers: [1, rows, ...] (header without the 1). */
+    int rd = p->layer >= 0 ? 1 : 0;
+    uint64_t per = w->nbytes / w->e->size[0];
+    if (rd)
+        per = per / w->e->size[1];
+    size[rd] = p->rows;
+    if (rd)
+        size[0] = 1;
     e->size = size;
     e->fqn = name;
     memset(s, 0, sizeof(*s));
     s->e = e;
     s->chunks = w->chunks;
-    s->row0 = row0;
+    s->row0 = p->row0;
+    s->rblk = p->blk;
+    s->rstride = p->stride;
+    s->stacked = rd;
+    s->layer = rd ? (uint64_t)p->layer : 0;
     s->file = -1;
-    s->nbytes = w->nbytes / w->e->size[0] * rows;
+    s->nbytes = per * p->rows;
     uns_plan_cut_bands(s, j->plan.band);
     return 0;
 }
@@ -372,10 +408,11 @@ static int make_outputs(struct ujob *j, const struct hf_model *mt,
         struct utensor *o = w;
         const char *name = ckpt_arena_strndup(j->plan.arena, p->name,
                                               strlen(p->name));
-        if (p->row0 || p->rows != all || used[wi]) {
+        if (p->row0 || p->rows != all || p->blk || p->layer >= 0 ||
+            used[wi]) {
             o = &j->plan.tensors[j->plan.ntensors++];
             whole[i] = wi + 1;
-            rc = name ? make_slice(j, o, w, name, p->row0, p->rows, err)
+            rc = name ? make_slice(j, o, w, name, p, err)
                       : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
         }
         used[wi] = 1;
@@ -456,7 +493,7 @@ static void add_shard(struct ujob *j, struct utensor **v, size_t n,
         cJSON *o = cJSON_CreateObject(), *shape = cJSON_CreateArray();
         cJSON *offs = cJSON_CreateArray();
         cJSON_AddStringToObject(o, "dtype", out_dtype(t)->st);
-        for (int d = 0; d < t->e->ndim; d++)
+        for (int d = t->stacked; d < t->e->ndim; d++)
             cJSON_AddItemToArray(shape,
                                  cJSON_CreateNumber((double)t->e->size[d]));
         cJSON_AddItemToObject(o, "shape", shape);
@@ -603,22 +640,27 @@ static void write_beside(struct ujob *j, struct hf_map *m)
             copy_file(j, tokenizer_files[i], p, local);
 }
 
-int uns_hf_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
+static int layout(struct ujob *j, const struct ckpt_pv *root, uns_hf_map_fn map,
+                  struct ckpt_err *err)
 {
     struct hf_model mt = { NULL, 0 };
     struct hf_map m;
     cJSON *config = NULL;
     char *config_path = NULL;
     int local = 0, rc;
-    (void)root;
     memset(&m, 0, sizeof(m));
     rc = model_tensors(j, &mt, err);
-    if (rc == 0)
+    if (rc == 0 && map) {
+        rc = load_config(j, &config, &config_path, &local, err);
+        if (rc == 0)
+            rc = map(j, root, &mt, config, config_path, &m, err);
+    } else if (rc == 0) {
         rc = olmo_family(j, &mt, &m, err);
-    if (rc == 0)
-        rc = hf_family(j, &mt, &m, &config, &config_path, &local, err);
-    else if (rc > 0)
-        rc = 0;
+        if (rc == 0)
+            rc = hf_family(j, &mt, &m, &config, &config_path, &local, err);
+        else if (rc > 0)
+            rc = 0;
+    }
     if (rc == 0)
         rc = make_outputs(j, &mt, &m, err);
     if (rc == 0)
@@ -635,6 +677,17 @@ int uns_hf_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
     map_release(&m);
     free(mt.v);
     return rc;
+}
+
+int uns_hf_layout(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
+{
+    return layout(j, root, NULL, err);
+}
+
+int uns_hf_layout_with(struct ujob *j, struct ckpt_pv *root, uns_hf_map_fn map,
+                       struct ckpt_err *err)
+{
+    return layout(j, root, map, err);
 }
 
 void uns_hf_result(const struct ujob *j, struct ckpt_unshard_result *res)
