@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# ctest-cost: 6
+# ctest-cost: 8
 """unshard_hf_megatron.py - issue 29: `ckpt unshard --format hf` of
 Megatron steps (legacy mp_rank_TT/ merged, and torch_dist) of a
 Llama-shaped megatron.core GPT, against Megatron-Bridge's own mapping.
@@ -15,7 +15,8 @@ with safetensors' save_file.
 
 Checked exactly: each of the four steps exports the reference's files,
 per tensor the same names, dtypes, shapes and bytes, config.json's model
-fields, and every file byte for byte; run mode (DEST/iter_0000010-hf/);
+fields, and every file byte for byte; run mode (DEST/iter_0000010-hf/)
+and `ckpt process --unshard-format hf` of the torch_dist run;
 and the refusals, each exit 1 with one error row naming what does not
 fit and nothing at DEST: no config.json, a config.json whose
 num_key_value_heads does not fit linear_qkv, a model_type that is not
@@ -26,13 +27,15 @@ mapping of its layer names ... is implemented")."""
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from harness import (SRC, check, error_of, finish, st_tensors,  # noqa: E402
-                     unshard)
+from harness import (CKPT, SRC, check, error_of, finish,  # noqa: E402
+                     st_tensors, unshard)
+from s3test import age_tree, old_ctime  # noqa: E402
 
 FIX = os.path.join(SRC, "tests", "fixtures", "megatron_llama")
 REF = os.path.join(FIX, "hf_ref")
@@ -102,6 +105,24 @@ def main():
               [l.split("\t")[:2] for l in p.stdout.splitlines()] ==
               [["unshard", "iter_0000010"]], p.stdout + p.stderr)
         same_dir("run", os.path.join(dest, "iter_0000010-hf"))
+
+        # ckpt process --unshard-format hf: the torch_dist run's step to
+        # DEST/<run>/iter_0000010-hf/ in the unshard phase.
+        env = dict(os.environ, **old_ctime(), TMPDIR=tmp)
+        run_dir = os.path.join(tmp, "runs", "mg-run")
+        shutil.copytree(os.path.join(FIX, "dist_tp2", "checkpoints"), run_dir)
+        age_tree(os.path.join(tmp, "runs"))
+        pdest = os.path.join(tmp, "pdest")
+        p = subprocess.run([CKPT, "process", "--no-wandb", "-q",
+                            "--unshard-format", "hf", "--keep-source",
+                            run_dir, "--dest", pdest], env=env,
+                           capture_output=True, text=True, timeout=300)
+        check("process: exit 0", p.returncode == 0, p.stdout + p.stderr)
+        out = os.path.join(pdest, "mg-run", "iter_0000010-hf")
+        check("process: iter_0000010-hf at DEST", os.path.isdir(out),
+              str(list(os.walk(pdest))))
+        if os.path.isdir(out):
+            same_dir("process", out)
 
         # No config.json: the step without the run's.
         bare = os.path.join(tmp, "bare", "iter_0000010")
