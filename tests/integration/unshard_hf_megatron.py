@@ -7,13 +7,15 @@ Llama-shaped megatron.core GPT, against Megatron-Bridge's own mapping.
 Fixtures (tests/fixtures/megatron_llama/README.md): Megatron-LM's
 save_checkpoint wrote one tiny Llama-shaped GPT (RMSNorm, no biases,
 SwiGLU, rope, 4 heads in 2 query groups, untied output layer, fp32) at
-TP=1 and TP=2, legacy (--ckpt-format torch) and torch_dist, each beside
-the model's config.json (transformers' LlamaConfig.save_pretrained). The
-reference hf_ref/ is Megatron-Bridge's Llama mapping (its
+TP=1 and TP=2, legacy (--ckpt-format torch) and torch_dist, and with its
+output layer tied to the embedding (legacy TP=1), each beside the model's
+config.json (transformers' LlamaConfig.save_pretrained). The references
+hf_ref/ and hf_ref_tied/ are Megatron-Bridge's Llama mapping (its
 split_qkv_weights and GatedMLPMapping, run on Megatron's tensors) saved
 with safetensors' save_file.
 
-Checked exactly: each of the four steps exports the reference's files,
+Checked exactly: each of the five steps exports its reference's files
+(the tied one without lm_head.weight),
 per tensor the same names, dtypes, shapes and bytes, config.json's model
 fields, and every file byte for byte; run mode (DEST/iter_0000010-hf/)
 and `ckpt process --unshard-format hf` of the torch_dist run;
@@ -21,7 +23,7 @@ and the refusals, each exit 1 with one error row naming what does not
 fit and nothing at DEST: no config.json, a config.json whose
 num_key_value_heads does not fit linear_qkv, a model_type that is not
 llama, a config.json that ties embeddings of a model with its own output
-layer, and a model with biases and LayerNorm (tests/fixtures/
+layer and one that unties those of a tied model, and a model with biases and LayerNorm (tests/fixtures/
 megatron_legacy/). Before: every Megatron export was refused ("no HF
 mapping of its layer names ... is implemented")."""
 import json
@@ -39,6 +41,7 @@ from s3test import age_tree, old_ctime  # noqa: E402
 
 FIX = os.path.join(SRC, "tests", "fixtures", "megatron_llama")
 REF = os.path.join(FIX, "hf_ref")
+REF_TIED = os.path.join(FIX, "hf_ref_tied")
 STEP = os.path.join("checkpoints", "iter_0000010")
 CASES = ("tp1", "tp2", "dist_tp1", "dist_tp2")
 MODEL_FIELDS = ("architectures", "model_type", "hidden_size",
@@ -49,24 +52,24 @@ MODEL_FIELDS = ("architectures", "model_type", "hidden_size",
                 "mlp_bias")
 
 
-def same_dir(name, got):
-    files = sorted(os.listdir(REF))
+def same_dir(name, got, ref=REF):
+    files = sorted(os.listdir(ref))
     check(name + ": the reference's files", sorted(os.listdir(got)) == files,
           "%s vs %s" % (sorted(os.listdir(got)), files))
     a = st_tensors(os.path.join(got, "model.safetensors"))
-    b = st_tensors(os.path.join(REF, "model.safetensors"))
+    b = st_tensors(os.path.join(ref, "model.safetensors"))
     check(name + ": tensor names", sorted(a) == sorted(b),
           "%s vs %s" % (sorted(a), sorted(b)))
     bad = [k for k in b if k in a and a[k] != b[k]]
     check(name + ": dtypes, shapes, bytes (%d tensors)" % len(b), not bad,
           "differ: %s" % bad[:5])
     ca = json.load(open(os.path.join(got, "config.json")))
-    cb = json.load(open(os.path.join(REF, "config.json")))
+    cb = json.load(open(os.path.join(ref, "config.json")))
     bad = [k for k in MODEL_FIELDS if ca.get(k) != cb.get(k)]
     check(name + ": config.json model fields", not bad, repr(bad))
     for f in files:
         with open(os.path.join(got, f), "rb") as x, \
-                open(os.path.join(REF, f), "rb") as y:
+                open(os.path.join(ref, f), "rb") as y:
             check("%s: %s byte for byte" % (name, f), x.read() == y.read())
 
 
@@ -96,6 +99,22 @@ def main():
             p = unshard("--format", "hf", os.path.join(FIX, c, STEP), out)
             check(c + ": exit 0", p.returncode == 0, p.stdout + p.stderr)
             same_dir(c, out)
+
+        # The tied model: no output_layer, config.json ties; no lm_head.
+        out = os.path.join(tmp, "out-tied")
+        p = unshard("--format", "hf", os.path.join(FIX, "tied", STEP), out)
+        check("tied: exit 0", p.returncode == 0, p.stdout + p.stderr)
+        same_dir("tied", out, REF_TIED)
+        check("tied: no lm_head.weight", "lm_head.weight" not in
+              st_tensors(os.path.join(out, "model.safetensors")))
+        bare = os.path.join(tmp, "tied-untied-cfg", "iter_0000010")
+        shutil.copytree(os.path.join(FIX, "tied", STEP), bare)
+        shutil.copy(os.path.join(REF, "config.json"), os.path.dirname(bare))
+        refused("untied config, tied model", bare, os.path.join(tmp, "o0"),
+                bare + ": Megatron tensor 'output_layer.weight' missing: the "
+                "embedding is shared (--untie-embeddings-and-output-weights "
+                "not given), but %s/config.json says tie_word_embeddings "
+                "false" % os.path.dirname(bare))
 
         # Run mode: the run's step to DEST/iter_0000010-hf/.
         dest = os.path.join(tmp, "run")
