@@ -185,6 +185,10 @@ def main():
                 "bias': a bias: HF llama with attention_bias and mlp_bias "
                 "false has none, and RMSNorm has no bias",
                 "--config-dir", cfg)
+        cfg = config_dir(tmp, "zeroheads", num_attention_heads=0)
+        refused("num_attention_heads 0", step, os.path.join(tmp, "o8"),
+                step + ": %s/config.json: num_attention_heads is not a whole "
+                "number from 1 to 1e9" % cfg, "--config-dir", cfg)
         cfg = config_dir(tmp, "attnbias", attention_bias=True)
         refused("attention_bias true", step, os.path.join(tmp, "o7"),
                 step + ": %s/config.json: attention_bias is true: "

@@ -68,20 +68,20 @@ struct mgmap {
     struct ckpt_err *err;
 };
 
-/* An integer of config.json; absent or null: def (an error when def <
- * 0). */
+/* An integer of config.json, 1 to 1e9 (products of a few stay in range);
+ * absent or null: def (an error when def < 1). */
 static int cfg_int(const cJSON *o, const char *path, const char *key,
                    long long def, long long *out, struct ckpt_err *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if ((!v || cJSON_IsNull(v)) && def >= 0) {
+    if ((!v || cJSON_IsNull(v)) && def >= 1) {
         *out = def;
         return 0;
     }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        v->valuedouble < 1 || v->valuedouble > 1e12)
+        v->valuedouble < 1 || v->valuedouble > 1e9)
         return ckpt_err_set(err, CKPT_EFORMAT, "%s: %s %s", path, key,
-                            v ? "is not a positive whole number"
+                            v ? "is not a whole number from 1 to 1e9"
                               : "missing");
     *out = (long long)v->valuedouble;
     return 0;
