@@ -362,6 +362,15 @@ static int make_slice(struct ujob *j, struct utensor *s, struct utensor *w,
     memcpy(size, w->e->size, sizeof(*size) * (size_t)w->e->ndim);
     /* A layer of stacked layers: [1, rows, ...] (header without the 1). */
     int rd = p->layer >= 0 ? 1 : 0;
+    uint64_t last = p->rows ? p->row0 + (p->blk ? ((p->rows - 1) / p->blk) *
+                                         p->stride + (p->rows - 1) % p->blk
+                                                 : p->rows - 1)
+                            : 0;
+    if (w->e->ndim <= rd || !p->rows || last >= w->e->size[rd] ||
+        (p->blk && p->stride < p->blk) ||
+        (rd && (uint64_t)p->layer >= w->e->size[0]))
+        return ckpt_err_set(err, CKPT_EFORMAT, "tensor '%s': '%s' is not "
+                            "inside it", w->e->fqn, name);
     uint64_t per = w->nbytes / w->e->size[0];
     if (rd)
         per = per / w->e->size[1];
