@@ -111,9 +111,17 @@ struct utensor {
     /* --format hf (hf/export.c): this tensor is rows [row0, row0 +
      * e->size[0]) of whole, whose chunks it shares (chunks ==
      * whole->chunks, located through whole); NULL for a tensor of its
-     * own. cast: written as this dtype (hf/cast.c), or NULL. */
+     * own. rblk, rstride: the rows are not contiguous there: row r of
+     * this tensor is row row0 + (r / rblk) * rstride + r % rblk of whole
+     * (Megatron's per-group q/k/v, trainers/megatron/export_hf.c); rblk 0:
+     * row row0 + r. stacked: whole is layers stacked on dim 0
+     * (Megatron torch_dist); this tensor is [1, rows, ...] at that index,
+     * its rows along dim 1, written without the leading 1. cast: written
+     * as this dtype (hf/cast.c), or NULL. */
     struct utensor *whole;
-    uint64_t row0;
+    uint64_t row0, rblk, rstride;
+    int stacked;
+    uint64_t layer;
     const struct ckpt_dtype *cast;
 };
 

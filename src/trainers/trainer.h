@@ -118,7 +118,7 @@ int megatron_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
                    struct ckpt_err *err);
 int megatron_owns(const struct judge_view *v, const char *rel);
 int uns_mg_plan(struct ujob *j, const char *src, struct ckpt_err *err);
-/* No HF mapping of Megatron's names: refused, saying which layout. */
+/* --format hf: a Llama-shaped GPT as HF llama (megatron/export_hf.c). */
 int uns_mg_export(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err);
 
 /* dcphf/: torch DCP HuggingFaceStorageWriter shards */

@@ -27,8 +27,7 @@ static const struct hf_names hf_names = {
 static int hf_export(struct ujob *j, struct ckpt_pv *root,
                      struct ckpt_err *err)
 {
-    (void)root;
-    return uns_hf_layout(j, &hf_names, err);
+    return uns_hf_layout(j, root, &hf_names, err);
 }
 
 /* Each entry names only the fields it has (trainer.h says what each

@@ -107,8 +107,10 @@ static inline void fuzztree_records(const char *top, const char *step,
  * temporary STEP/, unsharded as FORMAT (one worker, verified) into a
  * directory beside it. A run that succeeds wrote exactly the files it
  * planned, one that fails says why; anything else aborts. */
-static inline void fuzztree_unshard_step(const uint8_t *data, size_t size,
-                                         const char *step_name, int format)
+static inline void fuzztree_unshard_step_as(const uint8_t *data,
+                                            size_t size,
+                                            const char *step_name,
+                                            int format, int out_format)
 {
     char tmpl[] = "/tmp/ckpt-unshard-fuzz-XXXXXX";
     if (!mkdtemp(tmpl))
@@ -137,6 +139,7 @@ static inline void fuzztree_unshard_step(const uint8_t *data, size_t size,
     struct ckpt_err err = CKPT_ERR_INIT;
     memset(&o, 0, sizeof(o));
     o.source_format = format;
+    o.format = out_format;
     o.jobs = 1;
     o.verify = 1;
     if (ckpt_unshard_dcp(step, out, &o, &res, &err) == 0) {
@@ -154,6 +157,14 @@ static inline void fuzztree_unshard_step(const uint8_t *data, size_t size,
     free(out);
     free(step);
     fuzztree_rm(tmpl);
+}
+
+/* The step unsharded to torch files. */
+static inline void fuzztree_unshard_step(const uint8_t *data, size_t size,
+                                         const char *step_name, int format)
+{
+    fuzztree_unshard_step_as(data, size, step_name, format,
+                             CKPT_FORMAT_TORCH);
 }
 
 #endif

@@ -28,7 +28,7 @@ output (tests/fixtures/real-writers/, provenance beside each):
   Trainer's own model.safetensors minus that copy;
 - torch DCP's HuggingFaceStorageWriter shards (torchtitan's and
   torchtune's HF export): the tensors of torch's own consolidation;
-- a Megatron torch_dist step: refused (no mapping), nothing written."""
+- a Megatron torch_dist step without config.json: refused, nothing written."""
 import json
 import os
 import shutil
@@ -224,14 +224,16 @@ def main():
         same_tensors("HuggingFaceStorageWriter shards: torch's consolidation",
                      st_tensors(os.path.join(out, "model.safetensors")), want)
 
-        # Megatron torch_dist: no mapping, said so, nothing written.
+        # Megatron torch_dist without the model's config.json (exported
+        # in unshard_hf_megatron.py): refused, said why, nothing written.
         mg = os.path.join(RW, "megatron_core_dist_ckpt_tensors", "ckpt")
         out = os.path.join(tmp, "megatron")
         p = unshard("--format", "hf", mg, out)
-        check("Megatron torch_dist: refused, nothing written",
+        check("Megatron torch_dist without config.json: refused, nothing "
+              "written",
               p.returncode == 1 and error_of(p).endswith(
-                  "%s: Megatron torch_dist: no HF mapping of its layer names "
-                  "(fused, per-group interleaved QKV) is implemented" % mg)
+                  "%s: no config.json in the checkpoint or the directory "
+                  "above it (give the model's with --config-dir DIR)" % mg)
               and not os.path.exists(out), error_of(p))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

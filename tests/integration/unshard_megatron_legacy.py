@@ -12,7 +12,8 @@ full tensor itself). The TP=1 PP=1 file's model is the reference: every
 output must hold its keys in its order, every tensor of the same dtype,
 shape and bytes, every _extra_state None, and iteration 10; in run mode,
 through the storage API with --verify and as safetensors too. Damaged copies: a replicated norm that differs on one rank, a missing
-rank directory, a key whose split is not known; --format hf refused.
+rank directory, a key whose split is not known; --format hf without the
+model's config.json refused.
 Before: every one of these
 steps was refused ("unshard reads torch_dist steps only").
 
@@ -222,14 +223,16 @@ def main():
                 "pre_mlp_layerXorm.weight' is split across tensor-parallel "
                 "ranks is not known (the checkpoint does not say; this "
                 "version knows megatron.core GPT's keys)")
-        # --format hf: no published mapping of these names, said so.
+        # --format hf needs the model's config.json (exported in
+        # unshard_hf_megatron.py): none here, said so, nothing written.
         hf = os.path.join(tmp, "hf")
         p = unshard("--format", "hf", src, hf)
-        check("--format hf: an error row saying why, nothing written",
-              p.returncode == 1 and error_of(p) == src + ": Megatron legacy "
-              "step: no HF mapping of its layer names (fused, per-group "
-              "interleaved QKV) is implemented; without --format hf its "
-              "ranks are merged" and not os.path.exists(hf), error_of(p))
+        check("--format hf without config.json: an error row saying so, "
+              "nothing written",
+              p.returncode == 1 and error_of(p) == src + ": no config.json "
+              "in the checkpoint or the directory above it (give the "
+              "model's with --config-dir DIR)" and not os.path.exists(hf),
+              error_of(p))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return finish()

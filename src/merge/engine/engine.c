@@ -257,6 +257,33 @@ static int copy_box(struct ujob *j, const struct utensor *t,
     return 0;
 }
 
+/* The box of rows [lo[0], hi[0]) of band positions (base) over t's chunks,
+ * or (replicas = 1) the skipped replica chunks (only: just that one). */
+static int fill_box(struct ujob *j, struct utensor *t, uint64_t *lo,
+                    uint64_t *hi, struct box *bx, char *buf, char *rbuf,
+                    int replicas, const struct uchunk *only, int note,
+                    struct ckpt_err *err)
+{
+    const struct ckpt_dcp_entry *e = t->e;
+    for (size_t i = 0; i < e->nchunks; i++) {
+        struct uchunk *c = &t->chunks[i];
+        int empty = c->skip != replicas || (only && c != only);
+        for (int d = 0; d < bx->nd && !empty; d++) {
+            uint64_t clo = c->meta->offsets[d], chi = clo + c->meta->sizes[d];
+            uint64_t a = lo[d] > clo ? lo[d] : clo;
+            uint64_t b = hi[d] < chi ? hi[d] : chi;
+            empty = a >= b;
+            bx->lo[d] = a;
+            bx->e[d] = b - a;
+        }
+        if (!empty && (uns_plan_locate(j, t->whole ? t->whole : t, c,
+                                       err) != 0 ||
+                       copy_box(j, t, c, bx, buf, rbuf, note, err) != 0))
+            return -1;
+    }
+    return 0;
+}
+
 /* Fill buf with band `band` of t from its chunks, or (replicas = 1) lay
  * the skipped replica chunks (only: just that one) over buf; with note,
  * the reads count for the records' CRC checks. */
@@ -276,28 +303,36 @@ static int fill_one(struct ujob *j, struct utensor *t, uint64_t band,
         bx.gstride[d] = s;
         s *= (int64_t)e->size[d];
     }
+    if (!t->whole || !e->ndim)
+        return fill_box(j, t, lo, hi, &bx, buf, rbuf, replicas, only, note,
+                        err);
     /* A slice (hf/export.c): the band's rows in the whole tensor, whose
-     * chunks these are; output positions stay the slice's. */
-    if (t->whole) {
-        lo[0] += t->row0;
-        hi[0] += t->row0;
-        bx.base += (int64_t)t->row0 * bx.gstride[0];
+     * chunks these are; output positions stay the slice's. Rows in
+     * blocks (rblk) are read one block's run at a time. A layer of
+     * stacked layers: dim 0 is that index, the rows are along dim 1. */
+    int rd = 0;
+    uint64_t base = (uint64_t)bx.base;
+    if (t->stacked && e->ndim >= 2) {
+        rd = 1;
+        lo[0] = t->layer;
+        hi[0] = lo[0] + 1;
+        base += lo[0] * (uint64_t)bx.gstride[0];
     }
-    for (size_t i = 0; i < e->nchunks; i++) {
-        struct uchunk *c = &t->chunks[i];
-        int empty = c->skip != replicas || (only && c != only);
-        for (int d = 0; d < bx.nd && !empty; d++) {
-            uint64_t clo = c->meta->offsets[d], chi = clo + c->meta->sizes[d];
-            uint64_t a = lo[d] > clo ? lo[d] : clo;
-            uint64_t b = hi[d] < chi ? hi[d] : chi;
-            empty = a >= b;
-            bx.lo[d] = a;
-            bx.e[d] = b - a;
+    uint64_t r = lo[rd], end = hi[rd];
+    while (r < end) {
+        uint64_t run = end - r, at = t->row0 + r;
+        if (t->rblk) {
+            uint64_t left = t->rblk - r % t->rblk;
+            run = run < left ? run : left;
+            at = t->row0 + (r / t->rblk) * t->rstride + r % t->rblk;
         }
-        if (!empty && (uns_plan_locate(j, t->whole ? t->whole : t, c,
-                                       err) != 0 ||
-                       copy_box(j, t, c, &bx, buf, rbuf, note, err) != 0))
+        lo[rd] = at;
+        hi[rd] = at + run;
+        bx.base = (int64_t)(base + (at - r) * (uint64_t)bx.gstride[rd]);
+        if (fill_box(j, t, lo, hi, &bx, buf, rbuf, replicas, only, note,
+                     err) != 0)
             return -1;
+        r += run;
     }
     return 0;
 }

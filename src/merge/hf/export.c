@@ -15,8 +15,11 @@
  *    comes from the checkpoint (or its run, or --config-dir), copied; a
  *    tied model's lm_head.weight is left out, as save_pretrained does.
  * 3. Each piece becomes an output tensor: the tensor itself, or a slice
- *    of its rows (utensor.whole: q/k/v out of OLMo's fused att_proj),
- *    cast with --dtype (utensor.cast).
+ *    of its rows (utensor.whole: q/k/v out of OLMo's fused att_proj;
+ *    rows in blocks, Megatron's per-group q/k/v; one layer of Megatron
+ *    torch_dist's stacked layers), cast with --dtype (utensor.cast).
+ *    A trainer with names of its own maps them itself (hf_names.own:
+ *    Megatron's).
  * 4. Shards as transformers 5 save_pretrained cuts them: tensors in name
  *    order, a new shard when the next one would pass --max-shard-size
  *    (default 50 GB, 50e9 bytes, transformers' default), names
@@ -56,14 +59,28 @@ static const char *const tokenizer_files[] = {
     "chat_template.json", NULL
 };
 
-void uns_hf_add(struct hf_map *m, char *name, size_t src, uint64_t row0,
-                uint64_t rows)
+void uns_hf_add_layer(struct hf_map *m, char *name, size_t src, int64_t layer,
+                      uint64_t row0, uint64_t rows, uint64_t blk,
+                      uint64_t stride)
 {
     if (m->n == m->cap) {
         m->cap = m->cap ? 2 * m->cap : 64;
         m->v = ckpt_xreallocarray(m->v, m->cap, sizeof(*m->v));
     }
-    m->v[m->n++] = (struct hf_piece){ name, src, row0, rows };
+    m->v[m->n++] = (struct hf_piece){ name, src, row0, rows, blk, stride,
+                                      layer };
+}
+
+void uns_hf_add_rows(struct hf_map *m, char *name, size_t src, uint64_t row0,
+                     uint64_t rows, uint64_t blk, uint64_t stride)
+{
+    uns_hf_add_layer(m, name, src, -1, row0, rows, blk, stride);
+}
+
+void uns_hf_add(struct hf_map *m, char *name, size_t src, uint64_t row0,
+                uint64_t rows)
+{
+    uns_hf_add_rows(m, name, src, row0, rows, 0, 0);
 }
 
 long uns_hf_find(const struct hf_model *mt, const char *name)
@@ -283,10 +300,8 @@ static int yaml_family(struct ujob *j, const struct hf_model *mt,
 
 /* HF names already (or OLMo-core's, renamed: olmo/export_hf.c): config.json
  * from the checkpoint, copied; a tied lm_head.weight left out. */
-static int hf_family(struct ujob *j, const struct hf_model *mt,
-                     const struct hf_names *names, struct hf_map *m,
-                     cJSON **config, char **config_path,
-                     int *config_local, struct ckpt_err *err)
+static int load_config(struct ujob *j, cJSON **config, char **config_path,
+                       int *config_local, struct ckpt_err *err)
 {
     char *text = NULL;
     size_t len;
@@ -303,6 +318,16 @@ static int hf_family(struct ujob *j, const struct hf_model *mt,
     if (!cJSON_IsObject(*config))
         return ckpt_err_set(err, CKPT_EFORMAT, "'%s' is not a JSON object",
                             *config_path);
+    return 0;
+}
+
+static int hf_family(struct ujob *j, const struct hf_model *mt,
+                     const struct hf_names *names, struct hf_map *m,
+                     cJSON **config, char **config_path,
+                     int *config_local, struct ckpt_err *err)
+{
+    if (load_config(j, config, config_path, config_local, err) != 0)
+        return -1;
     int rc = names && names->with_json ?
              names->with_json(mt, *config, m, err) : 0;
     if (rc != 0)
@@ -331,7 +356,7 @@ static int is_float(const struct ckpt_dtype *d)
 
 /* A slice of rows [row0, row0 + rows) of w, named name. */
 static int make_slice(struct ujob *j, struct utensor *s, struct utensor *w,
-                      const char *name, uint64_t row0, uint64_t rows,
+                      const char *name, const struct hf_piece *p,
                       struct ckpt_err *err)
 {
     struct ckpt_dcp_entry *e = ckpt_arena_array(j->plan.arena, 1, sizeof(*e));
@@ -341,15 +366,35 @@ static int make_slice(struct ujob *j, struct utensor *s, struct utensor *w,
         return ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
     *e = *w->e;
     memcpy(size, w->e->size, sizeof(*size) * (size_t)w->e->ndim);
-    size[0] = rows;
+    /* A layer of stacked layers: [1, rows, ...] (header without the 1). */
+    int rd = p->layer >= 0 ? 1 : 0;
+    uint64_t last = p->rows ? p->row0 + (p->blk ? ((p->rows - 1) / p->blk) *
+                                         p->stride + (p->rows - 1) % p->blk
+                                                 : p->rows - 1)
+                            : 0;
+    if (w->e->ndim <= rd || !p->rows || last >= w->e->size[rd] ||
+        (p->blk && p->stride < p->blk) ||
+        (rd && (uint64_t)p->layer >= w->e->size[0]))
+        return ckpt_err_set(err, CKPT_EFORMAT, "tensor '%s': '%s' is not "
+                            "inside it", w->e->fqn, name);
+    uint64_t per = w->nbytes / w->e->size[0];
+    if (rd)
+        per = per / w->e->size[1];
+    size[rd] = p->rows;
+    if (rd)
+        size[0] = 1;
     e->size = size;
     e->fqn = name;
     memset(s, 0, sizeof(*s));
     s->e = e;
     s->chunks = w->chunks;
-    s->row0 = row0;
+    s->row0 = p->row0;
+    s->rblk = p->blk;
+    s->rstride = p->stride;
+    s->stacked = rd;
+    s->layer = rd ? (uint64_t)p->layer : 0;
     s->file = -1;
-    s->nbytes = w->nbytes / w->e->size[0] * rows;
+    s->nbytes = per * p->rows;
     uns_plan_cut_bands(s, j->plan.band);
     return 0;
 }
@@ -378,10 +423,11 @@ static int make_outputs(struct ujob *j, const struct hf_model *mt,
         struct utensor *o = w;
         const char *name = ckpt_arena_strndup(j->plan.arena, p->name,
                                               strlen(p->name));
-        if (p->row0 || p->rows != all || used[wi]) {
+        if (p->row0 || p->rows != all || p->blk || p->layer >= 0 ||
+            used[wi]) {
             o = &j->plan.tensors[j->plan.ntensors++];
             whole[i] = wi + 1;
-            rc = name ? make_slice(j, o, w, name, p->row0, p->rows, err)
+            rc = name ? make_slice(j, o, w, name, p, err)
                       : ckpt_err_set(err, CKPT_ENOMEM, "out of memory");
         }
         used[wi] = 1;
@@ -462,7 +508,7 @@ static void add_shard(struct ujob *j, struct utensor **v, size_t n,
         cJSON *o = cJSON_CreateObject(), *shape = cJSON_CreateArray();
         cJSON *offs = cJSON_CreateArray();
         cJSON_AddStringToObject(o, "dtype", out_dtype(t)->st);
-        for (int d = 0; d < t->e->ndim; d++)
+        for (int d = t->stacked; d < t->e->ndim; d++)
             cJSON_AddItemToArray(shape,
                                  cJSON_CreateNumber((double)t->e->size[d]));
         cJSON_AddItemToObject(o, "shape", shape);
@@ -609,8 +655,8 @@ static void write_beside(struct ujob *j, struct hf_map *m)
             copy_file(j, tokenizer_files[i], p, local);
 }
 
-int uns_hf_layout(struct ujob *j, const struct hf_names *names,
-                  struct ckpt_err *err)
+int uns_hf_layout(struct ujob *j, const struct ckpt_pv *root,
+                  const struct hf_names *names, struct ckpt_err *err)
 {
     struct hf_model mt = { NULL, 0 };
     struct hf_map m;
@@ -619,13 +665,18 @@ int uns_hf_layout(struct ujob *j, const struct hf_names *names,
     int local = 0, rc;
     memset(&m, 0, sizeof(m));
     rc = model_tensors(j, &mt, err);
-    if (rc == 0)
+    if (rc == 0 && names && names->own) {
+        rc = load_config(j, &config, &config_path, &local, err);
+        if (rc == 0)
+            rc = names->own(j, root, &mt, config, config_path, &m, err);
+    } else if (rc == 0) {
         rc = yaml_family(j, &mt, names, &m, err);
-    if (rc == 0)
-        rc = hf_family(j, &mt, names, &m, &config, &config_path, &local,
-                       err);
-    else if (rc > 0)
-        rc = 0;
+        if (rc == 0)
+            rc = hf_family(j, &mt, names, &m, &config, &config_path,
+                           &local, err);
+        else if (rc > 0)
+            rc = 0;
+    }
     if (rc == 0)
         rc = make_outputs(j, &mt, &m, err);
     if (rc == 0)

@@ -12,13 +12,17 @@
  *                 the OLMo family: config.yaml -> config.json, OLMo's and
  *                 OLMo-core's names -> HF olmo / olmo2, as transformers'
  *                 and OLMo-core's converters map them
+ *   src/trainers/megatron/export_hf.c
+ *                 megatron.core GPT names -> HF llama, as Megatron-Bridge
+ *                 maps them (struct hf_names' own)
  *   hf/cast.c     --dtype: floating tensors cast as torch casts them
  *   hf/json.c     JSON as Python's json module writes it (config.json)
  *   hf/part.c     --part I/N: a share of the shards, the index by the last
  *
  * The engine copies every output tensor as it copies any tensor; an
  * export only adds slices (a tensor that is some rows of a fused one,
- * utensor.whole) and casts (utensor.cast). See docs/formats/hf-export.md.
+ * contiguous or in blocks, or one layer of stacked layers: utensor.whole)
+ * and casts (utensor.cast). See docs/formats/hf-export.md.
  */
 #ifndef CKPT_MERGE_HF_H
 #define CKPT_MERGE_HF_H
@@ -29,6 +33,8 @@
 #include "ckpt/err.h"
 
 struct ujob;
+struct hf_model;
+struct hf_map;
 struct utensor;
 struct ckpt_pv;
 struct ckpt_unshard_result;
@@ -37,11 +43,22 @@ struct cJSON;
 struct hf_names;
 /* The outputs of an export, in place of outputs/torch_layout.c's (CKPT_FORMAT_HF):
  * every output file planned, every exported tensor given its file and
- * offset, every other tensor left out (file -1). names: the trainers'
- * name families to try (NULL: HF names only). 0, or -1 with err naming
- * what is missing (no config, a tensor no map knows). */
-int uns_hf_layout(struct ujob *j, const struct hf_names *names,
-                  struct ckpt_err *err);
+ * offset, every other tensor left out (file -1). root: the step's value
+ * tree; names: the trainers' name families to try (NULL: HF names only).
+ * 0, or -1 with err naming what is missing (no config, a tensor no map
+ * knows). */
+int uns_hf_layout(struct ujob *j, const struct ckpt_pv *root,
+                  const struct hf_names *names, struct ckpt_err *err);
+
+/* A family that names its own tensors and reads config.json (found as
+ * for HF names: the checkpoint, the directory above it, --config-dir;
+ * parsed, at config_path), which the export copies; root is the step's
+ * value tree: 0 with m filled, or -1 with err naming what does not fit. */
+typedef int (*uns_hf_map_fn)(struct ujob *j, const struct ckpt_pv *root,
+                             const struct hf_model *mt,
+                             const struct cJSON *config,
+                             const char *config_path, struct hf_map *m,
+                             struct ckpt_err *err);
 
 /* The result's counts for an export: the tensors and bytes written. */
 void uns_hf_result(const struct ujob *j, struct ckpt_unshard_result *res);
@@ -49,11 +66,17 @@ void uns_hf_result(const struct ujob *j, struct ckpt_unshard_result *res);
 /* --- the family maps (hf/export.c asks each in turn) --------------------- */
 
 /* One output tensor: rows [row0, row0 + rows) along dim 0 of the model
- * tensor src (all of its rows: the tensor as it is). */
+ * tensor src (all of its rows: the tensor as it is); with blk, rows in
+ * blocks of blk, one every stride rows from row0 (row r of the piece is
+ * row row0 + (r / blk) * stride + r % blk of src). */
 struct hf_piece {
     char *name;             /* HF name; owned */
     size_t src;             /* index into hf_model.v */
     uint64_t row0, rows;
+    uint64_t blk, stride;   /* 0: contiguous */
+    int64_t layer;          /* >= 0: src is layers stacked on dim 0, the
+                               piece is of that layer (rows along dim 1);
+                               -1: src as it is */
 };
 
 /* The model's tensors as the planner found them. */
@@ -80,6 +103,13 @@ struct hf_map {
 /* Append a piece (name malloced, taken over). */
 void uns_hf_add(struct hf_map *m, char *name, size_t src, uint64_t row0,
                 uint64_t rows);
+/* Append a piece of rows in blocks (hf_piece.blk; stride >= blk). */
+void uns_hf_add_rows(struct hf_map *m, char *name, size_t src, uint64_t row0,
+                     uint64_t rows, uint64_t blk, uint64_t stride);
+/* The same, of layer `layer` of src, whose dim 0 stacks layers. */
+void uns_hf_add_layer(struct hf_map *m, char *name, size_t src, int64_t layer,
+                      uint64_t row0, uint64_t rows, uint64_t blk,
+                      uint64_t stride);
 /* The model tensor named name, or -1. */
 long uns_hf_find(const struct hf_model *mt, const char *name);
 
@@ -88,6 +118,10 @@ long uns_hf_find(const struct hf_model *mt, const char *name);
  * families (src/trainers/trainers.c). Each returns 1 when the model's
  * names are its (m filled), 0 when they are not, -1 with err. */
 struct hf_names {
+    /* A trainer whose names are its own alone (Megatron's,
+     * src/trainers/megatron/export_hf.c): when set, the only family
+     * asked, and it must take the model. */
+    uns_hf_map_fn own;
     /* Names whose config.json is made from config.yaml (OLMo): config
      * the step's or the run's config.yaml parsed, config_name its path;
      * config NULL: none found. */

@@ -254,23 +254,6 @@ int uns_mg_merge(struct ujob *j, struct ckpt_pv **root, struct ckpt_err *err)
     return 0;
 }
 
-/* --format hf: no published mapping of megatron.core's names (fused,
- * per-group interleaved QKV) is implemented, for either layout. */
-int uns_mg_export(struct ujob *j, struct ckpt_pv *root, struct ckpt_err *err)
-{
-    (void)root;
-    if (j->plan.mg_legacy)
-        return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: Megatron legacy "
-                            "step: no HF mapping of its layer names (fused, "
-                            "per-group interleaved QKV) is implemented; "
-                            "without --format hf its ranks are merged",
-                            j->src.top);
-    return ckpt_err_set(err, CKPT_EUNSUPPORTED, "%s: Megatron torch_dist: "
-                        "no HF mapping of its layer names (fused, "
-                        "per-group interleaved QKV) is implemented",
-                        j->src.top);
-}
-
 /* A torch_dist step is DCP with its common state merged in. */
 int uns_mg_plan(struct ujob *j, const char *src, struct ckpt_err *err)
 {
