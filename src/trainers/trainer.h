@@ -137,6 +137,7 @@ int hf_recognise(const struct judge_view *v);
 int hf_judge(const struct judge_view *v, struct ckpt_checkpoint *c,
              struct ckpt_err *err);
 enum ckpt_format hf_format(const struct judge_view *v);
+int hf_root(const struct judge_view *v);
 int hf_owns(const struct judge_view *v, const char *rel);
 
 /* orbax/: Orbax steps (<step>/<item>/, OCDBT or zarr v2 per array) */

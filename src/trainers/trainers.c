@@ -50,7 +50,7 @@ static const struct trainer table[] = {
       .root = dcp_hf_recognise },
     { .name = "hf", .format = CKPT_FMT_HF, .recognise = hf_recognise,
       .judge = hf_judge, .format_of = hf_format, .owns = hf_owns,
-      .export = hf_export },
+      .export = hf_export, .root = hf_root },
     { .name = "orbax", .format = CKPT_FMT_ORBAX, .recognise = orbax_recognise,
       .judge = orbax_judge, .plan = uns_orbax_plan, .export = hf_export },
     { .name = "dcp", .format = CKPT_FMT_DCP, .recognise = dcp_recognise,

@@ -13,8 +13,11 @@ output (tests/fixtures/real-writers/, provenance beside each):
   run mode writes checkpoint-2-hf/ whose model.safetensors is byte for
   byte accelerate merge-weights' output; plain run mode writes model.pt
   and --format safetensors model.safetensors with merge-weights' tensors
-  (before: "unsupported checkpoint format 'hf'"); without a config, an
-  error naming what is missing;
+  (before: "unsupported checkpoint format 'hf'"); the step given as
+  itself is one checkpoint: `ls` judges it, --format hf writes
+  merge-weights' bytes into DEST, plain unshard model.pt (before: `ls`
+  printed nothing, unshard "no checkpoint"); without a config, an error
+  naming what is missing;
 - HF Trainer + DeepSpeed ZeRO-3 whose checkpoint-2/model.safetensors holds
   only empty placeholders (accelerate's CPU rank race): judged a DeepSpeed
   step (before: unsharded, so run mode skipped it as "not sharded"), merged
@@ -144,6 +147,34 @@ def main():
         same_tensors("accelerate model.safetensors",
                      st_tensors(os.path.join(d, "model.safetensors")),
                      st_tensors(merged))
+        # The same step given directly (what accelerate merge-weights is
+        # given the inside of): one checkpoint, not an empty run (before:
+        # `ls` printed nothing, unshard "no checkpoint").
+        step = os.path.join(acc, "checkpoint-2")
+        p = run(CKPT, "ls", "-l", step)
+        check("accelerate step given directly: ls judges it",
+              p.returncode == 0 and p.stdout.split("\t")[1:5] ==
+              ["checkpoint-2", "2", "hf", "complete"], p.stdout + p.stderr)
+        out = os.path.join(tmp, "acc-step-hf")
+        p = unshard("--format", "hf", "--config-dir",
+                    os.path.join(refs, "model_config"), step, out)
+        check("accelerate step given directly --format hf: written",
+              p.returncode == 0 and sorted(os.listdir(out)) ==
+              ["config.json", "generation_config.json", "model.safetensors"]
+              if os.path.isdir(out) else False, p.stdout + p.stderr)
+        if os.path.isfile(os.path.join(out, "model.safetensors")):
+            same_file("accelerate step given directly: merge-weights' bytes",
+                      os.path.join(out, "model.safetensors"), merged)
+        out = os.path.join(tmp, "acc-step-pt")
+        p = unshard(step, out)
+        check("accelerate step given directly: model.pt",
+              p.returncode == 0 and os.path.isfile(
+                  os.path.join(out, "model.pt")), p.stdout + p.stderr)
+        if p.returncode == 0 and os.path.isfile(os.path.join(out, "model.pt")):
+            same_tensors("accelerate step given directly: model.pt",
+                         torch_tensors(os.path.join(out, "model.pt")),
+                         st_tensors(merged))
+
         out = os.path.join(tmp, "acc-noconfig")
         p = unshard("--format", "hf", acc, out)
         check("accelerate without a config: the error, nothing written",

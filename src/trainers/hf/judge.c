@@ -95,6 +95,15 @@ int hf_recognise(const struct judge_view *v)
            has_top(v, "rng_state", ".pth") || has_fsdp(v) || acc_state(v);
 }
 
+/* A step given as itself whose top holds accelerate's FSDP directories
+ * (pytorch_model_fsdp_N/, optimizer_N/): one checkpoint, not a run (no
+ * run keeps them at its top; accelerate's save_state(DIR) writes them
+ * there). */
+int hf_root(const struct judge_view *v)
+{
+    return has_fsdp(v);
+}
+
 /* An accelerate save_state folder without FSDP directories: each torch
  * file at its top whole (.bin are torch.save zips), and its weights there
  * (model.safetensors, pytorch_model.bin, FULL_STATE_DICT's
