@@ -4,7 +4,7 @@ Trainer + DeepSpeed ZeRO-3) on a bigger Llama, for bench/hf_trainer.sh.
     launch.sh 2 PORT python3 gen_hf_big.py GENERATOR.py ARGS...
 
 GENERATOR.py is one of the real-writer fixture generators (hf_fsdp.py,
-hf_deepspeed.py; not in this project): they build a tiny
+hf_deepspeed.py in tests/fixtures/real-writers/gen/): they build a tiny
 LlamaForCausalLM and train it 4 steps, saving every 2. This wrapper runs
 the generator unchanged but for two things, patched into the classes
 before it runs: LlamaConfig gets the sizes below (267M parameters, 1.07

@@ -4,15 +4,14 @@
 # RSS): `accelerate merge-weights` on an accelerate FSDP2 step, DeepSpeed's
 # `zero_to_fp32.py --safe_serialization` on a ZeRO-3 step.
 #
-#   SID=/var/tmp/chroot-sid GEN=/path/to/real-writers/gen \
-#       bash bench/hf_trainer.sh        # as root (chroot)
+#   SID=/var/tmp/chroot-sid bash bench/hf_trainer.sh    # as root (chroot)
 #
 # The data, made once into $SID$W (W=/work-benchhf inside the chroot: the
 # Debian sid chroot with torch 2.14.1, transformers 5.12.1, accelerate
 # 1.14.0, DeepSpeed 0.19.6 sources at /opt/deepspeed) by the real-writer
 # fixture generators in $GEN (hf_fsdp.py, hf_deepspeed.py, common.py,
-# launch.sh; not in this project), each run through bench/gen_hf_big.py
-# on 2 CPU ranks (gloo): LlamaForCausalLM, 12 layers, hidden 1024,
+# launch.sh; default tests/fixtures/real-writers/gen/), each run through
+# bench/gen_hf_big.py on 2 CPU ranks (gloo): LlamaForCausalLM, 12 layers, hidden 1024,
 # intermediate 4096, vocab 32000, untied, 267M float32 parameters (1.07
 # GB); one AdamW step, saved by the Trainer:
 #   fsdp/checkpoint-1/  HF Trainer + accelerate FSDP2, SHARDED_STATE_DICT
@@ -40,6 +39,7 @@ cd "$(dirname "$0")/.."
 CKPT=${CKPT:-build/ckpt}
 SID=${SID:-/var/tmp/chroot-sid}
 RUNS=${RUNS:-3}
+GEN=${GEN:-tests/fixtures/real-writers/gen}
 W=/work-benchhf                   # inside the chroot
 CW=$SID$W
 need_ckpt
@@ -51,7 +51,6 @@ SIDENV=(chroot "$SID" env -C "$W" DS_ACCELERATOR=cpu USE_LIBUV=0
 # --- the checkpoints ----------------------------------------------------------
 make_step() {   # make_step NAME GENERATOR [ARG]
     [ -f "$CW/$1/checkpoint-1/trainer_state.json" ] && return 0
-    [ -n "${GEN:-}" ] || { echo "no $CW/$1: set GEN to make it" >&2; exit 2; }
     mkdir -p "$CW/gen"
     cp "$GEN"/{hf_fsdp.py,hf_deepspeed.py,common.py,launch.sh} \
        bench/gen_hf_big.py "$CW/gen/"
