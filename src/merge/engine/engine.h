@@ -59,6 +59,11 @@ int uns_rank_values(struct ujob *j, struct ckpt_err *err);
  * replicates (the engine's check). */
 int uns_rank_tensor_error(const struct ujob *j, const struct utensor *t,
                           const struct uchunk *c, struct ckpt_err *err);
+/* size[0..ndim) as "[a, b, c]" into buf (n bytes, cut short if need be),
+ * for messages; returns buf. */
+const char *uns_fmt_shape(char *buf, size_t n, const uint64_t *size,
+                          int ndim);
+
 /* Where a chunk's bytes lie in a torch zip record, as a trainer's plan
  * that reads torch.save files itself finds them (OLMo's and Megatron's
  * legacy rank files): its locate points the chunk there with

@@ -40,6 +40,18 @@ static void fmt_box(char *buf, size_t n, const uint64_t *off,
         snprintf(buf + o, n - o, "]");
 }
 
+const char *uns_fmt_shape(char *buf, size_t n, const uint64_t *size,
+                          int ndim)
+{
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && o < n; d++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%llu", d ? ", " : "",
+                              (unsigned long long)size[d]);
+    if (o < n)
+        snprintf(buf + o, n - o, "]");
+    return buf;
+}
+
 /* --- probing: locate every chunk's elements ---------------------------- */
 
 struct probe {

@@ -9,10 +9,11 @@
  *    or, where nothing is nested under "model" (DeepSpeed's consolidated
  *    state dict, safetensors files), every tensor by its key. Optimizer
  *    and trainer state is left out (file -1: never read).
- * 2. A family maps them to HF names: OLMo's (olmo/export_hf.c), which also
- *    makes config.json; else the names are HF's already (HF Trainer,
- *    accelerate, DeepSpeed, DCP written with HF keys) and config.json
- *    comes from the checkpoint (or its run, or --config-dir), copied; a
+ * 2. A family the caller hands in (struct hf_names) maps them to HF
+ *    names: OLMo's (trainers/olmo/export_hf.c), which also makes
+ *    config.json, or a trainer's own (hf_names.own: Megatron's); else the
+ *    names are HF's already (HF Trainer, accelerate, DeepSpeed, DCP
+ *    written with HF keys) and config.json comes from the checkpoint (or its run, or --config-dir), copied; a
  *    tied model's lm_head.weight is left out, as save_pretrained does.
  * 3. Each piece becomes an output tensor: the tensor itself, or a slice
  *    of its rows (utensor.whole: q/k/v out of OLMo's fused att_proj;
@@ -71,16 +72,10 @@ void uns_hf_add_layer(struct hf_map *m, char *name, size_t src, int64_t layer,
                                       layer };
 }
 
-void uns_hf_add_rows(struct hf_map *m, char *name, size_t src, uint64_t row0,
-                     uint64_t rows, uint64_t blk, uint64_t stride)
-{
-    uns_hf_add_layer(m, name, src, -1, row0, rows, blk, stride);
-}
-
 void uns_hf_add(struct hf_map *m, char *name, size_t src, uint64_t row0,
                 uint64_t rows)
 {
-    uns_hf_add_rows(m, name, src, row0, rows, 0, 0);
+    uns_hf_add_layer(m, name, src, -1, row0, rows, 0, 0);
 }
 
 long uns_hf_find(const struct hf_model *mt, const char *name)

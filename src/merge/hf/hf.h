@@ -103,10 +103,9 @@ struct hf_map {
 /* Append a piece (name malloced, taken over). */
 void uns_hf_add(struct hf_map *m, char *name, size_t src, uint64_t row0,
                 uint64_t rows);
-/* Append a piece of rows in blocks (hf_piece.blk; stride >= blk). */
-void uns_hf_add_rows(struct hf_map *m, char *name, size_t src, uint64_t row0,
-                     uint64_t rows, uint64_t blk, uint64_t stride);
-/* The same, of layer `layer` of src, whose dim 0 stacks layers. */
+/* Append a piece of rows in blocks (hf_piece.blk, stride >= blk; 0 0:
+ * contiguous) of src, or of its layer `layer` when src's dim 0 stacks
+ * layers (-1: src as it is). */
 void uns_hf_add_layer(struct hf_map *m, char *name, size_t src, int64_t layer,
                       uint64_t row0, uint64_t rows, uint64_t blk,
                       uint64_t stride);

@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include "ckpt/util.h"
+#include "merge/engine/engine.h"
 #include "merge/hf/hf.h"
 #include "merge/job.h"
 #include "trainers/trainer.h"
@@ -129,17 +130,6 @@ struct mgt {
     int64_t layer;
 };
 
-static void shape_str(char *buf, size_t n, const uint64_t *size, int nd)
-{
-    size_t at = 0;
-    at += (size_t)snprintf(buf + at, n - at, "[");
-    for (int d = 0; d < nd && at < n; d++)
-        at += (size_t)snprintf(buf + at, n - at, "%s%llu", d ? ", " : "",
-                               (unsigned long long)size[d]);
-    if (at < n)
-        snprintf(buf + at, n - at, "]");
-}
-
 /* Whether model tensor i is shaped want[0..nd) (after `lead` leading
  * dimensions); else an error naming both (-2). */
 static int check_shape(struct mgmap *x, long i, const uint64_t *want, int nd,
@@ -157,8 +147,8 @@ static int check_shape(struct mgmap *x, long i, const uint64_t *want, int nd,
     for (int d = 0; d < nd; d++)
         full[lead + d] = want[d];
     char have[96], w[96];
-    shape_str(have, sizeof(have), e->size, e->ndim < 8 ? e->ndim : 8);
-    shape_str(w, sizeof(w), full, nd + lead);
+    uns_fmt_shape(have, sizeof(have), e->size, e->ndim < 8 ? e->ndim : 8);
+    uns_fmt_shape(w, sizeof(w), full, nd + lead);
     ckpt_err_set(x->err, CKPT_EFORMAT, "Megatron tensor '%s' is %s; %s says "
                  "%s (%s%s)", x->mt->v[i].name, have, x->c->path, w,
                  lead ? "num_hidden_layers, " : "", what);
@@ -279,15 +269,14 @@ static int map_layer(struct mgmap *x, long long n)
 /* Why a tensor the mapping does not take has no place in HF llama. */
 static int unmapped(struct mgmap *x, const char *name)
 {
-    size_t n = strlen(name);
     const char *why = "Megatron-Bridge's Llama mapping has no such tensor";
-    if (n >= strlen(EXTRA) && !strcmp(name + n - strlen(EXTRA), EXTRA))
+    if (ckpt_str_endswith(name, EXTRA))
         why = "an _extra_state with content (Transformer Engine's FP8 "
               "metadata) has no place in an HF model";
     else if (strstr(name, ".experts.") || strstr(name, ".router."))
         why = "a mixture-of-experts layer: only dense Llama models are "
               "mapped";
-    else if (n >= 5 && !strcmp(name + n - 5, ".bias"))
+    else if (ckpt_str_endswith(name, ".bias"))
         why = "a bias: HF llama with attention_bias and mlp_bias false has "
               "none, and RMSNorm has no bias";
     else if (strstr(name, "decoder.layers."))

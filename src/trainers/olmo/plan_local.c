@@ -176,17 +176,6 @@ struct lslice *uns_olmolocal_add_slice(struct lslices *s)
 
 /* --- model files ------------------------------------------------------- */
 
-static const char *shape_str(const struct lpiece *q, char *buf, size_t n)
-{
-    size_t o = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < q->ndim && o < n; d++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%llu", d ? ", " : "",
-                              (unsigned long long)q->size[d]);
-    if (o < n)
-        snprintf(buf + o, n - o, "]");
-    return buf;
-}
-
 /* Rank r's flat parameters must be rank 0's: same modules, parameters,
  * shapes and dtypes; only the ranges differ. */
 static int same_params(struct lplan *p, const struct lmodel *m, int r,
@@ -219,8 +208,8 @@ static int same_params(struct lplan *p, const struct lmodel *m, int r,
             return ckpt_err_set(err, CKPT_EFORMAT, "ranks 0 and %d "
                                 "disagree on the shape of parameter '%s': "
                                 "%s and %s (%s)", r, a->fqn,
-                                shape_str(a, sa, sizeof(sa)),
-                                shape_str(b, sb, sizeof(sb)), rel);
+                                uns_fmt_shape(sa, sizeof(sa), a->size, a->ndim),
+                                uns_fmt_shape(sb, sizeof(sb), b->size, b->ndim), rel);
     }
     return 0;
 }
